@@ -1,0 +1,24 @@
+// CPU reference implementations of backend/ops.h (fp32 accumulation, OpenMP across rows/heads, OpenBLAS for
+// GEMM). Same names and contracts as the public ops; callers go through ops.h, which checks shapes.
+#pragma once
+
+#include "backend/ops.h"
+
+namespace se::cpu {
+
+void embedding(TensorView out, TensorView table, TensorView ids);
+void rms_norm(TensorView out, TensorView x, TensorView weight, float eps);
+void add_rms_norm(TensorView out, TensorView residual, TensorView x, TensorView weight, float eps);
+void linear(TensorView out, TensorView x, TensorView w, const TensorView* bias);
+void rope(TensorView x, TensorView positions, const RopeParams& params);
+void gated_activation(TensorView out, TensorView gate_up, Activation act);
+void add_inplace(TensorView x, TensorView y);
+void scale_inplace(TensorView x, float s);
+void softcap_inplace(TensorView x, float cap);
+void attention(TensorView out, TensorView q, TensorView k, TensorView v, TensorView q_positions,
+               TensorView k_positions, const AttentionParams& params);
+
+// Inverse frequencies of `params` (rotary_dim / 2 values), scaling applied; shared with the CUDA backend.
+void rope_inv_freq(const RopeParams& params, float* inv_freq);
+
+}  // namespace se::cpu

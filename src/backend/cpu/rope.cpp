@@ -1,0 +1,64 @@
+#include <cmath>
+#include <numbers>
+#include <vector>
+
+#include "backend/cpu/cpu_ops.h"
+
+namespace se::cpu {
+
+void rope_inv_freq(const RopeParams& p, float* inv_freq) {
+  const int half = p.rotary_dim / 2;
+  for (int i = 0; i < half; ++i) {
+    // Computed in double and rounded once, as HF computes `1 / base ** (arange(0, d, 2) / d)` in fp32 from
+    // an int64 arange: the fp32 result matches to the last bit in practice.
+    double freq = 1.0 / std::pow(static_cast<double>(p.theta), (2.0 * i) / p.rotary_dim);
+    if (p.scaling == RopeScaling::kLinear) {
+      freq /= p.factor;
+    } else if (p.scaling == RopeScaling::kLlama3) {
+      // Llama 3.1 frequency-dependent scaling: long wavelengths scaled by `factor`, short ones kept,
+      // a smooth interpolation between the two bands.
+      const double low_freq_wavelen = p.original_max_position / p.low_freq_factor;
+      const double high_freq_wavelen = p.original_max_position / p.high_freq_factor;
+      const double wavelen = 2.0 * std::numbers::pi / freq;
+      if (wavelen > low_freq_wavelen) {
+        freq /= p.factor;
+      } else if (wavelen >= high_freq_wavelen) {
+        const double smooth = (p.original_max_position / wavelen - p.low_freq_factor) /
+                              (p.high_freq_factor - p.low_freq_factor);
+        freq = (1.0 - smooth) * freq / p.factor + smooth * freq;
+      }
+    }
+    inv_freq[i] = static_cast<float>(freq);
+  }
+}
+
+void rope(TensorView x, TensorView positions, const RopeParams& p) {
+  const int64_t num_tokens = x.shape[0];
+  const int64_t heads = x.shape[1];
+  const int64_t head_dim = x.shape[2];
+  const int half = p.rotary_dim / 2;
+  std::vector<float> inv_freq(static_cast<size_t>(half));
+  rope_inv_freq(p, inv_freq.data());
+  const int32_t* pos = positions.ptr<int32_t>();
+#pragma omp parallel for if (num_tokens > 4)
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    std::vector<float> cos_v(static_cast<size_t>(half)), sin_v(static_cast<size_t>(half));
+    for (int i = 0; i < half; ++i) {
+      // fp32 angle, as HF computes `position * inv_freq` in fp32 before cos/sin.
+      const float angle = static_cast<float>(pos[t]) * inv_freq[static_cast<size_t>(i)];
+      cos_v[static_cast<size_t>(i)] = std::cos(angle);
+      sin_v[static_cast<size_t>(i)] = std::sin(angle);
+    }
+    for (int64_t h = 0; h < heads; ++h) {
+      float* v = x.ptr<float>() + (t * heads + h) * head_dim;
+      for (int i = 0; i < half; ++i) {
+        const float a = v[i];
+        const float b = v[i + half];
+        v[i] = a * cos_v[static_cast<size_t>(i)] - b * sin_v[static_cast<size_t>(i)];
+        v[i + half] = b * cos_v[static_cast<size_t>(i)] + a * sin_v[static_cast<size_t>(i)];
+      }
+    }
+  }
+}
+
+}  // namespace se::cpu

@@ -1,0 +1,67 @@
+// The op set the model and (later) the sparse methods are written against. Every op takes non-owning
+// TensorViews, checks shapes, and dispatches on the device of its output: the CPU reference lives in
+// backend/cpu/ (fp32 accumulation), the CUDA twin in backend/cuda/ with the same signature.
+// Ops never allocate their outputs; callers own every buffer. Thread-safety: ops on distinct outputs may run
+// concurrently; the CPU ops parallelize internally with OpenMP.
+#pragma once
+
+#include <cstdint>
+
+#include "tensor/tensor.h"
+
+namespace se {
+
+enum class RopeScaling : uint8_t { kNone, kLinear, kLlama3 };
+
+// Rotary embedding parameters of one attention layer (NeoX / HF `rotate_half` layout: dim i pairs with
+// i + rotary_dim/2).
+struct RopeParams {
+  float theta = 10000.0f;
+  int rotary_dim = 0;  // <= head_dim; the rest of the head passes through unrotated
+  RopeScaling scaling = RopeScaling::kNone;
+  float factor = 1.0f;                  // linear and llama3
+  float low_freq_factor = 1.0f;         // llama3
+  float high_freq_factor = 4.0f;        // llama3
+  int original_max_position = 8192;    // llama3
+};
+
+enum class Activation : uint8_t { kSilu, kGeluTanh };
+
+// out[t] = table[ids[t]]; table [vocab, dim] of F32/F16/BF16, out [T, dim] F32, ids [T] I32.
+void embedding(TensorView out, TensorView table, TensorView ids);
+
+// out = x * rsqrt(mean(x^2) + eps) * weight, per row; x, out [rows, dim] F32, weight [dim]. out may alias x.
+void rms_norm(TensorView out, TensorView x, TensorView weight, float eps);
+
+// residual += x, then out = rms_norm(residual); the fused pre-norm step of a decoder block.
+void add_rms_norm(TensorView out, TensorView residual, TensorView x, TensorView weight, float eps);
+
+// out[M, N] = x[M, K] @ w[N, K]^T (+ bias[N]); w F32 (CPU). The linear layer of every projection.
+void linear(TensorView out, TensorView x, TensorView w, const TensorView* bias = nullptr);
+
+// x [T, heads, head_dim] rotated in place at positions[T] (I32).
+void rope(TensorView x, TensorView positions, const RopeParams& params);
+
+// out[T, F] = act(gate) * up, where gate_up is [T, 2F] with the gate in the first F columns.
+void gated_activation(TensorView out, TensorView gate_up, Activation act);
+
+// x += y (same shape, F32).
+void add_inplace(TensorView x, TensorView y);
+// x *= s.
+void scale_inplace(TensorView x, float s);
+// x = cap * tanh(x / cap).
+void softcap_inplace(TensorView x, float cap);
+
+struct AttentionParams {
+  float scale = 1.0f;           // multiplies q.k
+  float logit_softcap = 0.0f;   // 0 = off
+  int sliding_window = 0;       // 0 = full; else a key at position p is visible to query q iff q - p < window
+};
+
+// Causal attention of T new queries against a contiguous cache of S keys.
+// q [T, H, D]; k, v [S, Hkv, D]; q_positions [T] I32 and k_positions [S] I32 are absolute positions
+// (a key is visible iff its position <= the query's); out [T, H, D]. GQA: head h reads KV head h / (H/Hkv).
+void attention(TensorView out, TensorView q, TensorView k, TensorView v, TensorView q_positions,
+               TensorView k_positions, const AttentionParams& params);
+
+}  // namespace se

@@ -1,0 +1,55 @@
+// ModelConfig: the normalized description of a decoder-only model, built from an HF-style config.json (the
+// loader synthesizes one for GGUF files) by the architecture registry. Plain data; immutable after load.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "backend/ops.h"
+#include "base/status.h"
+
+namespace se {
+
+struct LayerConfig {
+  bool sliding = false;  // sliding-window attention (window = ModelConfig::sliding_window)
+  RopeParams rope;
+};
+
+struct ModelConfig {
+  std::string arch;        // registry name: "llama", "qwen2", "qwen3", "gemma3"
+  std::string model_type;  // as written in config.json
+  int vocab_size = 0;
+  int hidden_size = 0;
+  int intermediate_size = 0;
+  int num_layers = 0;
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  int max_position_embeddings = 0;
+  float rms_norm_eps = 1e-6f;
+  int sliding_window = 0;
+  std::vector<LayerConfig> layers;
+
+  float attention_scale = 1.0f;       // multiplies q.k
+  float attn_logit_softcap = 0.0f;    // 0 = off
+  float final_logit_softcap = 0.0f;   // 0 = off
+  float embedding_scale = 1.0f;       // Gemma multiplies embeddings by sqrt(hidden_size)
+  Activation activation = Activation::kSilu;
+  bool attention_bias = false;        // Qwen2: q/k/v projections carry biases
+  bool qk_norm = false;               // Qwen3, Gemma 3: RMSNorm over each head of q and k before RoPE
+  bool sandwich_norm = false;         // Gemma 3: extra norms after attention and after the MLP
+  bool tie_word_embeddings = false;
+
+  int bos_token_id = -1;
+  std::vector<int> eos_token_ids;
+
+  int q_size() const { return num_heads * head_dim; }
+  int kv_size() const { return num_kv_heads * head_dim; }
+};
+
+// Normalizes an HF-style config.json through the architecture registry; errors name the offending key.
+Result<ModelConfig> parse_model_config(const nlohmann::json& config);
+
+}  // namespace se

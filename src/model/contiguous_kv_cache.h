@@ -1,0 +1,41 @@
+// ContiguousKvCache: the reference KV store. Each sequence slot keeps, per layer, its keys and values as one
+// growing contiguous array [num_tokens, Hkv, D] plus their positions, and attention runs over all of them.
+// This is the ground truth paged and sparse caches are compared against. Single-threaded use.
+#pragma once
+
+#include <vector>
+
+#include "model/attention_runner.h"
+
+namespace se {
+
+class ContiguousKvCache final : public AttentionRunner {
+ public:
+  ContiguousKvCache(const ModelConfig& config, int num_slots);
+
+  void attend(int layer, const LayerConfig& layer_config, const ForwardBatch& batch, TensorView q,
+              TensorView k, TensorView v, TensorView out, const AttentionParams& params) override;
+
+  // Number of cached tokens of a slot (equal across layers after a full forward).
+  int num_tokens(int slot) const;
+  // Drops everything a slot holds.
+  void clear(int slot);
+  // Drops the tokens of a slot from `num_tokens` on (for re-running a suffix).
+  void truncate(int slot, int num_tokens);
+
+ private:
+  struct LayerStore {
+    std::vector<float> k;  // [n, Hkv, D]
+    std::vector<float> v;  // [n, Hkv, D]
+    std::vector<int32_t> positions;  // [n]
+  };
+  LayerStore& store(int slot, int layer) { return stores_[static_cast<size_t>(slot * num_layers_ + layer)]; }
+
+  int num_layers_;
+  int kv_row_;  // Hkv * D
+  int num_kv_heads_;
+  int head_dim_;
+  std::vector<LayerStore> stores_;  // [slot][layer]
+};
+
+}  // namespace se

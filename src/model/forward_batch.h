@@ -1,0 +1,25 @@
+// ForwardBatch: the plain host-side description of one model forward. Tokens of several sequences are
+// packed back to back; each sequence's slice is contiguous. Built by the caller (generator or scheduler).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace se {
+
+struct SequenceSlice {
+  int32_t seq_slot = 0;     // the caller's handle for the sequence's KV state
+  int32_t token_begin = 0;  // first row of this sequence in the batch
+  int32_t num_tokens = 0;
+};
+
+struct ForwardBatch {
+  std::vector<int32_t> token_ids;  // [num_tokens]
+  std::vector<int32_t> positions;  // [num_tokens] absolute (logical) positions, RoPE uses these
+  std::vector<SequenceSlice> sequences;
+  std::vector<int32_t> logit_rows;  // batch rows whose logits the forward returns, in this order
+
+  int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
+};
+
+}  // namespace se

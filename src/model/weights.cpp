@@ -1,0 +1,93 @@
+#include "model/weights.h"
+
+#include <cstring>
+
+#include <fmt/format.h>
+
+namespace se {
+
+namespace {
+
+class TensorTable {
+ public:
+  explicit TensorTable(const std::map<std::string, Tensor>& tensors) : tensors_(tensors) {}
+
+  // A tensor of `shape`, converted to fp32 for the CPU backend.
+  Result<Tensor> get(const std::string& name, Shape shape) const {
+    auto it = tensors_.find(name);
+    if (it == tensors_.end()) return not_found("weights: missing tensor '{}'", name);
+    const Tensor& t = it->second;
+    if (t.numel() != shape.numel())
+      return invalid_argument("weights: tensor '{}' has shape {}, expected {}", name, t.shape().to_string(),
+                              shape.to_string());
+    Tensor f = t.dtype() == DType::kF32 ? t : t.to_f32();
+    return f.reshape(shape);
+  }
+  bool has(const std::string& name) const { return tensors_.count(name) != 0; }
+
+ private:
+  const std::map<std::string, Tensor>& tensors_;
+};
+
+// Stacks row blocks into one [sum(rows), cols] fp32 tensor.
+Tensor concat_rows(const std::vector<Tensor>& parts) {
+  int64_t rows = 0;
+  for (const Tensor& p : parts) rows += p.dim(0);
+  const int64_t cols = parts[0].rank() == 2 ? parts[0].dim(1) : 1;
+  Tensor out = Tensor::empty(DType::kF32, parts[0].rank() == 2 ? Shape{rows, cols} : Shape{rows});
+  char* dst = static_cast<char*>(out.raw());
+  for (const Tensor& p : parts) {
+    std::memcpy(dst, p.raw(), p.nbytes());
+    dst += p.nbytes();
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<ModelWeights> ModelWeights::build(const ModelConfig& c, const std::map<std::string, Tensor>& tensors) {
+  TensorTable table(tensors);
+  const int64_t hidden = c.hidden_size;
+  ModelWeights w;
+  SE_ASSIGN_OR_RETURN(w.embed_tokens, table.get("model.embed_tokens.weight", {c.vocab_size, hidden}));
+  SE_ASSIGN_OR_RETURN(w.final_norm, table.get("model.norm.weight", {hidden}));
+  if (c.tie_word_embeddings || !table.has("lm_head.weight")) {
+    w.lm_head = w.embed_tokens;
+  } else {
+    SE_ASSIGN_OR_RETURN(w.lm_head, table.get("lm_head.weight", {c.vocab_size, hidden}));
+  }
+  w.layers.resize(static_cast<size_t>(c.num_layers));
+  for (int i = 0; i < c.num_layers; ++i) {
+    LayerWeights& l = w.layers[static_cast<size_t>(i)];
+    const std::string p = fmt::format("model.layers.{}.", i);
+    SE_ASSIGN_OR_RETURN(l.input_norm, table.get(p + "input_layernorm.weight", {hidden}));
+    SE_ASSIGN_OR_RETURN(Tensor q, table.get(p + "self_attn.q_proj.weight", {c.q_size(), hidden}));
+    SE_ASSIGN_OR_RETURN(Tensor k, table.get(p + "self_attn.k_proj.weight", {c.kv_size(), hidden}));
+    SE_ASSIGN_OR_RETURN(Tensor v, table.get(p + "self_attn.v_proj.weight", {c.kv_size(), hidden}));
+    l.qkv = concat_rows({q, k, v});
+    if (c.attention_bias) {
+      SE_ASSIGN_OR_RETURN(Tensor qb, table.get(p + "self_attn.q_proj.bias", {c.q_size()}));
+      SE_ASSIGN_OR_RETURN(Tensor kb, table.get(p + "self_attn.k_proj.bias", {c.kv_size()}));
+      SE_ASSIGN_OR_RETURN(Tensor vb, table.get(p + "self_attn.v_proj.bias", {c.kv_size()}));
+      l.qkv_bias = concat_rows({qb, kb, vb});
+    }
+    if (c.qk_norm) {
+      SE_ASSIGN_OR_RETURN(l.q_norm, table.get(p + "self_attn.q_norm.weight", {c.head_dim}));
+      SE_ASSIGN_OR_RETURN(l.k_norm, table.get(p + "self_attn.k_norm.weight", {c.head_dim}));
+    }
+    SE_ASSIGN_OR_RETURN(l.o_proj, table.get(p + "self_attn.o_proj.weight", {hidden, c.q_size()}));
+    SE_ASSIGN_OR_RETURN(l.post_attention_norm, table.get(p + "post_attention_layernorm.weight", {hidden}));
+    if (c.sandwich_norm) {
+      SE_ASSIGN_OR_RETURN(l.pre_feedforward_norm, table.get(p + "pre_feedforward_layernorm.weight", {hidden}));
+      SE_ASSIGN_OR_RETURN(l.post_feedforward_norm,
+                          table.get(p + "post_feedforward_layernorm.weight", {hidden}));
+    }
+    SE_ASSIGN_OR_RETURN(Tensor gate, table.get(p + "mlp.gate_proj.weight", {c.intermediate_size, hidden}));
+    SE_ASSIGN_OR_RETURN(Tensor up, table.get(p + "mlp.up_proj.weight", {c.intermediate_size, hidden}));
+    l.gate_up = concat_rows({gate, up});
+    SE_ASSIGN_OR_RETURN(l.down, table.get(p + "mlp.down_proj.weight", {hidden, c.intermediate_size}));
+  }
+  return w;
+}
+
+}  // namespace se

@@ -1,0 +1,40 @@
+// ModelWeights: the tensors of a decoder model in the layout the forward uses. Built once from the loader's
+// HF-named tensor map; q/k/v and gate/up projections are fused into single matrices so each is one GEMM.
+// Owns its tensors (shared with the loader's map where no fusion copies were needed). Immutable after build.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "model/config.h"
+#include "tensor/tensor.h"
+
+namespace se {
+
+struct LayerWeights {
+  Tensor input_norm;           // [hidden]
+  Tensor qkv;                  // [q_size + 2 * kv_size, hidden]
+  Tensor qkv_bias;             // [q_size + 2 * kv_size] or undefined
+  Tensor q_norm;               // [head_dim] or undefined
+  Tensor k_norm;               // [head_dim] or undefined
+  Tensor o_proj;               // [hidden, q_size]
+  Tensor post_attention_norm;  // [hidden]: pre-MLP norm (Llama), post-attention norm (Gemma sandwich)
+  Tensor pre_feedforward_norm;   // [hidden] (sandwich only)
+  Tensor post_feedforward_norm;  // [hidden] (sandwich only)
+  Tensor gate_up;              // [2 * intermediate, hidden]: gate rows first
+  Tensor down;                 // [hidden, intermediate]
+};
+
+struct ModelWeights {
+  Tensor embed_tokens;  // [vocab, hidden]
+  std::vector<LayerWeights> layers;
+  Tensor final_norm;    // [hidden]
+  Tensor lm_head;       // [vocab, hidden]; the embedding table when tied
+
+  // Checks names and shapes against `config`; errors name the missing or mis-shaped tensor.
+  static Result<ModelWeights> build(const ModelConfig& config, const std::map<std::string, Tensor>& tensors);
+};
+
+}  // namespace se

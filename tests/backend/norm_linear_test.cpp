@@ -1,0 +1,70 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "backend/ops.h"
+#include "op_test_util.h"
+
+namespace se {
+namespace {
+
+TEST(LinearTest, MatchesFloat64ReferenceWithBias) {
+  for (int64_t m : {1, 7}) {
+    Tensor x = test::random_tensor({m, 33}, 1);
+    Tensor w = test::random_tensor({19, 33}, 2);
+    Tensor b = test::random_tensor({19}, 3);
+    Tensor y = Tensor::empty(DType::kF32, {m, 19});
+    TensorView bias = b.view();
+    linear(y.view(), x.view(), w.view(), &bias);
+    std::vector<double> ref(static_cast<size_t>(m * 19));
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t n = 0; n < 19; ++n) {
+        double s = b.data<float>()[n];
+        for (int64_t k = 0; k < 33; ++k) s += static_cast<double>(x.data<float>()[r * 33 + k]) * w.data<float>()[n * 33 + k];
+        ref[static_cast<size_t>(r * 19 + n)] = s;
+      }
+    EXPECT_LT(test::relative_error(y.data<float>(), ref.data(), y.numel()), 1e-6);
+  }
+}
+
+TEST(NormTest, RmsNormAndFusedResidualAdd) {
+  Tensor x = test::random_tensor({3, 10}, 4);
+  Tensor w = test::random_tensor({10}, 5);
+  Tensor res = test::random_tensor({3, 10}, 6);
+  Tensor res_before = res.clone();
+  Tensor out = Tensor::empty(DType::kF32, {3, 10});
+  add_rms_norm(out.view(), res.view(), x.view(), w.view(), 1e-6f);
+  for (int r = 0; r < 3; ++r) {
+    double ss = 0;
+    for (int i = 0; i < 10; ++i) {
+      const double s = res_before.data<float>()[r * 10 + i] + x.data<float>()[r * 10 + i];
+      EXPECT_FLOAT_EQ(res.data<float>()[r * 10 + i], static_cast<float>(s));
+      ss += s * s;
+    }
+    const double inv = 1.0 / std::sqrt(ss / 10 + 1e-6);
+    for (int i = 0; i < 10; ++i)
+      EXPECT_NEAR(out.data<float>()[r * 10 + i], res.data<float>()[r * 10 + i] * inv * w.data<float>()[i], 1e-5);
+  }
+}
+
+TEST(ActivationTest, GatedSiluAndGelu) {
+  Tensor gu = test::random_tensor({2, 8}, 7);
+  Tensor out = Tensor::empty(DType::kF32, {2, 4});
+  gated_activation(out.view(), gu.view(), Activation::kSilu);
+  for (int r = 0; r < 2; ++r)
+    for (int i = 0; i < 4; ++i) {
+      const double g = gu.data<float>()[r * 8 + i], u = gu.data<float>()[r * 8 + 4 + i];
+      EXPECT_NEAR(out.data<float>()[r * 4 + i], g / (1 + std::exp(-g)) * u, 1e-5);
+    }
+  gated_activation(out.view(), gu.view(), Activation::kGeluTanh);
+  for (int r = 0; r < 2; ++r)
+    for (int i = 0; i < 4; ++i) {
+      const double g = gu.data<float>()[r * 8 + i], u = gu.data<float>()[r * 8 + 4 + i];
+      const double gelu = 0.5 * g * (1 + std::tanh(std::sqrt(2 / M_PI) * (g + 0.044715 * g * g * g)));
+      EXPECT_NEAR(out.data<float>()[r * 4 + i], gelu * u, 1e-5);
+    }
+}
+
+}  // namespace
+}  // namespace se
