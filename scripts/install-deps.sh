@@ -10,7 +10,7 @@ sudo_if_needed() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 debian_packages=(
   build-essential cmake ninja-build ccache pkg-config clang libclang-rt-14-dev
   nlohmann-json3-dev libpcre2-dev libutf8proc-dev libcli11-dev libfmt-dev libspdlog-dev
-  libopenblas-dev libxxhash-dev libcpp-httplib-dev libgtest-dev
+  libopenblas-openmp-dev libxxhash-dev libcpp-httplib-dev libgtest-dev
   python3 python3-venv
 )
 missing=()

@@ -60,7 +60,7 @@ void Model::run_layer(int layer, const ForwardBatch& batch, Tensor& h, Attention
   Tensor attn = f32({t, c.num_heads, c.head_dim});
   runner.attend(layer, lc, batch, q.view(), k.view(), v.view(), attn.view(), params);
   Tensor o = f32({t, c.hidden_size});
-  linear(o.view(), attn.view(), w.o_proj.view());
+  linear(o.view(), attn.reshape({t, c.q_size()}).view(), w.o_proj.view());
 
   // MLP: (sandwich) norm -> fused gate/up -> gated activation -> down -> (sandwich) norm.
   if (c.sandwich_norm) {
