@@ -1,0 +1,49 @@
+// load_model: the one entry point that turns a model path into the internal form (HF-style config + HF-named
+// CPU weights), whatever the source: a .gguf file, an HF directory (config.json + safetensors), or a config
+// alone with dummy weights. A LoadedModel is a plain value; weights share storage when it is copied.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "base/status.h"
+#include "loader/gguf_file.h"
+#include "tensor/tensor.h"
+
+namespace se {
+
+enum class LoadFormat {
+  kAuto,  // .gguf file -> GGUF; directory with config.json -> HF
+  kGguf,
+  kHf,
+  kDummy,  // path is a config.json or a directory holding one; weights are random (dummy_weights.h)
+};
+
+struct LoadOptions {
+  LoadFormat format = LoadFormat::kAuto;
+  DType dtype = DType::kF32;  // every weight is converted to this (F32, F16 or BF16)
+  uint64_t seed = 0;          // dummy weights only
+  bool show_progress = true;  // a progress bar on stderr, only when stderr is a terminal
+};
+
+struct LoadedModel {
+  nlohmann::json config;                  // normalized HF-style config (hf_config.h)
+  std::map<std::string, Tensor> weights;  // canonical names and shapes (weight_spec.h)
+  std::string source_format;              // "gguf", "hf" or "dummy"
+  std::optional<GgufFile> gguf;           // the GGUF file (vocabulary, chat template) when source_format == "gguf"
+  std::string hf_dir;  // the HF directory (tokenizer.json, tokenizer_config.json) for "hf"; for "dummy" the
+                       // directory of the config
+};
+
+// Loads `path` per `options`. Errors name the path and what is wrong (kNotFound, kDataLoss, kInvalidArgument,
+// kUnimplemented for unsupported architectures and quant types).
+Result<LoadedModel> load_model(const std::string& path, const LoadOptions& options = {});
+
+// Parses "auto", "gguf", "hf"/"safetensors", "dummy" (the CLI's --load-format).
+Result<LoadFormat> parse_load_format(const std::string& name);
+
+}  // namespace se
