@@ -1,0 +1,54 @@
+// KvLayout: the shape of the paged KV cache, shared by the pool, page tables and prefix caches.
+// Plain data. A page holds `page_size` tokens of K and V for ONE KV head of ONE layer, laid out
+// [2 (K, V)][page_size][head_dim] contiguously. A (layer, KV head) pair is a "stream"; streams are
+// numbered layer * num_kv_heads + head.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "base/status.h"
+#include "tensor/dtype.h"
+
+namespace se {
+
+inline constexpr int32_t kDefaultPageSize = 16;
+
+struct KvLayout {
+  int32_t num_layers = 0;
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;
+  int32_t page_size = kDefaultPageSize;  // tokens per page
+  DType dtype = DType::kBF16;            // element type of K and V
+
+  // Ok when every field is positive, dtype is a float type, and a page and the stream count fit
+  // their types.
+  Status validate() const;
+
+  int32_t num_streams() const { return num_layers * num_kv_heads; }
+  int32_t stream(int32_t layer, int32_t head) const { return layer * num_kv_heads + head; }
+  // Bytes of one page: 2 * page_size * head_dim elements.
+  size_t page_bytes() const {
+    return 2 * static_cast<size_t>(page_size) * static_cast<size_t>(head_dim) * dtype_size(dtype);
+  }
+  // Element offset of token `offset` (< page_size) of K (kv = 0) or V (kv = 1) inside a page.
+  size_t element_offset(int kv, int32_t offset) const {
+    return (static_cast<size_t>(kv) * static_cast<size_t>(page_size) +
+            static_cast<size_t>(offset)) *
+           static_cast<size_t>(head_dim);
+  }
+  // Pages one stream needs for `num_tokens` tokens.
+  int64_t pages_per_stream(int64_t num_tokens) const {
+    return (num_tokens + page_size - 1) / page_size;
+  }
+  // Pages a lockstep sequence of `num_tokens` tokens needs over all streams.
+  int64_t pages_for_tokens(int64_t num_tokens) const {
+    return num_streams() * pages_per_stream(num_tokens);
+  }
+};
+
+// Pages of `layout` that fit in `num_bytes` (capped at INT32_MAX since page ids are int32); an
+// invalid layout is reported as an error naming the bad field.
+Result<int32_t> num_pages_that_fit(const KvLayout& layout, size_t num_bytes);
+
+}  // namespace se

@@ -1,0 +1,135 @@
+// RadixCache: the prefix cache of methods that keep full history. A tree over FULL blocks of
+// page_size tokens; a block's hash is xxh3 of its tokens seeded with its parent's hash (chained
+// from the root), and each node holds, for its block, the page of every stream (layer, KV head),
+// with one pool reference per page (see block_pool.h). Idle leaves are evicted in LRU order of
+// their last access (a logical clock). Engine thread only.
+//
+// SAFETY: node ids and the page ids of a PrefixMatch are valid only while the matched nodes are
+// locked. Lock the match (lock(match.last_node())) before any other call that can evict; unlock
+// when the sequence stops using it.
+//
+// Invariants (check_integrity): every non-root node is reachable from the root and indexed by its
+// chained hash; child counts are exact; a node's lock count is >= the sum of its children's; the
+// LRU set holds exactly the unlocked leaves; every held page is in use in the pool and held by one
+// node only.
+#pragma once
+
+#include <cstdint>
+#include <set>
+#include <span>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "base/status.h"
+#include "kv/block_pool.h"
+#include "kv/kv_layout.h"
+#include "kv/page_table.h"
+
+namespace se {
+
+// Hash of one block of tokens chained with its parent block's hash.
+uint64_t hash_block(uint64_t parent_hash, std::span<const int32_t> tokens);
+
+class RadixCache final {
+ public:
+  using NodeId = int32_t;
+  static constexpr NodeId kRootNode = 0;  // holds no block; never evicted; locking it is a no-op
+  static constexpr uint64_t kRootHash = 0x5e5e5e5e5e5e5e5eULL;
+
+  struct PrefixMatch {
+    int32_t num_cached_tokens = 0;  // num_blocks() * page_size
+    std::vector<NodeId> nodes;      // [num_blocks] root-to-deepest path, one node per matched block
+    // [num_streams][num_blocks], stream-major: PageTable::attach_prefix's order.
+    std::vector<int32_t> pages;
+
+    int32_t num_blocks() const { return static_cast<int32_t>(nodes.size()); }
+    NodeId last_node() const { return nodes.empty() ? kRootNode : nodes.back(); }
+  };
+
+  struct InsertResult {
+    // Blocks added: the cache retained their pages.
+    int32_t num_new_blocks = 0;
+    // Blocks already cached: the cache kept its own pages; the caller's copies stay the caller's to
+    // release (its page table does so when it frees).
+    int32_t num_cached_blocks = 0;
+    // Deepest node of the inserted path: lock it to pin the new blocks while the request runs.
+    NodeId last_node = kRootNode;
+  };
+
+  // Precondition: pool != nullptr and layout.validate() is ok. The pool must outlive the cache.
+  RadixCache(BlockPool* pool, const KvLayout& layout);
+  // Releases every page the cache holds.
+  ~RadixCache();
+  RadixCache(const RadixCache&) = delete;
+  RadixCache& operator=(const RadixCache&) = delete;
+
+  // The longest cached prefix of `tokens` in whole blocks, leaving at least one token to compute (a
+  // prompt is never matched entirely). Marks the matched nodes as accessed and counts query/hit
+  // tokens.
+  PrefixMatch match_prefix(std::span<const int32_t> tokens);
+  // Pins `node` and its ancestors against eviction; calls nest. Precondition: `node` is a live
+  // node.
+  void lock(NodeId node);
+  // Undoes one lock(node). Precondition: `node` is locked.
+  void unlock(NodeId node);
+  // Caches the whole blocks of `tokens` (tokens.size() / page_size of them) with the pages of
+  // `pages` (a PageTable view whose every stream holds at least that many tokens). Blocks already
+  // cached are kept as they are. A hash collision (same chained hash, other tokens) stops the
+  // insert early without error.
+  Result<InsertResult> insert(std::span<const int32_t> tokens, const PageTableView& pages);
+  // Removes least recently used unlocked leaves until `num_pages_needed` pages went back to the
+  // pool or none is left; returns the number freed. A removed node whose pages others still hold
+  // frees fewer pages.
+  int32_t evict(int32_t num_pages_needed);
+
+  int32_t num_nodes() const { return static_cast<int32_t>(by_hash_.size()); }  // cached blocks
+  int64_t num_cached_pages() const { return int64_t{num_nodes()} * layout_.num_streams(); }
+  // Pages held by unlocked nodes: what evict() could give back when no one else holds them.
+  int64_t num_evictable_pages() const {
+    return int64_t{num_nodes() - num_locked_nodes_} * layout_.num_streams();
+  }
+  // Metrics: tokens passed to match_prefix and tokens it found cached.
+  int64_t num_query_tokens() const { return num_query_tokens_; }
+  int64_t num_hit_tokens() const { return num_hit_tokens_; }
+
+  // Ok, or the first violated invariant.
+  Status check_integrity() const;
+
+ private:
+  struct Node {
+    NodeId parent = -1;
+    int32_t num_children = 0;
+    int32_t lock_ref = 0;  // locks of this node plus locks of its descendants
+    bool live = false;
+    bool in_lru = false;
+    uint64_t hash = 0;
+    uint64_t last_access = 0;
+  };
+
+  std::span<const int32_t> node_tokens(NodeId id) const;
+  std::span<const int32_t> node_pages(NodeId id) const;
+  // The child of `parent` for `block` (whose chained hash is `hash`), or -1.
+  NodeId find_child(NodeId parent, uint64_t hash, std::span<const int32_t> block) const;
+  NodeId new_node(NodeId parent, uint64_t hash, std::span<const int32_t> block);
+  void remove_leaf(NodeId id, int32_t* num_freed);
+  void touch(NodeId id, uint64_t tick);
+  // Puts `id` in the LRU set iff it is an unlocked leaf.
+  void update_lru(NodeId id);
+  bool is_evictable(NodeId id) const;
+
+  BlockPool* pool_;
+  KvLayout layout_;
+  std::vector<Node> nodes_;                       // [node capacity]; index 0 is the root
+  std::vector<int32_t> tokens_;                   // [node capacity][page_size]
+  std::vector<int32_t> pages_;                    // [node capacity][num_streams]
+  std::vector<NodeId> free_node_ids_;             // dead slots to reuse
+  std::unordered_map<uint64_t, NodeId> by_hash_;  // chained hash -> node, every live non-root node
+  std::set<std::pair<uint64_t, NodeId>> lru_;     // (last_access, node) of every unlocked leaf
+  int32_t num_locked_nodes_ = 0;
+  uint64_t clock_ = 0;
+  int64_t num_query_tokens_ = 0;
+  int64_t num_hit_tokens_ = 0;
+};
+
+}  // namespace se
