@@ -115,4 +115,4 @@ class [[nodiscard]] Result {
 
 // SE_ASSIGN_OR_RETURN(auto x, make_x()); returns the error from the enclosing function on failure.
 #define SE_ASSIGN_OR_RETURN(lhs, expr) \
-  SE_ASSIGN_OR_RETURN_IMPL(SE_CONCAT(se_result_, __COUNTER__), lhs, expr)
+  SE_ASSIGN_OR_RETURN_IMPL(SE_CONCAT(se_result_, __LINE__), lhs, expr)
