@@ -1,5 +1,5 @@
-// libFuzzer target: GgufFile::parse on arbitrary bytes, then every accessor a loader uses. Any crash, sanitizer
-// report or huge allocation is a bug; errors must come back as a Status.
+// libFuzzer target: GgufFile::parse on arbitrary bytes, then every accessor a loader uses. Any
+// crash, sanitizer report or huge allocation is a bug; errors must come back as a Status.
 #include <cstddef>
 #include <cstdint>
 #include <memory>

@@ -25,8 +25,9 @@ uint64_t name_hash(const std::string& name, uint64_t seed) {
   return splitmix64(h);
 }
 
-// Fills `n` floats with an Irwin-Hall approximation of normal(0, kStd): the sum of four 16-bit uniforms from one
-// counter-based hash, centred and scaled. Cheap, and independent of how the range is split across threads.
+// Fills `n` floats with an Irwin-Hall approximation of normal(0, kStd): the sum of four 16-bit
+// uniforms from one counter-based hash, centred and scaled. Cheap, and independent of how the range
+// is split across threads.
 void fill_normal(float* dst, int64_t n, uint64_t key) {
   const float scale = kStd * std::sqrt(3.0f) / 65536.0f;  // sum of 4 uniforms has variance 4/12
 #pragma omp parallel for schedule(static) if (n > (1 << 16))
@@ -39,8 +40,8 @@ void fill_normal(float* dst, int64_t n, uint64_t key) {
 
 }  // namespace
 
-std::map<std::string, Tensor> dummy_weights(const nlohmann::json& config, DType dtype, uint64_t seed,
-                                            ProgressBar* progress) {
+std::map<std::string, Tensor> dummy_weights(const nlohmann::json& config, DType dtype,
+                                            uint64_t seed, ProgressBar* progress) {
   std::map<std::string, Tensor> weights;
   for (const WeightSpec& spec : expected_weights(model_dims(config))) {
     Tensor t = Tensor::empty(DType::kF32, spec.shape);

@@ -1,6 +1,6 @@
-// Block decoders after ggml-quants.c (dequantize_row_*). Each mirrors gguf-py's numpy order of operations
-// exactly: products and sums are separate fp32 operations (this file is built with -ffp-contract=off) so the
-// output matches the Python reference bit for bit.
+// Block decoders after ggml-quants.c (dequantize_row_*). Each mirrors gguf-py's numpy order of
+// operations exactly: products and sums are separate fp32 operations (this file is built with
+// -ffp-contract=off) so the output matches the Python reference bit for bit.
 #include "loader/gguf_dequant.h"
 
 #include <algorithm>
@@ -106,7 +106,8 @@ void dequant_q4_k(const uint8_t* b, float* y) {
     const float ml = dmin * static_cast<float>(mn[i]);
     const uint8_t* q = qs + 32 * (i / 2);
     const int shift = 4 * (i % 2);
-    for (int l = 0; l < 32; ++l) y[32 * i + l] = dl * static_cast<float>((q[l] >> shift) & 0x0f) - ml;
+    for (int l = 0; l < 32; ++l)
+      y[32 * i + l] = dl * static_cast<float>((q[l] >> shift) & 0x0f) - ml;
   }
 }
 
@@ -154,22 +155,32 @@ using BlockFn = void (*)(const uint8_t*, float*);
 
 BlockFn block_fn(GgmlType type) {
   switch (type) {
-    case GgmlType::kQ8_0: return dequant_q8_0;
-    case GgmlType::kQ4_0: return dequant_q4_0;
-    case GgmlType::kQ4_1: return dequant_q4_1;
-    case GgmlType::kQ5_0: return dequant_q5_0;
-    case GgmlType::kQ5_1: return dequant_q5_1;
-    case GgmlType::kQ4_K: return dequant_q4_k;
-    case GgmlType::kQ5_K: return dequant_q5_k;
-    case GgmlType::kQ6_K: return dequant_q6_k;
-    default: return nullptr;
+    case GgmlType::kQ8_0:
+      return dequant_q8_0;
+    case GgmlType::kQ4_0:
+      return dequant_q4_0;
+    case GgmlType::kQ4_1:
+      return dequant_q4_1;
+    case GgmlType::kQ5_0:
+      return dequant_q5_0;
+    case GgmlType::kQ5_1:
+      return dequant_q5_1;
+    case GgmlType::kQ4_K:
+      return dequant_q4_k;
+    case GgmlType::kQ5_K:
+      return dequant_q5_k;
+    case GgmlType::kQ6_K:
+      return dequant_q6_k;
+    default:
+      return nullptr;
   }
 }
 
 }  // namespace
 
 bool can_dequantize(GgmlType type) {
-  return type == GgmlType::kF32 || type == GgmlType::kF16 || type == GgmlType::kBF16 || block_fn(type) != nullptr;
+  return type == GgmlType::kF32 || type == GgmlType::kF16 || type == GgmlType::kBF16 ||
+         block_fn(type) != nullptr;
 }
 
 void dequantize_blocks(GgmlType type, const uint8_t* src, float* dst, int64_t num_blocks) {
@@ -193,14 +204,16 @@ void dequantize_blocks(GgmlType type, const uint8_t* src, float* dst, int64_t nu
   const BlockFn fn = block_fn(type);
   SE_CHECK(fn != nullptr, "dequantize_blocks: unsupported type {}", ggml_type_name(type));
   const GgmlTypeTraits traits = *ggml_type_traits(static_cast<uint32_t>(type));
-  for (int64_t i = 0; i < num_blocks; ++i) fn(src + i * traits.type_size, dst + i * traits.block_size);
+  for (int64_t i = 0; i < num_blocks; ++i)
+    fn(src + i * traits.type_size, dst + i * traits.block_size);
 }
 
 Result<Tensor> dequantize_tensor(const GgufTensorInfo& info) {
   if (!can_dequantize(info.type)) {
-    return unimplemented("tensor '{}' has type {}, which cannot be dequantized (supported: F32, F16, BF16, "
-                         "Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)",
-                         info.name, ggml_type_name(info.type));
+    return unimplemented(
+        "tensor '{}' has type {}, which cannot be dequantized (supported: F32, F16, BF16, "
+        "Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)",
+        info.name, ggml_type_name(info.type));
   }
   if (info.dims.size() > static_cast<size_t>(Shape::kMaxDims)) {
     return unimplemented("tensor '{}' has {} dims", info.name, info.dims.size());
@@ -217,7 +230,8 @@ Result<Tensor> dequantize_tensor(const GgufTensorInfo& info) {
   for (int64_t c = 0; c < num_chunks; ++c) {
     const int64_t begin = c * kChunk;
     const int64_t n = std::min(kChunk, num_blocks - begin);
-    dequantize_blocks(info.type, info.data + begin * traits.type_size, dst + begin * traits.block_size, n);
+    dequantize_blocks(info.type, info.data + begin * traits.type_size,
+                      dst + begin * traits.block_size, n);
   }
   return out;
 }

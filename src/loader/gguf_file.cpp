@@ -1,5 +1,6 @@
-// GGUF parsing: a bounds-checked cursor over the file bytes. Every count read from the file is checked against the
-// bytes that remain before anything is reserved, so a corrupted count cannot trigger a huge allocation.
+// GGUF parsing: a bounds-checked cursor over the file bytes. Every count read from the file is
+// checked against the bytes that remain before anything is reserved, so a corrupted count cannot
+// trigger a huge allocation.
 #include "loader/gguf_file.h"
 
 #include <algorithm>
@@ -26,7 +27,8 @@ uint32_t byteswap32(uint32_t v) {
 
 class GgufParser {
  public:
-  GgufParser(std::span<const uint8_t> bytes, const std::string& name) : bytes_(bytes), name_(name) {}
+  GgufParser(std::span<const uint8_t> bytes, const std::string& name)
+      : bytes_(bytes), name_(name) {}
 
   Result<GgufFile> run(std::shared_ptr<const void> owner) {
     GgufFile file;
@@ -47,8 +49,8 @@ class GgufParser {
   size_t remaining() const { return bytes_.size() - pos_; }
 
   Status truncated(std::string_view what, uint64_t need) const {
-    return data_loss("{}: truncated: {} needs {} bytes at offset {} but the file has {} bytes", name_, what, need,
-                     pos_, bytes_.size());
+    return data_loss("{}: truncated: {} needs {} bytes at offset {} but the file has {} bytes",
+                     name_, what, need, pos_, bytes_.size());
   }
 
   template <typename T>
@@ -73,14 +75,17 @@ class GgufParser {
   Status read_header(GgufFile& file) {
     SE_ASSIGN_OR_RETURN(uint32_t magic, read_u32("magic"));
     if (magic != kMagic) {
-      return invalid_argument("{}: not a GGUF file (magic 0x{:08x}, expected \"GGUF\")", name_, magic);
+      return invalid_argument("{}: not a GGUF file (magic 0x{:08x}, expected \"GGUF\")", name_,
+                              magic);
     }
     SE_ASSIGN_OR_RETURN(uint32_t version, read_u32("version"));
-    if (version == 1) return unimplemented("{}: GGUF version 1 is not supported (only 2 and 3)", name_);
+    if (version == 1)
+      return unimplemented("{}: GGUF version 1 is not supported (only 2 and 3)", name_);
     if (byteswap32(version) == 2 || byteswap32(version) == 3) {
       return unimplemented("{}: big-endian GGUF files are not supported", name_);
     }
-    if (version != 2 && version != 3) return invalid_argument("{}: unknown GGUF version {}", name_, version);
+    if (version != 2 && version != 3)
+      return invalid_argument("{}: unknown GGUF version {}", name_, version);
     file.version_ = version;
     return Status::ok();
   }
@@ -104,23 +109,24 @@ class GgufParser {
       pos_ += size;
       return GgufValue(type, start, size);
     }
-    if (depth >= kMaxArrayDepth) return data_loss("{}: {} nests arrays deeper than {}", name_, what, kMaxArrayDepth);
+    if (depth >= kMaxArrayDepth)
+      return data_loss("{}: {} nests arrays deeper than {}", name_, what, kMaxArrayDepth);
     SE_ASSIGN_OR_RETURN(GgufValueType elem, read_value_type(what + " element type"));
     SE_ASSIGN_OR_RETURN(uint64_t count, read_u64(what + " element count"));
     const uint8_t* payload = bytes_.data() + pos_;
     const size_t elem_size = gguf_scalar_size(elem);
     if (elem_size != 0) {
       if (count > remaining() / elem_size) {
-        return data_loss("{}: {} claims {} elements of {} but only {} bytes remain", name_, what, count,
-                         gguf_value_type_name(elem), remaining());
+        return data_loss("{}: {} claims {} elements of {} but only {} bytes remain", name_, what,
+                         count, gguf_value_type_name(elem), remaining());
       }
       pos_ += count * elem_size;
     } else {
       // A string element takes at least its 8-byte length; an array element its 12-byte header.
       const size_t min_size = elem == GgufValueType::kString ? 8 : 12;
       if (count > remaining() / min_size) {
-        return data_loss("{}: {} claims {} elements of {} but only {} bytes remain", name_, what, count,
-                         gguf_value_type_name(elem), remaining());
+        return data_loss("{}: {} claims {} elements of {} but only {} bytes remain", name_, what,
+                         count, gguf_value_type_name(elem), remaining());
       }
       for (uint64_t i = 0; i < count; ++i) {
         SE_RETURN_IF_ERROR(read_value(elem, what, depth + 1).status());
@@ -132,8 +138,8 @@ class GgufParser {
   Status read_metadata(GgufFile& file, uint64_t num_kv) {
     // A key/value takes at least 8 (key length) + 4 (type) + 1 (smallest value) bytes.
     if (num_kv > remaining() / 13) {
-      return data_loss("{}: header claims {} metadata entries but only {} bytes remain", name_, num_kv,
-                       remaining());
+      return data_loss("{}: header claims {} metadata entries but only {} bytes remain", name_,
+                       num_kv, remaining());
     }
     file.metadata_.reserve(num_kv);
     for (uint64_t i = 0; i < num_kv; ++i) {
@@ -154,7 +160,8 @@ class GgufParser {
     if (v == nullptr) return Status::ok();
     std::optional<uint64_t> a = v->to_u64();
     if (!a || *a == 0 || (*a & (*a - 1)) != 0 || *a > (1u << 30)) {
-      return data_loss("{}: general.alignment must be a power of two, got {}", name_, v->describe());
+      return data_loss("{}: general.alignment must be a power of two, got {}", name_,
+                       v->describe());
     }
     file.alignment_ = static_cast<uint32_t>(*a);
     return Status::ok();
@@ -163,7 +170,8 @@ class GgufParser {
   Status read_tensor_infos(GgufFile& file, uint64_t num_tensors) {
     // A tensor info takes at least 8 (name length) + 4 (n_dims) + 4 (type) + 8 (offset) bytes.
     if (num_tensors > remaining() / 24) {
-      return data_loss("{}: header claims {} tensors but only {} bytes remain", name_, num_tensors, remaining());
+      return data_loss("{}: header claims {} tensors but only {} bytes remain", name_, num_tensors,
+                       remaining());
     }
     file.tensors_.reserve(num_tensors);
     for (uint64_t i = 0; i < num_tensors; ++i) {
@@ -172,7 +180,8 @@ class GgufParser {
       t.name = std::string(name);
       const std::string what = fmt::format("tensor '{}'", t.name);
       SE_ASSIGN_OR_RETURN(uint32_t num_dims, read_u32(what + " dim count"));
-      if (num_dims > kMaxDims) return data_loss("{}: {} has {} dims (max {})", name_, what, num_dims, kMaxDims);
+      if (num_dims > kMaxDims)
+        return data_loss("{}: {} has {} dims (max {})", name_, what, num_dims, kMaxDims);
       int64_t numel = 1;
       for (uint32_t d = 0; d < num_dims; ++d) {
         SE_ASSIGN_OR_RETURN(uint64_t dim, read_u64(what + " dims"));
@@ -189,8 +198,8 @@ class GgufParser {
       t.type = static_cast<GgmlType>(type_id);
       const int64_t row = t.dims.empty() ? 1 : t.dims[0];
       if (row % traits->block_size != 0) {
-        return data_loss("{}: {} row length {} is not a multiple of the {} block size {}", name_, what, row,
-                         ggml_type_name(t.type), traits->block_size);
+        return data_loss("{}: {} row length {} is not a multiple of the {} block size {}", name_,
+                         what, row, ggml_type_name(t.type), traits->block_size);
       }
       const uint64_t num_blocks = static_cast<uint64_t>(numel / traits->block_size);
       if (num_blocks > std::numeric_limits<uint64_t>::max() / traits->type_size) {
@@ -206,32 +215,37 @@ class GgufParser {
     return Status::ok();
   }
 
-  // Checks every tensor lies inside the data section, aligned and without overlap, then points it at its bytes.
+  // Checks every tensor lies inside the data section, aligned and without overlap, then points it
+  // at its bytes.
   Status place_tensors(GgufFile& file) {
     const uint64_t align = file.alignment_;
     const uint64_t data_offset = (pos_ + align - 1) / align * align;
     file.data_offset_ = data_offset;
     if (file.tensors_.empty()) return Status::ok();
     if (data_offset > bytes_.size()) {
-      return data_loss("{}: truncated: tensor data should start at offset {} but the file has {} bytes", name_,
-                       data_offset, bytes_.size());
+      return data_loss(
+          "{}: truncated: tensor data should start at offset {} but the file has {} bytes", name_,
+          data_offset, bytes_.size());
     }
     const uint64_t data_size = bytes_.size() - data_offset;
     for (GgufTensorInfo& t : file.tensors_) {
       if (t.offset % align != 0) {
-        return data_loss("{}: tensor '{}' offset {} is not a multiple of the alignment {}", name_, t.name,
-                         t.offset, align);
+        return data_loss("{}: tensor '{}' offset {} is not a multiple of the alignment {}", name_,
+                         t.name, t.offset, align);
       }
       if (t.offset > data_size || t.nbytes > data_size - t.offset) {
-        return data_loss("{}: truncated: tensor '{}' needs bytes [{}, {}) of the data section but it has {} bytes",
-                         name_, t.name, t.offset, t.offset + t.nbytes, data_size);
+        return data_loss(
+            "{}: truncated: tensor '{}' needs bytes [{}, {}) of the data section but it has {} "
+            "bytes",
+            name_, t.name, t.offset, t.offset + t.nbytes, data_size);
       }
       t.data = bytes_.data() + data_offset + t.offset;
     }
     std::vector<size_t> order(file.tensors_.size());
     std::iota(order.begin(), order.end(), 0);
-    std::sort(order.begin(), order.end(),
-              [&](size_t a, size_t b) { return file.tensors_[a].offset < file.tensors_[b].offset; });
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return file.tensors_[a].offset < file.tensors_[b].offset;
+    });
     for (size_t i = 1; i < order.size(); ++i) {
       const GgufTensorInfo& prev = file.tensors_[order[i - 1]];
       const GgufTensorInfo& cur = file.tensors_[order[i]];
@@ -318,7 +332,8 @@ std::optional<std::vector<int32_t>> GgufFile::find_i32_array(std::string_view ke
 
 namespace {
 template <typename T>
-Result<T> require(const GgufFile& file, std::string_view key, std::optional<T> value, std::string_view expected) {
+Result<T> require(const GgufFile& file, std::string_view key, std::optional<T> value,
+                  std::string_view expected) {
   if (value) return *std::move(value);
   const GgufValue* v = file.find(key);
   if (v == nullptr) return not_found("{}: missing metadata key '{}'", file.path(), key);
@@ -339,7 +354,9 @@ Result<float> GgufFile::get_f32(std::string_view key) const {
   return require(*this, key, find_f32(key), "a number");
 }
 
-std::string GgufFile::architecture() const { return find_string("general.architecture").value_or(""); }
+std::string GgufFile::architecture() const {
+  return find_string("general.architecture").value_or("");
+}
 
 const GgufTensorInfo* GgufFile::find_tensor(std::string_view name) const {
   auto it = tensor_index_.find(name);

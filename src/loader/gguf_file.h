@@ -1,17 +1,18 @@
-// GgufFile: a parsed, validated GGUF (v2/v3) file: metadata key/values, tensor infos, and the mmapped bytes.
-// open() checks every length, count, offset and alignment against the file size, so the accessors never read out
-// of bounds. Strings, arrays and tensor bytes point into the shared read-only mapping, which lives as long as any
-// copy of the GgufFile (or a Tensor owning owner()). Immutable after open(): safe to share between threads.
+// GgufFile: a parsed, validated GGUF (v2/v3) file: metadata key/values, tensor infos, and the
+// mmapped bytes. open() checks every length, count, offset and alignment against the file size, so
+// the accessors never read out of bounds. Strings, arrays and tensor bytes point into the shared
+// read-only mapping, which lives as long as any copy of the GgufFile (or a Tensor owning owner()).
+// Immutable after open(): safe to share between threads.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
-#include <map>
 #include <utility>
 #include <vector>
 
@@ -42,13 +43,14 @@ std::string_view gguf_value_type_name(GgufValueType type);
 // Encoded size of a scalar type; 0 for STRING, ARRAY and unknown tags.
 size_t gguf_scalar_size(GgufValueType type);
 
-// One metadata value, viewing the file's bytes. Scalars decode on request; arrays expose their element type,
-// count and raw payload (an array of strings or arrays has a variable-size payload, walked on request).
+// One metadata value, viewing the file's bytes. Scalars decode on request; arrays expose their
+// element type, count and raw payload (an array of strings or arrays has a variable-size payload,
+// walked on request).
 class GgufValue {
  public:
   GgufValue() = default;
-  GgufValue(GgufValueType type, const uint8_t* payload, size_t nbytes, GgufValueType elem_type = GgufValueType::kU8,
-            uint64_t count = 0)
+  GgufValue(GgufValueType type, const uint8_t* payload, size_t nbytes,
+            GgufValueType elem_type = GgufValueType::kU8, uint64_t count = 0)
       : type_(type), payload_(payload), nbytes_(nbytes), elem_type_(elem_type), count_(count) {}
 
   GgufValueType type() const { return type_; }
@@ -61,10 +63,10 @@ class GgufValue {
   size_t nbytes() const { return nbytes_; }
 
   // Scalar conversions; nullopt when the type does not convert or the value does not fit.
-  std::optional<uint64_t> to_u64() const;  // any integer type, non-negative
-  std::optional<int64_t> to_i64() const;   // any integer type
-  std::optional<double> to_f64() const;    // any float or integer type
-  std::optional<bool> to_bool() const;     // bool only
+  std::optional<uint64_t> to_u64() const;             // any integer type, non-negative
+  std::optional<int64_t> to_i64() const;              // any integer type
+  std::optional<double> to_f64() const;               // any float or integer type
+  std::optional<bool> to_bool() const;                // bool only
   std::optional<std::string_view> to_string() const;  // string only
 
   // Flat arrays; nullopt when this is not an array of a compatible element type.
@@ -73,7 +75,8 @@ class GgufValue {
   std::optional<std::vector<int32_t>> to_i32_array() const;  // integer elements that fit in int32
   std::optional<std::vector<int64_t>> to_i64_array() const;  // integer elements that fit in int64
 
-  // A short rendering for messages and tools: scalars in full, strings quoted, arrays as "[STRING x 49152]".
+  // A short rendering for messages and tools: scalars in full, strings quoted, arrays as "[STRING x
+  // 49152]".
   std::string describe() const;
 
  private:
@@ -87,8 +90,9 @@ class GgufValue {
 struct GgufTensorInfo {
   std::string name;
   GgmlType type = GgmlType::kF32;
-  std::vector<int64_t> dims;  // ggml order: dims[0] (ne0) is the fastest-varying, i.e. the row length
-  uint64_t offset = 0;        // from the start of the data section
+  std::vector<int64_t>
+      dims;             // ggml order: dims[0] (ne0) is the fastest-varying, i.e. the row length
+  uint64_t offset = 0;  // from the start of the data section
   uint64_t nbytes = 0;
   const uint8_t* data = nullptr;  // into the mapping; valid while any copy of the GgufFile lives
 
@@ -99,11 +103,12 @@ class GgufFile {
  public:
   static constexpr uint32_t kDefaultAlignment = 32;
 
-  // Maps and validates `path`. Errors name the file and what is wrong: kNotFound (no file), kDataLoss
-  // (truncated or inconsistent), kInvalidArgument (not GGUF), kUnimplemented (version 1, unknown tensor type).
+  // Maps and validates `path`. Errors name the file and what is wrong: kNotFound (no file),
+  // kDataLoss (truncated or inconsistent), kInvalidArgument (not GGUF), kUnimplemented (version 1,
+  // unknown tensor type).
   static Result<GgufFile> open(const std::string& path);
-  // Parses bytes kept alive by `owner` (open() passes its mapping; the fuzzer a buffer); `name` appears in
-  // error messages.
+  // Parses bytes kept alive by `owner` (open() passes its mapping; the fuzzer a buffer); `name`
+  // appears in error messages.
   static Result<GgufFile> parse(std::shared_ptr<const void> owner, std::span<const uint8_t> bytes,
                                 const std::string& name);
 
@@ -130,7 +135,8 @@ class GgufFile {
   std::optional<std::vector<float>> find_f32_array(std::string_view key) const;
   std::optional<std::vector<int32_t>> find_i32_array(std::string_view key) const;
 
-  // Required lookups: kNotFound naming file and key when absent, kInvalidArgument when of the wrong type.
+  // Required lookups: kNotFound naming file and key when absent, kInvalidArgument when of the wrong
+  // type.
   Result<std::string> get_string(std::string_view key) const;
   Result<uint32_t> get_u32(std::string_view key) const;
   Result<float> get_f32(std::string_view key) const;

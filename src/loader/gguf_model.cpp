@@ -29,13 +29,14 @@ constexpr GgufArch kGgufArchs[] = {
 };
 
 // llama.cpp's converter stores llama3 rope scaling as per-pair divisors of the rotary frequencies.
-std::vector<double> llama3_factors(double base, int64_t head_dim, double factor, double low, double high,
-                                   double original_context) {
+std::vector<double> llama3_factors(double base, int64_t head_dim, double factor, double low,
+                                   double high, double original_context) {
   std::vector<double> out;
   const double low_wavelen = original_context / low;
   const double high_wavelen = original_context / high;
   for (int64_t i = 0; i < head_dim; i += 2) {
-    const double freq = 1.0 / std::pow(base, static_cast<double>(i) / static_cast<double>(head_dim));
+    const double freq =
+        1.0 / std::pow(base, static_cast<double>(i) / static_cast<double>(head_dim));
     const double wavelen = 2 * std::numbers::pi / freq;
     if (wavelen < high_wavelen) {
       out.push_back(1.0);
@@ -49,14 +50,15 @@ std::vector<double> llama3_factors(double base, int64_t head_dim, double factor,
   return out;
 }
 
-// Turns a rope_freqs tensor into config: llama3 parameters when the standard formula reproduces it, else the raw
-// factors.
-Status rope_freqs_to_config(const GgufFile& file, const GgufTensorInfo& info, const std::string& arch, json& c) {
+// Turns a rope_freqs tensor into config: llama3 parameters when the standard formula reproduces it,
+// else the raw factors.
+Status rope_freqs_to_config(const GgufFile& file, const GgufTensorInfo& info,
+                            const std::string& arch, json& c) {
   SE_ASSIGN_OR_RETURN(Tensor t, dequantize_tensor(info));
   const int64_t head_dim = c["head_dim"].get<int64_t>();
   if (t.numel() != head_dim / 2) {
-    return data_loss("{}: rope_freqs.weight has {} values, expected head_dim / 2 = {}", file.path(), t.numel(),
-                     head_dim / 2);
+    return data_loss("{}: rope_freqs.weight has {} values, expected head_dim / 2 = {}", file.path(),
+                     t.numel(), head_dim / 2);
   }
   std::vector<double> factors(t.data<float>(), t.data<float>() + t.numel());
   double factor = 1.0;
@@ -86,18 +88,23 @@ Result<json> rope_scaling_from_metadata(const GgufFile& file, const std::string&
     type = "linear";
     factor = file.find_f32(arch + ".rope.scale_linear");
   }
-  if (!type || *type == "none" || (factor && *factor == 1.0f && *type == "linear")) return json(nullptr);
-  if (!factor) return data_loss("{}: rope scaling \"{}\" without {}.rope.scaling.factor", file.path(), *type, arch);
+  if (!type || *type == "none" || (factor && *factor == 1.0f && *type == "linear"))
+    return json(nullptr);
+  if (!factor)
+    return data_loss("{}: rope scaling \"{}\" without {}.rope.scaling.factor", file.path(), *type,
+                     arch);
   if (*type == "linear") return json{{"rope_type", "linear"}, {"factor", *factor}};
   if (*type == "yarn") {
     json s = {{"rope_type", "yarn"}, {"factor", *factor}};
     if (auto orig = file.find_u32(arch + ".rope.scaling.original_context_length")) {
       s["original_max_position_embeddings"] = *orig;
     }
-    if (auto attn = file.find_f32(arch + ".rope.scaling.attn_factor")) s["attention_factor"] = *attn;
+    if (auto attn = file.find_f32(arch + ".rope.scaling.attn_factor"))
+      s["attention_factor"] = *attn;
     return s;
   }
-  return unimplemented("{}: rope scaling type \"{}\" is not supported (linear, yarn)", file.path(), *type);
+  return unimplemented("{}: rope scaling type \"{}\" is not supported (linear, yarn)", file.path(),
+                       *type);
 }
 
 }  // namespace
@@ -109,8 +116,9 @@ Result<json> gguf_hf_config(const GgufFile& file) {
     if (arch == a.gguf) known = &a;
   }
   if (known == nullptr) {
-    return unimplemented("{}: GGUF architecture \"{}\" is not supported (llama, qwen2, qwen3, gemma3)",
-                         file.path(), arch);
+    return unimplemented(
+        "{}: GGUF architecture \"{}\" is not supported (llama, qwen2, qwen3, gemma3)", file.path(),
+        arch);
   }
   auto key = [&arch](const char* suffix) { return arch + "." + suffix; };
   json c;
@@ -125,7 +133,8 @@ Result<json> gguf_hf_config(const GgufFile& file) {
   if (heads == 0) return data_loss("{}: {} is 0", file.path(), key("attention.head_count"));
   const uint32_t head_dim = file.find_u32(key("attention.key_length")).value_or(hidden / heads);
   if (auto v = file.find_u32(key("attention.value_length")); v && *v != head_dim) {
-    return unimplemented("{}: value_length {} differs from key_length {}", file.path(), *v, head_dim);
+    return unimplemented("{}: value_length {} differs from key_length {}", file.path(), *v,
+                         head_dim);
   }
   c["hidden_size"] = hidden;
   c["num_hidden_layers"] = layers;
@@ -147,13 +156,15 @@ Result<json> gguf_hf_config(const GgufFile& file) {
   } else if (embed != nullptr && embed->dims.size() == 2) {
     c["vocab_size"] = embed->dims[1];
   } else {
-    return data_loss("{}: cannot tell the vocabulary size (no tokenizer.ggml.tokens, {}, or token_embd.weight)",
-                     file.path(), key("vocab_size"));
+    return data_loss(
+        "{}: cannot tell the vocabulary size (no tokenizer.ggml.tokens, {}, or token_embd.weight)",
+        file.path(), key("vocab_size"));
   }
   c["tie_word_embeddings"] = file.find_tensor("output.weight") == nullptr;
-  for (const auto& [gguf_key, hf_key] : {std::pair{"tokenizer.ggml.bos_token_id", "bos_token_id"},
-                                         std::pair{"tokenizer.ggml.eos_token_id", "eos_token_id"},
-                                         std::pair{"tokenizer.ggml.padding_token_id", "pad_token_id"}}) {
+  for (const auto& [gguf_key, hf_key] :
+       {std::pair{"tokenizer.ggml.bos_token_id", "bos_token_id"},
+        std::pair{"tokenizer.ggml.eos_token_id", "eos_token_id"},
+        std::pair{"tokenizer.ggml.padding_token_id", "pad_token_id"}}) {
     if (auto id = file.find_u32(gguf_key)) c[hf_key] = *id;
   }
   if (file.find_tensor("blk.0.attn_q.bias") != nullptr) c["attention_bias"] = true;
@@ -163,7 +174,8 @@ Result<json> gguf_hf_config(const GgufFile& file) {
     if (auto w = file.find_u32(key("attention.sliding_window"))) c["sliding_window"] = *w;
     c["sliding_window_pattern"] = 6;  // fixed for Gemma 3 (llama.cpp hard-codes it too)
     c["rope_local_base_freq"] = 10000.0;
-    // Gemma 3 27B scales queries by hidden/heads; every other size by head_dim (as llama.cpp decides).
+    // Gemma 3 27B scales queries by hidden/heads; every other size by head_dim (as llama.cpp
+    // decides).
     c["query_pre_attn_scalar"] = layers == 62 ? hidden / heads : head_dim;
     for (const char* cap : {"final_logit_softcapping", "attn_logit_softcapping"}) {
       std::optional<float> v = file.find_f32(key(cap));
@@ -176,19 +188,20 @@ Result<json> gguf_hf_config(const GgufFile& file) {
   return normalize_hf_config(c, file.path());
 }
 
-Result<std::map<std::string, Tensor>> load_gguf_weights(const GgufFile& file, const json& config, DType dtype,
-                                                         ProgressBar* progress) {
+Result<std::map<std::string, Tensor>> load_gguf_weights(const GgufFile& file, const json& config,
+                                                        DType dtype, ProgressBar* progress) {
   const ModelDims dims = model_dims(config);
   std::map<std::string, Tensor> weights;
   std::set<std::string> used = {"rope_freqs.weight"};
   for (const WeightSpec& spec : expected_weights(dims)) {
     const std::string name = gguf_tensor_name(spec.name, dims.arch);
     const GgufTensorInfo* info = file.find_tensor(name);
-    if (info == nullptr) return data_loss("{}: missing tensor '{}' ({})", file.path(), name, spec.name);
+    if (info == nullptr)
+      return data_loss("{}: missing tensor '{}' ({})", file.path(), name, spec.name);
     const Shape shape(info->dims.rbegin(), info->dims.rend());
     if (!(shape == spec.shape)) {
-      return data_loss("{}: tensor '{}' has shape {} but the model config implies {}", file.path(), name,
-                       shape.to_string(), spec.shape.to_string());
+      return data_loss("{}: tensor '{}' has shape {} but the model config implies {}", file.path(),
+                       name, shape.to_string(), spec.shape.to_string());
     }
     Result<Tensor> t = dequantize_tensor(*info);
     if (!t.is_ok()) return t.status().with_context(file.path());
@@ -203,8 +216,8 @@ Result<std::map<std::string, Tensor>> load_gguf_weights(const GgufFile& file, co
   }
   for (const GgufTensorInfo& t : file.tensors()) {
     if (!used.count(t.name)) {
-      return unimplemented("{}: tensor '{}' is not part of the {} model this loader knows", file.path(), t.name,
-                           file.architecture());
+      return unimplemented("{}: tensor '{}' is not part of the {} model this loader knows",
+                           file.path(), t.name, file.architecture());
     }
   }
   return weights;

@@ -1,11 +1,11 @@
-// GGUF -> internal model: the HF-style config built from GGUF metadata, and the canonical HF-named weights
-// (dequantized, llama Q/K rows un-permuted). Stateless functions; thread-safe for distinct outputs.
+// GGUF -> internal model: the HF-style config built from GGUF metadata, and the canonical HF-named
+// weights (dequantized, llama Q/K rows un-permuted). Stateless functions; thread-safe for distinct
+// outputs.
 #pragma once
 
 #include <map>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "base/status.h"
 #include "loader/gguf_file.h"
@@ -14,16 +14,17 @@
 
 namespace se {
 
-// The normalized HF-style config (see hf_config.h) of a llama / qwen2 / qwen3 / gemma3 GGUF. llama3 rope
-// scaling stored as a `rope_freqs.weight` tensor becomes rope_scaling {rope_type: llama3, ...} when it matches
-// the llama3 formula, and otherwise a top-level "rope_freq_factors" list (one divisor per rotary pair).
-// Errors name the file and the missing or invalid key.
+// The normalized HF-style config (see hf_config.h) of a llama / qwen2 / qwen3 / gemma3 GGUF. llama3
+// rope scaling stored as a `rope_freqs.weight` tensor becomes rope_scaling {rope_type: llama3, ...}
+// when it matches the llama3 formula, and otherwise a top-level "rope_freq_factors" list (one
+// divisor per rotary pair). Errors name the file and the missing or invalid key.
 Result<nlohmann::json> gguf_hf_config(const GgufFile& file);
 
-// Every weight of expected_weights(config) from `file`, in `dtype` (F32/F16/BF16). Errors name the file and
-// tensor: missing tensors, wrong shapes, unsupported quant types, tensors this loader does not know.
-// `progress` (nullable) advances once per tensor.
-Result<std::map<std::string, Tensor>> load_gguf_weights(const GgufFile& file, const nlohmann::json& config,
-                                                         DType dtype, ProgressBar* progress);
+// Every weight of expected_weights(config) from `file`, in `dtype` (F32/F16/BF16). Errors name the
+// file and tensor: missing tensors, wrong shapes, unsupported quant types, tensors this loader does
+// not know. `progress` (nullable) advances once per tensor.
+Result<std::map<std::string, Tensor>> load_gguf_weights(const GgufFile& file,
+                                                        const nlohmann::json& config, DType dtype,
+                                                        ProgressBar* progress);
 
 }  // namespace se

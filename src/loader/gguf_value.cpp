@@ -1,5 +1,5 @@
-// Decoding of GGUF metadata values. Payloads were bounds-checked when the file was parsed; the walkers here still
-// stop at nbytes() so a GgufValue built by hand cannot read past its payload.
+// Decoding of GGUF metadata values. Payloads were bounds-checked when the file was parsed; the
+// walkers here still stop at nbytes() so a GgufValue built by hand cannot read past its payload.
 #include <cstring>
 #include <limits>
 
@@ -32,7 +32,8 @@ bool is_integer(GgufValueType t) {
   }
 }
 
-// Integer scalars widened to a signed/unsigned pair: `neg` holds a negative value, `pos` a non-negative one.
+// Integer scalars widened to a signed/unsigned pair: `neg` holds a negative value, `pos` a
+// non-negative one.
 struct WideInt {
   bool negative;
   int64_t neg;
@@ -42,14 +43,26 @@ struct WideInt {
 WideInt load_int(GgufValueType t, const uint8_t* p) {
   int64_t s = 0;
   switch (t) {
-    case GgufValueType::kU8: return {false, 0, load<uint8_t>(p)};
-    case GgufValueType::kU16: return {false, 0, load<uint16_t>(p)};
-    case GgufValueType::kU32: return {false, 0, load<uint32_t>(p)};
-    case GgufValueType::kU64: return {false, 0, load<uint64_t>(p)};
-    case GgufValueType::kI8: s = load<int8_t>(p); break;
-    case GgufValueType::kI16: s = load<int16_t>(p); break;
-    case GgufValueType::kI32: s = load<int32_t>(p); break;
-    default: s = load<int64_t>(p); break;
+    case GgufValueType::kU8:
+      return {false, 0, load<uint8_t>(p)};
+    case GgufValueType::kU16:
+      return {false, 0, load<uint16_t>(p)};
+    case GgufValueType::kU32:
+      return {false, 0, load<uint32_t>(p)};
+    case GgufValueType::kU64:
+      return {false, 0, load<uint64_t>(p)};
+    case GgufValueType::kI8:
+      s = load<int8_t>(p);
+      break;
+    case GgufValueType::kI16:
+      s = load<int16_t>(p);
+      break;
+    case GgufValueType::kI32:
+      s = load<int32_t>(p);
+      break;
+    default:
+      s = load<int64_t>(p);
+      break;
   }
   if (s < 0) return {true, s, 0};
   return {false, 0, static_cast<uint64_t>(s)};
@@ -63,14 +76,16 @@ std::optional<int64_t> int_to_i64(GgufValueType t, const uint8_t* p) {
 }
 
 template <typename T>
-std::optional<std::vector<T>> int_array(GgufValueType elem, const uint8_t* p, uint64_t count, size_t nbytes) {
+std::optional<std::vector<T>> int_array(GgufValueType elem, const uint8_t* p, uint64_t count,
+                                        size_t nbytes) {
   const size_t esize = gguf_scalar_size(elem);
   if (!is_integer(elem) || count > nbytes / esize) return std::nullopt;
   std::vector<T> out;
   out.reserve(count);
   for (uint64_t i = 0; i < count; ++i) {
     std::optional<int64_t> v = int_to_i64(elem, p + i * esize);
-    if (!v || *v < std::numeric_limits<T>::min() || *v > std::numeric_limits<T>::max()) return std::nullopt;
+    if (!v || *v < std::numeric_limits<T>::min() || *v > std::numeric_limits<T>::max())
+      return std::nullopt;
     out.push_back(static_cast<T>(*v));
   }
   return out;
@@ -80,19 +95,32 @@ std::optional<std::vector<T>> int_array(GgufValueType elem, const uint8_t* p, ui
 
 std::string_view gguf_value_type_name(GgufValueType type) {
   switch (type) {
-    case GgufValueType::kU8: return "UINT8";
-    case GgufValueType::kI8: return "INT8";
-    case GgufValueType::kU16: return "UINT16";
-    case GgufValueType::kI16: return "INT16";
-    case GgufValueType::kU32: return "UINT32";
-    case GgufValueType::kI32: return "INT32";
-    case GgufValueType::kF32: return "FLOAT32";
-    case GgufValueType::kBool: return "BOOL";
-    case GgufValueType::kString: return "STRING";
-    case GgufValueType::kArray: return "ARRAY";
-    case GgufValueType::kU64: return "UINT64";
-    case GgufValueType::kI64: return "INT64";
-    case GgufValueType::kF64: return "FLOAT64";
+    case GgufValueType::kU8:
+      return "UINT8";
+    case GgufValueType::kI8:
+      return "INT8";
+    case GgufValueType::kU16:
+      return "UINT16";
+    case GgufValueType::kI16:
+      return "INT16";
+    case GgufValueType::kU32:
+      return "UINT32";
+    case GgufValueType::kI32:
+      return "INT32";
+    case GgufValueType::kF32:
+      return "FLOAT32";
+    case GgufValueType::kBool:
+      return "BOOL";
+    case GgufValueType::kString:
+      return "STRING";
+    case GgufValueType::kArray:
+      return "ARRAY";
+    case GgufValueType::kU64:
+      return "UINT64";
+    case GgufValueType::kI64:
+      return "INT64";
+    case GgufValueType::kF64:
+      return "FLOAT64";
   }
   return "unknown type";
 }
@@ -101,16 +129,21 @@ size_t gguf_scalar_size(GgufValueType type) {
   switch (type) {
     case GgufValueType::kU8:
     case GgufValueType::kI8:
-    case GgufValueType::kBool: return 1;
+    case GgufValueType::kBool:
+      return 1;
     case GgufValueType::kU16:
-    case GgufValueType::kI16: return 2;
+    case GgufValueType::kI16:
+      return 2;
     case GgufValueType::kU32:
     case GgufValueType::kI32:
-    case GgufValueType::kF32: return 4;
+    case GgufValueType::kF32:
+      return 4;
     case GgufValueType::kU64:
     case GgufValueType::kI64:
-    case GgufValueType::kF64: return 8;
-    default: return 0;
+    case GgufValueType::kF64:
+      return 8;
+    default:
+      return 0;
   }
 }
 
@@ -163,7 +196,8 @@ std::optional<std::vector<std::string>> GgufValue::to_string_array() const {
 std::optional<std::vector<float>> GgufValue::to_f32_array() const {
   if (type_ != GgufValueType::kArray) return std::nullopt;
   const size_t esize = gguf_scalar_size(elem_type_);
-  if ((elem_type_ != GgufValueType::kF32 && elem_type_ != GgufValueType::kF64) || count_ > nbytes_ / esize) {
+  if ((elem_type_ != GgufValueType::kF32 && elem_type_ != GgufValueType::kF64) ||
+      count_ > nbytes_ / esize) {
     return std::nullopt;
   }
   std::vector<float> out(count_);
@@ -194,7 +228,8 @@ std::string GgufValue::describe() const {
     return fmt::format("\"{}\"", s);
   }
   if (type_ == GgufValueType::kBool) return *to_bool() ? "true" : "false";
-  if (type_ == GgufValueType::kF32 || type_ == GgufValueType::kF64) return fmt::format("{}", *to_f64());
+  if (type_ == GgufValueType::kF32 || type_ == GgufValueType::kF64)
+    return fmt::format("{}", *to_f64());
   WideInt w = load_int(type_, payload_);
   return w.negative ? std::to_string(w.neg) : std::to_string(w.pos);
 }

@@ -8,8 +8,9 @@ namespace {
 
 using nlohmann::json;
 
-// Upper bounds that no real model reaches; they stop a corrupted config from asking for absurd allocations.
-constexpr int64_t kMaxWidth = int64_t{1} << 20;   // hidden, intermediate, head_dim
+// Upper bounds that no real model reaches; they stop a corrupted config from asking for absurd
+// allocations.
+constexpr int64_t kMaxWidth = int64_t{1} << 20;  // hidden, intermediate, head_dim
 constexpr int64_t kMaxLayers = 4096;
 constexpr int64_t kMaxHeads = 4096;
 constexpr int64_t kMaxVocab = int64_t{1} << 24;
@@ -43,37 +44,46 @@ Result<int64_t> read_size(const json& c, const char* key, int64_t max, const std
     if (fallback) return *fallback;
     return invalid_argument("{}: missing required key \"{}\"", source, key);
   }
-  if (!it->is_number_integer()) return invalid_argument("{}: \"{}\" must be an integer, got {}", source, key, it->dump());
+  if (!it->is_number_integer())
+    return invalid_argument("{}: \"{}\" must be an integer, got {}", source, key, it->dump());
   const int64_t v = it->get<int64_t>();
   if (it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(max)) {
-    return invalid_argument("{}: \"{}\" = {} is out of range [1, {}]", source, key, it->dump(), max);
+    return invalid_argument("{}: \"{}\" = {} is out of range [1, {}]", source, key, it->dump(),
+                            max);
   }
-  if (v < 1 || v > max) return invalid_argument("{}: \"{}\" = {} is out of range [1, {}]", source, key, v, max);
+  if (v < 1 || v > max)
+    return invalid_argument("{}: \"{}\" = {} is out of range [1, {}]", source, key, v, max);
   return v;
 }
 
 // Reads a positive finite number; absent keys take `fallback`.
-Result<double> read_positive(const json& c, const char* key, double fallback, const std::string& source) {
+Result<double> read_positive(const json& c, const char* key, double fallback,
+                             const std::string& source) {
   auto it = c.find(key);
   if (it == c.end() || it->is_null()) return fallback;
-  if (!it->is_number()) return invalid_argument("{}: \"{}\" must be a number, got {}", source, key, it->dump());
+  if (!it->is_number())
+    return invalid_argument("{}: \"{}\" must be a number, got {}", source, key, it->dump());
   const double v = it->get<double>();
-  if (!(v > 0) || v > 1e30) return invalid_argument("{}: \"{}\" = {} must be positive", source, key, v);
+  if (!(v > 0) || v > 1e30)
+    return invalid_argument("{}: \"{}\" = {} must be positive", source, key, v);
   return v;
 }
 
 Result<bool> read_bool(const json& c, const char* key, bool fallback, const std::string& source) {
   auto it = c.find(key);
   if (it == c.end() || it->is_null()) return fallback;
-  if (!it->is_boolean()) return invalid_argument("{}: \"{}\" must be true or false, got {}", source, key, it->dump());
+  if (!it->is_boolean())
+    return invalid_argument("{}: \"{}\" must be true or false, got {}", source, key, it->dump());
   return it->get<bool>();
 }
 
 // Normalizes a rope_scaling object ("type" -> "rope_type") and checks the fields its type needs.
 Result<json> normalize_rope_scaling(json scaling, const std::string& source) {
   if (scaling.is_null()) return json(nullptr);
-  if (!scaling.is_object()) return invalid_argument("{}: \"rope_scaling\" must be an object or null", source);
-  if (!scaling.contains("rope_type") && scaling.contains("type")) scaling["rope_type"] = scaling["type"];
+  if (!scaling.is_object())
+    return invalid_argument("{}: \"rope_scaling\" must be an object or null", source);
+  if (!scaling.contains("rope_type") && scaling.contains("type"))
+    scaling["rope_type"] = scaling["type"];
   scaling.erase("type");
   scaling.erase("rope_theta");
   if (!scaling.contains("rope_type") || !scaling["rope_type"].is_string()) {
@@ -89,11 +99,13 @@ Result<json> normalize_rope_scaling(json scaling, const std::string& source) {
   } else if (type == "yarn") {
     needed = {"factor"};
   } else {
-    return unimplemented("{}: rope_scaling type \"{}\" is not supported (linear, llama3, yarn)", source, type);
+    return unimplemented("{}: rope_scaling type \"{}\" is not supported (linear, llama3, yarn)",
+                         source, type);
   }
   for (const char* key : needed) {
     SE_ASSIGN_OR_RETURN(double v, read_positive(scaling, key, -1.0, source));
-    if (v < 0) return invalid_argument("{}: rope_scaling of type \"{}\" needs \"{}\"", source, type, key);
+    if (v < 0)
+      return invalid_argument("{}: rope_scaling of type \"{}\" needs \"{}\"", source, type, key);
   }
   return scaling;
 }
@@ -110,7 +122,8 @@ void fold_rope_parameters(json& c) {
   };
   if (params.contains("full_attention") || params.contains("sliding_attention")) {
     if (params.contains("full_attention")) apply(params["full_attention"], "rope_theta", true);
-    if (params.contains("sliding_attention")) apply(params["sliding_attention"], "rope_local_base_freq", false);
+    if (params.contains("sliding_attention"))
+      apply(params["sliding_attention"], "rope_local_base_freq", false);
   } else {
     apply(params, "rope_theta", true);
   }
@@ -129,7 +142,8 @@ Status normalize_gemma3(json& c, int64_t num_layers, int64_t head_dim, const std
   if (c.contains("layer_types") && !c["layer_types"].is_null()) {
     layer_types = c["layer_types"];
     if (!layer_types.is_array() || static_cast<int64_t>(layer_types.size()) != num_layers) {
-      return invalid_argument("{}: \"layer_types\" must list one entry per layer ({})", source, num_layers);
+      return invalid_argument("{}: \"layer_types\" must list one entry per layer ({})", source,
+                              num_layers);
     }
     for (const json& t : layer_types) {
       if (t != "sliding_attention" && t != "full_attention") {
@@ -143,7 +157,8 @@ Status normalize_gemma3(json& c, int64_t num_layers, int64_t head_dim, const std
     }
   }
   SE_ASSIGN_OR_RETURN(double local_base, read_positive(c, "rope_local_base_freq", 10000.0, source));
-  SE_ASSIGN_OR_RETURN(double scalar, read_positive(c, "query_pre_attn_scalar", static_cast<double>(head_dim), source));
+  SE_ASSIGN_OR_RETURN(double scalar, read_positive(c, "query_pre_attn_scalar",
+                                                   static_cast<double>(head_dim), source));
   c["sliding_window"] = window;
   c["sliding_window_pattern"] = pattern;
   c["layer_types"] = layer_types;
@@ -157,7 +172,8 @@ Status normalize_gemma3(json& c, int64_t num_layers, int64_t head_dim, const std
     c["hidden_activation"] = c.value("hidden_act", json("gelu_pytorch_tanh"));
   }
   if (c["hidden_activation"] != "gelu_pytorch_tanh") {
-    return unimplemented("{}: gemma3 hidden_activation {} is not supported", source, c["hidden_activation"].dump());
+    return unimplemented("{}: gemma3 hidden_activation {} is not supported", source,
+                         c["hidden_activation"].dump());
   }
   return Status::ok();
 }
@@ -168,10 +184,12 @@ Result<json> normalize_hf_config(const json& config, const std::string& source) 
   if (!config.is_object()) return invalid_argument("{}: config must be a JSON object", source);
   json c = config;
   // A multimodal Gemma 3 config keeps the language model's settings in text_config.
-  if (c.value("model_type", json()).is_string() && c["model_type"] == "gemma3" && c.contains("text_config")) {
+  if (c.value("model_type", json()).is_string() && c["model_type"] == "gemma3" &&
+      c.contains("text_config")) {
     json text = c["text_config"];
     if (!text.is_object()) return invalid_argument("{}: \"text_config\" must be an object", source);
-    for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id", "tie_word_embeddings"}) {
+    for (const char* key :
+         {"bos_token_id", "eos_token_id", "pad_token_id", "tie_word_embeddings"}) {
       if (c.contains(key) && !text.contains(key)) text[key] = c[key];
     }
     text["model_type"] = "gemma3_text";
@@ -183,8 +201,9 @@ Result<json> normalize_hf_config(const json& config, const std::string& source) 
   const std::string model_type = c["model_type"].get<std::string>();
   const ArchInfo* arch = find_arch(model_type);
   if (arch == nullptr) {
-    return unimplemented("{}: model_type \"{}\" is not supported (llama, qwen2, qwen3, gemma3_text)", source,
-                         model_type);
+    return unimplemented(
+        "{}: model_type \"{}\" is not supported (llama, qwen2, qwen3, gemma3_text)", source,
+        model_type);
   }
   const bool gemma = arch->arch == ModelArch::kGemma3;
   fold_rope_parameters(c);
@@ -193,11 +212,13 @@ Result<json> normalize_hf_config(const json& config, const std::string& source) 
   SE_ASSIGN_OR_RETURN(int64_t inter, read_size(c, "intermediate_size", kMaxWidth, source));
   SE_ASSIGN_OR_RETURN(int64_t layers, read_size(c, "num_hidden_layers", kMaxLayers, source));
   SE_ASSIGN_OR_RETURN(int64_t heads, read_size(c, "num_attention_heads", kMaxHeads, source));
-  SE_ASSIGN_OR_RETURN(int64_t kv_heads, read_size(c, "num_key_value_heads", kMaxHeads, source, heads));
+  SE_ASSIGN_OR_RETURN(int64_t kv_heads,
+                      read_size(c, "num_key_value_heads", kMaxHeads, source, heads));
   SE_ASSIGN_OR_RETURN(int64_t vocab, read_size(c, "vocab_size", kMaxVocab, source));
   if (heads % kv_heads != 0) {
-    return invalid_argument("{}: num_attention_heads ({}) is not a multiple of num_key_value_heads ({})", source,
-                            heads, kv_heads);
+    return invalid_argument(
+        "{}: num_attention_heads ({}) is not a multiple of num_key_value_heads ({})", source, heads,
+        kv_heads);
   }
   std::optional<int64_t> default_head_dim;
   if (gemma) {
@@ -206,18 +227,25 @@ Result<json> normalize_hf_config(const json& config, const std::string& source) 
     default_head_dim = hidden / heads;
   }
   if (!default_head_dim && (!c.contains("head_dim") || c["head_dim"].is_null())) {
-    return invalid_argument("{}: hidden_size ({}) is not a multiple of num_attention_heads ({}) and no head_dim is "
-                            "given", source, hidden, heads);
+    return invalid_argument(
+        "{}: hidden_size ({}) is not a multiple of num_attention_heads ({}) and no head_dim is "
+        "given",
+        source, hidden, heads);
   }
-  SE_ASSIGN_OR_RETURN(int64_t head_dim, read_size(c, "head_dim", kMaxWidth, source, default_head_dim));
-  if (head_dim % 2 != 0) return invalid_argument("{}: head_dim ({}) must be even for rotary embeddings", source, head_dim);
-  SE_ASSIGN_OR_RETURN(int64_t positions,
-                      read_size(c, "max_position_embeddings", kMaxPositions, source, gemma ? 131072 : 2048));
+  SE_ASSIGN_OR_RETURN(int64_t head_dim,
+                      read_size(c, "head_dim", kMaxWidth, source, default_head_dim));
+  if (head_dim % 2 != 0)
+    return invalid_argument("{}: head_dim ({}) must be even for rotary embeddings", source,
+                            head_dim);
+  SE_ASSIGN_OR_RETURN(int64_t positions, read_size(c, "max_position_embeddings", kMaxPositions,
+                                                   source, gemma ? 131072 : 2048));
   SE_ASSIGN_OR_RETURN(double eps, read_positive(c, "rms_norm_eps", 1e-6, source));
   SE_ASSIGN_OR_RETURN(double theta, read_positive(c, "rope_theta", gemma ? 1e6 : 10000.0, source));
   SE_ASSIGN_OR_RETURN(bool tie, read_bool(c, "tie_word_embeddings", gemma, source));
-  SE_ASSIGN_OR_RETURN(bool bias, read_bool(c, "attention_bias", arch->arch == ModelArch::kQwen2, source));
-  SE_ASSIGN_OR_RETURN(json scaling, normalize_rope_scaling(c.value("rope_scaling", json(nullptr)), source));
+  SE_ASSIGN_OR_RETURN(bool bias,
+                      read_bool(c, "attention_bias", arch->arch == ModelArch::kQwen2, source));
+  SE_ASSIGN_OR_RETURN(json scaling,
+                      normalize_rope_scaling(c.value("rope_scaling", json(nullptr)), source));
 
   c["architectures"] = json::array({arch->architecture});
   c["hidden_size"] = hidden;
@@ -238,7 +266,8 @@ Result<json> normalize_hf_config(const json& config, const std::string& source) 
   } else {
     if (!c.contains("hidden_act") || c["hidden_act"].is_null()) c["hidden_act"] = "silu";
     if (c["hidden_act"] != "silu") {
-      return unimplemented("{}: hidden_act {} is not supported (silu)", source, c["hidden_act"].dump());
+      return unimplemented("{}: hidden_act {} is not supported (silu)", source,
+                           c["hidden_act"].dump());
     }
   }
   return c;

@@ -50,8 +50,9 @@ Result<HfDir> open_hf_dir(const std::string& dir) {
   return hf;
 }
 
-Result<std::map<std::string, Tensor>> load_hf_weights(const HfDir& hf, const SafetensorsCheckpoint& checkpoint,
-                                                       DType dtype, ProgressBar* progress) {
+Result<std::map<std::string, Tensor>> load_hf_weights(const HfDir& hf,
+                                                      const SafetensorsCheckpoint& checkpoint,
+                                                      DType dtype, ProgressBar* progress) {
   const ModelDims dims = model_dims(hf.config);
   std::map<std::string, Tensor> weights;
   for (const WeightSpec& spec : expected_weights(dims)) {
@@ -67,16 +68,17 @@ Result<std::map<std::string, Tensor>> load_hf_weights(const HfDir& hf, const Saf
     const SafetensorsTensorInfo* info = file->find(found);
     const Shape shape(info->shape.begin(), info->shape.end());
     if (!(shape == spec.shape)) {
-      return data_loss("{}: tensor '{}' has shape {} but config.json implies {}", file->path(), found,
-                       shape.to_string(), spec.shape.to_string());
+      return data_loss("{}: tensor '{}' has shape {} but config.json implies {}", file->path(),
+                       found, shape.to_string(), spec.shape.to_string());
     }
     if (info->dtype != "F32" && info->dtype != "F16" && info->dtype != "BF16") {
-      return unimplemented("{}: tensor '{}' has dtype {} (F32, F16 and BF16 are supported)", file->path(), found,
-                           info->dtype);
+      return unimplemented("{}: tensor '{}' has dtype {} (F32, F16 and BF16 are supported)",
+                           file->path(), found, info->dtype);
     }
     SE_ASSIGN_OR_RETURN(Tensor t, file->load(found));
     if (dims.arch == ModelArch::kGemma3 && spec.kind == WeightKind::kNorm) {
-      // HF Gemma computes x * (1 + w); the internal convention stores the multiplier (added in fp32).
+      // HF Gemma computes x * (1 + w); the internal convention stores the multiplier (added in
+      // fp32).
       t = add_one(cast_weight(t, DType::kF32));
     }
     weights[spec.name] = cast_weight(t, dtype);

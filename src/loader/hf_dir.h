@@ -1,11 +1,11 @@
-// HfDir: a Hugging Face model directory: the validated config.json, the paths of the tokenizer files, and the
-// canonical weights read from its safetensors. Plain values; load_hf_weights is thread-safe for distinct outputs.
+// HfDir: a Hugging Face model directory: the validated config.json, the paths of the tokenizer
+// files, and the canonical weights read from its safetensors. Plain values; load_hf_weights is
+// thread-safe for distinct outputs.
 #pragma once
 
 #include <map>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "base/status.h"
 #include "loader/progress_bar.h"
@@ -28,10 +28,12 @@ Result<HfDir> open_hf_dir(const std::string& dir);
 // Reads and normalizes a config.json file.
 Result<nlohmann::json> read_hf_config(const std::string& path);
 
-// Every weight of expected_weights(hf.config) from `checkpoint`, in `dtype`. Gemma 3 norm weights get the +1 of
-// the internal convention. Multimodal Gemma 3 names (language_model.model.*, model.language_model.*) are
-// accepted; tensors the model does not use (vision tower, rotary caches) are ignored. Errors name the tensor.
-Result<std::map<std::string, Tensor>> load_hf_weights(const HfDir& hf, const SafetensorsCheckpoint& checkpoint,
-                                                       DType dtype, ProgressBar* progress);
+// Every weight of expected_weights(hf.config) from `checkpoint`, in `dtype`. Gemma 3 norm weights
+// get the +1 of the internal convention. Multimodal Gemma 3 names (language_model.model.*,
+// model.language_model.*) are accepted; tensors the model does not use (vision tower, rotary
+// caches) are ignored. Errors name the tensor.
+Result<std::map<std::string, Tensor>> load_hf_weights(const HfDir& hf,
+                                                      const SafetensorsCheckpoint& checkpoint,
+                                                      DType dtype, ProgressBar* progress);
 
 }  // namespace se

@@ -1,14 +1,14 @@
-// load_model: the one entry point that turns a model path into the internal form (HF-style config + HF-named
-// CPU weights), whatever the source: a .gguf file, an HF directory (config.json + safetensors), or a config
-// alone with dummy weights. A LoadedModel is a plain value; weights share storage when it is copied.
+// load_model: the one entry point that turns a model path into the internal form (HF-style config +
+// HF-named CPU weights), whatever the source: a .gguf file, an HF directory (config.json +
+// safetensors), or a config alone with dummy weights. A LoadedModel is a plain value; weights share
+// storage when it is copied.
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "base/status.h"
 #include "loader/gguf_file.h"
@@ -34,13 +34,14 @@ struct LoadedModel {
   nlohmann::json config;                  // normalized HF-style config (hf_config.h)
   std::map<std::string, Tensor> weights;  // canonical names and shapes (weight_spec.h)
   std::string source_format;              // "gguf", "hf" or "dummy"
-  std::optional<GgufFile> gguf;           // the GGUF file (vocabulary, chat template) when source_format == "gguf"
-  std::string hf_dir;  // the HF directory (tokenizer.json, tokenizer_config.json) for "hf"; for "dummy" the
-                       // directory of the config
+  std::optional<GgufFile>
+      gguf;            // the GGUF file (vocabulary, chat template) when source_format == "gguf"
+  std::string hf_dir;  // the HF directory (tokenizer.json, tokenizer_config.json) for "hf"; for
+                       // "dummy" the directory of the config
 };
 
-// Loads `path` per `options`. Errors name the path and what is wrong (kNotFound, kDataLoss, kInvalidArgument,
-// kUnimplemented for unsupported architectures and quant types).
+// Loads `path` per `options`. Errors name the path and what is wrong (kNotFound, kDataLoss,
+// kInvalidArgument, kUnimplemented for unsupported architectures and quant types).
 Result<LoadedModel> load_model(const std::string& path, const LoadOptions& options = {});
 
 // Parses "auto", "gguf", "hf"/"safetensors", "dummy" (the CLI's --load-format).

@@ -36,7 +36,8 @@ void ProgressBar::draw() {
   last_permille_ = permille;
   constexpr int kWidth = 30;
   const int filled = permille * kWidth / 1000;
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   std::fprintf(stderr, "\r%s [%.*s%*s] %3d%% %lld/%lld %.1fs", label_.c_str(), filled,
                "##############################", kWidth - filled, "", permille / 10,
                static_cast<long long>(done_), static_cast<long long>(total_), secs);

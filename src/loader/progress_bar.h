@@ -1,5 +1,5 @@
-// ProgressBar: a one-line progress display on stderr while a model loads, shown only when stderr is a terminal.
-// Owned by the loader for one load; not thread-safe (call from the loading thread).
+// ProgressBar: a one-line progress display on stderr while a model loads, shown only when stderr is
+// a terminal. Owned by the loader for one load; not thread-safe (call from the loading thread).
 #pragma once
 
 #include <chrono>

@@ -1,7 +1,8 @@
-// SafetensorsFile: one validated .safetensors file (8-byte header length, JSON header, data), mmapped.
-// SafetensorsCheckpoint: the tensors of a single file or of shards listed by model.safetensors.index.json.
-// open() checks every dtype, shape and byte range against the file, so the accessors never read out of bounds.
-// Immutable after open(): safe to share between threads. Tensor bytes live as long as any copy of the object.
+// SafetensorsFile: one validated .safetensors file (8-byte header length, JSON header, data),
+// mmapped. SafetensorsCheckpoint: the tensors of a single file or of shards listed by
+// model.safetensors.index.json. open() checks every dtype, shape and byte range against the file,
+// so the accessors never read out of bounds. Immutable after open(): safe to share between threads.
+// Tensor bytes live as long as any copy of the object.
 #pragma once
 
 #include <cstdint>
@@ -31,12 +32,13 @@ struct SafetensorsTensorInfo {
 
 class SafetensorsFile {
  public:
-  // Maps and validates `path`. Errors name the file and what is wrong (kDataLoss for truncation or inconsistent
-  // ranges, kInvalidArgument for a malformed header).
+  // Maps and validates `path`. Errors name the file and what is wrong (kDataLoss for truncation or
+  // inconsistent ranges, kInvalidArgument for a malformed header).
   static Result<SafetensorsFile> open(const std::string& path);
-  // Parses bytes kept alive by `owner` (the fuzzer passes a buffer); `name` appears in error messages.
-  static Result<SafetensorsFile> parse(std::shared_ptr<const void> owner, std::span<const uint8_t> bytes,
-                                       const std::string& name);
+  // Parses bytes kept alive by `owner` (the fuzzer passes a buffer); `name` appears in error
+  // messages.
+  static Result<SafetensorsFile> parse(std::shared_ptr<const void> owner,
+                                       std::span<const uint8_t> bytes, const std::string& name);
 
   const std::string& path() const { return path_; }
   const std::vector<SafetensorsTensorInfo>& tensors() const { return tensors_; }
@@ -44,8 +46,8 @@ class SafetensorsFile {
   // The optional "__metadata__" string map.
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
-  // A CPU copy of tensor `name` in its own dtype (F32, F16, BF16, I32, I64, U8, I8); kNotFound when absent,
-  // kUnimplemented for other dtypes (F64, F8_*, ...).
+  // A CPU copy of tensor `name` in its own dtype (F32, F16, BF16, I32, I64, U8, I8); kNotFound when
+  // absent, kUnimplemented for other dtypes (F64, F8_*, ...).
   Result<Tensor> load(std::string_view name) const;
 
  private:
@@ -60,8 +62,9 @@ class SafetensorsFile {
 
 class SafetensorsCheckpoint {
  public:
-  // `dir`/model.safetensors.index.json when present (shards named in its weight_map, plain file names only);
-  // else `dir`/model.safetensors; else every *.safetensors file in `dir`. Tensor names must be unique.
+  // `dir`/model.safetensors.index.json when present (shards named in its weight_map, plain file
+  // names only); else `dir`/model.safetensors; else every *.safetensors file in `dir`. Tensor names
+  // must be unique.
   static Result<SafetensorsCheckpoint> open_dir(const std::string& dir);
   // Exactly these files.
   static Result<SafetensorsCheckpoint> open_files(const std::vector<std::string>& paths);

@@ -37,7 +37,8 @@ std::vector<WeightSpec> expected_weights(const ModelDims& d) {
   std::vector<WeightSpec> specs;
   const int64_t q_out = d.num_heads * d.head_dim;
   const int64_t kv_out = d.num_kv_heads * d.head_dim;
-  specs.push_back({"model.embed_tokens.weight", Shape{d.vocab_size, d.hidden_size}, WeightKind::kEmbedding});
+  specs.push_back(
+      {"model.embed_tokens.weight", Shape{d.vocab_size, d.hidden_size}, WeightKind::kEmbedding});
   for (int64_t i = 0; i < d.num_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     auto add = [&](const std::string& suffix, Shape shape, WeightKind kind) {
@@ -85,10 +86,11 @@ std::string gguf_tensor_name(const std::string& hf_name, ModelArch arch) {
   if (dot == std::string_view::npos || dot == 0) return "";
   const std::string layer(name.substr(0, dot));
   const std::string_view suffix = name.substr(dot + 1);
-  // The norm after attention is llama.cpp's "ffn_norm" in pre-norm models, but a real post-attention norm in
-  // Gemma 3, whose pre-MLP norm takes the "ffn_norm" name.
+  // The norm after attention is llama.cpp's "ffn_norm" in pre-norm models, but a real
+  // post-attention norm in Gemma 3, whose pre-MLP norm takes the "ffn_norm" name.
   if (suffix == "post_attention_layernorm.weight") {
-    return "blk." + layer + (arch == ModelArch::kGemma3 ? ".post_attention_norm.weight" : ".ffn_norm.weight");
+    return "blk." + layer +
+           (arch == ModelArch::kGemma3 ? ".post_attention_norm.weight" : ".ffn_norm.weight");
   }
   for (const LayerName& n : kLayerNames) {
     if (suffix == n.hf) return "blk." + layer + "." + std::string(n.gguf);

@@ -1,5 +1,6 @@
-// The canonical (HF-style) weight set of each architecture: names, shapes, and what each weight is, plus the
-// GGUF name of each. Every loader (GGUF, safetensors, dummy) produces exactly this set. Pure; thread-safe.
+// The canonical (HF-style) weight set of each architecture: names, shapes, and what each weight is,
+// plus the GGUF name of each. Every loader (GGUF, safetensors, dummy) produces exactly this set.
+// Pure; thread-safe.
 #pragma once
 
 #include <string>
@@ -14,7 +15,7 @@ enum class WeightKind {
   kEmbedding,  // [vocab, hidden]
   kLinear,     // [out, in], row-major: y = x W^T
   kBias,       // [out]
-  kNorm,       // [dim]; the multiplier applied after normalization (Gemma's 1 + w already folded in)
+  kNorm,  // [dim]; the multiplier applied after normalization (Gemma's 1 + w already folded in)
 };
 
 struct WeightSpec {
@@ -23,8 +24,8 @@ struct WeightSpec {
   WeightKind kind;
 };
 
-// Every weight of the model described by `dims`, in a stable order (embedding, layer by layer, final norm, head).
-// lm_head.weight is absent when the embeddings are tied.
+// Every weight of the model described by `dims`, in a stable order (embedding, layer by layer,
+// final norm, head). lm_head.weight is absent when the embeddings are tied.
 std::vector<WeightSpec> expected_weights(const ModelDims& dims);
 
 // The llama.cpp (GGUF) tensor name of an HF weight name for `arch`, e.g.

@@ -12,8 +12,8 @@ namespace {
 // Moves rows within each head: row `from(r)` of a head in `t` becomes row r of the result.
 template <typename RowMap>
 Tensor regroup_rows(const Tensor& t, int64_t num_heads, RowMap from) {
-  SE_CHECK(t.rank() >= 1 && num_heads > 0 && t.dim(0) % (2 * num_heads) == 0, "Q/K rows {} for {} heads",
-           t.shape().to_string(), num_heads);
+  SE_CHECK(t.rank() >= 1 && num_heads > 0 && t.dim(0) % (2 * num_heads) == 0,
+           "Q/K rows {} for {} heads", t.shape().to_string(), num_heads);
   const int64_t rows = t.dim(0);
   const int64_t head_dim = rows / num_heads;
   const size_t row_bytes = t.nbytes() / static_cast<size_t>(rows);
@@ -23,7 +23,8 @@ Tensor regroup_rows(const Tensor& t, int64_t num_heads, RowMap from) {
   for (int64_t h = 0; h < num_heads; ++h) {
     for (int64_t r = 0; r < head_dim; ++r) {
       const int64_t s = from(r, head_dim / 2);
-      std::memcpy(dst + (h * head_dim + r) * row_bytes, src + (h * head_dim + s) * row_bytes, row_bytes);
+      std::memcpy(dst + (h * head_dim + r) * row_bytes, src + (h * head_dim + s) * row_bytes,
+                  row_bytes);
     }
   }
   return out;
@@ -42,7 +43,8 @@ Tensor cast_weight(const Tensor& t, DType dtype) {
 
 Tensor unpermute_qk_rows(const Tensor& t, int64_t num_heads) {
   // HF row r = j*half + i sits at GGUF row 2i + j.
-  return regroup_rows(t, num_heads, [](int64_t r, int64_t half) { return 2 * (r % half) + r / half; });
+  return regroup_rows(t, num_heads,
+                      [](int64_t r, int64_t half) { return 2 * (r % half) + r / half; });
 }
 
 Tensor permute_qk_rows(const Tensor& t, int64_t num_heads) {

@@ -1,5 +1,5 @@
-// GgufBuilder: writes small GGUF v3 files for tests (metadata of any type, tensors with given raw bytes).
-// Test-only helper; not thread-safe.
+// GgufBuilder: writes small GGUF v3 files for tests (metadata of any type, tensors with given raw
+// bytes). Test-only helper; not thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -15,7 +15,8 @@ namespace se::testing {
 class GgufBuilder {
  public:
   // A raw key/value: the value's encoding after its type tag.
-  GgufBuilder& add_raw(const std::string& key, GgufValueType type, const std::vector<uint8_t>& payload) {
+  GgufBuilder& add_raw(const std::string& key, GgufValueType type,
+                       const std::vector<uint8_t>& payload) {
     kv_.push_back({key, type, payload});
     return *this;
   }
@@ -25,9 +26,15 @@ class GgufBuilder {
     std::memcpy(p.data(), &value, sizeof(T));
     return add_raw(key, type, p);
   }
-  GgufBuilder& add_u32(const std::string& key, uint32_t v) { return add_scalar(key, GgufValueType::kU32, v); }
-  GgufBuilder& add_i32(const std::string& key, int32_t v) { return add_scalar(key, GgufValueType::kI32, v); }
-  GgufBuilder& add_f32(const std::string& key, float v) { return add_scalar(key, GgufValueType::kF32, v); }
+  GgufBuilder& add_u32(const std::string& key, uint32_t v) {
+    return add_scalar(key, GgufValueType::kU32, v);
+  }
+  GgufBuilder& add_i32(const std::string& key, int32_t v) {
+    return add_scalar(key, GgufValueType::kI32, v);
+  }
+  GgufBuilder& add_f32(const std::string& key, float v) {
+    return add_scalar(key, GgufValueType::kF32, v);
+  }
   GgufBuilder& add_bool(const std::string& key, bool v) {
     return add_scalar(key, GgufValueType::kBool, static_cast<uint8_t>(v));
   }
@@ -113,7 +120,8 @@ class GgufBuilder {
 
   void write(const std::string& path, uint32_t alignment = GgufFile::kDefaultAlignment) const {
     std::vector<uint8_t> bytes = build(alignment);
-    std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+    std::ofstream(path, std::ios::binary)
+        .write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
   }
 
  private:

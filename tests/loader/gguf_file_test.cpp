@@ -88,7 +88,8 @@ TEST(GgufFileTest, ReadsArrays) {
 
   auto file = parse_bytes(b.build());
   ASSERT_TRUE(file.is_ok()) << file.status().to_string();
-  EXPECT_EQ(file->find_string_array("tokens"), (std::vector<std::string>{"a", "", "<s>", "long token"}));
+  EXPECT_EQ(file->find_string_array("tokens"),
+            (std::vector<std::string>{"a", "", "<s>", "long token"}));
   EXPECT_EQ(file->find_f32_array("scores"), (std::vector<float>{0.5f, -1.0f, 3.0f}));
   EXPECT_EQ(file->find_f32_array("scores64"), (std::vector<float>{0.5f, 2.0f}));
   EXPECT_EQ(file->find_i32_array("types"), (std::vector<int32_t>{1, 2, 3, -4}));
@@ -107,7 +108,8 @@ TEST(GgufFileTest, ReadsArrays) {
   const GgufValue* n = file->find("nested");
   EXPECT_EQ(n->elem_type(), GgufValueType::kArray);
   EXPECT_EQ(n->count(), 2u);
-  EXPECT_EQ(file->find_string("after"), "ok");  // the walk over the nested array ended at the right byte
+  EXPECT_EQ(file->find_string("after"),
+            "ok");  // the walk over the nested array ended at the right byte
 }
 
 TEST(GgufFileTest, LocatesTensorsWithAlignment) {
@@ -168,7 +170,9 @@ TEST(GgufFileTest, EveryTruncationFailsCleanly) {
 }
 
 // Patches a little-endian u64 at `pos`.
-void put_u64(std::vector<uint8_t>& b, size_t pos, uint64_t v) { std::memcpy(b.data() + pos, &v, 8); }
+void put_u64(std::vector<uint8_t>& b, size_t pos, uint64_t v) {
+  std::memcpy(b.data() + pos, &v, 8);
+}
 
 TEST(GgufFileTest, RejectsCorruptHeaders) {
   std::vector<uint8_t> good = small_file();
@@ -219,7 +223,8 @@ TEST(GgufFileTest, RejectsBadValuesAndTensors) {
   {
     GgufBuilder b;
     b.add_string("k", "v").add_string("k", "w");
-    EXPECT_NE(parse_bytes(b.build()).status().message().find("duplicate metadata key"), std::string::npos);
+    EXPECT_NE(parse_bytes(b.build()).status().message().find("duplicate metadata key"),
+              std::string::npos);
   }
   {
     GgufBuilder b;
@@ -235,13 +240,15 @@ TEST(GgufFileTest, RejectsBadValuesAndTensors) {
   }
   {
     GgufBuilder b;
-    b.add_tensor("q", GgmlType::kQ4_0, {16}, std::vector<uint8_t>(18));  // 16 is not a multiple of 32
+    b.add_tensor("q", GgmlType::kQ4_0, {16},
+                 std::vector<uint8_t>(18));  // 16 is not a multiple of 32
     EXPECT_NE(parse_bytes(b.build()).status().message().find("block size"), std::string::npos);
   }
   {
     GgufBuilder b;
     b.add_f32_tensor("x", {4}, {1, 2, 3, 4}).add_f32_tensor("x", {4}, {1, 2, 3, 4});
-    EXPECT_NE(parse_bytes(b.build()).status().message().find("duplicate tensor"), std::string::npos);
+    EXPECT_NE(parse_bytes(b.build()).status().message().find("duplicate tensor"),
+              std::string::npos);
   }
   {
     GgufBuilder b;
@@ -256,7 +263,8 @@ TEST(GgufFileTest, RejectsBadValuesAndTensors) {
 }
 
 // Finds the offset field of the tensor info named `name` (the 8 bytes after its type).
-size_t tensor_offset_field(const std::vector<uint8_t>& bytes, const std::string& name, size_t num_dims) {
+size_t tensor_offset_field(const std::vector<uint8_t>& bytes, const std::string& name,
+                           size_t num_dims) {
   std::string needle(reinterpret_cast<const char*>(bytes.data()), bytes.size());
   const size_t at = needle.find(name + std::string(1, static_cast<char>(num_dims)));
   return at + name.size() + 4 + 8 * num_dims + 4;

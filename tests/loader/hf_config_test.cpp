@@ -8,10 +8,11 @@ namespace {
 using nlohmann::json;
 
 json llama_config() {
-  return {{"model_type", "llama"},       {"hidden_size", 64},        {"intermediate_size", 128},
-          {"num_hidden_layers", 2},      {"num_attention_heads", 4}, {"num_key_value_heads", 2},
-          {"vocab_size", 100},           {"rms_norm_eps", 1e-5},     {"rope_theta", 500000.0},
-          {"max_position_embeddings", 256}};
+  return {{"model_type", "llama"},    {"hidden_size", 64},
+          {"intermediate_size", 128}, {"num_hidden_layers", 2},
+          {"num_attention_heads", 4}, {"num_key_value_heads", 2},
+          {"vocab_size", 100},        {"rms_norm_eps", 1e-5},
+          {"rope_theta", 500000.0},   {"max_position_embeddings", 256}};
 }
 
 void expect_error(const json& config, StatusCode code, const std::string& needle) {
@@ -55,12 +56,19 @@ TEST(HfConfigTest, FillsDefaults) {
 }
 
 TEST(HfConfigTest, Gemma3LayerTypesAndRopeParameters) {
-  json g = {{"model_type", "gemma3_text"}, {"hidden_size", 64}, {"intermediate_size", 128},
-            {"num_hidden_layers", 7}, {"num_attention_heads", 2}, {"num_key_value_heads", 1},
-            {"head_dim", 32}, {"vocab_size", 50}, {"sliding_window", 16},
+  json g = {{"model_type", "gemma3_text"},
+            {"hidden_size", 64},
+            {"intermediate_size", 128},
+            {"num_hidden_layers", 7},
+            {"num_attention_heads", 2},
+            {"num_key_value_heads", 1},
+            {"head_dim", 32},
+            {"vocab_size", 50},
+            {"sliding_window", 16},
             // transformers 5 style
-            {"rope_parameters", {{"full_attention", {{"rope_type", "linear"}, {"factor", 8.0}, {"rope_theta", 1e6}}},
-                                 {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 10000.0}}}}}};
+            {"rope_parameters",
+             {{"full_attention", {{"rope_type", "linear"}, {"factor", 8.0}, {"rope_theta", 1e6}}},
+              {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 10000.0}}}}}};
   auto r = normalize_hf_config(g, "cfg.json");
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
   const json& c = *r;

@@ -1,5 +1,6 @@
-// load_model on synthetic models: the same random HF weights written as an HF directory and as a GGUF file (the
-// way llama.cpp's converter writes it: renamed, llama Q/K rows permuted, Gemma norms + 1) must load identically.
+// load_model on synthetic models: the same random HF weights written as an HF directory and as a
+// GGUF file (the way llama.cpp's converter writes it: renamed, llama Q/K rows permuted, Gemma norms
+// + 1) must load identically.
 #include "loader/model_loader.h"
 
 #include <gtest/gtest.h>
@@ -23,10 +24,12 @@ using nlohmann::json;
 using testing::GgufBuilder;
 
 json base_config(const std::string& model_type) {
-  json c = {{"model_type", model_type}, {"hidden_size", 64},      {"intermediate_size", 96},
-            {"num_hidden_layers", 2},   {"num_attention_heads", 4}, {"num_key_value_heads", 2},
-            {"vocab_size", 40},         {"rms_norm_eps", 1e-5},    {"rope_theta", 10000.0},
-            {"max_position_embeddings", 128}, {"bos_token_id", 1}, {"eos_token_id", 2}};
+  json c = {{"model_type", model_type}, {"hidden_size", 64},
+            {"intermediate_size", 96},  {"num_hidden_layers", 2},
+            {"num_attention_heads", 4}, {"num_key_value_heads", 2},
+            {"vocab_size", 40},         {"rms_norm_eps", 1e-5},
+            {"rope_theta", 10000.0},    {"max_position_embeddings", 128},
+            {"bos_token_id", 1},        {"eos_token_id", 2}};
   if (model_type == "gemma3_text") {
     c["head_dim"] = 32;
     c["sliding_window"] = 16;
@@ -54,7 +57,8 @@ std::map<std::string, Tensor> random_weights(const json& normalized, uint32_t se
 void write_gguf(const std::string& path, const json& c, const std::map<std::string, Tensor>& hf,
                 const std::function<void(GgufBuilder&)>& extra = nullptr) {
   const ModelDims d = model_dims(c);
-  const std::string arch = d.arch == ModelArch::kGemma3 ? "gemma3" : c["model_type"].get<std::string>();
+  const std::string arch =
+      d.arch == ModelArch::kGemma3 ? "gemma3" : c["model_type"].get<std::string>();
   GgufBuilder b;
   b.add_string("general.architecture", arch);
   b.add_u32(arch + ".block_count", static_cast<uint32_t>(d.num_layers));
@@ -76,8 +80,10 @@ void write_gguf(const std::string& path, const json& c, const std::map<std::stri
   for (const WeightSpec& spec : expected_weights(d)) {
     if (!hf.count(spec.name)) continue;  // lets tests write incomplete files
     Tensor t = hf.at(spec.name);
-    if (d.arch == ModelArch::kLlama && spec.name.find("q_proj") != std::string::npos) t = permute_qk_rows(t, d.num_heads);
-    if (d.arch == ModelArch::kLlama && spec.name.find("k_proj") != std::string::npos) t = permute_qk_rows(t, d.num_kv_heads);
+    if (d.arch == ModelArch::kLlama && spec.name.find("q_proj") != std::string::npos)
+      t = permute_qk_rows(t, d.num_heads);
+    if (d.arch == ModelArch::kLlama && spec.name.find("k_proj") != std::string::npos)
+      t = permute_qk_rows(t, d.num_kv_heads);
     if (d.arch == ModelArch::kGemma3 && spec.kind == WeightKind::kNorm) t = add_one(t);
     std::vector<int64_t> dims;
     for (int i = t.rank() - 1; i >= 0; --i) dims.push_back(t.dim(i));
@@ -103,11 +109,14 @@ TEST_P(ModelLoaderArchTest, GgufAndHfDirLoadTheSameModel) {
   json raw = base_config(model_type);
   json c = *normalize_hf_config(raw, "test");
   auto hf_weights = random_weights(c, 11);
-  const std::string dir = testing::write_hf_dir(testing::scratch_path("hf_" + model_type), raw, hf_weights);
-  // Gemma's HF checkpoints store w where the model applies 1 + w: internally (and in GGUF) the norms are 1 + w.
+  const std::string dir =
+      testing::write_hf_dir(testing::scratch_path("hf_" + model_type), raw, hf_weights);
+  // Gemma's HF checkpoints store w where the model applies 1 + w: internally (and in GGUF) the
+  // norms are 1 + w.
   std::map<std::string, Tensor> internal = hf_weights;
   for (const WeightSpec& spec : expected_weights(model_dims(c))) {
-    if (model_type == "gemma3_text" && spec.kind == WeightKind::kNorm) internal[spec.name] = add_one(hf_weights[spec.name]);
+    if (model_type == "gemma3_text" && spec.kind == WeightKind::kNorm)
+      internal[spec.name] = add_one(hf_weights[spec.name]);
   }
   const std::string gguf = testing::scratch_path(model_type + ".gguf");
   write_gguf(gguf, c, hf_weights);
@@ -126,11 +135,14 @@ TEST_P(ModelLoaderArchTest, GgufAndHfDirLoadTheSameModel) {
                           "max_position_embeddings", "architectures"}) {
     EXPECT_EQ(from_hf->config[key], from_gguf->config[key]) << key;
   }
-  EXPECT_FLOAT_EQ(from_hf->config["rope_theta"].get<float>(), from_gguf->config["rope_theta"].get<float>());
-  EXPECT_FLOAT_EQ(from_hf->config["rms_norm_eps"].get<float>(), from_gguf->config["rms_norm_eps"].get<float>());
+  EXPECT_FLOAT_EQ(from_hf->config["rope_theta"].get<float>(),
+                  from_gguf->config["rope_theta"].get<float>());
+  EXPECT_FLOAT_EQ(from_hf->config["rms_norm_eps"].get<float>(),
+                  from_gguf->config["rms_norm_eps"].get<float>());
   if (model_type == "gemma3_text") {
-    for (const char* key : {"sliding_window", "sliding_window_pattern", "layer_types", "rope_local_base_freq",
-                            "query_pre_attn_scalar", "hidden_activation", "final_logit_softcapping"}) {
+    for (const char* key :
+         {"sliding_window", "sliding_window_pattern", "layer_types", "rope_local_base_freq",
+          "query_pre_attn_scalar", "hidden_activation", "final_logit_softcapping"}) {
       EXPECT_EQ(from_hf->config[key], from_gguf->config[key]) << key;
     }
   }
@@ -154,7 +166,8 @@ TEST(ModelLoaderTest, Llama3RopeFreqsBecomeRopeScaling) {
   json c = *normalize_hf_config(base_config("llama"), "test");
   auto w = random_weights(c, 5);
   const int64_t head_dim = 16;
-  // llama.cpp's converter: per rotary pair, 1 / factor blend by wavelength (factor 8, low 1, high 4, ctx 8192).
+  // llama.cpp's converter: per rotary pair, 1 / factor blend by wavelength (factor 8, low 1, high
+  // 4, ctx 8192).
   std::vector<float> factors;
   for (int64_t i = 0; i < head_dim; i += 2) {
     const double freq = 1.0 / std::pow(10000.0, static_cast<double>(i) / head_dim);
@@ -169,7 +182,9 @@ TEST(ModelLoaderTest, Llama3RopeFreqsBecomeRopeScaling) {
     }
   }
   const std::string path = testing::scratch_path("llama3_rope.gguf");
-  write_gguf(path, c, w, [&](GgufBuilder& b) { b.add_f32_tensor("rope_freqs.weight", {head_dim / 2}, factors); });
+  write_gguf(path, c, w, [&](GgufBuilder& b) {
+    b.add_f32_tensor("rope_freqs.weight", {head_dim / 2}, factors);
+  });
   auto m = load_model(path);
   ASSERT_TRUE(m.is_ok()) << m.status().to_string();
   const json& s = m->config["rope_scaling"];
@@ -178,7 +193,9 @@ TEST(ModelLoaderTest, Llama3RopeFreqsBecomeRopeScaling) {
   EXPECT_EQ(s["original_max_position_embeddings"], 8192);
 
   factors[0] = 3.0f;  // not the llama3 formula: kept as raw factors
-  write_gguf(path, c, w, [&](GgufBuilder& b) { b.add_f32_tensor("rope_freqs.weight", {head_dim / 2}, factors); });
+  write_gguf(path, c, w, [&](GgufBuilder& b) {
+    b.add_f32_tensor("rope_freqs.weight", {head_dim / 2}, factors);
+  });
   auto raw = load_model(path);
   ASSERT_TRUE(raw.is_ok()) << raw.status().to_string();
   EXPECT_TRUE(raw->config["rope_scaling"].is_null());
@@ -261,7 +278,8 @@ TEST(ModelLoaderTest, ErrorsNameTheInput) {
 
   std::map<std::string, Tensor> bad = w;
   bad["model.layers.1.mlp.up_proj.weight"] = testing::ramp(Shape{96, 63});
-  const std::string dir = testing::write_hf_dir(testing::scratch_path("bad_shape_hf"), base_config("qwen3"), bad);
+  const std::string dir =
+      testing::write_hf_dir(testing::scratch_path("bad_shape_hf"), base_config("qwen3"), bad);
   auto shape = load_model(dir);
   EXPECT_EQ(shape.status().code(), StatusCode::kDataLoss);
   EXPECT_NE(shape.status().message().find("model.layers.1.mlp.up_proj.weight"), std::string::npos);

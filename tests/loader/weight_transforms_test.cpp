@@ -11,7 +11,8 @@ namespace {
 
 // convert_hf_to_gguf.py LlamaModel.permute, written out from its numpy expression:
 //   w.reshape(n_head, 2, rows // n_head // 2, cols).swapaxes(1, 2).reshape(rows, cols)
-// so result[h, i, j] = w[h, j, i] with result viewed as [n_head, half, 2] and w as [n_head, 2, half].
+// so result[h, i, j] = w[h, j, i] with result viewed as [n_head, half, 2] and w as [n_head, 2,
+// half].
 Tensor converter_permute(const Tensor& w, int64_t n_head) {
   const int64_t rows = w.dim(0), cols = w.rank() > 1 ? w.dim(1) : 1, half = rows / n_head / 2;
   Tensor out = Tensor::empty(DType::kF32, w.shape());
@@ -19,12 +20,14 @@ Tensor converter_permute(const Tensor& w, int64_t n_head) {
     for (int64_t i = 0; i < half; ++i)
       for (int64_t j = 0; j < 2; ++j)
         for (int64_t c = 0; c < cols; ++c)
-          out.data<float>()[((h * half + i) * 2 + j) * cols + c] = w.data<float>()[((h * 2 + j) * half + i) * cols + c];
+          out.data<float>()[((h * half + i) * 2 + j) * cols + c] =
+              w.data<float>()[((h * 2 + j) * half + i) * cols + c];
   return out;
 }
 
 bool equal(const Tensor& a, const Tensor& b) {
-  return a.shape() == b.shape() && a.dtype() == b.dtype() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
+  return a.shape() == b.shape() && a.dtype() == b.dtype() &&
+         std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
 }
 
 TEST(WeightTransformsTest, UnpermuteInvertsTheConverter) {
@@ -47,7 +50,7 @@ TEST(WeightTransformsTest, CastAndAddOne) {
   Tensor t = testing::ramp(Shape{2, 3}, -1.0f, 0.5f);
   Tensor bf = cast_weight(t, DType::kBF16);
   EXPECT_EQ(bf.dtype(), DType::kBF16);
-  EXPECT_TRUE(equal(cast_weight(bf, DType::kF32), t));  // these values are exact in bf16
+  EXPECT_TRUE(equal(cast_weight(bf, DType::kF32), t));    // these values are exact in bf16
   EXPECT_EQ(cast_weight(t, DType::kF32).raw(), t.raw());  // no copy when the dtype matches
   Tensor shifted = add_one(t);
   EXPECT_EQ(shifted.data<float>()[0], 0.0f);
