@@ -93,4 +93,25 @@ void attention(TensorView out, TensorView q, TensorView k, TensorView v, TensorV
   cpu::attention(out, q, k, v, q_positions, k_positions, params);
 }
 
+void write_kv(const AttentionView& view, TensorView k, TensorView v) {
+  require_cpu_f32(k, "write_kv.k");
+  SE_CHECK(view.kv_dtype == DType::kF32, "write_kv: the CPU backend keeps f32 pages, got {}",
+           dtype_name(view.kv_dtype));
+  SE_CHECK(k.shape.rank() == 3 && k.shape[1] == view.num_kv_heads && k.shape[2] == view.head_dim &&
+               v.shape == k.shape && k.shape[0] == view.q_indptr[view.num_seqs],
+           "write_kv: k {} v {} for {} rows of {} KV heads x {}", k.shape.to_string(), v.shape.to_string(),
+           view.q_indptr[view.num_seqs], view.num_kv_heads, view.head_dim);
+  cpu::write_kv(view, k, v);
+}
+
+void paged_attention(TensorView out, TensorView q, const AttentionView& view, const AttentionParams& params) {
+  require_cpu_f32(out, "paged_attention.out");
+  SE_CHECK(view.kv_dtype == DType::kF32, "paged_attention: the CPU backend keeps f32 pages");
+  SE_CHECK(q.shape.rank() == 3 && q.shape[2] == view.head_dim && q.shape[1] % view.num_kv_heads == 0 &&
+               q.shape[0] == view.q_indptr[view.num_seqs] && out.numel() == q.numel(),
+           "paged_attention: q {} for {} rows, {} KV heads x {}", q.shape.to_string(),
+           view.q_indptr[view.num_seqs], view.num_kv_heads, view.head_dim);
+  cpu::paged_attention(out, q, view, params);
+}
+
 }  // namespace se

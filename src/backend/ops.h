@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "backend/attention_view.h"
 #include "tensor/tensor.h"
 
 namespace se {
@@ -63,5 +64,14 @@ struct AttentionParams {
 // (a key is visible iff its position <= the query's); out [T, H, D]. GQA: head h reads KV head h / (H/Hkv).
 void attention(TensorView out, TensorView q, TensorView k, TensorView v, TensorView q_positions,
                TensorView k_positions, const AttentionParams& params);
+
+// Writes the batch's new keys and values into the pages of `view`: for each sequence s with n query rows, row r
+// goes to physical slot num_tokens[h] - n + r of every KV head h (the slots the cache appended for this step).
+// k, v [T, Hkv, D] F32.
+void write_kv(const AttentionView& view, TensorView k, TensorView v);
+
+// Causal attention of every sequence's new queries against its paged KV (see attention_view.h).
+// q, out [T, H, D] F32; GQA: head h reads KV head h / (H / Hkv).
+void paged_attention(TensorView out, TensorView q, const AttentionView& view, const AttentionParams& params);
 
 }  // namespace se

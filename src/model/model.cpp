@@ -90,6 +90,7 @@ Tensor Model::forward(const ForwardBatch& batch, AttentionRunner& runner) const 
   for (int layer = 0; layer < c.num_layers; ++layer) run_layer(layer, batch, h, runner);
 
   const int64_t num_rows = static_cast<int64_t>(batch.logit_rows.size());
+  if (num_rows == 0) return f32({0, c.vocab_size});
   Tensor last = f32({num_rows, c.hidden_size});
   for (int64_t i = 0; i < num_rows; ++i) {
     const int32_t row = batch.logit_rows[static_cast<size_t>(i)];

@@ -18,6 +18,9 @@ void softcap_inplace(TensorView x, float cap);
 void attention(TensorView out, TensorView q, TensorView k, TensorView v, TensorView q_positions,
                TensorView k_positions, const AttentionParams& params);
 
+void write_kv(const AttentionView& view, TensorView k, TensorView v);
+void paged_attention(TensorView out, TensorView q, const AttentionView& view, const AttentionParams& params);
+
 // Inverse frequencies of `params` (rotary_dim / 2 values), scaling applied; shared with the CUDA backend.
 void rope_inv_freq(const RopeParams& params, float* inv_freq);
 

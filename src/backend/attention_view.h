@@ -1,0 +1,47 @@
+// AttentionView: the plain, non-owning description of what attention reads for one layer of one step, filled
+// by a cache manager and consumed by the paged-attention kernels (taken by value). All pointers live on the
+// device the kernel runs on; nothing here owns memory. Valid until the cache is next mutated.
+//
+// KV storage: page p starts at kv_base + p * page_bytes and holds [2 (K, V)][page_size][head_dim] elements of
+// one KV head of one layer. Sequence s has its query rows q_indptr[s] .. q_indptr[s+1] and, per KV head h, a
+// page list seqs[s].page_ids + h * seqs[s].stride with seqs[s].num_tokens[h] tokens stored in physical order.
+//
+// Causality is physical: the n new tokens of a sequence are the last n of each stream, so query row r of the
+// sequence (0-based) sees keys [0, num_tokens - n + r] (and with a sliding window W only the last W of those).
+// This stays right after eviction compacts older tokens, because new tokens are always appended at the end.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "tensor/dtype.h"
+
+namespace se {
+
+struct SeqKvView {
+  const int32_t* page_ids = nullptr;    // [num_kv_heads][stride] for this layer
+  int32_t stride = 0;                   // entries between the page lists of consecutive heads
+  const int32_t* num_tokens = nullptr;  // [num_kv_heads] tokens stored per head
+};
+
+struct AttentionView {
+  void* kv_base = nullptr;
+  DType kv_dtype = DType::kF32;
+  size_t page_bytes = 0;
+  int32_t page_size = 0;
+  int32_t head_dim = 0;
+  int32_t num_kv_heads = 0;
+  int32_t num_seqs = 0;
+  const int32_t* q_indptr = nullptr;  // [num_seqs + 1] query rows per sequence
+  const SeqKvView* seqs = nullptr;    // [num_seqs]
+
+  // Element pointer of token `offset` (< page_size) of K (kv = 0) or V (kv = 1) in page `page_id`.
+  template <typename T>
+  T* element(int32_t page_id, int kv, int32_t offset) const {
+    return reinterpret_cast<T*>(static_cast<char*>(kv_base) + static_cast<size_t>(page_id) * page_bytes) +
+           (static_cast<size_t>(kv) * static_cast<size_t>(page_size) + static_cast<size_t>(offset)) *
+               static_cast<size_t>(head_dim);
+  }
+};
+
+}  // namespace se

@@ -1,0 +1,81 @@
+#include "engine/engine.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <string>
+
+#include "base/logging.h"
+#include "engine/engine_loop.h"
+#include "sparse/paged_cache_manager.h"
+
+namespace se {
+
+namespace {
+
+constexpr int64_t kDefaultHostKvBytes = int64_t{2} << 30;
+
+// MemAvailable from /proc/meminfo, in bytes (0 when unreadable).
+int64_t host_available_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib * 1024;
+  return 0;
+}
+
+// The KV pool of the CPU backend: --kv-cache-memory, else at most 2 GiB and half of the free host memory.
+int64_t kv_pool_bytes(const EngineConfig& config) {
+  if (config.kv_cache_memory > 0) return config.kv_cache_memory;
+  const int64_t available = host_available_bytes();
+  return available > 0 ? std::min(kDefaultHostKvBytes, available / 2) : kDefaultHostKvBytes;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Engine>> Engine::create(const ModelBundle& bundle, const EngineConfig& requested) {
+  const ModelConfig& model = bundle.model->config();
+  EngineConfig config = requested;
+  if (config.max_model_len <= 0) config.max_model_len = model.max_position_embeddings;
+  if (config.max_model_len > model.max_position_embeddings)
+    return invalid_argument("--max-model-len {} exceeds the model's context of {} tokens", config.max_model_len,
+                            model.max_position_embeddings);
+  if (config.max_num_seqs < 1) return invalid_argument("--max-num-seqs must be at least 1");
+  if (config.max_num_batched_tokens < 1) return invalid_argument("--max-num-batched-tokens must be at least 1");
+  if (config.page_size < 1 || config.page_size > 1024) return invalid_argument("--page-size must be in [1, 1024]");
+
+  KvLayout layout;
+  layout.num_layers = model.num_layers;
+  layout.num_kv_heads = model.num_kv_heads;
+  layout.head_dim = model.head_dim;
+  layout.page_size = config.page_size;
+  layout.dtype = DType::kF32;  // the CPU backend keeps fp32 pages
+  SE_RETURN_IF_ERROR(layout.validate());
+  const int64_t num_pages = kv_pool_bytes(config) / static_cast<int64_t>(layout.page_bytes());
+  if (num_pages < layout.num_streams())
+    return resource_exhausted("the KV cache budget of {} bytes holds {} pages, fewer than the {} one token needs",
+                              kv_pool_bytes(config), num_pages, layout.num_streams());
+  SE_ASSIGN_OR_RETURN(std::unique_ptr<PagedCacheManager> cache,
+                      PagedCacheManager::create(layout, static_cast<int32_t>(std::min<int64_t>(num_pages, INT32_MAX)),
+                                                cpu_allocator(), config.enable_prefix_caching));
+  SE_LOG_INFO("KV cache: {} pages of {} tokens ({} tokens per layer and KV head across the pool)", num_pages,
+              layout.page_size, num_pages / layout.num_streams() * layout.page_size);
+  return std::unique_ptr<Engine>(new Engine(std::make_unique<EngineLoop>(bundle, config, std::move(cache))));
+}
+
+Engine::Engine(std::unique_ptr<EngineLoop> loop) : loop_(std::move(loop)) {}
+Engine::~Engine() = default;
+
+Result<std::shared_ptr<OutputStream>> Engine::submit(GenerationRequest request) {
+  return loop_->submit(std::move(request));
+}
+void Engine::abort(const std::string& request_id) { loop_->abort(request_id); }
+void Engine::shutdown(bool drain) { loop_->shutdown(drain); }
+EngineStats Engine::stats() const { return loop_->stats(); }
+const ModelBundle& Engine::bundle() const { return loop_->bundle(); }
+const EngineConfig& Engine::config() const { return loop_->config(); }
+
+}  // namespace se

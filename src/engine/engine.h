@@ -1,0 +1,59 @@
+// Engine: the serving core. One thread (the engine loop) owns the model and all cache state; other threads
+// submit requests and read their OutputStreams. Each step the scheduler picks {request -> num_tokens} within
+// the token budget, the model runs one mixed prefill/decode forward over paged KV, the sampler picks the next
+// tokens, and finished requests release their pages. submit() and abort() are thread-safe and never block on a
+// running step.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/engine_config.h"
+#include "engine/engine_stats.h"
+#include "engine/model_bundle.h"
+#include "engine/request_output.h"
+#include "engine/sampling_params.h"
+
+namespace se {
+
+struct GenerationRequest {
+  std::string request_id;          // unique among live requests; abort() names it
+  std::vector<int32_t> prompt_ids;
+  SamplingParams params;
+};
+
+class EngineLoop;
+
+class Engine {
+ public:
+  // Sizes the KV pool from `config` and starts the engine thread. `bundle` must outlive the engine.
+  static Result<std::unique_ptr<Engine>> create(const ModelBundle& bundle, const EngineConfig& config);
+  ~Engine();  // aborts what is in flight and joins the thread
+
+  // Validates and queues a request. Errors (nothing queued): invalid params, empty prompt, token ids out of
+  // range, prompt + max_tokens over max_model_len (kOutOfRange), a request that could never fit in the KV pool
+  // (kResourceExhausted), a duplicate request_id, or the engine shutting down (kUnavailable).
+  Result<std::shared_ptr<OutputStream>> submit(GenerationRequest request);
+
+  // Aborts a live request: its stream ends with FinishReason::kAbort and its pages are freed at the next step
+  // boundary. Unknown ids are ignored.
+  void abort(const std::string& request_id);
+
+  // Stops admitting; with `drain`, lets running and waiting requests finish first, else aborts them. Blocks
+  // until the engine thread exits.
+  void shutdown(bool drain);
+
+  // A consistent snapshot for /metrics and logs.
+  EngineStats stats() const;
+
+  const ModelBundle& bundle() const;
+  const EngineConfig& config() const;
+
+ private:
+  explicit Engine(std::unique_ptr<EngineLoop> loop);
+  std::unique_ptr<EngineLoop> loop_;
+};
+
+}  // namespace se

@@ -1,0 +1,18 @@
+// EngineConfig: the serving knobs (vLLM flag names) that size the KV pool and bound each step.
+#pragma once
+
+#include <cstdint>
+
+namespace se {
+
+struct EngineConfig {
+  int max_model_len = 0;             // 0 = the model's max_position_embeddings
+  int max_num_seqs = 64;             // running requests at most
+  int max_num_batched_tokens = 2048; // tokens per step (prefill chunks + decode tokens)
+  int page_size = 16;                // tokens per KV page
+  int64_t kv_cache_memory = 0;       // bytes for the KV pool; 0 = derive from gpu_memory_utilization
+  double gpu_memory_utilization = 0.9;  // of device memory (or, on the CPU, of free host memory) after weights
+  bool enable_prefix_caching = true;
+};
+
+}  // namespace se

@@ -1,0 +1,236 @@
+#include "engine/engine_loop.h"
+
+#include <algorithm>
+
+#include "base/logging.h"
+
+namespace se {
+
+namespace {
+double seconds_between(Request::Clock::time_point a, Request::Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+}  // namespace
+
+EngineLoop::EngineLoop(const ModelBundle& bundle, const EngineConfig& config, std::unique_ptr<CacheManager> cache)
+    : bundle_(bundle),
+      config_(config),
+      cache_(std::move(cache)),
+      oracle_(*cache_),
+      scheduler_(SchedulerConfig{config.max_num_seqs, config.max_num_batched_tokens}, oracle_),
+      runner_(*bundle.model, *cache_) {
+  publish_stats();
+  thread_ = std::thread([this] { run(); });
+}
+
+EngineLoop::~EngineLoop() { shutdown(/*drain=*/false); }
+
+Result<std::shared_ptr<OutputStream>> EngineLoop::submit(GenerationRequest g) {
+  SE_RETURN_IF_ERROR(g.params.validate());
+  const ModelConfig& model = bundle_.model->config();
+  const int32_t num_prompt = static_cast<int32_t>(g.prompt_ids.size());
+  if (num_prompt == 0) return invalid_argument("the prompt is empty");
+  for (int32_t id : g.prompt_ids)
+    if (id < 0 || id >= model.vocab_size)
+      return invalid_argument("prompt token id {} is outside the vocabulary (size {})", id, model.vocab_size);
+  if (static_cast<int64_t>(num_prompt) + g.params.max_tokens > config_.max_model_len)
+    return out_of_range(
+        "this model's maximum context length is {} tokens; the request has {} prompt tokens and asks for {} more",
+        config_.max_model_len, num_prompt, g.params.max_tokens);
+  if (!oracle_.can_ever_fit(num_prompt, g.params.max_tokens))
+    return resource_exhausted("the request ({} prompt + {} new tokens) can never fit in the KV cache ({} pages of {} "
+                              "tokens per layer and head); use a shorter prompt or fewer max_tokens",
+                              num_prompt, g.params.max_tokens, oracle_.num_total_pages(), config_.page_size);
+  if (!bundle_.tokenizer && !g.params.stop.empty())
+    return invalid_argument("stop strings need a tokenizer; this model has none");
+
+  auto request = std::make_unique<Request>(std::move(g.request_id), std::move(g.prompt_ids), g.params);
+  if (bundle_.tokenizer) request->detokenizer.emplace(*bundle_.tokenizer, /*skip_special=*/true);
+  request->stream = std::make_shared<OutputStream>();
+  request->arrival_time = Request::Clock::now();
+  std::shared_ptr<OutputStream> stream = request->stream;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!accepting_) return unavailable("the engine is shutting down");
+    if (!live_ids_.insert(request->request_id).second)
+      return invalid_argument("request id '{}' is already in use", request->request_id);
+    inbox_.push_back(std::move(request));
+  }
+  wake_.notify_one();
+  return stream;
+}
+
+void EngineLoop::abort(const std::string& request_id) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    aborts_.push_back(request_id);
+  }
+  wake_.notify_one();
+}
+
+void EngineLoop::shutdown(bool drain) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    accepting_ = false;
+    stop_ = true;
+    drain_ = drain;
+  }
+  wake_.notify_one();
+  if (thread_.joinable()) thread_.join();
+}
+
+EngineStats EngineLoop::stats() const {
+  std::lock_guard<std::mutex> lock(stats_mutex_);
+  return stats_;
+}
+
+bool EngineLoop::take_inbox() {
+  std::vector<std::unique_ptr<Request>> arrivals;
+  std::vector<std::string> aborts;
+  bool stop = false, drain = false;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    wake_.wait(lock, [&] { return !inbox_.empty() || !aborts_.empty() || stop_ || scheduler_.has_work(); });
+    arrivals.swap(inbox_);
+    aborts.swap(aborts_);
+    stop = stop_;
+    drain = drain_;
+  }
+  for (auto& request : arrivals) {
+    counters_.prompt_tokens_total += static_cast<uint64_t>(request->num_prompt_tokens);
+    scheduler_.add(request.get());
+    requests_.emplace(request->request_id, std::move(request));
+  }
+  for (const std::string& id : aborts) {
+    auto it = requests_.find(id);
+    if (it != requests_.end()) abort_request(*it->second);
+  }
+  if (stop && !drain) {
+    std::vector<Request*> all;
+    for (auto& [id, request] : requests_) all.push_back(request.get());
+    for (Request* request : all) abort_request(*request);
+  }
+  return !(stop && !scheduler_.has_work());
+}
+
+void EngineLoop::run() {
+  while (take_inbox()) {
+    if (scheduler_.has_work()) step();
+    publish_stats();
+  }
+  publish_stats();
+}
+
+void EngineLoop::step() {
+  StepPlan plan = scheduler_.schedule();
+  counters_.preemptions_total += plan.preempted.size();
+  if (plan.empty()) {
+    // Nothing fits even with an empty engine: only requests larger than memory, which submit() rejects.
+    if (scheduler_.running().empty() && !scheduler_.waiting().empty()) {
+      Request& stuck = *scheduler_.waiting().front();
+      RequestOutput output;
+      output.error = "the request does not fit in the KV cache";
+      finish(stuck, output, FinishReason::kError);
+    }
+    return;
+  }
+  std::vector<SampledToken> sampled = runner_.execute(plan);
+  for (const ScheduledRequest& s : plan.scheduled) {
+    Request& r = *s.request;
+    r.num_computed_tokens += s.num_tokens;
+    oracle_.commit(r);
+  }
+  for (const SampledToken& t : sampled) {
+    RequestOutput output = accept_token(*t.request, t.sample);
+    if (!output.finished) t.request->stream->push(std::move(output));
+  }
+  scheduler_.remove_finished();
+}
+
+RequestOutput EngineLoop::accept_token(Request& r, const SampleResult& sample) {
+  const auto now = Request::Clock::now();
+  if (!r.first_token_time) {
+    r.first_token_time = now;
+    counters_.time_to_first_token.observe(seconds_between(r.arrival_time, now));
+  } else {
+    counters_.inter_token_latency.observe(seconds_between(r.last_token_time, now));
+  }
+  r.last_token_time = now;
+  ++counters_.generation_tokens_total;
+
+  RequestOutput output;
+  const int32_t token = sample.token_id;
+  r.token_ids.push_back(token);
+  TokenOutput token_output{token, {}, sample.logprob, sample.top};
+  if (bundle_.tokenizer) token_output.text = std::string(bundle_.tokenizer->token_bytes(token));
+  output.tokens.push_back(std::move(token_output));
+
+  const bool eog = !r.params.ignore_eos && bundle_.tokenizer && bundle_.tokenizer->is_eog(token);
+  const bool stop_token =
+      std::find(r.params.stop_token_ids.begin(), r.params.stop_token_ids.end(), token) != r.params.stop_token_ids.end();
+  if (eog || stop_token) {
+    finish(r, output, FinishReason::kStop);
+    return output;
+  }
+  if (r.detokenizer) {
+    auto piece = r.detokenizer->push(token);
+    output.text = r.stop_checker.push(piece.is_ok() ? *piece : std::string());
+    if (r.stop_checker.stopped()) {
+      output.stop_reason = r.stop_checker.matched();
+      finish(r, output, FinishReason::kStop);
+      return output;
+    }
+  }
+  if (r.num_output_tokens() >= r.params.max_tokens) finish(r, output, FinishReason::kLength);
+  return output;
+}
+
+void EngineLoop::finish(Request& r, RequestOutput& output, FinishReason reason) {
+  if (reason != FinishReason::kStop || output.stop_reason.empty()) {
+    // No stop string cut the text: whatever the detokenizer and stop checker hold back is final now.
+    if (r.detokenizer && reason != FinishReason::kAbort && reason != FinishReason::kError)
+      output.text += r.stop_checker.push(r.detokenizer->flush()) + r.stop_checker.flush();
+  }
+  output.finished = true;
+  output.finish_reason = reason;
+  output.num_prompt_tokens = r.num_prompt_tokens;
+  output.num_cached_tokens = r.num_cached_tokens;
+  output.num_output_tokens = r.num_output_tokens();
+  r.state = RequestState::kFinished;
+  oracle_.release(r);
+  scheduler_.remove(&r);
+  const auto now = Request::Clock::now();
+  counters_.e2e_request_latency.observe(seconds_between(r.arrival_time, now));
+  if (reason == FinishReason::kAbort) {
+    ++counters_.requests_aborted_total;
+  } else {
+    ++counters_.requests_finished_total;
+  }
+  r.stream->push(std::move(output));
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    live_ids_.erase(r.request_id);
+  }
+  requests_.erase(r.request_id);  // destroys `r`
+}
+
+void EngineLoop::abort_request(Request& r) {
+  RequestOutput output;
+  finish(r, output, FinishReason::kAbort);
+}
+
+void EngineLoop::publish_stats() {
+  EngineStats s = counters_;
+  s.num_running = static_cast<int>(scheduler_.running().size());
+  s.num_waiting = static_cast<int>(scheduler_.waiting().size());
+  s.num_kv_pages_total = cache_->num_total_pages();
+  s.num_kv_pages_free = cache_->num_free_pages();
+  s.num_kv_pages_cached = cache_->num_available_pages() - s.num_kv_pages_free;
+  s.num_kv_pages_used = s.num_kv_pages_total - cache_->num_available_pages();
+  s.prefix_cache_queries_total = static_cast<uint64_t>(cache_->num_prefix_query_tokens());
+  s.prefix_cache_hits_total = static_cast<uint64_t>(cache_->num_prefix_hit_tokens());
+  std::lock_guard<std::mutex> lock(stats_mutex_);
+  stats_ = std::move(s);
+}
+
+}  // namespace se

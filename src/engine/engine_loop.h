@@ -1,0 +1,73 @@
+// EngineLoop: the engine thread and its inbox. Other threads hand it new requests and aborts under a mutex;
+// the thread owns every Request, the scheduler, the cache manager and the model runner, and is the only one
+// that mutates cache state (at step boundaries). After each step it publishes an EngineStats snapshot.
+#pragma once
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/memory_oracle.h"
+#include "engine/model_runner.h"
+#include "engine/scheduler.h"
+
+namespace se {
+
+class EngineLoop {
+ public:
+  EngineLoop(const ModelBundle& bundle, const EngineConfig& config, std::unique_ptr<CacheManager> cache);
+  ~EngineLoop();
+
+  Result<std::shared_ptr<OutputStream>> submit(GenerationRequest request);
+  void abort(const std::string& request_id);
+  void shutdown(bool drain);
+  EngineStats stats() const;
+
+  const ModelBundle& bundle() const { return bundle_; }
+  const EngineConfig& config() const { return config_; }
+
+ private:
+  void run();
+  // Moves the inbox into the scheduler and applies aborts; returns false when the loop should exit.
+  bool take_inbox();
+  void step();
+  // Appends a sampled token, runs detokenizer and stop checks, and returns the delta to emit.
+  RequestOutput accept_token(Request& request, const SampleResult& sample);
+  void finish(Request& request, RequestOutput& output, FinishReason reason);
+  void abort_request(Request& request);
+  void publish_stats();
+
+  const ModelBundle& bundle_;
+  EngineConfig config_;
+  std::unique_ptr<CacheManager> cache_;
+  MemoryOracle oracle_;
+  Scheduler scheduler_;
+  ModelRunner runner_;
+
+  // Shared with submitting threads, under mutex_.
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::vector<std::unique_ptr<Request>> inbox_;
+  std::vector<std::string> aborts_;
+  std::unordered_set<std::string> live_ids_;
+  bool accepting_ = true;
+  bool stop_ = false;
+  bool drain_ = false;
+
+  // Engine thread only.
+  std::unordered_map<std::string, std::unique_ptr<Request>> requests_;
+
+  mutable std::mutex stats_mutex_;
+  EngineStats stats_;
+  EngineStats counters_;  // engine thread's running totals, copied into stats_
+
+  std::thread thread_;
+};
+
+}  // namespace se

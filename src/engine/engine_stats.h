@@ -1,0 +1,43 @@
+// EngineStats: counters and histograms the engine keeps for /metrics (Prometheus) and logs. Plain data; the
+// engine publishes a copy under a lock after every step.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+namespace se {
+
+// Cumulative histogram with fixed upper bounds, in seconds.
+struct LatencyHistogram {
+  std::vector<double> bounds;   // upper bounds, ascending; +Inf is implied
+  std::vector<uint64_t> counts; // per bucket (not cumulative), size bounds.size() + 1
+  double sum = 0.0;
+  uint64_t count = 0;
+
+  explicit LatencyHistogram(std::vector<double> upper_bounds = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                                                                 1.0, 2.5, 5.0, 10.0, 30.0, 60.0})
+      : bounds(std::move(upper_bounds)), counts(bounds.size() + 1, 0) {}
+  void observe(double seconds);
+};
+
+struct EngineStats {
+  int num_running = 0;
+  int num_waiting = 0;
+  int64_t num_kv_pages_total = 0;
+  int64_t num_kv_pages_used = 0;    // held by live requests
+  int64_t num_kv_pages_free = 0;    // in the pool's free list
+  int64_t num_kv_pages_cached = 0;  // held only by the idle prefix cache (reclaimable)
+  uint64_t prompt_tokens_total = 0;
+  uint64_t generation_tokens_total = 0;
+  uint64_t prefix_cache_queries_total = 0;  // prompt tokens looked up
+  uint64_t prefix_cache_hits_total = 0;     // prompt tokens found cached
+  uint64_t requests_finished_total = 0;
+  uint64_t requests_aborted_total = 0;
+  uint64_t preemptions_total = 0;
+  LatencyHistogram time_to_first_token;
+  LatencyHistogram inter_token_latency;
+  LatencyHistogram e2e_request_latency;
+};
+
+}  // namespace se

@@ -1,0 +1,33 @@
+#include "engine/memory_oracle.h"
+
+#include "base/check.h"
+
+namespace se {
+
+Status MemoryOracle::admit(Request& request) {
+  SE_CHECK(request.seq < 0, "request {} is already admitted", request.request_id);
+  const int32_t seq = next_seq_++;
+  SE_ASSIGN_OR_RETURN(int32_t num_cached, cache_.open(seq, request.token_ids));
+  request.seq = seq;
+  request.num_computed_tokens = num_cached;
+  request.num_cached_tokens = num_cached;
+  return Status::ok();
+}
+
+bool MemoryOracle::try_reserve(Request& request, int32_t num_tokens) {
+  if (cache_.pages_to_reserve(request.seq, num_tokens) > cache_.num_available_pages()) return false;
+  return cache_.reserve(request.seq, num_tokens).is_ok();
+}
+
+void MemoryOracle::commit(Request& request) {
+  cache_.on_computed(request.seq, request.token_ids, request.num_computed_tokens);
+}
+
+void MemoryOracle::release(Request& request) {
+  if (request.seq < 0) return;
+  cache_.close(request.seq);
+  request.seq = -1;
+  request.num_computed_tokens = 0;
+}
+
+}  // namespace se

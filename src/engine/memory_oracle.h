@@ -1,0 +1,37 @@
+// MemoryOracle: the scheduler's only view of KV memory. It turns the active CacheManager's answers into the
+// scheduling decisions: can a request ever fit, admit it (start its cache state, reusing a cached prefix),
+// reserve room for a step, release it. Engine thread only, except can_ever_fit (pure).
+#pragma once
+
+#include "engine/request.h"
+#include "sparse/cache_manager.h"
+
+namespace se {
+
+class MemoryOracle {
+ public:
+  explicit MemoryOracle(CacheManager& cache) : cache_(cache) {}
+
+  // Whether a request of this size fits in the whole pool at its peak. Pure: safe from any thread.
+  bool can_ever_fit(int32_t num_prompt_tokens, int32_t max_new_tokens) const {
+    return cache_.peak_pages(num_prompt_tokens, max_new_tokens) <= cache_.num_total_pages();
+  }
+  // Starts the request's cache state on all its known tokens (a resumed request recomputes its outputs too)
+  // and sets num_computed_tokens / num_cached_tokens from the prefix cache.
+  Status admit(Request& request);
+  // Room for `num_tokens` more tokens of a request this step; false (nothing changed) when memory is short.
+  bool try_reserve(Request& request, int32_t num_tokens);
+  // After the step's forward: the request's first num_computed_tokens tokens are in the cache.
+  void commit(Request& request);
+  // Ends the request's cache state (finish, abort or preemption); nothing of it counts as computed any more.
+  void release(Request& request);
+
+  int64_t num_total_pages() const { return cache_.num_total_pages(); }
+  int64_t num_available_pages() const { return cache_.num_available_pages(); }
+
+ private:
+  CacheManager& cache_;
+  int32_t next_seq_ = 0;
+};
+
+}  // namespace se

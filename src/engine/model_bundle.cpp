@@ -1,0 +1,52 @@
+#include "engine/model_bundle.h"
+
+#include <filesystem>
+
+namespace se {
+
+Result<std::optional<Tokenizer>> load_tokenizer(const LoadedModel& loaded) {
+  if (loaded.gguf) {
+    SE_ASSIGN_OR_RETURN(Tokenizer t, Tokenizer::from_gguf(*loaded.gguf));
+    return std::optional<Tokenizer>(std::move(t));
+  }
+  const std::filesystem::path dir = loaded.hf_dir;
+  const std::filesystem::path tokenizer_json = dir / "tokenizer.json";
+  if (!std::filesystem::exists(tokenizer_json)) {
+    if (loaded.source_format == "dummy") return std::optional<Tokenizer>();
+    return not_found("{}: no tokenizer.json", dir.string());
+  }
+  const std::filesystem::path config = dir / "tokenizer_config.json";
+  SE_ASSIGN_OR_RETURN(Tokenizer t, Tokenizer::from_hf_files(tokenizer_json.string(),
+                                                            std::filesystem::exists(config) ? config.string() : ""));
+  return std::optional<Tokenizer>(std::move(t));
+}
+
+Result<ModelBundle> ModelBundle::load(const std::string& path, const LoadOptions& options) {
+  SE_ASSIGN_OR_RETURN(LoadedModel loaded, load_model(path, options));
+  ModelBundle bundle;
+  bundle.path = path;
+  bundle.name = std::filesystem::path(path).filename().string();
+  if (bundle.name.empty()) bundle.name = std::filesystem::path(path).parent_path().filename().string();
+  bundle.source_format = loaded.source_format;
+  SE_ASSIGN_OR_RETURN(Model model, Model::create(loaded.config, loaded.weights));
+  bundle.model = std::make_unique<Model>(std::move(model));
+  loaded.weights.clear();  // the model holds what it needs
+  SE_ASSIGN_OR_RETURN(bundle.tokenizer, load_tokenizer(loaded));
+  if (bundle.tokenizer && !bundle.tokenizer->chat_template().empty()) {
+    auto parsed = ChatTemplate::parse(bundle.tokenizer->chat_template());
+    if (!parsed.is_ok()) return parsed.status().with_context(path + ": chat template");
+    bundle.chat_template = std::move(parsed).value();
+  }
+  return bundle;
+}
+
+Result<std::string> ModelBundle::render_chat(const nlohmann::ordered_json& messages) const {
+  if (!chat_template) return failed_precondition("model '{}' has no chat template", name);
+  ChatTemplateOptions options;
+  options.add_generation_prompt = true;
+  options.bos_token = tokenizer->bos_token();
+  options.eos_token = tokenizer->eos_token();
+  return chat_template->render(messages, options);
+}
+
+}  // namespace se

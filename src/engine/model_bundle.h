@@ -1,0 +1,35 @@
+// ModelBundle: everything needed to serve one model: the Model, its Tokenizer and its chat template, loaded
+// from one --model path. Immutable after load; the tokenizer and template may be shared across threads.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "chat/chat_template.h"
+#include "loader/model_loader.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace se {
+
+struct ModelBundle {
+  std::string name;        // served model name (--served-model-name, else the file or directory name)
+  std::string path;
+  std::string source_format;
+  std::unique_ptr<Model> model;
+  std::optional<Tokenizer> tokenizer;         // absent only for dummy weights without a tokenizer.json
+  std::optional<ChatTemplate> chat_template;  // absent when the model ships none
+
+  // Loads weights, tokenizer (GGUF vocabulary or tokenizer.json) and chat template. Errors name the file.
+  static Result<ModelBundle> load(const std::string& path, const LoadOptions& options);
+
+  // The prompt of a chat: the template rendered with the generation prompt on.
+  Result<std::string> render_chat(const nlohmann::ordered_json& messages) const;
+};
+
+// The tokenizer of a loaded model: the GGUF vocabulary, or tokenizer.json (+ tokenizer_config.json) of its
+// directory; none for dummy weights without a tokenizer.json.
+Result<std::optional<Tokenizer>> load_tokenizer(const LoadedModel& loaded);
+
+}  // namespace se

@@ -1,0 +1,65 @@
+// PagedCacheManager: the full-history CacheManager. Every token's K/V stays resident in per-(layer, KV head)
+// pages of one BlockPool, with a radix prefix cache over full blocks so requests that share a prompt prefix
+// reuse its pages. Dense serving (`vanilla`) is exactly this cache; methods that only select what attention
+// reads keep it too. Engine thread only.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/attention_view.h"
+#include "kv/block_pool.h"
+#include "kv/page_table.h"
+#include "kv/radix_cache.h"
+#include "sparse/cache_manager.h"
+
+namespace se {
+
+class PagedCacheManager final : public CacheManager {
+ public:
+  // A pool of `num_pages` pages of `layout` from `allocator`.
+  static Result<std::unique_ptr<PagedCacheManager>> create(const KvLayout& layout, int32_t num_pages,
+                                                           Allocator* allocator, bool enable_prefix_caching);
+
+  int64_t num_total_pages() const override { return pool_.num_total_pages(); }
+  int64_t num_available_pages() const override;
+  int64_t pages_to_reserve(int32_t seq, int32_t num_new_tokens) const override;
+  int64_t peak_pages(int32_t num_prompt_tokens, int32_t max_new_tokens) const override;
+
+  Result<int32_t> open(int32_t seq, std::span<const int32_t> prompt) override;
+  Status reserve(int32_t seq, int32_t num_new_tokens) override;
+  void on_computed(int32_t seq, std::span<const int32_t> tokens, int32_t num_computed) override;
+  void close(int32_t seq) override;
+
+  void attend(int layer, const LayerConfig& layer_config, const ForwardBatch& batch, TensorView q, TensorView k,
+              TensorView v, TensorView out, const AttentionParams& params) override;
+
+  int64_t num_prefix_query_tokens() const override { return radix_ ? radix_->num_query_tokens() : 0; }
+  int64_t num_prefix_hit_tokens() const override { return radix_ ? radix_->num_hit_tokens() : 0; }
+  int64_t num_free_pages() const override { return pool_.num_free_pages(); }
+  const PageTable* table(int32_t seq) const;
+
+  Status check_integrity() const override;
+
+ private:
+  struct Sequence {
+    PageTable table;
+    RadixCache::NodeId locked_node = RadixCache::kRootNode;  // pins the cached blocks this sequence uses
+    int32_t num_cached_blocks = 0;                            // leading blocks already in the radix cache
+  };
+
+  PagedCacheManager(const KvLayout& layout, std::unique_ptr<PageStorage> storage, bool enable_prefix_caching);
+  Sequence& sequence(int32_t seq);
+  // The per-sequence part of this layer's AttentionView (filled for each attend call).
+  AttentionView build_view(int layer, const ForwardBatch& batch);
+
+  BlockPool pool_;
+  std::unique_ptr<RadixCache> radix_;  // null when prefix caching is off
+  std::unordered_map<int32_t, Sequence> sequences_;
+  std::vector<int32_t> q_indptr_;      // scratch of build_view
+  std::vector<SeqKvView> seq_views_;   // scratch of build_view
+};
+
+}  // namespace se
