@@ -1,0 +1,138 @@
+"""Byte-for-byte comparison of se::ChatTemplate with HF transformers / Python jinja2.
+
+For each model template in tests/chat/templates/ (SmolLM2, Gemma 3, Qwen3, Llama 3.2, Llama 3.3) many
+conversations are rendered by transformers' render_jinja_template (jinja2 configured exactly as
+apply_chat_template configures it) and by the C++ renderer through render_tool; outputs must be
+identical, and where the template raises, both must fail (with the same raise_exception message).
+The same conversations also go through a real PreTrainedTokenizerFast.apply_chat_template.
+Finally, jinja_cases.json (the expectations of the C++ snippet tests) must match live jinja2.
+"""
+
+import datetime
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+HERE = pathlib.Path(__file__).parent
+sys.path.insert(0, str(HERE))
+
+import chat_conversations  # noqa: E402
+import jinja_oracle  # noqa: E402
+
+FIXED_NOW = datetime.datetime(2025, 3, 7, 14, 5, 9)
+
+
+def render_tool():
+    build_dir = os.environ.get("SE_BUILD_DIR")
+    assert build_dir, "SE_BUILD_DIR must point at the CMake build directory (ctest sets it)"
+    tool = pathlib.Path(build_dir) / "tests" / "chat" / "render_tool"
+    assert tool.exists(), f"{tool} is missing: build the chat_render_tool target first"
+    return tool
+
+
+def run_batch(cases):
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False, encoding="utf-8") as f:
+        json.dump(cases, f, ensure_ascii=False)
+        path = f.name
+    try:
+        out = subprocess.run([str(render_tool()), "--batch", path], capture_output=True, check=True)
+    finally:
+        os.unlink(path)
+    return json.loads(out.stdout.decode("utf-8"))
+
+
+def expected_render(source, messages, tools, extra, bos, eos):
+    kwargs = dict(extra)
+    if bos is not None:
+        kwargs["bos_token"] = bos
+    if eos is not None:
+        kwargs["eos_token"] = eos
+    with jinja_oracle.pinned_now(FIXED_NOW):
+        try:
+            return "ok", jinja_oracle.render_chat(source, messages, tools=tools, **kwargs)
+        except Exception as e:  # noqa: BLE001 - a template error is an expected outcome
+            return "error", e
+
+
+def our_case(path, messages, tools, extra, bos, eos):
+    options = {"add_generation_prompt": extra.get("add_generation_prompt", False), "tools": tools,
+               "extra": {k: v for k, v in extra.items() if k != "add_generation_prompt"},
+               "now": FIXED_NOW.strftime("%Y-%m-%d %H:%M:%S")}
+    if bos is not None:
+        options["bos_token"] = bos
+    if eos is not None:
+        options["eos_token"] = eos
+    return {"template_path": str(path), "messages": messages, "options": options}
+
+
+def compare(case_id, expected, got):
+    status, value = expected
+    if status == "ok":
+        if not got["ok"]:
+            return f"{case_id}: jinja2 rendered but we failed: {got['error']}"
+        if got["output"] != value:
+            return f"{case_id}: output differs\n  jinja2: {value!r}\n  ours:   {got['output']!r}"
+        return None
+    if got["ok"]:
+        return f"{case_id}: jinja2 raised {type(value).__name__}: {value} but we rendered {got['output']!r}"
+    # raise_exception raises TemplateError itself; its message must come through unchanged.
+    if type(value).__name__ == "TemplateError" and got["error"] != str(value):
+        return f"{case_id}: raise_exception message differs: {str(value)!r} vs {got['error']!r}"
+    return None
+
+
+@pytest.mark.parametrize("family", sorted(chat_conversations.TEMPLATES))
+def test_template_matches_transformers(family):
+    filename, bos, eos, conversations = chat_conversations.TEMPLATES[family]
+    path = HERE / "templates" / filename
+    source = path.read_text(encoding="utf-8")
+    cases = list(conversations())
+    assert len(cases) >= 40
+    expected = [expected_render(source, m, t, x, bos, eos) for _, m, t, x in cases]
+    assert sum(status == "ok" for status, _ in expected) >= 40
+    got = run_batch([our_case(path, m, t, x, bos, eos) for _, m, t, x in cases])
+    failures = [f for f in (compare(c[0], e, g) for c, e, g in zip(cases, expected, got)) if f]
+    assert not failures, f"{len(failures)} of {len(cases)} renderings differ:\n" + "\n".join(failures[:10])
+
+
+@pytest.mark.parametrize("family", sorted(chat_conversations.TEMPLATES))
+def test_apply_chat_template_agrees(family):
+    """The oracle is what PreTrainedTokenizerFast.apply_chat_template really produces."""
+    try:
+        from tokenizers import Tokenizer, models
+        from transformers import PreTrainedTokenizerFast
+    except ImportError as e:
+        pytest.skip(f"transformers tokenizers unavailable: {e}")
+    filename, bos, eos, conversations = chat_conversations.TEMPLATES[family]
+    source = (HERE / "templates" / filename).read_text(encoding="utf-8")
+    special = {k: v for k, v in (("bos_token", bos), ("eos_token", eos)) if v is not None}
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(models.WordLevel({"<unk>": 0}, unk_token="<unk>")), **special)
+    tokenizer.chat_template = source
+    cases = list(conversations())
+    got = run_batch([our_case(HERE / "templates" / filename, m, t, x, bos, eos) for _, m, t, x in cases])
+    checked = 0
+    for (case_id, messages, tools, extra), ours in zip(cases, got):
+        if not ours["ok"] or not messages:  # apply_chat_template rejects empty conversations
+            continue
+        with jinja_oracle.pinned_now(FIXED_NOW):
+            text = tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, **extra)
+        assert ours["output"] == text, f"{case_id}: apply_chat_template {text!r} vs ours {ours['output']!r}"
+        checked += 1
+    assert checked >= 40
+
+
+def test_snippet_expectations_match_jinja2():
+    """jinja_cases.json (used by the C++ snippet tests) must be what the installed jinja2 renders."""
+    import gen_jinja_expected
+
+    committed = json.loads((HERE / "jinja_cases.json").read_text(encoding="utf-8"))
+    live = gen_jinja_expected.build()
+    assert [c["name"] for c in committed] == [c["name"] for c in live]
+    for old, new in zip(committed, live):
+        assert old == new, f"{old['name']}: committed expectation is stale; rerun gen_jinja_expected.py"
