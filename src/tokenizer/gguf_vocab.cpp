@@ -87,13 +87,14 @@ Status fill_byte_level_bpe(const GgufFile& gguf, const std::vector<std::string>&
   SE_ASSIGN_OR_RETURN(
       std::optional<std::string> pre,
       optional_key(gguf, "tokenizer.ggml.pre", gguf.find_string("tokenizer.ggml.pre"), "a string"));
-  Result<std::vector<std::string>> regexes = gguf_pre_tokenizer_regexes(pre.value_or("default"));
-  if (!regexes.is_ok()) return regexes.status().with_context(gguf.path());
-  for (const std::string& pattern : *regexes) {
+  Result<GgufPreTokenizer> pre_tokenizer = gguf_pre_tokenizer(pre.value_or("default"));
+  if (!pre_tokenizer.is_ok()) return pre_tokenizer.status().with_context(gguf.path());
+  for (const std::string& pattern : pre_tokenizer->regexes) {
     SE_ASSIGN_OR_RETURN(PreTokenizer::Split split,
                         PreTokenizer::regex_split(pattern, PreTokenizer::Behavior::kIsolated));
     SE_RETURN_IF_ERROR(spec.pre_tokenizer.add(std::move(split)));
   }
+  spec.bpe.ignore_merges = pre_tokenizer->ignore_merges;
   SE_RETURN_IF_ERROR(spec.pre_tokenizer.add(PreTokenizer::ByteLevel{false, false}));
   spec.decoder.byte_level = true;
   return Status::ok();
@@ -159,21 +160,21 @@ Status fill_sentencepiece_bpe(const GgufFile& gguf, const std::vector<std::strin
 
 }  // namespace
 
-Result<std::vector<std::string>> gguf_pre_tokenizer_regexes(std::string_view pre) {
+Result<GgufPreTokenizer> gguf_pre_tokenizer(std::string_view pre) {
   const std::string gpt2(kGpt2SplitPattern);
-  if (one_of(pre, {"default", "gpt2"})) return std::vector<std::string>{gpt2};
+  if (one_of(pre, {"default", "gpt2"})) return GgufPreTokenizer{{gpt2}, false};
   if (one_of(pre,
              {"smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva-7b"})) {
-    return std::vector<std::string>{R"(\p{N})", gpt2};
+    return GgufPreTokenizer{{R"(\p{N})", gpt2}, false};
   }
   if (one_of(pre, {"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "dbrx",
                    "smaug-bpe"})) {
-    return std::vector<std::string>{std::string(kLlama3Split)};
+    return GgufPreTokenizer{{std::string(kLlama3Split)}, true};
   }
   if (one_of(pre, {"qwen2", "deepseek-r1-qwen", "megrez"})) {
-    return std::vector<std::string>{std::string(kQwen2Split)};
+    return GgufPreTokenizer{{std::string(kQwen2Split)}, false};
   }
-  if (pre == "qwen35") return std::vector<std::string>{std::string(kQwen35Split)};
+  if (pre == "qwen35") return GgufPreTokenizer{{std::string(kQwen35Split)}, false};
   return unimplemented("tokenizer.ggml.pre '{}' is not a known pre-tokenizer", pre);
 }
 

@@ -13,8 +13,15 @@ class GgufFile;
 // Errors name the file and the key; kUnimplemented for unknown tokenizer models and pre names.
 Result<TokenizerSpec> tokenizer_spec_from_gguf(const GgufFile& gguf);
 
-// The split regexes (applied in order, each piece split again by the next) for a byte-level GGUF
-// vocabulary's tokenizer.ggml.pre name; kUnimplemented for names not known here.
-Result<std::vector<std::string>> gguf_pre_tokenizer_regexes(std::string_view pre);
+// How a byte-level GGUF vocabulary's tokenizer.ggml.pre name pre-tokenizes: split regexes applied
+// in order (each piece split again by the next), and whether a piece that is itself a token skips
+// the merges (Llama 3's tokenizer.json sets ignore_merges; llama.cpp does the same).
+struct GgufPreTokenizer {
+  std::vector<std::string> regexes;
+  bool ignore_merges = false;
+};
+
+// kUnimplemented for names not known here.
+Result<GgufPreTokenizer> gguf_pre_tokenizer(std::string_view pre);
 
 }  // namespace se

@@ -87,6 +87,30 @@ TEST(GgufVocabTest, ByteLevelVocabulary) {
   EXPECT_EQ(*tok->decode(Ids{260, 256, 257, 259}, true), " the<think>");
 }
 
+// "abc" is a token no merge leads to: only Llama 3's pre-tokenizer (ignore_merges) yields it.
+TEST(GgufVocabTest, Llama3PreTokenizerIgnoresMergesForWholeTokens) {
+  std::vector<std::string> tokens;
+  for (int b = 0; b < 256; ++b) tokens.push_back(testing::byte_char(static_cast<uint8_t>(b)));
+  tokens.insert(tokens.end(), {"ab", "abc", "12"});
+  auto build = [&](const std::string& pre) {
+    GgufBuilder b;
+    b.add_string("tokenizer.ggml.model", "gpt2")
+        .add_string("tokenizer.ggml.pre", pre)
+        .add_string_array("tokenizer.ggml.tokens", tokens)
+        .add_string_array("tokenizer.ggml.merges", {"a b", "1 2"});
+    return from_builder(b, pre + ".gguf");
+  };
+  Result<Tokenizer> llama3 = build("llama-bpe");
+  Result<Tokenizer> qwen2 = build("qwen2");
+  ASSERT_TRUE(llama3.is_ok()) << llama3.status().to_string();
+  ASSERT_TRUE(qwen2.is_ok()) << qwen2.status().to_string();
+  EXPECT_EQ(llama3->encode("abc", false, true), (Ids{257}));
+  EXPECT_EQ(qwen2->encode("abc", false, true), (Ids{256, 'c'}));
+  // Llama 3 groups up to three digits ("12" can merge), Qwen2 splits every digit.
+  EXPECT_EQ(llama3->encode("1234", false, true), (Ids{258, '3', '4'}));
+  EXPECT_EQ(qwen2->encode("1234", false, true), (Ids{'1', '2', '3', '4'}));
+}
+
 TEST(GgufVocabTest, SentencePieceVocabularyMergesByScore) {
   // Ids from 259: ▁ a b ▁a ab ▁ab. "ab" scores above "▁a", so "▁ab" forms from ▁ + ab.
   const std::string m = kMarker;
