@@ -1,0 +1,150 @@
+#include "engine/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <thread>
+
+#include "../support/tiny_model.h"
+#include "engine/sequence_generator.h"
+
+namespace se {
+namespace {
+
+ModelBundle tiny_bundle() {
+  ModelBundle bundle;
+  bundle.name = "tiny";
+  bundle.source_format = "dummy";
+  bundle.model = std::make_unique<Model>(test::tiny_model());
+  return bundle;
+}
+
+// Collects a stream to the end: output tokens and the final delta.
+struct Collected {
+  std::vector<int32_t> tokens;
+  RequestOutput last;
+};
+Collected collect(OutputStream& stream) {
+  Collected c;
+  while (true) {
+    auto out = stream.next(std::chrono::milliseconds(60000));
+    EXPECT_TRUE(out.has_value()) << "stream stalled";
+    if (!out) return c;
+    for (const TokenOutput& t : out->tokens) c.tokens.push_back(t.token_id);
+    if (out->finished) {
+      c.last = *out;
+      return c;
+    }
+  }
+}
+
+std::vector<int32_t> random_prompt(std::mt19937& rng, int len) {
+  std::vector<int32_t> p(static_cast<size_t>(len));
+  for (int32_t& t : p) t = static_cast<int32_t>(rng() % 96);
+  return p;
+}
+
+SamplingParams greedy(int max_tokens) {
+  SamplingParams p;
+  p.temperature = 0.0f;
+  p.max_tokens = max_tokens;
+  p.ignore_eos = true;
+  return p;
+}
+
+// Concurrent greedy requests through the engine (batched, chunked, possibly preempted) give exactly the tokens
+// of one-at-a-time generation on the contiguous reference path.
+void expect_engine_matches_reference(const EngineConfig& config, int num_requests, bool expect_preemption) {
+  ModelBundle bundle = tiny_bundle();
+  SequenceGenerator reference(*bundle.model, nullptr);
+  auto engine = Engine::create(bundle, config);
+  ASSERT_TRUE(engine.is_ok()) << engine.status().to_string();
+  std::mt19937 rng(3);
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::shared_ptr<OutputStream>> streams;
+  for (int i = 0; i < num_requests; ++i) {
+    prompts.push_back(random_prompt(rng, 3 + static_cast<int>(rng() % 40)));
+    auto stream = (*engine)->submit({"r" + std::to_string(i), prompts.back(), greedy(12)});
+    ASSERT_TRUE(stream.is_ok()) << stream.status().to_string();
+    streams.push_back(*stream);
+  }
+  for (int i = 0; i < num_requests; ++i) {
+    Collected got = collect(*streams[static_cast<size_t>(i)]);
+    auto want = reference.generate(prompts[static_cast<size_t>(i)], greedy(12));
+    ASSERT_TRUE(want.is_ok());
+    EXPECT_EQ(got.tokens, want->output_ids) << "request " << i;
+    EXPECT_EQ(got.last.finish_reason, FinishReason::kLength);
+    EXPECT_EQ(got.last.num_output_tokens, 12);
+  }
+  (*engine)->shutdown(/*drain=*/true);
+  EngineStats stats = (*engine)->stats();
+  EXPECT_EQ(stats.num_kv_pages_used, 0);
+  EXPECT_EQ(stats.num_running + stats.num_waiting, 0);
+  EXPECT_EQ(stats.requests_finished_total, static_cast<uint64_t>(num_requests));
+  EXPECT_EQ(stats.preemptions_total > 0, expect_preemption) << stats.preemptions_total << " preemptions";
+}
+
+TEST(EngineTest, ConcurrentGreedyRequestsMatchSequentialReference) {
+  EngineConfig config;
+  config.max_num_batched_tokens = 32;  // forces chunked prefill and mixed steps
+  config.page_size = 4;
+  config.kv_cache_memory = 64 << 20;
+  expect_engine_matches_reference(config, 8, /*expect_preemption=*/false);
+}
+
+TEST(EngineTest, PreemptionUnderMemoryPressureKeepsResultsExact) {
+  EngineConfig config;
+  config.max_num_batched_tokens = 64;
+  config.page_size = 4;
+  // Pages of 2 x 4 tokens x 16 floats = 512 bytes; 80 pages over 4 streams hold 80 tokens in all, while one
+  // request needs up to 54: the six requests take turns through preemption.
+  config.kv_cache_memory = 80 * 512;
+  expect_engine_matches_reference(config, 6, /*expect_preemption=*/true);
+}
+
+TEST(EngineTest, RejectsBadRequestsAndKeepsServing) {
+  ModelBundle bundle = tiny_bundle();
+  EngineConfig config;
+  config.max_model_len = 100;
+  config.page_size = 4;
+  config.kv_cache_memory = 80 * 512;  // 80 pages: 80 tokens per (layer, KV head) in all
+  auto engine = Engine::create(bundle, config);
+  ASSERT_TRUE(engine.is_ok());
+  EXPECT_EQ((*engine)->submit({"empty", {}, greedy(4)}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ((*engine)->submit({"oov", {1, 500}, greedy(4)}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ((*engine)->submit({"long", std::vector<int32_t>(95, 1), greedy(10)}).status().code(),
+            StatusCode::kOutOfRange);
+  SamplingParams bad = greedy(4);
+  bad.top_p = 2.0f;
+  EXPECT_EQ((*engine)->submit({"bad", {1, 2}, bad}).status().code(), StatusCode::kInvalidArgument);
+  // 50 + 40 tokens fit the context but never the pool (80 tokens per stream).
+  EXPECT_EQ((*engine)->submit({"huge", std::vector<int32_t>(50, 1), greedy(40)}).status().code(),
+            StatusCode::kResourceExhausted);
+  auto ok = (*engine)->submit({"fine", {1, 2, 3}, greedy(5)});
+  ASSERT_TRUE(ok.is_ok());
+  EXPECT_EQ((*engine)->submit({"fine", {1, 2, 3}, greedy(5)}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(collect(**ok).tokens.size(), 5u);
+}
+
+TEST(EngineTest, AbortEndsTheStreamAndFreesPages) {
+  ModelBundle bundle = tiny_bundle();
+  EngineConfig config;
+  config.page_size = 4;
+  config.kv_cache_memory = 64 << 20;
+  auto engine = Engine::create(bundle, config);
+  ASSERT_TRUE(engine.is_ok());
+  auto stream = (*engine)->submit({"long", {1, 2, 3, 4}, greedy(1500)});
+  ASSERT_TRUE(stream.is_ok());
+  ASSERT_TRUE((*stream)->next(std::chrono::milliseconds(60000)).has_value());  // it is running
+  (*engine)->abort("long");
+  Collected c = collect(**stream);
+  EXPECT_EQ(c.last.finish_reason, FinishReason::kAbort);
+  EXPECT_LT(c.tokens.size(), 1500u);
+  for (int i = 0; i < 100 && (*engine)->stats().num_kv_pages_used != 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ((*engine)->stats().num_kv_pages_used, 0);
+  EXPECT_EQ((*engine)->stats().requests_aborted_total, 1u);
+}
+
+}  // namespace
+}  // namespace se

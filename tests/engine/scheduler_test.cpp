@@ -1,0 +1,148 @@
+#include "engine/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+
+#include "sparse/paged_cache_manager.h"
+
+namespace se {
+namespace {
+
+// 2 layers x 2 KV heads = 4 streams; a 4-token block costs 4 pages.
+KvLayout small_layout() {
+  KvLayout l;
+  l.num_layers = 2;
+  l.num_kv_heads = 2;
+  l.head_dim = 4;
+  l.page_size = 4;
+  l.dtype = DType::kF32;
+  return l;
+}
+
+class SchedulerTest : public ::testing::Test {
+ protected:
+  void make(int num_pages, SchedulerConfig config) {
+    cache_ = std::move(PagedCacheManager::create(small_layout(), num_pages, cpu_allocator(), false)).value();
+    oracle_ = std::make_unique<MemoryOracle>(*cache_);
+    scheduler_ = std::make_unique<Scheduler>(config, *oracle_);
+  }
+  Request* add(const std::string& id, int prompt_len, int max_tokens = 100) {
+    SamplingParams p;
+    p.max_tokens = max_tokens;
+    auto r = std::make_unique<Request>(id, std::vector<int32_t>(static_cast<size_t>(prompt_len), 7), p);
+    Request* raw = r.get();
+    requests_[id] = std::move(r);
+    scheduler_->add(raw);
+    return raw;
+  }
+  // Plays the step as the engine does: tokens computed, a token sampled where the request caught up.
+  void complete(const StepPlan& plan) {
+    for (const ScheduledRequest& s : plan.scheduled) {
+      s.request->num_computed_tokens += s.num_tokens;
+      oracle_->commit(*s.request);
+      if (s.request->num_computed_tokens == s.request->num_tokens()) s.request->token_ids.push_back(1);
+    }
+    ASSERT_TRUE(cache_->check_integrity().is_ok());
+  }
+  std::map<std::string, int> plan_of(const StepPlan& plan) {
+    std::map<std::string, int> m;
+    for (const ScheduledRequest& s : plan.scheduled) m[s.request->request_id] = s.num_tokens;
+    return m;
+  }
+  void finish(Request* r) {
+    r->state = RequestState::kFinished;
+    oracle_->release(*r);
+    scheduler_->remove_finished();
+  }
+
+  std::unique_ptr<PagedCacheManager> cache_;
+  std::unique_ptr<MemoryOracle> oracle_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::map<std::string, std::unique_ptr<Request>> requests_;
+};
+
+using Plan = std::map<std::string, int>;
+
+TEST_F(SchedulerTest, ChunksPrefillWithinTheBudgetAndMixesDecode) {
+  make(256, {8, 8});
+  add("a", 10);
+  add("b", 3);
+  StepPlan p1 = scheduler_->schedule();
+  EXPECT_EQ(plan_of(p1), (Plan{{"a", 8}}));  // the budget ends inside a's prompt
+  complete(p1);
+  StepPlan p2 = scheduler_->schedule();
+  EXPECT_EQ(plan_of(p2), (Plan{{"a", 2}, {"b", 3}}));  // a's last chunk and all of b
+  complete(p2);
+  StepPlan p3 = scheduler_->schedule();
+  EXPECT_EQ(plan_of(p3), (Plan{{"a", 1}, {"b", 1}}));  // both decode
+  EXPECT_EQ(p3.num_scheduled_tokens, 2);
+  complete(p3);
+  // A new long prompt joins decoding requests in the same step with what the budget leaves.
+  add("c", 20);
+  StepPlan p4 = scheduler_->schedule();
+  EXPECT_EQ(plan_of(p4), (Plan{{"a", 1}, {"b", 1}, {"c", 6}}));
+}
+
+TEST_F(SchedulerTest, RespectsMaxNumSeqs) {
+  make(256, {1, 64});
+  Request* a = add("a", 4);
+  add("b", 4);
+  StepPlan p1 = scheduler_->schedule();
+  EXPECT_EQ(plan_of(p1), (Plan{{"a", 4}}));
+  complete(p1);
+  EXPECT_EQ(plan_of(scheduler_->schedule()), (Plan{{"a", 1}}));
+  finish(a);
+  EXPECT_EQ(plan_of(scheduler_->schedule()), (Plan{{"b", 4}}));
+}
+
+TEST_F(SchedulerTest, PreemptsTheNewestAndResumesByRecompute) {
+  // 12 pages = 3 blocks of 4 tokens across all streams.
+  make(12, {64, 8});
+  Request* a = add("a", 6);
+  Request* b = add("b", 3);
+  StepPlan p1 = scheduler_->schedule();
+  EXPECT_EQ(plan_of(p1), (Plan{{"a", 6}, {"b", 2}}));
+  complete(p1);
+  StepPlan p2 = scheduler_->schedule();
+  EXPECT_EQ(plan_of(p2), (Plan{{"a", 1}, {"b", 1}}));  // a decodes its 7th token, b finishes its prompt
+  complete(p2);
+  StepPlan p3 = scheduler_->schedule();
+  EXPECT_EQ(plan_of(p3), (Plan{{"a", 1}, {"b", 1}}));
+  complete(p3);
+  // a's 9th token needs a third block: b (newest) is preempted, keeping its output token.
+  StepPlan p4 = scheduler_->schedule();
+  EXPECT_EQ(plan_of(p4), (Plan{{"a", 1}}));
+  ASSERT_EQ(p4.preempted.size(), 1u);
+  EXPECT_EQ(p4.preempted[0], b);
+  EXPECT_EQ(b->num_computed_tokens, 0);
+  EXPECT_EQ(b->num_output_tokens(), 2);
+  EXPECT_EQ(b->state, RequestState::kWaiting);
+  EXPECT_EQ(b->num_preemptions, 1);
+  complete(p4);
+  finish(a);
+  // b resumes: its prompt and both generated tokens are recomputed in one chunk.
+  StepPlan p5 = scheduler_->schedule();
+  EXPECT_EQ(plan_of(p5), (Plan{{"b", 5}}));
+  complete(p5);
+  EXPECT_EQ(b->num_output_tokens(), 3);
+  finish(b);
+  EXPECT_EQ(cache_->num_free_pages(), cache_->num_total_pages());
+}
+
+TEST_F(SchedulerTest, WaitingRequestsDoNotPreemptRunningOnes) {
+  make(12, {64, 64});
+  add("a", 8);
+  StepPlan p1 = scheduler_->schedule();
+  EXPECT_EQ(plan_of(p1), (Plan{{"a", 8}}));
+  complete(p1);
+  add("b", 8);  // needs 8 pages; only 4 are free
+  StepPlan p2 = scheduler_->schedule();
+  EXPECT_EQ(plan_of(p2), (Plan{{"a", 1}}));
+  EXPECT_TRUE(p2.preempted.empty());
+  EXPECT_EQ(scheduler_->waiting().size(), 1u);
+}
+
+}  // namespace
+}  // namespace se

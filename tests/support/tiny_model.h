@@ -1,0 +1,40 @@
+// A tiny random decoder model for fast engine tests: real architecture code, dummy weights (seeded), small
+// shapes. `weight_scale` multiplies the dummy weights so greedy decisions are far from ties.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include "base/check.h"
+#include "loader/dummy_weights.h"
+#include "loader/hf_config.h"
+#include "model/model.h"
+
+namespace se::test {
+
+inline nlohmann::json tiny_config(const std::string& model_type = "llama") {
+  nlohmann::json c = {{"model_type", model_type},  {"vocab_size", 96},        {"hidden_size", 64},
+                      {"intermediate_size", 128},  {"num_hidden_layers", 2},  {"num_attention_heads", 4},
+                      {"num_key_value_heads", 2},  {"head_dim", 16},          {"rms_norm_eps", 1e-6},
+                      {"rope_theta", 10000.0},     {"max_position_embeddings", 2048},
+                      {"tie_word_embeddings", false}};
+  if (model_type == "gemma3_text") {
+    c["sliding_window"] = 8;
+    c["sliding_window_pattern"] = 2;
+  }
+  return c;
+}
+
+inline Model tiny_model(const std::string& model_type = "llama", float weight_scale = 10.0f, uint64_t seed = 1) {
+  auto normalized = normalize_hf_config(tiny_config(model_type), "tiny");
+  SE_CHECK(normalized.is_ok(), "{}", normalized.status().to_string());
+  auto weights = dummy_weights(*normalized, DType::kF32, seed, nullptr);
+  for (auto& [name, t] : weights) {
+    if (name.find("norm") != std::string::npos) continue;
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] *= weight_scale;
+  }
+  auto model = Model::create(*normalized, weights);
+  SE_CHECK(model.is_ok(), "{}", model.status().to_string());
+  return std::move(model).value();
+}
+
+}  // namespace se::test
