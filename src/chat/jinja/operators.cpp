@@ -195,7 +195,8 @@ std::optional<int64_t> as_index(const Value& v) {
 
 Result<Value> binary_op(Interpreter& interp, ast::BinaryOp op, const Value& a, const Value& b) {
   if (a.is_undefined()) return undefined_error(a);
-  if (b.is_undefined()) return undefined_error(b);
+  // str % x formats before Python would ask Undefined.__rmod__, so '%s' % undefined is ''.
+  if (b.is_undefined() && !(op == ast::BinaryOp::kMod && a.is_string())) return undefined_error(b);
   if (a.is_number() && b.is_number()) return arithmetic(op, a, b);
   switch (op) {
     case ast::BinaryOp::kAdd:
