@@ -104,6 +104,13 @@ TEST(ChatTemplateLimitsTest, RecursionAndNestingAreBounded) {
       render("{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}"
              "{% endfor %}"),
       StatusCode::kResourceExhausted, "nested deeper");
+  // Macro recursion multiplies statement nesting; the evaluation depth bound keeps the stack safe.
+  std::string nested = "{% macro f(n) %}";
+  for (int i = 0; i < 150; ++i) nested += "{% if true %}";
+  nested += "{{ f(n + 1) }}";
+  for (int i = 0; i < 150; ++i) nested += "{% endif %}";
+  expect_error(render(nested + "{% endmacro %}{{ f(0) }}"), StatusCode::kResourceExhausted,
+               "nested deeper");
   // Hostile syntax nesting is a parse error, not a stack overflow.
   std::string parens = "{{ " + std::string(20000, '(') + "1" + std::string(20000, ')') + " }}";
   expect_error(render(parens), StatusCode::kInvalidArgument, "nesting");

@@ -337,6 +337,7 @@ CASES = [
     ("err_tojson_undefined", "{{ missing|tojson }}", {}),
     ("err_break_outside_loop", "{% break %}", {}),
     ("err_unpack", "{% set a, b = [1] %}", {}),
+    ("err_loop_as_target", "{% for loop in [1] %}{% endfor %}", {}),
     ("err_compare_types", "{{ 1 < 'a' }}", {}),
     ("err_macro_too_many_args", "{% macro m(a) %}{% endmacro %}{{ m(1, 2) }}", {}),
     ("err_raise_in_loop", "{% for m in msgs %}{% if m.role == 'assistant' %}{{ raise_exception('bad role: ' ~ m.role) }}{% endif %}{% endfor %}", {"msgs": MSGS}),

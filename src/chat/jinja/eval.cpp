@@ -51,7 +51,12 @@ Value loop_attribute(const Value& loop_value, const std::string& name, bool* fou
 }  // namespace
 
 Result<Value> Interpreter::eval(const ast::Expr& expr, const std::shared_ptr<Scope>& scope) {
-  Status step = count_step();
+  struct LevelExit {
+    int& depth;
+    ~LevelExit() { --depth; }
+  } level_exit{eval_depth_};
+  Status step = enter_level();
+  if (step.is_ok()) step = count_step();
   if (!step.is_ok()) return locate(step, expr.pos);
   Result<Value> result = eval_inner(expr, scope);
   if (!result.is_ok()) return locate(result.status(), expr.pos);
@@ -145,7 +150,8 @@ Result<Value> Interpreter::eval_inner(const ast::Expr& expr, const std::shared_p
     case ast::ExprKind::kTest: {
       const auto& e = static_cast<const ast::TestExpr&>(expr);
       if (!e.known) {
-        return invalid_argument("TemplateRuntimeError: No test named {}.", py_repr_string(e.name));
+        return invalid_argument("TemplateRuntimeError: No test named {} found.",
+                                py_repr_string(e.name));
       }
       SE_ASSIGN_OR_RETURN(Value input, eval(*e.operand, scope));
       SE_ASSIGN_OR_RETURN(CallArgs args, eval_args(e.args, scope));
@@ -217,7 +223,8 @@ Result<Value> Interpreter::eval_compare(const ast::CompareExpr& expr,
 Result<Value> Interpreter::eval_filter(const ast::FilterExpr& expr, Value input,
                                        const std::shared_ptr<Scope>& scope) {
   if (!expr.known) {
-    return invalid_argument("TemplateRuntimeError: No filter named {}.", py_repr_string(expr.name));
+    return invalid_argument("TemplateRuntimeError: No filter named {} found.",
+                            py_repr_string(expr.name));
   }
   SE_ASSIGN_OR_RETURN(CallArgs args, eval_args(expr.args, scope));
   return call_filter(expr.name, input, std::move(args));

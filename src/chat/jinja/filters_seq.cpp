@@ -242,8 +242,9 @@ Result<Value> f_batch(Interpreter& interp, const Value& in, CallArgs& args) {
     tmp.push_back(std::move(item));
   }
   if (!tmp.empty()) {
-    if (!a[1].is_none()) {
-      while (static_cast<int64_t>(tmp.size()) < linecount) tmp.push_back(a[1]);
+    if (!a[1].is_none() && static_cast<int64_t>(tmp.size()) < linecount) {
+      SE_RETURN_IF_ERROR(interp.check_string_size(static_cast<size_t>(linecount)));
+      tmp.resize(static_cast<size_t>(linecount), a[1]);
     }
     batches.push_back(Value::list(std::move(tmp)));
   }

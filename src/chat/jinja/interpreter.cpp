@@ -71,6 +71,14 @@ Status Interpreter::count_step() {
   return Status::ok();
 }
 
+Status Interpreter::enter_level() {
+  if (++eval_depth_ > limits_.max_eval_depth) {
+    return resource_exhausted("template evaluation nested deeper than {} levels",
+                              limits_.max_eval_depth);
+  }
+  return Status::ok();
+}
+
 Status Interpreter::check_string_size(size_t bytes) const {
   if (bytes > limits_.max_output_bytes) {
     return resource_exhausted("template built a value larger than {} bytes",
@@ -128,6 +136,11 @@ Result<std::string> Interpreter::capture(const ast::Body& body,
 
 Status Interpreter::exec(const ast::Stmt& stmt, const std::shared_ptr<Scope>& scope,
                          std::string& out, Flow* flow) {
+  struct LevelExit {
+    int& depth;
+    ~LevelExit() { --depth; }
+  } level_exit{eval_depth_};
+  SE_RETURN_IF_ERROR(locate(enter_level(), stmt.pos));
   SE_RETURN_IF_ERROR(locate(count_step(), stmt.pos));
   Status status;
   switch (stmt.kind) {

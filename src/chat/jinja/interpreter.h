@@ -20,8 +20,9 @@ namespace se::jinja {
 struct RenderLimits {
   size_t max_output_bytes = size_t{64} << 20;  // also bounds any single string built
   uint64_t max_steps = 5'000'000;              // statements + expressions + loop iterations
-  int max_call_depth = 200;                    // nested macro calls
-  int max_nesting = 512;                       // nesting depth of lists/dicts
+  int max_call_depth = 100;                    // nested macro calls
+  int max_eval_depth = 1000;  // nested statements + expressions across calls (~1 MB of stack)
+  int max_nesting = 512;      // nesting depth of lists/dicts
 };
 
 // A variable scope; lookups fall back to the parent. Scopes hold a handful of names (loop bodies
@@ -105,6 +106,8 @@ class Interpreter {
                             const std::shared_ptr<Scope>& scope);
   Result<Value> eval_compare(const ast::CompareExpr& expr, const std::shared_ptr<Scope>& scope);
   Result<Value> lookup(const std::string& name, const Scope& scope) const;
+  // Bounds the C++ recursion of exec/eval (macro recursion multiplies statement nesting).
+  Status enter_level();
   // Adds "line N: " to an error once, at the innermost node that failed.
   Status locate(Status status, const ast::SourcePos& pos);
 
@@ -114,6 +117,7 @@ class Interpreter {
   uint64_t steps_ = 0;
   size_t output_bytes_ = 0;
   int call_depth_ = 0;
+  int eval_depth_ = 0;
   bool located_ = false;
   bool template_error_ = false;
   // Scopes captured by macros; cleared at the end to break macro <-> scope reference cycles.

@@ -12,6 +12,12 @@ bool contains(const std::vector<std::string_view>& names, std::string_view name)
   return std::find(names.begin(), names.end(), name) != names.end();
 }
 
+bool target_binds(const ast::Target& target, std::string_view name) {
+  if (target.kind == ast::Target::Kind::kName) return target.name == name;
+  return std::any_of(target.items.begin(), target.items.end(),
+                     [&](const ast::Target& t) { return target_binds(t, name); });
+}
+
 }  // namespace
 
 const Token& Parser::peek(size_t ahead) const {
@@ -231,7 +237,11 @@ Result<ast::StmtPtr> Parser::parse_if() {
 Result<ast::StmtPtr> Parser::parse_for() {
   auto stmt = std::make_unique<ast::ForStmt>(current().pos);
   advance();
+  const Token target_token = current();
   SE_ASSIGN_OR_RETURN(stmt->target, parse_assign_target(false, true));
+  if (target_binds(stmt->target, "loop")) {
+    return error(target_token, "Can't assign to special loop variable in for-loop target");
+  }
   if (!skip_name("in")) {
     return error_here(fmt::format("expected token 'in', got '{}'", describe(current())));
   }
