@@ -1,0 +1,179 @@
+#include "server/generation_route.h"
+
+#include <fmt/format.h>
+#include <httplib.h>
+
+#include <ctime>
+#include <memory>
+#include <random>
+
+#include "base/logging.h"
+#include "server/generation_session.h"
+#include "server/openai_response.h"
+
+namespace se::server {
+
+namespace {
+
+// How long a provider call waits for a delta before it checks the client again.
+constexpr std::chrono::milliseconds kClientPollInterval{100};
+
+std::string random_hex(int num_chars) {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  std::string out;
+  while (static_cast<int>(out.size()) < num_chars) out += fmt::format("{:016x}", rng());
+  out.resize(static_cast<size_t>(num_chars));
+  return out;
+}
+
+// Everything one response needs while httplib streams it. Holding it keeps the request counted in flight;
+// dropping it (response written, or client gone) aborts what still runs.
+struct ResponseState {
+  ResponseState(ServerContext& ctx, ResponseFormatter formatter) : ctx(ctx), formatter(std::move(formatter)) {
+    ctx.inflight.add();
+  }
+  ~ResponseState() {
+    session.reset();  // aborts unfinished choices before the drain waiter may see zero
+    ctx.inflight.remove();
+  }
+  ResponseState(const ResponseState&) = delete;
+  ResponseState& operator=(const ResponseState&) = delete;
+
+  ServerContext& ctx;
+  ResponseFormatter formatter;
+  std::unique_ptr<GenerationSession> session;
+  std::vector<ChoiceState> choices;
+  bool logprobs = false;
+  bool started = false;
+};
+
+// The error a choice that ended without stop/length reports.
+ApiError ended_early(const RequestOutput& out) {
+  if (out.finish_reason == FinishReason::kAbort)
+    return ApiError{503, "the request was aborted: the server is shutting down", ""};
+  return ApiError{500, out.error.empty() ? std::string("the engine failed on this request") : out.error, ""};
+}
+
+bool failed(const RequestOutput& out) {
+  return out.finished && (out.finish_reason == FinishReason::kAbort || out.finish_reason == FinishReason::kError);
+}
+
+bool write(httplib::DataSink& sink, const std::string& data) {
+  return data.empty() || sink.write(data.data(), data.size());
+}
+
+// One provider call: wait for a delta, send its SSE events; close with usage and [DONE] once all choices end.
+bool provide_stream(ResponseState& s, httplib::DataSink& sink) {
+  if (!s.started) {
+    s.started = true;
+    if (!write(sink, s.formatter.stream_start(s.session->num_choices()))) return false;
+  }
+  if (!sink.is_writable()) return false;  // the client went away: dropping the state aborts the choices
+  std::optional<ChoiceDelta> delta = s.session->next(kClientPollInterval);
+  if (!delta) return true;
+  if (failed(delta->output)) {
+    if (!write(sink, sse_event(ended_early(delta->output).to_json())) || !write(sink, std::string(kSseDone)))
+      return false;
+    sink.done();
+    return true;
+  }
+  ChoiceState& choice = s.choices[static_cast<size_t>(delta->index)];
+  if (!write(sink, s.formatter.stream_delta(delta->index, delta->output, choice))) return false;
+  if (s.session->finished()) {
+    if (!write(sink, s.formatter.stream_end(usage_of(s.choices)))) return false;
+    sink.done();
+  }
+  return true;
+}
+
+// One provider call of a non-streaming response: collect deltas; send the body once all choices end. The
+// status line is already out, so a choice that fails cuts the connection rather than claim success.
+bool provide_full(ResponseState& s, httplib::DataSink& sink) {
+  if (!sink.is_writable()) return false;
+  std::optional<ChoiceDelta> delta = s.session->next(kClientPollInterval);
+  if (!delta) return true;
+  if (failed(delta->output)) {
+    SE_LOG_WARN("request failed after its response started: {}", ended_early(delta->output).message);
+    return false;
+  }
+  s.choices[static_cast<size_t>(delta->index)].absorb(delta->output, s.logprobs);
+  if (s.session->finished()) {
+    if (!write(sink, dump_json(s.formatter.full_response(s.choices)))) return false;
+    sink.done();
+  }
+  return true;
+}
+
+}  // namespace
+
+void send_error(httplib::Response& res, const ApiError& error) {
+  res.status = error.http_status;
+  res.set_content(error.body(), "application/json");
+}
+
+ApiResult<std::vector<int32_t>> prompt_token_ids(const OpenAiRequest& request, const ModelBundle& bundle) {
+  const bool chat = request.endpoint == Endpoint::kChatCompletions;
+  if (!chat && !request.prompt_text) return request.prompt_ids;
+  if (!bundle.tokenizer)
+    return ApiError::bad_request(fmt::format("model '{}' has no tokenizer: send the prompt as token ids",
+                                             bundle.name),
+                                 chat ? "messages" : "prompt");
+  std::vector<int32_t> ids;
+  if (chat) {
+    Result<std::string> rendered = bundle.render_chat(request.messages);
+    if (!rendered.is_ok()) return ApiError::from_status(rendered.status(), "messages");
+    ids = bundle.tokenizer->encode(*rendered, /*add_special=*/false, /*parse_special=*/true);
+  } else {
+    ids = bundle.tokenizer->encode(*request.prompt_text, /*add_special=*/true, /*parse_special=*/true);
+  }
+  if (ids.empty()) return ApiError::bad_request("the prompt is empty", chat ? "messages" : "prompt");
+  return ids;
+}
+
+void handle_generation(ServerContext& ctx, Endpoint endpoint, const httplib::Request& req, httplib::Response& res) {
+  if (ctx.draining) return send_error(res, ApiError{503, "the server is shutting down", ""});
+  ApiResult<nlohmann::json> body = parse_json_body(req.body);
+  if (!body.is_ok()) return send_error(res, body.error());
+  const bool chat = endpoint == Endpoint::kChatCompletions;
+  ApiResult<OpenAiRequest> parsed =
+      chat ? parse_chat_request(body.value(), ctx.limits) : parse_completion_request(body.value(), ctx.limits);
+  if (!parsed.is_ok()) return send_error(res, parsed.error());
+  OpenAiRequest& request = parsed.value();
+
+  const ModelBundle& bundle = ctx.engine.bundle();
+  if (!request.model.empty() && request.model != bundle.name)
+    return send_error(res, ApiError{404, fmt::format("The model `{}` does not exist.", request.model), "model"});
+  ApiResult<std::vector<int32_t>> prompt = prompt_token_ids(request, bundle);
+  if (!prompt.is_ok()) return send_error(res, prompt.error());
+  ApiResult<int> max_tokens = resolve_max_tokens(request, static_cast<int>(prompt->size()), ctx.max_model_len);
+  if (!max_tokens.is_ok()) return send_error(res, max_tokens.error());
+  request.params.max_tokens = max_tokens.value();
+
+  const std::string id = (chat ? "chatcmpl-" : "cmpl-") + random_hex(32);
+  TokenBytesFn token_bytes = [&bundle](int32_t token_id) {
+    return bundle.tokenizer ? std::string(bundle.tokenizer->token_bytes(token_id)) : std::string();
+  };
+  auto state = std::make_shared<ResponseState>(
+      ctx, ResponseFormatter(endpoint, id, bundle.name, static_cast<int64_t>(std::time(nullptr)), request.logprobs,
+                             request.include_usage, std::move(token_bytes)));
+  Result<std::unique_ptr<GenerationSession>> session =
+      GenerationSession::submit(ctx.engine, id, prompt.value(), request.params, request.n);
+  if (!session.is_ok()) return send_error(res, ApiError::from_status(session.status()));
+  state->session = std::move(session).value();
+  state->choices.resize(static_cast<size_t>(request.n));
+  state->logprobs = request.logprobs;
+
+  res.status = 200;
+  if (request.stream) {
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream", [state](size_t, httplib::DataSink& sink) { return provide_stream(*state, sink); },
+        [state](bool) { state->session.reset(); });
+  } else {
+    res.set_chunked_content_provider(
+        "application/json", [state](size_t, httplib::DataSink& sink) { return provide_full(*state, sink); },
+        [state](bool) { state->session.reset(); });
+  }
+}
+
+}  // namespace se::server
