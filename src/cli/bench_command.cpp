@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/bench_commands.h"
 #include "cli/commands.h"
 #include "cli/model_options.h"
 #include "cli/model_resolver.h"
@@ -101,8 +102,13 @@ int run_bench_generate(const BenchGenerateOptions& o) {
 void add_bench_command(CLI::App& app, int& exit_code) {
   CLI::App* bench = app.add_subcommand("bench", "benchmarks (tables, not tests)");
   bench->require_subcommand(1);
+  add_bench_generate_command(*bench, exit_code);
+  add_bench_throughput_command(*bench, exit_code);
+}
+
+void add_bench_generate_command(CLI::App& bench, int& exit_code) {
   auto o = std::make_shared<BenchGenerateOptions>();
-  CLI::App* gen = bench->add_subcommand("generate", "single-stream prompt and decode tokens/s vs llama.cpp");
+  CLI::App* gen = bench.add_subcommand("generate", "single-stream prompt and decode tokens/s vs llama.cpp");
   o->model.add_to(*gen);
   gen->add_option("--prompt-len", o->prompt_len, "prompt tokens (random ids)")->capture_default_str();
   gen->add_option("--gen-len", o->gen_len, "generated tokens (EOS ignored)")->capture_default_str();

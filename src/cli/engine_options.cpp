@@ -1,0 +1,66 @@
+#include <cctype>
+#include <cmath>
+#include <string>
+
+#include "cli/bench_commands.h"
+
+namespace se::cli {
+
+namespace {
+
+// "2GiB", "512MiB", "1.5G", "1000000" -> bytes (K/M/G/T and KiB.. are powers of 1024, KB.. powers of 1000).
+bool parse_byte_size(const std::string& text, int64_t& bytes) {
+  size_t pos = 0;
+  while (pos < text.size() && (std::isdigit(static_cast<unsigned char>(text[pos])) || text[pos] == '.')) ++pos;
+  std::string suffix;
+  for (char c : text.substr(pos)) suffix += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  double value = 0.0;
+  try {
+    size_t used = 0;
+    value = std::stod(text.substr(0, pos), &used);
+    if (used != pos) return false;
+  } catch (const std::exception&) {
+    return false;
+  }
+  static constexpr std::string_view kUnits = "KMGT";
+  double scale = 0.0;
+  if (suffix.empty() || suffix == "B") {
+    scale = 1.0;
+  } else if (const size_t unit = kUnits.find(suffix[0]); unit != std::string_view::npos) {
+    const std::string rest = suffix.substr(1);
+    const int power = static_cast<int>(unit) + 1;
+    if (rest.empty() || rest == "I" || rest == "IB") scale = std::pow(1024.0, power);
+    if (rest == "B") scale = std::pow(1000.0, power);
+  }
+  if (scale == 0.0 || !std::isfinite(value * scale) || value * scale > 9.0e18) return false;
+  bytes = static_cast<int64_t>(value * scale);
+  return true;
+}
+
+}  // namespace
+
+void add_engine_options(CLI::App& command, EngineConfig& config) {
+  command.add_option("--max-model-len", config.max_model_len, "context length (0 = the model's)")
+      ->capture_default_str();
+  command.add_option("--max-num-seqs", config.max_num_seqs, "requests running at once at most")
+      ->capture_default_str();
+  command.add_option("--max-num-batched-tokens", config.max_num_batched_tokens, "tokens per engine step at most")
+      ->capture_default_str();
+  command.add_option("--page-size", config.page_size, "tokens per KV page")->capture_default_str();
+  command
+      .add_option_function<std::string>(
+          "--kv-cache-memory",
+          [&config](const std::string& text) {
+            if (!parse_byte_size(text, config.kv_cache_memory) || config.kv_cache_memory <= 0)
+              throw CLI::ValidationError("--kv-cache-memory",
+                                         "'" + text + "' is not a byte size (e.g. 2GiB, 512MiB, 1000000)");
+          },
+          "bytes for the KV cache, e.g. 2GiB (default: derived from --gpu-memory-utilization; on the CPU at most "
+          "2 GiB)");
+  command.add_option("--gpu-memory-utilization", config.gpu_memory_utilization,
+                     "fraction of device memory for weights and KV cache")
+      ->capture_default_str();
+  command.add_flag("!--no-enable-prefix-caching", config.enable_prefix_caching, "disable the radix prefix cache");
+}
+
+}  // namespace se::cli
