@@ -24,15 +24,18 @@ def main():
     rng = np.random.default_rng(1234)
     prompt = rng.integers(100, min(llm.n_vocab(), 30000), size=a.prompt_len).tolist()
 
+    def last_logits():
+        return np.ctypeslib.as_array(llm._ctx.get_logits_ith(-1), shape=(llm.n_vocab(),))
+
     def run(ids, gen):
         llm.reset()
         t0 = time.perf_counter()
         llm.eval(ids)
-        tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        tok = int(np.argmax(last_logits()))
         t1 = time.perf_counter()
         for _ in range(gen - 1):
             llm.eval([tok])
-            tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+            tok = int(np.argmax(last_logits()))
         t2 = time.perf_counter()
         return len(ids) / (t1 - t0), (gen - 1) / (t2 - t1)
 

@@ -32,6 +32,11 @@ def long_prompts(count: int) -> list[str]:
     return [" ".join(words[i * 7: i * 7 + n]) for i, n in enumerate(sizes)]
 
 
+def last_logits(llm):
+    """Logits of the last evaluated token (llama-cpp-python keeps no scores unless logits_all is set)."""
+    return np.ctypeslib.as_array(llm._ctx.get_logits_ith(-1), shape=(llm.n_vocab(),)).astype(np.float32)
+
+
 def reference(model_path, prompts_ids):
     llm = llama_cpp.Llama(model_path=str(model_path), n_ctx=2600, n_batch=512, n_threads=2, verbose=False,
                           type_k=0, type_v=0, flash_attn=False)  # F32 KV cache: no f16 rounding on the oracle side
@@ -39,10 +44,10 @@ def reference(model_path, prompts_ids):
     for ids in prompts_ids:
         llm.reset()
         llm.eval(ids)
-        logits.append(np.array(llm.scores[len(ids) - 1], dtype=np.float32))
+        logits.append(last_logits(llm))
         out = []
         for _ in range(NUM_CONTINUE):
-            tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+            tok = int(np.argmax(last_logits(llm)))
             out.append(tok)
             llm.eval([tok])
         continuations.append(out)
