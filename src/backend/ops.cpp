@@ -2,19 +2,52 @@
 #include "backend/ops.h"
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cuda/cuda_ops.h"
 #include "base/check.h"
 
 namespace se {
 
 namespace {
+#if SE_WITH_CUDA
+constexpr bool kCudaBuilt = true;
+#else
+constexpr bool kCudaBuilt = false;  // the se::cuda calls below sit in discarded branches and are never linked
+#endif
+
 void require_cpu_f32(const TensorView& t, const char* what) {
   SE_CHECK(t.device == Device::kCpu, "{}: only the CPU backend is built for this op", what);
   SE_CHECK(t.dtype == DType::kF32, "{}: expected f32, got {}", what, dtype_name(t.dtype));
 }
 int64_t last_dim(const TensorView& t) { return t.shape[t.shape.rank() - 1]; }
+
+// True when the op runs on the GPU (its output lives there); then the build must have the CUDA backend.
+bool on_cuda(const TensorView& out, const char* what) {
+  if (out.device != Device::kCuda) return false;
+  SE_CHECK(kCudaBuilt, "{}: a CUDA tensor, but this build has no CUDA backend (configure with -DSE_CUDA=ON)",
+           what);
+  return true;
+}
+// A CUDA activation: on the device, F32 or BF16.
+void require_cuda_act(const TensorView& t, const char* what) {
+  SE_CHECK(t.device == Device::kCuda, "{}: expected a CUDA tensor", what);
+  SE_CHECK(t.dtype == DType::kF32 || t.dtype == DType::kBF16, "{}: expected f32 or bf16, got {}", what,
+           dtype_name(t.dtype));
+}
 }  // namespace
 
 void embedding(TensorView out, TensorView table, TensorView ids) {
+  if (on_cuda(out, "embedding")) {
+    require_cuda_act(out, "embedding.out");
+    SE_CHECK(table.device == Device::kCuda && ids.device == Device::kCuda,
+             "embedding: table and ids on the GPU");
+    SE_CHECK(ids.dtype == DType::kI32 && table.shape.rank() == 2 &&
+                 (table.dtype == DType::kF32 || table.dtype == DType::kF16 || table.dtype == DType::kBF16),
+             "embedding: ids i32, table 2-d f32/f16/bf16");
+    SE_CHECK(out.numel() == ids.numel() * table.shape[1], "embedding: out {} for {} ids of dim {}",
+             out.shape.to_string(), ids.numel(), table.shape[1]);
+    if constexpr (kCudaBuilt) cuda::embedding(out, table, ids);
+    return;
+  }
   require_cpu_f32(out, "embedding.out");
   SE_CHECK(ids.dtype == DType::kI32 && table.shape.rank() == 2, "embedding: ids i32, table 2-d");
   SE_CHECK(out.numel() == ids.numel() * table.shape[1], "embedding: out {} for {} ids of dim {}",
@@ -23,6 +56,15 @@ void embedding(TensorView out, TensorView table, TensorView ids) {
 }
 
 void rms_norm(TensorView out, TensorView x, TensorView weight, float eps) {
+  if (on_cuda(out, "rms_norm")) {
+    require_cuda_act(out, "rms_norm.out");
+    require_cuda_act(x, "rms_norm.x");
+    require_cuda_act(weight, "rms_norm.weight");
+    SE_CHECK(out.numel() == x.numel() && last_dim(x) == weight.numel(), "rms_norm: x {} weight {}",
+             x.shape.to_string(), weight.shape.to_string());
+    if constexpr (kCudaBuilt) cuda::rms_norm(out, x, weight, eps);
+    return;
+  }
   require_cpu_f32(out, "rms_norm.out");
   SE_CHECK(out.numel() == x.numel() && last_dim(x) == weight.numel(), "rms_norm: x {} weight {}",
            x.shape.to_string(), weight.shape.to_string());
@@ -30,6 +72,17 @@ void rms_norm(TensorView out, TensorView x, TensorView weight, float eps) {
 }
 
 void add_rms_norm(TensorView out, TensorView residual, TensorView x, TensorView weight, float eps) {
+  if (on_cuda(out, "add_rms_norm")) {
+    require_cuda_act(out, "add_rms_norm.out");
+    require_cuda_act(residual, "add_rms_norm.residual");
+    require_cuda_act(x, "add_rms_norm.x");
+    require_cuda_act(weight, "add_rms_norm.weight");
+    SE_CHECK(out.numel() == x.numel() && residual.numel() == x.numel() && last_dim(x) == weight.numel(),
+             "add_rms_norm: x {} residual {} weight {}", x.shape.to_string(), residual.shape.to_string(),
+             weight.shape.to_string());
+    if constexpr (kCudaBuilt) cuda::add_rms_norm(out, residual, x, weight, eps);
+    return;
+  }
   require_cpu_f32(out, "add_rms_norm.out");
   SE_CHECK(out.numel() == x.numel() && residual.numel() == x.numel() && last_dim(x) == weight.numel(),
            "add_rms_norm: x {} residual {} weight {}", x.shape.to_string(), residual.shape.to_string(),
@@ -38,6 +91,22 @@ void add_rms_norm(TensorView out, TensorView residual, TensorView x, TensorView 
 }
 
 void linear(TensorView out, TensorView x, TensorView w, const TensorView* bias) {
+  if (on_cuda(out, "linear")) {
+    require_cuda_act(out, "linear.out");
+    require_cuda_act(x, "linear.x");
+    require_cuda_act(w, "linear.w");
+    SE_CHECK(x.dtype == w.dtype && (x.dtype == DType::kBF16 || out.dtype == DType::kF32),
+             "linear: x {} w {} out {} (CUDA: bf16 x and w with bf16 or f32 out, or all f32)",
+             dtype_name(x.dtype), dtype_name(w.dtype), dtype_name(out.dtype));
+    SE_CHECK(w.shape.rank() == 2 && last_dim(x) == w.shape[1], "linear: x {} w {}", x.shape.to_string(),
+             w.shape.to_string());
+    SE_CHECK(out.numel() == x.numel() / w.shape[1] * w.shape[0], "linear: out {} for x {} w {}",
+             out.shape.to_string(), x.shape.to_string(), w.shape.to_string());
+    SE_CHECK(bias == nullptr || (bias->numel() == w.shape[0] && bias->device == Device::kCuda),
+             "linear: bias");
+    if constexpr (kCudaBuilt) cuda::linear(out, x, w, bias);
+    return;
+  }
   require_cpu_f32(out, "linear.out");
   require_cpu_f32(w, "linear.w");
   SE_CHECK(w.shape.rank() == 2 && last_dim(x) == w.shape[1], "linear: x {} w {}", x.shape.to_string(),
@@ -49,6 +118,17 @@ void linear(TensorView out, TensorView x, TensorView w, const TensorView* bias) 
 }
 
 void rope(TensorView x, TensorView positions, const RopeParams& params) {
+  if (on_cuda(x, "rope")) {
+    require_cuda_act(x, "rope.x");
+    SE_CHECK(positions.device == Device::kCuda && positions.dtype == DType::kI32,
+             "rope: positions i32 on the GPU");
+    SE_CHECK(x.shape.rank() == 3 && positions.numel() == x.shape[0], "rope: x {} positions {}",
+             x.shape.to_string(), positions.numel());
+    SE_CHECK(params.rotary_dim > 0 && params.rotary_dim % 2 == 0 && params.rotary_dim <= x.shape[2],
+             "rope: rotary_dim {} head_dim {}", params.rotary_dim, x.shape[2]);
+    if constexpr (kCudaBuilt) cuda::rope(x, positions, params);
+    return;
+  }
   require_cpu_f32(x, "rope.x");
   SE_CHECK(x.shape.rank() == 3 && positions.numel() == x.shape[0], "rope: x {} positions {}",
            x.shape.to_string(), positions.numel());
@@ -58,6 +138,14 @@ void rope(TensorView x, TensorView positions, const RopeParams& params) {
 }
 
 void gated_activation(TensorView out, TensorView gate_up, Activation act) {
+  if (on_cuda(out, "gated_activation")) {
+    require_cuda_act(out, "gated_activation.out");
+    require_cuda_act(gate_up, "gated_activation.gate_up");
+    SE_CHECK(gate_up.numel() == 2 * out.numel() && last_dim(gate_up) == 2 * last_dim(out),
+             "gated_activation: gate_up {} out {}", gate_up.shape.to_string(), out.shape.to_string());
+    if constexpr (kCudaBuilt) cuda::gated_activation(out, gate_up, act);
+    return;
+  }
   require_cpu_f32(out, "gated_activation.out");
   SE_CHECK(gate_up.numel() == 2 * out.numel(), "gated_activation: gate_up {} out {}",
            gate_up.shape.to_string(), out.shape.to_string());
@@ -65,17 +153,35 @@ void gated_activation(TensorView out, TensorView gate_up, Activation act) {
 }
 
 void add_inplace(TensorView x, TensorView y) {
+  if (on_cuda(x, "add_inplace")) {
+    require_cuda_act(x, "add_inplace.x");
+    require_cuda_act(y, "add_inplace.y");
+    SE_CHECK(x.numel() == y.numel(), "add_inplace: {} vs {}", x.shape.to_string(), y.shape.to_string());
+    if constexpr (kCudaBuilt) cuda::add_inplace(x, y);
+    return;
+  }
   require_cpu_f32(x, "add_inplace.x");
   SE_CHECK(x.numel() == y.numel(), "add_inplace: {} vs {}", x.shape.to_string(), y.shape.to_string());
   cpu::add_inplace(x, y);
 }
 
 void scale_inplace(TensorView x, float s) {
+  if (on_cuda(x, "scale_inplace")) {
+    require_cuda_act(x, "scale_inplace.x");
+    if constexpr (kCudaBuilt) cuda::scale_inplace(x, s);
+    return;
+  }
   require_cpu_f32(x, "scale_inplace.x");
   cpu::scale_inplace(x, s);
 }
 
 void softcap_inplace(TensorView x, float cap) {
+  if (on_cuda(x, "softcap_inplace")) {
+    require_cuda_act(x, "softcap_inplace.x");
+    SE_CHECK(cap > 0.0f, "softcap must be positive");
+    if constexpr (kCudaBuilt) cuda::softcap_inplace(x, cap);
+    return;
+  }
   require_cpu_f32(x, "softcap_inplace.x");
   SE_CHECK(cap > 0.0f, "softcap must be positive");
   cpu::softcap_inplace(x, cap);
@@ -94,6 +200,19 @@ void attention(TensorView out, TensorView q, TensorView k, TensorView v, TensorV
 }
 
 void write_kv(const AttentionView& view, TensorView k, TensorView v) {
+  if (on_cuda(k, "write_kv")) {
+    // The view's tables are device memory here: row counts are the caller's contract, not checked.
+    require_cuda_act(k, "write_kv.k");
+    require_cuda_act(v, "write_kv.v");
+    SE_CHECK(view.kv_dtype == DType::kBF16, "write_kv: CUDA KV pages are bf16, got {}",
+             dtype_name(view.kv_dtype));
+    SE_CHECK(k.dtype == v.dtype && k.shape.rank() == 3 && k.shape[1] == view.num_kv_heads &&
+                 k.shape[2] == view.head_dim && v.shape == k.shape,
+             "write_kv: k {} v {} for {} KV heads x {}", k.shape.to_string(), v.shape.to_string(),
+             view.num_kv_heads, view.head_dim);
+    if constexpr (kCudaBuilt) cuda::write_kv(view, k, v);
+    return;
+  }
   require_cpu_f32(k, "write_kv.k");
   SE_CHECK(view.kv_dtype == DType::kF32, "write_kv: the CPU backend keeps f32 pages, got {}",
            dtype_name(view.kv_dtype));
@@ -105,6 +224,18 @@ void write_kv(const AttentionView& view, TensorView k, TensorView v) {
 }
 
 void paged_attention(TensorView out, TensorView q, const AttentionView& view, const AttentionParams& params) {
+  if (on_cuda(out, "paged_attention")) {
+    require_cuda_act(out, "paged_attention.out");
+    require_cuda_act(q, "paged_attention.q");
+    SE_CHECK(view.kv_dtype == DType::kBF16, "paged_attention: CUDA KV pages are bf16, got {}",
+             dtype_name(view.kv_dtype));
+    SE_CHECK(q.shape.rank() == 3 && q.shape[2] == view.head_dim && q.shape[1] % view.num_kv_heads == 0 &&
+                 out.numel() == q.numel(),
+             "paged_attention: q {} out {} for {} KV heads x {}", q.shape.to_string(), out.shape.to_string(),
+             view.num_kv_heads, view.head_dim);
+    if constexpr (kCudaBuilt) cuda::paged_attention(out, q, view, params);
+    return;
+  }
   require_cpu_f32(out, "paged_attention.out");
   SE_CHECK(view.kv_dtype == DType::kF32, "paged_attention: the CPU backend keeps f32 pages");
   SE_CHECK(q.shape.rank() == 3 && q.shape[2] == view.head_dim && q.shape[1] % view.num_kv_heads == 0 &&

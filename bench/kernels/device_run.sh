@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# One device call: CUDA parity tests (one process per suite, so a crash in one leaves the others' results), a
+# memcheck pass over the short tiled-attention cases, then the decode-attention benchmark and its PyTorch SDPA
+# peer. Binaries come from a bundle built here with shared/tools/device-bundle:
+#   bench/kernels/device_run.sh BUNDLE_DIR OUT_DIR [--quick]
+set -uo pipefail
+bundle=$1
+out=$2
+quick=${3:-}
+export LD_LIBRARY_PATH=$PWD/$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$out/gpu.txt"
+for suite in 'CudaOpsTest.*' 'CudaLinearTest.*' '*Simple*' '*Tiled*'; do
+  "$bundle/backend_cuda_test" --gtest_filter="$suite" >> "$out/tests.log" 2>&1
+  echo "suite $suite exit $?"
+done
+grep -E "^\[ +(FAILED|OK|PASSED) |Failure|Check failed|error" "$out/tests.log" | head -40
+grep PARITY "$out/tests.log" > "$out/parity.txt"
+if command -v compute-sanitizer > /dev/null; then
+  timeout 120 compute-sanitizer --tool memcheck --print-limit 5 "$bundle/backend_cuda_test" \
+    --gtest_filter='*TiledMatchesCpuOnShortContexts*' > "$out/memcheck.log" 2>&1
+  echo "memcheck exit $?: $(grep -E 'ERROR SUMMARY' "$out/memcheck.log" | tail -1)"
+fi
+"$bundle/decode_attention_bench" $quick --csv "$out/bench.csv" 2>&1 | tee "$out/bench.log"
+PYTHONUNBUFFERED=1 python3 -W ignore::UserWarning bench/kernels/sdpa_decode_bench.py $quick --csv "$out/sdpa.csv" 2>&1 | tee "$out/sdpa.log"

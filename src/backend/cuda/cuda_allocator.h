@@ -1,0 +1,26 @@
+// Device memory for Tensors and the copies between host and device. cuda_allocator() hands out
+// cudaMalloc memory on the current context's device (Tensor::empty(dtype, shape, cuda_allocator())
+// gives a CUDA tensor); it returns nullptr when the device is out of memory, so arena owners can
+// report it. Copies run on the current context's stream: a copy that touches host memory returns
+// once the host side may be reused or read; a device-to-device copy is only enqueued.
+// Thread-safety: as CudaContext (one driving thread per context).
+#pragma once
+
+#include <cstddef>
+
+#include "tensor/tensor.h"
+
+namespace se::cuda {
+
+Allocator* cuda_allocator();
+
+// dst = src: same dtype and element count, any mix of host and CUDA tensors.
+void copy(TensorView dst, TensorView src);
+// A CUDA copy of a host tensor, and a host copy of a CUDA tensor.
+Tensor to_device(const Tensor& host);
+Tensor to_host(const Tensor& device);
+
+// Raw byte copies between host and device memory (either direction is inferred from the pointers).
+void copy_bytes(void* dst, const void* src, size_t nbytes);
+
+}  // namespace se::cuda

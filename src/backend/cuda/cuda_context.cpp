@@ -1,0 +1,62 @@
+#include "backend/cuda/cuda_context.h"
+
+#include <algorithm>
+
+#include "backend/cuda/cuda_check.h"
+
+namespace se::cuda {
+
+namespace {
+thread_local CudaContext* tls_current = nullptr;
+}  // namespace
+
+CudaContext::CudaContext(int device) : device_(device) {
+  SE_CUDA_CHECK(cudaSetDevice(device_));
+  SE_CUDA_CHECK(cudaGetDeviceProperties(&props_, device_));
+  // A blocking stream: work a caller puts on the legacy default stream (plain cudaMemcpy) stays
+  // ordered with ours.
+  SE_CUDA_CHECK(cudaStreamCreate(&stream_));
+  SE_CUBLAS_CHECK(cublasLtCreate(&lt_));
+  SE_CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));
+}
+
+CudaContext::~CudaContext() {
+  // Destructors must not abort: errors here are ignored (the process is tearing down or the device
+  // is gone).
+  cudaStreamSynchronize(stream_);
+  destroy_linear_plans(linear_plans_);
+  cudaFree(scratch_);
+  cudaFree(workspace_);
+  cublasLtDestroy(lt_);
+  cudaStreamDestroy(stream_);
+}
+
+CudaContext& CudaContext::current() {
+  if (tls_current != nullptr) return *tls_current;
+  static CudaContext default_context(0);
+  return default_context;
+}
+
+void* CudaContext::scratch(size_t nbytes) {
+  if (nbytes <= scratch_bytes_) return scratch_;
+  // Grow geometrically so a slowly rising demand does not reallocate on every step.
+  const size_t grown = std::max(nbytes, size_t{2} * scratch_bytes_);
+  SE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  SE_CUDA_CHECK(cudaFree(scratch_));
+  scratch_ = nullptr;
+  scratch_bytes_ = 0;
+  SE_CUDA_CHECK(cudaMalloc(&scratch_, grown));
+  scratch_bytes_ = grown;
+  return scratch_;
+}
+
+void CudaContext::synchronize() const { SE_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+ScopedCudaContext::ScopedCudaContext(CudaContext& context) : previous_(tls_current) {
+  tls_current = &context;
+  SE_CUDA_CHECK(cudaSetDevice(context.device()));
+}
+
+ScopedCudaContext::~ScopedCudaContext() { tls_current = previous_; }
+
+}  // namespace se::cuda

@@ -1,0 +1,71 @@
+// CudaContext: what the CUDA ops of one engine share — one stream (every op is enqueued on it, in
+// call order), the cuBLASLt handle with its workspace and cached matmul plans, and a scratch buffer
+// for split-KV partials. Ops run on CudaContext::current(): the context a ScopedCudaContext made
+// current on this thread, else a process-wide default on device 0. Not thread-safe: one thread
+// drives one context.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <memory>
+
+namespace se::cuda {
+
+struct LinearPlanCache;  // defined in linear.cu
+void destroy_linear_plans(LinearPlanCache* cache);
+
+class CudaContext final {
+ public:
+  explicit CudaContext(int device = 0);
+  ~CudaContext();
+  CudaContext(const CudaContext&) = delete;
+  CudaContext& operator=(const CudaContext&) = delete;
+
+  // This thread's current context (created on device 0 at first use when none was made current).
+  static CudaContext& current();
+
+  int device() const { return device_; }
+  cudaStream_t stream() const { return stream_; }
+  cublasLtHandle_t lt() const { return lt_; }
+  const cudaDeviceProp& props() const { return props_; }
+  void* workspace() const { return workspace_; }
+  size_t workspace_bytes() const { return kWorkspaceBytes; }
+
+  // Device scratch of at least `nbytes`, valid until the next call; growing it waits for the stream
+  // first, since earlier ops may still read the old buffer.
+  void* scratch(size_t nbytes);
+  // Blocks until everything enqueued on the stream has finished; checks for execution errors.
+  void synchronize() const;
+
+  // Matmul plans keyed by shape and dtypes (owned here, built by linear.cu).
+  LinearPlanCache*& linear_plans() { return linear_plans_; }
+
+ private:
+  static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+
+  int device_;
+  cudaDeviceProp props_{};
+  cudaStream_t stream_ = nullptr;
+  cublasLtHandle_t lt_ = nullptr;
+  void* workspace_ = nullptr;
+  void* scratch_ = nullptr;
+  size_t scratch_bytes_ = 0;
+  LinearPlanCache* linear_plans_ = nullptr;
+};
+
+// Makes `context` current on this thread for the scope's lifetime (restores the previous one
+// after).
+class ScopedCudaContext final {
+ public:
+  explicit ScopedCudaContext(CudaContext& context);
+  ~ScopedCudaContext();
+  ScopedCudaContext(const ScopedCudaContext&) = delete;
+  ScopedCudaContext& operator=(const ScopedCudaContext&) = delete;
+
+ private:
+  CudaContext* previous_;
+};
+
+}  // namespace se::cuda

@@ -1,0 +1,37 @@
+// CUDA implementations of backend/ops.h (sm_90): same names and contracts as se::cpu, enqueued on
+// CudaContext::current()'s stream and asynchronous to the host. Callers go through ops.h, which
+// checks shapes and dtypes. All tensors live on the device. Activations are F32 or BF16 (each
+// tensor may differ; math is fp32); linear takes BF16 x and w (F32 or BF16 out, fp32 accumulation)
+// or all-F32; KV pages are BF16. AttentionView pointers (q_indptr, seqs and the page lists and
+// counts they point to) are device pointers, and every sequence of a view has at least one query
+// row. Plain C++ header (no CUDA includes): ops.cpp includes it.
+#pragma once
+
+#include "backend/ops.h"
+
+namespace se::cuda {
+
+void embedding(TensorView out, TensorView table, TensorView ids);
+void rms_norm(TensorView out, TensorView x, TensorView weight, float eps);
+void add_rms_norm(TensorView out, TensorView residual, TensorView x, TensorView weight, float eps);
+// cuBLASLt; plans (descriptors + algorithm) cached per shape, dtypes and alignment; one shared
+// workspace.
+void linear(TensorView out, TensorView x, TensorView w, const TensorView* bias);
+void rope(TensorView x, TensorView positions, const RopeParams& params);
+void gated_activation(TensorView out, TensorView gate_up, Activation act);
+void add_inplace(TensorView x, TensorView y);
+void scale_inplace(TensorView x, float s);
+void softcap_inplace(TensorView x, float cap);
+
+void write_kv(const AttentionView& view, TensorView k, TensorView v);
+// Tensor-core (mma.sync bf16) tiled kernels: a decode kernel (query rows of one sequence x its GQA
+// group per CTA, keys split across warps) and a prefill kernel (64 query vectors per CTA), split-KV
+// with a combine pass when the batch alone cannot fill the GPU. head_dim 64, 128 or 256.
+void paged_attention(TensorView out, TensorView q, const AttentionView& view,
+                     const AttentionParams& params);
+// The plain fp32 kernel (one warp per query row and KV head, keys one by one): slow, kept as the
+// exact cross-check of the tiled kernels and as the benchmark's baseline. head_dim 64, 128 or 256.
+void paged_attention_simple(TensorView out, TensorView q, const AttentionView& view,
+                            const AttentionParams& params);
+
+}  // namespace se::cuda

@@ -1,0 +1,86 @@
+// Device-side helpers shared by the CUDA op kernels: element loads and stores by run-time dtype
+// (the dtype is uniform across a launch, so the switch costs no divergence), warp reductions and
+// launch arithmetic.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "tensor/dtype.h"
+
+namespace se::cuda {
+
+__device__ __forceinline__ float load_as_float(const void* p, DType dtype, int64_t i) {
+  switch (dtype) {
+    case DType::kBF16:
+      return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+    case DType::kF16:
+      return __half2float(static_cast<const __half*>(p)[i]);
+    default:
+      return static_cast<const float*>(p)[i];
+  }
+}
+
+// Rounds to nearest-even for BF16/F16, as the host conversions in tensor/dtype.h.
+__device__ __forceinline__ void store_from_float(void* p, DType dtype, int64_t i, float v) {
+  switch (dtype) {
+    case DType::kBF16:
+      static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16(v);
+      break;
+    case DType::kF16:
+      static_cast<__half*>(p)[i] = __float2half(v);
+      break;
+    default:
+      static_cast<float*>(p)[i] = v;
+      break;
+  }
+}
+
+// The value a store of `v` in `dtype` would read back.
+__device__ __forceinline__ float round_to(DType dtype, float v) {
+  switch (dtype) {
+    case DType::kBF16:
+      return __bfloat162float(__float2bfloat16(v));
+    case DType::kF16:
+      return __half2float(__float2half(v));
+    default:
+      return v;
+  }
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+// Sum over the whole block (blockDim.x a multiple of 32, at most 1024); every thread gets the
+// result.
+__device__ __forceinline__ float block_sum(float v) {
+  __shared__ float partial[32];
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  v = warp_sum(v);
+  __syncthreads();  // `partial` may still be read by a previous call
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  const int num_warps = static_cast<int>(blockDim.x) >> 5;
+  v = lane < num_warps ? partial[lane] : 0.0f;
+  return warp_sum(v);
+}
+
+}  // namespace se::cuda
+
+namespace se::cuda::launch {
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Blocks for a grid-stride loop over n elements (capped: the loop covers the rest).
+inline unsigned grid_for(int64_t n, int threads) {
+  const int64_t blocks = ceil_div(n, threads);
+  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > 65535 * 8 ? 65535 * 8 : blocks));
+}
+
+}  // namespace se::cuda::launch

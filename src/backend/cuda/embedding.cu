@@ -1,0 +1,27 @@
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_context.h"
+#include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/device_util.cuh"
+
+namespace se::cuda {
+
+namespace {
+// One block per token: out[t] = table[ids[t]] converted to out's dtype.
+__global__ void embedding_kernel(void* out, DType out_dtype, const void* table, DType table_dtype,
+                                 const int32_t* ids, int64_t dim) {
+  const int64_t t = blockIdx.x;
+  const int64_t row = static_cast<int64_t>(ids[t]) * dim;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x)
+    store_from_float(out, out_dtype, t * dim + i, load_as_float(table, table_dtype, row + i));
+}
+}  // namespace
+
+void embedding(TensorView out, TensorView table, TensorView ids) {
+  const int64_t num_tokens = ids.numel();
+  if (num_tokens == 0) return;
+  embedding_kernel<<<static_cast<unsigned>(num_tokens), 256, 0, CudaContext::current().stream()>>>(
+      out.data, out.dtype, table.data, table.dtype, ids.ptr<int32_t>(), table.shape[1]);
+  SE_CUDA_CHECK_LAUNCH("embedding_kernel");
+}
+
+}  // namespace se::cuda

@@ -1,0 +1,53 @@
+// Internal to the CUDA paged-attention files: the by-value argument block of the tiled kernels and
+// their launcher. A launch covers the sequences whose query-row count n satisfies min_rows < n <=
+// max_rows, in tiles of rows_per_tile rows x the KV head's query group; grid = (tile bound,
+// num_kv_heads * q_blocks, num_splits).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/attention_view.h"
+#include "tensor/dtype.h"
+
+namespace se::cuda {
+
+struct PagedAttentionArgs {
+  const void* q;  // [T, H, D]
+  DType q_dtype;
+  void* out;  // [T, H, D], written when num_splits == 1
+  DType out_dtype;
+  float* part_o;    // [num_splits, T, H, D] unnormalized partial outputs (num_splits > 1)
+  float2* part_ml;  // [num_splits, T, H] (running max in log2 units, softmax denominator)
+  int32_t num_splits;
+
+  const char* kv_base;
+  size_t page_bytes;
+  int32_t page_size;
+  int32_t num_kv_heads;
+  int32_t group;  // query heads per KV head
+  int32_t num_heads;
+  int32_t num_rows;  // T
+  int32_t num_seqs;
+  const int32_t* q_indptr;
+  const SeqKvView* seqs;
+
+  float scale;
+  float softcap;   // 0 = off
+  int32_t window;  // 0 = full
+
+  int32_t rows_per_tile;
+  int32_t q_blocks;  // CTAs per (tile, KV head) when the group exceeds one CTA's query vectors
+  int32_t min_rows;  // exclusive
+  int32_t max_rows;  // inclusive
+};
+
+// The tiled kernel's query vectors per CTA: 16 for the decode shape, 64 for the prefill shape.
+int tiled_query_vectors(bool prefill);
+// Enqueues the tiled kernel for head_dim in {64, 128, 256}; grid_x bounds the number of tiles.
+void launch_paged_attention_tiled(const PagedAttentionArgs& args, int head_dim, bool prefill,
+                                  int grid_x);
+// Resident CTAs per SM of that kernel (for split planning).
+int tiled_blocks_per_sm(int head_dim, bool prefill);
+
+}  // namespace se::cuda

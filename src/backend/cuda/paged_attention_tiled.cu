@@ -1,0 +1,519 @@
+// The tiled paged-attention kernel (flash-decoding style, bf16 tensor cores through mma.sync
+// m16n8k16). A CTA of 4 warps takes one tile of query vectors (rows of one sequence x the query
+// heads of one KV head) and one split of that tile's visible keys. Keys stream through shared
+// memory 64 at a time with cp.async (one 16-byte chunk per K or V row piece, gathered page by
+// page), two stages deep. Each warp computes S = Q K^T for its 16 query vectors, an online softmax
+// in registers (log2 domain) and O += P V with P reused from the score registers. Decode shape (MW
+// = 1): 16 query vectors, the 4 warps split every key tile and merge at the end; prefill shape (MW
+// = 4): 64 query vectors, one 16-row block per warp over the whole key tile. Shared tiles are
+// XOR-swizzled by 16-byte chunk (chunk ^ row % 8), so cp.async writes and ldmatrix reads are free
+// of bank conflicts.
+#include <cuda_bf16.h>
+
+#include <cmath>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_context.h"
+#include "backend/cuda/paged_attention_args.h"
+
+namespace se::cuda {
+
+namespace {
+using bf16 = __nv_bfloat16;
+
+constexpr int kThreads = 128;
+constexpr int kTileKeys = 64;
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr unsigned kFullMask = 0xffffffffu;
+
+__device__ __forceinline__ uint32_t smem_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared; src_bytes 0 writes zeros (keys past the split).
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst)), "l"(src),
+               "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_address(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_address(p)));
+}
+
+// d += a (16x16, row-major) * b (16x8, column-major); bf16 in, fp32 accumulate.
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats as a bf16 pair; `lo` (the lower column) in the low half, as the mma fragments expect.
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// Element offset of 16-byte chunk `chunk` of row `row` in a swizzled [rows][D] bf16 tile.
+template <int D>
+__device__ __forceinline__ int swizzled(int row, int chunk) {
+  return row * D + ((chunk ^ (row & 7)) << 3);
+}
+
+// Finds which (sequence, tile within it) grid column `tile` is: the launch's sequences, in order,
+// each contribute ceil(n / rows_per_tile) tiles. Every warp runs it (same answer, no barrier
+// needed).
+__device__ bool find_tile(const PagedAttentionArgs& a, int tile, int& seq, int& tile_in_seq) {
+  const int lane = threadIdx.x & 31;
+  int base = 0;
+  for (int s0 = 0; s0 < a.num_seqs; s0 += 32) {
+    const int s = s0 + lane;
+    int count = 0;
+    if (s < a.num_seqs) {
+      const int n = a.q_indptr[s + 1] - a.q_indptr[s];
+      if (n > a.min_rows && n <= a.max_rows) count = (n + a.rows_per_tile - 1) / a.rows_per_tile;
+    }
+    int inclusive = count;
+#pragma unroll
+    for (int offset = 1; offset < 32; offset <<= 1) {
+      const int v = __shfl_up_sync(kFullMask, inclusive, offset);
+      if (lane >= offset) inclusive += v;
+    }
+    const int exclusive = inclusive - count;
+    const unsigned owner =
+        __ballot_sync(kFullMask, tile >= base + exclusive && tile < base + inclusive);
+    if (owner != 0) {
+      const int src = __ffs(owner) - 1;
+      seq = __shfl_sync(kFullMask, s, src);
+      tile_in_seq = tile - base - __shfl_sync(kFullMask, exclusive, src);
+      return true;
+    }
+    base += __shfl_sync(kFullMask, inclusive, 31);
+  }
+  return false;
+}
+
+template <int D, int MW>
+struct TiledConfig {
+  static constexpr int kKeyGroups = 4 / MW;  // warps that share query rows and split each key tile
+  static constexpr int kQueryVectors = 16 * MW;  // per CTA
+  static constexpr int kKeysPerWarp = kTileKeys / kKeyGroups;
+  static constexpr int kScoreTiles = kKeysPerWarp / 8;  // n8 tiles of S per warp
+  static constexpr int kChunks = D / 8;                 // 16-byte chunks per row
+  static constexpr int kTileElems = kTileKeys * D;
+  static constexpr bool kQInRegisters = D <= 128;
+  // Two stages: a third (tried for decode, docs/perf-notes.md) needs 100 KB of shared memory, fits
+  // 2 CTAs per SM instead of 3 and streamed 20% slower.
+  static constexpr int kStages = 2;
+  static constexpr size_t kSmemBytes =
+      (static_cast<size_t>(kQueryVectors) * D + kStages * 2 * static_cast<size_t>(kTileElems)) *
+      sizeof(bf16);
+  // The decode shape's end-of-CTA merge reuses the K/V stages.
+  static_assert(MW != 1 ||
+                (kKeyGroups * 16 * D * 4 + kKeyGroups * 16 * 8) <= kStages * 2 * kTileElems * 2);
+};
+
+// Gathers keys [tile_start, tile_start + 64) of one KV head into a stage: K rows at k_s, V rows
+// after them.
+template <int D>
+__device__ __forceinline__ void load_kv_tile(bf16* k_s, int tile_start, int split_end,
+                                             const int32_t* pages, const PagedAttentionArgs& a) {
+  constexpr int kChunks = D / 8;
+  constexpr int kRowsPerPass = kThreads / kChunks;
+  bf16* v_s = k_s + kTileKeys * D;
+  const int chunk = threadIdx.x % kChunks;
+  const int row0 = threadIdx.x / kChunks;
+#pragma unroll
+  for (int pass = 0; pass < kTileKeys / kRowsPerPass; ++pass) {
+    const int row = row0 + pass * kRowsPerPass;
+    const int token = tile_start + row;
+    const bool in_split = token < split_end;
+    const char* k_src = a.kv_base;
+    const char* v_src = a.kv_base;
+    if (in_split) {
+      const int32_t page_idx = token / a.page_size;
+      const int32_t offset = token - page_idx * a.page_size;
+      k_src = a.kv_base + static_cast<size_t>(pages[page_idx]) * a.page_bytes +
+              (static_cast<size_t>(offset) * D + chunk * 8) * sizeof(bf16);
+      v_src = k_src + static_cast<size_t>(a.page_size) * D * sizeof(bf16);
+    }
+    const int dst = swizzled<D>(row, chunk);
+    cp_async_16(k_s + dst, k_src, in_split ? 16 : 0);
+    cp_async_16(v_s + dst, v_src, in_split ? 16 : 0);
+  }
+}
+
+template <int D, int MW>
+__global__ void __launch_bounds__(kThreads)
+    paged_attention_tiled_kernel(const PagedAttentionArgs a) {
+  using Cfg = TiledConfig<D, MW>;
+  constexpr int kM = Cfg::kQueryVectors;
+  constexpr int kKG = Cfg::kKeyGroups;
+  constexpr int kKPW = Cfg::kKeysPerWarp;
+  constexpr int kNT = Cfg::kScoreTiles;
+  constexpr int kDT = D / 8;  // n8 tiles of O per warp
+
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  bf16* q_s = reinterpret_cast<bf16*>(smem_raw);  // [kM][D]
+  bf16* kv_s = q_s + kM * D;                      // [kStages][K, V][64][D]
+
+  int seq = 0, tile_in_seq = 0;
+  if (!find_tile(a, blockIdx.x, seq, tile_in_seq)) return;  // past the launch's real tiles
+
+  const int warp = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31;
+  const int mw = warp / kKG;  // this warp's 16-row block of query vectors
+  const int kg = warp % kKG;  // this warp's share of each key tile
+  const int kv_head = blockIdx.y / a.q_blocks;
+  const int q_block = blockIdx.y % a.q_blocks;
+
+  const int32_t row0 = a.q_indptr[seq];
+  const int32_t n = a.q_indptr[seq + 1] - row0;
+  const int32_t r_begin = tile_in_seq * a.rows_per_tile;
+  const int32_t rows_in_tile = min(a.rows_per_tile, n - r_begin);
+  const SeqKvView sv = a.seqs[seq];
+  const int32_t len = sv.num_tokens[kv_head];
+  const int32_t* pages = sv.page_ids + static_cast<int64_t>(kv_head) * sv.stride;
+
+  // Keys the tile can see: up to the last row's position; with a window, from the first row's
+  // window start.
+  const int32_t first_row_last = len - n + r_begin;
+  const int32_t kv_end = max(first_row_last + rows_in_tile, 0);
+  const int32_t kv_begin = min(a.window > 0 ? max(0, first_row_last - a.window + 1) : 0, kv_end);
+  int32_t split_begin = kv_begin, split_end = kv_end;
+  if (a.num_splits > 1) {
+    int32_t chunk = (kv_end - kv_begin + a.num_splits - 1) / a.num_splits;
+    chunk = max(kTileKeys, (chunk + kTileKeys - 1) / kTileKeys * kTileKeys);
+    split_begin = min(kv_end, kv_begin + static_cast<int32_t>(blockIdx.z) * chunk);
+    split_end = min(kv_end, split_begin + chunk);
+  }
+
+  // Query vector qv of this CTA -> batch row and query head; false for padding.
+  auto query_vector = [&](int qv, int& row, int& head) {
+    const int gq = q_block * kM + qv;
+    const int r_local = gq / a.group;
+    row = row0 + r_begin + r_local;
+    head = kv_head * a.group + (gq - r_local * a.group);
+    return r_local < rows_in_tile;
+  };
+
+  // Q -> shared (bf16, swizzled; padding rows zero).
+  for (int idx = threadIdx.x; idx < kM * Cfg::kChunks; idx += kThreads) {
+    const int qv = idx / Cfg::kChunks;
+    const int c = idx % Cfg::kChunks;
+    int row, head;
+    uint4 packed = make_uint4(0, 0, 0, 0);
+    if (query_vector(qv, row, head)) {
+      const int64_t off = (static_cast<int64_t>(row) * a.num_heads + head) * D + c * 8;
+      if (a.q_dtype == DType::kBF16) {
+        packed = *reinterpret_cast<const uint4*>(static_cast<const bf16*>(a.q) + off);
+      } else {
+        const float4 lo = *reinterpret_cast<const float4*>(static_cast<const float*>(a.q) + off);
+        const float4 hi =
+            *reinterpret_cast<const float4*>(static_cast<const float*>(a.q) + off + 4);
+        packed = make_uint4(pack_bf16(lo.x, lo.y), pack_bf16(lo.z, lo.w), pack_bf16(hi.x, hi.y),
+                            pack_bf16(hi.z, hi.w));
+      }
+    }
+    *reinterpret_cast<uint4*>(q_s + swizzled<D>(qv, c)) = packed;
+  }
+
+  constexpr int kStages = Cfg::kStages;
+  const int num_tiles = (split_end - split_begin + kTileKeys - 1) / kTileKeys;
+#pragma unroll
+  for (int st = 0; st < kStages - 1; ++st) {
+    if (st < num_tiles)
+      load_kv_tile<D>(kv_s + st * 2 * Cfg::kTileElems, split_begin + st * kTileKeys, split_end,
+                      pages, a);
+    cp_async_commit();
+  }
+  __syncthreads();  // Q visible to every warp
+
+  const int mi = lane >> 3;  // ldmatrix: which 8x8 matrix this lane addresses
+  const int ri = lane & 7;   // ... and which row of it
+  const int g = lane >> 2;   // mma fragments: row within the 8-row half
+  const int t4 = lane & 3;   // ... and column pair
+
+  auto load_q_fragment = [&](int ks, uint32_t(&frag)[4]) {
+    ldmatrix_x4(frag, q_s + swizzled<D>(mw * 16 + ri + 8 * (mi & 1), 2 * ks + (mi >> 1)));
+  };
+  uint32_t q_frag[Cfg::kQInRegisters ? D / 16 : 1][4];
+  if constexpr (Cfg::kQInRegisters) {
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) load_q_fragment(ks, q_frag[ks]);
+  }
+
+  // Visible key range [lo, hi] of this thread's two fragment rows (g and g + 8); empty for padding
+  // rows.
+  int32_t vis_lo[2], vis_hi[2];
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    int row, head;
+    vis_lo[rr] = 1;
+    vis_hi[rr] = 0;
+    if (query_vector(mw * 16 + g + 8 * rr, row, head)) {
+      vis_hi[rr] = len - n + (row - row0);
+      vis_lo[rr] = a.window > 0 ? max(0, vis_hi[rr] - a.window + 1) : 0;
+    }
+  }
+
+  float m_run[2] = {-INFINITY, -INFINITY};  // running max, log2 units
+  float l_run[2] = {0.0f, 0.0f};            // this thread's share of the denominator
+  float o_acc[kDT][4];
+#pragma unroll
+  for (int dt = 0; dt < kDT; ++dt) o_acc[dt][0] = o_acc[dt][1] = o_acc[dt][2] = o_acc[dt][3] = 0.0f;
+
+  for (int it = 0; it < num_tiles; ++it) {
+    // Refill the stage consumed in the previous iteration (the barrier at its end made that safe).
+    const int next = it + kStages - 1;
+    if (next < num_tiles)
+      load_kv_tile<D>(kv_s + (next % kStages) * 2 * Cfg::kTileElems, split_begin + next * kTileKeys,
+                      split_end, pages, a);
+    cp_async_commit();
+    cp_async_wait<kStages - 1>();  // tile `it` has landed
+    __syncthreads();
+
+    const bf16* k_s = kv_s + (it % kStages) * 2 * Cfg::kTileElems;
+    const bf16* v_s = k_s + Cfg::kTileElems;
+    const int tile_start = split_begin + it * kTileKeys;
+
+    // S = Q K^T over this warp's keys.
+    float s[kNT][4];
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      uint32_t qa[4];
+      if constexpr (Cfg::kQInRegisters) {
+        qa[0] = q_frag[ks][0], qa[1] = q_frag[ks][1], qa[2] = q_frag[ks][2], qa[3] = q_frag[ks][3];
+      } else {
+        load_q_fragment(ks, qa);
+      }
+#pragma unroll
+      for (int np = 0; np < kNT / 2; ++np) {
+        const int key = kg * kKPW + np * 16 + ri + 8 * (mi >> 1);
+        uint32_t kb[4];
+        ldmatrix_x4(kb, k_s + swizzled<D>(key, 2 * ks + (mi & 1)));
+        mma_bf16(s[2 * np], qa, kb[0], kb[1]);
+        mma_bf16(s[2 * np + 1], qa, kb[2], kb[3]);
+      }
+    }
+
+    // Scale, cap, mask; online softmax per fragment row (the 4 lanes of a quad share a row).
+    float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int rr = e >> 1;
+        const int key = tile_start + kg * kKPW + nt * 8 + 2 * t4 + (e & 1);
+        float x = s[nt][e] * a.scale;
+        if (a.softcap > 0.0f) x = a.softcap * tanhf(x / a.softcap);
+        x = (key >= vis_lo[rr] && key <= vis_hi[rr] && key < split_end) ? x * kLog2e : -INFINITY;
+        s[nt][e] = x;
+        tile_max[rr] = fmaxf(tile_max[rr], x);
+      }
+    }
+    float m_use[2], alpha[2];
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      tile_max[rr] = fmaxf(tile_max[rr], __shfl_xor_sync(kFullMask, tile_max[rr], 1));
+      tile_max[rr] = fmaxf(tile_max[rr], __shfl_xor_sync(kFullMask, tile_max[rr], 2));
+      const float m_new = fmaxf(m_run[rr], tile_max[rr]);
+      m_use[rr] =
+          m_new == -INFINITY ? 0.0f : m_new;  // no key seen yet: keep every exp2 at 0, not NaN
+      alpha[rr] = exp2f(m_run[rr] - m_use[rr]);
+      m_run[rr] = m_new;
+      l_run[rr] *= alpha[rr];
+    }
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float p = exp2f(s[nt][e] - m_use[e >> 1]);
+        s[nt][e] = p;
+        l_run[e >> 1] += p;
+      }
+    }
+#pragma unroll
+    for (int dt = 0; dt < kDT; ++dt) {
+      o_acc[dt][0] *= alpha[0], o_acc[dt][1] *= alpha[0];
+      o_acc[dt][2] *= alpha[1], o_acc[dt][3] *= alpha[1];
+    }
+
+    // O += P V: the score accumulators of two adjacent n8 tiles are exactly one A fragment (k = 16
+    // keys).
+#pragma unroll
+    for (int kk = 0; kk < kKPW / 16; ++kk) {
+      const uint32_t pa[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]),
+                              pack_bf16(s[2 * kk][2], s[2 * kk][3]),
+                              pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                              pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      const int key = kg * kKPW + kk * 16 + ri + 8 * (mi & 1);
+#pragma unroll
+      for (int dp = 0; dp < D / 16; ++dp) {
+        uint32_t vb[4];
+        ldmatrix_x4_trans(vb, v_s + swizzled<D>(key, 2 * dp + (mi >> 1)));
+        mma_bf16(o_acc[2 * dp], pa, vb[0], vb[1]);
+        mma_bf16(o_acc[2 * dp + 1], pa, vb[2], vb[3]);
+      }
+    }
+    __syncthreads();  // this stage is refilled by the next iteration's prefetch
+  }
+  cp_async_wait<0>();
+
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    l_run[rr] += __shfl_xor_sync(kFullMask, l_run[rr], 1);
+    l_run[rr] += __shfl_xor_sync(kFullMask, l_run[rr], 2);
+  }
+
+  // Result of query vector (row, head): final output, or this split's partial for the combine pass.
+  auto emit = [&](int row, int head, int d, float o0, float o1, float m, float l, bool write_ml) {
+    const int64_t item = static_cast<int64_t>(row) * a.num_heads + head;
+    if (a.num_splits == 1) {
+      const float inv = l > 0.0f ? 1.0f / l : 0.0f;  // no visible key: zeros, as the CPU reference
+      const int64_t off = item * D + d;
+      if (a.out_dtype == DType::kBF16) {
+        *reinterpret_cast<uint32_t*>(static_cast<bf16*>(a.out) + off) =
+            pack_bf16(o0 * inv, o1 * inv);
+      } else {
+        *reinterpret_cast<float2*>(static_cast<float*>(a.out) + off) =
+            make_float2(o0 * inv, o1 * inv);
+      }
+    } else {
+      const int64_t part = static_cast<int64_t>(blockIdx.z) * a.num_rows * a.num_heads + item;
+      *reinterpret_cast<float2*>(a.part_o + part * D + d) = make_float2(o0, o1);
+      if (write_ml) a.part_ml[part] = make_float2(m, l);
+    }
+  };
+
+  if constexpr (kKG == 1) {
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      int row, head;
+      if (!query_vector(mw * 16 + g + 8 * rr, row, head)) continue;
+#pragma unroll
+      for (int dt = 0; dt < kDT; ++dt)
+        emit(row, head, dt * 8 + 2 * t4, o_acc[dt][2 * rr], o_acc[dt][2 * rr + 1], m_run[rr],
+             l_run[rr], dt == 0 && t4 == 0);
+    }
+  } else {
+    // The key groups saw disjoint keys of the same 16 query vectors: merge their (m, l, O) through
+    // shared memory.
+    __syncthreads();
+    float* red_o = reinterpret_cast<float*>(kv_s);                     // [kKG][16][D]
+    float2* red_ml = reinterpret_cast<float2*>(red_o + kKG * 16 * D);  // [kKG][16]
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      const int r = g + 8 * rr;
+#pragma unroll
+      for (int dt = 0; dt < kDT; ++dt)
+        *reinterpret_cast<float2*>(red_o + (kg * 16 + r) * D + dt * 8 + 2 * t4) =
+            make_float2(o_acc[dt][2 * rr], o_acc[dt][2 * rr + 1]);
+      if (t4 == 0) red_ml[kg * 16 + r] = make_float2(m_run[rr], l_run[rr]);
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < 16 * D / 2; idx += kThreads) {
+      const int r = idx / (D / 2);
+      const int d = (idx % (D / 2)) * 2;
+      int row, head;
+      if (!query_vector(r, row, head)) continue;
+      float m = -INFINITY;
+#pragma unroll
+      for (int w = 0; w < kKG; ++w) m = fmaxf(m, red_ml[w * 16 + r].x);
+      const float m_ref = m == -INFINITY ? 0.0f : m;
+      float l = 0.0f, o0 = 0.0f, o1 = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kKG; ++w) {
+        const float2 ml = red_ml[w * 16 + r];
+        const float weight = exp2f(ml.x - m_ref);
+        const float2 o = *reinterpret_cast<const float2*>(red_o + (w * 16 + r) * D + d);
+        l += weight * ml.y;
+        o0 += weight * o.x;
+        o1 += weight * o.y;
+      }
+      emit(row, head, d, o0, o1, m, l, d == 0);
+    }
+  }
+}
+
+template <int D, int MW>
+void launch_config(const PagedAttentionArgs& args, int grid_x) {
+  using Cfg = TiledConfig<D, MW>;
+  static const bool configured = [] {
+    SE_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_tiled_kernel<D, MW>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(Cfg::kSmemBytes)));
+    return true;
+  }();
+  (void)configured;
+  const dim3 grid(static_cast<unsigned>(grid_x),
+                  static_cast<unsigned>(args.num_kv_heads * args.q_blocks),
+                  static_cast<unsigned>(args.num_splits));
+  paged_attention_tiled_kernel<D, MW>
+      <<<grid, kThreads, Cfg::kSmemBytes, CudaContext::current().stream()>>>(args);
+  SE_CUDA_CHECK_LAUNCH("paged_attention_tiled_kernel");
+}
+
+template <int D, int MW>
+int blocks_per_sm() {
+  using Cfg = TiledConfig<D, MW>;
+  static const int blocks = [] {
+    SE_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_tiled_kernel<D, MW>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(Cfg::kSmemBytes)));
+    int n = 0;
+    SE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &n, paged_attention_tiled_kernel<D, MW>, kThreads, Cfg::kSmemBytes));
+    return n;
+  }();
+  return blocks;
+}
+}  // namespace
+
+int tiled_query_vectors(bool prefill) { return prefill ? 64 : 16; }
+
+void launch_paged_attention_tiled(const PagedAttentionArgs& args, int head_dim, bool prefill,
+                                  int grid_x) {
+  if (grid_x <= 0) return;
+  switch (head_dim) {
+    case 64:
+      return prefill ? launch_config<64, 4>(args, grid_x) : launch_config<64, 1>(args, grid_x);
+    case 128:
+      return prefill ? launch_config<128, 4>(args, grid_x) : launch_config<128, 1>(args, grid_x);
+    case 256:
+      return prefill ? launch_config<256, 4>(args, grid_x) : launch_config<256, 1>(args, grid_x);
+    default:
+      SE_CHECK(false, "cuda::paged_attention: head_dim {} (tiled kernels exist for 64, 128, 256)",
+               head_dim);
+  }
+}
+
+int tiled_blocks_per_sm(int head_dim, bool prefill) {
+  switch (head_dim) {
+    case 64:
+      return prefill ? blocks_per_sm<64, 4>() : blocks_per_sm<64, 1>();
+    case 128:
+      return prefill ? blocks_per_sm<128, 4>() : blocks_per_sm<128, 1>();
+    default:
+      return prefill ? blocks_per_sm<256, 4>() : blocks_per_sm<256, 1>();
+  }
+}
+
+}  // namespace se::cuda
