@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/bench_commands.h"
+#include "cli/bench_serve_command.h"
 #include "cli/commands.h"
 #include "cli/model_options.h"
 #include "cli/model_resolver.h"
@@ -104,6 +105,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   bench->require_subcommand(1);
   add_bench_generate_command(*bench, exit_code);
   add_bench_throughput_command(*bench, exit_code);
+  add_bench_serve_command(*bench, exit_code);
 }
 
 void add_bench_generate_command(CLI::App& bench, int& exit_code) {

@@ -3,6 +3,7 @@
 
 #include "base/logging.h"
 #include "cli/commands.h"
+#include "cli/serve_command.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"SparseEngine: a sparse-first LLM inference engine"};
@@ -10,6 +11,7 @@ int main(int argc, char** argv) {
   std::string log_level = "warn";
   app.add_option("--log-level", log_level, "trace | debug | info | warn | error | off")->capture_default_str();
   int exit_code = 0;
+  se::cli::add_serve_command(app, exit_code);
   se::cli::add_generate_command(app, exit_code);
   se::cli::add_inspect_command(app, exit_code);
   se::cli::add_tokenize_command(app, exit_code);
