@@ -315,6 +315,18 @@ CASES = [
     ("real_content_string_index", "{{ (c[0]['text'] is defined) }} {{ c[0] }}", {"c": "hello"}),
     ("globals_defined", "{{ strftime_now is defined }} {{ raise_exception is defined }} {{ namespace is defined }} {{ lipsum is defined }} {{ cycler is defined }} {{ nope is defined }}", {}),
     ("joiner_global", "{% set pipe = joiner(' | ') %}{% for x in 'abc' %}{{ pipe() }}{{ x }}{% endfor %}", {}),
+    # --- Python objects jinja2 exposes: lazy generators, range, dict views, the loop object ---
+    ("lazy_generator_no_error_until_used", "[{% set g = 5|map('upper') %}{% set h = 1|batch(2) %}{% set i = none|select %}{{ g is defined }}{{ (3|items) is iterable }}]", {}),
+    ("lazy_generator_wordcount", "{{ [1]|select|wordcount }} {{ (x|unique|string)[:25] }}", {"x": [1, 1]}),
+    ("lazy_first_only_pulls_one", "{{ ['1', 'x', {}]|map('int')|first }}", {}),
+    ("range_object", "{{ range(3) }} {{ range(1, 10, 3) }} {{ range(5)[1:4] }} {{ range(10)[::-3] }} {{ range(3)|title }} {{ range(4)|length }} {{ 2 in range(3) }} {{ range(3) == [0, 1, 2] }} {{ range(2, 5).start }} {{ range(3)[-1] }} {{ '%s' % range(2) }}", {}),
+    ("dict_views", "{{ d.items() }} {{ d.keys() }} {{ d.values() }} {{ d.items()|list }} {{ 'a' in d.keys() }} {{ ('a', 1) in d.items() }} {{ d.keys()|length }} {{ d.keys() == d.keys() }} [{{ d.keys()[0] }}]", {"d": {"a": 1, "b": [2]}}),
+    ("loop_object_iteration", "{% for x in [1, 2, 3, 4] %}{{ x }}{{ 5 in loop }}{{ loop.last }};{% endfor %}", {}),
+    ("err_indent_list", "{{ [1, 2]|indent }}", {}),
+    ("err_indent_none", "{{ none|indent }}", {}),
+    ("err_lazy_generator_when_used", "{{ 5|map('upper')|list }}", {}),
+    ("err_slice_variable_int", "{{ n[1:] }}", {"n": 5}),
+    ("err_slice_dict", "{{ d[1:] }}", {"d": {"a": 1}}),
     # --- errors (jinja2 raises) ---
     ("err_unknown_filter", "{{ 'x'|strip }}", {}),
     ("err_unknown_test", "{{ 1 is prime }}", {}),

@@ -6,6 +6,7 @@ drift from what apply_chat_template renders. strftime_now reads a pinned clock.
 """
 
 import contextlib
+import copy
 import datetime
 import importlib
 
@@ -35,12 +36,23 @@ def pinned_now(when):
         utils.datetime = saved
 
 
+_ENVIRONMENT = None
+
+
+def environment():
+    """transformers' chat-template Environment (built once; it compiles any template source)."""
+    global _ENVIRONMENT
+    if _ENVIRONMENT is None:
+        _ENVIRONMENT = _chat_template_utils()._compile_jinja_template("").environment
+    return _ENVIRONMENT
+
+
 def render_snippet(source, variables):
     """Renders a template with transformers' environment; returns ("ok", text) or ("error", exc)."""
-    utils = _chat_template_utils()
     try:
-        template = utils._compile_jinja_template(source)
-        return "ok", template.render(**variables)
+        template = environment().from_string(source)
+        # A deep copy: some jinja2 filters mutate their input (|indent does `s += "\n"` on lists).
+        return "ok", template.render(**copy.deepcopy(variables))
     except Exception as e:  # noqa: BLE001 - every jinja2 failure is a test outcome
         return "error", e
 

@@ -43,5 +43,6 @@ Result<Value> unsupported_method(Interpreter& interp, const Value& self, CallArg
 // The filter tables, split by file.
 FilterFn find_string_filter(std::string_view name);
 FilterFn find_sequence_filter(std::string_view name);
+FilterFn find_lazy_filter(std::string_view name);
 
 }  // namespace se::jinja

@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "chat/jinja/builtins.h"
+#include "chat/jinja/generators.h"
 #include "chat/jinja/interpreter.h"
 #include "chat/jinja/loop_state.h"
 #include "chat/jinja/operators.h"
@@ -33,7 +34,7 @@ Value loop_attribute(const Value& loop_value, const std::string& name, bool* fou
   if (name == "revindex") return Value::integer(length - index0);
   if (name == "revindex0") return Value::integer(length - index0 - 1);
   if (name == "first") return Value::boolean(index0 == 0);
-  if (name == "last") return Value::boolean(index0 + 1 == length);
+  if (name == "last") return Value::boolean(index0 + 1 == length || loop.rest_consumed);
   if (name == "length") return Value::integer(length);
   if (name == "depth") return Value::integer(loop.depth0 + 1);
   if (name == "depth0") return Value::integer(loop.depth0);
@@ -41,8 +42,8 @@ Value loop_attribute(const Value& loop_value, const std::string& name, bool* fou
     return index0 > 0 ? loop.items[loop.index0 - 1] : Value::undefined("there is no previous item");
   }
   if (name == "nextitem") {
-    return index0 + 1 < length ? loop.items[loop.index0 + 1]
-                               : Value::undefined("there is no next item");
+    return index0 + 1 < length && !loop.rest_consumed ? loop.items[loop.index0 + 1]
+                                                      : Value::undefined("there is no next item");
   }
   *found = false;
   return Value();
@@ -283,6 +284,13 @@ Result<Value> Interpreter::get_attr(const Value& object, const std::string& name
       if (found) return v;
       break;
     }
+    case ValueKind::kRange: {
+      auto bounds = object.range_bounds();
+      if (name == "start") return Value::integer(bounds[0]);
+      if (name == "stop") return Value::integer(bounds[1]);
+      if (name == "step") return Value::integer(bounds[2]);
+      break;
+    }
     default:
       break;
   }
@@ -299,6 +307,7 @@ Result<Value> Interpreter::get_item(const Value& object, const Value& key) {
       break;
     case ValueKind::kList:
     case ValueKind::kTuple:
+    case ValueKind::kRange:
       if (auto index = as_index(key)) {
         const auto size = static_cast<int64_t>(object.items().size());
         int64_t i = *index < 0 ? *index + size : *index;
@@ -344,6 +353,8 @@ Result<std::vector<Value>> Interpreter::iterate(const Value& v) {
       return std::vector<Value>{};
     case ValueKind::kList:
     case ValueKind::kTuple:
+    case ValueKind::kRange:
+    case ValueKind::kDictView:
       return v.items();
     case ValueKind::kDict: {
       std::vector<Value> keys;
@@ -360,11 +371,15 @@ Result<std::vector<Value>> Interpreter::iterate(const Value& v) {
       }
       return chars;
     }
+    case ValueKind::kLoop:
+      return v.as_loop().take_rest(v);
     case ValueKind::kIterator: {
-      IteratorState& it = v.as_iterator();
-      std::vector<Value> rest(it.items.begin() + static_cast<ptrdiff_t>(it.pos), it.items.end());
-      it.pos = it.items.size();
-      return rest;
+      std::vector<Value> rest;
+      while (true) {
+        SE_ASSIGN_OR_RETURN(std::optional<Value> item, generator_next(*this, v.as_iterator()));
+        if (!item) return rest;
+        rest.push_back(std::move(*item));
+      }
     }
     default:
       return type_error(fmt::format("'{}' object is not iterable", py_type_name(v)));

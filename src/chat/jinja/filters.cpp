@@ -102,7 +102,15 @@ Result<Value> f_indent(Interpreter& interp, const Value& in, CallArgs& args) {
     SE_RETURN_IF_ERROR(interp.check_string_size(static_cast<size_t>(std::max<int64_t>(0, width))));
     indention = std::string(static_cast<size_t>(std::max<int64_t>(0, width)), ' ');
   }
-  if (in.is_undefined()) return undefined_error(in);  // `s += "\n"` fails on Undefined
+  // jinja2 appends "\n" to the value itself before splitting lines, so only strings work.
+  if (in.is_undefined()) return undefined_error(in);
+  if (in.kind() == ValueKind::kList) {
+    return invalid_argument("AttributeError: 'list' object has no attribute 'splitlines'");
+  }
+  if (!in.is_string()) {
+    return type_error(
+        fmt::format("unsupported operand type(s) for +=: '{}' and 'str'", py_type_name(in)));
+  }
   std::vector<std::string> lines = py_splitlines(py_str(in) + "\n", false);
   SE_RETURN_IF_ERROR(
       interp.check_string_size(py_str(in).size() + lines.size() * (indention.size() + 1)));

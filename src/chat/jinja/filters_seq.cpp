@@ -1,9 +1,10 @@
-// Sequence filters: length, first/last, join, list, items, sorting, unique, reverse, batch, and the
-// higher-order map/select/reject family, which return single-pass generators like jinja2's.
+// Sequence filters: length, first/last, join, list, sorting, reverse, min/max/sum. The generator
+// filters (items, unique, batch, map, select, ...) are in filters_lazy.cpp.
 #include <algorithm>
 
 #include "chat/jinja/builtin_args.h"
 #include "chat/jinja/builtins_internal.h"
+#include "chat/jinja/generators.h"
 #include "chat/jinja/interpreter.h"
 #include "chat/jinja/loop_state.h"
 #include "chat/jinja/operators.h"
@@ -22,6 +23,8 @@ Result<Value> f_length(Interpreter&, const Value& in, CallArgs& args) {
       return Value::integer(static_cast<int64_t>(utf8_length(in.as_string())));
     case ValueKind::kList:
     case ValueKind::kTuple:
+    case ValueKind::kRange:
+    case ValueKind::kDictView:
       return Value::integer(static_cast<int64_t>(in.items().size()));
     case ValueKind::kDict:
       return Value::integer(static_cast<int64_t>(in.as_dict().size()));
@@ -38,8 +41,8 @@ Result<Value> f_length(Interpreter&, const Value& in, CallArgs& args) {
 Result<Value> f_first(Interpreter& interp, const Value& in, CallArgs& args) {
   SE_RETURN_IF_ERROR(bind_args("first", args, {}).status());
   if (in.kind() == ValueKind::kIterator) {
-    IteratorState& it = in.as_iterator();
-    if (it.pos < it.items.size()) return it.items[it.pos++];
+    SE_ASSIGN_OR_RETURN(std::optional<Value> item, generator_next(interp, in.as_iterator()));
+    if (item) return *item;
   } else {
     SE_ASSIGN_OR_RETURN(std::vector<Value> items, interp.iterate(in));
     if (!items.empty()) return items.front();
@@ -54,6 +57,8 @@ Result<Value> f_last(Interpreter& interp, const Value& in, CallArgs& args) {
     case ValueKind::kString:
     case ValueKind::kList:
     case ValueKind::kTuple:
+    case ValueKind::kRange:
+    case ValueKind::kDictView:
     case ValueKind::kDict: {
       SE_ASSIGN_OR_RETURN(std::vector<Value> items, interp.iterate(in));
       if (!items.empty()) return items.back();
@@ -92,15 +97,6 @@ Result<Value> f_list(Interpreter& interp, const Value& in, CallArgs& args) {
   SE_RETURN_IF_ERROR(bind_args("list", args, {}).status());
   SE_ASSIGN_OR_RETURN(std::vector<Value> items, interp.iterate(in));
   return Value::list(std::move(items));
-}
-
-Result<Value> f_items(Interpreter&, const Value& in, CallArgs& args) {
-  SE_RETURN_IF_ERROR(bind_args("items", args, {}).status());
-  if (in.is_undefined()) return Value::iterator({}, "do_items");
-  if (in.kind() != ValueKind::kDict) return type_error("Can only get item pairs from a mapping.");
-  std::vector<Value> pairs;
-  for (const auto& [k, v] : in.as_dict().items()) pairs.push_back(Value::tuple({k, v}));
-  return Value::iterator(std::move(pairs), "do_items");
 }
 
 Result<Value> f_dictsort(Interpreter&, const Value& in, CallArgs& args) {
@@ -171,37 +167,6 @@ Result<Value> f_sort(Interpreter& interp, const Value& in, CallArgs& args) {
   return Value::list(std::move(items));
 }
 
-Status check_hashable(const Value& v) {
-  if (v.kind() == ValueKind::kList || v.kind() == ValueKind::kDict) {
-    return type_error(fmt::format("unhashable type: '{}'", py_type_name(v)));
-  }
-  if (v.kind() == ValueKind::kTuple) {
-    for (const Value& item : v.items()) SE_RETURN_IF_ERROR(check_hashable(item));
-  }
-  return Status::ok();
-}
-
-Result<Value> f_unique(Interpreter& interp, const Value& in, CallArgs& args) {
-  SE_ASSIGN_OR_RETURN(
-      auto a, bind_args("unique", args,
-                        {{"case_sensitive", Value::boolean(false)}, {"attribute", Value::none()}}));
-  SE_ASSIGN_OR_RETURN(std::vector<Value> items, interp.iterate(in));
-  std::vector<Value> seen, out;
-  for (Value& item : items) {
-    SE_RETURN_IF_ERROR(interp.count_step());
-    SE_ASSIGN_OR_RETURN(Value key, get_attribute_path(interp, item, a[1], std::nullopt));
-    if (!a[0].truthy()) key = ignore_case(key);
-    SE_RETURN_IF_ERROR(check_hashable(key));
-    bool dup =
-        std::any_of(seen.begin(), seen.end(), [&](const Value& s) { return py_equal(s, key); });
-    if (!dup) {
-      seen.push_back(std::move(key));
-      out.push_back(std::move(item));
-    }
-  }
-  return Value::iterator(std::move(out), "sync_do_unique");
-}
-
 Result<Value> f_reverse(Interpreter& interp, const Value& in, CallArgs& args) {
   SE_RETURN_IF_ERROR(bind_args("reverse", args, {}).status());
   switch (in.kind()) {
@@ -213,6 +178,8 @@ Result<Value> f_reverse(Interpreter& interp, const Value& in, CallArgs& args) {
     case ValueKind::kUndefined:
     case ValueKind::kList:
     case ValueKind::kTuple:
+    case ValueKind::kRange:
+    case ValueKind::kDictView:
     case ValueKind::kDict: {
       SE_ASSIGN_OR_RETURN(std::vector<Value> items, interp.iterate(in));
       std::reverse(items.begin(), items.end());
@@ -226,125 +193,6 @@ Result<Value> f_reverse(Interpreter& interp, const Value& in, CallArgs& args) {
     default:
       return invalid_argument("FilterArgumentError: argument must be iterable");
   }
-}
-
-Result<Value> f_batch(Interpreter& interp, const Value& in, CallArgs& args) {
-  SE_ASSIGN_OR_RETURN(auto a,
-                      bind_args("batch", args, {{"linecount", {}}, {"fill_with", Value::none()}}));
-  SE_ASSIGN_OR_RETURN(int64_t linecount, int_arg(a[0], "linecount"));
-  SE_ASSIGN_OR_RETURN(std::vector<Value> items, interp.iterate(in));
-  std::vector<Value> batches, tmp;
-  for (Value& item : items) {
-    if (static_cast<int64_t>(tmp.size()) == linecount) {
-      batches.push_back(Value::list(std::move(tmp)));
-      tmp.clear();
-    }
-    tmp.push_back(std::move(item));
-  }
-  if (!tmp.empty()) {
-    if (!a[1].is_none() && static_cast<int64_t>(tmp.size()) < linecount) {
-      SE_RETURN_IF_ERROR(interp.check_string_size(static_cast<size_t>(linecount)));
-      tmp.resize(static_cast<size_t>(linecount), a[1]);
-    }
-    batches.push_back(Value::list(std::move(tmp)));
-  }
-  return Value::iterator(std::move(batches), "do_batch");
-}
-
-Result<Value> f_map(Interpreter& interp, const Value& in, CallArgs& args) {
-  if (!in.truthy()) return Value::iterator({}, "sync_do_map");
-  SE_ASSIGN_OR_RETURN(std::vector<Value> items, interp.iterate(in));
-  std::vector<Value> out;
-  if (args.positional.empty() &&
-      std::any_of(args.keyword.begin(), args.keyword.end(),
-                  [](const auto& kw) { return kw.first == "attribute"; })) {
-    Value attribute;
-    std::optional<Value> default_value;
-    for (const auto& [key, value] : args.keyword) {
-      if (key == "attribute") {
-        attribute = value;
-      } else if (key == "default") {
-        if (!value.is_none()) default_value = value;
-      } else {
-        return invalid_argument("FilterArgumentError: Unexpected keyword argument {}",
-                                py_repr_string(key));
-      }
-    }
-    for (const Value& item : items) {
-      SE_ASSIGN_OR_RETURN(Value v, get_attribute_path(interp, item, attribute, default_value));
-      out.push_back(std::move(v));
-    }
-    return Value::iterator(std::move(out), "sync_do_map");
-  }
-  if (args.positional.empty()) {
-    return invalid_argument("FilterArgumentError: map requires a filter argument");
-  }
-  if (!args.positional[0].is_string()) return type_error("map filter name must be a string");
-  std::string name = args.positional[0].as_string();
-  CallArgs rest;
-  rest.positional.assign(args.positional.begin() + 1, args.positional.end());
-  rest.keyword = args.keyword;
-  for (const Value& item : items) {
-    SE_RETURN_IF_ERROR(interp.count_step());
-    SE_ASSIGN_OR_RETURN(Value v, interp.call_filter(name, item, rest));
-    out.push_back(std::move(v));
-  }
-  return Value::iterator(std::move(out), "sync_do_map");
-}
-
-// select / reject / selectattr / rejectattr: test each item (or its attribute) and keep the
-// passing (or failing) ones; without a test name the value's truthiness decides.
-Result<Value> select_or_reject(Interpreter& interp, const Value& in, CallArgs& args,
-                               bool keep_passing, bool lookup_attr) {
-  if (!in.truthy()) return Value::iterator({}, "select_or_reject");
-  size_t off = 0;
-  Value attribute;
-  if (lookup_attr) {
-    if (args.positional.empty()) {
-      return invalid_argument("FilterArgumentError: Missing parameter for attribute name");
-    }
-    attribute = args.positional[0];
-    off = 1;
-  }
-  std::optional<std::string> test;
-  CallArgs test_args;
-  if (args.positional.size() > off) {
-    if (!args.positional[off].is_string()) return type_error("test name must be a string");
-    test = args.positional[off].as_string();
-    test_args.positional.assign(args.positional.begin() + static_cast<ptrdiff_t>(off) + 1,
-                                args.positional.end());
-    test_args.keyword = args.keyword;
-  }
-  SE_ASSIGN_OR_RETURN(std::vector<Value> items, interp.iterate(in));
-  std::vector<Value> out;
-  for (Value& item : items) {
-    SE_RETURN_IF_ERROR(interp.count_step());
-    Value subject = item;
-    if (lookup_attr) {
-      SE_ASSIGN_OR_RETURN(subject, get_attribute_path(interp, item, attribute, std::nullopt));
-    }
-    bool passed;
-    if (test) {
-      SE_ASSIGN_OR_RETURN(passed, interp.call_test(*test, subject, test_args));
-    } else {
-      passed = subject.truthy();
-    }
-    if (passed == keep_passing) out.push_back(std::move(item));
-  }
-  return Value::iterator(std::move(out), "select_or_reject");
-}
-
-Result<Value> f_select(Interpreter& i, const Value& in, CallArgs& a) {
-  return select_or_reject(i, in, a, true, false);
-}
-Result<Value> f_reject(Interpreter& i, const Value& in, CallArgs& a) {
-  return select_or_reject(i, in, a, false, false);
-}
-Result<Value> f_selectattr(Interpreter& i, const Value& in, CallArgs& a) {
-  return select_or_reject(i, in, a, true, true);
-}
-Result<Value> f_rejectattr(Interpreter& i, const Value& in, CallArgs& a) {
-  return select_or_reject(i, in, a, false, true);
 }
 
 Result<Value> min_or_max(Interpreter& interp, const Value& in, CallArgs& args, bool want_max) {
@@ -453,31 +301,14 @@ FilterFn find_sequence_filter(std::string_view name) {
     FilterFn fn;
   };
   static constexpr Entry kFilters[] = {
-      {"length", f_length},
-      {"count", f_length},
-      {"first", f_first},
-      {"last", f_last},
-      {"join", f_join},
-      {"list", f_list},
-      {"items", f_items},
-      {"dictsort", f_dictsort},
-      {"sort", f_sort},
-      {"unique", f_unique},
-      {"reverse", f_reverse},
-      {"batch", f_batch},
-      {"map", f_map},
-      {"select", f_select},
-      {"reject", f_reject},
-      {"selectattr", f_selectattr},
-      {"rejectattr", f_rejectattr},
-      {"min", f_min},
-      {"max", f_max},
-      {"sum", f_sum},
+      {"length", f_length},   {"count", f_length}, {"first", f_first},       {"last", f_last},
+      {"join", f_join},       {"list", f_list},    {"dictsort", f_dictsort}, {"sort", f_sort},
+      {"reverse", f_reverse}, {"min", f_min},      {"max", f_max},           {"sum", f_sum},
   };
   for (const Entry& e : kFilters) {
     if (e.name == name) return e.fn;
   }
-  return nullptr;
+  return find_lazy_filter(name);
 }
 
 }  // namespace se::jinja

@@ -54,10 +54,7 @@ Result<Value> g_range(Interpreter&, CallArgs& args) {
         "OverflowError: Range too big. The sandbox blocks ranges larger than MAX_RANGE ({}).",
         kMaxRange);
   }
-  std::vector<Value> items;
-  for (int64_t i = 0; i < static_cast<int64_t>(count); ++i)
-    items.push_back(Value::integer(start + i * step));
-  return Value::list(std::move(items));
+  return Value::range(start, stop, step);
 }
 
 // dict(mapping_or_pairs, **kwargs) and namespace(...), which accept the same arguments.
@@ -107,7 +104,7 @@ Result<Value> g_namespace(Interpreter& interp, CallArgs& args) {
           py_repr_string(key.as_string()));
     }
   }
-  return Value::namespace_object(std::move(ns));
+  return interp.track(Value::namespace_object(std::move(ns)));
 }
 
 Result<Value> g_raise_exception(Interpreter& interp, CallArgs& args) {

@@ -50,6 +50,18 @@ Interpreter::Interpreter(const ast::Program& program, const RenderLimits& limits
 
 Interpreter::~Interpreter() {
   for (const std::shared_ptr<Scope>& scope : closure_scopes_) scope->clear();
+  for (const Value& v : tracked_) {
+    if (v.kind() == ValueKind::kNamespace) v.as_namespace().attrs = Dict();
+    if (v.kind() == ValueKind::kIterator) {
+      v.as_iterator().produce = nullptr;
+      v.as_iterator().buffered.clear();
+    }
+  }
+}
+
+Value Interpreter::track(Value v) {
+  tracked_.push_back(v);
+  return v;
 }
 
 Result<std::string> Interpreter::render(const Dict& variables) {
@@ -260,6 +272,7 @@ Status Interpreter::exec_for(const ast::ForStmt& stmt, const std::shared_ptr<Sco
     SE_RETURN_IF_ERROR(exec_body(stmt.body, body_scope, out, &flow));
     if (flow == Flow::kBreak) break;
     if (flow == Flow::kNormal) completed_iteration = true;
+    if (state->rest_consumed) break;
   }
   if (!completed_iteration && !stmt.else_body.empty()) {
     auto else_scope = std::make_shared<Scope>(scope);

@@ -66,6 +66,9 @@ class Interpreter {
   Status check_nesting(const Value& v) const;
   Status count_step();
   const std::tm& now() const { return now_; }
+  // Keeps a namespace or lazy generator for cleanup at the end of the render, which breaks any
+  // reference cycle the template built through them. Returns `v`.
+  Value track(Value v);
   // Marks the pending error as raised by the template itself (raise_exception): no location prefix.
   void mark_template_error() { template_error_ = true; }
 
@@ -122,6 +125,7 @@ class Interpreter {
   bool template_error_ = false;
   // Scopes captured by macros; cleared at the end to break macro <-> scope reference cycles.
   std::vector<std::shared_ptr<Scope>> closure_scopes_;
+  std::vector<Value> tracked_;  // namespaces and generators, emptied at the end for the same reason
 };
 
 }  // namespace se::jinja

@@ -22,7 +22,9 @@ class BoundMethod final : public Callable {
     return fn_(interp, self_, args);
   }
   std::string repr() const override {
-    return fmt::format("<built-in method {} of {} object>", name_, py_type_name(self_));
+    return fmt::format(
+        "<built-in method {} of {} object at {}>", name_, py_type_name(self_),
+        self_.identity() != nullptr ? self_.identity() : static_cast<const void*>(this));
   }
 
  private:
@@ -34,23 +36,17 @@ class BoundMethod final : public Callable {
 // --- dict ---
 Result<Value> m_items(Interpreter&, const Value& d, CallArgs& args) {
   SE_RETURN_IF_ERROR(bind_args("items", args, {}).status());
-  std::vector<Value> out;
-  for (const auto& [k, v] : d.as_dict().items()) out.push_back(Value::tuple({k, v}));
-  return Value::list(std::move(out));
+  return Value::dict_view(d.as_dict(), Value::View::kItems);
 }
 
 Result<Value> m_keys(Interpreter&, const Value& d, CallArgs& args) {
   SE_RETURN_IF_ERROR(bind_args("keys", args, {}).status());
-  std::vector<Value> out;
-  for (const auto& [k, v] : d.as_dict().items()) out.push_back(k);
-  return Value::list(std::move(out));
+  return Value::dict_view(d.as_dict(), Value::View::kKeys);
 }
 
 Result<Value> m_values(Interpreter&, const Value& d, CallArgs& args) {
   SE_RETURN_IF_ERROR(bind_args("values", args, {}).status());
-  std::vector<Value> out;
-  for (const auto& [k, v] : d.as_dict().items()) out.push_back(v);
-  return Value::list(std::move(out));
+  return Value::dict_view(d.as_dict(), Value::View::kValues);
 }
 
 Result<Value> m_get(Interpreter&, const Value& d, CallArgs& args) {
@@ -145,6 +141,7 @@ Value find_method(const Value& object, const std::string& name, bool* found) {
       entry = lookup(kListMethods, name);
       break;
     case ValueKind::kTuple:
+    case ValueKind::kRange:
       entry = lookup(kTupleMethods, name);
       break;
     case ValueKind::kLoop:

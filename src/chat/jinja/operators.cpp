@@ -4,7 +4,9 @@
 #include <cstdio>
 #include <limits>
 
+#include "chat/jinja/generators.h"
 #include "chat/jinja/interpreter.h"
+#include "chat/jinja/loop_state.h"
 #include "chat/jinja/py_format.h"
 #include "chat/jinja/unicode.h"
 
@@ -327,8 +329,15 @@ Result<bool> py_contains(Interpreter& interp, const Value& container, const Valu
                                       py_type_name(item)));
       }
       return container.as_string().find(item.as_string()) != std::string::npos;
+    case ValueKind::kDictView:
+      if (container.dict_view_kind() == Value::View::kKeys &&
+          (item.kind() == ValueKind::kList || item.kind() == ValueKind::kDict)) {
+        return type_error(fmt::format("unhashable type: '{}'", py_type_name(item)));
+      }
+      [[fallthrough]];
     case ValueKind::kList:
     case ValueKind::kTuple:
+    case ValueKind::kRange:
       for (const Value& v : container.items()) {
         if (py_equal(v, item)) return true;
       }
@@ -340,13 +349,18 @@ Result<bool> py_contains(Interpreter& interp, const Value& container, const Valu
       return container.as_dict().find(item) != nullptr;
     case ValueKind::kUndefined:
       return false;
-    case ValueKind::kIterator: {
-      IteratorState& it = container.as_iterator();
-      while (it.pos < it.items.size()) {
-        if (py_equal(it.items[it.pos++], item)) return true;
+    case ValueKind::kLoop:
+      for (const Value& v : container.as_loop().take_rest(container)) {
+        if (py_equal(v, item)) return true;
       }
       return false;
-    }
+    case ValueKind::kIterator:
+      while (true) {
+        SE_ASSIGN_OR_RETURN(std::optional<Value> v,
+                            generator_next(interp, container.as_iterator()));
+        if (!v) return false;
+        if (py_equal(*v, item)) return true;
+      }
     default:
       return type_error(
           fmt::format("argument of type '{}' is not iterable", py_type_name(container)));
@@ -355,21 +369,23 @@ Result<bool> py_contains(Interpreter& interp, const Value& container, const Valu
 
 Result<Value> slice_value(const Value& obj, const Value& start_v, const Value& stop_v,
                           const Value& step_v) {
+  // jinja2 compiles slices to a plain Python subscript (no sandbox getitem), so failures raise.
   if (obj.is_undefined()) return undefined_error(obj);
-  auto bound = [](const Value& v, bool* ok) -> std::optional<int64_t> {
-    if (v.is_none()) return std::nullopt;
-    if (v.is_integral()) return v.as_int();
-    *ok = false;
-    return std::nullopt;
-  };
-  bool ok = true;
-  std::optional<int64_t> start = bound(start_v, &ok);
-  std::optional<int64_t> stop = bound(stop_v, &ok);
-  std::optional<int64_t> step_opt = bound(step_v, &ok);
-  bool sliceable = obj.is_string() || obj.is_sequence();
-  if (!ok || !sliceable)
-    return Value::undefined(fmt::format("{} has no element slice", py_object_type_repr(obj)));
-  int64_t step = step_opt.value_or(1);
+  if (obj.kind() == ValueKind::kDict) return type_error("unhashable type: 'slice'");
+  if (!obj.is_string() && !obj.has_items()) {
+    return type_error(fmt::format("'{}' object is not subscriptable", py_type_name(obj)));
+  }
+  std::optional<int64_t> bounds[3];
+  const Value* parts[3] = {&start_v, &stop_v, &step_v};
+  for (int i = 0; i < 3; ++i) {
+    if (parts[i]->is_none()) continue;
+    if (parts[i]->is_undefined()) return undefined_error(*parts[i]);
+    if (!parts[i]->is_integral()) {
+      return type_error("slice indices must be integers or None or have an __index__ method");
+    }
+    bounds[i] = parts[i]->as_int();
+  }
+  int64_t step = bounds[2].value_or(1);
   if (step == 0) return invalid_argument("ValueError: slice step cannot be zero");
   std::u32string chars;
   int64_t len;
@@ -390,8 +406,13 @@ Result<Value> slice_value(const Value& obj, const Value& start_v, const Value& s
     }
     return x;
   };
-  int64_t b = adjust(start, step < 0 ? len - 1 : 0);
-  int64_t e = adjust(stop, step < 0 ? -1 : len);
+  int64_t b = adjust(bounds[0], step < 0 ? len - 1 : 0);
+  int64_t e = adjust(bounds[1], step < 0 ? -1 : len);
+  if (obj.kind() == ValueKind::kRange) {
+    // A slice of a range is a range, as in Python.
+    auto [start, stop, range_step] = obj.range_bounds();
+    return Value::range(start + b * range_step, start + e * range_step, range_step * step);
+  }
   std::vector<int64_t> indices;
   for (int64_t i = b; step > 0 ? i < e : i > e; i += step) indices.push_back(i);
   if (obj.is_string()) {

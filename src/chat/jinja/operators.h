@@ -29,8 +29,8 @@ Result<bool> compare_op(Interpreter& interp, ast::CompareOp op, const Value& a, 
 // Python's `item in container`.
 Result<bool> py_contains(Interpreter& interp, const Value& container, const Value& item);
 
-// obj[start:stop:step] for strings, lists and tuples; other objects give an undefined value like
-// jinja2's sandboxed getitem. Non-integer bounds also give undefined.
+// obj[start:stop:step] for strings, lists and tuples; like the plain Python subscript jinja2
+// compiles slices to, anything else raises (TypeError, or UndefinedError for undefined values).
 Result<Value> slice_value(const Value& obj, const Value& start, const Value& stop,
                           const Value& step);
 

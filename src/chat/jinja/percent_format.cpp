@@ -127,9 +127,11 @@ Result<std::string> format_one(const Value& arg, char conv, const Spec& spec) {
 
 Result<std::string> percent_format(const std::string& format, const Value& args) {
   const bool is_tuple = args.kind() == ValueKind::kTuple;
-  // CPython treats anything subscriptable (dicts, lists) as a mapping for %(key)s purposes.
+  // CPython treats anything with __getitem__ (dict, list, range, jinja2's Undefined) as a mapping,
+  // which also waives the "not all arguments converted" check.
   const bool mapping =
-      !is_tuple && (args.kind() == ValueKind::kDict || args.kind() == ValueKind::kList);
+      !is_tuple && (args.kind() == ValueKind::kDict || args.kind() == ValueKind::kList ||
+                    args.kind() == ValueKind::kRange || args.is_undefined());
   const std::vector<Value> single = {args};
   const std::vector<Value>& list = is_tuple ? args.items() : single;
   size_t next = 0;

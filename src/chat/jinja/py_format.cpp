@@ -281,7 +281,14 @@ std::string py_repr(const Value& v) {
       return "<Namespace " + py_repr(attrs) + ">";
     }
     case ValueKind::kIterator:
-      return "<generator object " + v.as_iterator().origin + ">";
+      return fmt::format("<generator object {} at {}>", v.as_iterator().origin, v.identity());
+    case ValueKind::kDictView:
+      return py_type_name(v) + "(" + py_repr(Value::list(v.items())) + ")";
+    case ValueKind::kRange: {
+      auto [start, stop, step] = v.range_bounds();
+      if (step == 1) return fmt::format("range({}, {})", start, stop);
+      return fmt::format("range({}, {}, {})", start, stop, step);
+    }
     case ValueKind::kCallable:
       return v.as_callable()->repr();
     case ValueKind::kLoop: {
@@ -359,6 +366,12 @@ std::string py_type_name(const Value& v) {
       return "list";
     case ValueKind::kTuple:
       return "tuple";
+    case ValueKind::kRange:
+      return "range";
+    case ValueKind::kDictView:
+      return v.dict_view_kind() == Value::View::kKeys     ? "dict_keys"
+             : v.dict_view_kind() == Value::View::kValues ? "dict_values"
+                                                          : "dict_items";
     case ValueKind::kDict:
       return "dict";
     case ValueKind::kNamespace:

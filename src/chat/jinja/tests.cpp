@@ -46,10 +46,10 @@ SE_SIMPLE_TEST(t_lower, py_islower(py_str(v)))
 SE_SIMPLE_TEST(t_upper, py_isupper(py_str(v)))
 // Python: len() works and the type has __getitem__ (Undefined has both).
 SE_SIMPLE_TEST(t_sequence,
-               v.is_undefined() || v.is_string() || v.is_sequence() || v.kind() == ValueKind::kDict)
-SE_SIMPLE_TEST(t_iterable, v.is_undefined() || v.is_string() || v.is_sequence() ||
-                               v.kind() == ValueKind::kDict || v.kind() == ValueKind::kIterator ||
-                               v.kind() == ValueKind::kLoop)
+               v.is_undefined() || v.is_string() || v.has_items() || v.kind() == ValueKind::kDict)
+SE_SIMPLE_TEST(t_iterable, v.is_undefined() || v.is_string() || v.has_items() ||
+                               v.kind() == ValueKind::kDictView || v.kind() == ValueKind::kDict ||
+                               v.kind() == ValueKind::kIterator || v.kind() == ValueKind::kLoop)
 // Undefined defines __call__ (to raise), so Python's callable() accepts it.
 SE_SIMPLE_TEST(t_callable,
                v.kind() == ValueKind::kCallable || v.kind() == ValueKind::kLoop || v.is_undefined())

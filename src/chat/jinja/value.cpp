@@ -5,6 +5,17 @@
 #include "chat/jinja/loop_state.h"
 
 namespace se::jinja {
+
+struct Value::RangeData {
+  std::vector<Value> items;
+  std::array<int64_t, 3> bounds;
+};
+
+struct Value::ViewData {
+  std::vector<Value> items;  // keys, values or (key, value) tuples
+  View view;
+};
+
 namespace {
 
 int max_depth(const std::vector<Value>& items) {
@@ -70,6 +81,34 @@ Value Value::tuple(std::vector<Value> items) {
   return v;
 }
 
+Value Value::range(int64_t start, int64_t stop, int64_t step) {
+  auto data = std::make_shared<RangeData>();
+  data->bounds = {start, stop, step};
+  for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+    data->items.push_back(Value::integer(i));
+  }
+  Value v;
+  v.kind_ = ValueKind::kRange;
+  v.depth_ = 1;
+  v.payload_ = std::shared_ptr<const RangeData>(std::move(data));
+  return v;
+}
+
+Value Value::dict_view(const Dict& dict, View view) {
+  auto data = std::make_shared<ViewData>();
+  data->view = view;
+  for (const auto& [key, value] : dict.items()) {
+    data->items.push_back(view == View::kKeys     ? key
+                          : view == View::kValues ? value
+                                                  : Value::tuple({key, value}));
+  }
+  Value v;
+  v.kind_ = ValueKind::kDictView;
+  v.depth_ = 1 + max_depth(data->items);
+  v.payload_ = std::shared_ptr<const ViewData>(std::move(data));
+  return v;
+}
+
 Value Value::dict(Dict d) {
   Value v;
   v.kind_ = ValueKind::kDict;
@@ -83,7 +122,18 @@ Value Value::iterator(std::vector<Value> items, std::string origin) {
   v.kind_ = ValueKind::kIterator;
   v.depth_ = 1 + max_depth(items);
   auto state = std::make_shared<IteratorState>();
-  state->items = std::move(items);
+  state->buffered = std::move(items);
+  state->origin = std::move(origin);
+  v.payload_ = std::move(state);
+  return v;
+}
+
+Value Value::generator(std::function<Result<std::optional<Value>>(Interpreter&)> produce,
+                       std::string origin) {
+  Value v;
+  v.kind_ = ValueKind::kIterator;
+  auto state = std::make_shared<IteratorState>();
+  state->produce = std::move(produce);
   state->origin = std::move(origin);
   v.payload_ = std::move(state);
   return v;
@@ -121,7 +171,20 @@ const std::string& Value::as_string() const {
 }
 
 const std::vector<Value>& Value::items() const {
+  if (kind_ == ValueKind::kRange)
+    return std::get<std::shared_ptr<const RangeData>>(payload_)->items;
+  if (kind_ == ValueKind::kDictView) {
+    return std::get<std::shared_ptr<const ViewData>>(payload_)->items;
+  }
   return *std::get<std::shared_ptr<const std::vector<Value>>>(payload_);
+}
+
+Value::View Value::dict_view_kind() const {
+  return std::get<std::shared_ptr<const ViewData>>(payload_)->view;
+}
+
+std::array<int64_t, 3> Value::range_bounds() const {
+  return std::get<std::shared_ptr<const RangeData>>(payload_)->bounds;
 }
 
 const Dict& Value::as_dict() const { return *std::get<std::shared_ptr<const Dict>>(payload_); }
@@ -158,6 +221,8 @@ bool Value::truthy() const {
       return !as_string().empty();
     case ValueKind::kList:
     case ValueKind::kTuple:
+    case ValueKind::kRange:
+    case ValueKind::kDictView:
       return !items().empty();
     case ValueKind::kDict:
       return !as_dict().empty();
@@ -197,12 +262,28 @@ bool py_equal(const Value& a, const Value& b) {
     case ValueKind::kString:
       return a.as_string() == b.as_string();
     case ValueKind::kList:
-    case ValueKind::kTuple: {
+    case ValueKind::kTuple:
+    case ValueKind::kRange: {
       const auto& x = a.items();
       const auto& y = b.items();
       if (x.size() != y.size()) return false;
       for (size_t i = 0; i < x.size(); ++i) {
         if (!py_equal(x[i], y[i])) return false;
+      }
+      return true;
+    }
+    case ValueKind::kDictView: {
+      // Key and item views compare as sets; value views only by identity.
+      if (a.dict_view_kind() != b.dict_view_kind() || a.dict_view_kind() == Value::View::kValues) {
+        return a.identity() == b.identity();
+      }
+      const auto& x = a.items();
+      const auto& y = b.items();
+      if (x.size() != y.size()) return false;
+      for (const Value& v : x) {
+        if (std::none_of(y.begin(), y.end(), [&](const Value& w) { return py_equal(v, w); })) {
+          return false;
+        }
       }
       return true;
     }

@@ -5,9 +5,11 @@
 // at a time.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -22,6 +24,7 @@ namespace se::jinja {
 class Value;
 class Dict;
 class Callable;
+class Interpreter;
 struct Namespace;
 struct IteratorState;
 struct LoopState;
@@ -35,6 +38,8 @@ enum class ValueKind : uint8_t {
   kString,
   kList,
   kTuple,
+  kRange,     // range(start, stop, step); iterates like a tuple, prints as range(...)
+  kDictView,  // dict.keys() / .values() / .items(): iterable, not indexable
   kDict,
   kNamespace,
   kIterator,  // a single-pass generator, e.g. the result of `|select`
@@ -63,8 +68,15 @@ class Value {
   static Value string(std::string s, bool markup = false);
   static Value list(std::vector<Value> items);
   static Value tuple(std::vector<Value> items);
+  // Precondition: step != 0 and the length fits the caller's limit (items are materialized).
+  static Value range(int64_t start, int64_t stop, int64_t step);
+  enum class View { kKeys, kValues, kItems };
+  static Value dict_view(const Dict& dict, View view);
   static Value dict(Dict d);
   static Value iterator(std::vector<Value> items, std::string origin);
+  // A lazy generator: `produce` runs on each pull, like the body of a Python generator function.
+  static Value generator(std::function<Result<std::optional<Value>>(Interpreter&)> produce,
+                         std::string origin);
   static Value callable(std::shared_ptr<Callable> c);
   static Value namespace_object(std::shared_ptr<Namespace> ns);
   static Value loop(std::shared_ptr<LoopState> state);
@@ -81,19 +93,23 @@ class Value {
   // bool or int (Python int, of which bool is a subclass).
   bool is_integral() const { return kind_ == ValueKind::kBool || kind_ == ValueKind::kInt; }
   bool is_sequence() const { return kind_ == ValueKind::kList || kind_ == ValueKind::kTuple; }
+  // list, tuple or range: indexable with items().
+  bool has_items() const { return is_sequence() || kind_ == ValueKind::kRange; }
 
   // Accessors; the precondition is the matching kind.
   bool as_bool() const { return std::get<int64_t>(payload_) != 0; }
   int64_t as_int() const { return std::get<int64_t>(payload_); }  // kBool or kInt
   double as_float() const;                                        // any number
   const std::string& as_string() const;                           // kString
-  const std::vector<Value>& items() const;                        // kList or kTuple
-  const Dict& as_dict() const;                                    // kDict
-  Namespace& as_namespace() const;                                // kNamespace
-  IteratorState& as_iterator() const;                             // kIterator
-  const std::shared_ptr<Callable>& as_callable() const;           // kCallable
-  LoopState& as_loop() const;                                     // kLoop
-  const std::string& undefined_hint() const;                      // kUndefined
+  const std::vector<Value>& items() const;               // kList, kTuple, kRange or kDictView
+  const Dict& as_dict() const;                           // kDict
+  Namespace& as_namespace() const;                       // kNamespace
+  IteratorState& as_iterator() const;                    // kIterator
+  const std::shared_ptr<Callable>& as_callable() const;  // kCallable
+  LoopState& as_loop() const;                            // kLoop
+  const std::string& undefined_hint() const;             // kUndefined
+  std::array<int64_t, 3> range_bounds() const;           // kRange: start, stop, step
+  View dict_view_kind() const;                           // kDictView
 
   // Nesting depth of containers (0 for scalars); the interpreter bounds it.
   int depth() const { return depth_; }
@@ -103,9 +119,12 @@ class Value {
   const void* identity() const;
 
  private:
+  struct RangeData;
+  struct ViewData;
   using Payload =
       std::variant<std::monostate, int64_t, double, std::shared_ptr<const std::string>,
-                   std::shared_ptr<const std::vector<Value>>, std::shared_ptr<const Dict>,
+                   std::shared_ptr<const std::vector<Value>>, std::shared_ptr<const RangeData>,
+                   std::shared_ptr<const ViewData>, std::shared_ptr<const Dict>,
                    std::shared_ptr<Namespace>, std::shared_ptr<IteratorState>,
                    std::shared_ptr<Callable>, std::shared_ptr<LoopState>>;
 
@@ -142,14 +161,14 @@ struct Namespace {
   Dict attrs;
 };
 
-// A generator: yields `items` from `pos` on; consumed by iteration like a Python generator.
+// A Python generator: yields `buffered` values from `pos` on, then what `produce` returns until it
+// returns nullopt or fails. Single pass: consumed values are gone. Pull with generator_next().
 struct IteratorState {
-  std::vector<Value> items;
+  std::vector<Value> buffered;
   size_t pos = 0;
+  std::function<Result<std::optional<Value>>(Interpreter&)> produce;  // null once exhausted
   std::string origin;  // the function that produced it, for repr
 };
-
-class Interpreter;
 
 // Something a template can call: a macro, a global function or a bound method.
 class Callable {
