@@ -69,7 +69,7 @@ def ours(model_path, prompts_ids, tmp_path):
 def test_logits_and_greedy_match_llama_cpp(name, tmp_path):
     model = f32_copy(MODELS[name]())
     tokenizer = llama_cpp.Llama(model_path=str(model), vocab_only=True, verbose=False)
-    prompts = SHORT_PROMPTS + long_prompts(14)
+    prompts = SHORT_PROMPTS + long_prompts(12)
     prompts_ids = [tokenizer.tokenize(p.encode(), add_bos=True, special=False) for p in prompts]
     assert len(prompts_ids) >= 20 and max(len(p) for p in prompts_ids) >= 1500
 
