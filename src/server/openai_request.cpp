@@ -102,7 +102,10 @@ ApiResult<OpenAiRequest> read_prompt(const nlohmann::json& body, OpenAiRequest r
   const nlohmann::json& ids = first.is_array() ? first : *prompt;
   for (const nlohmann::json& id : ids) {
     if (!id.is_number_integer()) return fields.type_error("prompt", kExpected, *prompt);
-    const int64_t v = id.is_number_unsigned() ? kInt32Max + int64_t{1} : id.get<int64_t>();
+    // Parsed JSON holds non-negative numbers as unsigned; clamp those past int32 to one past the limit.
+    const int64_t v = id.is_number_unsigned()
+                          ? static_cast<int64_t>(std::min<uint64_t>(id.get<uint64_t>(), uint64_t{1} << 31))
+                          : id.get<int64_t>();
     if (v < 0 || v > kInt32Max)
       return ApiError::bad_request(fmt::format("'prompt' token ids must be non-negative 32-bit integers, got {}",
                                                id.dump()),

@@ -61,6 +61,15 @@ TEST(ParseCompletion, AcceptsEachPromptForm) {
   EXPECT_FALSE(ids->prompt_text.has_value());
   EXPECT_EQ(ids->prompt_ids, (std::vector<int32_t>{1, 2, 3}));
 
+  // As parsed from the wire, where non-negative numbers are unsigned.
+  auto parsed = completion(json::parse(R"({"prompt": [504, 3575, 2147483647], "max_tokens": 3, "n": 2})"));
+  ASSERT_TRUE(parsed.is_ok()) << parsed.error().message;
+  EXPECT_EQ(parsed->prompt_ids, (std::vector<int32_t>{504, 3575, 2147483647}));
+  EXPECT_EQ(parsed->params.max_tokens, 3);
+  EXPECT_EQ(parsed->n, 2);
+  expect_bad_field(completion(json::parse(R"({"prompt": [2147483648]})")), "prompt");
+  expect_bad_field(completion(json::parse(R"({"prompt": [18446744073709551615]})")), "prompt");
+
   auto nested = completion({{"prompt", {{7, 8}}}});
   ASSERT_TRUE(nested.is_ok());
   EXPECT_EQ(nested->prompt_ids, (std::vector<int32_t>{7, 8}));
