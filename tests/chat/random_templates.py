@@ -61,7 +61,8 @@ class Gen:
     def atom(self, depth):
         r = self.rng.random()
         if r < 0.35:
-            return self.rng.choice(list(VARIABLES) + ["missing", "loop"])
+            names = list(VARIABLES) + (["missing", "loop"] if self.rng.random() < 0.2 else [])
+            return self.rng.choice(names)
         if r < 0.5:
             return self.rng.choice(STRINGS)
         if r < 0.65:
@@ -135,9 +136,30 @@ class Gen:
         if r < 0.85:
             name = self.rng.choice(["v", "x", "s", "n"])
             return f"{open_l} set {name} = {self.expr(2)} {open_r}{self.text()}"
-        if r < 0.92:
+        if r < 0.88:
             return f"{open_l} set ns = namespace(c=0) {open_r}{open_l} for x in nums {open_r}{open_l} set ns.c = ns.c + x {open_r}{open_l} endfor {open_r}{{{{ ns.c }}}}"
-        return f"{open_l} macro mac(a, b='B') {open_r}[{{{{ a }}}}|{{{{ b }}}}]{open_l} endmacro {open_r}{{{{ mac({self.expr(1)}) }}}}"
+        if r < 0.9:
+            return f"{open_l} macro mac(a, b='B') {open_r}[{{{{ a }}}}|{{{{ b }}}}]{open_l} endmacro {open_r}{{{{ mac({self.expr(1)}) }}}}"
+        if r < 0.92:
+            return (f"{open_l} macro each(xs) {open_r}{{% for x in xs %}}<{{{{ caller(x) }}}}>{{% endfor %}}"
+                    f"{open_l} endmacro {open_r}{open_l} call(v) each({self.rng.choice(['l', 'words', 's', 'd'])}) {open_r}"
+                    f"{self.body(depth - 1)}{{{{ v }}}}{open_l} endcall {open_r}")
+        if r < 0.94:
+            return f"{open_l} set blk {open_r}{self.body(depth - 1)}{open_l} endset {open_r}[{{{{ blk }}}}]"
+        if r < 0.95:
+            return f"{open_l} filter {self.rng.choice(['upper', 'trim', 'title', 'indent(2)'])} {open_r}{self.body(depth - 1)}{open_l} endfilter {open_r}"
+        if r < 0.96:
+            return f"{open_l} with w = {self.expr(1)} {open_r}{self.body(depth - 1)}{{{{ w }}}}{open_l} endwith {open_r}"
+        if r < 0.97:
+            return "{#" + self.ws() + " note " + self.rng.choice(["", "-"]) + "#}" + self.text()
+        if r < 0.98:
+            return f"{open_l} for x in l {open_r}{{% if loop.index is {self.rng.choice(['odd', 'even'])} %}}{{% {self.rng.choice(['break', 'continue'])} %}}{{% endif %}}{{{{ loop.cycle('a', 'b') }}}}{{{{ loop.changed(x) }}}}{open_l} endfor {open_r}"
+        if r < 0.99:
+            return f"{open_l} raw {open_r}{{{{ {self.expr(1)} }}}}{open_l} endraw {open_r}"
+        fmt = self.rng.choice(["'%s-%s'", "'{} {}'.format", "'{0!r}:{1}'.format"])
+        if fmt.startswith("'%"):
+            return f"{{{{ {fmt} % ({self.expr(1)}, {self.expr(1)}) }}}}"
+        return f"{{{{ {fmt}({self.expr(1)}, {self.expr(1)}) }}}}"
 
     def body(self, depth):
         return "".join(self.block(depth) for _ in range(self.rng.randint(1, 3)))
@@ -146,4 +168,5 @@ class Gen:
 def generate(seed, count):
     rng = random.Random(seed)
     gen = Gen(rng)
-    return [(gen.body(2), VARIABLES) for _ in range(count)]
+    # Half single blocks (most of them render), half multi-block bodies.
+    return [(gen.block(rng.randint(1, 2)) if i % 2 else gen.body(2), VARIABLES) for i in range(count)]

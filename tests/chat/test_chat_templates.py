@@ -12,6 +12,7 @@ import datetime
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import tempfile
@@ -176,7 +177,7 @@ def test_smollm2_fixture_is_the_gguf_template():
 
 def known_divergence(jinja_output, ours):
     """Outputs that cannot match by construction, not interpreter differences."""
-    if " at 0x" in jinja_output:  # Python object addresses
+    if re.search(r"0x[0-9a-f]{6,}", jinja_output, re.IGNORECASE):  # Python object addresses
         return True
     # jinja2 constant-folds `literal[slice]` through the sandbox (undefined) where a variable
     # subscript raises; we always raise.

@@ -186,7 +186,7 @@ enum class StmtKind {
   kWith,
   kBreak,
   kContinue,
-  kScope,  // a body rendered in place ({% generation %} of transformers)
+  kScope,  // a body rendered in place ({% generation %} of transformers, {% print %})
 };
 
 struct Stmt {
@@ -222,6 +222,9 @@ struct ForStmt : Stmt {
   bool recursive = false;
   Body body;
   Body else_body;
+  // Frame locals that start undefined (see scoping.h), for the body and the else branch.
+  std::vector<std::string> body_undefined;
+  std::vector<std::string> else_undefined;
 };
 
 struct SetStmt : Stmt {
@@ -237,6 +240,7 @@ struct SetBlockStmt : Stmt {
   Target target;
   ExprPtr filter;
   Body body;
+  std::vector<std::string> undefined_on_entry;
 };
 
 // A macro signature and body; also the body of a {% call %} block (the `caller`).
@@ -248,6 +252,7 @@ struct MacroDef {
   bool uses_varargs = false;
   bool uses_kwargs = false;
   bool uses_caller = false;
+  std::vector<std::string> undefined_on_entry;
 };
 
 struct MacroStmt : Stmt {
@@ -265,21 +270,26 @@ struct FilterBlockStmt : Stmt {
   explicit FilterBlockStmt(SourcePos p) : Stmt(StmtKind::kFilterBlock, p) {}
   ExprPtr filter;  // a FilterExpr chain over a null operand
   Body body;
+  std::vector<std::string> undefined_on_entry;
 };
 
 struct WithStmt : Stmt {
   explicit WithStmt(SourcePos p) : Stmt(StmtKind::kWith, p) {}
   std::vector<std::pair<Target, ExprPtr>> assignments;
   Body body;
+  std::vector<std::string> undefined_on_entry;
 };
 
 struct ScopeStmt : Stmt {
-  explicit ScopeStmt(SourcePos p) : Stmt(StmtKind::kScope, p) {}
+  ScopeStmt(SourcePos p, bool frame) : Stmt(StmtKind::kScope, p), new_frame(frame) {}
+  bool new_frame;  // {% generation %} is a frame of its own; {% print a, b %} is not
   Body body;
+  std::vector<std::string> undefined_on_entry;
 };
 
 struct Program {
   Body body;
+  std::vector<std::string> undefined_on_entry;
 };
 
 }  // namespace se::jinja::ast

@@ -167,6 +167,24 @@ Result<Value> f_sort(Interpreter& interp, const Value& in, CallArgs& args) {
   return Value::list(std::move(items));
 }
 
+// The type of Python's reversed(value).
+std::string reverse_iterator_type(const Value& v) {
+  switch (v.kind()) {
+    case ValueKind::kList:
+      return "list_reverseiterator";
+    case ValueKind::kRange:
+      return "range_iterator";
+    case ValueKind::kDict:
+      return "dict_reversekeyiterator";
+    case ValueKind::kDictView:
+      return v.dict_view_kind() == Value::View::kKeys     ? "dict_reversekeyiterator"
+             : v.dict_view_kind() == Value::View::kValues ? "dict_reversevalueiterator"
+                                                          : "dict_reverseitemiterator";
+    default:
+      return "reversed";
+  }
+}
+
 Result<Value> f_reverse(Interpreter& interp, const Value& in, CallArgs& args) {
   SE_RETURN_IF_ERROR(bind_args("reverse", args, {}).status());
   switch (in.kind()) {
@@ -183,7 +201,7 @@ Result<Value> f_reverse(Interpreter& interp, const Value& in, CallArgs& args) {
     case ValueKind::kDict: {
       SE_ASSIGN_OR_RETURN(std::vector<Value> items, interp.iterate(in));
       std::reverse(items.begin(), items.end());
-      return Value::iterator(std::move(items), "reversed");
+      return Value::iterator(std::move(items), reverse_iterator_type(in));
     }
     case ValueKind::kIterator: {
       SE_ASSIGN_OR_RETURN(std::vector<Value> items, interp.iterate(in));

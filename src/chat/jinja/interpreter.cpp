@@ -35,6 +35,12 @@ const Value* Scope::find(std::string_view name) const {
   return nullptr;
 }
 
+void Scope::mark_undefined(const std::vector<std::string>& names) {
+  for (const std::string& name : names) {
+    set(name, Value::undefined(fmt::format("{} is undefined", py_repr_string(name))));
+  }
+}
+
 void Scope::set(std::string_view name, Value value) {
   for (auto& [key, current] : vars_) {
     if (key == name) {
@@ -69,6 +75,7 @@ Result<std::string> Interpreter::render(const Dict& variables) {
   for (const auto& [key, value] : variables.items()) {
     if (key.is_string()) root->set(key.as_string(), value);
   }
+  root->mark_undefined(program_.undefined_on_entry);
   std::string out;
   Flow flow = Flow::kNormal;
   SE_RETURN_IF_ERROR(exec_body(program_.body, root, out, &flow));
@@ -138,8 +145,10 @@ Status Interpreter::exec_body(const ast::Body& body, const std::shared_ptr<Scope
 }
 
 Result<std::string> Interpreter::capture(const ast::Body& body,
-                                         const std::shared_ptr<Scope>& parent) {
+                                         const std::shared_ptr<Scope>& parent,
+                                         const std::vector<std::string>& undefined_names) {
   auto scope = std::make_shared<Scope>(parent);
+  scope->mark_undefined(undefined_names);
   std::string out;
   Flow flow = Flow::kNormal;
   SE_RETURN_IF_ERROR(exec_body(body, scope, out, &flow));
@@ -178,7 +187,7 @@ Status Interpreter::exec(const ast::Stmt& stmt, const std::shared_ptr<Scope>& sc
       break;
     case ast::StmtKind::kSetBlock: {
       const auto& s = static_cast<const ast::SetBlockStmt&>(stmt);
-      SE_ASSIGN_OR_RETURN(std::string text, capture(s.body, scope));
+      SE_ASSIGN_OR_RETURN(std::string text, capture(s.body, scope, s.undefined_on_entry));
       Value value = Value::string(std::move(text));
       if (s.filter) {
         SE_ASSIGN_OR_RETURN(value, apply_filter_chain(*s.filter, std::move(value), scope));
@@ -197,7 +206,7 @@ Status Interpreter::exec(const ast::Stmt& stmt, const std::shared_ptr<Scope>& sc
       break;
     case ast::StmtKind::kFilterBlock: {
       const auto& s = static_cast<const ast::FilterBlockStmt&>(stmt);
-      SE_ASSIGN_OR_RETURN(std::string text, capture(s.body, scope));
+      SE_ASSIGN_OR_RETURN(std::string text, capture(s.body, scope, s.undefined_on_entry));
       SE_ASSIGN_OR_RETURN(Value v,
                           apply_filter_chain(*s.filter, Value::string(std::move(text)), scope));
       status = append(out, py_str(v));
@@ -206,6 +215,7 @@ Status Interpreter::exec(const ast::Stmt& stmt, const std::shared_ptr<Scope>& sc
     case ast::StmtKind::kWith: {
       const auto& s = static_cast<const ast::WithStmt&>(stmt);
       auto inner = std::make_shared<Scope>(scope);
+      inner->mark_undefined(s.undefined_on_entry);
       for (const auto& [target, value_expr] : s.assignments) {
         SE_ASSIGN_OR_RETURN(Value v, eval(*value_expr, scope));
         SE_RETURN_IF_ERROR(locate(assign(target, v, *inner), target.pos));
@@ -221,8 +231,14 @@ Status Interpreter::exec(const ast::Stmt& stmt, const std::shared_ptr<Scope>& sc
       *flow = Flow::kContinue;
       break;
     case ast::StmtKind::kScope: {
+      const auto& s = static_cast<const ast::ScopeStmt&>(stmt);
+      if (!s.new_frame) {
+        status = exec_body(s.body, scope, out, flow);
+        break;
+      }
       auto inner = std::make_shared<Scope>(scope);
-      status = exec_body(static_cast<const ast::ScopeStmt&>(stmt).body, inner, out, flow);
+      inner->mark_undefined(s.undefined_on_entry);
+      status = exec_body(s.body, inner, out, flow);
       break;
     }
   }
@@ -268,6 +284,7 @@ Status Interpreter::exec_for(const ast::ForStmt& stmt, const std::shared_ptr<Sco
     auto body_scope = std::make_shared<Scope>(scope);
     SE_RETURN_IF_ERROR(locate(assign(stmt.target, state->items[i], *body_scope), stmt.pos));
     body_scope->set("loop", loop);
+    body_scope->mark_undefined(stmt.body_undefined);
     Flow flow = Flow::kNormal;
     SE_RETURN_IF_ERROR(exec_body(stmt.body, body_scope, out, &flow));
     if (flow == Flow::kBreak) break;
@@ -276,6 +293,7 @@ Status Interpreter::exec_for(const ast::ForStmt& stmt, const std::shared_ptr<Sco
   }
   if (!completed_iteration && !stmt.else_body.empty()) {
     auto else_scope = std::make_shared<Scope>(scope);
+    else_scope->mark_undefined(stmt.else_undefined);
     Flow flow = Flow::kNormal;
     SE_RETURN_IF_ERROR(exec_body(stmt.else_body, else_scope, out, &flow));
   }
@@ -425,6 +443,7 @@ Result<Value> Interpreter::call_macro(const ast::MacroDef& def,
   if (def.uses_caller) {
     scope->set("caller", caller.is_undefined() ? Value::undefined("No caller defined") : caller);
   }
+  scope->mark_undefined(def.undefined_on_entry);
   std::string out;
   Flow flow = Flow::kNormal;
   SE_RETURN_IF_ERROR(exec_body(def.body, scope, out, &flow));

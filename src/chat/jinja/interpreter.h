@@ -30,6 +30,8 @@ struct RenderLimits {
 class Scope {
  public:
   explicit Scope(std::shared_ptr<Scope> parent) : parent_(std::move(parent)) {}
+  // jinja2 frame locals assigned later in the frame: undefined until then (see scoping.h).
+  void mark_undefined(const std::vector<std::string>& names);
   const Value* find(std::string_view name) const;
   void set(std::string_view name, Value value);
   void clear() { vars_.clear(); }
@@ -95,7 +97,9 @@ class Interpreter {
                          std::string& out);
   Status assign(const ast::Target& target, const Value& value, Scope& scope);
   Status append(std::string& out, std::string_view text);
-  Result<std::string> capture(const ast::Body& body, const std::shared_ptr<Scope>& parent);
+  // Renders `body` in a new frame below `parent` whose `undefined_names` start undefined.
+  Result<std::string> capture(const ast::Body& body, const std::shared_ptr<Scope>& parent,
+                              const std::vector<std::string>& undefined_names);
   // Applies a FilterExpr chain whose innermost operand is null to `input`.
   Result<Value> apply_filter_chain(const ast::Expr& chain, Value input,
                                    const std::shared_ptr<Scope>& scope);

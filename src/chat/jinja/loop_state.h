@@ -20,9 +20,12 @@ struct LoopState {
   std::vector<Value> take_rest(const Value& self) {
     std::vector<Value> rest;
     if (!rest_consumed) {
-      for (size_t i = index0 + 1; i < items.size(); ++i)
+      for (size_t i = index0 + 1; i < items.size(); ++i) {
         rest.push_back(Value::tuple({items[i], self}));
+      }
       rest_consumed = true;
+      // LoopContext.__next__ advances the loop's own index as the template drains it.
+      if (!items.empty()) index0 = items.size() - 1;
     }
     return rest;
   }

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "chat/jinja/scoping.h"
+
 namespace se::jinja {
 namespace detail {
 namespace {
@@ -118,6 +120,7 @@ Result<std::unique_ptr<ast::Program>> Parser::parse() {
   SE_ASSIGN_OR_RETURN(program->body, subparse({}));
   if (current().type != TokenType::kEof) return error_here("unexpected tokens after the template");
   SE_RETURN_IF_ERROR(check_names(program->body, false));
+  resolve_frames(*program);
   return program;
 }
 
@@ -188,7 +191,7 @@ Result<ast::StmtPtr> Parser::parse_statement() {
       list->items.push_back(std::move(e));
     }
     // {% print a, b %} writes each expression, like consecutive {{ }}.
-    auto scope = std::make_unique<ast::ScopeStmt>(pos);
+    auto scope = std::make_unique<ast::ScopeStmt>(pos, false);
     for (ast::ExprPtr& e : list->items) {
       scope->body.push_back(std::make_unique<ast::OutputStmt>(e->pos, std::move(e)));
     }
@@ -203,7 +206,7 @@ Result<ast::StmtPtr> Parser::parse_statement() {
   }
   if (tag == "generation") {
     // transformers' AssistantTracker tag: renders its body unchanged.
-    auto scope = std::make_unique<ast::ScopeStmt>(token.pos);
+    auto scope = std::make_unique<ast::ScopeStmt>(token.pos, true);
     advance();
     SE_ASSIGN_OR_RETURN(scope->body, parse_statements({"endgeneration"}, true));
     return ast::StmtPtr(std::move(scope));

@@ -281,7 +281,10 @@ std::string py_repr(const Value& v) {
       return "<Namespace " + py_repr(attrs) + ">";
     }
     case ValueKind::kIterator:
-      return fmt::format("<generator object {} at {}>", v.as_iterator().origin, v.identity());
+      if (v.as_iterator().type_name == "generator") {
+        return fmt::format("<generator object {} at {}>", v.as_iterator().origin, v.identity());
+      }
+      return fmt::format("<{} object at {}>", v.as_iterator().type_name, v.identity());
     case ValueKind::kDictView:
       return py_type_name(v) + "(" + py_repr(Value::list(v.items())) + ")";
     case ValueKind::kRange: {
@@ -377,7 +380,7 @@ std::string py_type_name(const Value& v) {
     case ValueKind::kNamespace:
       return "TemplateNamespace";
     case ValueKind::kIterator:
-      return "generator";
+      return v.as_iterator().type_name;
     case ValueKind::kCallable:
       return "function";
     case ValueKind::kLoop:

@@ -117,13 +117,13 @@ Value Value::dict(Dict d) {
   return v;
 }
 
-Value Value::iterator(std::vector<Value> items, std::string origin) {
+Value Value::iterator(std::vector<Value> items, std::string type_name) {
   Value v;
   v.kind_ = ValueKind::kIterator;
   v.depth_ = 1 + max_depth(items);
   auto state = std::make_shared<IteratorState>();
   state->buffered = std::move(items);
-  state->origin = std::move(origin);
+  state->type_name = std::move(type_name);
   v.payload_ = std::move(state);
   return v;
 }

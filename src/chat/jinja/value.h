@@ -73,7 +73,8 @@ class Value {
   enum class View { kKeys, kValues, kItems };
   static Value dict_view(const Dict& dict, View view);
   static Value dict(Dict d);
-  static Value iterator(std::vector<Value> items, std::string origin);
+  // A plain iterator over `items`, e.g. reversed(list); `type_name` is its Python type.
+  static Value iterator(std::vector<Value> items, std::string type_name);
   // A lazy generator: `produce` runs on each pull, like the body of a Python generator function.
   static Value generator(std::function<Result<std::optional<Value>>(Interpreter&)> produce,
                          std::string origin);
@@ -167,7 +168,8 @@ struct IteratorState {
   std::vector<Value> buffered;
   size_t pos = 0;
   std::function<Result<std::optional<Value>>(Interpreter&)> produce;  // null once exhausted
-  std::string origin;  // the function that produced it, for repr
+  std::string type_name = "generator";  // Python type, e.g. "list_reverseiterator"
+  std::string origin;                   // a generator's function name, for repr
 };
 
 // Something a template can call: a macro, a global function or a bound method.
