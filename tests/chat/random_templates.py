@@ -170,3 +170,41 @@ def generate(seed, count):
     gen = Gen(rng)
     # Half single blocks (most of them render), half multi-block bodies.
     return [(gen.block(rng.randint(1, 2)) if i % 2 else gen.body(2), VARIABLES) for i in range(count)]
+
+
+WS_TEXT = ["", " ", "  ", "\t", "\n", "\n\n", "  \n", "\n  ", "\r\n", " \r\n ", "x", " y ", "\u3000",
+           "\u00a0", "a\n b", "\n\t\n"]
+
+
+def _ws_tag(rng, body):
+    return rng.choice(["{%", "{%-", "{%+"]) + body + rng.choice(["%}", "-%}", "+%}"])
+
+
+def generate_whitespace(seed, count):
+    """Templates of text runs and tags with every whitespace-control marker, for the lexer."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(count):
+        parts = []
+        depth = 0
+        for _ in range(rng.randint(1, 12)):
+            parts.append(rng.choice(WS_TEXT))
+            r = rng.random()
+            if r < 0.2:
+                parts.append(_ws_tag(rng, " if true "))
+                depth += 1
+            elif r < 0.35 and depth > 0:
+                parts.append(_ws_tag(rng, " endif "))
+                depth -= 1
+            elif r < 0.55:
+                parts.append(rng.choice(["{{", "{{-", "{{+"]) + " 'v' " + rng.choice(["}}", "-}}"]))
+            elif r < 0.65:
+                parts.append(rng.choice(["{#", "{#-", "{#+"]) + " c " + rng.choice(["#}", "-#}", "+#}"]))
+            elif r < 0.75:
+                parts.append(_ws_tag(rng, " set x = 1 "))
+            elif r < 0.8:
+                parts.append(_ws_tag(rng, " raw ") + rng.choice(WS_TEXT) + "{{ y }}" + _ws_tag(rng, " endraw "))
+        parts.extend(_ws_tag(rng, " endif ") for _ in range(depth))
+        parts.append(rng.choice(WS_TEXT))
+        out.append(("".join(parts), {}))
+    return out

@@ -206,6 +206,21 @@ def test_random_templates_match_jinja2(seed):
     assert not failures, f"{len(failures)} of {len(pairs)} differ:\n" + "\n".join(failures[:5])
 
 
+def test_random_whitespace_control_matches_jinja2():
+    """trim_blocks / lstrip_blocks / -/+ markers on random text, tags, comments and raw blocks."""
+    pairs = random_templates.generate_whitespace(7, 1000)
+    expected = [jinja_oracle.render_snippet(t, v) for t, v in pairs]
+    got = run_batch([{"template": t, "variables": v} for t, v in pairs])
+    failures = []
+    for (template, _), (status, value), ours in zip(pairs, expected, got):
+        same = (status == "ok" and ours["ok"] and ours["output"] == value) or (
+            status == "error" and not ours["ok"])
+        if not same:
+            failures.append(f"{template!r}: jinja2 {value!r} vs ours {ours}")
+    assert sum(status == "ok" for status, _ in expected) > 800
+    assert not failures, f"{len(failures)} differ:\n" + "\n".join(failures[:5])
+
+
 def test_snippet_expectations_match_jinja2():
     """jinja_cases.json (used by the C++ snippet tests) must be what the installed jinja2 renders."""
     import gen_jinja_expected
