@@ -46,7 +46,8 @@ std::optional<ChoiceDelta> GenerationSession::next(std::chrono::milliseconds tim
   const size_t n = streams_.size();
   while (num_unfinished_ > 0) {
     const auto now = std::chrono::steady_clock::now();
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(std::max(deadline - now, std::chrono::steady_clock::duration::zero()));
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::max(deadline - now, std::chrono::steady_clock::duration::zero()));
     for (size_t k = 0; k < n; ++k) {
       const size_t i = (cursor_ + k) % n;
       if (done_[i]) continue;

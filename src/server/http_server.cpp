@@ -40,7 +40,8 @@ HttpServer::HttpServer(Engine& engine, const ServerConfig& config)
       http_(std::make_unique<httplib::Server>()) {}
 
 Result<std::unique_ptr<HttpServer>> HttpServer::start(Engine& engine, const ServerConfig& config) {
-  if (config.num_threads < 1) return invalid_argument("the HTTP server needs at least 1 thread, got {}", config.num_threads);
+  if (config.num_threads < 1)
+    return invalid_argument("the HTTP server needs at least 1 thread, got {}", config.num_threads);
   std::unique_ptr<HttpServer> server(new HttpServer(engine, config));
   httplib::Server& http = *server->http_;
   const size_t num_threads = static_cast<size_t>(config.num_threads);

@@ -6,7 +6,7 @@ from server_process import BINARY, ServerProcess
 
 
 def test_bench_serve_reports_every_request(tmp_path):
-    s = ServerProcess("--max-model-len", "512")
+    s = ServerProcess("--max-model-len", "512", "--served-model-name", "smol")
     try:
         result = tmp_path / "result.json"
         run = subprocess.run([str(BINARY), "bench", "serve", "--port", str(s.port), "--num-prompts", "12",
@@ -16,7 +16,7 @@ def test_bench_serve_reports_every_request(tmp_path):
         assert run.returncode == 0, run.stdout + run.stderr
         assert "Serving Benchmark Result" in run.stdout
         r = json.loads(result.read_text())
-        assert r["model"] == "default"
+        assert r["model"] == "smol"  # found through /v1/models
         assert r["completed"] == 12 and r["failed"] == 0
         assert r["total_input_tokens"] == 12 * 24
         assert r["total_output_tokens"] == 12 * 5
