@@ -23,9 +23,9 @@ TestFn find_test(std::string_view name);
 // Every jinja2 test is implemented.
 bool is_unsupported_jinja_filter(std::string_view name);
 
-// The global functions every template sees (range, dict, namespace, raise_exception, ...), or an
-// undefined Value when `name` is not one. strftime_now is bound by the interpreter, which owns the
-// clock.
+// The global functions every template sees (range, dict, namespace, raise_exception,
+// strftime_now - which reads the render's clock, Interpreter::now() - joiner, ...), or an
+// undefined Value when `name` is not one.
 Value find_global(std::string_view name);
 
 // `object.name` for built-in types: a bound method of str/dict/list, or undefined. Covers exactly

@@ -146,7 +146,7 @@ Result<Value> Interpreter::eval_inner(const ast::Expr& expr, const std::shared_p
     case ast::ExprKind::kFilter: {
       const auto& e = static_cast<const ast::FilterExpr&>(expr);
       SE_ASSIGN_OR_RETURN(Value input, eval(*e.operand, scope));
-      return eval_filter(e, std::move(input), scope);
+      return eval_filter(e, input, scope);
     }
     case ast::ExprKind::kTest: {
       const auto& e = static_cast<const ast::TestExpr&>(expr);
@@ -221,7 +221,7 @@ Result<Value> Interpreter::eval_compare(const ast::CompareExpr& expr,
   return Value::boolean(true);
 }
 
-Result<Value> Interpreter::eval_filter(const ast::FilterExpr& expr, Value input,
+Result<Value> Interpreter::eval_filter(const ast::FilterExpr& expr, const Value& input,
                                        const std::shared_ptr<Scope>& scope) {
   if (!expr.known) {
     return invalid_argument("TemplateRuntimeError: No filter named {} found.",

@@ -133,7 +133,7 @@ Result<Value> multi_attribute_key(Interpreter& interp, const Value& item, const 
                                   bool case_sensitive) {
   std::vector<Value> paths;
   if (attribute.is_string()) {
-    std::string spec = attribute.as_string();
+    const std::string& spec = attribute.as_string();
     size_t start = 0;
     while (true) {
       size_t comma = spec.find(',', start);

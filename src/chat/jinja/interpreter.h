@@ -109,7 +109,7 @@ class Interpreter {
   Result<Value> eval(const ast::Expr& expr, const std::shared_ptr<Scope>& scope);
   Result<Value> eval_inner(const ast::Expr& expr, const std::shared_ptr<Scope>& scope);
   Result<CallArgs> eval_args(const ast::Args& args, const std::shared_ptr<Scope>& scope);
-  Result<Value> eval_filter(const ast::FilterExpr& expr, Value input,
+  Result<Value> eval_filter(const ast::FilterExpr& expr, const Value& input,
                             const std::shared_ptr<Scope>& scope);
   Result<Value> eval_compare(const ast::CompareExpr& expr, const std::shared_ptr<Scope>& scope);
   Result<Value> lookup(const std::string& name, const Scope& scope) const;

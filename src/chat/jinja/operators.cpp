@@ -421,6 +421,7 @@ Result<Value> slice_value(const Value& obj, const Value& start_v, const Value& s
     return Value::string(utf8_encode(out), obj.is_markup());
   }
   std::vector<Value> out;
+  out.reserve(indices.size());
   for (int64_t i : indices) out.push_back(obj.items()[i]);
   return obj.kind() == ValueKind::kTuple ? Value::tuple(std::move(out))
                                          : Value::list(std::move(out));

@@ -230,11 +230,9 @@ std::string py_repr_string(const std::string& s) {
       out += "\\n";
     } else if (cp == '\r') {
       out += "\\r";
-    } else if (cp < 0x20 || cp == 0x7F) {
-      append_hex_escape(out, 'x', static_cast<uint32_t>(cp), 2);
-    } else if (cp < 0x7F || py_isprintable(cp)) {
+    } else if (cp >= 0x20 && (cp < 0x7F || py_isprintable(cp))) {
       utf8_append(out, cp);
-    } else if (cp <= 0xFF) {
+    } else if (cp <= 0xFF) {  // control characters, DEL and non-printable Latin-1
       append_hex_escape(out, 'x', static_cast<uint32_t>(cp), 2);
     } else if (cp <= 0xFFFF) {
       append_hex_escape(out, 'u', static_cast<uint32_t>(cp), 4);
