@@ -1,7 +1,9 @@
 // Interpreter: renders an ast::Program for one set of variables, with jinja2's scoping (for-loop
-// bodies, macros, {% with %} and block sets get their own scope; if-blocks do not), Python value
-// semantics, and hard limits on output size, work and macro recursion so that no template can hang
-// or exhaust memory. One Interpreter per render; not thread-safe, but many may share one Program.
+// bodies, macros, {% with %}, block sets and filter blocks are frames with their own variables; if
+// blocks are not; frame locals assigned later start undefined, see scoping.h), Python value
+// semantics, and hard limits on output size, work, recursion and nesting so that no template can
+// hang, overflow the stack or exhaust memory. One Interpreter per render; not thread-safe, but many
+// may share one Program.
 #pragma once
 
 #include <cstdint>

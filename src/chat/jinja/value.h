@@ -1,8 +1,8 @@
 // Value: the data model of the Jinja interpreter, mirroring the Python objects a jinja2 template
-// sees (Undefined, None, bool, int, float, str, list, tuple, dict, Namespace, generators,
-// callables, the loop object). Containers are immutable and shared (copying a Value is cheap); only
-// a Namespace mutates, and it has reference semantics like in Python. A Value is used by one render
-// at a time.
+// sees (Undefined, None, bool, int, float, str, list, tuple, range, dict and its views, Namespace,
+// generators, callables, the loop object). Containers are immutable and shared (copying a Value is
+// cheap); namespaces, generators and the loop object hold mutable state with Python's reference
+// semantics. A Value is used by one render at a time.
 #pragma once
 
 #include <array>
@@ -42,7 +42,7 @@ enum class ValueKind : uint8_t {
   kDictView,  // dict.keys() / .values() / .items(): iterable, not indexable
   kDict,
   kNamespace,
-  kIterator,  // a single-pass generator, e.g. the result of `|select`
+  kIterator,  // a single-pass iterator or generator, e.g. the result of `|select` or `|reverse`
   kCallable,  // macros, global functions, bound methods
   kLoop,      // the `loop` object of a for loop
 };
