@@ -9,6 +9,10 @@
 // Causality is physical: the n new tokens of a sequence are the last n of each stream, so query row r of the
 // sequence (0-based) sees keys [0, num_tokens - n + r] (and with a sliding window W only the last W of those).
 // This stays right after eviction compacts older tokens, because new tokens are always appended at the end.
+//
+// Selection (dynamic sparse methods): a sequence may restrict what each KV head exposes to a sorted list of
+// token indices or page indices (into that head's page list). Attention then reads the selected entries that
+// are also causally visible; a null list means every visible token.
 #pragma once
 
 #include <cstddef>
@@ -18,10 +22,15 @@
 
 namespace se {
 
+enum class SelectionUnit : uint8_t { kToken, kPage };
+
 struct SeqKvView {
   const int32_t* page_ids = nullptr;    // [num_kv_heads][stride] for this layer
   int32_t stride = 0;                   // entries between the page lists of consecutive heads
   const int32_t* num_tokens = nullptr;  // [num_kv_heads] tokens stored per head
+  const int32_t* selected = nullptr;    // [num_kv_heads][selected_stride] ascending indices, or null = all
+  int32_t selected_stride = 0;
+  const int32_t* num_selected = nullptr;  // [num_kv_heads]
 };
 
 struct AttentionView {
@@ -34,6 +43,8 @@ struct AttentionView {
   int32_t num_seqs = 0;
   const int32_t* q_indptr = nullptr;  // [num_seqs + 1] query rows per sequence
   const SeqKvView* seqs = nullptr;    // [num_seqs]
+  SelectionUnit selection_unit = SelectionUnit::kToken;  // what SeqKvView::selected indexes
+  bool has_selection = false;  // some sequence has a selected list (lets kernels pick the sparse path)
 
   // Element pointer of token `offset` (< page_size) of K (kv = 0) or V (kv = 1) in page `page_id`.
   template <typename T>

@@ -1,6 +1,8 @@
 // Shape checks and device dispatch for backend/ops.h.
 #include "backend/ops.h"
 
+#include <algorithm>
+
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cuda/cuda_ops.h"
 #include "base/check.h"
@@ -233,6 +235,7 @@ void paged_attention(TensorView out, TensorView q, const AttentionView& view, co
                  out.numel() == q.numel(),
              "paged_attention: q {} out {} for {} KV heads x {}", q.shape.to_string(), out.shape.to_string(),
              view.num_kv_heads, view.head_dim);
+    SE_CHECK(!view.has_selection, "paged_attention: the CUDA backend has no sparse (selected) attention yet");
     if constexpr (kCudaBuilt) cuda::paged_attention(out, q, view, params);
     return;
   }
@@ -243,6 +246,53 @@ void paged_attention(TensorView out, TensorView q, const AttentionView& view, co
            "paged_attention: q {} for {} rows, {} KV heads x {}", q.shape.to_string(),
            view.q_indptr[view.num_seqs], view.num_kv_heads, view.head_dim);
   cpu::paged_attention(out, q, view, params);
+}
+
+// The sparse-method ops run on the CPU backend (their CUDA twins come with the GPU model path).
+void attention_scores(TensorView out, TensorView q, const AttentionView& view, int32_t seq,
+                      const AttentionParams& params, ScoreReduce reduce) {
+  require_cpu_f32(out, "attention_scores.out");
+  require_cpu_f32(q, "attention_scores.q");
+  SE_CHECK(view.kv_dtype == DType::kF32, "attention_scores: the CPU backend keeps f32 pages");
+  SE_CHECK(seq >= 0 && seq < view.num_seqs, "attention_scores: sequence {} of {}", seq, view.num_seqs);
+  int32_t max_len = 0;
+  for (int32_t h = 0; h < view.num_kv_heads; ++h) max_len = std::max(max_len, view.seqs[seq].num_tokens[h]);
+  SE_CHECK(q.shape.rank() == 3 && q.shape[2] == view.head_dim && q.shape[1] % view.num_kv_heads == 0 &&
+               q.shape[0] <= max_len && out.shape.rank() == 2 && out.shape[0] == q.shape[1] &&
+               out.shape[1] == max_len,
+           "attention_scores: q {} out {} for {} stored tokens", q.shape.to_string(), out.shape.to_string(),
+           max_len);
+  cpu::attention_scores(out, q, view, seq, params, reduce);
+}
+
+void compact_kv(const AttentionView& view, int32_t seq, int32_t kv_head, const std::vector<int32_t>& kept) {
+  SE_CHECK(view.kv_dtype == DType::kF32, "compact_kv: the CPU backend keeps f32 pages");
+  SE_CHECK(seq >= 0 && seq < view.num_seqs && kv_head >= 0 && kv_head < view.num_kv_heads,
+           "compact_kv: sequence {} head {}", seq, kv_head);
+  const int32_t len = view.seqs[seq].num_tokens[kv_head];
+  for (size_t i = 0; i < kept.size(); ++i)
+    SE_CHECK(kept[i] >= 0 && kept[i] < len && (i == 0 || kept[i] > kept[i - 1]),
+             "compact_kv: kept indices must ascend within [0, {}), got {} at {}", len, kept[i], i);
+  cpu::compact_kv(view, seq, kv_head, kept);
+}
+
+void update_page_key_bounds(TensorView bounds, const AttentionView& view) {
+  require_cpu_f32(bounds, "update_page_key_bounds.bounds");
+  SE_CHECK(bounds.shape.rank() == 3 && bounds.shape[1] == 2 && bounds.shape[2] == view.head_dim,
+           "update_page_key_bounds: bounds {} for head_dim {}", bounds.shape.to_string(), view.head_dim);
+  cpu::update_page_key_bounds(bounds, view);
+}
+
+void page_key_bound_scores(TensorView out, TensorView q, TensorView bounds, const AttentionView& view,
+                           int32_t seq) {
+  require_cpu_f32(out, "page_key_bound_scores.out");
+  require_cpu_f32(q, "page_key_bound_scores.q");
+  SE_CHECK(seq >= 0 && seq < view.num_seqs, "page_key_bound_scores: sequence {} of {}", seq, view.num_seqs);
+  SE_CHECK(q.shape.rank() == 2 && q.shape[1] == view.head_dim && q.shape[0] % view.num_kv_heads == 0 &&
+               out.shape.rank() == 2 && out.shape[0] == q.shape[0] && bounds.shape.rank() == 3,
+           "page_key_bound_scores: q {} out {} bounds {}", q.shape.to_string(), out.shape.to_string(),
+           bounds.shape.to_string());
+  cpu::page_key_bound_scores(out, q, bounds, view, seq);
 }
 
 }  // namespace se

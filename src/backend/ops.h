@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "backend/attention_view.h"
 #include "tensor/tensor.h"
@@ -73,5 +74,33 @@ void write_kv(const AttentionView& view, TensorView k, TensorView v);
 // Causal attention of every sequence's new queries against its paged KV (see attention_view.h).
 // q, out [T, H, D] F32; GQA: head h reads KV head h / (H / Hkv).
 void paged_attention(TensorView out, TensorView q, const AttentionView& view, const AttentionParams& params);
+
+// --- what the sparse methods read and change (sparse/methods/) ---
+
+enum class ScoreReduce : uint8_t { kSum, kMax };
+
+// Attention probabilities of the last n = q.shape[0] query positions of sequence `seq` of `view` against its
+// stored keys, reduced over those rows: out[h, j] = reduce_r softmax_r(q[r, h] . k_j * scale)[j]. Row r sees the
+// keys paged_attention would show it (key j <= len - n + r, sliding window, selection); keys a row does not see
+// add 0. The softmax runs in fp32 over each row's visible keys. q [n, H, D]; out [H, max_len] F32, where
+// max_len = the longest KV head of the sequence; columns past a head's own length are 0.
+void attention_scores(TensorView out, TensorView q, const AttentionView& view, int32_t seq,
+                      const AttentionParams& params, ScoreReduce reduce);
+
+// Physical eviction inside one stream: token kept[i] of (sequence `seq`, KV head `kv_head`) moves to slot i,
+// in place. `kept` must be strictly ascending (so no token is overwritten before it moves). The caller then
+// shortens the stream to kept.size() tokens.
+void compact_kv(const AttentionView& view, int32_t seq, int32_t kv_head, const std::vector<int32_t>& kept);
+
+// Page key bounds (Quest): bounds [num_pool_pages, 2, D] F32 holds per page the elementwise min (row 0) and
+// max (row 1) of the keys it stores. Recomputes them for every page that received one of the batch's new
+// tokens (the last n slots of each sequence's streams).
+void update_page_key_bounds(TensorView bounds, const AttentionView& view);
+
+// Upper bounds of q . k over each page of sequence `seq` (Quest): out[h, p] = sum_d max(q[h,d] * min[p,d],
+// q[h,d] * max[p,d]) for query head h and page p of h's KV head. q [H, D] (one query row); out [H, max_pages]
+// F32, where max_pages = the most pages of any KV head of the sequence; entries past a head's pages are -inf.
+void page_key_bound_scores(TensorView out, TensorView q, TensorView bounds, const AttentionView& view,
+                           int32_t seq);
 
 }  // namespace se

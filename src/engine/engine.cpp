@@ -8,7 +8,7 @@
 
 #include "base/logging.h"
 #include "engine/engine_loop.h"
-#include "sparse/paged_cache_manager.h"
+#include "sparse/method_registry.h"
 
 namespace se {
 
@@ -58,12 +58,15 @@ Result<std::unique_ptr<Engine>> Engine::create(const ModelBundle& bundle, const 
   if (num_pages < layout.num_streams())
     return resource_exhausted("the KV cache budget of {} bytes holds {} pages, fewer than the {} one token needs",
                               kv_pool_bytes(config), num_pages, layout.num_streams());
-  SE_ASSIGN_OR_RETURN(std::unique_ptr<PagedCacheManager> cache,
-                      PagedCacheManager::create(layout, static_cast<int32_t>(std::min<int64_t>(num_pages, INT32_MAX)),
-                                                cpu_allocator(), config.enable_prefix_caching));
-  SE_LOG_INFO("KV cache: {} pages of {} tokens ({} tokens per layer and KV head across the pool)", num_pages,
-              layout.page_size, num_pages / layout.num_streams() * layout.page_size);
-  return std::unique_ptr<Engine>(new Engine(std::make_unique<EngineLoop>(bundle, config, std::move(cache))));
+  SE_ASSIGN_OR_RETURN(std::unique_ptr<MethodRuntime> method, create_method(config.sparse_method, config.sparse_config));
+  CacheSpec spec{layout, static_cast<int32_t>(std::min<int64_t>(num_pages, INT32_MAX)), cpu_allocator(),
+                 config.enable_prefix_caching};
+  SE_ASSIGN_OR_RETURN(std::unique_ptr<CacheManager> cache, method->create_cache(spec));
+  SE_LOG_INFO("KV cache: {} pages of {} tokens ({} tokens per layer and KV head across the pool); sparse method {} {}",
+              num_pages, layout.page_size, num_pages / layout.num_streams() * layout.page_size, method->name(),
+              method->config().dump());
+  return std::unique_ptr<Engine>(
+      new Engine(std::make_unique<EngineLoop>(bundle, config, std::move(method), std::move(cache))));
 }
 
 Engine::Engine(std::unique_ptr<EngineLoop> loop) : loop_(std::move(loop)) {}

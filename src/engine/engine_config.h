@@ -2,6 +2,9 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
 
 namespace se {
 
@@ -13,6 +16,8 @@ struct EngineConfig {
   int64_t kv_cache_memory = 0;       // bytes for the KV pool; 0 = derive from gpu_memory_utilization
   double gpu_memory_utilization = 0.9;  // of device memory (or, on the CPU, of free host memory) after weights
   bool enable_prefix_caching = true;
+  std::string sparse_method = "vanilla";  // a name from the method registry
+  nlohmann::json sparse_config;            // the method's hyperparameters (JSON object or null)
 };
 
 }  // namespace se

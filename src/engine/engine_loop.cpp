@@ -12,13 +12,16 @@ double seconds_between(Request::Clock::time_point a, Request::Clock::time_point 
 }
 }  // namespace
 
-EngineLoop::EngineLoop(const ModelBundle& bundle, const EngineConfig& config, std::unique_ptr<CacheManager> cache)
+EngineLoop::EngineLoop(const ModelBundle& bundle, const EngineConfig& config, std::unique_ptr<MethodRuntime> method,
+                       std::unique_ptr<CacheManager> cache)
     : bundle_(bundle),
       config_(config),
+      method_(std::move(method)),
       cache_(std::move(cache)),
-      oracle_(*cache_),
+      controller_(*method_, *cache_),
+      oracle_(controller_),
       scheduler_(SchedulerConfig{config.max_num_seqs, config.max_num_batched_tokens}, oracle_),
-      runner_(*bundle.model, *cache_) {
+      runner_(*bundle.model, controller_) {
   publish_stats();
   thread_ = std::thread([this] { run(); });
 }

@@ -1,5 +1,5 @@
 // EngineLoop: the engine thread and its inbox. Other threads hand it new requests and aborts under a mutex;
-// the thread owns every Request, the scheduler, the cache manager and the model runner, and is the only one
+// the thread owns every Request, the scheduler, the sparse method with its cache manager and the model runner, and is the only one
 // that mutates cache state (at step boundaries). After each step it publishes an EngineStats snapshot.
 #pragma once
 
@@ -21,7 +21,8 @@ namespace se {
 
 class EngineLoop {
  public:
-  EngineLoop(const ModelBundle& bundle, const EngineConfig& config, std::unique_ptr<CacheManager> cache);
+  EngineLoop(const ModelBundle& bundle, const EngineConfig& config, std::unique_ptr<MethodRuntime> method,
+             std::unique_ptr<CacheManager> cache);
   ~EngineLoop();
 
   Result<std::shared_ptr<OutputStream>> submit(GenerationRequest request);
@@ -45,7 +46,9 @@ class EngineLoop {
 
   const ModelBundle& bundle_;
   EngineConfig config_;
+  std::unique_ptr<MethodRuntime> method_;
   std::unique_ptr<CacheManager> cache_;
+  SparseController controller_;
   MemoryOracle oracle_;
   Scheduler scheduler_;
   ModelRunner runner_;

@@ -7,10 +7,11 @@ namespace se {
 Status MemoryOracle::admit(Request& request) {
   SE_CHECK(request.seq < 0, "request {} is already admitted", request.request_id);
   const int32_t seq = next_seq_++;
-  SE_ASSIGN_OR_RETURN(int32_t num_cached, cache_.open(seq, request.token_ids));
+  SE_ASSIGN_OR_RETURN(int32_t num_cached, controller_.open(seq, request.token_ids));
   request.seq = seq;
   request.num_computed_tokens = num_cached;
   request.num_cached_tokens = num_cached;
+  request.num_prefill_tokens = request.num_tokens();
   return Status::ok();
 }
 
@@ -25,7 +26,7 @@ void MemoryOracle::commit(Request& request) {
 
 void MemoryOracle::release(Request& request) {
   if (request.seq < 0) return;
-  cache_.close(request.seq);
+  controller_.close(request.seq);
   request.seq = -1;
   request.num_computed_tokens = 0;
 }

@@ -1,20 +1,20 @@
-// MemoryOracle: the scheduler's only view of KV memory. It turns the active CacheManager's answers into the
-// scheduling decisions: can a request ever fit, admit it (start its cache state, reusing a cached prefix),
+// MemoryOracle: the scheduler's only view of KV memory. It turns the active method's and its CacheManager's
+// answers into the scheduling decisions: can a request ever fit, admit it (start its cache state, reusing a cached prefix),
 // reserve room for a step, release it. Engine thread only, except can_ever_fit (pure).
 #pragma once
 
 #include "engine/request.h"
-#include "sparse/cache_manager.h"
+#include "sparse/sparse_controller.h"
 
 namespace se {
 
 class MemoryOracle {
  public:
-  explicit MemoryOracle(CacheManager& cache) : cache_(cache) {}
+  explicit MemoryOracle(SparseController& controller) : controller_(controller), cache_(controller.cache()) {}
 
   // Whether a request of this size fits in the whole pool at its peak. Pure: safe from any thread.
   bool can_ever_fit(int32_t num_prompt_tokens, int32_t max_new_tokens) const {
-    return cache_.peak_pages(num_prompt_tokens, max_new_tokens) <= cache_.num_total_pages();
+    return controller_.peak_pages(num_prompt_tokens, max_new_tokens) <= cache_.num_total_pages();
   }
   // Starts the request's cache state on all its known tokens (a resumed request recomputes its outputs too)
   // and sets num_computed_tokens / num_cached_tokens from the prefix cache.
@@ -30,6 +30,7 @@ class MemoryOracle {
   int64_t num_available_pages() const { return cache_.num_available_pages(); }
 
  private:
+  SparseController& controller_;
   CacheManager& cache_;
   int32_t next_seq_ = 0;
 };

@@ -12,7 +12,7 @@ std::vector<SampledToken> ModelRunner::execute(const StepPlan& plan) {
     Request& r = *s.request;
     const int32_t begin = r.num_computed_tokens;
     const int32_t row = batch_.num_tokens();
-    batch_.sequences.push_back({r.seq, row, s.num_tokens});
+    batch_.sequences.push_back({r.seq, row, s.num_tokens, r.num_prefill_tokens});
     for (int32_t i = 0; i < s.num_tokens; ++i) {
       batch_.token_ids.push_back(r.token_ids[static_cast<size_t>(begin + i)]);
       batch_.positions.push_back(begin + i);
@@ -24,12 +24,14 @@ std::vector<SampledToken> ModelRunner::execute(const StepPlan& plan) {
   }
   std::vector<SampledToken> sampled;
   if (batch_.token_ids.empty()) return sampled;
-  Tensor logits = model_.forward(batch_, cache_);
+  controller_.prepare_step(batch_);
+  Tensor logits = model_.forward(batch_, controller_);
   const size_t vocab = static_cast<size_t>(model_.config().vocab_size);
   for (size_t i = 0; i < sampling.size(); ++i) {
     std::span<float> row(logits.data<float>() + i * vocab, vocab);
     sampled.push_back({sampling[i], sampling[i]->sampler.sample(row)});
   }
+  controller_.finish_step(batch_);
   return sampled;
 }
 

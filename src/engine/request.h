@@ -36,6 +36,7 @@ struct Request {
 
   int32_t num_computed_tokens = 0;  // tokens whose K/V are in the cache (prompt and output)
   int32_t num_cached_tokens = 0;    // prompt tokens served by the prefix cache at the last (re)start
+  int32_t num_prefill_tokens = 0;   // tokens known at the last (re)admission: what prefill computes
   int num_preemptions = 0;
 
   Clock::time_point arrival_time;

@@ -249,6 +249,18 @@ Status PageTable::replace_stream(int32_t layer, int32_t head, std::span<const in
   return Status::ok();
 }
 
+PageTable PageTable::clone() const {
+  PageTable copy(pool_, layout_);
+  copy.num_logical_tokens_ = num_logical_tokens_;
+  copy.stride_ = stride_;
+  copy.page_ids_ = page_ids_;
+  copy.num_tokens_ = num_tokens_;
+  const auto num_streams = static_cast<size_t>(layout_.num_streams());
+  for (size_t s = 0; s < num_streams; ++s)
+    for (int32_t p = 0; p < pages_for(num_tokens_[s]); ++p) pool_->retain(row(s)[p]);
+  return copy;
+}
+
 void PageTable::free_all() {
   const auto num_streams = static_cast<size_t>(layout_.num_streams());
   for (size_t s = 0; s < num_streams; ++s) {

@@ -107,6 +107,9 @@ class PageTable final {
                         int32_t num_tokens);
   // Releases every page and resets both lengths to 0 (capacity is kept).
   void free_all();
+  // A second table over the same pages and lengths, retaining each page once more: a snapshot that stays
+  // valid while this table changes. Shared pages are read-only to both (append refuses a shared partial page).
+  PageTable clone() const;
   // Grows capacity so appends up to `num_tokens` physical tokens per stream do not reallocate
   // metadata.
   void reserve(int32_t num_tokens);

@@ -5,11 +5,11 @@
 
 #include <vector>
 
-#include "model/attention_runner.h"
+#include "model/forward_hooks.h"
 
 namespace se {
 
-class ContiguousKvCache final : public AttentionRunner {
+class ContiguousKvCache final : public ForwardHooks {
  public:
   ContiguousKvCache(const ModelConfig& config, int num_slots);
 

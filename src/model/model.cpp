@@ -31,14 +31,14 @@ Result<Model> Model::create(const nlohmann::json& hf_config, const std::map<std:
   return Model(std::move(config), std::move(weights));
 }
 
-void Model::run_layer(int layer, const ForwardBatch& batch, Tensor& h, AttentionRunner& runner) const {
+void Model::run_layer(int layer, const ForwardBatch& batch, Tensor& h, ForwardHooks& hooks) const {
   const ModelConfig& c = config_;
   const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
   const LayerConfig& lc = c.layers[static_cast<size_t>(layer)];
   const int64_t t = h.dim(0);
   const TensorView positions = i32_view(batch.positions);
 
-  // Attention: norm -> fused qkv -> (q/k norm) -> RoPE -> runner -> o_proj.
+  // Attention: norm -> fused qkv -> (q/k norm) -> RoPE -> hooks.attend -> o_proj.
   Tensor x = f32({t, c.hidden_size});
   rms_norm(x.view(), h.view(), w.input_norm.view(), c.rms_norm_eps);
   Tensor qkv = f32({t, c.q_size() + 2 * c.kv_size()});
@@ -58,7 +58,7 @@ void Model::run_layer(int layer, const ForwardBatch& batch, Tensor& h, Attention
   params.logit_softcap = c.attn_logit_softcap;
   params.sliding_window = lc.sliding ? c.sliding_window : 0;
   Tensor attn = f32({t, c.num_heads, c.head_dim});
-  runner.attend(layer, lc, batch, q.view(), k.view(), v.view(), attn.view(), params);
+  hooks.attend(layer, lc, batch, q.view(), k.view(), v.view(), attn.view(), params);
   Tensor o = f32({t, c.hidden_size});
   linear(o.view(), attn.reshape({t, c.q_size()}).view(), w.o_proj.view());
 
@@ -77,9 +77,10 @@ void Model::run_layer(int layer, const ForwardBatch& batch, Tensor& h, Attention
   linear(mlp.view(), act.view(), w.down.view());
   if (c.sandwich_norm) rms_norm(mlp.view(), mlp.view(), w.post_feedforward_norm.view(), c.rms_norm_eps);
   add_inplace(h.view(), mlp.view());
+  hooks.on_layer_end(layer, batch, h.view());
 }
 
-Tensor Model::forward(const ForwardBatch& batch, AttentionRunner& runner) const {
+Tensor Model::forward(const ForwardBatch& batch, ForwardHooks& hooks) const {
   const ModelConfig& c = config_;
   const int64_t t = batch.num_tokens();
   SE_CHECK(t > 0 && static_cast<int64_t>(batch.positions.size()) == t, "forward: {} tokens, {} positions", t,
@@ -87,7 +88,7 @@ Tensor Model::forward(const ForwardBatch& batch, AttentionRunner& runner) const 
   Tensor h = f32({t, c.hidden_size});
   embedding(h.view(), weights_.embed_tokens.view(), i32_view(batch.token_ids));
   if (c.embedding_scale != 1.0f) scale_inplace(h.view(), c.embedding_scale);
-  for (int layer = 0; layer < c.num_layers; ++layer) run_layer(layer, batch, h, runner);
+  for (int layer = 0; layer < c.num_layers; ++layer) run_layer(layer, batch, h, hooks);
 
   const int64_t num_rows = static_cast<int64_t>(batch.logit_rows.size());
   if (num_rows == 0) return f32({0, c.vocab_size});

@@ -1,23 +1,38 @@
 // CacheManager: owns the KV state of every running sequence for one method: representation, layout, the
-// position map, allocation, writes, eviction and freeing. It is the model's AttentionRunner (it stores each
-// layer's new K/V and builds the AttentionView attention reads) and it answers the scheduler's memory
-// questions (MemoryOracle). Sequences are named by the engine's slot ids. Engine thread only.
+// position map (each sequence's logical length vs its streams' physical lengths), allocation, writes,
+// eviction and freeing, and per-sequence snapshots. It builds the AttentionView attention reads and answers
+// the scheduler's memory questions through the MemoryOracle. Sequences are named by the engine's slot ids.
+// Engine thread only.
 //
-// Lifecycle of a sequence: open() (prefix reuse) -> per step reserve(n) before the forward, the forward's
-// attend() calls, on_computed() after it -> close(). Only reserve/on_computed/close mutate cache state.
+// Lifecycle of a sequence: open() (prefix reuse) -> per step reserve(n) before the forward, the forward
+// (write, build_view, attention, method hooks, evict) -> on_computed() after it -> close(). Only reserve,
+// evict, on_computed, restore and close mutate cache state.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
+#include <vector>
 
+#include "backend/attention_view.h"
 #include "base/status.h"
 #include "kv/kv_layout.h"
-#include "model/attention_runner.h"
+#include "model/forward_batch.h"
 
 namespace se {
 
-class CacheManager : public AttentionRunner {
+// A sequence's cache state taken out of the cache (Chain Cache keeps these between turns). Holds page
+// references until restored or destroyed.
+class SequenceSnapshot {
  public:
+  virtual ~SequenceSnapshot() = default;
+  virtual int32_t num_logical_tokens() const = 0;
+  virtual int64_t num_held_pages() const = 0;
+};
+
+class CacheManager {
+ public:
+  virtual ~CacheManager() = default;
   const KvLayout& layout() const { return layout_; }
 
   // --- MemoryOracle answers ---
@@ -29,9 +44,8 @@ class CacheManager : public AttentionRunner {
   virtual int64_t num_available_pages() const = 0;
   // Pages a sequence must newly take to compute `num_new_tokens` more tokens this step.
   virtual int64_t pages_to_reserve(int32_t seq, int32_t num_new_tokens) const = 0;
-  // The most pages a request of `num_prompt_tokens` + `max_new_tokens` can ever hold at once, including
-  // any transient peak before compression: a request over num_total_pages() can never run.
-  virtual int64_t peak_pages(int32_t num_prompt_tokens, int32_t max_new_tokens) const = 0;
+  // Pages the sequence holds now.
+  virtual int64_t num_held_pages(int32_t seq) const = 0;
 
   // --- lifecycle ---
   // Starts sequence `seq` on `prompt`; returns how many leading prompt tokens are already cached (reused, not
@@ -44,6 +58,22 @@ class CacheManager : public AttentionRunner {
   virtual void on_computed(int32_t seq, std::span<const int32_t> tokens, int32_t num_computed) = 0;
   // Releases the sequence (what it computed may stay behind in the prefix cache).
   virtual void close(int32_t seq) = 0;
+  // Takes the sequence's state out of the cache (the sequence is closed) / opens `seq` on a snapshot.
+  virtual std::unique_ptr<SequenceSnapshot> snapshot(int32_t seq) = 0;
+  virtual Status restore(int32_t seq, std::unique_ptr<SequenceSnapshot> snapshot) = 0;
+
+  // --- what attention and the methods read and change ---
+  // Layer `layer` of the batch's sequences, after reserve(): each sequence's new rows are the last slots.
+  virtual AttentionView build_view(int layer, const ForwardBatch& batch) = 0;
+  // Layer `layer` of one sequence with no new rows (q_indptr = {0, 0}), for work between forwards.
+  virtual AttentionView build_sequence_view(int32_t seq, int layer) = 0;
+  // Tokens of `seq` ever appended (the absolute position of its next token) and one stream's physical length.
+  virtual int32_t num_logical_tokens(int32_t seq) const = 0;
+  virtual int32_t stream_length(int32_t seq, int layer, int kv_head) const = 0;
+  // Physical eviction: stream (layer, kv_head) of `seq` keeps only the tokens at the ascending indices
+  // `kept`, compacted to the front of its pages in this order; the pages no longer needed return to the pool
+  // now. The logical length is unchanged, so new tokens keep their absolute positions.
+  virtual Status evict(int32_t seq, int layer, int kv_head, const std::vector<int32_t>& kept) = 0;
 
   // Metrics of the prefix cache: prompt tokens looked up and found.
   virtual int64_t num_prefix_query_tokens() const = 0;

@@ -1,6 +1,7 @@
 #include "sparse/paged_cache_manager.h"
 
 #include "base/check.h"
+#include "backend/ops.h"
 
 namespace se {
 
@@ -20,7 +21,23 @@ PagedCacheManager::PagedCacheManager(const KvLayout& layout, std::unique_ptr<Pag
   if (enable_prefix_caching) radix_ = std::make_unique<RadixCache>(&pool_, layout);
 }
 
+namespace {
+class PagedSnapshot final : public SequenceSnapshot {
+ public:
+  explicit PagedSnapshot(PageTable table) : table(std::move(table)) {}
+  int32_t num_logical_tokens() const override { return table.num_logical_tokens(); }
+  int64_t num_held_pages() const override { return table.num_held_pages(); }
+  PageTable table;
+};
+}  // namespace
+
 PagedCacheManager::Sequence& PagedCacheManager::sequence(int32_t seq) {
+  auto it = sequences_.find(seq);
+  SE_CHECK(it != sequences_.end(), "sequence {} is not open", seq);
+  return it->second;
+}
+
+const PagedCacheManager::Sequence& PagedCacheManager::sequence(int32_t seq) const {
   auto it = sequences_.find(seq);
   SE_CHECK(it != sequences_.end(), "sequence {} is not open", seq);
   return it->second;
@@ -36,13 +53,17 @@ int64_t PagedCacheManager::num_available_pages() const {
 }
 
 int64_t PagedCacheManager::pages_to_reserve(int32_t seq, int32_t num_new_tokens) const {
-  auto it = sequences_.find(seq);
-  SE_CHECK(it != sequences_.end(), "sequence {} is not open", seq);
-  return it->second.table.num_pages_for_append(num_new_tokens);
+  return sequence(seq).table.num_pages_for_append(num_new_tokens);
 }
 
-int64_t PagedCacheManager::peak_pages(int32_t num_prompt_tokens, int32_t max_new_tokens) const {
-  return layout().pages_per_stream(num_prompt_tokens + max_new_tokens) * layout().num_streams();
+int64_t PagedCacheManager::num_held_pages(int32_t seq) const { return sequence(seq).table.num_held_pages(); }
+
+int32_t PagedCacheManager::num_logical_tokens(int32_t seq) const {
+  return sequence(seq).table.num_logical_tokens();
+}
+
+int32_t PagedCacheManager::stream_length(int32_t seq, int layer, int kv_head) const {
+  return sequence(seq).table.num_tokens(layer, kv_head);
 }
 
 Result<int32_t> PagedCacheManager::open(int32_t seq, std::span<const int32_t> prompt) {
@@ -87,15 +108,24 @@ void PagedCacheManager::close(int32_t seq) {
   sequences_.erase(it);  // the page table releases its pages
 }
 
-AttentionView PagedCacheManager::build_view(int layer, const ForwardBatch& batch) {
+std::unique_ptr<SequenceSnapshot> PagedCacheManager::snapshot(int32_t seq) {
+  Sequence& s = sequence(seq);
+  auto snap = std::make_unique<PagedSnapshot>(std::move(s.table));
+  close(seq);
+  return snap;
+}
+
+Status PagedCacheManager::restore(int32_t seq, std::unique_ptr<SequenceSnapshot> snapshot) {
+  if (sequences_.count(seq) != 0) return failed_precondition("sequence {} is already open", seq);
+  auto* paged = dynamic_cast<PagedSnapshot*>(snapshot.get());
+  if (paged == nullptr) return invalid_argument("restore: the snapshot was not taken by a paged cache");
+  sequences_.emplace(seq, Sequence{std::move(paged->table)});
+  return Status::ok();
+}
+
+AttentionView PagedCacheManager::make_view(const std::vector<SeqKvView>& seq_views,
+                                           const std::vector<int32_t>& q_indptr) const {
   const KvLayout& l = layout();
-  q_indptr_.assign(1, 0);
-  seq_views_.clear();
-  for (const SequenceSlice& slice : batch.sequences) {
-    const PageTableView t = sequence(slice.seq_slot).table.view();
-    q_indptr_.push_back(q_indptr_.back() + slice.num_tokens);
-    seq_views_.push_back(SeqKvView{t.pages(layer, 0), t.stride, t.num_tokens + t.stream(layer, 0)});
-  }
   AttentionView view;
   view.kv_base = pool_.storage()->base();
   view.kv_dtype = l.dtype;
@@ -103,17 +133,44 @@ AttentionView PagedCacheManager::build_view(int layer, const ForwardBatch& batch
   view.page_size = l.page_size;
   view.head_dim = l.head_dim;
   view.num_kv_heads = l.num_kv_heads;
-  view.num_seqs = static_cast<int32_t>(batch.sequences.size());
-  view.q_indptr = q_indptr_.data();
-  view.seqs = seq_views_.data();
+  view.num_seqs = static_cast<int32_t>(seq_views.size());
+  view.q_indptr = q_indptr.data();
+  view.seqs = seq_views.data();
   return view;
 }
 
-void PagedCacheManager::attend(int layer, const LayerConfig&, const ForwardBatch& batch, TensorView q, TensorView k,
-                               TensorView v, TensorView out, const AttentionParams& params) {
-  const AttentionView view = build_view(layer, batch);
-  write_kv(view, k, v);
-  paged_attention(out, q, view, params);
+AttentionView PagedCacheManager::build_view(int layer, const ForwardBatch& batch) {
+  q_indptr_.assign(1, 0);
+  seq_views_.clear();
+  for (const SequenceSlice& slice : batch.sequences) {
+    const PageTableView t = sequence(slice.seq_slot).table.view();
+    q_indptr_.push_back(q_indptr_.back() + slice.num_tokens);
+    seq_views_.push_back(SeqKvView{t.pages(layer, 0), t.stride, t.num_tokens + t.stream(layer, 0)});
+  }
+  return make_view(seq_views_, q_indptr_);
+}
+
+AttentionView PagedCacheManager::build_sequence_view(int32_t seq, int layer) {
+  const PageTableView t = sequence(seq).table.view();
+  one_seq_view_.assign(1, SeqKvView{t.pages(layer, 0), t.stride, t.num_tokens + t.stream(layer, 0)});
+  return make_view(one_seq_view_, one_q_indptr_);
+}
+
+Status PagedCacheManager::evict(int32_t seq, int layer, int kv_head, const std::vector<int32_t>& kept) {
+  Sequence& s = sequence(seq);
+  const std::span<const int32_t> pages = s.table.pages(layer, kv_head);
+  // Compaction rewrites pages in place, so none may be shared (eviction methods run without prefix caching).
+  for (int32_t page : pages)
+    if (pool_.ref_count(page) != 1)
+      return failed_precondition("evict: sequence {} (layer {}, head {}) shares page {}", seq, layer, kv_head, page);
+  const int32_t len = s.table.num_tokens(layer, kv_head);
+  for (size_t i = 0; i < kept.size(); ++i)
+    if (kept[i] < 0 || kept[i] >= len || (i > 0 && kept[i] <= kept[i - 1]))
+      return invalid_argument("evict: kept indices must ascend within [0, {}), got {} at {}", len, kept[i], i);
+  compact_kv(build_sequence_view(seq, layer), 0, kv_head, kept);
+  const auto num_tokens = static_cast<int32_t>(kept.size());
+  const std::vector<int32_t> first(pages.begin(), pages.begin() + layout().pages_per_stream(num_tokens));
+  return s.table.replace_stream(layer, kv_head, first, num_tokens);
 }
 
 Status PagedCacheManager::check_integrity() const {

@@ -1,7 +1,7 @@
-// PagedCacheManager: the full-history CacheManager. Every token's K/V stays resident in per-(layer, KV head)
-// pages of one BlockPool, with a radix prefix cache over full blocks so requests that share a prompt prefix
-// reuse its pages. Dense serving (`vanilla`) is exactly this cache; methods that only select what attention
-// reads keep it too. Engine thread only.
+// PagedCacheManager: K/V in per-(layer, KV head) pages of one BlockPool. Full-history methods (vanilla,
+// Quest, OmniKV) keep every token resident and share a radix prefix cache over full blocks, so requests with a
+// common prompt prefix reuse its pages; eviction methods run it without the prefix cache and compact their
+// streams in place (evict). Engine thread only.
 #pragma once
 
 #include <memory>
@@ -26,15 +26,20 @@ class PagedCacheManager final : public CacheManager {
   int64_t num_total_pages() const override { return pool_.num_total_pages(); }
   int64_t num_available_pages() const override;
   int64_t pages_to_reserve(int32_t seq, int32_t num_new_tokens) const override;
-  int64_t peak_pages(int32_t num_prompt_tokens, int32_t max_new_tokens) const override;
+  int64_t num_held_pages(int32_t seq) const override;
 
   Result<int32_t> open(int32_t seq, std::span<const int32_t> prompt) override;
   Status reserve(int32_t seq, int32_t num_new_tokens) override;
   void on_computed(int32_t seq, std::span<const int32_t> tokens, int32_t num_computed) override;
   void close(int32_t seq) override;
+  std::unique_ptr<SequenceSnapshot> snapshot(int32_t seq) override;
+  Status restore(int32_t seq, std::unique_ptr<SequenceSnapshot> snapshot) override;
 
-  void attend(int layer, const LayerConfig& layer_config, const ForwardBatch& batch, TensorView q, TensorView k,
-              TensorView v, TensorView out, const AttentionParams& params) override;
+  AttentionView build_view(int layer, const ForwardBatch& batch) override;
+  AttentionView build_sequence_view(int32_t seq, int layer) override;
+  int32_t num_logical_tokens(int32_t seq) const override;
+  int32_t stream_length(int32_t seq, int layer, int kv_head) const override;
+  Status evict(int32_t seq, int layer, int kv_head, const std::vector<int32_t>& kept) override;
 
   int64_t num_prefix_query_tokens() const override { return radix_ ? radix_->num_query_tokens() : 0; }
   int64_t num_prefix_hit_tokens() const override { return radix_ ? radix_->num_hit_tokens() : 0; }
@@ -52,14 +57,17 @@ class PagedCacheManager final : public CacheManager {
 
   PagedCacheManager(const KvLayout& layout, std::unique_ptr<PageStorage> storage, bool enable_prefix_caching);
   Sequence& sequence(int32_t seq);
-  // The per-sequence part of this layer's AttentionView (filled for each attend call).
-  AttentionView build_view(int layer, const ForwardBatch& batch);
+  const Sequence& sequence(int32_t seq) const;
+  // A view of `num_seqs` sequences whose SeqKvViews and row offsets are in `seq_views` and `q_indptr`.
+  AttentionView make_view(const std::vector<SeqKvView>& seq_views, const std::vector<int32_t>& q_indptr) const;
 
   BlockPool pool_;
   std::unique_ptr<RadixCache> radix_;  // null when prefix caching is off
   std::unordered_map<int32_t, Sequence> sequences_;
   std::vector<int32_t> q_indptr_;      // scratch of build_view
   std::vector<SeqKvView> seq_views_;   // scratch of build_view
+  std::vector<int32_t> one_q_indptr_ = {0, 0};  // scratch of build_sequence_view
+  std::vector<SeqKvView> one_seq_view_;        // scratch of build_sequence_view
 };
 
 }  // namespace se

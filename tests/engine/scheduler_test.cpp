@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 
+#include "sparse/methods/vanilla.h"
 #include "sparse/paged_cache_manager.h"
 
 namespace se {
@@ -25,7 +26,9 @@ class SchedulerTest : public ::testing::Test {
  protected:
   void make(int num_pages, SchedulerConfig config) {
     cache_ = std::move(PagedCacheManager::create(small_layout(), num_pages, cpu_allocator(), false)).value();
-    oracle_ = std::make_unique<MemoryOracle>(*cache_);
+    method_ = std::move(VanillaMethod::create(nullptr)).value();
+    controller_ = std::make_unique<SparseController>(*method_, *cache_);
+    oracle_ = std::make_unique<MemoryOracle>(*controller_);
     scheduler_ = std::make_unique<Scheduler>(config, *oracle_);
   }
   Request* add(const std::string& id, int prompt_len, int max_tokens = 100) {
@@ -58,6 +61,8 @@ class SchedulerTest : public ::testing::Test {
   }
 
   std::unique_ptr<PagedCacheManager> cache_;
+  std::unique_ptr<MethodRuntime> method_;
+  std::unique_ptr<SparseController> controller_;
   std::unique_ptr<MemoryOracle> oracle_;
   std::unique_ptr<Scheduler> scheduler_;
   std::map<std::string, std::unique_ptr<Request>> requests_;

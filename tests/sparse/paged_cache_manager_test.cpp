@@ -7,6 +7,8 @@
 
 #include "../support/tiny_model.h"
 #include "model/contiguous_kv_cache.h"
+#include "sparse/methods/vanilla.h"
+#include "sparse/sparse_controller.h"
 
 namespace se {
 namespace {
@@ -45,6 +47,9 @@ void expect_paged_matches_contiguous(const std::string& model_type, const std::v
   ASSERT_TRUE(paged.is_ok()) << paged.status().to_string();
   const int num_seqs = static_cast<int>(steps[0].chunks.size());
   ContiguousKvCache reference(c, num_seqs);
+  auto vanilla = VanillaMethod::create(nullptr);
+  ASSERT_TRUE(vanilla.is_ok());
+  SparseController controller(**vanilla, **paged);
   std::mt19937 rng(7);
   std::vector<std::vector<int32_t>> tokens(num_seqs);
   std::vector<int> done(num_seqs, 0);
@@ -65,7 +70,7 @@ void expect_paged_matches_contiguous(const std::string& model_type, const std::v
       }
       batch.logit_rows.push_back(batch.num_tokens() - 1);
     }
-    Tensor got = model.forward(batch, **paged);
+    Tensor got = model.forward(batch, controller);
     for (size_t i = 0; i < batch.sequences.size(); ++i) {
       const SequenceSlice& slice = batch.sequences[i];
       ForwardBatch single;

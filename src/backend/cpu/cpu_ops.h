@@ -20,6 +20,12 @@ void attention(TensorView out, TensorView q, TensorView k, TensorView v, TensorV
 
 void write_kv(const AttentionView& view, TensorView k, TensorView v);
 void paged_attention(TensorView out, TensorView q, const AttentionView& view, const AttentionParams& params);
+void attention_scores(TensorView out, TensorView q, const AttentionView& view, int32_t seq,
+                      const AttentionParams& params, ScoreReduce reduce);
+void compact_kv(const AttentionView& view, int32_t seq, int32_t kv_head, const std::vector<int32_t>& kept);
+void update_page_key_bounds(TensorView bounds, const AttentionView& view);
+void page_key_bound_scores(TensorView out, TensorView q, TensorView bounds, const AttentionView& view,
+                           int32_t seq);
 
 // Inverse frequencies of `params` (rotary_dim / 2 values), scaling applied; shared with the CUDA backend.
 void rope_inv_freq(const RopeParams& params, float* inv_freq);

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/visible_keys.h"
 
 namespace se::cpu {
 
@@ -43,6 +44,7 @@ void paged_attention(TensorView out, TensorView q, const AttentionView& view, co
 #pragma omp parallel
   {
     std::vector<float> scores;
+    std::vector<int32_t> keys;
 #pragma omp for schedule(dynamic, 4)
     for (int64_t item = 0; item < num_items; ++item) {
       const int64_t row = item / num_heads;
@@ -51,29 +53,30 @@ void paged_attention(TensorView out, TensorView q, const AttentionView& view, co
       const SeqKvView& seq = view.seqs[s];
       const int32_t kvh = static_cast<int32_t>(h / group);
       const int32_t* pages = seq.page_ids + static_cast<int64_t>(kvh) * seq.stride;
-      const int32_t len = seq.num_tokens[kvh];
       const int32_t n = view.q_indptr[s + 1] - view.q_indptr[s];
-      const int32_t last_visible = len - n + static_cast<int32_t>(row - view.q_indptr[s]);
-      const int32_t first_visible =
-          params.sliding_window > 0 ? std::max(0, last_visible - params.sliding_window + 1) : 0;
+      const VisibleRange range =
+          visible_range(seq, kvh, n, static_cast<int32_t>(row - view.q_indptr[s]), params.sliding_window);
       const float* qv = q.ptr<float>() + (row * num_heads + h) * head_dim;
       float* o = out.ptr<float>() + (row * num_heads + h) * head_dim;
       std::fill(o, o + head_dim, 0.0f);
-      if (last_visible < first_visible) continue;
-      scores.resize(static_cast<size_t>(last_visible - first_visible + 1));
+      keys.clear();
+      scores.clear();
       float max_score = -std::numeric_limits<float>::infinity();
-      for (int32_t j = first_visible; j <= last_visible; ++j) {
+      for_each_visible_key(view, seq, kvh, range, [&](int32_t j) {
         const float* kv = view.element<float>(pages[j / view.page_size], 0, j % view.page_size);
         float dot = 0.0f;
         for (int32_t d = 0; d < head_dim; ++d) dot += qv[d] * kv[d];
         float score = dot * params.scale;
         if (params.logit_softcap > 0.0f) score = params.logit_softcap * std::tanh(score / params.logit_softcap);
-        scores[static_cast<size_t>(j - first_visible)] = score;
+        keys.push_back(j);
+        scores.push_back(score);
         max_score = std::max(max_score, score);
-      }
+      });
+      if (keys.empty()) continue;
       float denom = 0.0f;
-      for (int32_t j = first_visible; j <= last_visible; ++j) {
-        const float p = std::exp(scores[static_cast<size_t>(j - first_visible)] - max_score);
+      for (size_t i = 0; i < keys.size(); ++i) {
+        const int32_t j = keys[i];
+        const float p = std::exp(scores[i] - max_score);
         denom += p;
         const float* vv = view.element<float>(pages[j / view.page_size], 1, j % view.page_size);
         for (int32_t d = 0; d < head_dim; ++d) o[d] += p * vv[d];

@@ -1,0 +1,46 @@
+// Which stored keys one query row of one (sequence, KV head) reads on the CPU backend: the causally visible
+// range [first, last] of the stream (physical causality and the sliding window, see attention_view.h), narrowed
+// to the selected tokens or pages when the sequence carries a selection. Shared by every CPU attention op so
+// they agree on visibility.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "backend/ops.h"
+
+namespace se::cpu {
+
+struct VisibleRange {
+  int32_t first = 0;
+  int32_t last = -1;  // inclusive; last < first = nothing visible
+};
+
+// Visible range of query row `row` (0-based within the sequence's `num_rows` new rows) on KV head `kv_head`.
+inline VisibleRange visible_range(const SeqKvView& seq, int32_t kv_head, int32_t num_rows, int32_t row,
+                                  int sliding_window) {
+  VisibleRange r;
+  r.last = seq.num_tokens[kv_head] - num_rows + row;
+  r.first = sliding_window > 0 ? std::max(0, r.last - sliding_window + 1) : 0;
+  return r;
+}
+
+// Calls fn(token_index) for every key of `range` that the sequence's selection keeps, in ascending order.
+template <typename Fn>
+void for_each_visible_key(const AttentionView& view, const SeqKvView& seq, int32_t kv_head, VisibleRange range,
+                          Fn&& fn) {
+  if (seq.selected == nullptr) {
+    for (int32_t j = range.first; j <= range.last; ++j) fn(j);
+    return;
+  }
+  const int32_t* sel = seq.selected + static_cast<int64_t>(kv_head) * seq.selected_stride;
+  const int32_t n = seq.num_selected[kv_head];
+  const int32_t unit = view.selection_unit == SelectionUnit::kPage ? view.page_size : 1;
+  for (int32_t i = 0; i < n; ++i) {
+    const int32_t begin = std::max(sel[i] * unit, range.first);
+    const int32_t end = std::min(sel[i] * unit + unit - 1, range.last);
+    for (int32_t j = begin; j <= end; ++j) fn(j);
+  }
+}
+
+}  // namespace se::cpu

@@ -1,0 +1,24 @@
+// ForwardHooks: the boundaries the model exposes while it runs its modules in native order. The model calls
+// attend() once per layer with the batch's new q/k/v after RoPE (the hooks' owner stores k/v, decides what
+// attention reads and writes the output) and on_layer_end() after the layer's MLP. The model never sees
+// pages, selections or methods; the sparse controller implements these hooks (sparse/sparse_controller.h).
+#pragma once
+
+#include "backend/ops.h"
+#include "model/config.h"
+#include "model/forward_batch.h"
+
+namespace se {
+
+class ForwardHooks {
+ public:
+  virtual ~ForwardHooks() = default;
+
+  // q, out [T, H, D]; k, v [T, Hkv, D], all F32 rows of `batch`.
+  virtual void attend(int layer, const LayerConfig& layer_config, const ForwardBatch& batch, TensorView q,
+                      TensorView k, TensorView v, TensorView out, const AttentionParams& params) = 0;
+  // hidden [T, hidden_size]: the residual stream after the layer.
+  virtual void on_layer_end(int /*layer*/, const ForwardBatch& /*batch*/, TensorView /*hidden*/) {}
+};
+
+}  // namespace se

@@ -1,0 +1,26 @@
+#include "sparse/method_runtime.h"
+
+#include <algorithm>
+
+#include "sparse/paged_cache_manager.h"
+
+namespace se {
+
+Result<std::unique_ptr<CacheManager>> MethodRuntime::create_cache(const CacheSpec& spec) {
+  SE_ASSIGN_OR_RETURN(std::unique_ptr<PagedCacheManager> cache,
+                      PagedCacheManager::create(spec.layout, spec.num_pages, spec.allocator,
+                                                spec.enable_prefix_caching && traits().keeps_full_history));
+  return std::unique_ptr<CacheManager>(std::move(cache));
+}
+
+int64_t MethodRuntime::resident_pages(const KvLayout& layout, int32_t /*num_prefill_tokens*/,
+                                      int32_t num_tokens) const {
+  return layout.pages_for_tokens(num_tokens);
+}
+
+int64_t MethodRuntime::peak_pages(const KvLayout& layout, int32_t num_prompt_tokens, int32_t max_new_tokens) const {
+  return std::max(layout.pages_for_tokens(num_prompt_tokens),
+                  resident_pages(layout, num_prompt_tokens, num_prompt_tokens + max_new_tokens));
+}
+
+}  // namespace se

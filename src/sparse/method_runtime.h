@@ -1,0 +1,88 @@
+// MethodRuntime: one sparse method (or `vanilla`) at run time. The SparseController calls its hooks at the
+// model's module boundaries; the method decides what attention reads (selection), what stays resident
+// (eviction through its CacheManager) and what it remembers (per-sequence metadata). It declares its traits and
+// answers how many pages a sequence needs, so the scheduler can plan without knowing which method runs.
+//
+// Hook order in one step (sparse_controller.h): prepare_step; then per layer, in layer order: write of the new
+// K/V, build_prefill_selection / build_decode_selection per sequence of that kind, attention,
+// on_attention_end, on_layer_end; after sampling, finish_step. Hooks see only the step's sequences.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "backend/ops.h"
+#include "model/config.h"
+#include "model/forward_batch.h"
+#include "sparse/cache_manager.h"
+#include "sparse/method_traits.h"
+#include "sparse/selection.h"
+
+namespace se {
+
+struct StepContext {
+  const ForwardBatch& batch;
+  CacheManager& cache;
+};
+
+// One layer of one step. q, k, v are the batch's new rows after RoPE (q [T, H, D], k/v [T, Hkv, D]); `view` is
+// the dense view of the layer with the new K/V already stored; `out` [T, H, D] holds attention's output once
+// on_attention_end runs.
+struct LayerContext {
+  int layer = 0;
+  const LayerConfig& layer_config;
+  const ForwardBatch& batch;
+  TensorView q, k, v, out;
+  const AttentionView& view;
+  const AttentionParams& params;
+  CacheManager& cache;
+};
+
+// Where the KV pool comes from, for create_cache.
+struct CacheSpec {
+  KvLayout layout;
+  int32_t num_pages = 0;
+  Allocator* allocator = nullptr;
+  bool enable_prefix_caching = true;  // what the user asked; a method without full history turns it off
+};
+
+class MethodRuntime {
+ public:
+  virtual ~MethodRuntime() = default;
+
+  virtual std::string_view name() const = 0;
+  virtual const MethodTraits& traits() const = 0;
+  // The hyperparameters it runs with, defaults filled in.
+  virtual const nlohmann::ordered_json& config() const = 0;
+
+  // Builds the cache this method keeps its KV in (default: the paged cache, prefix caching only for methods
+  // that keep full history).
+  virtual Result<std::unique_ptr<CacheManager>> create_cache(const CacheSpec& spec);
+
+  // --- memory (MemoryOracle) ---
+  // Pages a sequence holds once it has computed `num_tokens` tokens of which `num_prefill_tokens` were
+  // prefilled, after the method's compression (default: every token resident).
+  virtual int64_t resident_pages(const KvLayout& layout, int32_t num_prefill_tokens, int32_t num_tokens) const;
+  // The most pages a request can hold at once: the uncompressed prefill (the transient peak before
+  // compression) or its compressed size at the end of generation, whichever is larger.
+  int64_t peak_pages(const KvLayout& layout, int32_t num_prompt_tokens, int32_t max_new_tokens) const;
+
+  // --- hooks ---
+  virtual void prepare_step(StepContext& /*ctx*/) {}
+  // Narrow what attention reads for batch sequence `slice` (an index into ctx.batch.sequences).
+  virtual void build_prefill_selection(LayerContext& /*ctx*/, int32_t /*slice*/, Selection& /*selection*/) {}
+  virtual void build_decode_selection(LayerContext& /*ctx*/, int32_t /*slice*/, Selection& /*selection*/) {}
+  virtual void on_attention_end(LayerContext& /*ctx*/) {}
+  virtual void on_layer_end(int /*layer*/, const ForwardBatch& /*batch*/, TensorView /*hidden*/) {}
+  virtual void finish_step(StepContext& /*ctx*/) {}
+  // The sequence left the cache (finished, aborted, preempted): drop what the method keeps for it.
+  virtual void on_sequence_end(int32_t /*seq*/) {}
+  // The unit build_*_selection hands out (token or page indices).
+  virtual SelectionUnit selection_unit() const { return SelectionUnit::kToken; }
+};
+
+}  // namespace se

@@ -1,0 +1,46 @@
+// MethodTraits: what a sparse method declares about itself, so the engine can plan around it without ever
+// naming it: its family, whether it keeps every token resident (and so can share the radix prefix cache), the
+// attention scores it reads, how its state is reused across requests, and what it does during prefill.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+namespace se {
+
+enum class MethodFamily : uint8_t { kDense, kDynamicSelection, kEviction, kQuantization, kCompression };
+
+// Attention scores a method reads from its hooks (it computes them with backend ops::attention_scores).
+enum class ScoreNeeds : uint8_t {
+  kNone,
+  kObservationWindow,  // the softmax of the last prompt queries (SnapKV family) at the end of prefill
+  kColumnSums,         // every step's softmax summed over its queries (H2O)
+  kReconstruction,     // scores of extra context-reconstruction passes (KVzip)
+  kQueryKeyBounds,     // q against per-page key bounds, no softmax (Quest)
+  kFilterLogits,       // raw q.k logits at filter layers (OmniKV)
+};
+
+// How a finished request's state can serve later ones.
+enum class PrefixMode : uint8_t { kRadix, kChain };
+
+// What the method does while a prompt is prefilled.
+enum class PrefillPolicy : uint8_t {
+  kDense,               // prefill attends densely; nothing changes
+  kCompressAfter,       // dense prefill, then compression once the prompt is in (SnapKV, PyramidKV, ...)
+  kEvictDuring,         // evicts as tokens arrive, prefill included (StreamingLLM, H2O)
+};
+
+struct MethodTraits {
+  MethodFamily family = MethodFamily::kDense;
+  bool keeps_full_history = true;  // every token stays resident: the radix prefix cache applies
+  ScoreNeeds score_needs = ScoreNeeds::kNone;
+  PrefixMode prefix_mode = PrefixMode::kRadix;
+  PrefillPolicy prefill_policy = PrefillPolicy::kDense;
+};
+
+std::string_view family_name(MethodFamily family);
+std::string_view score_needs_name(ScoreNeeds needs);
+std::string_view prefix_mode_name(PrefixMode mode);
+std::string_view prefill_policy_name(PrefillPolicy policy);
+
+}  // namespace se

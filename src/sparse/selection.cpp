@@ -1,0 +1,75 @@
+#include "sparse/selection.h"
+
+#include <algorithm>
+
+#include "base/check.h"
+
+namespace se {
+
+void Selection::reset(int32_t num_seqs, int32_t num_kv_heads, SelectionUnit unit) {
+  unit_ = unit;
+  num_seqs_ = num_seqs;
+  num_kv_heads_ = num_kv_heads;
+  num_selected_seqs_ = 0;
+  lists_.resize(static_cast<size_t>(num_seqs) * num_kv_heads);
+  for (auto& list : lists_) list.clear();
+  is_selected_.assign(static_cast<size_t>(num_seqs), 0);
+}
+
+void Selection::set(int32_t seq, int32_t kv_head, std::span<const int32_t> indices) {
+  SE_CHECK(seq >= 0 && seq < num_seqs_ && kv_head >= 0 && kv_head < num_kv_heads_, "selection of seq {} head {}",
+           seq, kv_head);
+  SE_CHECK(std::is_sorted(indices.begin(), indices.end()), "selected indices must ascend");
+  lists_[static_cast<size_t>(seq) * num_kv_heads_ + kv_head].assign(indices.begin(), indices.end());
+  if (!is_selected_[static_cast<size_t>(seq)]) {
+    is_selected_[static_cast<size_t>(seq)] = 1;
+    ++num_selected_seqs_;
+  }
+}
+
+const std::vector<int32_t>* Selection::get(int32_t seq, int32_t kv_head) const {
+  if (!is_selected_[static_cast<size_t>(seq)]) return nullptr;
+  return &lists_[static_cast<size_t>(seq) * num_kv_heads_ + kv_head];
+}
+
+AttentionView Selection::apply(const AttentionView& dense) {
+  SE_CHECK(dense.num_seqs == num_seqs_ && dense.num_kv_heads == num_kv_heads_, "selection for another batch");
+  AttentionView view = dense;
+  if (empty()) return view;
+  // Lay every selected sequence out as [num_kv_heads][stride] first, then point the views into the buffers.
+  std::vector<int32_t> strides(static_cast<size_t>(num_seqs_), 0);
+  size_t flat_size = 0;
+  for (int32_t s = 0; s < num_seqs_; ++s) {
+    if (!is_selected_[static_cast<size_t>(s)]) continue;
+    int32_t stride = 0;
+    for (int32_t h = 0; h < num_kv_heads_; ++h)
+      stride = std::max(stride, static_cast<int32_t>(lists_[static_cast<size_t>(s) * num_kv_heads_ + h].size()));
+    strides[static_cast<size_t>(s)] = stride;
+    flat_size += static_cast<size_t>(stride) * num_kv_heads_;
+  }
+  flat_.assign(flat_size, 0);
+  counts_.assign(static_cast<size_t>(num_selected_seqs_) * num_kv_heads_, 0);
+  seqs_.assign(dense.seqs, dense.seqs + num_seqs_);
+  size_t flat_at = 0, count_at = 0;
+  for (int32_t s = 0; s < num_seqs_; ++s) {
+    if (!is_selected_[static_cast<size_t>(s)]) continue;
+    const int32_t stride = strides[static_cast<size_t>(s)];
+    SeqKvView& sv = seqs_[static_cast<size_t>(s)];
+    sv.selected = flat_.data() + flat_at;
+    sv.selected_stride = stride;
+    sv.num_selected = counts_.data() + count_at;
+    for (int32_t h = 0; h < num_kv_heads_; ++h) {
+      const auto& list = lists_[static_cast<size_t>(s) * num_kv_heads_ + h];
+      std::copy(list.begin(), list.end(), flat_.begin() + static_cast<ptrdiff_t>(flat_at + static_cast<size_t>(h) * stride));
+      counts_[count_at + static_cast<size_t>(h)] = static_cast<int32_t>(list.size());
+    }
+    flat_at += static_cast<size_t>(stride) * num_kv_heads_;
+    count_at += static_cast<size_t>(num_kv_heads_);
+  }
+  view.seqs = seqs_.data();
+  view.selection_unit = unit_;
+  view.has_selection = true;
+  return view;
+}
+
+}  // namespace se

@@ -1,0 +1,167 @@
+// method_fidelity_tool CASE.json OUT.json: drives one sparse method through the SparseController exactly as the
+// model would (per layer: attend with the given post-RoPE q/k/v, then on_layer_end; prepare_step and
+// finish_step around each step) on synthetic inputs, and reports what the method did, for the Python oracles
+// of test_method_fidelity.py to check.
+//
+// CASE: {"method", "config", "num_layers", "num_heads", "num_kv_heads", "head_dim", "page_size",
+//        "steps": [n0, n1, ...] (tokens per forward; the first steps prefill "prefill_len" tokens),
+//        "prefill_len", "data": path of f32 [per step][per layer] q [n,H,D], k [n,Hkv,D], v [n,Hkv,D]}
+// The inputs tag every token: v[t, h, 0] holds the token's absolute position, so reading back the stored V
+// shows which original tokens each stream kept after eviction.
+// OUT: {"steps": [{"kept": [layer][head] positions in stream order,
+//                  "selected": [layer][head] selected indices or null, "selection_unit": "token"|"page"}],
+//       "outputs": path of f32 [per step][per layer] attention out [n,H,D],
+//       "resident_pages": pages the sequence holds after each step, "reported_pages": what the method
+//       reports for it (resident_pages of its memory model)}
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "sparse/method_registry.h"
+#include "sparse/sparse_controller.h"
+
+namespace se {
+namespace {
+
+// Forwards every hook to the method and records the selections it builds.
+class RecordingMethod final : public MethodRuntime {
+ public:
+  explicit RecordingMethod(MethodRuntime& inner) : inner_(inner) {}
+  std::string_view name() const override { return inner_.name(); }
+  const MethodTraits& traits() const override { return inner_.traits(); }
+  const nlohmann::ordered_json& config() const override { return inner_.config(); }
+  Result<std::unique_ptr<CacheManager>> create_cache(const CacheSpec& spec) override {
+    return inner_.create_cache(spec);
+  }
+  int64_t resident_pages(const KvLayout& l, int32_t p, int32_t n) const override {
+    return inner_.resident_pages(l, p, n);
+  }
+  void prepare_step(StepContext& ctx) override { inner_.prepare_step(ctx); }
+  void build_prefill_selection(LayerContext& ctx, int32_t slice, Selection& sel) override {
+    inner_.build_prefill_selection(ctx, slice, sel);
+    record(ctx, slice, sel);
+  }
+  void build_decode_selection(LayerContext& ctx, int32_t slice, Selection& sel) override {
+    inner_.build_decode_selection(ctx, slice, sel);
+    record(ctx, slice, sel);
+  }
+  void on_attention_end(LayerContext& ctx) override { inner_.on_attention_end(ctx); }
+  void on_layer_end(int layer, const ForwardBatch& batch, TensorView hidden) override {
+    inner_.on_layer_end(layer, batch, hidden);
+  }
+  void finish_step(StepContext& ctx) override { inner_.finish_step(ctx); }
+  void on_sequence_end(int32_t seq) override { inner_.on_sequence_end(seq); }
+  SelectionUnit selection_unit() const override { return inner_.selection_unit(); }
+
+  nlohmann::json selected = nlohmann::json::array();  // [layer][head] of the current step
+
+ private:
+  void record(const LayerContext& ctx, int32_t slice, const Selection& sel) {
+    nlohmann::json heads = nullptr;
+    if (sel.get(slice, 0) != nullptr) {
+      heads = nlohmann::json::array();
+      for (int32_t h = 0; h < ctx.view.num_kv_heads; ++h) heads.push_back(*sel.get(slice, h));
+    }
+    selected.push_back(heads);
+  }
+  MethodRuntime& inner_;
+};
+
+int run(const std::string& case_path, const std::string& out_path) {
+  const nlohmann::json c = nlohmann::json::parse(std::ifstream(case_path));
+  const int num_layers = c["num_layers"], num_heads = c["num_heads"], num_kv_heads = c["num_kv_heads"];
+  const int head_dim = c["head_dim"];
+  const int prefill_len = c["prefill_len"];
+  auto method = create_method(c["method"], c.value("config", nlohmann::json::object()));
+  if (!method.is_ok()) {
+    std::cerr << method.status().to_string() << "\n";
+    return 2;
+  }
+  RecordingMethod recorder(**method);
+  KvLayout layout{num_layers, num_kv_heads, head_dim, c["page_size"], DType::kF32};
+  auto cache = recorder.create_cache(CacheSpec{layout, 1 << 16, cpu_allocator(), false});
+  SE_CHECK(cache.is_ok(), "{}", cache.status().to_string());
+  SparseController controller(recorder, **cache);
+  SE_CHECK(controller.open(0, {}).is_ok(), "open");
+
+  std::ifstream data(c["data"].get<std::string>(), std::ios::binary);
+  const std::string outputs_path = out_path + ".f32";
+  std::ofstream outputs(outputs_path, std::ios::binary);
+  nlohmann::json steps = nlohmann::json::array();
+  nlohmann::json resident = nlohmann::json::array(), reported = nlohmann::json::array();
+  std::vector<LayerConfig> layer_configs(static_cast<size_t>(num_layers));
+  AttentionParams params;
+  params.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  int32_t position = 0;
+  for (int n : c["steps"]) {
+    SE_CHECK((*cache)->reserve(0, n).is_ok(), "reserve {}", n);
+    ForwardBatch batch;
+    batch.sequences.push_back({0, 0, n, prefill_len});
+    for (int i = 0; i < n; ++i) {
+      batch.token_ids.push_back(0);
+      batch.positions.push_back(position + i);
+    }
+    recorder.selected = nlohmann::json::array();
+    controller.prepare_step(batch);
+    Tensor hidden = Tensor::empty(DType::kF32, {n, 1});
+    for (int layer = 0; layer < num_layers; ++layer) {
+      Tensor q = Tensor::empty(DType::kF32, {n, num_heads, head_dim});
+      Tensor k = Tensor::empty(DType::kF32, {n, num_kv_heads, head_dim});
+      Tensor v = Tensor::empty(DType::kF32, {n, num_kv_heads, head_dim});
+      for (Tensor* t : {&q, &k, &v})
+        data.read(reinterpret_cast<char*>(t->data<float>()), static_cast<std::streamsize>(t->numel() * 4));
+      SE_CHECK(data.good(), "case data ends early");
+      Tensor out = Tensor::empty(DType::kF32, {n, num_heads, head_dim});
+      controller.attend(layer, layer_configs[static_cast<size_t>(layer)], batch, q.view(), k.view(), v.view(),
+                        out.view(), params);
+      controller.on_layer_end(layer, batch, hidden.view());
+      outputs.write(reinterpret_cast<const char*>(out.data<float>()), static_cast<std::streamsize>(out.numel() * 4));
+    }
+    controller.finish_step(batch);
+    position += n;
+    (*cache)->on_computed(0, std::vector<int32_t>(static_cast<size_t>(position), 0), position);
+
+    nlohmann::json kept = nlohmann::json::array();
+    for (int layer = 0; layer < num_layers; ++layer) {
+      const AttentionView view = (*cache)->build_sequence_view(0, layer);
+      nlohmann::json heads = nlohmann::json::array();
+      for (int h = 0; h < num_kv_heads; ++h) {
+        const int32_t* pages = view.seqs[0].page_ids + static_cast<int64_t>(h) * view.seqs[0].stride;
+        std::vector<int32_t> positions;
+        for (int32_t j = 0; j < view.seqs[0].num_tokens[h]; ++j)
+          positions.push_back(static_cast<int32_t>(
+              view.element<float>(pages[j / view.page_size], 1, j % view.page_size)[0]));
+        heads.push_back(positions);
+      }
+      kept.push_back(heads);
+    }
+    steps.push_back({{"kept", kept}, {"selected", recorder.selected}});
+    resident.push_back((*cache)->num_held_pages(0));
+    reported.push_back(recorder.resident_pages(layout, prefill_len, position));
+    SE_CHECK((*cache)->check_integrity().is_ok(), "{}", (*cache)->check_integrity().to_string());
+  }
+  controller.close(0);
+  SE_CHECK((*cache)->check_integrity().is_ok(), "after close: {}", (*cache)->check_integrity().to_string());
+  SE_CHECK((*cache)->num_free_pages() == (*cache)->num_total_pages(), "pages leaked after close");
+  nlohmann::json out = {{"steps", steps},
+                        {"outputs", outputs_path},
+                        {"selection_unit", recorder.selection_unit() == SelectionUnit::kPage ? "page" : "token"},
+                        {"resident_pages", resident},
+                        {"reported_pages", reported}};
+  std::ofstream(out_path) << out.dump();
+  return 0;
+}
+
+}  // namespace
+}  // namespace se
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    std::cerr << "usage: method_fidelity_tool CASE.json OUT.json\n";
+    return 2;
+  }
+  return se::run(argv[1], argv[2]);
+}

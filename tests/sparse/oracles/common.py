@@ -1,0 +1,50 @@
+"""numpy building blocks the method oracles share, written from METHODS.md's cross-cutting rules."""
+import numpy as np
+
+
+def softmax(x, axis=-1):
+    x = x - np.max(x, axis=axis, keepdims=True)
+    e = np.exp(x)
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def window_probs(q, k, scale):
+    """Softmax probabilities of the last n = len(q) query positions over all T keys, causal: query r (absolute
+    position T - n + r) sees keys <= its position. q [n, H, D], k [T, Hkv, D] -> [H, n, T] (fp32)."""
+    n, num_heads, _ = q.shape
+    t, num_kv_heads, _ = k.shape
+    group = num_heads // num_kv_heads
+    kk = np.repeat(k.transpose(1, 0, 2), group, axis=0)            # [H, T, D]
+    logits = np.einsum("nhd,htd->hnt", q.astype(np.float64), kk.astype(np.float64)) * scale
+    mask = np.arange(t)[None, :] > (t - n + np.arange(n))[:, None]  # [n, T]
+    logits = np.where(mask[None], -np.inf, logits)
+    return softmax(logits, axis=-1)
+
+
+def pool1d(scores, kernel, kind):
+    """Pooling along the last axis, stride 1, padding kernel // 2: avg counts the zero padding (count_include_pad),
+    max pads with -inf."""
+    pad = kernel // 2
+    fill = 0.0 if kind == "avgpool" else -np.inf
+    padded = np.pad(scores, [(0, 0)] * (scores.ndim - 1) + [(pad, pad)], constant_values=fill)
+    windows = np.lib.stride_tricks.sliding_window_view(padded, kernel, axis=-1)
+    out = windows.mean(axis=-1) if kind == "avgpool" else windows.max(axis=-1)
+    return out[..., : scores.shape[-1]]
+
+
+def reduce_group(scores, num_kv_heads, how="mean"):
+    """[H, ...] query-head scores -> [Hkv, ...] by reducing each KV head's query group."""
+    grouped = scores.reshape(num_kv_heads, scores.shape[0] // num_kv_heads, *scores.shape[1:])
+    return {"mean": grouped.mean, "max": grouped.max, "sum": grouped.sum}[how](axis=1)
+
+
+def attention_over(q, k, v, kept_per_kv_head, scale):
+    """One query row per head against the kept tokens of its KV head: q [H, D], k/v [T, Hkv, D]."""
+    num_heads = q.shape[0]
+    group = num_heads // k.shape[1]
+    out = np.zeros_like(q, dtype=np.float64)
+    for h in range(num_heads):
+        idx = np.asarray(kept_per_kv_head[h // group])
+        logits = k[idx, h // group].astype(np.float64) @ q[h].astype(np.float64) * scale
+        out[h] = softmax(logits) @ v[idx, h // group].astype(np.float64)
+    return out
