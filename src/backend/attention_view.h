@@ -24,6 +24,12 @@ namespace se {
 
 enum class SelectionUnit : uint8_t { kToken, kPage };
 
+// What the pages hold. Dense, selection and eviction methods keep explicit K/V. The quantization family keeps
+// integer codes plus a full-precision residual window, the compression family keeps low-rank latents that
+// attention expands back; their CacheManagers describe those stores with the views below, and the attention ops
+// for them arrive with those methods (today's ops accept kExplicit only).
+enum class KvPayload : uint8_t { kExplicit, kQuantized, kLowRankLatent };
+
 struct SeqKvView {
   const int32_t* page_ids = nullptr;    // [num_kv_heads][stride] for this layer
   int32_t stride = 0;                   // entries between the page lists of consecutive heads
@@ -31,6 +37,32 @@ struct SeqKvView {
   const int32_t* selected = nullptr;    // [num_kv_heads][selected_stride] ascending indices, or null = all
   int32_t selected_stride = 0;
   const int32_t* num_selected = nullptr;  // [num_kv_heads]
+};
+
+// kQuantized (KIVI-style): for each page of the page lists, `codes_base + page_id * page_code_bytes` holds the
+// `bits`-bit codes of its K (grouped per channel over key_group_size tokens) and V (grouped per token over
+// value_group_size channels), and `params_base + page_id * page_param_bytes` the fp32 (scale, minimum) of every
+// group; x = code * scale + minimum. The newest tokens of each stream stay full precision in the residual pages
+// (explicit layout, kv_base), listed per sequence in `residual[s]`; they follow the quantized tokens in order.
+struct QuantizedKvView {
+  const void* codes_base = nullptr;
+  size_t page_code_bytes = 0;
+  const float* params_base = nullptr;
+  size_t page_param_bytes = 0;
+  int32_t bits = 0;
+  int32_t key_group_size = 0;
+  int32_t value_group_size = 0;
+  const SeqKvView* residual = nullptr;  // [num_seqs]
+};
+
+// kLowRankLatent (Palu-style): each stored token holds `rank` latent values for K and for V (in place of the
+// head_dim elements of the explicit layout); attention rebuilds k = up_k[kv_head] . h_k and v = up_v[kv_head] . h_v
+// and rotates k at the token's original position, `positions_base[page_id * page_size + offset]`.
+struct LatentKvView {
+  const float* up_k = nullptr;  // [num_kv_heads, head_dim, rank]
+  const float* up_v = nullptr;  // [num_kv_heads, head_dim, rank]
+  int32_t rank = 0;
+  const int32_t* positions_base = nullptr;  // [num_pool_pages, page_size]
 };
 
 struct AttentionView {
@@ -45,6 +77,9 @@ struct AttentionView {
   const SeqKvView* seqs = nullptr;    // [num_seqs]
   SelectionUnit selection_unit = SelectionUnit::kToken;  // what SeqKvView::selected indexes
   bool has_selection = false;  // some sequence has a selected list (lets kernels pick the sparse path)
+  KvPayload payload = KvPayload::kExplicit;
+  QuantizedKvView quantized;  // payload == kQuantized
+  LatentKvView latent;        // payload == kLowRankLatent
 
   // Element pointer of token `offset` (< page_size) of K (kv = 0) or V (kv = 1) in page `page_id`.
   template <typename T>

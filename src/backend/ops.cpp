@@ -202,6 +202,7 @@ void attention(TensorView out, TensorView q, TensorView k, TensorView v, TensorV
 }
 
 void write_kv(const AttentionView& view, TensorView k, TensorView v) {
+  SE_CHECK(view.payload == KvPayload::kExplicit, "write_kv: only explicit K/V pages are written by this op");
   if (on_cuda(k, "write_kv")) {
     // The view's tables are device memory here: row counts are the caller's contract, not checked.
     require_cuda_act(k, "write_kv.k");
@@ -226,6 +227,8 @@ void write_kv(const AttentionView& view, TensorView k, TensorView v) {
 }
 
 void paged_attention(TensorView out, TensorView q, const AttentionView& view, const AttentionParams& params) {
+  SE_CHECK(view.payload == KvPayload::kExplicit,
+           "paged_attention: quantized and latent KV payloads are not implemented by this op");
   if (on_cuda(out, "paged_attention")) {
     require_cuda_act(out, "paged_attention.out");
     require_cuda_act(q, "paged_attention.q");
@@ -293,6 +296,41 @@ void page_key_bound_scores(TensorView out, TensorView q, TensorView bounds, cons
            "page_key_bound_scores: q {} out {} bounds {}", q.shape.to_string(), out.shape.to_string(),
            bounds.shape.to_string());
   cpu::page_key_bound_scores(out, q, bounds, view, seq);
+}
+
+void attention_logits_max_over_heads(TensorView out, TensorView q, const AttentionView& view, int32_t seq,
+                                     float scale) {
+  require_cpu_f32(out, "attention_logits_max_over_heads.out");
+  require_cpu_f32(q, "attention_logits_max_over_heads.q");
+  SE_CHECK(view.kv_dtype == DType::kF32, "attention_logits_max_over_heads: the CPU backend keeps f32 pages");
+  SE_CHECK(seq >= 0 && seq < view.num_seqs, "attention_logits_max_over_heads: sequence {} of {}", seq,
+           view.num_seqs);
+  int32_t min_len = view.num_kv_heads > 0 ? view.seqs[seq].num_tokens[0] : 0;
+  for (int32_t h = 1; h < view.num_kv_heads; ++h) min_len = std::min(min_len, view.seqs[seq].num_tokens[h]);
+  SE_CHECK(q.shape.rank() == 2 && q.shape[1] == view.head_dim && q.shape[0] % view.num_kv_heads == 0 &&
+               out.shape.rank() == 1 && out.shape[0] <= min_len,
+           "attention_logits_max_over_heads: q {} out {} for {} stored tokens", q.shape.to_string(),
+           out.shape.to_string(), min_len);
+  cpu::attention_logits_max_over_heads(out, q, view, seq, scale);
+}
+
+void subset_attention_max_scores(TensorView out, TensorView q, const AttentionView& view, int32_t seq,
+                                 int32_t num_sink, int32_t begin, const AttentionParams& params) {
+  require_cpu_f32(out, "subset_attention_max_scores.out");
+  require_cpu_f32(q, "subset_attention_max_scores.q");
+  SE_CHECK(view.kv_dtype == DType::kF32, "subset_attention_max_scores: the CPU backend keeps f32 pages");
+  SE_CHECK(seq >= 0 && seq < view.num_seqs, "subset_attention_max_scores: sequence {} of {}", seq, view.num_seqs);
+  SE_CHECK(q.shape.rank() == 3 && q.shape[0] >= 1 && q.shape[2] == view.head_dim &&
+               q.shape[1] % view.num_kv_heads == 0 && out.shape.rank() == 2 && out.shape[0] == view.num_kv_heads,
+           "subset_attention_max_scores: q {} out {} for {} KV heads of dim {}", q.shape.to_string(),
+           out.shape.to_string(), view.num_kv_heads, view.head_dim);
+  SE_CHECK(num_sink >= 0 && num_sink <= begin, "subset_attention_max_scores: {} sinks before range start {}",
+           num_sink, begin);
+  for (int32_t h = 0; h < view.num_kv_heads; ++h)
+    SE_CHECK(begin + out.shape[1] + q.shape[0] <= view.seqs[seq].num_tokens[h],
+             "subset_attention_max_scores: range [{}, {}) and {} new rows exceed the {} tokens of KV head {}", begin,
+             begin + out.shape[1], q.shape[0], view.seqs[seq].num_tokens[h], h);
+  cpu::subset_attention_max_scores(out, q, view, seq, num_sink, begin, params);
 }
 
 }  // namespace se

@@ -103,4 +103,21 @@ void update_page_key_bounds(TensorView bounds, const AttentionView& view);
 void page_key_bound_scores(TensorView out, TensorView q, TensorView bounds, const AttentionView& view,
                            int32_t seq);
 
+// Raw attention logits of one query row against a sequence's leading keys, reduced by max over every query head
+// (OmniKV's "last" token filter): out[j] = max_h scale * q[h] . k_j, where k_j is token j of head h's KV head
+// stream. No softmax, no softcap, no causal mask or selection: the caller names the keys, the first
+// num_keys = out.shape[0] stored tokens, which every KV head of the sequence must hold. q [H, D]; out [num_keys] F32.
+void attention_logits_max_over_heads(TensorView out, TensorView q, const AttentionView& view, int32_t seq,
+                                     float scale);
+
+// Attention probabilities of the last n = q.shape[0] query rows of sequence `seq` over a subset of its keys,
+// reduced by max over each KV head's query group and the rows (context-reconstruction scoring). Row r of query
+// head h takes its softmax over only these keys of its KV head's stream: the stored tokens [0, num_sink) and
+// [begin, begin + m) and the n new tokens up to its own (the last n of the stream; causal). Then
+// out[kvh, j] = max over the group's heads and the rows of the probability of token begin + j. Logits are
+// scale * q.k (softcapped if set); no sliding window, no selection. Every KV head must hold >= begin + m + n
+// tokens, num_sink <= begin. q [n, H, D]; out [Hkv, m] F32.
+void subset_attention_max_scores(TensorView out, TensorView q, const AttentionView& view, int32_t seq,
+                                 int32_t num_sink, int32_t begin, const AttentionParams& params);
+
 }  // namespace se

@@ -29,6 +29,7 @@ struct ThroughputOptions {
 };
 
 int run_throughput(const ThroughputOptions& o) {
+  if (Status sparse = check_sparse_options(o.engine); !sparse.is_ok()) return report_usage_error(sparse);
   auto bundle = o.model.load();
   if (!bundle.is_ok()) return report_error(bundle.status());
   auto engine = Engine::create(*bundle, o.engine);
@@ -73,8 +74,9 @@ int run_throughput(const ThroughputOptions& o) {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   progress.finish();
   const EngineStats stats = (*engine)->stats();
-  std::printf("bench throughput: %s, %d requests x (%d prompt + %d output tokens), concurrency %d\n",
-              bundle->name.c_str(), o.num_prompts, o.input_len, o.output_len, concurrency);
+  std::printf("bench throughput: %s, %d requests x (%d prompt + %d output tokens), concurrency %d, sparse method %s\n",
+              bundle->name.c_str(), o.num_prompts, o.input_len, o.output_len, concurrency,
+              o.engine.sparse_method.c_str());
   std::printf("| requests/s | output tok/s | total tok/s | elapsed s | preemptions |\n|---|---|---|---|---|\n");
   std::printf("| %.3f | %.1f | %.1f | %.2f | %llu |\n", o.num_prompts / seconds, output_tokens / seconds,
               (output_tokens + static_cast<double>(o.num_prompts) * o.input_len) / seconds, seconds,

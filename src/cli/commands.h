@@ -10,5 +10,7 @@ void add_generate_command(CLI::App& app, int& exit_code);
 void add_inspect_command(CLI::App& app, int& exit_code);
 void add_tokenize_command(CLI::App& app, int& exit_code);
 void add_bench_command(CLI::App& app, int& exit_code);
+void add_methods_command(CLI::App& app, int& exit_code);
+void add_eval_command(CLI::App& app, int& exit_code);
 
 }  // namespace se::cli

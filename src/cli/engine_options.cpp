@@ -1,8 +1,13 @@
+#include "cli/engine_options.h"
+
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <string>
 
-#include "cli/bench_commands.h"
+#include <nlohmann/json.hpp>
+
+#include "sparse/method_registry.h"
 
 namespace se::cli {
 
@@ -61,6 +66,36 @@ void add_engine_options(CLI::App& command, EngineConfig& config) {
                      "fraction of device memory for weights and KV cache")
       ->capture_default_str();
   command.add_flag("!--no-enable-prefix-caching", config.enable_prefix_caching, "disable the radix prefix cache");
+  command.add_option("--sparse-method", config.sparse_method, "sparse KV method (`sparse-engine methods` lists them)")
+      ->capture_default_str();
+  command.add_option_function<std::string>(
+      "--sparse-config",
+      [&config](const std::string& text) {
+        nlohmann::json parsed;
+        try {
+          parsed = nlohmann::json::parse(text);
+        } catch (const nlohmann::json::parse_error& e) {
+          // e.what() reads "[json.exception.parse_error.101] parse error at ...": keep what follows the tag.
+          const std::string what = e.what();
+          const size_t tag_end = what.find("] ");
+          const std::string detail = what.substr(tag_end == std::string::npos ? 0 : tag_end + 2);
+          throw CLI::ValidationError("--sparse-config", "'" + text + "' is not valid JSON (" + detail + ")");
+        }
+        if (!parsed.is_object() && !parsed.is_null())
+          throw CLI::ValidationError("--sparse-config", "must be a JSON object, got " + parsed.dump());
+        config.sparse_config = std::move(parsed);
+      },
+      "the method's hyperparameters as a JSON object, e.g. '{\"token_budget\": 512}' (defaults: `sparse-engine "
+      "methods`)");
+}
+
+Status check_sparse_options(const EngineConfig& config) {
+  return create_method(config.sparse_method, config.sparse_config).status();
+}
+
+int report_usage_error(const Status& status) {
+  std::fprintf(stderr, "error: %s\n", status.message().c_str());
+  return 2;
 }
 
 }  // namespace se::cli

@@ -16,6 +16,8 @@ int main(int argc, char** argv) {
   se::cli::add_inspect_command(app, exit_code);
   se::cli::add_tokenize_command(app, exit_code);
   se::cli::add_bench_command(app, exit_code);
+  se::cli::add_methods_command(app, exit_code);
+  se::cli::add_eval_command(app, exit_code);
   app.parse_complete_callback([&] { se::set_log_level(log_level); });
   try {
     app.parse(argc, argv);

@@ -11,7 +11,7 @@
 #include <memory>
 #include <string>
 
-#include "cli/bench_commands.h"
+#include "cli/engine_options.h"
 #include "cli/model_options.h"
 #include "engine/engine.h"
 #include "server/http_server.h"
@@ -42,6 +42,7 @@ int run_serve(const ServeOptions& o) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  if (Status sparse = check_sparse_options(o.engine); !sparse.is_ok()) return report_usage_error(sparse);
   auto bundle = o.model.load();
   if (!bundle.is_ok()) return report_error(bundle.status());
   if (!o.served_model_name.empty()) bundle->name = o.served_model_name;
@@ -52,8 +53,9 @@ int run_serve(const ServeOptions& o) {
     (*engine)->shutdown(/*drain=*/false);
     return report_error(http.status());
   }
-  std::fprintf(stderr, "serving '%s' (max model len %d) on http://%s:%d\n", bundle->name.c_str(),
-               (*engine)->config().max_model_len, o.server.host.c_str(), (*http)->port());
+  std::fprintf(stderr, "serving '%s' (max model len %d, sparse method %s) on http://%s:%d\n", bundle->name.c_str(),
+               (*engine)->config().max_model_len, o.engine.sparse_method.c_str(), o.server.host.c_str(),
+               (*http)->port());
 
   int sig = 0;
   sigwait(&signals, &sig);

@@ -34,7 +34,40 @@ int64_t kv_pool_bytes(const EngineConfig& config) {
   return available > 0 ? std::min(kDefaultHostKvBytes, available / 2) : kDefaultHostKvBytes;
 }
 
+// What the chat template puts after a user message up to the assistant's reply, found as kvpress does: render
+// one user turn whose content ends in a marker, with the generation prompt (and thinking off), and take the text
+// after the marker. "\n" without a template or when the marker does not come through.
+std::string chat_reply_suffix(const ModelBundle& bundle) {
+  if (!bundle.chat_template || !bundle.tokenizer) return "\n";
+  const std::string content = "dummy context";
+  std::string marker(content.size() + 1, '#');  // "\n#############"
+  marker.front() = '\n';
+  ChatTemplateOptions options;
+  options.add_generation_prompt = true;
+  options.bos_token = bundle.tokenizer->bos_token();
+  options.eos_token = bundle.tokenizer->eos_token();
+  options.extra_variables = {{"enable_thinking", false}};
+  const nlohmann::ordered_json messages = {{{"role", "user"}, {"content", content + marker}}};
+  Result<std::string> rendered = bundle.chat_template->render(messages, options);
+  if (!rendered.is_ok()) return "\n";
+  const size_t at = rendered->find(marker);
+  return at == std::string::npos ? "\n" : rendered->substr(at + marker.size());
+}
+
 }  // namespace
+
+// The model as sparse methods may see it (method_environment.h): its tokenizer and chat reply suffix.
+MethodEnvironment method_environment(const ModelBundle& bundle) {
+  MethodEnvironment environment;
+  if (bundle.tokenizer) {
+    const Tokenizer* tokenizer = &*bundle.tokenizer;  // the bundle outlives the engine and its method
+    environment.encode = [tokenizer](std::string_view text) {
+      return tokenizer->encode(text, /*add_special=*/false, /*parse_special=*/true);
+    };
+  }
+  environment.chat_suffix = chat_reply_suffix(bundle);
+  return environment;
+}
 
 Result<std::unique_ptr<Engine>> Engine::create(const ModelBundle& bundle, const EngineConfig& requested) {
   const ModelConfig& model = bundle.model->config();
@@ -58,7 +91,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const ModelBundle& bundle, const 
   if (num_pages < layout.num_streams())
     return resource_exhausted("the KV cache budget of {} bytes holds {} pages, fewer than the {} one token needs",
                               kv_pool_bytes(config), num_pages, layout.num_streams());
-  SE_ASSIGN_OR_RETURN(std::unique_ptr<MethodRuntime> method, create_method(config.sparse_method, config.sparse_config));
+  SE_ASSIGN_OR_RETURN(std::unique_ptr<MethodRuntime> method,
+                      create_method(config.sparse_method, config.sparse_config, method_environment(bundle)));
   CacheSpec spec{layout, static_cast<int32_t>(std::min<int64_t>(num_pages, INT32_MAX)), cpu_allocator(),
                  config.enable_prefix_caching};
   SE_ASSIGN_OR_RETURN(std::unique_ptr<CacheManager> cache, method->create_cache(spec));

@@ -15,6 +15,7 @@
 #include "engine/model_bundle.h"
 #include "engine/request_output.h"
 #include "engine/sampling_params.h"
+#include "sparse/method_environment.h"
 
 namespace se {
 
@@ -25,6 +26,11 @@ struct GenerationRequest {
 };
 
 class EngineLoop;
+
+// The model as sparse methods see it (sparse/method_environment.h): `bundle`'s tokenizer and chat reply suffix.
+// The engine builds its method with it; so does anything that builds methods for the same model
+// (TeacherForcedSequence). `bundle` must outlive the environment.
+MethodEnvironment method_environment(const ModelBundle& bundle);
 
 class Engine {
  public:

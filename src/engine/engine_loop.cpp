@@ -232,6 +232,7 @@ void EngineLoop::publish_stats() {
   s.num_kv_pages_used = s.num_kv_pages_total - cache_->num_available_pages();
   s.prefix_cache_queries_total = static_cast<uint64_t>(cache_->num_prefix_query_tokens());
   s.prefix_cache_hits_total = static_cast<uint64_t>(cache_->num_prefix_hit_tokens());
+  s.transient_pass_tokens_total = static_cast<uint64_t>(controller_.num_transient_pass_tokens());
   std::lock_guard<std::mutex> lock(stats_mutex_);
   stats_ = std::move(s);
 }

@@ -35,6 +35,7 @@ struct EngineStats {
   uint64_t requests_finished_total = 0;
   uint64_t requests_aborted_total = 0;
   uint64_t preemptions_total = 0;
+  uint64_t transient_pass_tokens_total = 0;  // tokens methods ran in transient passes (context reconstruction)
   LatencyHistogram time_to_first_token;
   LatencyHistogram inter_token_latency;
   LatencyHistogram e2e_request_latency;

@@ -1,5 +1,7 @@
 #include "engine/memory_oracle.h"
 
+#include <algorithm>
+
 #include "base/check.h"
 
 namespace se {
@@ -16,8 +18,14 @@ Status MemoryOracle::admit(Request& request) {
 }
 
 bool MemoryOracle::try_reserve(Request& request, int32_t num_tokens) {
-  if (cache_.pages_to_reserve(request.seq, num_tokens) > cache_.num_available_pages()) return false;
-  return cache_.reserve(request.seq, num_tokens).is_ok();
+  int64_t headroom = num_headroom_pages_;
+  if (request.num_computed_tokens < request.num_prefill_tokens &&
+      request.num_computed_tokens + num_tokens >= request.num_prefill_tokens)
+    headroom = std::max(headroom, controller_.transient_pages(request.num_prefill_tokens));
+  if (cache_.pages_to_reserve(request.seq, num_tokens) + headroom > cache_.num_available_pages()) return false;
+  if (!cache_.reserve(request.seq, num_tokens).is_ok()) return false;
+  num_headroom_pages_ = headroom;
+  return true;
 }
 
 void MemoryOracle::commit(Request& request) {

@@ -19,7 +19,12 @@ class MemoryOracle {
   // Starts the request's cache state on all its known tokens (a resumed request recomputes its outputs too)
   // and sets num_computed_tokens / num_cached_tokens from the prefix cache.
   Status admit(Request& request);
+  // A new step's scheduling starts: no room is held back for transient passes yet.
+  void begin_step() { num_headroom_pages_ = 0; }
   // Room for `num_tokens` more tokens of a request this step; false (nothing changed) when memory is short.
+  // When these tokens complete the request's prefill, the room its method's transient passes take right
+  // after (SparseController::transient_pages) must stay free too, and stays held back from the step's later
+  // reservations (the passes of several sequences run one after another, so the largest one counts).
   bool try_reserve(Request& request, int32_t num_tokens);
   // After the step's forward: the request's first num_computed_tokens tokens are in the cache.
   void commit(Request& request);
@@ -33,6 +38,7 @@ class MemoryOracle {
   SparseController& controller_;
   CacheManager& cache_;
   int32_t next_seq_ = 0;
+  int64_t num_headroom_pages_ = 0;  // kept free this step for transient passes
 };
 
 }  // namespace se

@@ -19,7 +19,12 @@ struct SampledToken {
 
 class ModelRunner {
  public:
-  ModelRunner(const Model& model, SparseController& controller) : model_(model), controller_(controller) {}
+  // Also lets the controller run the model for methods' transient passes.
+  ModelRunner(const Model& model, SparseController& controller) : model_(model), controller_(controller) {
+    controller_.set_pass_forward([this](const ForwardBatch& batch) { (void)model_.forward(batch, controller_); });
+  }
+  ModelRunner(const ModelRunner&) = delete;
+  ModelRunner& operator=(const ModelRunner&) = delete;
 
   // Runs the forward of `plan` and returns the sampled tokens (the requests' states are not changed).
   std::vector<SampledToken> execute(const StepPlan& plan);

@@ -20,6 +20,7 @@ void Scheduler::preempt(Request* request, StepPlan& plan) {
 StepPlan Scheduler::schedule() {
   StepPlan plan;
   int32_t budget = config_.max_num_batched_tokens;
+  oracle_.begin_step();
 
   // Running requests keep their place; memory for them comes first, by preempting the newest if needed.
   for (size_t i = 0; i < running_.size() && budget > 0;) {

@@ -6,7 +6,7 @@
 //
 // Lifecycle of a sequence: open() (prefix reuse) -> per step reserve(n) before the forward, the forward
 // (write, build_view, attention, method hooks, evict) -> on_computed() after it -> close(). Only reserve,
-// evict, on_computed, restore and close mutate cache state.
+// evict, truncate, on_computed, restore and close mutate cache state.
 #pragma once
 
 #include <cstdint>
@@ -74,6 +74,13 @@ class CacheManager {
   // `kept`, compacted to the front of its pages in this order; the pages no longer needed return to the pool
   // now. The logical length is unchanged, so new tokens keep their absolute positions.
   virtual Status evict(int32_t seq, int layer, int kv_head, const std::vector<int32_t>& kept) = 0;
+  // Drops the sequence's newest tokens (e.g. a transient pass): back to `num_tokens` logical tokens, removing
+  // the last (logical length - num_tokens) tokens of every stream, whose pages return to the pool now. Those
+  // tokens must have been appended after any eviction of the stream. kOutOfRange / kFailedPrecondition leave
+  // everything unchanged (a stream holds fewer tokens, or the cut reaches into prefix-cached blocks).
+  virtual Status truncate(int32_t seq, int32_t num_tokens) {
+    return unimplemented("this cache cannot truncate sequence {} to {} tokens", seq, num_tokens);
+  }
 
   // Metrics of the prefix cache: prompt tokens looked up and found.
   virtual int64_t num_prefix_query_tokens() const = 0;

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "sparse/method_environment.h"
 #include "sparse/method_runtime.h"
 
 namespace se {
@@ -21,7 +22,9 @@ struct MethodInfo {
 const std::vector<MethodInfo>& registered_methods();
 
 // The method `name` with hyperparameters `config` (a JSON object or null); a clear error names an unknown
-// method (listing the known ones), an unknown key or an out-of-range value.
-Result<std::unique_ptr<MethodRuntime>> create_method(const std::string& name, const nlohmann::json& config);
+// method (listing the known ones), an unknown key or an out-of-range value. `environment` tells methods that
+// need it about the model (the engine passes its tokenizer; empty elsewhere).
+Result<std::unique_ptr<MethodRuntime>> create_method(const std::string& name, const nlohmann::json& config,
+                                                     const MethodEnvironment& environment = {});
 
 }  // namespace se

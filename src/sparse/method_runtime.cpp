@@ -19,7 +19,7 @@ int64_t MethodRuntime::resident_pages(const KvLayout& layout, int32_t /*num_pref
 }
 
 int64_t MethodRuntime::peak_pages(const KvLayout& layout, int32_t num_prompt_tokens, int32_t max_new_tokens) const {
-  return std::max(layout.pages_for_tokens(num_prompt_tokens),
+  return std::max(layout.pages_for_tokens(int64_t{num_prompt_tokens} + transient_extra_tokens(num_prompt_tokens)),
                   resident_pages(layout, num_prompt_tokens, num_prompt_tokens + max_new_tokens));
 }
 

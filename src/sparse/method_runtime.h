@@ -9,7 +9,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -24,9 +26,17 @@
 
 namespace se {
 
+// Runs one extra forward of `token_ids` for sequence `seq` on top of its cache and drops their K/V again
+// (SparseController::run_transient_pass). The model's per-layer hooks fire for it; prepare_step and finish_step
+// do not.
+using TransientPassFn = std::function<Status(int32_t seq, std::span<const int32_t> token_ids)>;
+
 struct StepContext {
   const ForwardBatch& batch;
   CacheManager& cache;
+  // Set in finish_step when the driver can run model forwards (ModelRunner, the fidelity tool); empty
+  // otherwise, and always empty in prepare_step and inside a transient pass.
+  TransientPassFn run_transient_pass;
 };
 
 // One layer of one step. q, k, v are the batch's new rows after RoPE (q [T, H, D], k/v [T, Hkv, D]); `view` is
@@ -67,9 +77,13 @@ class MethodRuntime {
   // Pages a sequence holds once it has computed `num_tokens` tokens of which `num_prefill_tokens` were
   // prefilled, after the method's compression (default: every token resident).
   virtual int64_t resident_pages(const KvLayout& layout, int32_t num_prefill_tokens, int32_t num_tokens) const;
-  // The most pages a request can hold at once: the uncompressed prefill (the transient peak before
-  // compression) or its compressed size at the end of generation, whichever is larger.
+  // The most pages a request can hold at once: the uncompressed prefill plus the tokens of its transient
+  // passes (the peak before compression) or its compressed size at the end of generation, whichever is larger.
   int64_t peak_pages(const KvLayout& layout, int32_t num_prompt_tokens, int32_t max_new_tokens) const;
+  // Tokens the method's transient passes (StepContext::run_transient_pass) add on top of a sequence's full
+  // cache at most, right after a prefill of `num_prefill_tokens` tokens (default: none). The MemoryOracle
+  // keeps that much room free in the step that completes the prefill.
+  virtual int32_t transient_extra_tokens(int32_t /*num_prefill_tokens*/) const { return 0; }
 
   // --- hooks ---
   virtual void prepare_step(StepContext& /*ctx*/) {}
@@ -83,6 +97,11 @@ class MethodRuntime {
   virtual void on_sequence_end(int32_t /*seq*/) {}
   // The unit build_*_selection hands out (token or page indices).
   virtual SelectionUnit selection_unit() const { return SelectionUnit::kToken; }
+
+  // --- introspection (tests and debugging only; never read by the engine) ---
+  // The method's per-sequence metadata for `seq` as JSON (e.g. H2O's accumulated scores), so fidelity tests can
+  // compare it with an oracle; null when the method keeps none.
+  virtual nlohmann::json debug_state(int32_t /*seq*/) const { return {}; }
 };
 
 }  // namespace se

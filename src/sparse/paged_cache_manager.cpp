@@ -173,6 +173,36 @@ Status PagedCacheManager::evict(int32_t seq, int layer, int kv_head, const std::
   return s.table.replace_stream(layer, kv_head, first, num_tokens);
 }
 
+Status PagedCacheManager::truncate(int32_t seq, int32_t num_tokens) {
+  Sequence& s = sequence(seq);
+  const int32_t num_logical = s.table.num_logical_tokens();
+  if (num_tokens < 0 || num_tokens > num_logical)
+    return out_of_range("truncate: sequence {} has {} tokens, cannot keep {}", seq, num_logical, num_tokens);
+  const int32_t num_dropped = num_logical - num_tokens;
+  if (num_dropped == 0) return Status::ok();
+  if (num_tokens < s.num_cached_blocks * layout().page_size)
+    return failed_precondition("truncate: sequence {} to {} tokens cuts into its {} prefix-cached blocks", seq,
+                               num_tokens, s.num_cached_blocks);
+  const KvLayout& l = layout();
+  for (int layer = 0; layer < l.num_layers; ++layer)
+    for (int h = 0; h < l.num_kv_heads; ++h)
+      if (s.table.num_tokens(layer, h) < num_dropped)
+        return failed_precondition("truncate: sequence {} (layer {}, head {}) holds {} tokens, fewer than the {} "
+                                   "to drop", seq, layer, h, s.table.num_tokens(layer, h), num_dropped);
+  // Each stream keeps its leading pages (a compacted stream is shorter than the logical length, so the
+  // table's own truncate, which cuts at a logical position, would keep its newest tokens); then only the
+  // logical length moves back.
+  for (int layer = 0; layer < l.num_layers; ++layer) {
+    for (int h = 0; h < l.num_kv_heads; ++h) {
+      const int32_t kept = s.table.num_tokens(layer, h) - num_dropped;
+      const std::span<const int32_t> pages = s.table.pages(layer, h);
+      const std::vector<int32_t> first(pages.begin(), pages.begin() + l.pages_per_stream(kept));
+      SE_RETURN_IF_ERROR(s.table.replace_stream(layer, h, first, kept));
+    }
+  }
+  return s.table.truncate(num_tokens);
+}
+
 Status PagedCacheManager::check_integrity() const {
   SE_RETURN_IF_ERROR(pool_.check_integrity());
   if (radix_) SE_RETURN_IF_ERROR(radix_->check_integrity());

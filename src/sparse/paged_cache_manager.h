@@ -40,6 +40,7 @@ class PagedCacheManager final : public CacheManager {
   int32_t num_logical_tokens(int32_t seq) const override;
   int32_t stream_length(int32_t seq, int layer, int kv_head) const override;
   Status evict(int32_t seq, int layer, int kv_head, const std::vector<int32_t>& kept) override;
+  Status truncate(int32_t seq, int32_t num_tokens) override;
 
   int64_t num_prefix_query_tokens() const override { return radix_ ? radix_->num_query_tokens() : 0; }
   int64_t num_prefix_hit_tokens() const override { return radix_ ? radix_->num_hit_tokens() : 0; }

@@ -3,13 +3,37 @@
 namespace se {
 
 void SparseController::prepare_step(const ForwardBatch& batch) {
-  StepContext ctx{batch, cache_};
+  StepContext ctx{batch, cache_, {}};
   method_.prepare_step(ctx);
 }
 
 void SparseController::finish_step(const ForwardBatch& batch) {
-  StepContext ctx{batch, cache_};
+  StepContext ctx{batch, cache_, {}};
+  if (pass_forward_) {
+    ctx.run_transient_pass = [this](int32_t seq, std::span<const int32_t> token_ids) {
+      return run_transient_pass(seq, token_ids);
+    };
+  }
   method_.finish_step(ctx);
+}
+
+Status SparseController::run_transient_pass(int32_t seq, std::span<const int32_t> token_ids) {
+  if (!pass_forward_) return failed_precondition("transient pass: no model forward is attached to the controller");
+  if (in_pass_) return failed_precondition("transient pass: sequence {} is inside a pass already", seq);
+  const auto num_tokens = static_cast<int32_t>(token_ids.size());
+  if (num_tokens == 0) return Status::ok();
+  const int32_t num_before = cache_.num_logical_tokens(seq);
+  SE_RETURN_IF_ERROR(cache_.reserve(seq, num_tokens));
+  pass_batch_.token_ids.assign(token_ids.begin(), token_ids.end());
+  pass_batch_.positions.resize(static_cast<size_t>(num_tokens));
+  for (int32_t i = 0; i < num_tokens; ++i) pass_batch_.positions[static_cast<size_t>(i)] = num_before + i;
+  pass_batch_.sequences = {{seq, 0, num_tokens, 0}};
+  pass_batch_.logit_rows.clear();
+  in_pass_ = true;
+  pass_forward_(pass_batch_);
+  in_pass_ = false;
+  num_transient_pass_tokens_ += num_tokens;
+  return cache_.truncate(seq, num_before);
 }
 
 void SparseController::attend(int layer, const LayerConfig& layer_config, const ForwardBatch& batch, TensorView q,

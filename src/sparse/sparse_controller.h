@@ -5,6 +5,7 @@
 // method by name. Engine thread only.
 #pragma once
 
+#include <functional>
 #include <span>
 
 #include "model/forward_hooks.h"
@@ -24,6 +25,20 @@ class SparseController final : public ForwardHooks {
   void prepare_step(const ForwardBatch& batch);
   void finish_step(const ForwardBatch& batch);
 
+  // Runs the model's forward over a batch with this controller as its hooks (its logits unused). Whoever drives
+  // the model sets it (ModelRunner, the fidelity tool); without it methods get no transient passes.
+  using PassForward = std::function<void(const ForwardBatch& batch)>;
+  void set_pass_forward(PassForward forward) { pass_forward_ = std::move(forward); }
+  // A transient pass, what StepContext::run_transient_pass does in finish_step: reserves `token_ids` on top
+  // of sequence `seq`'s cache, runs them through pass_forward as one slice at the positions after its logical
+  // length (num_prefill_tokens = 0: neither a prompt chunk nor a decode step; only attend and on_layer_end
+  // fire), then truncates the cache back, so the pass leaves no K/V behind. Errors: kFailedPrecondition with no
+  // pass forward or from inside a pass (no nesting), kResourceExhausted when the pool cannot hold the tokens
+  // (nothing changed).
+  Status run_transient_pass(int32_t seq, std::span<const int32_t> token_ids);
+  // Tokens run in transient passes so far (a counter for stats).
+  int64_t num_transient_pass_tokens() const { return num_transient_pass_tokens_; }
+
   void attend(int layer, const LayerConfig& layer_config, const ForwardBatch& batch, TensorView q, TensorView k,
               TensorView v, TensorView out, const AttentionParams& params) override;
   void on_layer_end(int layer, const ForwardBatch& batch, TensorView hidden) override;
@@ -36,11 +51,22 @@ class SparseController final : public ForwardHooks {
   int64_t peak_pages(int32_t num_prompt_tokens, int32_t max_new_tokens) const {
     return method_.peak_pages(cache_.layout(), num_prompt_tokens, max_new_tokens);
   }
+  // Pages the method's transient passes take on top of a just-prefilled sequence of `num_prefill_tokens`
+  // tokens (every stream still holds them all) at most.
+  int64_t transient_pages(int32_t num_prefill_tokens) const {
+    const KvLayout& l = cache_.layout();
+    return l.pages_for_tokens(int64_t{num_prefill_tokens} + method_.transient_extra_tokens(num_prefill_tokens)) -
+           l.pages_for_tokens(num_prefill_tokens);
+  }
 
  private:
   MethodRuntime& method_;
   CacheManager& cache_;
   Selection selection_;  // reused by every layer
+  PassForward pass_forward_;
+  ForwardBatch pass_batch_;  // the running transient pass
+  bool in_pass_ = false;
+  int64_t num_transient_pass_tokens_ = 0;
 };
 
 }  // namespace se

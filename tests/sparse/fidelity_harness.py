@@ -27,27 +27,45 @@ class Case:
     q: list = field(default_factory=list)  # [step][layer] arrays
     k: list = field(default_factory=list)
     v: list = field(default_factory=list)
+    # Transient passes a method runs in a step's finish_step: {step: [tokens of each pass]}; their q/k/v are
+    # pass_q/pass_k/pass_v[step][pass][layer] (v[t, h, 0] = -1 - t: a pass token that stayed would show).
+    passes: dict = field(default_factory=dict)
+    pass_q: dict = field(default_factory=dict)
+    pass_k: dict = field(default_factory=dict)
+    pass_v: dict = field(default_factory=dict)
+    token_ids: list = field(default_factory=list)  # every step's token ids, flat (empty: all 0)
+    encode: dict = None       # {text: ids}: the tokenizer the method sees (None: no tokenizer)
+    chat_suffix: str = "\n"
 
     def steps(self):
         chunks = self.prefill_chunks or [self.prefill_len]
         assert sum(chunks) == self.prefill_len
         return list(chunks) + [1] * self.decode_steps
 
+    def _random_layers(self, rng, n, tags):
+        qs, ks, vs = [], [], []
+        for _ in range(self.num_layers):
+            qs.append(rng.standard_normal((n, self.num_heads, self.head_dim), dtype=np.float32))
+            ks.append(rng.standard_normal((n, self.num_kv_heads, self.head_dim), dtype=np.float32))
+            v = rng.standard_normal((n, self.num_kv_heads, self.head_dim), dtype=np.float32)
+            v[:, :, 0] = tags[:, None]
+            vs.append(v)
+        return qs, ks, vs
+
     def generate(self):
         rng = np.random.default_rng(self.seed)
         position = 0
-        for n in self.steps():
-            qs, ks, vs = [], [], []
-            for _ in range(self.num_layers):
-                qs.append(rng.standard_normal((n, self.num_heads, self.head_dim), dtype=np.float32))
-                ks.append(rng.standard_normal((n, self.num_kv_heads, self.head_dim), dtype=np.float32))
-                v = rng.standard_normal((n, self.num_kv_heads, self.head_dim), dtype=np.float32)
-                v[:, :, 0] = np.arange(position, position + n, dtype=np.float32)[:, None]
-                vs.append(v)
+        for step, n in enumerate(self.steps()):
+            qs, ks, vs = self._random_layers(rng, n, np.arange(position, position + n, dtype=np.float32))
             self.q.append(qs)
             self.k.append(ks)
             self.v.append(vs)
             position += n
+            for m in self.passes.get(step, []):
+                qs, ks, vs = self._random_layers(rng, m, -1 - np.arange(m, dtype=np.float32))
+                self.pass_q.setdefault(step, []).append(qs)
+                self.pass_k.setdefault(step, []).append(ks)
+                self.pass_v.setdefault(step, []).append(vs)
         return self
 
     def all_keys(self, layer):
@@ -71,6 +89,10 @@ class Result:
     outputs: list     # [step][layer] -> [n, H, D]
     resident_pages: list
     reported_pages: list
+    states: list = field(default_factory=list)  # [step] -> the method's debug_state after the step, or None
+    passes: list = field(default_factory=list)  # [step] -> token ids of each transient pass it ran
+    pass_peak_pages: list = field(default_factory=list)  # [step] -> most pages held during its passes
+    transient_extra_tokens: int = 0  # what the method declares for the prompt
 
 
 def run(method: str, config: dict, case: Case, tmp_path: pathlib.Path) -> Result:
@@ -80,12 +102,23 @@ def run(method: str, config: dict, case: Case, tmp_path: pathlib.Path) -> Result
             for layer in range(case.num_layers):
                 for t in (case.q[s][layer], case.k[s][layer], case.v[s][layer]):
                     f.write(np.ascontiguousarray(t, dtype=np.float32).tobytes())
+            for p in range(len(case.passes.get(s, []))):
+                for layer in range(case.num_layers):
+                    for t in (case.pass_q[s][p][layer], case.pass_k[s][p][layer], case.pass_v[s][p][layer]):
+                        f.write(np.ascontiguousarray(t, dtype=np.float32).tobytes())
     spec = {"method": method, "config": config, "num_layers": case.num_layers, "num_heads": case.num_heads,
             "num_kv_heads": case.num_kv_heads, "head_dim": case.head_dim, "page_size": case.page_size,
-            "steps": case.steps(), "prefill_len": case.prefill_len, "data": str(data)}
+            "steps": case.steps(), "prefill_len": case.prefill_len, "data": str(data),
+            "passes": [case.passes.get(s, []) for s in range(len(case.steps()))], "chat_suffix": case.chat_suffix}
+    if case.token_ids:
+        spec["token_ids"] = [int(t) for t in case.token_ids]
+    if case.encode is not None:
+        spec["encode"] = case.encode
     (tmp_path / "case.json").write_text(json.dumps(spec))
     out_path = tmp_path / "out.json"
-    subprocess.run([str(TOOL), str(tmp_path / "case.json"), str(out_path)], check=True)
+    # The cases are tiny: one OpenMP thread beats worker threads spinning against each other on a busy machine.
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    subprocess.run([str(TOOL), str(tmp_path / "case.json"), str(out_path)], check=True, env=env)
     out = json.loads(out_path.read_text())
     raw = np.fromfile(out["outputs"], dtype=np.float32)
     outputs, at = [], 0
@@ -97,4 +130,5 @@ def run(method: str, config: dict, case: Case, tmp_path: pathlib.Path) -> Result
             at += size
         outputs.append(layers)
     return Result([s["kept"] for s in out["steps"]], [s["selected"] for s in out["steps"]], out["selection_unit"],
-                  outputs, out["resident_pages"], out["reported_pages"])
+                  outputs, out["resident_pages"], out["reported_pages"], [s.get("state") for s in out["steps"]],
+                  out.get("passes", []), out.get("pass_peak_pages", []), out.get("transient_extra_tokens", 0))

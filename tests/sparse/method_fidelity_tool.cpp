@@ -5,14 +5,21 @@
 //
 // CASE: {"method", "config", "num_layers", "num_heads", "num_kv_heads", "head_dim", "page_size",
 //        "steps": [n0, n1, ...] (tokens per forward; the first steps prefill "prefill_len" tokens),
-//        "prefill_len", "data": path of f32 [per step][per layer] q [n,H,D], k [n,Hkv,D], v [n,Hkv,D]}
+//        "prefill_len", "data": path of f32 [per step][per layer] q [n,H,D], k [n,Hkv,D], v [n,Hkv,D],
+//        optional: "token_ids": the token id of every step's rows, flat (default 0);
+//        "passes": [per step] sizes of the transient passes the method runs in that step's finish_step; their
+//        q/k/v follow the step's in "data", [per pass][per layer], and their outputs are not reported;
+//        "encode": {text: ids} the tokenizer methods see (MethodEnvironment; absent = none), "chat_suffix"}
 // The inputs tag every token: v[t, h, 0] holds the token's absolute position, so reading back the stored V
 // shows which original tokens each stream kept after eviction.
 // OUT: {"steps": [{"kept": [layer][head] positions in stream order,
-//                  "selected": [layer][head] selected indices or null, "selection_unit": "token"|"page"}],
+//                  "selected": [layer][head] selected indices or null, "selection_unit": "token"|"page",
+//                  "state": the method's debug_state after the step (null if it keeps none)}],
 //       "outputs": path of f32 [per step][per layer] attention out [n,H,D],
 //       "resident_pages": pages the sequence holds after each step, "reported_pages": what the method
-//       reports for it (resident_pages of its memory model)}
+//       reports for it (resident_pages of its memory model), "passes": [per step] token ids of each transient
+//       pass, "pass_peak_pages": [per step] the most pages held during its passes, "transient_extra_tokens":
+//       what the method declares for the prompt}
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -39,6 +46,7 @@ class RecordingMethod final : public MethodRuntime {
   int64_t resident_pages(const KvLayout& l, int32_t p, int32_t n) const override {
     return inner_.resident_pages(l, p, n);
   }
+  int32_t transient_extra_tokens(int32_t p) const override { return inner_.transient_extra_tokens(p); }
   void prepare_step(StepContext& ctx) override { inner_.prepare_step(ctx); }
   void build_prefill_selection(LayerContext& ctx, int32_t slice, Selection& sel) override {
     inner_.build_prefill_selection(ctx, slice, sel);
@@ -55,6 +63,7 @@ class RecordingMethod final : public MethodRuntime {
   void finish_step(StepContext& ctx) override { inner_.finish_step(ctx); }
   void on_sequence_end(int32_t seq) override { inner_.on_sequence_end(seq); }
   SelectionUnit selection_unit() const override { return inner_.selection_unit(); }
+  nlohmann::json debug_state(int32_t seq) const override { return inner_.debug_state(seq); }
 
   nlohmann::json selected = nlohmann::json::array();  // [layer][head] of the current step
 
@@ -75,7 +84,16 @@ int run(const std::string& case_path, const std::string& out_path) {
   const int num_layers = c["num_layers"], num_heads = c["num_heads"], num_kv_heads = c["num_kv_heads"];
   const int head_dim = c["head_dim"];
   const int prefill_len = c["prefill_len"];
-  auto method = create_method(c["method"], c.value("config", nlohmann::json::object()));
+  MethodEnvironment environment;
+  if (c.contains("encode")) {
+    environment.encode = [vocab = c["encode"]](std::string_view text) {
+      auto it = vocab.find(std::string(text));
+      SE_CHECK(it != vocab.end(), "the case's \"encode\" has no entry for {}", nlohmann::json(text).dump());
+      return it->get<std::vector<int32_t>>();
+    };
+  }
+  environment.chat_suffix = c.value("chat_suffix", std::string("\n"));
+  auto method = create_method(c["method"], c.value("config", nlohmann::json::object()), environment);
   if (!method.is_ok()) {
     std::cerr << method.status().to_string() << "\n";
     return 2;
@@ -95,32 +113,73 @@ int run(const std::string& case_path, const std::string& out_path) {
   std::vector<LayerConfig> layer_configs(static_cast<size_t>(num_layers));
   AttentionParams params;
   params.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const std::vector<int32_t> token_ids = c.value("token_ids", std::vector<int32_t>{});
+  const nlohmann::json expected_passes = c.value("passes", nlohmann::json::array());
+  auto read_layer = [&](int n, Tensor& q, Tensor& k, Tensor& v) {
+    q = Tensor::empty(DType::kF32, {n, num_heads, head_dim});
+    k = Tensor::empty(DType::kF32, {n, num_kv_heads, head_dim});
+    v = Tensor::empty(DType::kF32, {n, num_kv_heads, head_dim});
+    for (Tensor* t : {&q, &k, &v})
+      data.read(reinterpret_cast<char*>(t->data<float>()), static_cast<std::streamsize>(t->numel() * 4));
+    SE_CHECK(data.good(), "case data ends early");
+  };
+  // Transient passes: the next q/k/v of the case, layer by layer, as the model would produce them.
+  size_t step_index = 0, pass_index = 0;
+  nlohmann::json step_passes = nlohmann::json::array();
+  int64_t pass_peak_pages = 0;
+  controller.set_pass_forward([&](const ForwardBatch& batch) {
+    const int n = batch.num_tokens();
+    const nlohmann::json want =
+        step_index < expected_passes.size() ? expected_passes[step_index] : nlohmann::json::array();
+    SE_CHECK(pass_index < want.size() && want[pass_index].get<int>() == n,
+             "step {}: the method runs transient pass {} of {} tokens; the case lists {}", step_index, pass_index, n,
+             want.dump());
+    ++pass_index;
+    step_passes.push_back(batch.token_ids);
+    pass_peak_pages = std::max(pass_peak_pages, (*cache)->num_held_pages(0));
+    Tensor hidden = Tensor::empty(DType::kF32, {n, 1});
+    for (int layer = 0; layer < num_layers; ++layer) {
+      Tensor q, k, v;
+      read_layer(n, q, k, v);
+      Tensor out = Tensor::empty(DType::kF32, {n, num_heads, head_dim});
+      controller.attend(layer, layer_configs[static_cast<size_t>(layer)], batch, q.view(), k.view(), v.view(),
+                        out.view(), params);
+      controller.on_layer_end(layer, batch, hidden.view());
+    }
+  });
+  nlohmann::json passes = nlohmann::json::array(), peaks = nlohmann::json::array();
   int32_t position = 0;
   for (int n : c["steps"]) {
     SE_CHECK((*cache)->reserve(0, n).is_ok(), "reserve {}", n);
     ForwardBatch batch;
     batch.sequences.push_back({0, 0, n, prefill_len});
     for (int i = 0; i < n; ++i) {
-      batch.token_ids.push_back(0);
+      const auto at = static_cast<size_t>(position + i);
+      batch.token_ids.push_back(at < token_ids.size() ? token_ids[at] : 0);
       batch.positions.push_back(position + i);
     }
     recorder.selected = nlohmann::json::array();
     controller.prepare_step(batch);
     Tensor hidden = Tensor::empty(DType::kF32, {n, 1});
     for (int layer = 0; layer < num_layers; ++layer) {
-      Tensor q = Tensor::empty(DType::kF32, {n, num_heads, head_dim});
-      Tensor k = Tensor::empty(DType::kF32, {n, num_kv_heads, head_dim});
-      Tensor v = Tensor::empty(DType::kF32, {n, num_kv_heads, head_dim});
-      for (Tensor* t : {&q, &k, &v})
-        data.read(reinterpret_cast<char*>(t->data<float>()), static_cast<std::streamsize>(t->numel() * 4));
-      SE_CHECK(data.good(), "case data ends early");
+      Tensor q, k, v;
+      read_layer(n, q, k, v);
       Tensor out = Tensor::empty(DType::kF32, {n, num_heads, head_dim});
       controller.attend(layer, layer_configs[static_cast<size_t>(layer)], batch, q.view(), k.view(), v.view(),
                         out.view(), params);
       controller.on_layer_end(layer, batch, hidden.view());
       outputs.write(reinterpret_cast<const char*>(out.data<float>()), static_cast<std::streamsize>(out.numel() * 4));
     }
+    pass_index = 0;
+    step_passes = nlohmann::json::array();
+    pass_peak_pages = 0;
     controller.finish_step(batch);
+    const size_t num_expected = step_index < expected_passes.size() ? expected_passes[step_index].size() : 0;
+    SE_CHECK(pass_index == num_expected, "step {}: the method ran {} transient passes, the case lists {}",
+             step_index, pass_index, num_expected);
+    passes.push_back(step_passes);
+    peaks.push_back(pass_peak_pages);
+    ++step_index;
     position += n;
     (*cache)->on_computed(0, std::vector<int32_t>(static_cast<size_t>(position), 0), position);
 
@@ -138,7 +197,7 @@ int run(const std::string& case_path, const std::string& out_path) {
       }
       kept.push_back(heads);
     }
-    steps.push_back({{"kept", kept}, {"selected", recorder.selected}});
+    steps.push_back({{"kept", kept}, {"selected", recorder.selected}, {"state", recorder.debug_state(0)}});
     resident.push_back((*cache)->num_held_pages(0));
     reported.push_back(recorder.resident_pages(layout, prefill_len, position));
     SE_CHECK((*cache)->check_integrity().is_ok(), "{}", (*cache)->check_integrity().to_string());
@@ -150,7 +209,10 @@ int run(const std::string& case_path, const std::string& out_path) {
                         {"outputs", outputs_path},
                         {"selection_unit", recorder.selection_unit() == SelectionUnit::kPage ? "page" : "token"},
                         {"resident_pages", resident},
-                        {"reported_pages", reported}};
+                        {"reported_pages", reported},
+                        {"passes", passes},
+                        {"pass_peak_pages", peaks},
+                        {"transient_extra_tokens", recorder.transient_extra_tokens(prefill_len)}};
   std::ofstream(out_path) << out.dump();
   return 0;
 }

@@ -26,6 +26,10 @@ void compact_kv(const AttentionView& view, int32_t seq, int32_t kv_head, const s
 void update_page_key_bounds(TensorView bounds, const AttentionView& view);
 void page_key_bound_scores(TensorView out, TensorView q, TensorView bounds, const AttentionView& view,
                            int32_t seq);
+void attention_logits_max_over_heads(TensorView out, TensorView q, const AttentionView& view, int32_t seq,
+                                     float scale);
+void subset_attention_max_scores(TensorView out, TensorView q, const AttentionView& view, int32_t seq,
+                                 int32_t num_sink, int32_t begin, const AttentionParams& params);
 
 // Inverse frequencies of `params` (rotary_dim / 2 values), scaling applied; shared with the CUDA backend.
 void rope_inv_freq(const RopeParams& params, float* inv_freq);

@@ -1,0 +1,36 @@
+#include <algorithm>
+#include <limits>
+
+#include "backend/cpu/cpu_ops.h"
+
+namespace se::cpu {
+
+void attention_logits_max_over_heads(TensorView out, TensorView q, const AttentionView& view, int32_t seq,
+                                     float scale) {
+  const SeqKvView& sv = view.seqs[seq];
+  const int64_t num_heads = q.shape[0];
+  const int64_t group = num_heads / view.num_kv_heads;
+  const int32_t head_dim = view.head_dim;
+  const int64_t num_keys = out.shape[0];
+  float* dst = out.ptr<float>();
+  std::fill(dst, dst + num_keys, -std::numeric_limits<float>::infinity());
+  for (int32_t kvh = 0; kvh < view.num_kv_heads; ++kvh) {
+    const int32_t* pages = sv.page_ids + static_cast<int64_t>(kvh) * sv.stride;
+    const float* q_group = q.ptr<float>() + kvh * group * head_dim;  // the group's query heads, [group, D]
+#pragma omp parallel for schedule(static)
+    for (int64_t j = 0; j < num_keys; ++j) {
+      const float* k =
+          view.element<float>(pages[j / view.page_size], 0, static_cast<int32_t>(j % view.page_size));
+      float best = dst[j];
+      for (int64_t g = 0; g < group; ++g) {
+        const float* qv = q_group + g * head_dim;
+        float dot = 0.0f;
+        for (int32_t d = 0; d < head_dim; ++d) dot += qv[d] * k[d];
+        best = std::max(best, dot * scale);
+      }
+      dst[j] = best;
+    }
+  }
+}
+
+}  // namespace se::cpu

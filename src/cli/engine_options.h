@@ -1,0 +1,24 @@
+// The engine flags (vLLM names) shared by every command that builds an Engine (`serve`, `generate`,
+// `bench throughput`): KV pool sizing, step bounds, prefix caching, and the sparse method with its
+// hyperparameters. check_sparse_options() validates the method before any model is loaded.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include "base/status.h"
+#include "engine/engine_config.h"
+
+namespace se::cli {
+
+// Registers the flags on `command`; they write into `config`. --sparse-config must be a JSON object (a
+// parse error is a CLI usage error, exit code 2).
+void add_engine_options(CLI::App& command, EngineConfig& config);
+
+// Builds the method once from --sparse-method / --sparse-config and drops it: an unknown method, unknown key
+// or out-of-range value comes back as kInvalidArgument naming it.
+Status check_sparse_options(const EngineConfig& config);
+
+// Prints "error: <message>" to stderr and returns 2 (a usage error).
+int report_usage_error(const Status& status);
+
+}  // namespace se::cli

@@ -1,0 +1,73 @@
+#include "cli/eval_budget.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace se::cli {
+
+std::vector<BudgetKey> default_budget_keys() {
+  return {
+      {"budget", BudgetKind::kTokens},
+      {"token_budget", BudgetKind::kTokens},
+      {"num_selected_tokens", BudgetKind::kTokens},
+      {"capacity", BudgetKind::kTokens},
+      {"max_capacity_prompt", BudgetKind::kTokens},
+      {"num_kept_tokens", BudgetKind::kTokens},
+      {"kept_ratio", BudgetKind::kKeptFraction},
+      {"retained_ratio", BudgetKind::kKeptFraction},
+      {"ratio", BudgetKind::kKeptFraction},
+      {"compression_ratio", BudgetKind::kEvictedFraction},
+  };
+}
+
+Result<BudgetKey> parse_budget_key(const std::string& spec) {
+  const size_t eq = spec.find('=');
+  if (eq == std::string::npos || eq == 0)
+    return invalid_argument("--budget-key '{}' must read KEY=tokens|kept|evicted|none", spec);
+  const std::string kind = spec.substr(eq + 1);
+  BudgetKey key{spec.substr(0, eq), BudgetKind::kTokens};
+  if (kind == "tokens") {
+    key.kind = BudgetKind::kTokens;
+  } else if (kind == "kept") {
+    key.kind = BudgetKind::kKeptFraction;
+  } else if (kind == "evicted") {
+    key.kind = BudgetKind::kEvictedFraction;
+  } else if (kind == "none") {
+    key.kind = BudgetKind::kNone;
+  } else {
+    return invalid_argument("--budget-key '{}': the kind must be tokens, kept, evicted or none", spec);
+  }
+  return key;
+}
+
+std::vector<BudgetKey> merge_budget_keys(std::vector<BudgetKey> table, const std::vector<BudgetKey>& overrides) {
+  for (auto it = overrides.rbegin(); it != overrides.rend(); ++it) {
+    std::erase_if(table, [&](const BudgetKey& k) { return k.key == it->key; });
+    table.insert(table.begin(), *it);
+  }
+  return table;
+}
+
+std::optional<BudgetKey> find_budget_key(const nlohmann::ordered_json& defaults, const std::vector<BudgetKey>& table) {
+  for (const BudgetKey& entry : table) {
+    if (entry.kind == BudgetKind::kNone || !defaults.contains(entry.key)) continue;
+    return entry;
+  }
+  return std::nullopt;
+}
+
+nlohmann::json budget_value(const BudgetKey& key, double fraction, int32_t num_context_tokens) {
+  switch (key.kind) {
+    case BudgetKind::kTokens:
+      return std::max<int64_t>(1, std::llround(fraction * num_context_tokens));
+    case BudgetKind::kKeptFraction:
+      return fraction;
+    case BudgetKind::kEvictedFraction:
+      return 1.0 - fraction;
+    case BudgetKind::kNone:
+      break;
+  }
+  return nullptr;
+}
+
+}  // namespace se::cli

@@ -1,0 +1,70 @@
+// `sparse-engine methods`: every method of the registry with its family, traits and default hyperparameters
+// (the resolved configuration of the method built with no --sparse-config). It learns everything from the
+// registry and the methods' traits; no method is named here. --json prints the same as a JSON array.
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "cli/commands.h"
+#include "sparse/method_registry.h"
+
+namespace se::cli {
+
+namespace {
+
+Result<nlohmann::ordered_json> describe(const MethodInfo& info) {
+  auto method = create_method(info.name, nullptr);
+  if (!method.is_ok())
+    return internal_error("method '{}' cannot be built with its defaults: {}", info.name, method.status().message());
+  const MethodTraits& traits = (*method)->traits();
+  return nlohmann::ordered_json{
+      {"name", info.name},
+      {"summary", info.summary},
+      {"family", family_name(traits.family)},
+      {"keeps_full_history", traits.keeps_full_history},
+      {"score_needs", score_needs_name(traits.score_needs)},
+      {"prefix_mode", prefix_mode_name(traits.prefix_mode)},
+      {"prefill_policy", prefill_policy_name(traits.prefill_policy)},
+      {"selection_unit", (*method)->selection_unit() == SelectionUnit::kPage ? "page" : "token"},
+      {"defaults", (*method)->config()},
+  };
+}
+
+int run_methods(bool as_json) {
+  nlohmann::ordered_json all = nlohmann::ordered_json::array();
+  for (const MethodInfo& info : registered_methods()) {
+    auto described = describe(info);
+    if (!described.is_ok()) {
+      std::fprintf(stderr, "error: %s\n", described.status().message().c_str());
+      return 1;
+    }
+    all.push_back(std::move(*described));
+  }
+  if (as_json) {
+    std::printf("%s\n", all.dump(2).c_str());
+    return 0;
+  }
+  std::printf("| method | family | keeps full history | score needs | prefix mode | prefill policy | defaults |\n");
+  std::printf("|---|---|---|---|---|---|---|\n");
+  for (const auto& m : all) {
+    std::printf("| %s | %s | %s | %s | %s | %s | `%s` |\n", m["name"].get<std::string>().c_str(),
+                m["family"].get<std::string>().c_str(), m["keeps_full_history"].get<bool>() ? "yes" : "no",
+                m["score_needs"].get<std::string>().c_str(), m["prefix_mode"].get<std::string>().c_str(),
+                m["prefill_policy"].get<std::string>().c_str(), m["defaults"].dump().c_str());
+  }
+  std::printf("\n");
+  for (const auto& m : all)
+    std::printf("%s: %s\n", m["name"].get<std::string>().c_str(), m["summary"].get<std::string>().c_str());
+  return 0;
+}
+
+}  // namespace
+
+void add_methods_command(CLI::App& app, int& exit_code) {
+  auto as_json = std::make_shared<bool>(false);
+  CLI::App* cmd = app.add_subcommand("methods", "list the sparse methods with their family, traits and defaults");
+  cmd->add_flag("--json", *as_json, "print a JSON array instead of a table");
+  cmd->callback([as_json, &exit_code] { exit_code = run_methods(*as_json); });
+}
+
+}  // namespace se::cli

@@ -1,0 +1,95 @@
+#include "engine/teacher_forcing.h"
+
+#include <algorithm>
+
+#include "base/check.h"
+#include "sparse/method_registry.h"
+
+namespace se {
+
+Result<std::unique_ptr<TeacherForcedSequence>> TeacherForcedSequence::create(const Model& model,
+                                                                             const TeacherForcingOptions& options) {
+  if (options.max_tokens < 1) return invalid_argument("teacher forcing: max_tokens must be positive");
+  if (options.prefill_chunk < 1) return invalid_argument("teacher forcing: prefill_chunk must be positive");
+  const ModelConfig& config = model.config();
+  KvLayout layout;
+  layout.num_layers = config.num_layers;
+  layout.num_kv_heads = config.num_kv_heads;
+  layout.head_dim = config.head_dim;
+  layout.page_size = options.page_size;
+  layout.dtype = DType::kF32;  // the CPU backend keeps fp32 pages, as the engine does
+  SE_RETURN_IF_ERROR(layout.validate());
+  SE_ASSIGN_OR_RETURN(std::unique_ptr<MethodRuntime> method,
+                      create_method(options.method, options.config, options.environment));
+  // The dense sequence or the method's peak (its transient passes included), whichever is larger, plus a page
+  // per stream of slack.
+  const int64_t num_pages =
+      std::max(layout.pages_for_tokens(options.max_tokens), method->peak_pages(layout, options.max_tokens, 1)) +
+      layout.num_streams();
+  if (num_pages > INT32_MAX)
+    return invalid_argument("teacher forcing: {} tokens need too many pages", options.max_tokens);
+  SE_ASSIGN_OR_RETURN(std::unique_ptr<CacheManager> cache,
+                      method->create_cache(CacheSpec{layout, static_cast<int32_t>(num_pages), cpu_allocator(),
+                                                     /*enable_prefix_caching=*/false}));
+  auto sequence =
+      std::unique_ptr<TeacherForcedSequence>(new TeacherForcedSequence(model, std::move(method), std::move(cache)));
+  sequence->prefill_chunk_ = options.prefill_chunk;
+  return sequence;
+}
+
+TeacherForcedSequence::TeacherForcedSequence(const Model& model, std::unique_ptr<MethodRuntime> method,
+                                             std::unique_ptr<CacheManager> cache)
+    : model_(model), method_(std::move(method)), cache_(std::move(cache)), controller_(*method_, *cache_) {
+  // As ModelRunner does: methods may run transient passes (context reconstruction) from finish_step.
+  controller_.set_pass_forward([this](const ForwardBatch& batch) { (void)model_.forward(batch, controller_); });
+}
+
+TeacherForcedSequence::~TeacherForcedSequence() {
+  if (num_prefill_tokens_ > 0) controller_.close(kSeq);
+}
+
+Result<Tensor> TeacherForcedSequence::prefill(std::span<const int32_t> prompt) {
+  if (num_prefill_tokens_ > 0) return failed_precondition("teacher forcing: the prompt is already prefilled");
+  if (prompt.empty()) return invalid_argument("teacher forcing: the prompt is empty");
+  SE_ASSIGN_OR_RETURN(int32_t num_cached, controller_.open(kSeq, prompt));
+  SE_CHECK(num_cached == 0, "the prefix cache is off, yet {} tokens were cached", num_cached);
+  tokens_.assign(prompt.begin(), prompt.end());
+  num_prefill_tokens_ = static_cast<int32_t>(prompt.size());
+  Tensor logits;
+  for (int32_t begin = 0; begin < num_prefill_tokens_; begin += prefill_chunk_) {
+    SE_ASSIGN_OR_RETURN(logits, step(begin, std::min(prefill_chunk_, num_prefill_tokens_ - begin)));
+  }
+  return logits;
+}
+
+Result<Tensor> TeacherForcedSequence::decode(int32_t token) {
+  if (num_prefill_tokens_ == 0) return failed_precondition("teacher forcing: decode before prefill");
+  if (token < 0 || token >= model_.config().vocab_size)
+    return invalid_argument("teacher forcing: token id {} is outside the vocabulary", token);
+  tokens_.push_back(token);
+  return step(static_cast<int32_t>(tokens_.size()) - 1, 1);
+}
+
+Result<Tensor> TeacherForcedSequence::step(int32_t begin, int32_t n) {
+  SE_RETURN_IF_ERROR(cache_->reserve(kSeq, n));
+  batch_.token_ids.assign(tokens_.begin() + begin, tokens_.begin() + begin + n);
+  batch_.positions.resize(static_cast<size_t>(n));
+  for (int32_t i = 0; i < n; ++i) batch_.positions[static_cast<size_t>(i)] = begin + i;
+  batch_.sequences = {{kSeq, 0, n, num_prefill_tokens_}};
+  batch_.logit_rows = {n - 1};
+  // The engine's order (ModelRunner::execute, then MemoryOracle::commit): hooks around the forward, then the
+  // cache learns what was computed.
+  controller_.prepare_step(batch_);
+  Tensor logits = model_.forward(batch_, controller_);
+  controller_.finish_step(batch_);
+  cache_->on_computed(kSeq, tokens_, begin + n);
+  return logits;
+}
+
+int64_t TeacherForcedSequence::num_held_pages() const { return cache_->num_held_pages(kSeq); }
+
+int64_t TeacherForcedSequence::num_dense_pages() const {
+  return cache_->layout().pages_for_tokens(static_cast<int64_t>(tokens_.size()));
+}
+
+}  // namespace se

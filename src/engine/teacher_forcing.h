@@ -1,0 +1,69 @@
+// TeacherForcedSequence: one sequence driven through a sparse method the way the engine drives it (the
+// method's own CacheManager under a SparseController; the prompt prefilled in chunks of at most
+// `prefill_chunk` tokens, then one decode step per token), except that the caller picks every token. Each step
+// returns its logits, so the same token stream can be compared across methods step by step (`sparse-engine
+// eval`). Methods' transient passes run as under the engine. Owns the method, its cache and the controller; the
+// prefix cache is off. Single thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "model/model.h"
+#include "sparse/method_environment.h"
+#include "sparse/sparse_controller.h"
+
+namespace se {
+
+struct TeacherForcingOptions {
+  std::string method = "vanilla";
+  nlohmann::json config;          // the method's hyperparameters (object or null)
+  int page_size = 16;             // tokens per KV page
+  int prefill_chunk = 2048;       // prompt tokens per forward at most (the engine's --max-num-batched-tokens)
+  int32_t max_tokens = 0;         // prompt + decoded tokens the sequence will reach at most (sizes the KV pool)
+  MethodEnvironment environment;  // what the engine would give the method (engine.h: method_environment)
+};
+
+class TeacherForcedSequence {
+ public:
+  // Builds the method and a KV pool that holds `options.max_tokens` tokens densely, with room to spare for
+  // methods that work on top of the full cache. Errors: the method's (unknown name, bad config).
+  static Result<std::unique_ptr<TeacherForcedSequence>> create(const Model& model,
+                                                               const TeacherForcingOptions& options);
+  ~TeacherForcedSequence();  // ends the sequence (the method drops its state)
+  TeacherForcedSequence(const TeacherForcedSequence&) = delete;
+  TeacherForcedSequence& operator=(const TeacherForcedSequence&) = delete;
+
+  // Prefills the whole prompt (once, first). Returns the logits of its last token, [1, vocab].
+  Result<Tensor> prefill(std::span<const int32_t> prompt);
+  // One decode step that feeds `token` after everything so far. Returns its logits, [1, vocab].
+  Result<Tensor> decode(int32_t token);
+
+  // Pages the sequence holds now, and what a dense (vanilla) sequence of the same length would hold.
+  int64_t num_held_pages() const;
+  int64_t num_dense_pages() const;
+  int32_t num_tokens() const { return static_cast<int32_t>(tokens_.size()); }
+  const MethodRuntime& method() const { return *method_; }
+
+ private:
+  TeacherForcedSequence(const Model& model, std::unique_ptr<MethodRuntime> method, std::unique_ptr<CacheManager> cache);
+  // Runs tokens_[begin, begin + n) as one forward; returns the logits of its last row.
+  Result<Tensor> step(int32_t begin, int32_t n);
+
+  static constexpr int32_t kSeq = 0;  // the one sequence slot
+
+  const Model& model_;
+  std::unique_ptr<MethodRuntime> method_;
+  std::unique_ptr<CacheManager> cache_;
+  SparseController controller_;
+  ForwardBatch batch_;
+  std::vector<int32_t> tokens_;  // every token fed so far
+  int32_t num_prefill_tokens_ = 0;
+  int prefill_chunk_ = 0;
+};
+
+}  // namespace se

@@ -1,0 +1,145 @@
+#include "sparse/methods/h2o.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "base/check.h"
+
+namespace se {
+
+Result<std::unique_ptr<MethodRuntime>> H2oMethod::create(const nlohmann::json& config) {
+  SE_ASSIGN_OR_RETURN(MethodConfig reader, MethodConfig::parse("h2o", config));
+  SE_ASSIGN_OR_RETURN(const int budget, reader.get_int("budget", 2048, 1, 1 << 30));
+  SE_ASSIGN_OR_RETURN(const double heavy_ratio, reader.get_double("heavy_ratio", 0.5, 0.0, 1.0));
+  SE_ASSIGN_OR_RETURN(int heavy, reader.get_int("heavy", -1, -1, 1 << 29));
+  SE_ASSIGN_OR_RETURN(int recent, reader.get_int("recent", -1, -1, 1 << 29));
+  SE_ASSIGN_OR_RETURN(const std::string agg, reader.get_choice("gqa_agg", "mean", {"mean", "max", "sum"}));
+  SE_RETURN_IF_ERROR(reader.finish());
+  // -1 = derived. An explicit heavy/recent replaces the ratio; both explicit replace the budget.
+  const bool explicit_split = heavy >= 0 || recent >= 0;
+  if (explicit_split && config.contains("heavy_ratio"))
+    return invalid_argument("h2o: give either 'heavy_ratio' or 'heavy'/'recent', not both");
+  if (heavy >= 0 && recent >= 0) {
+    if (config.contains("budget") && budget != heavy + recent)
+      return invalid_argument("h2o: 'budget' = {} differs from 'heavy' + 'recent' = {}", budget, heavy + recent);
+  } else if (heavy >= 0 || recent >= 0) {
+    int& derived = heavy >= 0 ? recent : heavy;
+    derived = budget - std::max(heavy, recent);
+    if (derived < 0)
+      return invalid_argument("h2o: 'heavy'/'recent' = {} exceeds 'budget' = {}", std::max(heavy, recent), budget);
+  } else {
+    heavy = static_cast<int>(budget * heavy_ratio);
+    recent = budget - heavy;
+  }
+  if (heavy + recent < 1) return invalid_argument("h2o: 'heavy' + 'recent' must keep at least one token");
+  nlohmann::ordered_json resolved = reader.resolved();
+  resolved["budget"] = heavy + recent;
+  resolved["heavy"] = heavy;
+  resolved["recent"] = recent;
+  const GqaAgg gqa_agg = agg == "max" ? GqaAgg::kMax : agg == "sum" ? GqaAgg::kSum : GqaAgg::kMean;
+  return std::unique_ptr<MethodRuntime>(new H2oMethod(std::move(resolved), heavy, recent, gqa_agg));
+}
+
+H2oMethod::H2oMethod(nlohmann::ordered_json config, int32_t num_heavy, int32_t num_recent, GqaAgg gqa_agg)
+    : config_(std::move(config)), num_heavy_(num_heavy), num_recent_(num_recent), gqa_agg_(gqa_agg) {
+  traits_.family = MethodFamily::kEviction;
+  traits_.keeps_full_history = false;
+  traits_.score_needs = ScoreNeeds::kColumnSums;
+  traits_.prefix_mode = PrefixMode::kChain;
+  traits_.prefill_policy = PrefillPolicy::kEvictDuring;
+}
+
+int64_t H2oMethod::resident_pages(const KvLayout& layout, int32_t /*num_prefill_tokens*/, int32_t num_tokens) const {
+  return layout.pages_for_tokens(std::min(num_tokens, num_heavy_ + num_recent_));
+}
+
+void H2oMethod::on_attention_end(LayerContext& ctx) {
+  const int64_t num_heads = ctx.q.shape[1];
+  const int64_t head_dim = ctx.q.shape[2];
+  const int32_t num_kv_heads = ctx.view.num_kv_heads;
+  const int64_t group = num_heads / num_kv_heads;
+  for (int32_t i = 0; i < ctx.view.num_seqs; ++i) {
+    const SequenceSlice& slice = ctx.batch.sequences[static_cast<size_t>(i)];
+    const int32_t n = slice.num_tokens;
+    int32_t max_len = 0;
+    for (int32_t h = 0; h < num_kv_heads; ++h)
+      max_len = std::max(max_len, ctx.cache.stream_length(slice.seq_slot, ctx.layer, h));
+    // step_scores_ [H, max_len]: per query head, the softmax summed over this sequence's n query rows.
+    step_scores_.resize(static_cast<size_t>(num_heads * max_len));
+    const TensorView out{step_scores_.data(), DType::kF32, {num_heads, max_len}, Device::kCpu};
+    const TensorView q{ctx.q.ptr<float>() + static_cast<int64_t>(slice.token_begin) * num_heads * head_dim,
+                       DType::kF32,
+                       {n, num_heads, head_dim},
+                       ctx.q.device};  // [n, H, D]
+    attention_scores(out, q, ctx.view, i, ctx.params, ScoreReduce::kSum);
+
+    SequenceScores& scores = scores_[slice.seq_slot];
+    if (scores.acc.empty()) {
+      scores.num_kv_heads = num_kv_heads;
+      scores.acc.resize(static_cast<size_t>(ctx.cache.layout().num_streams()));
+    }
+    for (int32_t kvh = 0; kvh < num_kv_heads; ++kvh) {
+      std::vector<float>& acc = scores.acc[static_cast<size_t>(ctx.cache.layout().stream(ctx.layer, kvh))];
+      const int32_t len = ctx.cache.stream_length(slice.seq_slot, ctx.layer, kvh);
+      SE_CHECK(static_cast<int64_t>(acc.size()) == len - n,
+               "h2o: seq {} layer {} head {} has {} scores for {} resident rows (state not restored?)", slice.seq_slot,
+               ctx.layer, kvh, acc.size(), len - n);
+      acc.resize(static_cast<size_t>(len), 0.0f);
+      const float* head_scores = step_scores_.data() + kvh * group * max_len;  // [group, max_len]
+      for (int32_t j = 0; j < len; ++j) {
+        float reduced = head_scores[j];
+        for (int64_t g = 1; g < group; ++g) {
+          const float s = head_scores[g * max_len + j];
+          reduced = gqa_agg_ == GqaAgg::kMax ? std::max(reduced, s) : reduced + s;
+        }
+        if (gqa_agg_ == GqaAgg::kMean) reduced /= static_cast<float>(group);
+        acc[static_cast<size_t>(j)] += reduced;
+      }
+    }
+  }
+}
+
+void H2oMethod::finish_step(StepContext& ctx) {
+  const KvLayout& layout = ctx.cache.layout();
+  for (const SequenceSlice& slice : ctx.batch.sequences) {
+    auto it = scores_.find(slice.seq_slot);
+    SE_CHECK(it != scores_.end(), "h2o: no scores for seq {}", slice.seq_slot);
+    for (int layer = 0; layer < layout.num_layers; ++layer) {
+      for (int head = 0; head < layout.num_kv_heads; ++head) {
+        const int32_t len = ctx.cache.stream_length(slice.seq_slot, layer, head);
+        if (len <= num_heavy_ + num_recent_) continue;
+        std::vector<float>& acc = it->second.acc[static_cast<size_t>(layout.stream(layer, head))];
+        SE_CHECK(static_cast<int32_t>(acc.size()) == len, "h2o: acc out of step with stream");
+        // Heavy hitters: the num_heavy_ largest acc among the rows older than the recent window.
+        order_.resize(static_cast<size_t>(len - num_recent_));
+        std::iota(order_.begin(), order_.end(), 0);
+        std::partial_sort(order_.begin(), order_.begin() + num_heavy_, order_.end(), [&](int32_t a, int32_t b) {
+          return acc[static_cast<size_t>(a)] > acc[static_cast<size_t>(b)] ||
+                 (acc[static_cast<size_t>(a)] == acc[static_cast<size_t>(b)] && a < b);
+        });
+        kept_.assign(order_.begin(), order_.begin() + num_heavy_);
+        std::sort(kept_.begin(), kept_.end());
+        for (int32_t j = len - num_recent_; j < len; ++j) kept_.push_back(j);
+        const Status s = ctx.cache.evict(slice.seq_slot, layer, head, kept_);
+        SE_CHECK(s.is_ok(), "h2o: {}", s.to_string());
+        // kept_ ascends, so compacting in place never overwrites a score before it moves.
+        for (size_t i = 0; i < kept_.size(); ++i) acc[i] = acc[static_cast<size_t>(kept_[i])];
+        acc.resize(kept_.size());
+      }
+    }
+  }
+}
+
+nlohmann::json H2oMethod::debug_state(int32_t seq) const {
+  auto it = scores_.find(seq);
+  if (it == scores_.end()) return nullptr;
+  const SequenceScores& scores = it->second;
+  nlohmann::json acc = nlohmann::json::array();
+  for (size_t stream = 0; stream < scores.acc.size(); ++stream) {
+    if (stream % static_cast<size_t>(scores.num_kv_heads) == 0) acc.push_back(nlohmann::json::array());
+    acc.back().push_back(scores.acc[stream]);
+  }
+  return {{"acc", acc}};
+}
+
+}  // namespace se

@@ -1,0 +1,255 @@
+#include "sparse/methods/kvzip.h"
+
+#include <algorithm>
+#include <functional>
+#include <limits>
+#include <numeric>
+
+#include "base/check.h"
+#include "base/logging.h"
+
+namespace se {
+
+namespace {
+
+constexpr const char* kFirstInstruction = "\n\nRepeat the previous context exactly.";
+constexpr const char* kNextInstruction = "\n\nRepeat the part of the previous context exactly, starting with ";
+constexpr int32_t kNumCarriedTokens = 8;  // the previous chunk's tail that opens a later chunk's repeat input
+
+// The most pages `num_streams` streams can hold when each holds `base` tokens plus x_s <= `cap` more, with
+// sum x_s <= `total`. A stream's next page costs `first` tokens (the rest of its partial last page and one
+// more), every later page `page_size` >= first; taking the cheapest pages first is therefore optimal.
+int64_t most_pages(int64_t num_streams, int64_t base, int64_t cap, int64_t total, int64_t page_size) {
+  int64_t pages = num_streams * ((base + page_size - 1) / page_size);
+  const int64_t first = (page_size - base % page_size) % page_size + 1;
+  if (cap < first) return pages;
+  const int64_t num_first = std::min(num_streams, total / first);
+  const int64_t later_per_stream = (cap - first) / page_size;
+  return pages + num_first + std::min(num_first * later_per_stream, (total - num_first * first) / page_size);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<MethodRuntime>> KvzipMethod::create(const nlohmann::json& config,
+                                                           const MethodEnvironment& environment) {
+  SE_ASSIGN_OR_RETURN(MethodConfig reader, MethodConfig::parse("kvzip", config));
+  SE_ASSIGN_OR_RETURN(double ratio, reader.get_double("ratio", 0.3, 0.0, 1.0));
+  SE_ASSIGN_OR_RETURN(int chunk_size, reader.get_int("chunk_size", 2048, 1, 1 << 20));
+  SE_ASSIGN_OR_RETURN(int num_sink, reader.get_int("n_sink", 4, 0, 1 << 20));
+  SE_ASSIGN_OR_RETURN(std::string level, reader.get_choice("level", "pair", {"pair", "pair-uniform"}));
+  SE_RETURN_IF_ERROR(reader.finish());
+  return std::unique_ptr<MethodRuntime>(
+      new KvzipMethod(reader.resolved(), ratio, chunk_size, num_sink, level == "pair-uniform", environment));
+}
+
+KvzipMethod::KvzipMethod(nlohmann::ordered_json config, double ratio, int32_t chunk_size, int32_t num_sink,
+                         bool uniform, const MethodEnvironment& environment)
+    : config_(std::move(config)), ratio_(ratio), chunk_size_(chunk_size), num_sink_(num_sink), uniform_(uniform) {
+  traits_.family = MethodFamily::kEviction;
+  traits_.keeps_full_history = false;
+  traits_.score_needs = ScoreNeeds::kReconstruction;
+  traits_.prefix_mode = PrefixMode::kChain;
+  traits_.prefill_policy = PrefillPolicy::kCompressAfter;
+  if (environment.encode) {
+    has_tokenizer_ = true;
+    first_instruction_ids_ = environment.encode(kFirstInstruction);
+    next_instruction_ids_ = environment.encode(kNextInstruction);
+    suffix_ids_ = environment.encode(environment.chat_suffix);
+  }
+}
+
+int32_t KvzipMethod::transient_extra_tokens(int32_t num_prefill_tokens) const {
+  const int32_t num_context = num_prefill_tokens - num_sink_;
+  if (ratio_ >= 1.0 || num_context <= 0) return 0;
+  const auto suffix = static_cast<int32_t>(suffix_ids_.size());
+  int32_t longest = static_cast<int32_t>(first_instruction_ids_.size()) + suffix + std::min(chunk_size_, num_context);
+  if (num_context > chunk_size_)
+    longest = std::max(longest, static_cast<int32_t>(next_instruction_ids_.size()) +
+                                    std::min(kNumCarriedTokens, chunk_size_) + suffix + chunk_size_);
+  return longest;
+}
+
+int64_t KvzipMethod::resident_pages(const KvLayout& layout, int32_t num_prefill_tokens, int32_t num_tokens) const {
+  const int64_t num_context = int64_t{num_prefill_tokens} - num_sink_;
+  if (num_tokens < num_prefill_tokens || ratio_ >= 1.0 || num_context <= 0) return layout.pages_for_tokens(num_tokens);
+  const int64_t num_streams = layout.num_streams();
+  const int64_t base = int64_t{num_sink_} + (num_tokens - num_prefill_tokens);  // sinks + decode tokens
+  if (uniform_) {
+    const auto kept = static_cast<int64_t>(static_cast<double>(num_context) * ratio_);
+    return num_streams * layout.pages_per_stream(base + kept);
+  }
+  const auto num_pairs = static_cast<int64_t>(static_cast<double>(num_streams * num_context) * ratio_);
+  return most_pages(num_streams, base, num_context, std::max<int64_t>(num_pairs - 1, 0), layout.page_size);
+}
+
+void KvzipMethod::prepare_step(StepContext& ctx) {
+  for (const SequenceSlice& slice : ctx.batch.sequences) {
+    if (slice.is_decode(ctx.batch.positions)) {
+      sequences_.erase(slice.seq_slot);  // the scores of its compression were for debug_state only
+      continue;
+    }
+    if (ratio_ >= 1.0 || slice.num_prefill_tokens <= num_sink_) continue;
+    std::vector<int32_t>& ids = sequences_[slice.seq_slot].token_ids;
+    const auto first = static_cast<size_t>(ctx.batch.positions[static_cast<size_t>(slice.token_begin)]);
+    if (ids.size() < first) continue;  // earlier tokens never passed by: compress() will decline
+    ids.resize(first);
+    const auto* begin = ctx.batch.token_ids.data() + slice.token_begin;
+    ids.insert(ids.end(), begin, begin + slice.num_tokens);
+  }
+}
+
+void KvzipMethod::on_attention_end(LayerContext& ctx) {
+  if (active_.state == nullptr) return;
+  for (int32_t i = 0; i < ctx.view.num_seqs; ++i) {
+    const SequenceSlice& slice = ctx.batch.sequences[static_cast<size_t>(i)];
+    if (slice.seq_slot != active_.seq) continue;
+    const int64_t num_heads = ctx.q.shape[1], head_dim = ctx.q.shape[2];
+    const TensorView q{ctx.q.ptr<float>() + slice.token_begin * num_heads * head_dim, DType::kF32,
+                       {slice.num_tokens, num_heads, head_dim}, Device::kCpu};  // [n, H, D] repeat rows
+    const int32_t num_kv_heads = ctx.view.num_kv_heads;
+    const int32_t chunk = active_.end - active_.begin;
+    chunk_scores_.resize(static_cast<size_t>(num_kv_heads) * static_cast<size_t>(chunk));
+    const TensorView out{chunk_scores_.data(), DType::kF32, {num_kv_heads, chunk}, Device::kCpu};  // [Hkv, chunk]
+    subset_attention_max_scores(out, q, ctx.view, i, num_sink_, active_.begin, ctx.params);
+    for (int32_t h = 0; h < num_kv_heads; ++h) {
+      const int64_t stream = int64_t{ctx.layer} * num_kv_heads + h;
+      std::copy_n(chunk_scores_.data() + int64_t{h} * chunk, chunk,
+                  active_.state->scores.data() + stream * active_.num_context + (active_.begin - num_sink_));
+    }
+    ++active_.num_scored_layers;
+  }
+}
+
+void KvzipMethod::finish_step(StepContext& ctx) {
+  for (const SequenceSlice& slice : ctx.batch.sequences) {
+    if (!slice.completes_prefill(ctx.batch.positions)) continue;
+    auto it = sequences_.find(slice.seq_slot);
+    if (it == sequences_.end()) continue;
+    if (!compress(ctx, slice.seq_slot, slice.num_prefill_tokens, it->second)) sequences_.erase(it);
+  }
+}
+
+std::vector<int32_t> KvzipMethod::repeat_input(const std::vector<int32_t>& ids, int32_t begin, int32_t end) const {
+  std::vector<int32_t> input;
+  if (begin == num_sink_) {
+    input = first_instruction_ids_;
+  } else {
+    input = next_instruction_ids_;
+    input.insert(input.end(), ids.begin() + (begin - std::min(kNumCarriedTokens, chunk_size_)), ids.begin() + begin);
+  }
+  input.insert(input.end(), suffix_ids_.begin(), suffix_ids_.end());
+  input.insert(input.end(), ids.begin() + begin, ids.begin() + end);
+  return input;
+}
+
+bool KvzipMethod::compress(StepContext& ctx, int32_t seq, int32_t num_prefill_tokens, SequenceState& state) {
+  const int32_t num_context = num_prefill_tokens - num_sink_;
+  if (static_cast<int32_t>(state.token_ids.size()) < num_prefill_tokens) {
+    SE_LOG_WARN("kvzip: sequence {}: only {} of its {} prompt tokens went through a forward; not compressed", seq,
+                state.token_ids.size(), num_prefill_tokens);
+    return false;
+  }
+  if (!ctx.run_transient_pass) {
+    warn_once(warned_no_passes_, "this driver runs no transient passes; prompts stay uncompressed");
+    return false;
+  }
+  if (!has_tokenizer_)
+    warn_once(warned_no_tokenizer_, "no tokenizer: the repeat inputs carry no instruction and no chat suffix");
+  const KvLayout& layout = ctx.cache.layout();
+  const int num_streams = layout.num_streams();
+  state.scores.assign(static_cast<size_t>(num_streams) * static_cast<size_t>(num_context), 0.0f);
+  state.num_layers = layout.num_layers;
+  state.num_kv_heads = layout.num_kv_heads;
+  state.pass_lengths.clear();
+  for (int32_t begin = num_sink_; begin < num_prefill_tokens; begin += chunk_size_) {
+    const int32_t end = std::min(begin + chunk_size_, num_prefill_tokens);
+    const std::vector<int32_t> input = repeat_input(state.token_ids, begin, end);
+    active_ = ActivePass{&state, seq, begin, end, num_context, 0};
+    const Status status = ctx.run_transient_pass(seq, input);
+    const int num_scored_layers = active_.num_scored_layers;
+    active_ = ActivePass{};
+    if (!status.is_ok()) {
+      warn_once(warned_failed_pass_, "a reconstruction pass failed (" + status.to_string() +
+                                         "); that prompt stays uncompressed (logged once)");
+      return false;
+    }
+    SE_CHECK(num_scored_layers == layout.num_layers, "kvzip: the pass of sequence {} scored {} of {} layers", seq,
+             num_scored_layers, layout.num_layers);
+    state.pass_lengths.push_back(static_cast<int32_t>(input.size()));
+  }
+
+  const std::vector<std::vector<int32_t>> kept = select(state, num_context, num_streams);
+  for (int layer = 0; layer < layout.num_layers; ++layer) {
+    for (int h = 0; h < layout.num_kv_heads; ++h) {
+      const std::vector<int32_t>& context = kept[static_cast<size_t>(layout.stream(layer, h))];
+      const int32_t length = ctx.cache.stream_length(seq, layer, h);
+      std::vector<int32_t> indices(static_cast<size_t>(num_sink_));
+      std::iota(indices.begin(), indices.end(), 0);
+      for (int32_t j : context) indices.push_back(num_sink_ + j);
+      for (int32_t j = num_prefill_tokens; j < length; ++j) indices.push_back(j);
+      const Status s = ctx.cache.evict(seq, layer, h, indices);
+      SE_CHECK(s.is_ok(), "kvzip: {}", s.to_string());
+    }
+  }
+  std::vector<int32_t>().swap(state.token_ids);
+  return true;
+}
+
+std::vector<std::vector<int32_t>> KvzipMethod::select(SequenceState& state, int32_t num_context,
+                                                      int num_streams) const {
+  std::vector<std::vector<int32_t>> kept(static_cast<size_t>(num_streams));
+  const float* scores = state.scores.data();
+  if (uniform_) {
+    const auto k = static_cast<int32_t>(static_cast<double>(num_context) * ratio_);
+    std::vector<int32_t> order(static_cast<size_t>(num_context));
+    for (int s = 0; s < num_streams; ++s) {
+      const float* row = scores + int64_t{s} * num_context;
+      std::iota(order.begin(), order.end(), 0);
+      std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                        [row](int32_t a, int32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
+      kept[static_cast<size_t>(s)].assign(order.begin(), order.begin() + k);
+      std::sort(kept[static_cast<size_t>(s)].begin(), kept[static_cast<size_t>(s)].end());
+    }
+    state.threshold = std::numeric_limits<double>::quiet_NaN();
+    return kept;
+  }
+  const auto num_pairs = static_cast<int64_t>(state.scores.size());
+  const int64_t n = std::max<int64_t>(static_cast<int64_t>(static_cast<double>(num_pairs) * ratio_) - 1, 0);
+  std::vector<float> sorted(state.scores);
+  std::nth_element(sorted.begin(), sorted.begin() + n, sorted.end(), std::greater<float>());
+  const float threshold = sorted[static_cast<size_t>(n)];
+  state.threshold = threshold;
+  for (int s = 0; s < num_streams; ++s) {
+    const float* row = scores + int64_t{s} * num_context;
+    for (int32_t j = 0; j < num_context; ++j)
+      if (row[j] > threshold) kept[static_cast<size_t>(s)].push_back(j);
+  }
+  return kept;
+}
+
+nlohmann::json KvzipMethod::debug_state(int32_t seq) const {
+  auto it = sequences_.find(seq);
+  if (it == sequences_.end() || it->second.pass_lengths.empty()) return nullptr;
+  const SequenceState& state = it->second;
+  const size_t num_context = state.scores.size() / static_cast<size_t>(state.num_layers * state.num_kv_heads);
+  nlohmann::json layers = nlohmann::json::array();
+  for (int layer = 0; layer < state.num_layers; ++layer) {
+    nlohmann::json heads = nlohmann::json::array();
+    for (int h = 0; h < state.num_kv_heads; ++h) {
+      const float* row = state.scores.data() + static_cast<size_t>(layer * state.num_kv_heads + h) * num_context;
+      heads.push_back(std::vector<float>(row, row + num_context));
+    }
+    layers.push_back(std::move(heads));
+  }
+  return {{"scores", std::move(layers)},
+          {"threshold", state.threshold},
+          {"passes", state.pass_lengths}};
+}
+
+void KvzipMethod::warn_once(bool& flag, const std::string& message) {
+  if (flag) return;
+  flag = true;
+  SE_LOG_WARN("kvzip: {}", message);
+}
+
+}  // namespace se

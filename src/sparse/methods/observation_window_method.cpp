@@ -1,0 +1,92 @@
+#include "sparse/methods/observation_window_method.h"
+
+#include <algorithm>
+
+#include "base/check.h"
+
+namespace se {
+
+ObservationWindowMethod::ObservationWindowMethod(nlohmann::ordered_json config,
+                                                 const ObservationWindowConfig& window_config)
+    : config_(std::move(config)), window_config_(window_config) {
+  traits_.family = MethodFamily::kEviction;
+  traits_.keeps_full_history = false;
+  traits_.score_needs = ScoreNeeds::kObservationWindow;
+  traits_.prefix_mode = PrefixMode::kChain;
+  traits_.prefill_policy = PrefillPolicy::kCompressAfter;
+}
+
+int64_t ObservationWindowMethod::resident_pages(const KvLayout& layout, int32_t num_prefill_tokens,
+                                                int32_t num_tokens) const {
+  if (num_tokens < num_prefill_tokens || num_prefill_tokens <= window_config_.budget)
+    return layout.pages_for_tokens(num_tokens);
+  return compressed_pages(layout, num_prefill_tokens, num_tokens - num_prefill_tokens);
+}
+
+void ObservationWindowMethod::on_attention_end(LayerContext& ctx) {
+  const int64_t num_heads = ctx.q.shape[1];
+  const int64_t row_size = num_heads * ctx.q.shape[2];  // H * D floats per q row
+  const int32_t window = window_config_.window;
+  const int num_layers = ctx.cache.layout().num_layers;
+  for (int32_t i = 0; i < ctx.view.num_seqs; ++i) {
+    const SequenceSlice& slice = ctx.batch.sequences[static_cast<size_t>(i)];
+    if (slice.num_prefill_tokens <= window_config_.budget || slice.is_decode(ctx.batch.positions)) continue;
+    SequenceState& state = sequences_[slice.seq_slot];
+    if (state.window_q.empty()) {
+      state.window_q.resize(static_cast<size_t>(num_layers));
+      state.kept.resize(static_cast<size_t>(num_layers));
+    }
+    std::vector<float>& rows = state.window_q[static_cast<size_t>(ctx.layer)];
+    const int32_t first_window_position = slice.num_prefill_tokens - window;
+    for (int32_t r = 0; r < slice.num_tokens; ++r) {
+      const int32_t row = slice.token_begin + r;
+      if (ctx.batch.positions[static_cast<size_t>(row)] < first_window_position) continue;
+      const float* src = ctx.q.ptr<float>() + row * row_size;
+      rows.insert(rows.end(), src, src + row_size);
+    }
+    if (!slice.completes_prefill(ctx.batch.positions)) continue;
+
+    // Every prompt key of this layer is stored now: score the prefix with the window's last `window` rows.
+    const SeqKvView& seq_view = ctx.view.seqs[i];
+    const int32_t num_tokens = seq_view.num_tokens[0];
+    if (!std::all_of(seq_view.num_tokens, seq_view.num_tokens + ctx.view.num_kv_heads,
+                     [num_tokens](int32_t n) { return n == num_tokens; })) {
+      std::vector<float>().swap(rows);  // streams compressed before this prompt (a resumed chain): left as they are
+      continue;
+    }
+    const auto num_rows = static_cast<int32_t>(static_cast<int64_t>(rows.size()) / row_size);
+    SE_CHECK(num_rows >= window && num_tokens > window, "{}: seq {} layer {} has {} window rows, {} tokens",
+             name(), slice.seq_slot, ctx.layer, num_rows, num_tokens);
+    const TensorView q{rows.data() + (num_rows - window) * row_size, DType::kF32,
+                       {window, num_heads, ctx.q.shape[2]}, Device::kCpu};  // [w, H, D]
+    probs_.resize(static_cast<size_t>(num_heads * num_tokens));
+    const TensorView probs{probs_.data(), DType::kF32, {num_heads, num_tokens}, Device::kCpu};  // [H, T]
+    attention_scores(probs, q, ctx.view, i, ctx.params, ScoreReduce::kSum);
+    const WindowScores scores = reduce_window_scores(probs_.data(), num_tokens, static_cast<int32_t>(num_heads),
+                                                     ctx.view.num_kv_heads, num_tokens, window_config_);
+    std::vector<std::vector<int32_t>> kept = select_prefix(scores, ctx.layer, num_layers);
+    SE_CHECK(static_cast<int32_t>(kept.size()) == ctx.view.num_kv_heads, "{}: select_prefix heads", name());
+    for (std::vector<int32_t>& head : kept)
+      for (int32_t j = num_tokens - window; j < num_tokens; ++j) head.push_back(j);
+    state.kept[static_cast<size_t>(ctx.layer)] = std::move(kept);
+    std::vector<float>().swap(rows);
+  }
+}
+
+void ObservationWindowMethod::finish_step(StepContext& ctx) {
+  for (const SequenceSlice& slice : ctx.batch.sequences) {
+    if (!slice.completes_prefill(ctx.batch.positions)) continue;
+    auto it = sequences_.find(slice.seq_slot);
+    if (it == sequences_.end()) continue;
+    for (size_t layer = 0; layer < it->second.kept.size(); ++layer) {
+      const auto& heads = it->second.kept[layer];
+      for (size_t h = 0; h < heads.size(); ++h) {
+        const Status s = ctx.cache.evict(slice.seq_slot, static_cast<int>(layer), static_cast<int>(h), heads[h]);
+        SE_CHECK(s.is_ok(), "{}: {}", name(), s.to_string());
+      }
+    }
+    sequences_.erase(it);
+  }
+}
+
+}  // namespace se

@@ -1,0 +1,67 @@
+// ObservationWindowMethod: the lifecycle the SnapKV family shares (snapkv, pyramidkv, adakv, chunkkv): dense
+// prefill, then one compression per sequence at the end of its prompt, scored by the prompt's last `window`
+// queries (observation_window_scores.h). Subclasses only choose which prefix tokens each (layer, KV head)
+// keeps and state their memory model. Engine thread only.
+//
+// Per sequence and layer, in on_attention_end:
+//   * every prefill chunk: the chunk's q rows (post-RoPE) at prompt positions >= T - window are kept, so the
+//     window is complete even when the prompt arrives in several chunks (T = the sequence's prefill tokens);
+//   * the chunk that completes the prompt (all of the layer's prompt keys are stored): the window's softmax
+//     over the whole stream (attention_scores, kSum) -> WindowScores -> select_prefix() -> kept indices =
+//     the selected prefix plus the window [T - w, T), per KV head.
+// finish_step (after sampling) of that step evicts every (layer, KV head) to its kept set (cache.evict frees
+// the pages the same step) and drops the sequence's state. Prompts of T <= budget are never compressed.
+// Decode then appends to the compacted streams; kept keys keep their RoPE and new tokens their absolute
+// positions (the cache's logical counter). State is keyed by seq slot and dropped in on_sequence_end.
+// NOTE: compression assumes the prompt's streams are dense when it completes; streams that already differ in
+// length (a state resumed from an earlier compressed turn) are left uncompressed. The window rows are read
+// from host memory (CPU backend); the CUDA path will need a device copy of them.
+#pragma once
+
+#include <unordered_map>
+#include <vector>
+
+#include "sparse/method_runtime.h"
+#include "sparse/methods/observation_window_scores.h"
+
+namespace se {
+
+class ObservationWindowMethod : public MethodRuntime {
+ public:
+  const MethodTraits& traits() const override { return traits_; }
+  const nlohmann::ordered_json& config() const override { return config_; }
+  const ObservationWindowConfig& window_config() const { return window_config_; }
+
+  // Before the prompt completes (num_tokens < num_prefill_tokens) every token is resident; afterwards the
+  // compressed prompt (compressed_pages) plus the decode tokens.
+  int64_t resident_pages(const KvLayout& layout, int32_t num_prefill_tokens, int32_t num_tokens) const override;
+  void on_attention_end(LayerContext& ctx) override;
+  void finish_step(StepContext& ctx) override;
+  void on_sequence_end(int32_t seq) override { sequences_.erase(seq); }
+
+ protected:
+  ObservationWindowMethod(nlohmann::ordered_json config, const ObservationWindowConfig& window_config);
+
+  // Per KV head, the ascending indices (< scores.num_prefix) of the prefix tokens layer `layer` of
+  // `num_layers` keeps; called only for prompts longer than the budget.
+  virtual std::vector<std::vector<int32_t>> select_prefix(const WindowScores& scores, int layer,
+                                                          int num_layers) const = 0;
+  // Pages over all streams once a prompt of `num_prompt_tokens` (> budget) is compressed and `num_decode_tokens`
+  // tokens were appended after it.
+  virtual int64_t compressed_pages(const KvLayout& layout, int32_t num_prompt_tokens,
+                                   int32_t num_decode_tokens) const = 0;
+
+ private:
+  struct SequenceState {
+    std::vector<std::vector<float>> window_q;           // [layer] -> [rows, H, D] q of positions >= T - window
+    std::vector<std::vector<std::vector<int32_t>>> kept;  // [layer][kv_head] ascending; empty = not computed
+  };
+
+  MethodTraits traits_;
+  nlohmann::ordered_json config_;
+  ObservationWindowConfig window_config_;
+  std::unordered_map<int32_t, SequenceState> sequences_;  // by seq slot, while a prompt is being compressed
+  std::vector<float> probs_;  // scratch: [H, T] window probabilities of one sequence
+};
+
+}  // namespace se

@@ -1,0 +1,137 @@
+#include "sparse/methods/omnikv.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "base/check.h"
+
+namespace se {
+
+Result<std::unique_ptr<MethodRuntime>> OmniKvMethod::create(const nlohmann::json& config) {
+  SE_ASSIGN_OR_RETURN(MethodConfig reader, MethodConfig::parse("omnikv", config));
+  // OmniKV's do_select_layers (its example config's "2,8,18"); layers the model lacks are dropped.
+  SE_ASSIGN_OR_RETURN(std::vector<int> filter_layers, reader.get_int_list("filter_layers", {2, 8, 18}, 1 << 20));
+  // Dense layers after each filter layer before its index is used (num_wait_load_layers; 1 in the example).
+  SE_ASSIGN_OR_RETURN(int num_wait, reader.get_int("num_wait", 1, 0, 1 << 20));
+  // Prompt tokens kept (num_of_selected_tokens as an int; 2048 as in the benchmark) ...
+  SE_ASSIGN_OR_RETURN(int num_selected_tokens, reader.get_int("num_selected_tokens", 2048, 0, 1 << 30));
+  // ... or, when > 0, this fraction of the prompt (num_of_selected_tokens as a float; 0.067 in the example).
+  SE_ASSIGN_OR_RETURN(double selected_fraction, reader.get_double("selected_fraction", 0.0, 0.0, 1.0));
+  SE_RETURN_IF_ERROR(reader.finish());
+  if (config.is_object() && config.contains("num_selected_tokens") && config.contains("selected_fraction"))
+    return invalid_argument("omnikv: give either 'num_selected_tokens' or 'selected_fraction', not both");
+  return std::unique_ptr<MethodRuntime>(new OmniKvMethod(reader.resolved(), std::move(filter_layers), num_wait,
+                                                         num_selected_tokens, selected_fraction));
+}
+
+OmniKvMethod::OmniKvMethod(nlohmann::ordered_json config, std::vector<int> filter_layers, int num_wait,
+                           int num_selected_tokens, double selected_fraction)
+    : config_(std::move(config)),
+      filter_layers_(std::move(filter_layers)),
+      num_wait_(num_wait),
+      num_selected_tokens_(num_selected_tokens),
+      selected_fraction_(selected_fraction) {
+  traits_.family = MethodFamily::kDynamicSelection;
+  traits_.keeps_full_history = true;
+  traits_.score_needs = ScoreNeeds::kFilterLogits;
+}
+
+OmniKvMethod::LayerPlan OmniKvMethod::plan_layers(int32_t num_layers) const {
+  LayerPlan plan;
+  plan.roles.assign(static_cast<size_t>(num_layers), LayerRole::kDense);
+  plan.sources.assign(static_cast<size_t>(num_layers), -1);
+  std::vector<int32_t> filters;
+  for (int f : filter_layers_)
+    if (f < num_layers) filters.push_back(f);
+  std::sort(filters.begin(), filters.end());
+  filters.erase(std::unique(filters.begin(), filters.end()), filters.end());
+  if (filters.empty()) return plan;
+  // The full layers: every layer before the first filter layer, the filter layers, and L as a sentinel.
+  std::vector<int32_t> full(static_cast<size_t>(filters.front()));
+  std::iota(full.begin(), full.end(), 0);
+  full.insert(full.end(), filters.begin(), filters.end());
+  full.push_back(num_layers);
+  for (size_t i = 0; i + 1 < full.size(); ++i) {
+    const int32_t l = full[i], r = full[i + 1];
+    const int32_t first_sparse = static_cast<int32_t>(std::min<int64_t>(r, int64_t{l} + num_wait_ + 1));
+    for (int32_t x = first_sparse; x < r; ++x) {
+      plan.roles[static_cast<size_t>(x)] = LayerRole::kSparse;
+      plan.sources[static_cast<size_t>(x)] = l;
+    }
+    // Only a filter layer can have sparse layers after it (a layer before F0 is followed by the next layer).
+    if (first_sparse < r) plan.roles[static_cast<size_t>(l)] = LayerRole::kFilter;
+  }
+  return plan;
+}
+
+const OmniKvMethod::LayerPlan& OmniKvMethod::plan(int32_t num_layers) {
+  if (plan_num_layers_ != num_layers) {
+    plan_ = plan_layers(num_layers);
+    plan_num_layers_ = num_layers;
+  }
+  return plan_;
+}
+
+int32_t OmniKvMethod::num_kept_tokens(int32_t prefill_len) const {
+  const int64_t n = selected_fraction_ > 0.0 ? static_cast<int64_t>(selected_fraction_ * prefill_len)
+                                             : int64_t{num_selected_tokens_};
+  return static_cast<int32_t>(std::min<int64_t>(n, prefill_len));
+}
+
+void OmniKvMethod::select_tokens(LayerContext& ctx, int32_t slice, int32_t prefill_len, int32_t num_kept,
+                                 TokenIndex& index) {
+  // The filter scores of the sequence's last query row against its prompt keys: [prefill_len].
+  const int64_t num_heads = ctx.q.shape[1];
+  const int64_t head_dim = ctx.q.shape[2];
+  const SequenceSlice& s = ctx.batch.sequences[static_cast<size_t>(slice)];
+  const int64_t row = s.token_begin + s.num_tokens - 1;
+  TensorView q_row{ctx.q.ptr<char>() + row * num_heads * head_dim * static_cast<int64_t>(dtype_size(ctx.q.dtype)),
+                   ctx.q.dtype, Shape{num_heads, head_dim}, ctx.q.device};
+  if (!logits_.defined() || logits_.numel() < prefill_len) logits_ = Tensor::empty(DType::kF32, {prefill_len});
+  TensorView logits{logits_.raw(), DType::kF32, Shape{prefill_len}, logits_.device()};
+  attention_logits_max_over_heads(logits, q_row, ctx.view, slice, 1.0f / std::sqrt(static_cast<float>(head_dim)));
+
+  const float* score = logits.ptr<float>();
+  order_.resize(static_cast<size_t>(prefill_len));
+  std::iota(order_.begin(), order_.end(), 0);
+  const auto keep_end = order_.begin() + num_kept;
+  std::nth_element(order_.begin(), keep_end, order_.end(), [score](int32_t a, int32_t b) {
+    return score[a] > score[b] || (score[a] == score[b] && a < b);
+  });
+  index.tokens.assign(order_.begin(), keep_end);
+  std::sort(index.tokens.begin(), index.tokens.end());
+}
+
+void OmniKvMethod::build_decode_selection(LayerContext& ctx, int32_t slice, Selection& selection) {
+  const LayerPlan& layers = plan(ctx.cache.layout().num_layers);
+  const LayerRole role = layers.roles[static_cast<size_t>(ctx.layer)];
+  if (role == LayerRole::kDense) return;
+  const SequenceSlice& s = ctx.batch.sequences[static_cast<size_t>(slice)];
+  const int32_t prefill_len = s.num_prefill_tokens;
+  const int32_t num_kept = num_kept_tokens(prefill_len);
+  if (num_kept >= prefill_len) return;  // the index would hold the whole prompt: dense
+  const int32_t position = ctx.batch.positions[static_cast<size_t>(s.token_begin)];
+
+  if (role == LayerRole::kFilter) {  // pick the index; the filter layer itself attends densely
+    TokenIndex& index = indices_[s.seq_slot];
+    select_tokens(ctx, slice, prefill_len, num_kept, index);
+    index.filter_layer = ctx.layer;
+    index.position = position;
+    return;
+  }
+  const auto it = indices_.find(s.seq_slot);
+  SE_CHECK(it != indices_.end() && it->second.filter_layer == layers.sources[static_cast<size_t>(ctx.layer)] &&
+               it->second.position == position,
+           "omnikv: sparse layer {} of seq {} runs before its filter layer {} at position {}", ctx.layer,
+           s.seq_slot, layers.sources[static_cast<size_t>(ctx.layer)], position);
+  // The selected prompt tokens, then the decode tail [prefill_len, len) of each head.
+  const SeqKvView& sv = ctx.view.seqs[slice];
+  for (int32_t h = 0; h < ctx.view.num_kv_heads; ++h) {
+    tokens_.assign(it->second.tokens.begin(), it->second.tokens.end());
+    for (int32_t j = prefill_len; j < sv.num_tokens[h]; ++j) tokens_.push_back(j);
+    selection.set(slice, h, tokens_);
+  }
+}
+
+}  // namespace se

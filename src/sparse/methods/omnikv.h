@@ -1,0 +1,77 @@
+// omnikv (antgroup/OmniKV, "last" selector): dynamic token selection at a few filter layers, reused by the
+// layers after each. Every token stays resident (the radix prefix cache applies); only what attention reads
+// changes. At each decode step, a filter layer scores every prompt token j < prefill_len by its raw logit
+// max over all query heads of q_h . k_j / sqrt(d) (its own q for the new token, its own cached keys, no
+// softmax) and keeps the top N, ascending: one index shared by every head. The filter layer itself attends
+// densely; the sparse layers of its segment attend the selected prompt tokens plus every token past the prompt
+// (the decode tail). Prefill is dense.
+//
+// Layer roles, for `filter_layers` F (entries >= num_layers dropped, sorted, deduplicated) in a model of L
+// layers: the full layers are [0, F0) u F u {L}; for each full layer l < L with next full layer r, layers
+// [l, min(r, l + num_wait + 1)) run dense and [l + num_wait + 1, r) run sparse on l's index. With no filter layer
+// inside the model every layer is dense. E.g. F = {2, 8, 18}, num_wait = 1, L = 32: dense {0-3, 8, 9, 18, 19},
+// sparse 4-7 (from 2), 10-17 (from 8), 20-31 (from 18).
+//
+// The index of a sequence lives here from its filter layer to the last sparse layer of that segment in the same
+// step (the controller runs layers in order); it is dropped in on_sequence_end. Engine thread only.
+#pragma once
+
+#include <unordered_map>
+#include <vector>
+
+#include "sparse/method_config.h"
+#include "sparse/method_runtime.h"
+
+namespace se {
+
+class OmniKvMethod final : public MethodRuntime {
+ public:
+  enum class LayerRole : uint8_t { kDense, kFilter, kSparse };
+
+  static Result<std::unique_ptr<MethodRuntime>> create(const nlohmann::json& config);
+
+  std::string_view name() const override { return "omnikv"; }
+  const MethodTraits& traits() const override { return traits_; }
+  const nlohmann::ordered_json& config() const override { return config_; }
+
+  void build_decode_selection(LayerContext& ctx, int32_t slice, Selection& selection) override;
+  void on_sequence_end(int32_t seq) override { indices_.erase(seq); }
+
+  // Role of every layer of a model with `num_layers` layers; for a sparse layer, `source` is its filter layer.
+  struct LayerPlan {
+    std::vector<LayerRole> roles;  // [num_layers]
+    std::vector<int32_t> sources;  // [num_layers] the filter layer whose index a sparse layer reads, else -1
+  };
+  LayerPlan plan_layers(int32_t num_layers) const;
+
+ private:
+  // A sequence's current index: the prompt tokens its last filter layer kept.
+  struct TokenIndex {
+    int32_t filter_layer = -1;
+    int32_t position = -1;        // logical position of the decode step that computed it
+    std::vector<int32_t> tokens;  // ascending prompt token indices
+  };
+
+  OmniKvMethod(nlohmann::ordered_json config, std::vector<int> filter_layers, int num_wait,
+               int num_selected_tokens, double selected_fraction);
+  // Prompt tokens to keep for a prompt of `prefill_len` tokens.
+  int32_t num_kept_tokens(int32_t prefill_len) const;
+  const LayerPlan& plan(int32_t num_layers);
+  void select_tokens(LayerContext& ctx, int32_t slice, int32_t prefill_len, int32_t num_kept, TokenIndex& index);
+
+  MethodTraits traits_;
+  nlohmann::ordered_json config_;
+  std::vector<int> filter_layers_;
+  int num_wait_ = 0;
+  int num_selected_tokens_ = 0;
+  double selected_fraction_ = 0.0;  // > 0: N = int(fraction * prefill_len) instead of num_selected_tokens
+
+  LayerPlan plan_;                                  // for plan_num_layers_ layers
+  int32_t plan_num_layers_ = -1;
+  std::unordered_map<int32_t, TokenIndex> indices_;  // by seq slot
+  Tensor logits_;                                   // [prefill_len] scratch of the filter scores
+  std::vector<int32_t> order_;                      // scratch of the top-k
+  std::vector<int32_t> tokens_;                     // scratch: one sparse layer's selected tokens
+};
+
+}  // namespace se

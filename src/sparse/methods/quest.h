@@ -1,0 +1,55 @@
+// quest (mit-han-lab/Quest, E2E kernel path): query-aware page selection. Every token stays resident (the radix
+// prefix cache applies); each decode step, in every layer >= dense_layers, attention reads only the pages whose
+// key bounds promise the largest q.k. Per pool page the method keeps the elementwise min and max of the keys it
+// stores (refreshed as tokens land, so a partial last page bounds the keys it has so far); a page's score is the
+// upper bound sum_d max(q_d * min_d, q_d * max_d), reduced over each KV head's query group (gqa_agg). Page budget
+// = token_budget / page_size and includes the last page, which is always read; the top (budget - 1) of the other
+// pages join it; a stream of at most `budget` pages is read densely. Prefill is dense.
+//
+// Ownership: the bounds tensor is indexed by pool page id, so it is sized in create_cache from the pool. Pages
+// shared through the radix cache are full and immutable, so the bounds their writer computed stay valid.
+// Engine thread only.
+#pragma once
+
+#include <vector>
+
+#include "sparse/method_config.h"
+#include "sparse/method_runtime.h"
+
+namespace se {
+
+class QuestMethod final : public MethodRuntime {
+ public:
+  static Result<std::unique_ptr<MethodRuntime>> create(const nlohmann::json& config);
+
+  std::string_view name() const override { return "quest"; }
+  const MethodTraits& traits() const override { return traits_; }
+  const nlohmann::ordered_json& config() const override { return config_; }
+
+  // The paged cache, plus a bounds tensor [num_pages, 2, head_dim] for its pool.
+  Result<std::unique_ptr<CacheManager>> create_cache(const CacheSpec& spec) override;
+
+  void build_prefill_selection(LayerContext& ctx, int32_t slice, Selection& selection) override;
+  void build_decode_selection(LayerContext& ctx, int32_t slice, Selection& selection) override;
+  SelectionUnit selection_unit() const override { return SelectionUnit::kPage; }
+
+ private:
+  enum class GroupReduce : uint8_t { kMean, kMax, kSum };
+
+  QuestMethod(nlohmann::ordered_json config, int token_budget, int dense_layers, GroupReduce gqa_agg);
+  // Recomputes the bounds of the pages of `slice` that received this step's new tokens.
+  void refresh_bounds(const LayerContext& ctx, int32_t slice);
+
+  MethodTraits traits_;
+  nlohmann::ordered_json config_;
+  int token_budget_ = 0;
+  int dense_layers_ = 0;
+  GroupReduce gqa_agg_ = GroupReduce::kMean;
+
+  Tensor bounds_;                    // [num_pool_pages, 2 (min, max), head_dim] F32
+  Tensor head_scores_;               // [num_heads, max_pages] scratch of page_key_bound_scores
+  std::vector<float> group_scores_;  // [max_pages] one KV head's reduced page scores
+  std::vector<int32_t> order_;       // candidate pages, scratch of the top-k
+};
+
+}  // namespace se

@@ -1,0 +1,54 @@
+// streamingllm: attention sinks plus a sliding window (mit-han-lab/streaming-llm `StartRecentKVCache`).
+// Every (layer, KV head) stream of a sequence keeps its first `sink_tokens` tokens and its most recent
+// `budget - sink_tokens` tokens; everything in between is physically evicted. The rule is the same for all
+// layers and heads and needs no scores. Stateless across steps: the kept set is a function of the stream's
+// length alone, so nothing is kept per sequence. Engine thread only.
+//
+// When it evicts: after every step (finish_step), prefill chunks and decode tokens alike, each stream longer than
+// `budget` is compacted to sinks + the last (budget - sinks) tokens. This is the reference's
+// `kv_cache(past)` hook, which eval_long_ppl calls after each forward. It is NOT its `evict_for_space(past, n)`
+// (run_streaming_llama), which evicts *before* a step of n tokens down to sinks + the last (recent - n), so that
+// the step itself attends over exactly `budget` tokens. NOTE: here a step of n tokens attends densely (causally)
+// over the up-to-`budget` resident tokens plus its own n tokens: a decode token sees budget + 1 keys instead of
+// budget, and a prefill chunk's queries see the whole chunk (the reference would first drop n more old tokens).
+// The resident set after each step is exactly the kv_cache hook's; a step's transient peak is budget + n tokens.
+//
+// RoPE: keys are cached post-RoPE and keep their original rotation; new tokens keep their absolute positions
+// (the kvpress StreamingLLMPress default, without KeyRerotationPress). The reference's pos-shift variant (keys
+// cached pre-RoPE and re-rotated to cache-relative positions at every step) is out of scope.
+//
+// Config: budget (tokens kept per stream, default 2048, the "StreamingLLM (2048)"), sink_tokens
+// (default 4, the reference's start_size and kvpress's n_sink); budget > sink_tokens.
+#pragma once
+
+#include <vector>
+
+#include "sparse/method_config.h"
+#include "sparse/method_runtime.h"
+
+namespace se {
+
+class StreamingLlmMethod final : public MethodRuntime {
+ public:
+  static Result<std::unique_ptr<MethodRuntime>> create(const nlohmann::json& config);
+
+  std::string_view name() const override { return "streamingllm"; }
+  const MethodTraits& traits() const override { return traits_; }
+  const nlohmann::ordered_json& config() const override { return config_; }
+
+  // Every stream holds min(num_tokens, budget) tokens once a step is done.
+  int64_t resident_pages(const KvLayout& layout, int32_t num_prefill_tokens, int32_t num_tokens) const override;
+  // Compacts every stream of the step's sequences that grew past the budget.
+  void finish_step(StepContext& ctx) override;
+
+ private:
+  StreamingLlmMethod(nlohmann::ordered_json config, int32_t budget, int32_t num_sink_tokens);
+
+  MethodTraits traits_;
+  nlohmann::ordered_json config_;
+  int32_t budget_ = 0;           // tokens per stream after eviction
+  int32_t num_sink_tokens_ = 0;  // leading tokens never evicted
+  std::vector<int32_t> kept_;    // scratch of finish_step
+};
+
+}  // namespace se

@@ -1,0 +1,33 @@
+"""StreamingLLM oracle, written from METHODS.md ("StreamingLLM") and the engine's step semantics.
+
+Every stream keeps its first `sinks` tokens and its most recent `budget - sinks` tokens, identically for all layers
+and KV heads. The engine evicts *after* each step (the reference's `kv_cache(past)` hook after a forward), so a
+step of n tokens attends densely and causally over what the previous step left (at most `budget` tokens) plus its
+own n tokens; only then does the stream shrink back to `budget`. Keys keep their original RoPE (no pos-shift), so
+attention is plain softmax attention over the stored post-RoPE keys."""
+import numpy as np
+
+
+def simulate(steps, budget, sinks):
+    """Positions each stream attends to in each step and keeps after it.
+
+    steps: tokens per step. Returns (attended, kept): per step, the ascending original positions resident while
+    the step attends (its own tokens last) and the positions left once the step's eviction ran."""
+    assert 0 <= sinks < budget
+    resident = []
+    position = 0
+    attended, kept = [], []
+    for n in steps:
+        resident = resident + list(range(position, position + n))
+        position += n
+        attended.append(list(resident))
+        if len(resident) > budget:
+            resident = resident[:sinks] + resident[len(resident) - (budget - sinks):]
+        kept.append(list(resident))
+    return attended, kept
+
+
+def resident_pages(num_layers, num_kv_heads, page_size, num_tokens, budget):
+    """Pages a sequence of num_tokens computed tokens holds: every stream keeps min(num_tokens, budget)."""
+    held = min(num_tokens, budget)
+    return num_layers * num_kv_heads * -(-held // page_size)
