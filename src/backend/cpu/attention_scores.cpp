@@ -21,25 +21,13 @@ void attention_scores(TensorView out, TensorView q, const AttentionView& view, i
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t h = 0; h < num_heads; ++h) {
     const int32_t kvh = static_cast<int32_t>(h / group);
-    const int32_t* pages = sv.page_ids + static_cast<int64_t>(kvh) * sv.stride;
     float* dst = out.ptr<float>() + h * max_len;
     std::vector<int32_t> keys;
     std::vector<float> probs;
     for (int32_t r = 0; r < n; ++r) {
       const float* qv = q.ptr<float>() + (static_cast<int64_t>(r) * num_heads + h) * head_dim;
-      keys.clear();
-      probs.clear();
-      float max_score = -std::numeric_limits<float>::infinity();
-      for_each_visible_key(view, sv, kvh, visible_range(sv, kvh, n, r, params.sliding_window), [&](int32_t j) {
-        const float* k = view.element<float>(pages[j / view.page_size], 0, j % view.page_size);
-        float dot = 0.0f;
-        for (int32_t d = 0; d < head_dim; ++d) dot += qv[d] * k[d];
-        float score = dot * params.scale;
-        if (params.logit_softcap > 0.0f) score = params.logit_softcap * std::tanh(score / params.logit_softcap);
-        keys.push_back(j);
-        probs.push_back(score);
-        max_score = std::max(max_score, score);
-      });
+      const float max_score = visible_logits(view, sv, kvh, visible_range(sv, kvh, n, r, params.sliding_window), qv,
+                                             params, keys, probs);
       float denom = 0.0f;
       for (float& p : probs) denom += (p = std::exp(p - max_score));
       for (size_t i = 0; i < keys.size(); ++i) {

@@ -59,19 +59,7 @@ void paged_attention(TensorView out, TensorView q, const AttentionView& view, co
       const float* qv = q.ptr<float>() + (row * num_heads + h) * head_dim;
       float* o = out.ptr<float>() + (row * num_heads + h) * head_dim;
       std::fill(o, o + head_dim, 0.0f);
-      keys.clear();
-      scores.clear();
-      float max_score = -std::numeric_limits<float>::infinity();
-      for_each_visible_key(view, seq, kvh, range, [&](int32_t j) {
-        const float* kv = view.element<float>(pages[j / view.page_size], 0, j % view.page_size);
-        float dot = 0.0f;
-        for (int32_t d = 0; d < head_dim; ++d) dot += qv[d] * kv[d];
-        float score = dot * params.scale;
-        if (params.logit_softcap > 0.0f) score = params.logit_softcap * std::tanh(score / params.logit_softcap);
-        keys.push_back(j);
-        scores.push_back(score);
-        max_score = std::max(max_score, score);
-      });
+      const float max_score = visible_logits(view, seq, kvh, range, qv, params, keys, scores);
       if (keys.empty()) continue;
       float denom = 0.0f;
       for (size_t i = 0; i < keys.size(); ++i) {

@@ -5,7 +5,10 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <limits>
+#include <vector>
 
 #include "backend/ops.h"
 
@@ -41,6 +44,29 @@ void for_each_visible_key(const AttentionView& view, const SeqKvView& seq, int32
     const int32_t end = std::min(sel[i] * unit + unit - 1, range.last);
     for (int32_t j = begin; j <= end; ++j) fn(j);
   }
+}
+
+// The attention logits of query `q` (head_dim values) against every key for_each_visible_key yields:
+// keys[i] = the token index, logits[i] = q . k * scale (soft-capped when configured). Returns the largest logit
+// (-inf when nothing is visible).
+inline float visible_logits(const AttentionView& view, const SeqKvView& seq, int32_t kv_head, VisibleRange range,
+                            const float* q, const AttentionParams& params, std::vector<int32_t>& keys,
+                            std::vector<float>& logits) {
+  const int32_t* pages = seq.page_ids + static_cast<int64_t>(kv_head) * seq.stride;
+  keys.clear();
+  logits.clear();
+  float max_logit = -std::numeric_limits<float>::infinity();
+  for_each_visible_key(view, seq, kv_head, range, [&](int32_t j) {
+    const float* k = view.element<float>(pages[j / view.page_size], 0, j % view.page_size);
+    float dot = 0.0f;
+    for (int32_t d = 0; d < view.head_dim; ++d) dot += q[d] * k[d];
+    float logit = dot * params.scale;
+    if (params.logit_softcap > 0.0f) logit = params.logit_softcap * std::tanh(logit / params.logit_softcap);
+    keys.push_back(j);
+    logits.push_back(logit);
+    max_logit = std::max(max_logit, logit);
+  });
+  return max_logit;
 }
 
 }  // namespace se::cpu
