@@ -4,10 +4,11 @@
 // (vanilla) runs once, at its defaults. --budget-key adds or overrides entries.
 #pragma once
 
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "base/status.h"
 

@@ -8,18 +8,19 @@
 // Budgets are fractions of each prompt, turned into each method's own key by eval_budget.h. The model is driven
 // through TeacherForcedSequence (the method's cache under a SparseController, no engine thread), so teacher
 // forcing is exact.
-#include <fmt/format.h>
-
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "cli/engine_options.h"
@@ -364,7 +365,8 @@ std::string render_report(const EvalOptions& o, const std::vector<ModelReport>& 
         continue;
       }
       if (row.num_steps > 0) {
-        md += fmt::format(" {} | {:.4f} | {} |", percent(static_cast<double>(row.num_agree) / row.num_steps),
+        md += fmt::format(" {} | {:.4f} | {} |",
+                          percent(static_cast<double>(row.num_agree) / static_cast<double>(row.num_steps)),
                           row.kl_sum / static_cast<double>(row.num_steps), percent(row.held_sum / row.num_held));
       } else {
         md += " — | — | — |";

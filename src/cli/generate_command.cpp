@@ -2,8 +2,10 @@
 // Engine (one request), so --sparse-method and the other engine flags apply exactly as under `serve`.
 #include <chrono>
 #include <cstdio>
-#include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "cli/engine_options.h"

@@ -2,8 +2,9 @@
 // (the resolved configuration of the method built with no --sparse-config). It learns everything from the
 // registry and the methods' traits; no method is named here. --json prints the same as a JSON array.
 #include <cstdio>
-#include <nlohmann/json.hpp>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "sparse/method_registry.h"

@@ -1,15 +1,14 @@
 // TeacherForcedSequence on the tiny model: under `vanilla`, feeding back its own argmax reproduces the greedy
 // tokens of the reference path (SequenceGenerator) for any prefill chunking and page size, on a full-attention
 // and a sliding-window architecture; misuse comes back as errors.
-#include "engine/teacher_forcing.h"
-
-#include <gtest/gtest.h>
-
 #include <algorithm>
 #include <random>
 
+#include <gtest/gtest.h>
+
 #include "../support/tiny_model.h"
 #include "engine/sequence_generator.h"
+#include "engine/teacher_forcing.h"
 
 namespace se {
 namespace {

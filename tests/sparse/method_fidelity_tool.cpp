@@ -127,6 +127,21 @@ int run(const std::string& case_path, const std::string& out_path) {
   size_t step_index = 0, pass_index = 0;
   nlohmann::json step_passes = nlohmann::json::array();
   int64_t pass_peak_pages = 0;
+  // Every layer of one forward, as the model runs them, fed from the case data; outputs go to `sink` if given.
+  auto forward_layers = [&](const ForwardBatch& batch, std::ofstream* sink) {
+    const int n = batch.num_tokens();
+    Tensor hidden = Tensor::empty(DType::kF32, {n, 1});
+    for (int layer = 0; layer < num_layers; ++layer) {
+      Tensor q, k, v;
+      read_layer(n, q, k, v);
+      Tensor out = Tensor::empty(DType::kF32, {n, num_heads, head_dim});
+      controller.attend(layer, layer_configs[static_cast<size_t>(layer)], batch, q.view(), k.view(), v.view(),
+                        out.view(), params);
+      controller.on_layer_end(layer, batch, hidden.view());
+      if (sink != nullptr)
+        sink->write(reinterpret_cast<const char*>(out.data<float>()), static_cast<std::streamsize>(out.numel() * 4));
+    }
+  };
   controller.set_pass_forward([&](const ForwardBatch& batch) {
     const int n = batch.num_tokens();
     const nlohmann::json want =
@@ -137,15 +152,7 @@ int run(const std::string& case_path, const std::string& out_path) {
     ++pass_index;
     step_passes.push_back(batch.token_ids);
     pass_peak_pages = std::max(pass_peak_pages, (*cache)->num_held_pages(0));
-    Tensor hidden = Tensor::empty(DType::kF32, {n, 1});
-    for (int layer = 0; layer < num_layers; ++layer) {
-      Tensor q, k, v;
-      read_layer(n, q, k, v);
-      Tensor out = Tensor::empty(DType::kF32, {n, num_heads, head_dim});
-      controller.attend(layer, layer_configs[static_cast<size_t>(layer)], batch, q.view(), k.view(), v.view(),
-                        out.view(), params);
-      controller.on_layer_end(layer, batch, hidden.view());
-    }
+    forward_layers(batch, nullptr);
   });
   nlohmann::json passes = nlohmann::json::array(), peaks = nlohmann::json::array();
   int32_t position = 0;
@@ -160,16 +167,7 @@ int run(const std::string& case_path, const std::string& out_path) {
     }
     recorder.selected = nlohmann::json::array();
     controller.prepare_step(batch);
-    Tensor hidden = Tensor::empty(DType::kF32, {n, 1});
-    for (int layer = 0; layer < num_layers; ++layer) {
-      Tensor q, k, v;
-      read_layer(n, q, k, v);
-      Tensor out = Tensor::empty(DType::kF32, {n, num_heads, head_dim});
-      controller.attend(layer, layer_configs[static_cast<size_t>(layer)], batch, q.view(), k.view(), v.view(),
-                        out.view(), params);
-      controller.on_layer_end(layer, batch, hidden.view());
-      outputs.write(reinterpret_cast<const char*>(out.data<float>()), static_cast<std::streamsize>(out.numel() * 4));
-    }
+    forward_layers(batch, &outputs);
     pass_index = 0;
     step_passes = nlohmann::json::array();
     pass_peak_pages = 0;

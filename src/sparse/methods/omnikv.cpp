@@ -120,6 +120,8 @@ void OmniKvMethod::build_decode_selection(LayerContext& ctx, int32_t slice, Sele
     index.position = position;
     return;
   }
+  // A sliding-window layer already reads a bounded window; the prompt index would mostly point outside it.
+  if (ctx.params.sliding_window > 0) return;
   const auto it = indices_.find(s.seq_slot);
   SE_CHECK(it != indices_.end() && it->second.filter_layer == layers.sources[static_cast<size_t>(ctx.layer)] &&
                it->second.position == position,

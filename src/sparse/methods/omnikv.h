@@ -14,6 +14,7 @@
 //
 // The index of a sequence lives here from its filter layer to the last sparse layer of that segment in the same
 // step (the controller runs layers in order); it is dropped in on_sequence_end. Engine thread only.
+// Sliding-window layers (Gemma 3's local layers) stay dense: their window already bounds what they read.
 #pragma once
 
 #include <unordered_map>

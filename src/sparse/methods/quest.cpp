@@ -57,6 +57,8 @@ void QuestMethod::build_prefill_selection(LayerContext& ctx, int32_t slice, Sele
 void QuestMethod::build_decode_selection(LayerContext& ctx, int32_t slice, Selection& selection) {
   if (ctx.layer < dense_layers_) return;
   refresh_bounds(ctx, slice);  // the last page now bounds the new token too
+  // A sliding-window layer already reads a bounded window; ranking pages it cannot see would only waste budget.
+  if (ctx.params.sliding_window > 0) return;
   const AttentionView& view = ctx.view;
   const SeqKvView& sv = view.seqs[slice];
   const int32_t page_budget = std::max(1, token_budget_ / view.page_size);

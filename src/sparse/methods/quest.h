@@ -9,6 +9,7 @@
 // Ownership: the bounds tensor is indexed by pool page id, so it is sized in create_cache from the pool. Pages
 // shared through the radix cache are full and immutable, so the bounds their writer computed stay valid.
 // Engine thread only.
+// Sliding-window layers (Gemma 3's local layers) stay dense: their window already bounds what they read.
 #pragma once
 
 #include <vector>
