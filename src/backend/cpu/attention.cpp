@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/vector_math.h"
 
 namespace se::cpu {
 
@@ -35,9 +36,7 @@ void attention(TensorView out, TensorView q, TensorView k, TensorView v, TensorV
             continue;
           }
           const float* kv = k.ptr<float>() + (s * num_kv_heads + kvh) * head_dim;
-          float dot = 0.0f;
-          for (int64_t d = 0; d < head_dim; ++d) dot += qv[d] * kv[d];
-          float score = dot * params.scale;
+          float score = dot(qv, kv, static_cast<int32_t>(head_dim)) * params.scale;
           if (params.logit_softcap > 0.0f) score = params.logit_softcap * std::tanh(score / params.logit_softcap);
           scores[static_cast<size_t>(s)] = score;
           max_score = std::max(max_score, score);
@@ -51,7 +50,7 @@ void attention(TensorView out, TensorView q, TensorView k, TensorView v, TensorV
           if (p == 0.0f) continue;
           denom += p;
           const float* vv = v.ptr<float>() + (s * num_kv_heads + kvh) * head_dim;
-          for (int64_t d = 0; d < head_dim; ++d) o[d] += p * vv[d];
+          axpy(p, vv, o, static_cast<int32_t>(head_dim));
         }
         const float inv = 1.0f / denom;
         for (int64_t d = 0; d < head_dim; ++d) o[d] *= inv;

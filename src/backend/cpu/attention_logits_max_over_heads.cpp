@@ -2,6 +2,7 @@
 #include <limits>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/vector_math.h"
 
 namespace se::cpu {
 
@@ -23,10 +24,7 @@ void attention_logits_max_over_heads(TensorView out, TensorView q, const Attenti
           view.element<float>(pages[j / view.page_size], 0, static_cast<int32_t>(j % view.page_size));
       float best = dst[j];
       for (int64_t g = 0; g < group; ++g) {
-        const float* qv = q_group + g * head_dim;
-        float dot = 0.0f;
-        for (int32_t d = 0; d < head_dim; ++d) dot += qv[d] * k[d];
-        best = std::max(best, dot * scale);
+        best = std::max(best, dot(q_group + g * head_dim, k, head_dim) * scale);
       }
       dst[j] = best;
     }

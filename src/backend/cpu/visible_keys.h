@@ -10,6 +10,7 @@
 #include <limits>
 #include <vector>
 
+#include "backend/cpu/vector_math.h"
 #include "backend/ops.h"
 
 namespace se::cpu {
@@ -58,9 +59,7 @@ inline float visible_logits(const AttentionView& view, const SeqKvView& seq, int
   float max_logit = -std::numeric_limits<float>::infinity();
   for_each_visible_key(view, seq, kv_head, range, [&](int32_t j) {
     const float* k = view.element<float>(pages[j / view.page_size], 0, j % view.page_size);
-    float dot = 0.0f;
-    for (int32_t d = 0; d < view.head_dim; ++d) dot += q[d] * k[d];
-    float logit = dot * params.scale;
+    float logit = dot(q, k, view.head_dim) * params.scale;
     if (params.logit_softcap > 0.0f) logit = params.logit_softcap * std::tanh(logit / params.logit_softcap);
     keys.push_back(j);
     logits.push_back(logit);
