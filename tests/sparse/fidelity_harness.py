@@ -36,6 +36,7 @@ class Case:
     token_ids: list = field(default_factory=list)  # every step's token ids, flat (empty: all 0)
     encode: dict = None       # {text: ids}: the tokenizer the method sees (None: no tokenizer)
     chat_suffix: str = "\n"
+    sliding_windows: list = None  # per layer (0 = full attention); None: every layer full
 
     def steps(self):
         chunks = self.prefill_chunks or [self.prefill_len]
@@ -114,6 +115,8 @@ def run(method: str, config: dict, case: Case, tmp_path: pathlib.Path) -> Result
         spec["token_ids"] = [int(t) for t in case.token_ids]
     if case.encode is not None:
         spec["encode"] = case.encode
+    if case.sliding_windows is not None:
+        spec["sliding_windows"] = case.sliding_windows
     (tmp_path / "case.json").write_text(json.dumps(spec))
     out_path = tmp_path / "out.json"
     # The cases are tiny: one OpenMP thread beats worker threads spinning against each other on a busy machine.

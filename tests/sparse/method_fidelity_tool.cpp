@@ -111,8 +111,15 @@ int run(const std::string& case_path, const std::string& out_path) {
   nlohmann::json steps = nlohmann::json::array();
   nlohmann::json resident = nlohmann::json::array(), reported = nlohmann::json::array();
   std::vector<LayerConfig> layer_configs(static_cast<size_t>(num_layers));
-  AttentionParams params;
-  params.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  // Per layer: the scale, and the case's sliding window (0 = full attention).
+  const std::vector<int> windows = c.value("sliding_windows", std::vector<int>(static_cast<size_t>(num_layers), 0));
+  SE_CHECK(static_cast<int>(windows.size()) == num_layers, "sliding_windows: {} entries for {} layers",
+           windows.size(), num_layers);
+  std::vector<AttentionParams> layer_params(static_cast<size_t>(num_layers));
+  for (int layer = 0; layer < num_layers; ++layer) {
+    layer_params[static_cast<size_t>(layer)].scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+    layer_params[static_cast<size_t>(layer)].sliding_window = windows[static_cast<size_t>(layer)];
+  }
   const std::vector<int32_t> token_ids = c.value("token_ids", std::vector<int32_t>{});
   const nlohmann::json expected_passes = c.value("passes", nlohmann::json::array());
   auto read_layer = [&](int n, Tensor& q, Tensor& k, Tensor& v) {
@@ -136,7 +143,7 @@ int run(const std::string& case_path, const std::string& out_path) {
       read_layer(n, q, k, v);
       Tensor out = Tensor::empty(DType::kF32, {n, num_heads, head_dim});
       controller.attend(layer, layer_configs[static_cast<size_t>(layer)], batch, q.view(), k.view(), v.view(),
-                        out.view(), params);
+                        out.view(), layer_params[static_cast<size_t>(layer)]);
       controller.on_layer_end(layer, batch, hidden.view());
       if (sink != nullptr)
         sink->write(reinterpret_cast<const char*>(out.data<float>()), static_cast<std::streamsize>(out.numel() * 4));

@@ -48,10 +48,12 @@ def run_trial(seed, tmp_path, **overrides):
     case = fh.Case(num_layers=2, num_heads=8, num_kv_heads=params["num_kv_heads"], head_dim=params["head_dim"],
                    page_size=params["page_size"], prefill_len=prefill_len, prefill_chunks=params["prefill_chunks"],
                    decode_steps=3, seed=seed, passes={completion: [len(x) for x in inputs]} if inputs else {},
-                   token_ids=params["token_ids"], encode=encode, chat_suffix=suffix).generate()
+                   token_ids=params["token_ids"], encode=encode, chat_suffix=suffix,
+                   sliding_windows=params.get("sliding_windows")).generate()
     want = oracle.scores(case, completion, num_sink, chunk_size) if inputs else None
-    if inputs:
-        config = dict(config, ratio=unambiguous_ratio(want, config))
+    rated = [l for l, w in enumerate(oracle.windows_of(case)) if not w]
+    if inputs and rated:
+        config = dict(config, ratio=unambiguous_ratio(want[rated], config))
     result = fh.run("kvzip", config, case, tmp_path)
     return case, config, inputs, completion, want, result
 
@@ -93,9 +95,10 @@ def check_trial(case, config, inputs, completion, want, result):
         got = np.asarray(state["scores"])
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-8)
         assert state["passes"] == [len(x) for x in inputs]
-        context_kept, threshold = oracle.select(want, config["ratio"], config["level"])
+        windows = oracle.windows_of(case)
+        context_kept, threshold = oracle.select(want, config["ratio"], config["level"], windows)
         # The engine's selection from its own scores is the oracle's rule exactly (threshold and mask)...
-        own_kept, own_threshold = oracle.select(got, config["ratio"], config["level"])
+        own_kept, own_threshold = oracle.select(got, config["ratio"], config["level"], windows)
         if threshold is not None:
             assert state["threshold"] == own_threshold
     else:
@@ -111,16 +114,18 @@ def check_trial(case, config, inputs, completion, want, result):
                 if step < completion:
                     assert kept == list(range(total))
                     continue
-                expected = list(range(num_sink)) + [num_sink + j for j in context_kept[layer][h]] + \
-                    list(range(prefill_len, total))
+                sinks = oracle.kept_sinks(prefill_len, num_sink, oracle.windows_of(case)[layer]) if inputs \
+                    else list(range(num_sink))
+                expected = sinks + [num_sink + j for j in context_kept[layer][h]] + list(range(prefill_len, total))
                 # ...and, from the oracle's scores, the same pairs stay: 100% of every (layer, KV head).
                 assert kept == expected, f"step {step} layer {layer} head {h}"
-                assert [num_sink + j for j in own_kept[layer][h]] == kept[num_sink:len(kept) - (total - prefill_len)]
+                assert [num_sink + j for j in own_kept[layer][h]] == kept[len(sinks):len(kept) - (total - prefill_len)]
         if step > completion:  # decode: one row against the kept set, its own token included
             for layer in range(case.num_layers):
                 keys, values = case.all_keys(layer), case.all_values(layer)
-                dense = attention_over(case.q[step][layer][0], keys, values, result.kept[step][layer],
-                                       1 / np.sqrt(case.head_dim))
+                window = oracle.windows_of(case)[layer]  # a window covers the last W stored tokens
+                visible = [head[-window:] if window else head for head in result.kept[step][layer]]
+                dense = attention_over(case.q[step][layer][0], keys, values, visible, 1 / np.sqrt(case.head_dim))
                 np.testing.assert_allclose(result.outputs[step][layer][0], dense, rtol=1e-4, atol=1e-5)
 
     # Memory: exact while every token is resident, an upper bound once compressed; the passes' peak is the full
@@ -174,6 +179,14 @@ def test_kvzip_memory_bound_is_the_largest_split(seed, tmp_path):
         decoded = step - completion
         want = oracle.most_pages(streams, 4 + decoded, num_context, total, case.page_size)
         assert result.reported_pages[step] == want
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_kvzip_sliding_window_layers_keep_their_visible_tail(seed, tmp_path):
+    """Gemma-3-style layers with a sliding window are not rated: they keep the newest context tokens their later
+    queries can see, and the threshold runs over the full-attention layers alone."""
+    windows = [[24, 0], [0, 40], [16, 16]][seed % 3]
+    check_trial(*run_trial(seed, tmp_path, sliding_windows=windows))
 
 
 def test_kvzip_rejects_unknown_keys(tmp_path):

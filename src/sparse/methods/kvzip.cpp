@@ -103,6 +103,10 @@ void KvzipMethod::on_attention_end(LayerContext& ctx) {
   for (int32_t i = 0; i < ctx.view.num_seqs; ++i) {
     const SequenceSlice& slice = ctx.batch.sequences[static_cast<size_t>(i)];
     if (slice.seq_slot != active_.seq) continue;
+    ++active_.num_scored_layers;
+    // A sliding-window layer is not rated: select() keeps what its later queries can see.
+    active_.state->windows[static_cast<size_t>(ctx.layer)] = ctx.params.sliding_window;
+    if (ctx.params.sliding_window > 0) continue;
     const int64_t num_heads = ctx.q.shape[1], head_dim = ctx.q.shape[2];
     const TensorView q{ctx.q.ptr<float>() + slice.token_begin * num_heads * head_dim, DType::kF32,
                        {slice.num_tokens, num_heads, head_dim}, Device::kCpu};  // [n, H, D] repeat rows
@@ -116,7 +120,6 @@ void KvzipMethod::on_attention_end(LayerContext& ctx) {
       std::copy_n(chunk_scores_.data() + int64_t{h} * chunk, chunk,
                   active_.state->scores.data() + stream * active_.num_context + (active_.begin - num_sink_));
     }
-    ++active_.num_scored_layers;
   }
 }
 
@@ -160,6 +163,7 @@ bool KvzipMethod::compress(StepContext& ctx, int32_t seq, int32_t num_prefill_to
   state.scores.assign(static_cast<size_t>(num_streams) * static_cast<size_t>(num_context), 0.0f);
   state.num_layers = layout.num_layers;
   state.num_kv_heads = layout.num_kv_heads;
+  state.windows.assign(static_cast<size_t>(layout.num_layers), 0);
   state.pass_lengths.clear();
   for (int32_t begin = num_sink_; begin < num_prefill_tokens; begin += chunk_size_) {
     const int32_t end = std::min(begin + chunk_size_, num_prefill_tokens);
@@ -183,8 +187,8 @@ bool KvzipMethod::compress(StepContext& ctx, int32_t seq, int32_t num_prefill_to
     for (int h = 0; h < layout.num_kv_heads; ++h) {
       const std::vector<int32_t>& context = kept[static_cast<size_t>(layout.stream(layer, h))];
       const int32_t length = ctx.cache.stream_length(seq, layer, h);
-      std::vector<int32_t> indices(static_cast<size_t>(num_sink_));
-      std::iota(indices.begin(), indices.end(), 0);
+      std::vector<int32_t> indices;
+      for (int32_t j = first_visible_sink(state, layer, num_prefill_tokens); j < num_sink_; ++j) indices.push_back(j);
       for (int32_t j : context) indices.push_back(num_sink_ + j);
       for (int32_t j = num_prefill_tokens; j < length; ++j) indices.push_back(j);
       const Status s = ctx.cache.evict(seq, layer, h, indices);
@@ -195,31 +199,57 @@ bool KvzipMethod::compress(StepContext& ctx, int32_t seq, int32_t num_prefill_to
   return true;
 }
 
+int32_t KvzipMethod::first_visible_sink(const SequenceState& state, int layer, int32_t num_prefill_tokens) {
+  // The next query, at position P, sees positions >= P - W + 1 of a layer with window W; a sink below that is
+  // out of reach for good, and kept it would sit inside the window of W physical slots the layer reads.
+  const int32_t window = state.windows[static_cast<size_t>(layer)];
+  return window > 0 ? std::max(0, num_prefill_tokens - window + 1) : 0;
+}
+
 std::vector<std::vector<int32_t>> KvzipMethod::select(SequenceState& state, int32_t num_context,
                                                       int num_streams) const {
   std::vector<std::vector<int32_t>> kept(static_cast<size_t>(num_streams));
   const float* scores = state.scores.data();
+  const auto per_stream = static_cast<int32_t>(static_cast<double>(num_context) * ratio_);
+  auto window_of = [&](int s) { return state.windows[static_cast<size_t>(s / state.num_kv_heads)]; };
+  // A sliding-window layer keeps the newest context tokens its later queries can still see (the last W - 1),
+  // within the per-stream share: rating tokens outside the window would spend the budget on keys no query
+  // reads (kvpress leaves Gemma 3's sliding layers uncompressed for the same reason; this also frees the rest).
+  std::vector<int> rated;
+  for (int s = 0; s < num_streams; ++s) {
+    const int32_t window = window_of(s);
+    if (window == 0) {
+      rated.push_back(s);
+      continue;
+    }
+    const int32_t count = std::min(per_stream, std::min(window - 1, num_context));
+    kept[static_cast<size_t>(s)].resize(static_cast<size_t>(count));
+    std::iota(kept[static_cast<size_t>(s)].begin(), kept[static_cast<size_t>(s)].end(), num_context - count);
+  }
+  state.threshold = std::numeric_limits<double>::quiet_NaN();
   if (uniform_) {
-    const auto k = static_cast<int32_t>(static_cast<double>(num_context) * ratio_);
     std::vector<int32_t> order(static_cast<size_t>(num_context));
-    for (int s = 0; s < num_streams; ++s) {
+    for (int s : rated) {
       const float* row = scores + int64_t{s} * num_context;
       std::iota(order.begin(), order.end(), 0);
-      std::partial_sort(order.begin(), order.begin() + k, order.end(),
+      std::partial_sort(order.begin(), order.begin() + per_stream, order.end(),
                         [row](int32_t a, int32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
-      kept[static_cast<size_t>(s)].assign(order.begin(), order.begin() + k);
+      kept[static_cast<size_t>(s)].assign(order.begin(), order.begin() + per_stream);
       std::sort(kept[static_cast<size_t>(s)].begin(), kept[static_cast<size_t>(s)].end());
     }
-    state.threshold = std::numeric_limits<double>::quiet_NaN();
     return kept;
   }
-  const auto num_pairs = static_cast<int64_t>(state.scores.size());
+  if (rated.empty()) return kept;
+  // One threshold over every rated (layer, KV head, token) pair.
+  std::vector<float> sorted;
+  sorted.reserve(rated.size() * static_cast<size_t>(num_context));
+  for (int s : rated) sorted.insert(sorted.end(), scores + int64_t{s} * num_context, scores + int64_t{s + 1} * num_context);
+  const auto num_pairs = static_cast<int64_t>(sorted.size());
   const int64_t n = std::max<int64_t>(static_cast<int64_t>(static_cast<double>(num_pairs) * ratio_) - 1, 0);
-  std::vector<float> sorted(state.scores);
   std::nth_element(sorted.begin(), sorted.begin() + n, sorted.end(), std::greater<float>());
   const float threshold = sorted[static_cast<size_t>(n)];
   state.threshold = threshold;
-  for (int s = 0; s < num_streams; ++s) {
+  for (int s : rated) {
     const float* row = scores + int64_t{s} * num_context;
     for (int32_t j = 0; j < num_context; ++j)
       if (row[j] > threshold) kept[static_cast<size_t>(s)].push_back(j);

@@ -18,10 +18,15 @@
 //   3. In the pass's on_attention_end, per layer: subset_attention_max_scores over [sinks; chunk; repeat keys]
 //      gives score[layer][kv_head][chunk token] = max over the group's query heads and the repeat rows of the
 //      softmax probability taken over those keys only (fp32 on the CPU; the reference keeps the model dtype).
-//   4. After the last chunk, with N = L * Hkv * C scores and `ratio` the retained fraction:
+//   4. After the last chunk, with N = (rated layers) * Hkv * C scores and `ratio` the retained fraction:
 //        level "pair" (default): thr = the max(int(N * ratio) - 1, 0)-th largest score (0-based); a pair stays
 //          iff score > thr (strict), so heads keep different lengths;
 //        level "pair-uniform": every (layer, KV head) keeps its top int(C * ratio) (ties: lower index).
+//      Sliding-window layers (window W) are not rated: each of their streams keeps the last
+//      min(int(C * ratio), W - 1) context tokens, the ones later queries can still see, and only the sinks the
+//      next query still sees (position >= P - W + 1). (Older kept tokens would land inside the layer's window of
+//      W physical slots, showing it keys from far outside its trained reach, the sinks above all: on Gemma 3
+//      that broke the model. kvpress leaves Gemma 3's sliding layers uncompressed instead.)
 //      Each stream is evicted to sinks + its kept context tokens. Decode tokens are never evicted; kept keys
 //      keep their RoPE and new tokens their absolute positions.
 // ratio = 1 or C <= 0: no passes, nothing evicted. The reference's `head` level (precomputed head scores) is not
@@ -77,7 +82,8 @@ class KvzipMethod final : public MethodRuntime {
  private:
   struct SequenceState {
     std::vector<int32_t> token_ids;  // the prompt so far (the passes repeat it)
-    std::vector<float> scores;       // [L][Hkv][C] once a compression ran
+    std::vector<float> scores;       // [L][Hkv][C] once a compression ran (0 on sliding-window layers)
+    std::vector<int32_t> windows;    // [L] each layer's sliding window as the passes saw it (0 = full attention)
     int num_layers = 0, num_kv_heads = 0;
     double threshold = 0.0;
     std::vector<int32_t> pass_lengths;
@@ -98,6 +104,8 @@ class KvzipMethod final : public MethodRuntime {
   // The repeat input of the chunk [begin, end) of `ids` (the first chunk starts at n_sink).
   std::vector<int32_t> repeat_input(const std::vector<int32_t>& ids, int32_t begin, int32_t end) const;
   // Per (layer, KV head) stream, the ascending context indices (0-based in [0, C)) that stay.
+  // The first sink a layer keeps: 0, or on a sliding-window layer the first the next query can see.
+  static int32_t first_visible_sink(const SequenceState& state, int layer, int32_t num_prefill_tokens);
   std::vector<std::vector<int32_t>> select(SequenceState& state, int32_t num_context, int num_streams) const;
   void warn_once(bool& flag, const std::string& message);
 

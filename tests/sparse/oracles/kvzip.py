@@ -4,7 +4,9 @@ probability any repeat query of its KV head's group gives it, where the softmax 
 chunk's keys and the repeat's own keys (causal). One global threshold over every (layer, KV head, token) then
 keeps the pairs scoring strictly above the max(int(N * ratio) - 1, 0)-th largest score; `pair-uniform` keeps
 the top int(C * ratio) of each (layer, KV head). The first n_sink tokens stand for the system prompt (never
-evicted), as the engine documents."""
+evicted), as the engine documents. Sliding-window layers (window W) are not rated: each of their (layer, KV head)
+keeps the last min(int(C * ratio), W - 1) context tokens and only the sinks the next query can see (position
+>= P - W + 1), and the threshold runs over the other layers' pairs."""
 import numpy as np
 
 from oracles.common import softmax
@@ -51,14 +53,20 @@ def chunk_scores(q_repeat, k_stored, k_repeat, num_sink, begin, end, scale):
     return out
 
 
+def windows_of(case):
+    return case.sliding_windows or [0] * case.num_layers
+
+
 def scores(case, step, num_sink, chunk_size):
     """[L, Hkv, C] scores of the compression in `step` (the step completing the prompt), from the case's pass
-    q/k."""
+    q/k; 0 on sliding-window layers."""
     num_prompt = case.prefill_len
     ranges = chunk_ranges(num_prompt, num_sink, chunk_size)
     out = np.zeros((case.num_layers, case.num_kv_heads, num_prompt - num_sink))
     scale = 1 / np.sqrt(case.head_dim)
     for layer in range(case.num_layers):
+        if windows_of(case)[layer]:
+            continue
         k_stored = case.all_keys(layer)[:num_prompt]
         for p, (b, e) in enumerate(ranges):
             out[layer, :, b - num_sink:e - num_sink] = chunk_scores(
@@ -66,18 +74,34 @@ def scores(case, step, num_sink, chunk_size):
     return out
 
 
-def select(score, ratio, level="pair"):
-    """Kept context indices per (layer, KV head) from [L, Hkv, C] scores, and the threshold (None for
-    pair-uniform)."""
+def kept_sinks(num_prompt, num_sink, window):
+    """The sink positions a layer keeps (all of them on a full-attention layer)."""
+    return list(range(max(0, num_prompt - window + 1) if window else 0, num_sink))
+
+
+def select(score, ratio, level="pair", windows=None):
+    """Kept context indices per (layer, KV head) from [L, Hkv, C] scores and the layers' sliding windows, and
+    the threshold (None for pair-uniform or when no layer is rated)."""
     num_layers, num_kv_heads, num_context = score.shape
+    windows = windows or [0] * num_layers
+    per_stream = int(num_context * ratio)
+    rated = [l for l in range(num_layers) if not windows[l]]
+    kept = [None] * num_layers
+    for l in range(num_layers):
+        if windows[l]:
+            count = min(per_stream, windows[l] - 1, num_context)
+            kept[l] = [list(range(num_context - count, num_context)) for _ in range(num_kv_heads)]
     if level == "pair-uniform":
-        k = int(num_context * ratio)
-        kept = [[sorted(np.lexsort((np.arange(num_context), -score[l, h]))[:k].tolist()) for h in range(num_kv_heads)]
-                for l in range(num_layers)]
+        for l in rated:
+            kept[l] = [sorted(np.lexsort((np.arange(num_context), -score[l, h]))[:per_stream].tolist())
+                       for h in range(num_kv_heads)]
         return kept, None
-    flat = np.sort(score.reshape(-1))[::-1]
+    if not rated:
+        return kept, None
+    flat = np.sort(score[rated].reshape(-1))[::-1]
     threshold = flat[max(int(flat.size * ratio) - 1, 0)]
-    kept = [[np.nonzero(score[l, h] > threshold)[0].tolist() for h in range(num_kv_heads)] for l in range(num_layers)]
+    for l in rated:
+        kept[l] = [np.nonzero(score[l, h] > threshold)[0].tolist() for h in range(num_kv_heads)]
     return kept, threshold
 
 
