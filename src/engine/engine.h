@@ -51,8 +51,9 @@ class Engine {
   // Validates and queues a request. Errors (nothing queued): invalid params, empty prompt, token ids out of
   // range, prompt + max_tokens over max_model_len (kOutOfRange), a request that could never fit in the KV pool
   // (kResourceExhausted), a duplicate request_id, or the engine shutting down (kUnavailable). With a chain:
-  // kInvalidArgument when the engine runs without Chain Cache, and ChainCacheIndex::begin_turn's errors
-  // (kNotFound, kGone, kConflict for a busy chain or a prompt that does not extend it).
+  // kInvalidArgument when the engine runs without Chain Cache, ChainCacheIndex::begin_turn's errors (kNotFound,
+  // kGone, kConflict for a busy chain or a prompt that does not extend it), and kUnavailable when the retained
+  // state plus the new tokens could never fit (the chain stays as it was).
   Result<std::shared_ptr<OutputStream>> submit(GenerationRequest request);
 
   // Aborts a live request: its stream ends with FinishReason::kAbort and its pages are freed at the next step

@@ -42,7 +42,8 @@ Result<std::shared_ptr<OutputStream>> EngineLoop::submit(GenerationRequest g) {
     return out_of_range(
         "this model's maximum context length is {} tokens; the request has {} prompt tokens and asks for {} more",
         config_.max_model_len, num_prompt, g.params.max_tokens);
-  if (!oracle_.can_ever_fit(num_prompt, g.params.max_tokens))
+  const bool resumes_chain = g.chain && !g.chain->create;  // checked against its retained state instead
+  if (!resumes_chain && !oracle_.can_ever_fit(num_prompt, g.params.max_tokens))
     return resource_exhausted("the request ({} prompt + {} new tokens) can never fit in the KV cache ({} pages of {} "
                               "tokens per layer and head); use a shorter prompt or fewer max_tokens",
                               num_prompt, g.params.max_tokens, oracle_.num_total_pages(), config_.page_size);
@@ -76,8 +77,17 @@ Status EngineLoop::begin_chain_turn(Request& request, const ChainRequest& chain)
     SE_RETURN_IF_ERROR(chains_->create(chain.chain_id, chain_fingerprint_));
     request.chain_status = ChainStatus::kCreated;
   } else {
-    SE_ASSIGN_OR_RETURN(request.chain_state,
+    SE_ASSIGN_OR_RETURN(std::unique_ptr<ChainState> state,
                         chains_->begin_turn(chain.chain_id, chain_fingerprint_, request.token_ids));
+    const int32_t num_new = request.num_tokens() - state->num_logical_tokens();
+    if (!oracle_.can_ever_fit_resumed(state->num_held_pages(), num_new, request.params.max_tokens)) {
+      const int64_t num_held = state->num_held_pages();
+      chains_->cancel_turn(chain.chain_id, std::move(state));
+      return unavailable("no capacity to restore chain '{}': its {} pages plus {} new and {} generated tokens can "
+                         "never fit in the KV cache ({} pages)", chain.chain_id, num_held, num_new,
+                         request.params.max_tokens, oracle_.num_total_pages());
+    }
+    request.chain_state = std::move(state);
     request.chain_status = ChainStatus::kResumed;
   }
   request.chain_id = chain.chain_id;

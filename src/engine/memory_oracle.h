@@ -39,6 +39,11 @@ class MemoryOracle {
   // Ends the request's cache state by retaining it for Chain Cache (the request's seq is released).
   std::unique_ptr<RetainedSequence> retain(Request& request);
 
+  // The same for a turn resumed on a retained state that holds `num_held_pages`: its new tokens are prefilled on
+  // top of it, so the state plus their peak must fit. Pure.
+  bool can_ever_fit_resumed(int64_t num_held_pages, int32_t num_new_tokens, int32_t max_new_tokens) const {
+    return num_held_pages + controller_.peak_pages(num_new_tokens, max_new_tokens) <= cache_.num_total_pages();
+  }
   int64_t num_total_pages() const { return cache_.num_total_pages(); }
   int64_t num_available_pages() const { return cache_.num_available_pages(); }
 

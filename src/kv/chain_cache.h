@@ -40,6 +40,9 @@ class ChainState {
   virtual ~ChainState() = default;
   // Pages the state holds references to.
   virtual int64_t num_held_pages() const = 0;
+  // Tokens whose KV the state stands for (the absolute position of the next token); the chain's stored prefix
+  // may hold more (a last sampled token not computed yet).
+  virtual int32_t num_logical_tokens() const = 0;
 };
 
 struct ChainInfo {

@@ -18,8 +18,7 @@ class RetainedSequence final : public ChainState {
       : kv_(std::move(kv)), method_(std::move(method)) {}
 
   int64_t num_held_pages() const override { return kv_->num_held_pages(); }
-  // Tokens the retained KV stands for: the absolute position of the next token.
-  int32_t num_logical_tokens() const { return kv_->num_logical_tokens(); }
+  int32_t num_logical_tokens() const override { return kv_->num_logical_tokens(); }
   SequenceSnapshot& kv() { return *kv_; }
 
   std::unique_ptr<SequenceSnapshot> take_kv() { return std::move(kv_); }

@@ -113,3 +113,29 @@ def test_bench_replay_with_chains_avoids_prefill(server, tmp_path):
     # Every second turn resumes its chain: at least the first turn's prompt is not prefilled again.
     assert 0 < r["prefill_tokens_avoided"] < r["total_prompt_tokens"]
     assert r["mean_ttft_ms"] > 0
+
+
+def test_inspect_and_match_show_what_a_chain_caches(server, client):
+    prompt = [{"role": "user", "content": "Name a color."}]
+    _, r = call(client, prompt, chain_id=None)
+    chain_id = r.model_extra["chain_id"]
+    post = lambda path, body: requests.post(server.base_url + path, json=body, timeout=60)
+    info = post("/v1/prefix_cache/inspect", {"chain_id": chain_id})
+    assert info.status_code == 200, info.text
+    info = info.json()
+    assert info["status"] == "idle" and info["num_held_pages"] > 0
+    assert info["num_tokens"] == r.usage.prompt_tokens + r.usage.completion_tokens
+
+    messages = prompt + [{"role": "assistant", "content": r.choices[0].message.content},
+                         {"role": "user", "content": "Another one."}]
+    _, turn2 = call(client, messages, chain_id=chain_id, chain_append_start=2)
+    info2 = post("/v1/prefix_cache/inspect", {"chain_id": chain_id}).json()
+    assert info2["num_tokens"] == turn2.usage.prompt_tokens + turn2.usage.completion_tokens
+    cached_ids = info2["token_ids"]
+    assert len(cached_ids) == info2["num_tokens"]
+    match = post("/v1/prefix_cache/match", {"chain_id": chain_id, "token_ids": cached_ids + [42]}).json()
+    assert match["extends"] is True and match["cached_tokens"] == len(cached_ids) - 1
+    edited = post("/v1/prefix_cache/match", {"chain_id": chain_id, "token_ids": [42] + cached_ids}).json()
+    assert edited["extends"] is False and edited["cached_tokens"] == 0
+    assert post("/v1/prefix_cache/inspect", {"chain_id": "nope"}).status_code == 404
+    assert post("/v1/prefix_cache/match", {"chain_id": chain_id, "token_ids": "x"}).status_code == 400

@@ -302,6 +302,13 @@ TEST_F(ChainLifecycleTest, ChainIdsAreUniqueAndAnAbortedTurnDropsItsChain) {
   EXPECT_EQ(run("c1-again", prompt1, ChainRequest{"c", true}).status().code(), StatusCode::kInvalidArgument);
   expect_pages_accounted({"c"});
 
+  // A continuation that could never fit next to the retained state: 503, and the chain is still there.
+  const auto held = engine_->find_chain("c")->num_held_pages;
+  std::vector<int32_t> huge = extend(prompt1, *turn1, 1500);
+  EXPECT_EQ(run("c-huge", huge, ChainRequest{"c"}).status().code(), StatusCode::kUnavailable);
+  EXPECT_FALSE(engine_->find_chain("c")->in_flight);
+  EXPECT_EQ(engine_->find_chain("c")->num_held_pages, held);
+
   // A turn aborted once it runs loses its state: the chain answers gone, and every page is back in the pool.
   auto stream = engine_->submit({"c2", extend(prompt1, *turn1, 10), greedy(200), ChainRequest{"c"}});
   ASSERT_TRUE(stream.is_ok());
