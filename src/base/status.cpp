@@ -14,6 +14,8 @@ const char* status_code_name(StatusCode code) {
     case StatusCode::kFailedPrecondition: return "FAILED_PRECONDITION";
     case StatusCode::kUnavailable: return "UNAVAILABLE";
     case StatusCode::kAborted: return "ABORTED";
+    case StatusCode::kConflict: return "CONFLICT";
+    case StatusCode::kGone: return "GONE";
     case StatusCode::kInternal: return "INTERNAL";
   }
   return "UNKNOWN";

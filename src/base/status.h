@@ -23,6 +23,8 @@ enum class StatusCode {
   kFailedPrecondition, // the system is not in a state that allows the call
   kUnavailable,        // temporarily unable (shutting down, busy)
   kAborted,            // cancelled by the caller
+  kConflict,           // the named thing is in a state that conflicts with the request (busy, other contents)
+  kGone,               // the named thing existed but was reclaimed
   kInternal,           // a broken invariant inside the engine
 };
 
@@ -67,6 +69,8 @@ SE_STATUS_FACTORY(resource_exhausted, kResourceExhausted)
 SE_STATUS_FACTORY(failed_precondition, kFailedPrecondition)
 SE_STATUS_FACTORY(unavailable, kUnavailable)
 SE_STATUS_FACTORY(aborted, kAborted)
+SE_STATUS_FACTORY(conflict, kConflict)
+SE_STATUS_FACTORY(gone, kGone)
 SE_STATUS_FACTORY(internal_error, kInternal)
 #undef SE_STATUS_FACTORY
 

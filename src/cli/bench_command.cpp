@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/bench_commands.h"
+#include "cli/bench_replay_command.h"
 #include "cli/bench_serve_command.h"
 #include "cli/commands.h"
 #include "cli/model_options.h"
@@ -106,6 +107,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   add_bench_generate_command(*bench, exit_code);
   add_bench_throughput_command(*bench, exit_code);
   add_bench_serve_command(*bench, exit_code);
+  add_bench_replay_command(*bench, exit_code);
 }
 
 void add_bench_generate_command(CLI::App& bench, int& exit_code) {

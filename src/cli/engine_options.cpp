@@ -65,7 +65,12 @@ void add_engine_options(CLI::App& command, EngineConfig& config) {
   command.add_option("--gpu-memory-utilization", config.gpu_memory_utilization,
                      "fraction of device memory for weights and KV cache")
       ->capture_default_str();
-  command.add_flag("!--no-enable-prefix-caching", config.enable_prefix_caching, "disable the radix prefix cache");
+  command.add_flag("!--no-enable-prefix-caching", config.enable_prefix_caching, "disable prefix reuse (radix and chain)");
+  command.add_option("--prefix-cache-mode", config.prefix_cache_mode,
+                     "prefix reuse: radix (full-history methods), chain (Chain Cache, eviction methods), off, or auto "
+                     "(by the method's traits)")
+      ->check(CLI::IsMember({"auto", "radix", "chain", "off"}))
+      ->capture_default_str();
   command.add_option("--sparse-method", config.sparse_method, "sparse KV method (`sparse-engine methods` lists them)")
       ->capture_default_str();
   command.add_option_function<std::string>(

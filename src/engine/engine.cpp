@@ -54,6 +54,30 @@ std::string chat_reply_suffix(const ModelBundle& bundle) {
   return at == std::string::npos ? "\n" : rendered->substr(at + marker.size());
 }
 
+// EngineConfig::prefix_cache_mode resolved against the method: "radix", "chain" or "off".
+Result<std::string> resolve_prefix_cache_mode(const EngineConfig& config, const MethodRuntime& method) {
+  const MethodTraits& traits = method.traits();
+  const std::string& mode = config.prefix_cache_mode;
+  if (mode != "auto" && mode != "radix" && mode != "chain" && mode != "off")
+    return invalid_argument("--prefix-cache-mode must be auto, radix, chain or off, got '{}'", mode);
+  if (!config.enable_prefix_caching || mode == "off") return std::string("off");
+  const bool chain = traits.prefix_mode == PrefixMode::kChain;
+  if (mode == "radix" && !traits.keeps_full_history)
+    return invalid_argument("--prefix-cache-mode radix needs a method that keeps every token resident; {} evicts "
+                            "(use chain)", method.name());
+  if (mode == "chain" && !chain)
+    return invalid_argument("--prefix-cache-mode chain: {} has no chain mode (use radix)", method.name());
+  if (mode == "auto") return std::string(chain ? "chain" : "radix");
+  return mode;
+}
+
+// What a retained chain state depends on: resuming it under other settings would read foreign KV.
+std::string chain_fingerprint(const ModelBundle& bundle, const KvLayout& layout, const MethodRuntime& method) {
+  const ModelConfig& model = bundle.model->config();
+  return fmt::format("{}:{}:{}x{}x{}|{}|{}|{}", bundle.path, model.arch, layout.num_layers, layout.num_kv_heads,
+                     layout.head_dim, dtype_name(layout.dtype), method.name(), method.config().dump());
+}
+
 }  // namespace
 
 // The model as sparse methods may see it (method_environment.h): its tokenizer and chat reply suffix.
@@ -93,14 +117,17 @@ Result<std::unique_ptr<Engine>> Engine::create(const ModelBundle& bundle, const 
                               kv_pool_bytes(config), num_pages, layout.num_streams());
   SE_ASSIGN_OR_RETURN(std::unique_ptr<MethodRuntime> method,
                       create_method(config.sparse_method, config.sparse_config, method_environment(bundle)));
+  SE_ASSIGN_OR_RETURN(config.prefix_cache_mode, resolve_prefix_cache_mode(config, *method));
   CacheSpec spec{layout, static_cast<int32_t>(std::min<int64_t>(num_pages, INT32_MAX)), cpu_allocator(),
-                 config.enable_prefix_caching};
+                 config.prefix_cache_mode == "radix"};
   SE_ASSIGN_OR_RETURN(std::unique_ptr<CacheManager> cache, method->create_cache(spec));
-  SE_LOG_INFO("KV cache: {} pages of {} tokens ({} tokens per layer and KV head across the pool); sparse method {} {}",
-              num_pages, layout.page_size, num_pages / layout.num_streams() * layout.page_size, method->name(),
-              method->config().dump());
-  return std::unique_ptr<Engine>(
-      new Engine(std::make_unique<EngineLoop>(bundle, config, std::move(method), std::move(cache))));
+  SE_LOG_INFO("KV cache: {} pages of {} tokens ({} tokens per layer and KV head across the pool); sparse method {} {}; "
+              "prefix cache {}", num_pages, layout.page_size, num_pages / layout.num_streams() * layout.page_size,
+              method->name(), method->config().dump(), config.prefix_cache_mode);
+  std::string fingerprint =
+      config.prefix_cache_mode == "chain" ? chain_fingerprint(bundle, layout, *method) : std::string();
+  return std::unique_ptr<Engine>(new Engine(
+      std::make_unique<EngineLoop>(bundle, config, std::move(method), std::move(cache), std::move(fingerprint))));
 }
 
 Engine::Engine(std::unique_ptr<EngineLoop> loop) : loop_(std::move(loop)) {}
@@ -112,6 +139,12 @@ Result<std::shared_ptr<OutputStream>> Engine::submit(GenerationRequest request) 
 void Engine::abort(const std::string& request_id) { loop_->abort(request_id); }
 void Engine::shutdown(bool drain) { loop_->shutdown(drain); }
 EngineStats Engine::stats() const { return loop_->stats(); }
+std::optional<ChainInfo> Engine::find_chain(const std::string& chain_id) const {
+  return loop_->chains() ? loop_->chains()->find(chain_id) : std::nullopt;
+}
+std::vector<int32_t> Engine::chain_prefix(const std::string& chain_id) const {
+  return loop_->chains() ? loop_->chains()->prefix(chain_id) : std::vector<int32_t>();
+}
 const ModelBundle& Engine::bundle() const { return loop_->bundle(); }
 const EngineConfig& Engine::config() const { return loop_->config(); }
 

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,14 +16,23 @@
 #include "engine/model_bundle.h"
 #include "engine/request_output.h"
 #include "engine/sampling_params.h"
+#include "kv/chain_cache.h"
 #include "sparse/method_environment.h"
 
 namespace se {
+
+// A request's Chain Cache part: start chain `chain_id` (create), or continue it, resuming from the state its
+// last turn left when `prompt_ids` extend that turn's tokens.
+struct ChainRequest {
+  std::string chain_id;
+  bool create = false;
+};
 
 struct GenerationRequest {
   std::string request_id;          // unique among live requests; abort() names it
   std::vector<int32_t> prompt_ids;
   SamplingParams params;
+  std::optional<ChainRequest> chain;
 };
 
 class EngineLoop;
@@ -40,7 +50,10 @@ class Engine {
 
   // Validates and queues a request. Errors (nothing queued): invalid params, empty prompt, token ids out of
   // range, prompt + max_tokens over max_model_len (kOutOfRange), a request that could never fit in the KV pool
-  // (kResourceExhausted), a duplicate request_id, or the engine shutting down (kUnavailable).
+  // (kResourceExhausted), a duplicate request_id, or the engine shutting down (kUnavailable). With a chain:
+  // kInvalidArgument when the engine runs without Chain Cache, ChainCacheIndex::begin_turn's errors (kNotFound,
+  // kGone, kConflict for a busy chain or a prompt that does not extend it), and kUnavailable when the retained
+  // state plus the new tokens could never fit (the chain stays as it was).
   Result<std::shared_ptr<OutputStream>> submit(GenerationRequest request);
 
   // Aborts a live request: its stream ends with FinishReason::kAbort and its pages are freed at the next step
@@ -53,6 +66,10 @@ class Engine {
 
   // A consistent snapshot for /metrics and logs.
   EngineStats stats() const;
+  // What the Chain Cache holds for `chain_id` (nullopt: unknown, reclaimed, or the Chain Cache is off).
+  std::optional<ChainInfo> find_chain(const std::string& chain_id) const;
+  // The tokens an idle chain's state stands for (empty: unknown, busy, reclaimed, or no Chain Cache).
+  std::vector<int32_t> chain_prefix(const std::string& chain_id) const;
 
   const ModelBundle& bundle() const;
   const EngineConfig& config() const;

@@ -16,6 +16,9 @@ struct EngineConfig {
   int64_t kv_cache_memory = 0;       // bytes for the KV pool; 0 = derive from gpu_memory_utilization
   double gpu_memory_utilization = 0.9;  // of device memory (or, on the CPU, of free host memory) after weights
   bool enable_prefix_caching = true;
+  // Which prefix reuse runs: "auto" (the method's traits: radix for full-history methods, chain for eviction
+  // methods), "radix", "chain" or "off". enable_prefix_caching = false means "off".
+  std::string prefix_cache_mode = "auto";
   std::string sparse_method = "vanilla";  // a name from the method registry
   nlohmann::json sparse_config;            // the method's hyperparameters (JSON object or null)
 };

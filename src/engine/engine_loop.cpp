@@ -13,13 +13,15 @@ double seconds_between(Request::Clock::time_point a, Request::Clock::time_point 
 }  // namespace
 
 EngineLoop::EngineLoop(const ModelBundle& bundle, const EngineConfig& config, std::unique_ptr<MethodRuntime> method,
-                       std::unique_ptr<CacheManager> cache)
+                       std::unique_ptr<CacheManager> cache, std::string chain_fingerprint)
     : bundle_(bundle),
       config_(config),
       method_(std::move(method)),
       cache_(std::move(cache)),
+      chains_(chain_fingerprint.empty() ? nullptr : std::make_unique<ChainCacheIndex>()),
+      chain_fingerprint_(std::move(chain_fingerprint)),
       controller_(*method_, *cache_),
-      oracle_(controller_),
+      oracle_(controller_, chains_.get()),
       scheduler_(SchedulerConfig{config.max_num_seqs, config.max_num_batched_tokens}, oracle_),
       runner_(*bundle.model, controller_) {
   publish_stats();
@@ -40,7 +42,8 @@ Result<std::shared_ptr<OutputStream>> EngineLoop::submit(GenerationRequest g) {
     return out_of_range(
         "this model's maximum context length is {} tokens; the request has {} prompt tokens and asks for {} more",
         config_.max_model_len, num_prompt, g.params.max_tokens);
-  if (!oracle_.can_ever_fit(num_prompt, g.params.max_tokens))
+  const bool resumes_chain = g.chain && !g.chain->create;  // checked against its retained state instead
+  if (!resumes_chain && !oracle_.can_ever_fit(num_prompt, g.params.max_tokens))
     return resource_exhausted("the request ({} prompt + {} new tokens) can never fit in the KV cache ({} pages of {} "
                               "tokens per layer and head); use a shorter prompt or fewer max_tokens",
                               num_prompt, g.params.max_tokens, oracle_.num_total_pages(), config_.page_size);
@@ -55,12 +58,54 @@ Result<std::shared_ptr<OutputStream>> EngineLoop::submit(GenerationRequest g) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!accepting_) return unavailable("the engine is shutting down");
-    if (!live_ids_.insert(request->request_id).second)
+    if (live_ids_.count(request->request_id) != 0)
       return invalid_argument("request id '{}' is already in use", request->request_id);
+    // Under mutex_, so a shutdown cannot come between pinning the chain and queueing the request.
+    if (g.chain) SE_RETURN_IF_ERROR(begin_chain_turn(*request, *g.chain));
+    live_ids_.insert(request->request_id);
     inbox_.push_back(std::move(request));
   }
   wake_.notify_one();
   return stream;
+}
+
+Status EngineLoop::begin_chain_turn(Request& request, const ChainRequest& chain) {
+  if (!chains_)
+    return invalid_argument("chain_id needs the chain prefix cache; this server runs {} with prefix cache mode {}",
+                            method_->name(), config_.prefix_cache_mode);
+  if (chain.create) {
+    SE_RETURN_IF_ERROR(chains_->create(chain.chain_id, chain_fingerprint_));
+    request.chain_status = ChainStatus::kCreated;
+  } else {
+    SE_ASSIGN_OR_RETURN(std::unique_ptr<ChainState> state,
+                        chains_->begin_turn(chain.chain_id, chain_fingerprint_, request.token_ids));
+    const int32_t num_new = request.num_tokens() - state->num_logical_tokens();
+    if (!oracle_.can_ever_fit_resumed(state->num_held_pages(), num_new, request.params.max_tokens)) {
+      const int64_t num_held = state->num_held_pages();
+      chains_->cancel_turn(chain.chain_id, std::move(state));
+      return unavailable("no capacity to restore chain '{}': its {} pages plus {} new and {} generated tokens can "
+                         "never fit in the KV cache ({} pages)", chain.chain_id, num_held, num_new,
+                         request.params.max_tokens, oracle_.num_total_pages());
+    }
+    request.chain_state = std::move(state);
+    request.chain_status = ChainStatus::kResumed;
+  }
+  request.chain_id = chain.chain_id;
+  return Status::ok();
+}
+
+void EngineLoop::end_chain_turn(Request& r, FinishReason reason) {
+  if (r.chain_id.empty()) return;
+  const bool completed = reason == FinishReason::kStop || reason == FinishReason::kLength;
+  if (completed && r.seq >= 0) {
+    // The state covers the first num_computed_tokens tokens; the last sampled token is kept in the prefix too,
+    // so the next turn computes it first.
+    chains_->end_turn(r.chain_id, r.token_ids, oracle_.retain(r));
+  } else if (r.chain_state) {
+    chains_->cancel_turn(r.chain_id, std::move(r.chain_state));
+  } else {
+    chains_->drop(r.chain_id);
+  }
 }
 
 void EngineLoop::abort(const std::string& request_id) {
@@ -199,7 +244,9 @@ void EngineLoop::finish(Request& r, RequestOutput& output, FinishReason reason) 
   output.num_prompt_tokens = r.num_prompt_tokens;
   output.num_cached_tokens = r.num_cached_tokens;
   output.num_output_tokens = r.num_output_tokens();
+  output.chain_status = r.chain_status;
   r.state = RequestState::kFinished;
+  end_chain_turn(r, reason);
   oracle_.release(r);
   scheduler_.remove(&r);
   const auto now = Request::Clock::now();

@@ -21,11 +21,14 @@ namespace se {
 
 class EngineLoop {
  public:
+  // `chain_fingerprint` non-empty turns the Chain Cache on, guarding its states with that fingerprint.
   EngineLoop(const ModelBundle& bundle, const EngineConfig& config, std::unique_ptr<MethodRuntime> method,
-             std::unique_ptr<CacheManager> cache);
+             std::unique_ptr<CacheManager> cache, std::string chain_fingerprint = {});
   ~EngineLoop();
 
   Result<std::shared_ptr<OutputStream>> submit(GenerationRequest request);
+  // The Chain Cache, or null when it is off. Thread-safe (chain_cache.h).
+  const ChainCacheIndex* chains() const { return chains_.get(); }
   void abort(const std::string& request_id);
   void shutdown(bool drain);
   EngineStats stats() const;
@@ -42,12 +45,20 @@ class EngineLoop {
   RequestOutput accept_token(Request& request, const SampleResult& sample);
   void finish(Request& request, RequestOutput& output, FinishReason reason);
   void abort_request(Request& request);
+  // Pins the request's chain (creates it or takes its retained turn), on the submitting thread.
+  Status begin_chain_turn(Request& request, const ChainRequest& chain);
+  // The request leaves the engine: a finished turn is retained under its chain; a turn that never ran gives its
+  // state back; any other end drops the chain.
+  void end_chain_turn(Request& request, FinishReason reason);
   void publish_stats();
 
   const ModelBundle& bundle_;
   EngineConfig config_;
   std::unique_ptr<MethodRuntime> method_;
   std::unique_ptr<CacheManager> cache_;
+  // After cache_: destroyed first, while the pool its states hold pages of still exists.
+  std::unique_ptr<ChainCacheIndex> chains_;
+  std::string chain_fingerprint_;
   SparseController controller_;
   MemoryOracle oracle_;
   Scheduler scheduler_;

@@ -9,7 +9,13 @@ namespace se {
 Status MemoryOracle::admit(Request& request) {
   SE_CHECK(request.seq < 0, "request {} is already admitted", request.request_id);
   const int32_t seq = next_seq_++;
-  SE_ASSIGN_OR_RETURN(int32_t num_cached, controller_.open(seq, request.token_ids));
+  int32_t num_cached = 0;
+  if (request.chain_state) {
+    SE_ASSIGN_OR_RETURN(num_cached, controller_.resume(seq, std::move(request.chain_state)));
+  } else {
+    if (request.chain_status == ChainStatus::kResumed) request.chain_status = ChainStatus::kRebuilt;
+    SE_ASSIGN_OR_RETURN(num_cached, controller_.open(seq, request.token_ids));
+  }
   request.seq = seq;
   request.num_computed_tokens = num_cached;
   request.num_cached_tokens = num_cached;
@@ -22,7 +28,10 @@ bool MemoryOracle::try_reserve(Request& request, int32_t num_tokens) {
   if (request.num_computed_tokens < request.num_prefill_tokens &&
       request.num_computed_tokens + num_tokens >= request.num_prefill_tokens)
     headroom = std::max(headroom, controller_.transient_pages(request.num_prefill_tokens));
-  if (cache_.pages_to_reserve(request.seq, num_tokens) + headroom > cache_.num_available_pages()) return false;
+  const int64_t needed = cache_.pages_to_reserve(request.seq, num_tokens) + headroom;
+  if (needed > cache_.num_available_pages() && chains_ != nullptr)
+    chains_->reclaim(needed - cache_.num_available_pages());
+  if (needed > cache_.num_available_pages()) return false;
   if (!cache_.reserve(request.seq, num_tokens).is_ok()) return false;
   num_headroom_pages_ = headroom;
   return true;
@@ -34,9 +43,23 @@ void MemoryOracle::commit(Request& request) {
 
 void MemoryOracle::release(Request& request) {
   if (request.seq < 0) return;
-  controller_.close(request.seq);
+  const bool restored_untouched =
+      request.chain_status == ChainStatus::kResumed && request.num_computed_tokens == request.num_cached_tokens;
+  if (restored_untouched) {
+    request.chain_state = controller_.retain(request.seq);
+  } else {
+    controller_.close(request.seq);
+  }
   request.seq = -1;
   request.num_computed_tokens = 0;
+}
+
+std::unique_ptr<RetainedSequence> MemoryOracle::retain(Request& request) {
+  SE_CHECK(request.seq >= 0, "request {} holds no cache state to retain", request.request_id);
+  std::unique_ptr<RetainedSequence> state = controller_.retain(request.seq);
+  request.seq = -1;
+  request.num_computed_tokens = 0;
+  return state;
 }
 
 }  // namespace se

@@ -10,33 +10,47 @@ namespace se {
 
 class MemoryOracle {
  public:
-  explicit MemoryOracle(SparseController& controller) : controller_(controller), cache_(controller.cache()) {}
+  // `chains` (may be null: no Chain Cache) gives back idle chains' pages when a reservation is short.
+  MemoryOracle(SparseController& controller, ChainCacheIndex* chains = nullptr)
+      : controller_(controller), cache_(controller.cache()), chains_(chains) {}
 
   // Whether a request of this size fits in the whole pool at its peak. Pure: safe from any thread.
   bool can_ever_fit(int32_t num_prompt_tokens, int32_t max_new_tokens) const {
     return controller_.peak_pages(num_prompt_tokens, max_new_tokens) <= cache_.num_total_pages();
   }
   // Starts the request's cache state on all its known tokens (a resumed request recomputes its outputs too)
-  // and sets num_computed_tokens / num_cached_tokens from the prefix cache.
+  // and sets num_computed_tokens / num_cached_tokens from the prefix cache, or from the chain state the request
+  // carries (restored into the new sequence).
   Status admit(Request& request);
   // A new step's scheduling starts: no room is held back for transient passes yet.
   void begin_step() { num_headroom_pages_ = 0; }
-  // Room for `num_tokens` more tokens of a request this step; false (nothing changed) when memory is short.
+  // Room for `num_tokens` more tokens of a request this step, reclaiming idle chains (LRU) when the pool is
+  // short; false (nothing else changed) when memory stays short.
   // When these tokens complete the request's prefill, the room its method's transient passes take right
   // after (SparseController::transient_pages) must stay free too, and stays held back from the step's later
   // reservations (the passes of several sequences run one after another, so the largest one counts).
   bool try_reserve(Request& request, int32_t num_tokens);
   // After the step's forward: the request's first num_computed_tokens tokens are in the cache.
   void commit(Request& request);
-  // Ends the request's cache state (finish, abort or preemption); nothing of it counts as computed any more.
+  // Ends the request's cache state (finish, abort or preemption); nothing of it counts as computed any more. A
+  // chain request that computed nothing past its restored state takes that state back (it is admitted again
+  // later); one that did loses it and is marked rebuilt.
   void release(Request& request);
+  // Ends the request's cache state by retaining it for Chain Cache (the request's seq is released).
+  std::unique_ptr<RetainedSequence> retain(Request& request);
 
+  // The same for a turn resumed on a retained state that holds `num_held_pages`: its new tokens are prefilled on
+  // top of it, so the state plus their peak must fit. Pure.
+  bool can_ever_fit_resumed(int64_t num_held_pages, int32_t num_new_tokens, int32_t max_new_tokens) const {
+    return num_held_pages + controller_.peak_pages(num_new_tokens, max_new_tokens) <= cache_.num_total_pages();
+  }
   int64_t num_total_pages() const { return cache_.num_total_pages(); }
   int64_t num_available_pages() const { return cache_.num_available_pages(); }
 
  private:
   SparseController& controller_;
   CacheManager& cache_;
+  ChainCacheIndex* chains_;
   int32_t next_seq_ = 0;
   int64_t num_headroom_pages_ = 0;  // kept free this step for transient passes
 };

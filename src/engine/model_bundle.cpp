@@ -40,10 +40,11 @@ Result<ModelBundle> ModelBundle::load(const std::string& path, const LoadOptions
   return bundle;
 }
 
-Result<std::string> ModelBundle::render_chat(const nlohmann::ordered_json& messages) const {
+Result<std::string> ModelBundle::render_chat(const nlohmann::ordered_json& messages,
+                                             bool add_generation_prompt) const {
   if (!chat_template) return failed_precondition("model '{}' has no chat template", name);
   ChatTemplateOptions options;
-  options.add_generation_prompt = true;
+  options.add_generation_prompt = add_generation_prompt;
   options.bos_token = tokenizer->bos_token();
   options.eos_token = tokenizer->eos_token();
   return chat_template->render(messages, options);

@@ -24,8 +24,8 @@ struct ModelBundle {
   // Loads weights, tokenizer (GGUF vocabulary or tokenizer.json) and chat template. Errors name the file.
   static Result<ModelBundle> load(const std::string& path, const LoadOptions& options);
 
-  // The prompt of a chat: the template rendered with the generation prompt on.
-  Result<std::string> render_chat(const nlohmann::ordered_json& messages) const;
+  // The prompt of a chat: the template rendered with the generation prompt on (or off: a conversation so far).
+  Result<std::string> render_chat(const nlohmann::ordered_json& messages, bool add_generation_prompt = true) const;
 };
 
 // The tokenizer of a loaded model: the GGUF vocabulary, or tokenizer.json (+ tokenizer_config.json) of its

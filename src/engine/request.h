@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/request_output.h"
+#include "kv/chain_cache.h"
 #include "engine/sampler.h"
 #include "engine/sampling_params.h"
 #include "engine/stop_checker.h"
@@ -38,6 +39,12 @@ struct Request {
   int32_t num_cached_tokens = 0;    // prompt tokens served by the prefix cache at the last (re)start
   int32_t num_prefill_tokens = 0;   // tokens known at the last (re)admission: what prefill computes
   int num_preemptions = 0;
+
+  // Chain Cache: the chain this request continues or starts (empty: none), what it did with it, and the
+  // retained turn it resumes from until admission restores it.
+  std::string chain_id;
+  ChainStatus chain_status = ChainStatus::kNone;
+  std::unique_ptr<ChainState> chain_state;
 
   Clock::time_point arrival_time;
   std::optional<Clock::time_point> first_token_time;

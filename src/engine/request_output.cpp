@@ -13,6 +13,16 @@ std::string_view finish_reason_name(FinishReason reason) {
   return "";
 }
 
+std::string_view chain_status_name(ChainStatus status) {
+  switch (status) {
+    case ChainStatus::kNone: return "";
+    case ChainStatus::kCreated: return "created";
+    case ChainStatus::kResumed: return "resumed";
+    case ChainStatus::kRebuilt: return "rebuilt";
+  }
+  return "";
+}
+
 void OutputStream::push(RequestOutput output) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -38,6 +48,7 @@ std::optional<RequestOutput> OutputStream::next(std::chrono::milliseconds timeou
     merged.error = std::move(more.error);
     merged.num_cached_tokens = more.num_cached_tokens;
     merged.num_output_tokens = more.num_output_tokens;
+    merged.chain_status = more.chain_status;
     queue_.pop_front();
   }
   return merged;

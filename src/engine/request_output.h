@@ -19,6 +19,11 @@ namespace se {
 enum class FinishReason { kNone, kStop, kLength, kAbort, kError };
 std::string_view finish_reason_name(FinishReason reason);  // "stop", "length", "abort", "error", ""
 
+// What a request with a chain_id did with its chain: started it, resumed it from the retained state, or
+// recomputed its whole context (the restored state was lost to a preemption) and retained that instead.
+enum class ChainStatus { kNone, kCreated, kResumed, kRebuilt };
+std::string_view chain_status_name(ChainStatus status);  // "created", "resumed", "rebuilt", ""
+
 struct TokenOutput {
   int32_t token_id = 0;
   std::string text;                 // decoded bytes of this token (may be a partial UTF-8 sequence)
@@ -36,6 +41,7 @@ struct RequestOutput {
   int num_prompt_tokens = 0;
   int num_cached_tokens = 0;        // prompt tokens served from the prefix cache
   int num_output_tokens = 0;        // total so far
+  ChainStatus chain_status = ChainStatus::kNone;  // set on the finished delta of a chain request
 };
 
 class OutputStream {

@@ -11,6 +11,8 @@ int http_status_for(StatusCode code) {
     // The engine reports a request that can never fit in KV memory this way: the request is at fault.
     case StatusCode::kResourceExhausted: return 400;
     case StatusCode::kNotFound: return 404;
+    case StatusCode::kConflict: return 409;
+    case StatusCode::kGone: return 410;
     case StatusCode::kUnimplemented: return 501;
     case StatusCode::kUnavailable: return 503;
     case StatusCode::kDataLoss:
@@ -25,6 +27,8 @@ std::string ApiError::type() const {
     case 400: return "BadRequestError";
     case 404: return "NotFoundError";
     case 405: return "MethodNotAllowedError";
+    case 409: return "ConflictError";
+    case 410: return "GoneError";
     case 413: return "PayloadTooLargeError";
     case 501: return "NotImplementedError";
     case 503: return "ServiceUnavailableError";

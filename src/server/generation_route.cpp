@@ -8,6 +8,7 @@
 #include <random>
 
 #include "base/logging.h"
+#include "server/chain_append.h"
 #include "server/generation_session.h"
 #include "server/openai_response.h"
 
@@ -143,7 +144,19 @@ void handle_generation(ServerContext& ctx, Endpoint endpoint, const httplib::Req
   const ModelBundle& bundle = ctx.engine.bundle();
   if (!request.model.empty() && request.model != bundle.name)
     return send_error(res, ApiError{404, fmt::format("The model `{}` does not exist.", request.model), "model"});
-  ApiResult<std::vector<int32_t>> prompt = prompt_token_ids(request, bundle);
+  std::optional<ChainRequest> chain;
+  if (request.chain) {
+    const bool create = request.chain_id.empty();
+    chain = ChainRequest{create ? "chain-" + random_hex(24) : request.chain_id, create};
+  }
+  // An append continues from the chain's stored tokens; without them (unknown, busy, reclaimed chain) the full
+  // rendering goes to the engine, which answers why the chain cannot be continued.
+  const std::vector<int32_t> chain_tokens =
+      request.chain_append_start ? ctx.engine.chain_prefix(request.chain_id) : std::vector<int32_t>();
+  ApiResult<std::vector<int32_t>> prompt =
+      chain_tokens.empty()
+          ? prompt_token_ids(request, bundle)
+          : chain_append_prompt(bundle, request.messages, *request.chain_append_start, chain_tokens);
   if (!prompt.is_ok()) return send_error(res, prompt.error());
   ApiResult<int> max_tokens = resolve_max_tokens(request, static_cast<int>(prompt->size()), ctx.max_model_len);
   if (!max_tokens.is_ok()) return send_error(res, max_tokens.error());
@@ -156,14 +169,16 @@ void handle_generation(ServerContext& ctx, Endpoint endpoint, const httplib::Req
   auto state = std::make_shared<ResponseState>(
       ctx, ResponseFormatter(endpoint, id, bundle.name, static_cast<int64_t>(std::time(nullptr)), request.logprobs,
                              request.include_usage, std::move(token_bytes)));
+  if (chain) state->formatter.set_chain_id(chain->chain_id);
   Result<std::unique_ptr<GenerationSession>> session =
-      GenerationSession::submit(ctx.engine, id, prompt.value(), request.params, request.n);
-  if (!session.is_ok()) return send_error(res, ApiError::from_status(session.status()));
+      GenerationSession::submit(ctx.engine, id, prompt.value(), request.params, request.n, chain);
+  if (!session.is_ok()) return send_error(res, ApiError::from_status(session.status(), chain ? "chain_id" : ""));
   state->session = std::move(session).value();
   state->choices.resize(static_cast<size_t>(request.n));
   state->logprobs = request.logprobs;
 
   res.status = 200;
+  if (chain) res.set_header("X-SparseVLLM-Chain-ID", chain->chain_id);
   if (request.stream) {
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(

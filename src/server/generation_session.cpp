@@ -17,13 +17,15 @@ constexpr std::chrono::milliseconds kPollSlice{2};
 
 Result<std::unique_ptr<GenerationSession>> GenerationSession::submit(Engine& engine, const std::string& id,
                                                                      const std::vector<int32_t>& prompt_ids,
-                                                                     const SamplingParams& params, int n) {
+                                                                     const SamplingParams& params, int n,
+                                                                     std::optional<ChainRequest> chain) {
   std::unique_ptr<GenerationSession> session(new GenerationSession(engine));
   for (int i = 0; i < n; ++i) {
     GenerationRequest request;
     request.request_id = n == 1 ? id : fmt::format("{}-{}", id, i);
     request.prompt_ids = prompt_ids;
     request.params = params;
+    request.chain = chain;
     if (params.seed) request.params.seed = *params.seed + static_cast<uint64_t>(i);
     std::string request_id = request.request_id;
     // On an error the session's destructor aborts the choices already submitted.

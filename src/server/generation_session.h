@@ -21,10 +21,11 @@ struct ChoiceDelta {
 class GenerationSession {
  public:
   // Submits `n` requests "<id>-<i>" with the same prompt; choice i samples with seed + i when a seed is set, so
-  // choices differ yet stay reproducible. On an error nothing stays queued.
+  // choices differ yet stay reproducible. On an error nothing stays queued. A chain request has n = 1.
   static Result<std::unique_ptr<GenerationSession>> submit(Engine& engine, const std::string& id,
                                                            const std::vector<int32_t>& prompt_ids,
-                                                           const SamplingParams& params, int n);
+                                                           const SamplingParams& params, int n,
+                                                           std::optional<ChainRequest> chain = std::nullopt);
   ~GenerationSession();
   GenerationSession(const GenerationSession&) = delete;
   GenerationSession& operator=(const GenerationSession&) = delete;

@@ -10,6 +10,7 @@
 #include "server/generation_route.h"
 #include "server/openai_response.h"
 #include "server/prometheus.h"
+#include "server/prefix_cache_route.h"
 
 namespace se::server {
 
@@ -84,6 +85,13 @@ void HttpServer::add_routes() {
   });
   for (const char* path : {"/v1/completions", "/v1/chat/completions"})
     http.Get(path, [](const httplib::Request&, httplib::Response& res) { send_error(res, http_error(405)); });
+
+  http.Post("/v1/prefix_cache/inspect", [&ctx](const httplib::Request& req, httplib::Response& res) {
+    handle_prefix_cache_inspect(ctx, req, res);
+  });
+  http.Post("/v1/prefix_cache/match", [&ctx](const httplib::Request& req, httplib::Response& res) {
+    handle_prefix_cache_match(ctx, req, res);
+  });
 
   http.Get("/v1/models", [&ctx](const httplib::Request&, httplib::Response& res) {
     const ModelBundle& bundle = ctx.engine.bundle();

@@ -73,6 +73,26 @@ ApiResult<OpenAiRequest> parse_common(const nlohmann::json& body, const RequestL
 }
 
 // Checks the finished SamplingParams; the message names the field.
+// chain_id: a string or null (a new chain); chain_append_start (chat): an integer that continues a named chain.
+ApiResult<OpenAiRequest> read_chain_fields(const nlohmann::json& body, OpenAiRequest request) {
+  const FieldReader fields(body);
+  if (body.contains("chain_id")) {
+    const nlohmann::json& id = body["chain_id"];
+    if (!id.is_null() && !id.is_string()) return fields.type_error("chain_id", "a string or null", id);
+    request.chain = true;
+    if (id.is_string()) request.chain_id = id.get<std::string>();
+    if (request.n != 1) return ApiError::bad_request("a chain request must have n = 1", "n");
+  }
+  SE_API_ASSIGN_OR_RETURN(auto append_start, fields.get_int("chain_append_start", 1, kInt32Max));
+  if (!append_start) return request;
+  if (request.endpoint != Endpoint::kChatCompletions)
+    return ApiError::bad_request("'chain_append_start' is a chat field", "chain_append_start");
+  if (request.chain_id.empty())
+    return ApiError::bad_request("'chain_append_start' continues a chain: give its 'chain_id'", "chain_append_start");
+  request.chain_append_start = static_cast<int>(*append_start);
+  return request;
+}
+
 ApiResult<OpenAiRequest> validated(OpenAiRequest request) {
   const Status status = request.params.validate();
   if (!status.is_ok()) return ApiError::from_status(status);
@@ -211,6 +231,7 @@ ApiResult<OpenAiRequest> parse_completion_request(const nlohmann::json& body, co
   request.params.logprobs = logprobs ? static_cast<int>(*logprobs) : -1;
   SE_API_ASSIGN_OR_RETURN(auto echo, fields.get_bool("echo"));
   if (echo.value_or(false)) return ApiError::bad_request("'echo' is not supported", "echo");
+  SE_API_ASSIGN_OR_RETURN(request, read_chain_fields(body, std::move(request)));
   return validated(std::move(request));
 }
 
@@ -224,6 +245,10 @@ ApiResult<OpenAiRequest> parse_chat_request(const nlohmann::json& body, const Re
   if (top_logprobs && *top_logprobs > 0 && !request.logprobs)
     return ApiError::bad_request("'top_logprobs' needs 'logprobs' set to true", "top_logprobs");
   request.params.logprobs = request.logprobs ? static_cast<int>(top_logprobs.value_or(0)) : -1;
+  SE_API_ASSIGN_OR_RETURN(request, read_chain_fields(body, std::move(request)));
+  if (request.chain_append_start && *request.chain_append_start >= static_cast<int>(request.messages.size()))
+    return ApiError::bad_request("'chain_append_start' must point at a message after the chain's last reply",
+                                 "chain_append_start");
   return validated(std::move(request));
 }
 

@@ -32,6 +32,11 @@ struct OpenAiRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage: a last chunk with usage
   bool logprobs = false;       // return logprobs; params.logprobs holds the number of alternatives
+  // Chain Cache (extra body fields): "chain_id" given (null or "" = start a new chain, else continue that one);
+  // chat's "chain_append_start" = the index of the first message after the chain's last assistant reply.
+  bool chain = false;
+  std::string chain_id;
+  std::optional<int> chain_append_start;
 };
 
 struct RequestLimits {

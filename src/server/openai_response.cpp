@@ -64,6 +64,7 @@ void ChoiceState::absorb(const RequestOutput& delta, bool keep_tokens) {
   if (delta.finished) {
     finish_reason = delta.finish_reason;
     stop_reason = delta.stop_reason;
+    chain_status = delta.chain_status;
   }
   num_prompt_tokens = std::max(num_prompt_tokens, delta.num_prompt_tokens);
   num_cached_tokens = std::max(num_cached_tokens, delta.num_cached_tokens);
@@ -127,6 +128,11 @@ nlohmann::json ResponseFormatter::logprobs_json(std::span<const TokenOutput> tok
           {"top_logprobs", std::move(top_logprobs)}};
 }
 
+nlohmann::json ResponseFormatter::with_chain_status(nlohmann::json chunk, const ChoiceState& state) const {
+  if (!chain_id_.empty() && state.finished()) chunk["chain_status"] = chain_status_name(state.chain_status);
+  return chunk;
+}
+
 nlohmann::json ResponseFormatter::chunk(nlohmann::json choice) const {
   nlohmann::json out = {
       {"id", id_},
@@ -135,6 +141,7 @@ nlohmann::json ResponseFormatter::chunk(nlohmann::json choice) const {
       {"model", model_},
       {"choices", nlohmann::json::array({std::move(choice)})}};
   if (include_usage_) out["usage"] = nullptr;  // as OpenAI: every chunk but the last has usage null
+  if (!chain_id_.empty()) out["chain_id"] = chain_id_;
   return out;
 }
 
@@ -160,13 +167,15 @@ std::string ResponseFormatter::stream_delta(int index, const RequestOutput& delt
     nlohmann::json choice = {
         {"index", index}, {"delta", std::move(content)}, {"logprobs", std::move(logprobs)}, {"finish_reason", finish}};
     if (delta.finished) choice["stop_reason"] = stop_reason_json(state);
-    return sse_event(chunk(std::move(choice)));
+    return sse_event(with_chain_status(chunk(std::move(choice)), state));
   }
-  return sse_event(chunk({{"index", index},
-                          {"text", delta.text},
-                          {"logprobs", std::move(logprobs)},
-                          {"finish_reason", finish},
-                          {"stop_reason", delta.finished ? stop_reason_json(state) : nlohmann::json(nullptr)}}));
+  return sse_event(with_chain_status(
+      chunk({{"index", index},
+             {"text", delta.text},
+             {"logprobs", std::move(logprobs)},
+             {"finish_reason", finish},
+             {"stop_reason", delta.finished ? stop_reason_json(state) : nlohmann::json(nullptr)}}),
+      state));
 }
 
 std::string ResponseFormatter::stream_end(const Usage& usage) const {
@@ -197,12 +206,17 @@ nlohmann::json ResponseFormatter::full_response(std::span<const ChoiceState> cho
     }
     out_choices.push_back(std::move(choice));
   }
-  return {{"id", id_},
-          {"object", chat ? "chat.completion" : "text_completion"},
-          {"created", created_},
-          {"model", model_},
-          {"choices", std::move(out_choices)},
-          {"usage", usage_of(choices).to_json()}};
+  nlohmann::json out = {{"id", id_},
+                        {"object", chat ? "chat.completion" : "text_completion"},
+                        {"created", created_},
+                        {"model", model_},
+                        {"choices", std::move(out_choices)},
+                        {"usage", usage_of(choices).to_json()}};
+  if (!chain_id_.empty() && !choices.empty()) {
+    out["chain_id"] = chain_id_;
+    out["chain_status"] = chain_status_name(choices.front().chain_status);
+  }
+  return out;
 }
 
 }  // namespace se::server

@@ -50,6 +50,7 @@ struct ChoiceState {
   int num_cached_tokens = 0;
   int num_output_tokens = 0;
   size_t text_offset = 0;  // completions logprobs: where the next token's text starts, in characters
+  ChainStatus chain_status = ChainStatus::kNone;
 
   bool finished() const { return finish_reason != FinishReason::kNone; }
   void absorb(const RequestOutput& delta, bool keep_tokens);
@@ -73,12 +74,16 @@ class ResponseFormatter {
 
   // The non-streaming body.
   nlohmann::json full_response(std::span<const ChoiceState> choices) const;
+  // A chain request's responses carry `chain_id` (every chunk) and `chain_status` (the body, the last chunk).
+  void set_chain_id(std::string chain_id) { chain_id_ = std::move(chain_id); }
 
   // Logprobs of `tokens` in the endpoint's format; `text_offset` (completions) advances past them.
   nlohmann::json logprobs_json(std::span<const TokenOutput> tokens, size_t& text_offset) const;
 
  private:
   nlohmann::json chunk(nlohmann::json choice) const;
+  // `chunk` with the chain status once the choice finished (chain requests only).
+  nlohmann::json with_chain_status(nlohmann::json chunk, const ChoiceState& state) const;
   nlohmann::json chat_logprob_entry(int32_t token_id, float logprob) const;
 
   Endpoint endpoint_;
@@ -88,6 +93,7 @@ class ResponseFormatter {
   bool logprobs_;
   bool include_usage_;
   TokenBytesFn token_bytes_;
+  std::string chain_id_;  // empty: not a chain request
 };
 
 }  // namespace se::server

@@ -31,6 +31,13 @@ namespace se {
 // do not.
 using TransientPassFn = std::function<Status(int32_t seq, std::span<const int32_t> token_ids)>;
 
+// A sequence's method metadata taken out of the method, so Chain Cache can keep it between turns (e.g. H2O's
+// accumulated scores). Each method defines its own.
+class MethodSequenceState {
+ public:
+  virtual ~MethodSequenceState() = default;
+};
+
 struct StepContext {
   const ForwardBatch& batch;
   CacheManager& cache;
@@ -95,6 +102,15 @@ class MethodRuntime {
   virtual void finish_step(StepContext& /*ctx*/) {}
   // The sequence left the cache (finished, aborted, preempted): drop what the method keeps for it.
   virtual void on_sequence_end(int32_t /*seq*/) {}
+  // --- Chain Cache: metadata that must outlive the sequence with its retained KV ---
+  // Takes what the method keeps for `seq` between steps out of the method (called when a finished turn is
+  // retained, before on_sequence_end); null for methods whose state lives in the KV alone.
+  virtual std::unique_ptr<MethodSequenceState> export_sequence_state(int32_t /*seq*/) { return nullptr; }
+  // Gives a state export_sequence_state returned (possibly null) to sequence `seq`, restored from the same turn.
+  virtual Status import_sequence_state(int32_t seq, std::unique_ptr<MethodSequenceState> state) {
+    if (state) return invalid_argument("{} keeps no per-sequence state to import for sequence {}", name(), seq);
+    return Status::ok();
+  }
   // The unit build_*_selection hands out (token or page indices).
   virtual SelectionUnit selection_unit() const { return SelectionUnit::kToken; }
 

@@ -57,6 +57,27 @@ void SparseController::on_layer_end(int layer, const ForwardBatch& batch, Tensor
   method_.on_layer_end(layer, batch, hidden);
 }
 
+std::unique_ptr<RetainedSequence> SparseController::retain(int32_t seq) {
+  std::unique_ptr<MethodSequenceState> method_state = method_.export_sequence_state(seq);
+  std::unique_ptr<SequenceSnapshot> kv = cache_.snapshot(seq);
+  method_.on_sequence_end(seq);
+  return std::make_unique<RetainedSequence>(std::move(kv), std::move(method_state));
+}
+
+Result<int32_t> SparseController::resume(int32_t seq, std::unique_ptr<ChainState> state) {
+  auto* retained = dynamic_cast<RetainedSequence*>(state.get());
+  if (retained == nullptr)
+    return invalid_argument("resume: sequence {} was given a state this engine did not retain", seq);
+  const int32_t num_tokens = retained->num_logical_tokens();
+  SE_RETURN_IF_ERROR(cache_.restore(seq, retained->take_kv()));
+  const Status imported = method_.import_sequence_state(seq, retained->take_method_state());
+  if (!imported.is_ok()) {
+    close(seq);
+    return imported;
+  }
+  return num_tokens;
+}
+
 void SparseController::close(int32_t seq) {
   method_.on_sequence_end(seq);
   cache_.close(seq);

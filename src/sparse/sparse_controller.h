@@ -10,6 +10,7 @@
 
 #include "model/forward_hooks.h"
 #include "sparse/method_runtime.h"
+#include "sparse/retained_sequence.h"
 
 namespace se {
 
@@ -46,6 +47,11 @@ class SparseController final : public ForwardHooks {
   // Sequence lifecycle: the cache's open/close with the method told when a sequence ends.
   Result<int32_t> open(int32_t seq, std::span<const int32_t> prompt) { return cache_.open(seq, prompt); }
   void close(int32_t seq);
+  // Chain Cache: takes sequence `seq` out of the cache and the method (it is closed afterwards) with its method
+  // metadata, / opens `seq` on a retained state (a RetainedSequence) and returns its logical length. On error
+  // the sequence is not open and the state is destroyed.
+  std::unique_ptr<RetainedSequence> retain(int32_t seq);
+  Result<int32_t> resume(int32_t seq, std::unique_ptr<ChainState> state);
 
   // The MemoryOracle's questions that depend on the method.
   int64_t peak_pages(int32_t num_prompt_tokens, int32_t max_new_tokens) const {

@@ -244,3 +244,44 @@ TEST(ResolveMaxTokens, FollowsVllm) {
 
 }  // namespace
 }  // namespace se::server
+
+namespace se::server {
+namespace {
+
+TEST(ChainFields, NullStartsAChainAStringContinuesOne) {
+  auto start = chat(user_chat({{"chain_id", nullptr}}));
+  ASSERT_TRUE(start.is_ok());
+  EXPECT_TRUE(start->chain);
+  EXPECT_TRUE(start->chain_id.empty());
+  auto plain = chat(user_chat());
+  ASSERT_TRUE(plain.is_ok());
+  EXPECT_FALSE(plain->chain);
+
+  json body = user_chat({{"chain_id", "c-1"}, {"chain_append_start", 1}});
+  body["messages"] = {{{"role", "user"}, {"content", "hi"}},
+                      {{"role", "assistant"}, {"content", "hello"}},
+                      {{"role", "user"}, {"content", "more"}}};
+  body["chain_append_start"] = 2;
+  auto append = chat(body);
+  ASSERT_TRUE(append.is_ok());
+  EXPECT_EQ(append->chain_id, "c-1");
+  EXPECT_EQ(append->chain_append_start, 2);
+  auto tokens = completion({{"prompt", {1, 2, 3}}, {"chain_id", "c-2"}});
+  ASSERT_TRUE(tokens.is_ok());
+  EXPECT_EQ(tokens->chain_id, "c-2");
+}
+
+TEST(ChainFields, BadChainFieldsNameThemselves) {
+  expect_bad_field(chat(user_chat({{"chain_id", 5}})), "chain_id");
+  expect_bad_field(chat(user_chat({{"chain_append_start", 1}})), "chain_append_start");  // no chain named
+  expect_bad_field(chat(user_chat({{"chain_id", "c"}, {"chain_append_start", 0}})), "chain_append_start");
+  // It must point at a message that exists.
+  expect_bad_field(chat(user_chat({{"chain_id", "c"}, {"chain_append_start", 1}})), "chain_append_start");
+  expect_bad_field(completion({{"prompt", "x"}, {"chain_id", "c"}, {"chain_append_start", 1}}), "chain_append_start");
+  auto several = chat(user_chat({{"chain_id", nullptr}, {"n", 2}}));
+  ASSERT_FALSE(several.is_ok());
+  EXPECT_EQ(several.error().param, "n");
+}
+
+}  // namespace
+}  // namespace se::server

@@ -181,3 +181,34 @@ TEST(Streaming, SseEventNeverThrowsOnBadBytes) {
 
 }  // namespace
 }  // namespace se::server
+
+namespace se::server {
+namespace {
+
+TEST(ChainFields, BodyAndChunksCarryTheChain) {
+  ResponseFormatter chain_formatter = formatter(Endpoint::kChatCompletions);
+  chain_formatter.set_chain_id("chain-7");
+  RequestOutput last = delta("hi", {}, FinishReason::kStop);
+  last.chain_status = ChainStatus::kResumed;
+  std::vector<ChoiceState> choices(1);
+  choices[0].absorb(last, false);
+  const json body = chain_formatter.full_response(choices);
+  EXPECT_EQ(body["chain_id"], "chain-7");
+  EXPECT_EQ(body["chain_status"], "resumed");
+  EXPECT_EQ(body["usage"]["prompt_tokens_details"]["cached_tokens"], 2);
+
+  ChoiceState streamed;
+  const std::vector<json> first = parse_sse(chain_formatter.stream_delta(0, delta("a", {}), streamed));
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0]["chain_id"], "chain-7");
+  EXPECT_FALSE(first[0].contains("chain_status"));  // known once the turn finished
+  const std::vector<json> end = parse_sse(chain_formatter.stream_delta(0, last, streamed));
+  EXPECT_EQ(end[0]["chain_status"], "resumed");
+
+  const json plain = formatter(Endpoint::kChatCompletions).full_response(choices);
+  EXPECT_FALSE(plain.contains("chain_id"));
+  EXPECT_FALSE(plain.contains("chain_status"));
+}
+
+}  // namespace
+}  // namespace se::server

@@ -130,6 +130,24 @@ void H2oMethod::finish_step(StepContext& ctx) {
   }
 }
 
+std::unique_ptr<MethodSequenceState> H2oMethod::export_sequence_state(int32_t seq) {
+  auto it = scores_.find(seq);
+  if (it == scores_.end()) return nullptr;
+  auto state = std::make_unique<ExportedScores>();
+  state->scores = std::move(it->second);
+  scores_.erase(it);
+  return state;
+}
+
+Status H2oMethod::import_sequence_state(int32_t seq, std::unique_ptr<MethodSequenceState> state) {
+  if (!state) return Status::ok();
+  auto* exported = dynamic_cast<ExportedScores*>(state.get());
+  if (exported == nullptr) return invalid_argument("h2o: sequence {} was given another method's state", seq);
+  if (scores_.count(seq) != 0) return failed_precondition("h2o: sequence {} already has scores", seq);
+  scores_.emplace(seq, std::move(exported->scores));
+  return Status::ok();
+}
+
 nlohmann::json H2oMethod::debug_state(int32_t seq) const {
   auto it = scores_.find(seq);
   if (it == scores_.end()) return nullptr;

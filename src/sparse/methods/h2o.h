@@ -50,6 +50,9 @@ class H2oMethod final : public MethodRuntime {
   // Evicts every stream of the step's sequences that holds more than heavy + recent tokens.
   void finish_step(StepContext& ctx) override;
   void on_sequence_end(int32_t seq) override { scores_.erase(seq); }
+  // The accumulated scores travel with a retained turn: the next turn evicts by them.
+  std::unique_ptr<MethodSequenceState> export_sequence_state(int32_t seq) override;
+  Status import_sequence_state(int32_t seq, std::unique_ptr<MethodSequenceState> state) override;
   // {"acc": [layer][kv_head] -> acc in stream order}, or null for an unknown sequence.
   nlohmann::json debug_state(int32_t seq) const override;
 
@@ -64,6 +67,9 @@ class H2oMethod final : public MethodRuntime {
   struct SequenceScores {
     int32_t num_kv_heads = 0;
     std::vector<std::vector<float>> acc;  // [layer * num_kv_heads + kv_head] -> one score per resident row
+  };
+  struct ExportedScores final : MethodSequenceState {
+    SequenceScores scores;
   };
   std::unordered_map<int32_t, SequenceScores> scores_;  // by seq slot
   std::vector<float> step_scores_;                      // scratch: [H, max_len] column sums of one sequence's step

@@ -55,8 +55,15 @@ void ObservationWindowMethod::on_attention_end(LayerContext& ctx) {
       continue;
     }
     const auto num_rows = static_cast<int32_t>(static_cast<int64_t>(rows.size()) / row_size);
-    SE_CHECK(num_rows >= window && num_tokens > window, "{}: seq {} layer {} has {} window rows, {} tokens",
-             name(), slice.seq_slot, ctx.layer, num_rows, num_tokens);
+    if (num_rows < window || num_tokens <= window_config_.budget) {
+      // A resumed turn (Chain Cache) whose new prompt tokens are fewer than the window (the window's older
+      // queries ran in an earlier turn and are gone), or whose retained streams plus new tokens fit the budget:
+      // it appends without compressing.
+      std::vector<float>().swap(rows);
+      continue;
+    }
+    SE_CHECK(num_tokens > window, "{}: seq {} layer {} has {} tokens for a window of {}", name(), slice.seq_slot,
+             ctx.layer, num_tokens, window);
     const TensorView q{rows.data() + (num_rows - window) * row_size, DType::kF32,
                        {window, num_heads, ctx.q.shape[2]}, Device::kCpu};  // [w, H, D]
     probs_.resize(static_cast<size_t>(num_heads * num_tokens));

@@ -13,8 +13,11 @@
 // the pages the same step) and drops the sequence's state. Prompts of T <= budget are never compressed.
 // Decode then appends to the compacted streams; kept keys keep their RoPE and new tokens their absolute
 // positions (the cache's logical counter). State is keyed by seq slot and dropped in on_sequence_end.
-// NOTE: compression assumes the prompt's streams are dense when it completes; streams that already differ in
-// length (a state resumed from an earlier compressed turn) are left uncompressed. The window rows are read
+// Chain Cache turns: a resumed sequence prefills only its new prompt tokens on top of the retained streams, and
+// its prompt completes like any other: when the streams have equal lengths and the turn's own rows fill the
+// window, the whole stream (retained tokens and new ones) is scored and compressed again; streams that differ in
+// length (AdaKV's per-head budgets) or a new prompt shorter than the window are left as they are, and the next
+// turn compresses. The window rows are read
 // from host memory (CPU backend); the CUDA path will need a device copy of them.
 #pragma once
 

@@ -1,0 +1,152 @@
+#include "kv/chain_cache.h"
+
+#include <xxhash.h>
+
+#include "base/check.h"
+
+namespace se {
+
+uint64_t token_digest(std::span<const int32_t> tokens) { return XXH3_64bits(tokens.data(), tokens.size_bytes()); }
+
+Status ChainCacheIndex::create(const std::string& chain_id, const std::string& fingerprint) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (chains_.count(chain_id) != 0 || is_tombstoned(chain_id))
+    return invalid_argument("chain id '{}' is already in use", chain_id);
+  Chain& chain = chains_[chain_id];
+  chain.fingerprint = fingerprint;
+  chain.digest = token_digest({});
+  return Status::ok();
+}
+
+Result<std::unique_ptr<ChainState>> ChainCacheIndex::begin_turn(const std::string& chain_id,
+                                                                 const std::string& fingerprint,
+                                                                 std::span<const int32_t> tokens) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = chains_.find(chain_id);
+  if (it == chains_.end()) {
+    if (is_tombstoned(chain_id))
+      return gone("chain '{}' was reclaimed; start a new chain with the full conversation", chain_id);
+    return not_found("chain '{}' does not exist", chain_id);
+  }
+  Chain& chain = it->second;
+  if (!chain.state) return conflict("chain '{}' is busy: a turn is in flight", chain_id);
+  if (chain.fingerprint != fingerprint)
+    return conflict("chain '{}' was made under other settings ({}) than this server's ({})", chain_id,
+                    chain.fingerprint, fingerprint);
+  const size_t n = chain.tokens.size();
+  if (tokens.size() <= n || token_digest(tokens.first(n)) != chain.digest)
+    return conflict("the prompt ({} tokens) does not extend chain '{}''s {} cached tokens", tokens.size(), chain_id,
+                    n);
+  lru_.erase(chain.lru_it);
+  return std::move(chain.state);
+}
+
+void ChainCacheIndex::make_idle(const std::string& chain_id, Chain& chain) {
+  chain.lru_it = lru_.insert(lru_.end(), chain_id);
+}
+
+void ChainCacheIndex::end_turn(const std::string& chain_id, std::vector<int32_t> tokens,
+                               std::unique_ptr<ChainState> state) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = chains_.find(chain_id);
+  SE_CHECK(it != chains_.end() && !it->second.state && state, "chain '{}' has no turn in flight", chain_id);
+  Chain& chain = it->second;
+  chain.digest = token_digest(tokens);
+  chain.tokens = std::move(tokens);
+  chain.state = std::move(state);
+  make_idle(chain_id, chain);
+}
+
+void ChainCacheIndex::cancel_turn(const std::string& chain_id, std::unique_ptr<ChainState> state) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = chains_.find(chain_id);
+  SE_CHECK(it != chains_.end() && !it->second.state && state, "chain '{}' has no turn in flight", chain_id);
+  it->second.state = std::move(state);
+  make_idle(chain_id, it->second);
+}
+
+void ChainCacheIndex::tombstone(const std::string& chain_id) {
+  if (!tombstone_set_.insert(chain_id).second) return;
+  tombstones_.push_back(chain_id);
+  while (static_cast<int32_t>(tombstones_.size()) > max_tombstones_) {
+    tombstone_set_.erase(tombstones_.front());
+    tombstones_.pop_front();
+  }
+}
+
+void ChainCacheIndex::drop(const std::string& chain_id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  drop_locked(chain_id);
+}
+
+void ChainCacheIndex::drop_locked(const std::string& chain_id) {
+  auto it = chains_.find(chain_id);
+  if (it == chains_.end()) return;
+  if (it->second.state) lru_.erase(it->second.lru_it);
+  chains_.erase(it);  // releases the state's pages
+  tombstone(chain_id);
+}
+
+int64_t ChainCacheIndex::reclaim(int64_t num_pages) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  int64_t num_released = 0;
+  while (num_released < num_pages && !lru_.empty()) {
+    const std::string chain_id = lru_.front();
+    num_released += chains_.at(chain_id).state->num_held_pages();
+    drop_locked(chain_id);
+  }
+  return num_released;
+}
+
+std::optional<ChainInfo> ChainCacheIndex::find(const std::string& chain_id) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = chains_.find(chain_id);
+  if (it == chains_.end()) return std::nullopt;
+  const Chain& chain = it->second;
+  return ChainInfo{chain_id, !chain.state, static_cast<int32_t>(chain.tokens.size()), chain.digest,
+                   chain.state ? chain.state->num_held_pages() : 0};
+}
+
+std::vector<int32_t> ChainCacheIndex::prefix(const std::string& chain_id) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = chains_.find(chain_id);
+  if (it == chains_.end() || !it->second.state) return {};
+  return it->second.tokens;
+}
+
+int32_t ChainCacheIndex::num_chains() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return static_cast<int32_t>(chains_.size());
+}
+
+int32_t ChainCacheIndex::num_idle_chains() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return static_cast<int32_t>(lru_.size());
+}
+
+int64_t ChainCacheIndex::num_reclaimable_pages() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  int64_t n = 0;
+  for (const std::string& chain_id : lru_) n += chains_.at(chain_id).state->num_held_pages();
+  return n;
+}
+
+Status ChainCacheIndex::check_integrity() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  size_t num_idle = 0;
+  for (const auto& [chain_id, chain] : chains_) {
+    if (is_tombstoned(chain_id)) return internal_error("chain '{}' is live and tombstoned", chain_id);
+    if (chain.digest != token_digest(chain.tokens)) return internal_error("chain '{}': stale digest", chain_id);
+    if (!chain.state) continue;
+    ++num_idle;
+    if (*chain.lru_it != chain_id) return internal_error("chain '{}': LRU entry names another chain", chain_id);
+  }
+  if (num_idle != lru_.size())
+    return internal_error("{} idle chains but {} LRU entries", num_idle, lru_.size());
+  if (tombstones_.size() != tombstone_set_.size() || static_cast<int32_t>(tombstones_.size()) > max_tombstones_)
+    return internal_error("{} tombstones ({} distinct, bound {})", tombstones_.size(), tombstone_set_.size(),
+                          max_tombstones_);
+  return Status::ok();
+}
+
+}  // namespace se

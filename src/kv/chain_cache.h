@@ -1,0 +1,116 @@
+// ChainCacheIndex: the Chain Cache's bookkeeping for eviction methods. Per chain_id it keeps the state the
+// chain's last finished turn left behind (a ChainState: the method's retained KV, holding page references, and
+// its per-sequence metadata), the logical token prefix that state stands for with its xxh3 digest, and the
+// fingerprint of the settings that made it (model, dtype, method, method config). A chain is either idle (its
+// state is here) or in flight (a turn took the state out: the chain is pinned and cannot be reclaimed or
+// resumed twice). Idle chains are reclaimed in LRU order of their last turn when pages are needed; a reclaimed or
+// dropped chain leaves a tombstone in a bounded FIFO so it answers kGone instead of kNotFound.
+//
+// Thread-safe (one mutex), so a request's chain can be checked and pinned on the submitting thread. Destroying a
+// state releases its pages, so the calls that can (reclaim, drop of an idle chain, the destructor) belong to the
+// thread that owns the pool (the engine thread); create, begin_turn, cancel_turn and
+// the queries move states or read metadata only.
+//
+// Invariants (check_integrity): the LRU list holds exactly the idle chains, once each; every chain's digest is
+// that of its token list; no live chain is tombstoned; the tombstones never exceed their bound.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "base/status.h"
+
+namespace se {
+
+// xxh3 of the token ids' bytes: what a chain's stored prefix is checked against.
+uint64_t token_digest(std::span<const int32_t> tokens);
+
+// A finished turn's retained state, opaque to the index (the sparse layer defines it).
+class ChainState {
+ public:
+  virtual ~ChainState() = default;
+  // Pages the state holds references to.
+  virtual int64_t num_held_pages() const = 0;
+  // Tokens whose KV the state stands for (the absolute position of the next token); the chain's stored prefix
+  // may hold more (a last sampled token not computed yet).
+  virtual int32_t num_logical_tokens() const = 0;
+};
+
+struct ChainInfo {
+  std::string chain_id;
+  bool in_flight = false;
+  int32_t num_prefix_tokens = 0;  // logical tokens the stored state stands for (0 while a first turn runs)
+  uint64_t digest = 0;            // token_digest of those tokens
+  int64_t num_held_pages = 0;     // 0 while in flight
+};
+
+class ChainCacheIndex final {
+ public:
+  explicit ChainCacheIndex(int32_t max_tombstones = 4096) : max_tombstones_(max_tombstones) {}
+  ChainCacheIndex(const ChainCacheIndex&) = delete;
+  ChainCacheIndex& operator=(const ChainCacheIndex&) = delete;
+
+  // A new chain, in flight with no state (its first turn runs). kInvalidArgument if the id is live or
+  // tombstoned.
+  Status create(const std::string& chain_id, const std::string& fingerprint);
+  // Starts a turn whose full logical context is `tokens`: takes the stored state out and pins the chain.
+  // kNotFound (never existed), kGone (reclaimed), kConflict (a turn is in flight, the fingerprint differs, or
+  // `tokens` does not strictly extend the stored prefix); on error nothing changed.
+  Result<std::unique_ptr<ChainState>> begin_turn(const std::string& chain_id, const std::string& fingerprint,
+                                                 std::span<const int32_t> tokens);
+  // Ends an in-flight turn: the chain now holds `state` for the logical prefix `tokens` and becomes the most
+  // recently used idle chain.
+  void end_turn(const std::string& chain_id, std::vector<int32_t> tokens, std::unique_ptr<ChainState> state);
+  // Gives back the state begin_turn took, unchanged (the turn did not run): the chain is idle again with its
+  // previous prefix, as the most recently used.
+  void cancel_turn(const std::string& chain_id, std::unique_ptr<ChainState> state);
+  // Removes a chain (its turn failed or its state was lost) and tombstones it. Unknown ids are ignored.
+  void drop(const std::string& chain_id);
+  // Reclaims idle chains, least recently used first, until their states held `num_pages` pages or none is
+  // idle; returns the pages those states held.
+  int64_t reclaim(int64_t num_pages);
+
+  std::optional<ChainInfo> find(const std::string& chain_id) const;
+  // The stored prefix of an idle chain (empty otherwise).
+  std::vector<int32_t> prefix(const std::string& chain_id) const;
+  int32_t num_chains() const;
+  int32_t num_idle_chains() const;
+  // Pages held by idle chains: what reclaim() could give back.
+  int64_t num_reclaimable_pages() const;
+
+  // Ok, or the first violated invariant.
+  Status check_integrity() const;
+
+ private:
+  struct Chain {
+    std::string fingerprint;
+    std::vector<int32_t> tokens;  // the logical prefix the state stands for
+    uint64_t digest = 0;
+    std::unique_ptr<ChainState> state;  // null while in flight
+    std::list<std::string>::iterator lru_it;  // valid while idle
+  };
+
+  // Callers hold mutex_.
+  void make_idle(const std::string& chain_id, Chain& chain);
+  void tombstone(const std::string& chain_id);
+  void drop_locked(const std::string& chain_id);
+  bool is_tombstoned(const std::string& chain_id) const { return tombstone_set_.count(chain_id) != 0; }
+
+  mutable std::mutex mutex_;
+  int32_t max_tombstones_;
+  std::unordered_map<std::string, Chain> chains_;
+  std::list<std::string> lru_;  // idle chains, least recently used first
+  std::deque<std::string> tombstones_;  // oldest first
+  std::unordered_set<std::string> tombstone_set_;
+};
+
+}  // namespace se

@@ -1,0 +1,394 @@
+// Chain Cache through the Engine on the tiny model. Resume correctness: for every eviction method, turn 2
+// resumed from the chain produces exactly the tokens and log-probabilities (top 8 per step) of one sequence that
+// runs turn 1 and then turn 2's new tokens through the same method without ever leaving the cache (a scheduler,
+// memory oracle and model runner driven directly, as the engine drives them). Lifecycle: create -> resume ->
+// prefix mismatch (409) -> busy (409) -> reclaim under page pressure -> gone (410), fingerprint and mode errors,
+// and page accounting after every path.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <thread>
+
+#include "../support/tiny_model.h"
+#include "engine/engine.h"
+#include "engine/model_runner.h"
+#include "engine/scheduler.h"
+#include "sparse/method_registry.h"
+
+namespace se {
+namespace {
+
+constexpr int kPageSize = 4;
+constexpr int kMaxBatchedTokens = 32;  // prompts arrive in several chunks in both paths
+constexpr int kNumTopLogprobs = 8;
+
+SamplingParams greedy(int max_tokens) {
+  SamplingParams p;
+  p.temperature = 0.0f;
+  p.max_tokens = max_tokens;
+  p.ignore_eos = true;
+  p.logprobs = kNumTopLogprobs;
+  return p;
+}
+
+// What a turn produced, step by step: the sampled token, its log-probability and the top alternatives.
+struct TurnOutput {
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;
+  std::vector<std::vector<TokenLogprob>> top;
+  RequestOutput last;
+
+  void add(int32_t token, float logprob, std::vector<TokenLogprob> alternatives) {
+    tokens.push_back(token);
+    logprobs.push_back(logprob);
+    top.push_back(std::move(alternatives));
+  }
+};
+
+TurnOutput collect(OutputStream& stream) {
+  TurnOutput turn;
+  while (true) {
+    auto out = stream.next(std::chrono::milliseconds(120000));
+    EXPECT_TRUE(out.has_value()) << "stream stalled";
+    if (!out) return turn;
+    for (const TokenOutput& t : out->tokens) turn.add(t.token_id, t.logprob, t.top);
+    if (out->finished) {
+      turn.last = *out;
+      return turn;
+    }
+  }
+}
+
+void expect_same_turn(const TurnOutput& got, const TurnOutput& want) {
+  ASSERT_EQ(got.tokens, want.tokens);
+  ASSERT_EQ(got.logprobs, want.logprobs);  // exact: the same forward over the same state
+  for (size_t i = 0; i < got.top.size(); ++i) {
+    ASSERT_EQ(got.top[i].size(), want.top[i].size());
+    for (size_t j = 0; j < got.top[i].size(); ++j) {
+      EXPECT_EQ(got.top[i][j].token_id, want.top[i][j].token_id) << "step " << i;
+      EXPECT_EQ(got.top[i][j].logprob, want.top[i][j].logprob) << "step " << i;
+    }
+  }
+}
+
+std::vector<int32_t> random_tokens(std::mt19937& rng, int n) {
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (int32_t& id : t) id = static_cast<int32_t>(rng() % 96);
+  return t;
+}
+
+ModelBundle tiny_bundle() {
+  ModelBundle bundle;
+  bundle.name = "tiny";
+  bundle.path = "tiny";
+  bundle.source_format = "dummy";
+  bundle.model = std::make_unique<Model>(test::tiny_model());
+  return bundle;
+}
+
+EngineConfig chain_config(const std::string& method, const nlohmann::json& method_config, int64_t num_pages) {
+  EngineConfig config;
+  config.sparse_method = method;
+  config.sparse_config = method_config;
+  config.page_size = kPageSize;
+  config.max_num_batched_tokens = kMaxBatchedTokens;
+  config.kv_cache_memory = num_pages * 2 * kPageSize * 16 * 4;  // pages of [2][page_size][head_dim 16] fp32
+  return config;
+}
+
+// One sequence through two turns without leaving the cache: turn 1 generates `num_turn1` tokens, then its
+// request takes on turn 2's new tokens as more prompt and generates `num_turn2` more.
+TurnOutput replay_two_turns(const ModelBundle& bundle, const EngineConfig& config, const std::vector<int32_t>& prompt1,
+                            int num_turn1, const std::vector<int32_t>& suffix, int num_turn2) {
+  const ModelConfig& c = bundle.model->config();
+  auto method = create_method(config.sparse_method, config.sparse_config);
+  SE_CHECK(method.is_ok(), "{}", method.status().to_string());
+  const KvLayout layout{c.num_layers, c.num_kv_heads, c.head_dim, kPageSize, DType::kF32};
+  auto cache = (*method)->create_cache(CacheSpec{layout, 4096, cpu_allocator(), false});
+  SE_CHECK(cache.is_ok(), "{}", cache.status().to_string());
+  SparseController controller(**method, **cache);
+  MemoryOracle oracle(controller, nullptr);
+  Scheduler scheduler(SchedulerConfig{1, kMaxBatchedTokens}, oracle);
+  ModelRunner runner(*bundle.model, controller);
+
+  Request request("replay", prompt1, greedy(num_turn1 + num_turn2));
+  scheduler.add(&request);
+  TurnOutput turn2;
+  auto run_until = [&](int num_output_tokens, TurnOutput* record) {
+    while (request.num_output_tokens() < num_output_tokens) {
+      StepPlan plan = scheduler.schedule();
+      SE_CHECK(!plan.empty() && plan.preempted.empty(), "the replay must run without preemption");
+      std::vector<SampledToken> sampled = runner.execute(plan);
+      for (const ScheduledRequest& s : plan.scheduled) {
+        s.request->num_computed_tokens += s.num_tokens;
+        oracle.commit(*s.request);
+      }
+      for (const SampledToken& t : sampled) {
+        request.token_ids.push_back(t.sample.token_id);
+        if (record != nullptr) record->add(t.sample.token_id, t.sample.logprob, t.sample.top);
+      }
+    }
+  };
+  run_until(num_turn1, nullptr);
+  // Turn 2's new tokens become prompt: prefilled on top of what turn 1 left, as a resumed chain prefills them.
+  request.token_ids.insert(request.token_ids.end(), suffix.begin(), suffix.end());
+  request.num_prompt_tokens = request.num_tokens();
+  request.num_prefill_tokens = request.num_tokens();
+  run_until(num_turn2, &turn2);
+  oracle.release(request);
+  SE_CHECK((*cache)->check_integrity().is_ok(), "replay cache integrity");
+  SE_CHECK((*cache)->num_free_pages() == (*cache)->num_total_pages(), "the replay leaked pages");
+  return turn2;
+}
+
+struct MethodCase {
+  const char* name;
+  nlohmann::json config;
+};
+
+class ChainResumeTest : public ::testing::TestWithParam<MethodCase> {};
+
+TEST_P(ChainResumeTest, ResumedTurnEqualsReplayedTurns) {
+  const MethodCase& m = GetParam();
+  const ModelBundle bundle = tiny_bundle();
+  const EngineConfig config = chain_config(m.name, m.config, 4096);
+  std::mt19937 rng(5);
+  const std::vector<int32_t> prompt1 = random_tokens(rng, 70);
+  const std::vector<int32_t> suffix = random_tokens(rng, 40);
+  constexpr int kTurn1 = 6, kTurn2 = 8;
+
+  auto engine = Engine::create(bundle, config);
+  ASSERT_TRUE(engine.is_ok()) << engine.status().to_string();
+  EXPECT_EQ((*engine)->config().prefix_cache_mode, "chain");
+  auto first = (*engine)->submit({"t1", prompt1, greedy(kTurn1), ChainRequest{"c", /*create=*/true}});
+  ASSERT_TRUE(first.is_ok()) << first.status().to_string();
+  const TurnOutput turn1 = collect(**first);
+  EXPECT_EQ(turn1.last.chain_status, ChainStatus::kCreated);
+
+  std::vector<int32_t> prompt2 = prompt1;
+  prompt2.insert(prompt2.end(), turn1.tokens.begin(), turn1.tokens.end());
+  prompt2.insert(prompt2.end(), suffix.begin(), suffix.end());
+  auto second = (*engine)->submit({"t2", prompt2, greedy(kTurn2), ChainRequest{"c"}});
+  ASSERT_TRUE(second.is_ok()) << second.status().to_string();
+  const TurnOutput turn2 = collect(**second);
+  EXPECT_EQ(turn2.last.chain_status, ChainStatus::kResumed);
+  // Turn 1's last sampled token was never computed: the state covers every token before it.
+  EXPECT_EQ(turn2.last.num_cached_tokens, static_cast<int>(prompt1.size()) + kTurn1 - 1);
+
+  expect_same_turn(turn2, replay_two_turns(bundle, config, prompt1, kTurn1, suffix, kTurn2));
+  (*engine)->shutdown(/*drain=*/true);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    EvictionMethods, ChainResumeTest,
+    ::testing::Values(MethodCase{"streamingllm", {{"budget", 32}, {"sink_tokens", 4}}},
+                      MethodCase{"h2o", {{"budget", 32}}},
+                      MethodCase{"snapkv", {{"budget", 32}, {"window", 8}}},
+                      MethodCase{"pyramidkv", {{"budget", 32}, {"window", 8}}},
+                      MethodCase{"adakv", {{"budget", 32}, {"window", 8}}},
+                      MethodCase{"chunkkv", {{"budget", 32}, {"window", 8}}},
+                      MethodCase{"kvzip", {{"ratio", 0.5}, {"chunk_size", 24}}}),
+    [](const ::testing::TestParamInfo<MethodCase>& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace se
+
+namespace se {
+namespace {
+
+class ChainLifecycleTest : public ::testing::Test {
+ protected:
+  // 400 pages of 4 tokens: one 70-token turn under SnapKV(32) holds 4 streams x 10 pages after compression; a
+  // 300-token plain prompt peaks at 4 x 75 pages + decode, so it only fits once idle chains are reclaimed.
+  void SetUp() override {
+    auto engine = Engine::create(bundle_, chain_config("snapkv", {{"budget", 32}, {"window", 8}}, 400));
+    ASSERT_TRUE(engine.is_ok()) << engine.status().to_string();
+    engine_ = std::move(*engine);
+  }
+  void TearDown() override {
+    if (engine_) engine_->shutdown(/*drain=*/true);
+  }
+
+  Result<TurnOutput> run(const std::string& id, const std::vector<int32_t>& prompt, std::optional<ChainRequest> chain,
+                         int max_tokens = 4) {
+    SE_ASSIGN_OR_RETURN(auto stream, engine_->submit({id, prompt, greedy(max_tokens), std::move(chain)}));
+    return collect(*stream);
+  }
+  // Every page is free or held by an idle chain.
+  void expect_pages_accounted(std::initializer_list<const char*> idle_chains) {
+    int64_t num_held = 0;
+    for (const char* chain_id : idle_chains) {
+      const auto info = engine_->find_chain(chain_id);
+      ASSERT_TRUE(info.has_value()) << chain_id;
+      EXPECT_FALSE(info->in_flight);
+      num_held += info->num_held_pages;
+    }
+    // Stats are published after the step that finished the last request: wait for them.
+    EngineStats stats = engine_->stats();
+    for (int i = 0; i < 500 && stats.num_kv_pages_free + num_held != stats.num_kv_pages_total; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      stats = engine_->stats();
+    }
+    EXPECT_EQ(stats.num_kv_pages_free + num_held, stats.num_kv_pages_total);
+  }
+  std::vector<int32_t> extend(const std::vector<int32_t>& prompt, const TurnOutput& turn, int num_new) {
+    std::vector<int32_t> next = prompt;
+    next.insert(next.end(), turn.tokens.begin(), turn.tokens.end());
+    const std::vector<int32_t> more = random_tokens(rng_, num_new);
+    next.insert(next.end(), more.begin(), more.end());
+    return next;
+  }
+
+  ModelBundle bundle_ = tiny_bundle();
+  std::unique_ptr<Engine> engine_;
+  std::mt19937 rng_{9};
+};
+
+TEST_F(ChainLifecycleTest, CreateResumeMismatchBusyReclaimGone) {
+  const std::vector<int32_t> prompt1 = random_tokens(rng_, 70);
+  auto turn1 = run("a1", prompt1, ChainRequest{"a", true});
+  ASSERT_TRUE(turn1.is_ok()) << turn1.status().to_string();
+  EXPECT_EQ(turn1->last.chain_status, ChainStatus::kCreated);
+  EXPECT_EQ(turn1->last.num_cached_tokens, 0);
+  expect_pages_accounted({"a"});
+  EXPECT_EQ(engine_->find_chain("a")->num_prefix_tokens, 70 + 4);
+
+  const std::vector<int32_t> prompt2 = extend(prompt1, *turn1, 20);
+  auto turn2 = run("a2", prompt2, ChainRequest{"a"});
+  ASSERT_TRUE(turn2.is_ok()) << turn2.status().to_string();
+  EXPECT_EQ(turn2->last.chain_status, ChainStatus::kResumed);
+  EXPECT_EQ(turn2->last.num_cached_tokens, 70 + 4 - 1);
+  expect_pages_accounted({"a"});
+
+  // A prompt that changed a cached token conflicts and leaves the chain as it was.
+  const ChainInfo before = *engine_->find_chain("a");
+  std::vector<int32_t> edited = extend(prompt2, *turn2, 5);
+  edited[10] = (edited[10] + 1) % 96;
+  EXPECT_EQ(run("bad", edited, ChainRequest{"a"}).status().code(), StatusCode::kConflict);
+  EXPECT_EQ(engine_->find_chain("a")->digest, before.digest);
+  expect_pages_accounted({"a"});
+
+  // Busy: a second turn while one is in flight.
+  const std::vector<int32_t> prompt3 = extend(prompt2, *turn2, 10);
+  auto in_flight = engine_->submit({"a3", prompt3, greedy(40), ChainRequest{"a"}});
+  ASSERT_TRUE(in_flight.is_ok()) << in_flight.status().to_string();
+  EXPECT_EQ(run("a3-again", prompt3, ChainRequest{"a"}).status().code(), StatusCode::kConflict);
+  const TurnOutput turn3 = collect(**in_flight);
+  EXPECT_EQ(turn3.last.chain_status, ChainStatus::kResumed);
+  expect_pages_accounted({"a"});
+
+  // A second idle chain, then a large plain request: the pool is short, so idle chains are reclaimed, the least
+  // recently used ("a") first.
+  auto other = run("b1", random_tokens(rng_, 70), ChainRequest{"b", true});
+  ASSERT_TRUE(other.is_ok());
+  expect_pages_accounted({"a", "b"});
+  auto big = run("big", random_tokens(rng_, 300), std::nullopt, 8);
+  ASSERT_TRUE(big.is_ok()) << big.status().to_string();
+  EXPECT_EQ(big->last.finish_reason, FinishReason::kLength);
+  EXPECT_FALSE(engine_->find_chain("a").has_value());
+  EXPECT_EQ(run("a4", extend(prompt3, turn3, 5), ChainRequest{"a"}).status().code(), StatusCode::kGone);
+  EXPECT_EQ(run("z", prompt1, ChainRequest{"never-made"}).status().code(), StatusCode::kNotFound);
+  if (engine_->find_chain("b")) {
+    expect_pages_accounted({"b"});
+  } else {
+    expect_pages_accounted({});
+  }
+}
+
+TEST_F(ChainLifecycleTest, ChainIdsAreUniqueAndAnAbortedTurnDropsItsChain) {
+  const std::vector<int32_t> prompt1 = random_tokens(rng_, 20);
+  auto turn1 = run("c1", prompt1, ChainRequest{"c", true});
+  ASSERT_TRUE(turn1.is_ok());
+  EXPECT_EQ(run("c1-again", prompt1, ChainRequest{"c", true}).status().code(), StatusCode::kInvalidArgument);
+  expect_pages_accounted({"c"});
+
+  // A continuation that could never fit next to the retained state: 503, and the chain is still there.
+  const auto held = engine_->find_chain("c")->num_held_pages;
+  std::vector<int32_t> huge = extend(prompt1, *turn1, 1500);
+  EXPECT_EQ(run("c-huge", huge, ChainRequest{"c"}).status().code(), StatusCode::kUnavailable);
+  EXPECT_FALSE(engine_->find_chain("c")->in_flight);
+  EXPECT_EQ(engine_->find_chain("c")->num_held_pages, held);
+
+  // A turn aborted once it runs loses its state: the chain answers gone, and every page is back in the pool.
+  auto stream = engine_->submit({"c2", extend(prompt1, *turn1, 10), greedy(200), ChainRequest{"c"}});
+  ASSERT_TRUE(stream.is_ok());
+  ASSERT_TRUE((*stream)->next(std::chrono::milliseconds(60000)).has_value());  // its first token: it runs
+  engine_->abort("c2");
+  EXPECT_EQ(collect(**stream).last.finish_reason, FinishReason::kAbort);
+  EXPECT_EQ(run("c3", extend(prompt1, *turn1, 10), ChainRequest{"c"}).status().code(), StatusCode::kGone);
+  expect_pages_accounted({});
+}
+
+// Put back without computing (the scheduler admitted it, then found no room): the request keeps its restored
+// state for the next admission. Preempted after computing part of its turn: the state is gone, the request
+// recomputes its whole context and reports the chain as rebuilt. No page leaks on either path.
+TEST(ChainOracleTest, ReleaseKeepsAnUntouchedStateAndLosesAStartedOne) {
+  const Model model = test::tiny_model();
+  const ModelConfig& c = model.config();
+  auto method = create_method("snapkv", {{"budget", 32}, {"window", 8}});
+  ASSERT_TRUE(method.is_ok());
+  const KvLayout layout{c.num_layers, c.num_kv_heads, c.head_dim, kPageSize, DType::kF32};
+  auto cache = (*method)->create_cache(CacheSpec{layout, 256, cpu_allocator(), false});
+  ASSERT_TRUE(cache.is_ok());
+  SparseController controller(**method, **cache);
+  MemoryOracle oracle(controller, nullptr);
+  const int64_t num_total = (*cache)->num_total_pages();
+
+  ASSERT_TRUE(controller.open(/*seq=*/1000, std::vector<int32_t>(12, 7)).is_ok());
+  ASSERT_TRUE((*cache)->reserve(1000, 12).is_ok());
+  std::unique_ptr<RetainedSequence> retained = controller.retain(1000);
+  const int64_t num_held = retained->num_held_pages();
+  EXPECT_EQ(num_held, int64_t{layout.num_streams()} * 3);
+
+  Request request("r", std::vector<int32_t>(20, 7), greedy(4));
+  request.chain_state = std::move(retained);
+  request.chain_status = ChainStatus::kResumed;
+  ASSERT_TRUE(oracle.admit(request).is_ok());
+  EXPECT_EQ(request.num_computed_tokens, 12);
+  EXPECT_EQ(request.num_cached_tokens, 12);
+  oracle.release(request);
+  ASSERT_NE(request.chain_state, nullptr);
+  EXPECT_EQ(request.chain_state->num_held_pages(), num_held);
+  EXPECT_EQ((*cache)->num_free_pages(), num_total - num_held);
+
+  ASSERT_TRUE(oracle.admit(request).is_ok());
+  ASSERT_TRUE(oracle.try_reserve(request, 8));
+  request.num_computed_tokens += 8;  // part of the turn ran
+  oracle.release(request);
+  EXPECT_EQ(request.chain_state, nullptr);
+  EXPECT_EQ((*cache)->num_free_pages(), num_total);
+  ASSERT_TRUE(oracle.admit(request).is_ok());
+  EXPECT_EQ(request.chain_status, ChainStatus::kRebuilt);
+  EXPECT_EQ(request.num_computed_tokens, 0);
+  oracle.release(request);
+  EXPECT_TRUE((*cache)->check_integrity().is_ok());
+  EXPECT_EQ((*cache)->num_free_pages(), num_total);
+}
+
+TEST(ChainModeTest, ModesFollowTheMethodAndChainRequestsNeedChainMode) {
+  const ModelBundle bundle = tiny_bundle();
+  EngineConfig vanilla = chain_config("vanilla", nullptr, 400);
+  auto radix = Engine::create(bundle, vanilla);
+  ASSERT_TRUE(radix.is_ok());
+  EXPECT_EQ((*radix)->config().prefix_cache_mode, "radix");
+  auto refused = (*radix)->submit({"r", {1, 2, 3}, greedy(2), ChainRequest{"x", true}});
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  (*radix)->shutdown(true);
+
+  vanilla.prefix_cache_mode = "chain";
+  EXPECT_EQ(Engine::create(bundle, vanilla).status().code(), StatusCode::kInvalidArgument);
+  EngineConfig snapkv = chain_config("snapkv", {{"budget", 32}, {"window", 8}}, 400);
+  snapkv.prefix_cache_mode = "radix";
+  EXPECT_EQ(Engine::create(bundle, snapkv).status().code(), StatusCode::kInvalidArgument);
+  snapkv.prefix_cache_mode = "sideways";
+  EXPECT_EQ(Engine::create(bundle, snapkv).status().code(), StatusCode::kInvalidArgument);
+  snapkv.prefix_cache_mode = "off";
+  auto off = Engine::create(bundle, snapkv);
+  ASSERT_TRUE(off.is_ok());
+  EXPECT_EQ((*off)->submit({"o", {1, 2, 3}, greedy(2), ChainRequest{"x", true}}).status().code(),
+            StatusCode::kInvalidArgument);
+  (*off)->shutdown(true);
+}
+
+}  // namespace
+}  // namespace se
