@@ -22,7 +22,7 @@ namespace se {
 class EngineLoop {
  public:
   EngineLoop(const ModelBundle& bundle, const EngineConfig& config, std::unique_ptr<MethodRuntime> method,
-             std::unique_ptr<CacheManager> cache);
+             std::unique_ptr<CacheManager> cache, ForwardWorkspace workspace);
   ~EngineLoop();
 
   Result<std::shared_ptr<OutputStream>> submit(GenerationRequest request);
