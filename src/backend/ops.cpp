@@ -189,6 +189,29 @@ void softcap_inplace(TensorView x, float cap) {
   cpu::softcap_inplace(x, cap);
 }
 
+void argmax_rows(TensorView ids, TensorView logprobs, TensorView x) {
+  SE_CHECK(ids.dtype == DType::kI32 && logprobs.dtype == DType::kF32 && x.shape.rank() == 2 &&
+               ids.numel() == x.shape[0] && logprobs.numel() == x.shape[0] && x.shape[1] > 0,
+           "argmax_rows: ids {} {} logprobs {} for x {}", dtype_name(ids.dtype), ids.shape.to_string(),
+           logprobs.shape.to_string(), x.shape.to_string());
+  if (on_cuda(ids, "argmax_rows")) {
+    require_cuda_act(x, "argmax_rows.x");
+    SE_CHECK(logprobs.device == Device::kCuda, "argmax_rows: logprobs on the GPU");
+    if constexpr (kCudaBuilt) cuda::argmax_rows(ids, logprobs, x);
+    return;
+  }
+  require_cpu_f32(x, "argmax_rows.x");
+  cpu::argmax_rows(ids, logprobs, x);
+}
+
+bool cuda_implements(std::string_view op) {
+  // The ops with a twin in backend/cuda/cuda_ops.h.
+  static constexpr std::string_view kCudaOps[] = {
+      "embedding", "rms_norm",        "add_rms_norm", "linear",      "rope",    "gated_activation",
+      "add_inplace", "scale_inplace", "softcap_inplace", "argmax_rows", "write_kv", "paged_attention"};
+  return kCudaBuilt && std::find(std::begin(kCudaOps), std::end(kCudaOps), op) != std::end(kCudaOps);
+}
+
 void attention(TensorView out, TensorView q, TensorView k, TensorView v, TensorView q_positions,
                TensorView k_positions, const AttentionParams& params) {
   require_cpu_f32(out, "attention.out");

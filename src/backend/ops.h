@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include "backend/attention_view.h"
@@ -53,6 +54,15 @@ void add_inplace(TensorView x, TensorView y);
 void scale_inplace(TensorView x, float s);
 // x = cap * tanh(x / cap).
 void softcap_inplace(TensorView x, float cap);
+
+// Greedy sampling without bringing the logits to the host: ids[r] = the index of the largest element of row r
+// of x (the lowest such index on a tie) and logprobs[r] = its log-softmax, -log(sum_i exp(x[r, i] - max)).
+// x [rows, width] F32 (BF16 too on CUDA); ids [rows] I32; logprobs [rows] F32.
+void argmax_rows(TensorView ids, TensorView logprobs, TensorView x);
+
+// True when `op` (an ops.h name) has a CUDA kernel in this build; the engine refuses, at startup, methods that
+// call an op without one.
+bool cuda_implements(std::string_view op);
 
 struct AttentionParams {
   float scale = 1.0f;           // multiplies q.k

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/device_memory.h"
 #include "sparse/method_registry.h"
 
 namespace se::cli {
@@ -45,6 +46,18 @@ bool parse_byte_size(const std::string& text, int64_t& bytes) {
 }  // namespace
 
 void add_engine_options(CLI::App& command, EngineConfig& config) {
+  command
+      .add_option_function<std::string>(
+          "--device",
+          [&config](const std::string& text) {
+            Result<Device> device = parse_device(text);
+            if (!device.is_ok()) throw CLI::ValidationError("--device", device.status().message());
+            if (!device_built(*device))
+              throw CLI::ValidationError("--device", "this build has no CUDA backend (configure with -DSE_CUDA=ON)");
+            config.device = *device;
+          },
+          "where the model and its KV cache live: cpu or cuda")
+      ->default_str("cpu");
   command.add_option("--max-model-len", config.max_model_len, "context length (0 = the model's)")
       ->capture_default_str();
   command.add_option("--max-num-seqs", config.max_num_seqs, "requests running at once at most")
@@ -63,7 +76,8 @@ void add_engine_options(CLI::App& command, EngineConfig& config) {
           "bytes for the KV cache, e.g. 2GiB (default: derived from --gpu-memory-utilization; on the CPU at most "
           "2 GiB)");
   command.add_option("--gpu-memory-utilization", config.gpu_memory_utilization,
-                     "fraction of device memory for weights and KV cache")
+                     "with --device cuda: the fraction of the device memory left after weights and workspace that the "
+                     "KV cache takes")
       ->capture_default_str();
   command.add_flag("!--no-enable-prefix-caching", config.enable_prefix_caching, "disable prefix reuse (radix and chain)");
   command.add_option("--prefix-cache-mode", config.prefix_cache_mode,
@@ -95,7 +109,8 @@ void add_engine_options(CLI::App& command, EngineConfig& config) {
 }
 
 Status check_sparse_options(const EngineConfig& config) {
-  return create_method(config.sparse_method, config.sparse_config).status();
+  SE_ASSIGN_OR_RETURN(std::unique_ptr<MethodRuntime> method, create_method(config.sparse_method, config.sparse_config));
+  return check_runs_on(config.device, method->traits(), method->name());
 }
 
 int report_usage_error(const Status& status) {

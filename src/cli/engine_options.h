@@ -1,6 +1,6 @@
 // The engine flags (vLLM names) shared by every command that builds an Engine (`serve`, `generate`,
 // `bench throughput`): KV pool sizing, step bounds, prefix caching, and the sparse method with its
-// hyperparameters. check_sparse_options() validates the method before any model is loaded.
+// hyperparameters, and the device. check_sparse_options() validates the method before any model is loaded.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -15,7 +15,8 @@ namespace se::cli {
 void add_engine_options(CLI::App& command, EngineConfig& config);
 
 // Builds the method once from --sparse-method / --sparse-config and drops it: an unknown method, unknown key
-// or out-of-range value comes back as kInvalidArgument naming it.
+// or out-of-range value comes back as kInvalidArgument naming it; a method that cannot run on --device as
+// kUnimplemented naming the missing ops.
 Status check_sparse_options(const EngineConfig& config);
 
 // Prints "error: <message>" to stderr and returns 2 (a usage error).

@@ -16,8 +16,9 @@ struct ModelOptions {
   uint64_t dummy_seed = 0;
 
   void add_to(CLI::App& command);
-  // Resolves "default", parses --load-format and loads the bundle; errors are ready to print.
-  Result<ModelBundle> load() const;
+  // Resolves "default", parses --load-format and loads the bundle with its weights on `device`; errors are ready
+  // to print.
+  Result<ModelBundle> load(Device device = Device::kCpu) const;
 };
 
 // Prints "error: <message>" to stderr and returns 1.

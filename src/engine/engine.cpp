@@ -6,6 +6,7 @@
 #include <fstream>
 #include <string>
 
+#include "backend/device_memory.h"
 #include "base/logging.h"
 #include "engine/engine_loop.h"
 #include "sparse/method_registry.h"
@@ -27,9 +28,12 @@ int64_t host_available_bytes() {
   return 0;
 }
 
-// The KV pool of the CPU backend: --kv-cache-memory, else at most 2 GiB and half of the free host memory.
+// The KV pool: --kv-cache-memory; else on CUDA --gpu-memory-utilization of the device memory left free (the
+// weights and the workspace are allocated by now); on the CPU at most 2 GiB and half of the free host memory.
 int64_t kv_pool_bytes(const EngineConfig& config) {
   if (config.kv_cache_memory > 0) return config.kv_cache_memory;
+  if (config.device == Device::kCuda)
+    return static_cast<int64_t>(static_cast<double>(cuda_memory_info().free_bytes) * config.gpu_memory_utilization);
   const int64_t available = host_available_bytes();
   return available > 0 ? std::min(kDefaultHostKvBytes, available / 2) : kDefaultHostKvBytes;
 }
@@ -103,31 +107,44 @@ Result<std::unique_ptr<Engine>> Engine::create(const ModelBundle& bundle, const 
   if (config.max_num_seqs < 1) return invalid_argument("--max-num-seqs must be at least 1");
   if (config.max_num_batched_tokens < 1) return invalid_argument("--max-num-batched-tokens must be at least 1");
   if (config.page_size < 1 || config.page_size > 1024) return invalid_argument("--page-size must be in [1, 1024]");
+  if (config.gpu_memory_utilization <= 0.0 || config.gpu_memory_utilization > 1.0)
+    return invalid_argument("--gpu-memory-utilization must be in (0, 1], got {}", config.gpu_memory_utilization);
+  if (bundle.model->device() != config.device)
+    return invalid_argument("the model was loaded on {} but the engine runs on {}", device_name(bundle.model->device()),
+                            device_name(config.device));
+  SE_ASSIGN_OR_RETURN(std::unique_ptr<MethodRuntime> method,
+                      create_method(config.sparse_method, config.sparse_config, method_environment(bundle)));
+  SE_RETURN_IF_ERROR(check_runs_on(config.device, method->traits(), method->name()));
+  // The workspace first: the KV pool takes a share of what remains.
+  ForwardWorkspace workspace = bundle.model->make_workspace();
+  workspace.reserve(config.max_num_batched_tokens, config.max_num_seqs);
 
   KvLayout layout;
   layout.num_layers = model.num_layers;
   layout.num_kv_heads = model.num_kv_heads;
   layout.head_dim = model.head_dim;
   layout.page_size = config.page_size;
-  layout.dtype = DType::kF32;  // the CPU backend keeps fp32 pages
+  layout.dtype = config.device == Device::kCuda ? DType::kBF16 : DType::kF32;  // what each backend's attention reads
   SE_RETURN_IF_ERROR(layout.validate());
-  const int64_t num_pages = kv_pool_bytes(config) / static_cast<int64_t>(layout.page_bytes());
+  const int64_t pool_bytes = kv_pool_bytes(config);
+  const int64_t num_pages = pool_bytes / static_cast<int64_t>(layout.page_bytes());
   if (num_pages < layout.num_streams())
     return resource_exhausted("the KV cache budget of {} bytes holds {} pages, fewer than the {} one token needs",
-                              kv_pool_bytes(config), num_pages, layout.num_streams());
-  SE_ASSIGN_OR_RETURN(std::unique_ptr<MethodRuntime> method,
-                      create_method(config.sparse_method, config.sparse_config, method_environment(bundle)));
+                              pool_bytes, num_pages, layout.num_streams());
   SE_ASSIGN_OR_RETURN(config.prefix_cache_mode, resolve_prefix_cache_mode(config, *method));
-  CacheSpec spec{layout, static_cast<int32_t>(std::min<int64_t>(num_pages, INT32_MAX)), cpu_allocator(),
-                 config.prefix_cache_mode == "radix"};
+  CacheSpec spec{layout, static_cast<int32_t>(std::min<int64_t>(num_pages, INT32_MAX)),
+                 device_allocator(config.device), config.prefix_cache_mode == "radix"};
   SE_ASSIGN_OR_RETURN(std::unique_ptr<CacheManager> cache, method->create_cache(spec));
-  SE_LOG_INFO("KV cache: {} pages of {} tokens ({} tokens per layer and KV head across the pool); sparse method {} {}; "
-              "prefix cache {}", num_pages, layout.page_size, num_pages / layout.num_streams() * layout.page_size,
-              method->name(), method->config().dump(), config.prefix_cache_mode);
+  SE_LOG_INFO("KV cache on {}: {} pages of {} tokens ({} tokens per layer and KV head across the pool); sparse "
+              "method {} {}; prefix cache {}",
+              device_name(config.device), num_pages, layout.page_size,
+              num_pages / layout.num_streams() * layout.page_size, method->name(), method->config().dump(),
+              config.prefix_cache_mode);
   std::string fingerprint =
       config.prefix_cache_mode == "chain" ? chain_fingerprint(bundle, layout, *method) : std::string();
-  return std::unique_ptr<Engine>(new Engine(
-      std::make_unique<EngineLoop>(bundle, config, std::move(method), std::move(cache), std::move(fingerprint))));
+  return std::unique_ptr<Engine>(
+      new Engine(std::make_unique<EngineLoop>(bundle, config, std::move(method), std::move(cache),
+                                              std::move(workspace), std::move(fingerprint))));
 }
 
 Engine::Engine(std::unique_ptr<EngineLoop> loop) : loop_(std::move(loop)) {}

@@ -6,15 +6,19 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tensor/tensor.h"
+
 namespace se {
 
 struct EngineConfig {
+  Device device = Device::kCpu;      // where the model runs and the KV pool lives (the model must be loaded there)
   int max_model_len = 0;             // 0 = the model's max_position_embeddings
   int max_num_seqs = 64;             // running requests at most
   int max_num_batched_tokens = 2048; // tokens per step (prefill chunks + decode tokens)
   int page_size = 16;                // tokens per KV page
   int64_t kv_cache_memory = 0;       // bytes for the KV pool; 0 = derive from gpu_memory_utilization
-  double gpu_memory_utilization = 0.9;  // of device memory (or, on the CPU, of free host memory) after weights
+  double gpu_memory_utilization = 0.9;  // CUDA: the fraction of the device memory still free after the weights and
+                                        // the forward's workspace that the KV pool takes
   bool enable_prefix_caching = true;
   // Which prefix reuse runs: "auto" (the method's traits: radix for full-history methods, chain for eviction
   // methods), "radix", "chain" or "off". enable_prefix_caching = false means "off".

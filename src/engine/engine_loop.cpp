@@ -13,17 +13,17 @@ double seconds_between(Request::Clock::time_point a, Request::Clock::time_point 
 }  // namespace
 
 EngineLoop::EngineLoop(const ModelBundle& bundle, const EngineConfig& config, std::unique_ptr<MethodRuntime> method,
-                       std::unique_ptr<CacheManager> cache, std::string chain_fingerprint)
+                       std::unique_ptr<CacheManager> cache, ForwardWorkspace workspace, std::string chain_fingerprint)
     : bundle_(bundle),
       config_(config),
       method_(std::move(method)),
       cache_(std::move(cache)),
       chains_(chain_fingerprint.empty() ? nullptr : std::make_unique<ChainCacheIndex>()),
       chain_fingerprint_(std::move(chain_fingerprint)),
-      controller_(*method_, *cache_),
+      controller_(*method_, *cache_, config.device),
       oracle_(controller_, chains_.get()),
       scheduler_(SchedulerConfig{config.max_num_seqs, config.max_num_batched_tokens}, oracle_),
-      runner_(*bundle.model, controller_) {
+      runner_(*bundle.model, controller_, std::move(workspace)) {
   publish_stats();
   thread_ = std::thread([this] { run(); });
 }

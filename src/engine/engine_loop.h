@@ -23,7 +23,7 @@ class EngineLoop {
  public:
   // `chain_fingerprint` non-empty turns the Chain Cache on, guarding its states with that fingerprint.
   EngineLoop(const ModelBundle& bundle, const EngineConfig& config, std::unique_ptr<MethodRuntime> method,
-             std::unique_ptr<CacheManager> cache, std::string chain_fingerprint = {});
+             std::unique_ptr<CacheManager> cache, ForwardWorkspace workspace, std::string chain_fingerprint = {});
   ~EngineLoop();
 
   Result<std::shared_ptr<OutputStream>> submit(GenerationRequest request);

@@ -21,14 +21,14 @@ Result<std::optional<Tokenizer>> load_tokenizer(const LoadedModel& loaded) {
   return std::optional<Tokenizer>(std::move(t));
 }
 
-Result<ModelBundle> ModelBundle::load(const std::string& path, const LoadOptions& options) {
+Result<ModelBundle> ModelBundle::load(const std::string& path, const LoadOptions& options, Device device) {
   SE_ASSIGN_OR_RETURN(LoadedModel loaded, load_model(path, options));
   ModelBundle bundle;
   bundle.path = path;
   bundle.name = std::filesystem::path(path).filename().string();
   if (bundle.name.empty()) bundle.name = std::filesystem::path(path).parent_path().filename().string();
   bundle.source_format = loaded.source_format;
-  SE_ASSIGN_OR_RETURN(Model model, Model::create(loaded.config, loaded.weights));
+  SE_ASSIGN_OR_RETURN(Model model, Model::create(loaded.config, loaded.weights, device));
   bundle.model = std::make_unique<Model>(std::move(model));
   loaded.weights.clear();  // the model holds what it needs
   SE_ASSIGN_OR_RETURN(bundle.tokenizer, load_tokenizer(loaded));

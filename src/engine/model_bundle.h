@@ -21,8 +21,9 @@ struct ModelBundle {
   std::optional<Tokenizer> tokenizer;         // absent only for dummy weights without a tokenizer.json
   std::optional<ChatTemplate> chat_template;  // absent when the model ships none
 
-  // Loads weights, tokenizer (GGUF vocabulary or tokenizer.json) and chat template. Errors name the file.
-  static Result<ModelBundle> load(const std::string& path, const LoadOptions& options);
+  // Loads weights (placed on `device`), tokenizer (GGUF vocabulary or tokenizer.json) and chat template. Errors
+  // name the file.
+  static Result<ModelBundle> load(const std::string& path, const LoadOptions& options, Device device = Device::kCpu);
 
   // The prompt of a chat: the template rendered with the generation prompt on (or off: a conversation so far).
   Result<std::string> render_chat(const nlohmann::ordered_json& messages, bool add_generation_prompt = true) const;

@@ -1,6 +1,53 @@
 #include "engine/model_runner.h"
 
+#include <algorithm>
+
+#include "backend/device_memory.h"
+
 namespace se {
+
+namespace {
+// Greedy without logprobs needs only the argmax and its logprob, which the device computes.
+bool samples_on_device(const Request& request) {
+  return request.params.greedy() && request.params.logprobs < 0;
+}
+}  // namespace
+
+std::vector<SampleResult> ModelRunner::sample(const Tensor& logits, const std::vector<Request*>& requests) {
+  const auto num_rows = static_cast<int64_t>(requests.size());
+  const int64_t vocab = logits.numel() / std::max<int64_t>(num_rows, 1);
+  std::vector<SampleResult> results(requests.size());
+  if (requests.empty()) return results;
+  const Device device = logits.device();
+  if (device != Device::kCpu && std::all_of(requests.begin(), requests.end(), [](const Request* r) {
+        return samples_on_device(*r);
+      })) {
+    if (!device_ids_.defined() || device_ids_.numel() < num_rows) {
+      device_ids_ = empty_on(device, DType::kI32, {num_rows});
+      device_logprobs_ = empty_on(device, DType::kF32, {num_rows});
+    }
+    TensorView ids = device_ids_.view();
+    TensorView logprobs = device_logprobs_.view();
+    ids.shape = logprobs.shape = {num_rows};
+    argmax_rows(ids, logprobs, logits.view());
+    host_ids_.resize(static_cast<size_t>(num_rows));
+    host_logprobs_.resize(static_cast<size_t>(num_rows));
+    copy_bytes(device, host_ids_.data(), ids.data, ids.nbytes());
+    copy_bytes(device, host_logprobs_.data(), logprobs.data, logprobs.nbytes());
+    for (size_t i = 0; i < results.size(); ++i) results[i] = {host_ids_[i], host_logprobs_[i], {}};
+    return results;
+  }
+  float* rows = logits.data<float>();
+  if (device != Device::kCpu) {
+    host_logits_.resize(static_cast<size_t>(logits.numel()));
+    copy_bytes(device, host_logits_.data(), logits.raw(), logits.nbytes());
+    rows = host_logits_.data();
+  }
+  for (size_t i = 0; i < results.size(); ++i)
+    results[i] = requests[i]->sampler.sample(
+        std::span<float>(rows + static_cast<int64_t>(i) * vocab, static_cast<size_t>(vocab)));
+  return results;
+}
 
 std::vector<SampledToken> ModelRunner::execute(const StepPlan& plan) {
   batch_.token_ids.clear();
@@ -25,12 +72,9 @@ std::vector<SampledToken> ModelRunner::execute(const StepPlan& plan) {
   std::vector<SampledToken> sampled;
   if (batch_.token_ids.empty()) return sampled;
   controller_.prepare_step(batch_);
-  Tensor logits = model_.forward(batch_, controller_);
-  const size_t vocab = static_cast<size_t>(model_.config().vocab_size);
-  for (size_t i = 0; i < sampling.size(); ++i) {
-    std::span<float> row(logits.data<float>() + i * vocab, vocab);
-    sampled.push_back({sampling[i], sampling[i]->sampler.sample(row)});
-  }
+  const Tensor logits = model_.forward(batch_, controller_, workspace_);
+  std::vector<SampleResult> samples = sample(logits, sampling);
+  for (size_t i = 0; i < sampling.size(); ++i) sampled.push_back({sampling[i], std::move(samples[i])});
   controller_.finish_step(batch_);
   return sampled;
 }

@@ -33,6 +33,7 @@ Result<GenerationResult> SequenceGenerator::generate(const std::vector<int32_t>&
     return invalid_argument("stop strings need a tokenizer; this model has none");
 
   ContiguousKvCache cache(config, 1);
+  ForwardWorkspace workspace = model_.make_workspace();
   RequestSampler sampler(params);
   StopChecker stop(params.stop);
   std::optional<IncrementalDetokenizer> detokenizer;
@@ -55,7 +56,7 @@ Result<GenerationResult> SequenceGenerator::generate(const std::vector<int32_t>&
     for (int i = 0; i < n; ++i) batch.positions[static_cast<size_t>(i)] = begin + i;
     batch.sequences = {{0, 0, n}};
     batch.logit_rows = {n - 1};
-    logits = model_.forward(batch, cache);
+    logits = model_.forward(batch, cache, workspace);
   }
 
   Clock::time_point decode_start = start;
@@ -91,7 +92,7 @@ Result<GenerationResult> SequenceGenerator::generate(const std::vector<int32_t>&
     batch.positions = {position++};
     batch.sequences = {{0, 0, 1}};
     batch.logit_rows = {0};
-    logits = model_.forward(batch, cache);
+    logits = model_.forward(batch, cache, workspace);
   }
   if (detokenizer && !stop.stopped()) emit(stop.push(detokenizer->flush()) + stop.flush());
   result.decode_seconds = seconds_since(decode_start);

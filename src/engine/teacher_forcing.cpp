@@ -39,9 +39,14 @@ Result<std::unique_ptr<TeacherForcedSequence>> TeacherForcedSequence::create(con
 
 TeacherForcedSequence::TeacherForcedSequence(const Model& model, std::unique_ptr<MethodRuntime> method,
                                              std::unique_ptr<CacheManager> cache)
-    : model_(model), method_(std::move(method)), cache_(std::move(cache)), controller_(*method_, *cache_) {
+    : model_(model),
+      method_(std::move(method)),
+      cache_(std::move(cache)),
+      controller_(*method_, *cache_),
+      workspace_(model.make_workspace()) {
   // As ModelRunner does: methods may run transient passes (context reconstruction) from finish_step.
-  controller_.set_pass_forward([this](const ForwardBatch& batch) { (void)model_.forward(batch, controller_); });
+  controller_.set_pass_forward(
+      [this](const ForwardBatch& batch) { (void)model_.forward(batch, controller_, workspace_); });
 }
 
 TeacherForcedSequence::~TeacherForcedSequence() {
@@ -80,7 +85,7 @@ Result<Tensor> TeacherForcedSequence::step(int32_t begin, int32_t n) {
   // The engine's order (ModelRunner::execute, then MemoryOracle::commit): hooks around the forward, then the
   // cache learns what was computed.
   controller_.prepare_step(batch_);
-  Tensor logits = model_.forward(batch_, controller_);
+  Tensor logits = model_.forward(batch_, controller_, workspace_).clone();  // the caller keeps it past the next forward
   controller_.finish_step(batch_);
   cache_->on_computed(kSeq, tokens_, begin + n);
   return logits;

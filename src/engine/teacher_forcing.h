@@ -61,6 +61,7 @@ class TeacherForcedSequence {
   std::unique_ptr<MethodRuntime> method_;
   std::unique_ptr<CacheManager> cache_;
   SparseController controller_;
+  ForwardWorkspace workspace_;
   ForwardBatch batch_;
   std::vector<int32_t> tokens_;  // every token fed so far
   int32_t num_prefill_tokens_ = 0;

@@ -14,7 +14,10 @@ class ForwardHooks {
  public:
   virtual ~ForwardHooks() = default;
 
-  // q, out [T, H, D]; k, v [T, Hkv, D], all F32 rows of `batch`.
+  // Before the first layer of each forward (the hooks may prepare what every layer of it reads).
+  virtual void begin_forward(const ForwardBatch& /*batch*/) {}
+  // q, out [T, H, D]; k, v [T, Hkv, D]: rows of `batch` on the model's device. q, k, v are F32; out is F32 on
+  // the CPU and the model's matmul dtype (BF16) on CUDA.
   virtual void attend(int layer, const LayerConfig& layer_config, const ForwardBatch& batch, TensorView q,
                       TensorView k, TensorView v, TensorView out, const AttentionParams& params) = 0;
   // hidden [T, hidden_size]: the residual stream after the layer.

@@ -1,107 +1,114 @@
 #include "model/model.h"
 
-#include <cstring>
-
+#include "backend/device_memory.h"
 #include "base/check.h"
 
 namespace se {
 
 namespace {
-Tensor f32(Shape shape) { return Tensor::empty(DType::kF32, shape); }
+// Rows [begin, end) of a row-major matrix or vector: one projection out of a stacked weight.
+TensorView row_range(const Tensor& t, int64_t begin, int64_t end) { return t.slice_rows(begin, end).view(); }
 
-TensorView i32_view(const std::vector<int32_t>& v) {
-  return TensorView{const_cast<int32_t*>(v.data()), DType::kI32, {static_cast<int64_t>(v.size())}};
-}
-
-// Copies columns [col, col + width) of every row of `src` [rows, src_cols] into a new [rows, width] tensor.
-Tensor take_columns(const Tensor& src, int64_t col, int64_t width) {
-  const int64_t rows = src.dim(0);
-  const int64_t src_cols = src.dim(1);
-  Tensor out = f32({rows, width});
-  for (int64_t r = 0; r < rows; ++r)
-    std::memcpy(out.data<float>() + r * width, src.data<float>() + r * src_cols + col,
-                static_cast<size_t>(width) * sizeof(float));
-  return out;
+// [t, a, b] view of a [t, a * b] buffer (or the reverse): same bytes, the shape an op expects.
+TensorView reshaped(TensorView v, Shape shape) {
+  SE_DCHECK(shape.numel() == v.numel(), "reshape {} -> {}", v.shape.to_string(), shape.to_string());
+  v.shape = shape;
+  return v;
 }
 }  // namespace
 
-Result<Model> Model::create(const nlohmann::json& hf_config, const std::map<std::string, Tensor>& tensors) {
+Result<Model> Model::create(const nlohmann::json& hf_config, const std::map<std::string, Tensor>& tensors,
+                            Device device) {
   SE_ASSIGN_OR_RETURN(ModelConfig config, parse_model_config(hf_config));
   SE_ASSIGN_OR_RETURN(ModelWeights weights, ModelWeights::build(config, tensors));
-  return Model(std::move(config), std::move(weights));
+  return Model(std::move(config), weights.on_device(device), device);
 }
 
-void Model::run_layer(int layer, const ForwardBatch& batch, Tensor& h, ForwardHooks& hooks) const {
+Model::Model(ModelConfig config, ModelWeights weights, Device device)
+    : config_(std::move(config)), weights_(std::move(weights)), device_(device) {}
+
+void Model::run_layer(int layer, const ForwardBatch& batch, int64_t t, ForwardHooks& hooks,
+                      const ForwardWorkspace& ws) const {
   const ModelConfig& c = config_;
   const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
   const LayerConfig& lc = c.layers[static_cast<size_t>(layer)];
-  const int64_t t = h.dim(0);
-  const TensorView positions = i32_view(batch.positions);
+  const TensorView h = ws.hidden(t);
+  const TensorView x = ws.normed(t);
+  const TensorView positions = ws.positions(t);
 
-  // Attention: norm -> fused qkv -> (q/k norm) -> RoPE -> hooks.attend -> o_proj.
-  Tensor x = f32({t, c.hidden_size});
-  rms_norm(x.view(), h.view(), w.input_norm.view(), c.rms_norm_eps);
-  Tensor qkv = f32({t, c.q_size() + 2 * c.kv_size()});
-  TensorView bias = w.qkv_bias.view();
-  linear(qkv.view(), x.view(), w.qkv.view(), w.qkv_bias.defined() ? &bias : nullptr);
-  Tensor q = take_columns(qkv, 0, c.q_size()).reshape({t, c.num_heads, c.head_dim});
-  Tensor k = take_columns(qkv, c.q_size(), c.kv_size()).reshape({t, c.num_kv_heads, c.head_dim});
-  Tensor v = take_columns(qkv, c.q_size() + c.kv_size(), c.kv_size()).reshape({t, c.num_kv_heads, c.head_dim});
+  // Attention: norm -> q, k, v (each GEMM reads its rows of the stacked weight and writes its own buffer) ->
+  // (q/k norm) -> RoPE -> hooks.attend -> o_proj.
+  rms_norm(x, h, w.input_norm.view(), c.rms_norm_eps);
+  const int64_t q_end = c.q_size();
+  const int64_t k_end = q_end + c.kv_size();
+  const int64_t v_end = k_end + c.kv_size();
+  const TensorView q = ws.q(t);
+  const TensorView k = ws.k(t);
+  const TensorView v = ws.v(t);
+  const bool has_bias = w.qkv_bias.defined();
+  const TensorView q_bias = has_bias ? row_range(w.qkv_bias, 0, q_end) : TensorView{};
+  const TensorView k_bias = has_bias ? row_range(w.qkv_bias, q_end, k_end) : TensorView{};
+  const TensorView v_bias = has_bias ? row_range(w.qkv_bias, k_end, v_end) : TensorView{};
+  linear(reshaped(q, {t, q_end}), x, row_range(w.qkv, 0, q_end), has_bias ? &q_bias : nullptr);
+  linear(reshaped(k, {t, c.kv_size()}), x, row_range(w.qkv, q_end, k_end), has_bias ? &k_bias : nullptr);
+  linear(reshaped(v, {t, c.kv_size()}), x, row_range(w.qkv, k_end, v_end), has_bias ? &v_bias : nullptr);
   if (c.qk_norm) {
-    rms_norm(q.view(), q.view(), w.q_norm.view(), c.rms_norm_eps);
-    rms_norm(k.view(), k.view(), w.k_norm.view(), c.rms_norm_eps);
+    rms_norm(q, q, w.q_norm.view(), c.rms_norm_eps);
+    rms_norm(k, k, w.k_norm.view(), c.rms_norm_eps);
   }
-  rope(q.view(), positions, lc.rope);
-  rope(k.view(), positions, lc.rope);
+  rope(q, positions, lc.rope);
+  rope(k, positions, lc.rope);
   AttentionParams params;
   params.scale = c.attention_scale;
   params.logit_softcap = c.attn_logit_softcap;
   params.sliding_window = lc.sliding ? c.sliding_window : 0;
-  Tensor attn = f32({t, c.num_heads, c.head_dim});
-  hooks.attend(layer, lc, batch, q.view(), k.view(), v.view(), attn.view(), params);
-  Tensor o = f32({t, c.hidden_size});
-  linear(o.view(), attn.reshape({t, c.q_size()}).view(), w.o_proj.view());
+  const TensorView attn = ws.attn(t);
+  hooks.attend(layer, lc, batch, q, k, v, attn, params);
+  const TensorView o = ws.proj(t);
+  linear(o, reshaped(attn, {t, c.q_size()}), w.o_proj.view());
 
   // MLP: (sandwich) norm -> fused gate/up -> gated activation -> down -> (sandwich) norm.
   if (c.sandwich_norm) {
-    rms_norm(o.view(), o.view(), w.post_attention_norm.view(), c.rms_norm_eps);
-    add_rms_norm(x.view(), h.view(), o.view(), w.pre_feedforward_norm.view(), c.rms_norm_eps);
+    rms_norm(o, o, w.post_attention_norm.view(), c.rms_norm_eps);
+    add_rms_norm(x, h, o, w.pre_feedforward_norm.view(), c.rms_norm_eps);
   } else {
-    add_rms_norm(x.view(), h.view(), o.view(), w.post_attention_norm.view(), c.rms_norm_eps);
+    add_rms_norm(x, h, o, w.post_attention_norm.view(), c.rms_norm_eps);
   }
-  Tensor gate_up = f32({t, 2 * c.intermediate_size});
-  linear(gate_up.view(), x.view(), w.gate_up.view());
-  Tensor act = f32({t, c.intermediate_size});
-  gated_activation(act.view(), gate_up.view(), c.activation);
-  Tensor mlp = f32({t, c.hidden_size});
-  linear(mlp.view(), act.view(), w.down.view());
-  if (c.sandwich_norm) rms_norm(mlp.view(), mlp.view(), w.post_feedforward_norm.view(), c.rms_norm_eps);
-  add_inplace(h.view(), mlp.view());
-  hooks.on_layer_end(layer, batch, h.view());
+  const TensorView gate_up = ws.gate_up(t);
+  linear(gate_up, x, w.gate_up.view());
+  const TensorView act = ws.act(t);
+  gated_activation(act, gate_up, c.activation);
+  const TensorView mlp = ws.proj(t);  // o is consumed: the down projection reuses its buffer
+  linear(mlp, act, w.down.view());
+  if (c.sandwich_norm) rms_norm(mlp, mlp, w.post_feedforward_norm.view(), c.rms_norm_eps);
+  add_inplace(h, mlp);
+  hooks.on_layer_end(layer, batch, h);
 }
 
-Tensor Model::forward(const ForwardBatch& batch, ForwardHooks& hooks) const {
+Tensor Model::forward(const ForwardBatch& batch, ForwardHooks& hooks, ForwardWorkspace& ws) const {
   const ModelConfig& c = config_;
   const int64_t t = batch.num_tokens();
   SE_CHECK(t > 0 && static_cast<int64_t>(batch.positions.size()) == t, "forward: {} tokens, {} positions", t,
            batch.positions.size());
-  Tensor h = f32({t, c.hidden_size});
-  embedding(h.view(), weights_.embed_tokens.view(), i32_view(batch.token_ids));
-  if (c.embedding_scale != 1.0f) scale_inplace(h.view(), c.embedding_scale);
-  for (int layer = 0; layer < c.num_layers; ++layer) run_layer(layer, batch, h, hooks);
+  const auto num_rows = static_cast<int64_t>(batch.logit_rows.size());
+  for (int32_t row : batch.logit_rows) SE_CHECK(row >= 0 && row < t, "logit row {} of {}", row, t);
+  SE_CHECK(ws.device() == device_, "forward: a {} workspace for a {} model", device_name(ws.device()),
+           device_name(device_));
+  ws.upload_inputs(batch);
+  hooks.begin_forward(batch);
+  const TensorView h = ws.hidden(t);
+  embedding(h, weights_.embed_tokens.view(), ws.token_ids(t));
+  if (c.embedding_scale != 1.0f) scale_inplace(h, c.embedding_scale);
+  for (int layer = 0; layer < c.num_layers; ++layer) run_layer(layer, batch, t, hooks, ws);
 
-  const int64_t num_rows = static_cast<int64_t>(batch.logit_rows.size());
-  if (num_rows == 0) return f32({0, c.vocab_size});
-  Tensor last = f32({num_rows, c.hidden_size});
-  for (int64_t i = 0; i < num_rows; ++i) {
-    const int32_t row = batch.logit_rows[static_cast<size_t>(i)];
-    SE_CHECK(row >= 0 && row < t, "logit row {} of {}", row, t);
-    std::memcpy(last.data<float>() + i * c.hidden_size, h.data<float>() + row * c.hidden_size,
-                static_cast<size_t>(c.hidden_size) * sizeof(float));
-  }
-  rms_norm(last.view(), last.view(), weights_.final_norm.view(), c.rms_norm_eps);
-  Tensor logits = f32({num_rows, c.vocab_size});
-  linear(logits.view(), last.view(), weights_.lm_head.view());
+  Tensor logits = ws.logits(num_rows);
+  if (num_rows == 0) return logits;
+  // The sampled rows of the residual stream, gathered as an embedding lookup into h.
+  const TensorView last = ws.last(num_rows);
+  embedding(last, h, ws.logit_rows(num_rows));
+  const TensorView last_normed = ws.last_normed(num_rows);
+  rms_norm(last_normed, last, weights_.final_norm.view(), c.rms_norm_eps);
+  linear(logits.view(), last_normed, weights_.lm_head.view());
   if (c.final_logit_softcap > 0.0f) softcap_inplace(logits.view(), c.final_logit_softcap);
   return logits;
 }

@@ -1,7 +1,8 @@
 // Model: a decoder-only transformer (the architectures in model/arch/) with its weights, run module by module
-// in native order. It owns no KV state: every layer's attention goes through the caller's ForwardHooks,
-// which also hear each layer's end.
-// forward() is not reentrant (it reuses the model's scratch buffers); one engine thread drives a Model.
+// in native order on the device its weights live on (CPU or CUDA: one forward, written against backend/ops.h).
+// It owns no KV state and no activations: every layer's attention goes through the caller's ForwardHooks, which
+// also hear each layer's end, and every forward runs in the caller's ForwardWorkspace. Immutable after create(),
+// so threads may run forwards concurrently, each with its own workspace.
 #pragma once
 
 #include <map>
@@ -9,32 +10,42 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/forward_hooks.h"
 #include "model/config.h"
 #include "model/forward_batch.h"
+#include "model/forward_hooks.h"
+#include "model/forward_workspace.h"
 #include "model/weights.h"
 
 namespace se {
 
 class Model {
  public:
-  // Normalizes `hf_config` and binds `tensors` (HF names); errors name the bad key or tensor.
-  static Result<Model> create(const nlohmann::json& hf_config, const std::map<std::string, Tensor>& tensors);
+  // Normalizes `hf_config`, binds `tensors` (HF names) and places the weights on `device`; errors name the bad
+  // key or tensor.
+  static Result<Model> create(const nlohmann::json& hf_config, const std::map<std::string, Tensor>& tensors,
+                              Device device = Device::kCpu);
 
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return weights_; }
+  Device device() const { return device_; }
 
-  // Runs `batch` and returns fp32 logits [batch.logit_rows.size(), vocab].
-  Tensor forward(const ForwardBatch& batch, ForwardHooks& hooks) const;
+  // An empty workspace for this model's forwards (reserve() it to allocate up front; forward grows it on demand).
+  ForwardWorkspace make_workspace() const { return ForwardWorkspace(config_, device_, weights_.matmul_dtype()); }
+
+  // Runs `batch` in `workspace` and returns its logits [batch.logit_rows.size(), vocab] F32 on device(): a view of
+  // the workspace, valid until its next forward (clone() to keep it).
+  Tensor forward(const ForwardBatch& batch, ForwardHooks& hooks, ForwardWorkspace& workspace) const;
 
  private:
-  Model(ModelConfig config, ModelWeights weights) : config_(std::move(config)), weights_(std::move(weights)) {}
+  Model(ModelConfig config, ModelWeights weights, Device device);
 
-  // One decoder block over the hidden states h [T, hidden] (updated in place).
-  void run_layer(int layer, const ForwardBatch& batch, Tensor& h, ForwardHooks& hooks) const;
+  // One decoder block over the batch's `t` rows of the residual stream in `ws` (updated in place).
+  void run_layer(int layer, const ForwardBatch& batch, int64_t t, ForwardHooks& hooks,
+                 const ForwardWorkspace& ws) const;
 
   ModelConfig config_;
   ModelWeights weights_;
+  Device device_;
 };
 
 }  // namespace se

@@ -1,8 +1,11 @@
 #include "model/weights.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include <fmt/format.h>
+
+#include "backend/device_memory.h"
 
 namespace se {
 
@@ -44,6 +47,35 @@ Tensor concat_rows(const std::vector<Tensor>& parts) {
 }
 
 }  // namespace
+
+ModelWeights ModelWeights::on_device(Device device) const {
+  if (device == Device::kCpu) return *this;
+  const auto matrix = [device](const Tensor& t) {
+    Tensor bf16 = Tensor::empty(DType::kBF16, t.shape());
+    // In blocks across threads: an 8B model converts 8G elements here.
+    constexpr int64_t kBlock = int64_t{1} << 20;
+    const int64_t num_blocks = (t.numel() + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < num_blocks; ++b) {
+      const int64_t begin = b * kBlock;
+      convert_from_f32(t.data<float>() + begin, static_cast<uint16_t*>(bf16.raw()) + begin, DType::kBF16,
+                       static_cast<size_t>(std::min(kBlock, t.numel() - begin)));
+    }
+    return to_device(bf16, device);
+  };
+  const auto vector = [device](const Tensor& t) { return t.defined() ? to_device(t, device) : Tensor(); };
+  ModelWeights w;
+  w.embed_tokens = matrix(embed_tokens);
+  w.final_norm = vector(final_norm);
+  w.lm_head = lm_head.raw() == embed_tokens.raw() ? w.embed_tokens : matrix(lm_head);
+  for (const LayerWeights& l : layers) {
+    w.layers.push_back({vector(l.input_norm), matrix(l.qkv), vector(l.qkv_bias), vector(l.q_norm),
+                        vector(l.k_norm), matrix(l.o_proj), vector(l.post_attention_norm),
+                        vector(l.pre_feedforward_norm), vector(l.post_feedforward_norm), matrix(l.gate_up),
+                        matrix(l.down)});
+  }
+  return w;
+}
 
 Result<ModelWeights> ModelWeights::build(const ModelConfig& c, const std::map<std::string, Tensor>& tensors) {
   TensorTable table(tensors);

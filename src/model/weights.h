@@ -1,6 +1,8 @@
 // ModelWeights: the tensors of a decoder model in the layout the forward uses. Built once from the loader's
-// HF-named tensor map; q/k/v and gate/up projections are fused into single matrices so each is one GEMM.
-// Owns its tensors (shared with the loader's map where no fusion copies were needed). Immutable after build.
+// HF-named tensor map as fp32 host tensors; q/k/v and gate/up projections are stacked into single matrices (one
+// allocation each; the forward multiplies by row ranges). on_device() gives the copy a device runs: on CUDA the
+// matrices in BF16 (what cuBLASLt multiplies), norms and biases fp32. Owns its tensors (shared with the loader's
+// map where no copies were needed). Immutable after build.
 #pragma once
 
 #include <map>
@@ -35,6 +37,10 @@ struct ModelWeights {
 
   // Checks names and shapes against `config`; errors name the missing or mis-shaped tensor.
   static Result<ModelWeights> build(const ModelConfig& config, const std::map<std::string, Tensor>& tensors);
+  // These weights on `device` (themselves on the CPU); a tied lm_head stays one tensor.
+  ModelWeights on_device(Device device) const;
+  // The dtype of the matrices, which the forward's matmul inputs take too.
+  DType matmul_dtype() const { return embed_tokens.dtype(); }
 };
 
 }  // namespace se

@@ -1,6 +1,34 @@
 #include "sparse/method_traits.h"
 
+#include "backend/device_memory.h"
+#include "backend/ops.h"
+
 namespace se {
+
+std::vector<std::string_view> method_ops(const MethodTraits& traits) {
+  std::vector<std::string_view> ops;
+  switch (traits.score_needs) {
+    case ScoreNeeds::kNone: break;
+    case ScoreNeeds::kObservationWindow:
+    case ScoreNeeds::kColumnSums: ops.push_back("attention_scores"); break;
+    case ScoreNeeds::kReconstruction: ops.push_back("subset_attention_max_scores"); break;
+    case ScoreNeeds::kQueryKeyBounds: ops.insert(ops.end(), {"update_page_key_bounds", "page_key_bound_scores"}); break;
+    case ScoreNeeds::kFilterLogits: ops.push_back("attention_logits_max_over_heads"); break;
+  }
+  if (traits.family == MethodFamily::kEviction) ops.push_back("compact_kv");
+  if (traits.family == MethodFamily::kDynamicSelection) ops.push_back("paged_attention over a selection");
+  return ops;
+}
+
+Status check_runs_on(Device device, const MethodTraits& traits, std::string_view name) {
+  if (device == Device::kCpu) return Status::ok();
+  std::string missing;
+  for (std::string_view op : method_ops(traits))
+    if (!cuda_implements(op)) missing += fmt::format("{}{}", missing.empty() ? "" : ", ", op);
+  if (missing.empty()) return Status::ok();
+  return unimplemented("sparse method '{}' cannot run on {}: no CUDA kernel yet for {}", name, device_name(device),
+                       missing);
+}
 
 std::string_view family_name(MethodFamily family) {
   switch (family) {

@@ -5,6 +5,10 @@
 
 #include <cstdint>
 #include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "tensor/tensor.h"
 
 namespace se {
 
@@ -37,6 +41,14 @@ struct MethodTraits {
   PrefixMode prefix_mode = PrefixMode::kRadix;
   PrefillPolicy prefill_policy = PrefillPolicy::kDense;
 };
+
+// The backend ops (backend/ops.h names) a method's hooks call on top of the dense forward (write_kv and
+// paged_attention): the scoring op its score needs imply, compact_kv for eviction, and paged attention over a
+// selection for dynamic selection. The engine checks them against the device before it starts.
+std::vector<std::string_view> method_ops(const MethodTraits& traits);
+// Ok when every op of method_ops(traits) has a kernel on `device`; else kUnimplemented naming method `name`, the
+// device and the missing ops.
+Status check_runs_on(Device device, const MethodTraits& traits, std::string_view name);
 
 std::string_view family_name(MethodFamily family);
 std::string_view score_needs_name(ScoreNeeds needs);

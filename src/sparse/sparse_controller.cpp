@@ -36,10 +36,14 @@ Status SparseController::run_transient_pass(int32_t seq, std::span<const int32_t
   return cache_.truncate(seq, num_before);
 }
 
+void SparseController::begin_forward(const ForwardBatch& batch) {
+  if (device_views_) device_views_->upload(cache_, batch);
+}
+
 void SparseController::attend(int layer, const LayerConfig& layer_config, const ForwardBatch& batch, TensorView q,
                               TensorView k, TensorView v, TensorView out, const AttentionParams& params) {
   const AttentionView dense = cache_.build_view(layer, batch);
-  write_kv(dense, k, v);
+  write_kv(device_views_ ? device_views_->device_view(layer, dense) : dense, k, v);
   LayerContext ctx{layer, layer_config, batch, q, k, v, out, dense, params, cache_};
   selection_.reset(dense.num_seqs, dense.num_kv_heads, method_.selection_unit());
   for (int32_t i = 0; i < dense.num_seqs; ++i) {
@@ -49,7 +53,8 @@ void SparseController::attend(int layer, const LayerConfig& layer_config, const 
       method_.build_prefill_selection(ctx, i, selection_);
     }
   }
-  paged_attention(out, q, selection_.apply(dense), params);
+  const AttentionView attended = selection_.apply(dense);
+  paged_attention(out, q, device_views_ ? device_views_->device_view(layer, attended) : attended, params);
   method_.on_attention_end(ctx);
 }
 

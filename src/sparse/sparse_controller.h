@@ -2,13 +2,16 @@
 // stores the new K/V through the method's CacheManager, lets the method narrow what each sequence's attention
 // reads, runs attention over the resulting AttentionView and hands the method the outcome; around the forward
 // it fires prepare_step and finish_step. Model code and the scheduler only ever talk to this class, never to a
-// method by name. Engine thread only.
+// method by name. On CUDA the methods still see the cache's host views while write_kv and attention read their
+// device mirror, uploaded once per forward. Engine thread only.
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <span>
 
 #include "model/forward_hooks.h"
+#include "sparse/attention_view_mirror.h"
 #include "sparse/method_runtime.h"
 #include "sparse/retained_sequence.h"
 
@@ -16,7 +19,11 @@ namespace se {
 
 class SparseController final : public ForwardHooks {
  public:
-  SparseController(MethodRuntime& method, CacheManager& cache) : method_(method), cache_(cache) {}
+  // `device` is where the model runs and the cache's pages live.
+  SparseController(MethodRuntime& method, CacheManager& cache, Device device = Device::kCpu)
+      : method_(method),
+        cache_(cache),
+        device_views_(device == Device::kCpu ? nullptr : std::make_unique<AttentionViewMirror>(device)) {}
 
   MethodRuntime& method() { return method_; }
   CacheManager& cache() { return cache_; }
@@ -40,6 +47,7 @@ class SparseController final : public ForwardHooks {
   // Tokens run in transient passes so far (a counter for stats).
   int64_t num_transient_pass_tokens() const { return num_transient_pass_tokens_; }
 
+  void begin_forward(const ForwardBatch& batch) override;
   void attend(int layer, const LayerConfig& layer_config, const ForwardBatch& batch, TensorView q, TensorView k,
               TensorView v, TensorView out, const AttentionParams& params) override;
   void on_layer_end(int layer, const ForwardBatch& batch, TensorView hidden) override;
@@ -68,6 +76,7 @@ class SparseController final : public ForwardHooks {
  private:
   MethodRuntime& method_;
   CacheManager& cache_;
+  std::unique_ptr<AttentionViewMirror> device_views_;  // null on the CPU
   Selection selection_;  // reused by every layer
   PassForward pass_forward_;
   ForwardBatch pass_batch_;  // the running transient pass

@@ -109,7 +109,7 @@ TurnOutput replay_two_turns(const ModelBundle& bundle, const EngineConfig& confi
   SparseController controller(**method, **cache);
   MemoryOracle oracle(controller, nullptr);
   Scheduler scheduler(SchedulerConfig{1, kMaxBatchedTokens}, oracle);
-  ModelRunner runner(*bundle.model, controller);
+  ModelRunner runner(*bundle.model, controller, bundle.model->make_workspace());
 
   Request request("replay", prompt1, greedy(num_turn1 + num_turn2));
   scheduler.add(&request);

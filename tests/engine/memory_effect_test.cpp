@@ -33,7 +33,7 @@ int admitted_concurrency(const std::string& method_name, const nlohmann::json& c
   SparseController controller(**method, **cache);
   MemoryOracle oracle(controller);
   Scheduler scheduler(SchedulerConfig{4096, kPromptLen}, oracle);
-  ModelRunner runner(model, controller);
+  ModelRunner runner(model, controller, model.make_workspace());
 
   std::mt19937 rng(11);
   std::vector<std::unique_ptr<Request>> requests;

@@ -35,7 +35,8 @@ std::vector<float> decode_after(const std::vector<int32_t>& prompt, const std::v
   auto method = create_method("vanilla", nullptr);
   SE_CHECK(method.is_ok(), "vanilla");
   SparseController controller(**method, **cache);
-  controller.set_pass_forward([&](const ForwardBatch& b) { (void)model.forward(b, controller); });
+  ForwardWorkspace workspace = model.make_workspace();
+  controller.set_pass_forward([&](const ForwardBatch& b) { (void)model.forward(b, controller, workspace); });
   SE_CHECK(controller.open(0, {}).is_ok(), "open");
   auto step = [&](const std::vector<int32_t>& ids, int32_t first_position) {
     SE_CHECK((*cache)->reserve(0, static_cast<int32_t>(ids.size())).is_ok(), "reserve");
@@ -45,7 +46,7 @@ std::vector<float> decode_after(const std::vector<int32_t>& prompt, const std::v
     batch.sequences = {{0, 0, static_cast<int32_t>(ids.size()), static_cast<int32_t>(prompt.size())}};
     batch.logit_rows = {static_cast<int32_t>(ids.size()) - 1};
     controller.prepare_step(batch);
-    Tensor logits = model.forward(batch, controller);
+    Tensor logits = model.forward(batch, controller, workspace);
     controller.finish_step(batch);
     return std::vector<float>(logits.data<float>(), logits.data<float>() + logits.numel());
   };
@@ -112,12 +113,13 @@ TEST(TransientPassTest, OfferedOnlyWithAModelForwardAndNeverNested) {
   batch.positions = {0, 1};
   batch.sequences = {{0, 0, 2, 2}};
   ASSERT_TRUE((*cache)->reserve(0, 2).is_ok());
-  (void)model.forward(batch, controller);
+  ForwardWorkspace workspace = model.make_workspace();
+  (void)model.forward(batch, controller, workspace);
   controller.finish_step(batch);
   EXPECT_FALSE(probe.offered);
   EXPECT_EQ(controller.run_transient_pass(0, std::vector<int32_t>{1}).code(), StatusCode::kFailedPrecondition);
 
-  controller.set_pass_forward([&](const ForwardBatch& b) { (void)model.forward(b, controller); });
+  controller.set_pass_forward([&](const ForwardBatch& b) { (void)model.forward(b, controller, workspace); });
   controller.finish_step(batch);
   EXPECT_TRUE(probe.offered);
   EXPECT_TRUE(probe.outcome.is_ok()) << probe.outcome.to_string();

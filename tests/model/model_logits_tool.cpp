@@ -45,13 +45,14 @@ int main(int argc, char** argv) {
 
   for (const auto& prompt : request.at("prompts")) {
     se::ContiguousKvCache cache(model->config(), 1);
+    se::ForwardWorkspace workspace = model->make_workspace();
     se::ForwardBatch batch;
     batch.token_ids = prompt.get<std::vector<int32_t>>();
     const int32_t n = batch.num_tokens();
     for (int32_t i = 0; i < n; ++i) batch.positions.push_back(i);
     batch.sequences = {{0, 0, n}};
     batch.logit_rows = {n - 1};
-    se::Tensor logits = model->forward(batch, cache);
+    se::Tensor logits = model->forward(batch, cache, workspace);
     logits_out.write(static_cast<const char*>(logits.raw()), static_cast<std::streamsize>(logits.nbytes()));
 
     std::vector<int32_t> generated;
@@ -63,7 +64,7 @@ int main(int argc, char** argv) {
       batch.positions = {position++};
       batch.sequences = {{0, 0, 1}};
       batch.logit_rows = {0};
-      logits = model->forward(batch, cache);
+      logits = model->forward(batch, cache, workspace);
     }
     continuations.push_back(generated);
   }

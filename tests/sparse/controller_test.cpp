@@ -86,7 +86,8 @@ class ControllerTest : public ::testing::Test {
       batch.logit_rows.push_back(batch.num_tokens() - 1);
     }
     controller.prepare_step(batch);
-    model_.forward(batch, controller);
+    ForwardWorkspace workspace = model_.make_workspace();
+    model_.forward(batch, controller, workspace);
     controller.finish_step(batch);
   }
 

@@ -111,7 +111,8 @@ Result<RunResult> run_one(const Model& model, const nlohmann::json& run, const s
                                                      /*enable_prefix_caching=*/false}));
   SparseController controller(*method, *cache);
   KeyRecorder recorder(controller, mc.num_layers);
-  controller.set_pass_forward([&](const ForwardBatch& batch) { (void)model.forward(batch, recorder); });
+  ForwardWorkspace workspace = model.make_workspace();
+  controller.set_pass_forward([&](const ForwardBatch& batch) { (void)model.forward(batch, recorder, workspace); });
 
   constexpr int32_t kSeq = 0;
   SE_ASSIGN_OR_RETURN(const int32_t num_cached, controller.open(kSeq, prompt));
@@ -124,7 +125,7 @@ Result<RunResult> run_one(const Model& model, const nlohmann::json& run, const s
   batch.logit_rows = {num_tokens - 1};
   controller.prepare_step(batch);
   recorder.recording = true;
-  const Tensor logits = model.forward(batch, recorder);
+  const Tensor logits = model.forward(batch, recorder, workspace);
   recorder.recording = false;
   controller.finish_step(batch);
   cache->on_computed(kSeq, prompt, num_tokens);

@@ -50,6 +50,8 @@ void expect_paged_matches_contiguous(const std::string& model_type, const std::v
   auto vanilla = VanillaMethod::create(nullptr);
   ASSERT_TRUE(vanilla.is_ok());
   SparseController controller(**vanilla, **paged);
+  ForwardWorkspace workspace = model.make_workspace();  // the paged forwards'; the reference runs in its own
+  ForwardWorkspace reference_workspace = model.make_workspace();
   std::mt19937 rng(7);
   std::vector<std::vector<int32_t>> tokens(num_seqs);
   std::vector<int> done(num_seqs, 0);
@@ -70,7 +72,7 @@ void expect_paged_matches_contiguous(const std::string& model_type, const std::v
       }
       batch.logit_rows.push_back(batch.num_tokens() - 1);
     }
-    Tensor got = model.forward(batch, controller);
+    const Tensor got = model.forward(batch, controller, workspace);
     for (size_t i = 0; i < batch.sequences.size(); ++i) {
       const SequenceSlice& slice = batch.sequences[i];
       ForwardBatch single;
@@ -80,7 +82,7 @@ void expect_paged_matches_contiguous(const std::string& model_type, const std::v
                               batch.positions.begin() + slice.token_begin + slice.num_tokens);
       single.sequences = {{slice.seq_slot, 0, slice.num_tokens}};
       single.logit_rows = {slice.num_tokens - 1};
-      Tensor want = model.forward(single, reference);
+      Tensor want = model.forward(single, reference, reference_workspace);
       Tensor got_row = got.slice_rows(static_cast<int64_t>(i), static_cast<int64_t>(i) + 1);
       EXPECT_LT(max_relative_error(got_row, want), 1e-5) << "sequence " << slice.seq_slot;
       done[slice.seq_slot] += slice.num_tokens;

@@ -24,7 +24,8 @@ inline nlohmann::json tiny_config(const std::string& model_type = "llama") {
   return c;
 }
 
-inline Model tiny_model(const std::string& model_type = "llama", float weight_scale = 10.0f, uint64_t seed = 1) {
+inline Model tiny_model(const std::string& model_type = "llama", float weight_scale = 10.0f, uint64_t seed = 1,
+                        Device device = Device::kCpu) {
   auto normalized = normalize_hf_config(tiny_config(model_type), "tiny");
   SE_CHECK(normalized.is_ok(), "{}", normalized.status().to_string());
   auto weights = dummy_weights(*normalized, DType::kF32, seed, nullptr);
@@ -32,7 +33,7 @@ inline Model tiny_model(const std::string& model_type = "llama", float weight_sc
     if (name.find("norm") != std::string::npos) continue;
     for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] *= weight_scale;
   }
-  auto model = Model::create(*normalized, weights);
+  auto model = Model::create(*normalized, weights, device);
   SE_CHECK(model.is_ok(), "{}", model.status().to_string());
   return std::move(model).value();
 }

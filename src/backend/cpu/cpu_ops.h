@@ -15,6 +15,7 @@ void gated_activation(TensorView out, TensorView gate_up, Activation act);
 void add_inplace(TensorView x, TensorView y);
 void scale_inplace(TensorView x, float s);
 void softcap_inplace(TensorView x, float cap);
+void argmax_rows(TensorView ids, TensorView logprobs, TensorView x);
 void attention(TensorView out, TensorView q, TensorView k, TensorView v, TensorView q_positions,
                TensorView k_positions, const AttentionParams& params);
 

@@ -22,6 +22,8 @@ void gated_activation(TensorView out, TensorView gate_up, Activation act);
 void add_inplace(TensorView x, TensorView y);
 void scale_inplace(TensorView x, float s);
 void softcap_inplace(TensorView x, float cap);
+// One block per row (an online max and exp-sum); ties go to the lowest index, as on the CPU.
+void argmax_rows(TensorView ids, TensorView logprobs, TensorView x);
 
 void write_kv(const AttentionView& view, TensorView k, TensorView v);
 // Tensor-core (mma.sync bf16) tiled kernels: a decode kernel (query rows of one sequence x its GQA

@@ -1,0 +1,102 @@
+#include "backend/device_memory.h"
+
+#include <cstring>
+
+#include "base/check.h"
+
+#if SE_WITH_CUDA
+#include "backend/cuda/cuda_allocator.h"
+#include "backend/cuda/cuda_context.h"
+#endif
+
+namespace se {
+
+namespace {
+void require_built(Device device) {
+  SE_CHECK(device_built(device), "a {} tensor, but this build has no CUDA backend (configure with -DSE_CUDA=ON)",
+           device_name(device));
+}
+}  // namespace
+
+std::string_view device_name(Device device) { return device == Device::kCuda ? "cuda" : "cpu"; }
+
+Result<Device> parse_device(std::string_view name) {
+  if (name == "cpu") return Device::kCpu;
+  if (name == "cuda") return Device::kCuda;
+  return invalid_argument("unknown device '{}' (expected cpu or cuda)", name);
+}
+
+bool device_built(Device device) {
+#if SE_WITH_CUDA
+  return true;
+#else
+  return device == Device::kCpu;
+#endif
+}
+
+Allocator* device_allocator(Device device) {
+  if (device == Device::kCpu) return cpu_allocator();
+  require_built(device);
+#if SE_WITH_CUDA
+  return cuda::cuda_allocator();
+#else
+  return nullptr;
+#endif
+}
+
+Tensor empty_on(Device device, DType dtype, Shape shape) {
+  Tensor t = Tensor::empty(dtype, shape, device_allocator(device));
+  SE_CHECK(t.raw() != nullptr || t.nbytes() == 0, "out of {} memory for {}", device_name(device), t.describe());
+  return t;
+}
+
+Tensor to_device(const Tensor& host, Device device) {
+  SE_CHECK(host.device() == Device::kCpu, "to_device: {} is not a host tensor", host.describe());
+  if (device == Device::kCpu) return host;
+  Tensor t = empty_on(device, host.dtype(), host.shape());
+  copy(t.view(), host.view());
+  return t;
+}
+
+void copy(TensorView dst, TensorView src) {
+  SE_CHECK(dst.dtype == src.dtype && dst.numel() == src.numel(), "copy: {} {} <- {} {}", dtype_name(dst.dtype),
+           dst.shape.to_string(), dtype_name(src.dtype), src.shape.to_string());
+  if (dst.device == Device::kCpu && src.device == Device::kCpu) {
+    std::memcpy(dst.data, src.data, dst.nbytes());
+    return;
+  }
+  require_built(Device::kCuda);
+#if SE_WITH_CUDA
+  cuda::copy(dst, src);
+#endif
+}
+
+void copy_bytes(Device device, void* dst, const void* src, size_t nbytes) {
+  if (device == Device::kCpu) {
+    std::memcpy(dst, src, nbytes);
+    return;
+  }
+  require_built(device);
+#if SE_WITH_CUDA
+  cuda::copy_bytes(dst, src, nbytes);
+#endif
+}
+
+void synchronize(Device device) {
+  if (device == Device::kCpu) return;
+  require_built(device);
+#if SE_WITH_CUDA
+  cuda::CudaContext::current().synchronize();
+#endif
+}
+
+DeviceMemoryInfo cuda_memory_info() {
+  require_built(Device::kCuda);
+  DeviceMemoryInfo info;
+#if SE_WITH_CUDA
+  cuda::memory_info(&info.free_bytes, &info.total_bytes);
+#endif
+  return info;
+}
+
+}  // namespace se

@@ -1,0 +1,44 @@
+// Device-neutral memory for code that runs on either backend (the model, the engine, the cache): the allocator
+// of a device, copies between any two devices, and the device's free memory. Host-only builds serve
+// Device::kCpu and refuse Device::kCuda with an error naming the missing backend. Copies go on the current CUDA
+// context's stream (cuda_allocator.h): one that touches host memory returns once the host side may be reused.
+#pragma once
+
+#include <cstddef>
+#include <string_view>
+
+#include "base/status.h"
+#include "tensor/tensor.h"
+
+namespace se {
+
+// "cpu" / "cuda"; parse_device fails on anything else.
+std::string_view device_name(Device device);
+Result<Device> parse_device(std::string_view name);
+
+// True when this build has the backend of `device`.
+bool device_built(Device device);
+
+Allocator* device_allocator(Device device);
+
+// An uninitialized tensor on `device`.
+Tensor empty_on(Device device, DType dtype, Shape shape);
+// A copy of host tensor `host` on `device` (shares `host` when device is the CPU).
+Tensor to_device(const Tensor& host, Device device);
+
+// dst = src: same dtype and element count; any mix of devices.
+void copy(TensorView dst, TensorView src);
+// Raw bytes between host and `device` (either direction).
+void copy_bytes(Device device, void* dst, const void* src, size_t nbytes);
+
+// Waits for everything enqueued on `device` (a no-op on the CPU).
+void synchronize(Device device);
+
+// Free and total bytes of the current CUDA device.
+struct DeviceMemoryInfo {
+  size_t free_bytes = 0;
+  size_t total_bytes = 0;
+};
+DeviceMemoryInfo cuda_memory_info();
+
+}  // namespace se

@@ -1,0 +1,65 @@
+// ForwardWorkspace: the activation buffers of a model's forward on its device (Model::make_workspace), owned by
+// whoever drives the forwards and allocated once for up to
+// `num_tokens` batch rows and `num_logit_rows` sampled rows and reused by every layer and step (no allocation
+// inside the decode loop). Buffers hold fp32 except the matmul inputs, which take the weights' dtype (BF16 on
+// CUDA, where cuBLASLt reads bf16 operands). The batch's token ids, positions and logit rows travel to the device
+// in one copy per forward. Growing (a batch over the reserved capacity) reallocates every buffer.
+// NOTE: buffer addresses change only in reserve(), so a captured CUDA graph per batch-size bucket stays valid
+// as long as the workspace was reserved for the largest bucket before capture.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/config.h"
+#include "model/forward_batch.h"
+#include "tensor/tensor.h"
+
+namespace se {
+
+class ForwardWorkspace final {
+ public:
+  ForwardWorkspace(const ModelConfig& config, Device device, DType matmul_dtype)
+      : config_(config), device_(device), matmul_dtype_(matmul_dtype) {}
+
+  // Makes room for a batch of `num_tokens` rows and `num_logit_rows` sampled rows (a no-op when it fits).
+  void reserve(int32_t num_tokens, int32_t num_logit_rows);
+  // Copies the batch's token ids, positions and logit rows to the device (reserving room first).
+  void upload_inputs(const ForwardBatch& batch);
+
+  Device device() const { return device_; }
+  int32_t capacity_tokens() const { return capacity_tokens_; }
+
+  // Views of the first rows of each buffer for the current batch; `t` batch rows, `r` logit rows.
+  TensorView token_ids(int64_t t) const { return i32_rows(0, t); }                           // [t]
+  TensorView positions(int64_t t) const { return i32_rows(capacity_tokens_, t); }            // [t]
+  TensorView logit_rows(int64_t r) const { return i32_rows(2 * int64_t{capacity_tokens_}, r); }  // [r]
+  TensorView hidden(int64_t t) const { return rows(hidden_, t); }       // [t, hidden] residual stream, F32
+  TensorView normed(int64_t t) const { return rows(normed_, t); }       // [t, hidden] matmul input
+  TensorView q(int64_t t) const { return rows(q_, t); }                 // [t, num_heads, head_dim] F32
+  TensorView k(int64_t t) const { return rows(k_, t); }                 // [t, num_kv_heads, head_dim] F32
+  TensorView v(int64_t t) const { return rows(v_, t); }                 // [t, num_kv_heads, head_dim] F32
+  TensorView attn(int64_t t) const { return rows(attn_, t); }           // [t, num_heads, head_dim] matmul input
+  TensorView proj(int64_t t) const { return rows(proj_, t); }           // [t, hidden] F32: o_proj, then down
+  TensorView gate_up(int64_t t) const { return rows(gate_up_, t); }     // [t, 2 * intermediate] F32
+  TensorView act(int64_t t) const { return rows(act_, t); }             // [t, intermediate] matmul input
+  TensorView last(int64_t r) const { return rows(last_, r); }           // [r, hidden] F32 gathered rows
+  TensorView last_normed(int64_t r) const { return rows(last_normed_, r); }  // [r, hidden] matmul input
+  Tensor logits(int64_t r) const { return logits_.slice_rows(0, r); }   // [r, vocab] F32
+
+ private:
+  static TensorView rows(const Tensor& buffer, int64_t n);
+  TensorView i32_rows(int64_t offset, int64_t n) const;
+  Tensor buffer(DType dtype, Shape shape) const;
+
+  ModelConfig config_;
+  Device device_;
+  DType matmul_dtype_;
+  int32_t capacity_tokens_ = 0;
+  int32_t capacity_logit_rows_ = 0;
+  std::vector<int32_t> host_inputs_;  // staging of the one input copy
+  Tensor inputs_;                      // [2 * capacity_tokens + capacity_logit_rows] I32
+  Tensor hidden_, normed_, q_, k_, v_, attn_, proj_, gate_up_, act_, last_, last_normed_, logits_;
+};
+
+}  // namespace se

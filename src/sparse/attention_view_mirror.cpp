@@ -1,0 +1,82 @@
+#include "sparse/attention_view_mirror.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "backend/device_memory.h"
+#include "base/check.h"
+
+namespace se {
+
+namespace {
+size_t align8(size_t n) { return (n + 7) / 8 * 8; }
+}  // namespace
+
+void AttentionViewMirror::reserve(size_t num_bytes) {
+  if (device_buffer_.defined() && device_buffer_.nbytes() >= num_bytes) return;
+  const size_t grown = std::max(num_bytes, device_buffer_.defined() ? 2 * device_buffer_.nbytes() : 0);
+  device_buffer_ = Tensor();  // free first: the stream is idle between steps, so nothing still reads it
+  device_buffer_ = empty_on(device_, DType::kU8, {static_cast<int64_t>(grown)});
+}
+
+void AttentionViewMirror::upload(CacheManager& cache, const ForwardBatch& batch) {
+  const KvLayout& l = cache.layout();
+  num_seqs_ = static_cast<int32_t>(batch.sequences.size());
+  const size_t num_views = static_cast<size_t>(l.num_layers) * static_cast<size_t>(num_seqs_);
+  q_indptr_offset_ = num_views * sizeof(SeqKvView);
+  const size_t tables_offset = align8(q_indptr_offset_ + (static_cast<size_t>(num_seqs_) + 1) * sizeof(int32_t));
+
+  // First pass: each (layer, sequence)'s table size, so the device buffer is sized before addresses are known.
+  size_t num_bytes = tables_offset;
+  for (int layer = 0; layer < l.num_layers; ++layer) {
+    const AttentionView view = cache.build_view(layer, batch);
+    for (int32_t s = 0; s < num_seqs_; ++s) {
+      const int32_t* num_tokens = view.seqs[s].num_tokens;
+      const int64_t stride = l.pages_per_stream(*std::max_element(num_tokens, num_tokens + l.num_kv_heads));
+      num_bytes += align8(static_cast<size_t>(l.num_kv_heads) * static_cast<size_t>(1 + stride) * sizeof(int32_t));
+    }
+  }
+  reserve(num_bytes);
+  host_.assign(num_bytes, 0);
+  char* device_base = static_cast<char*>(device_buffer_.raw());
+
+  auto* views = reinterpret_cast<SeqKvView*>(host_.data());
+  size_t offset = tables_offset;
+  for (int layer = 0; layer < l.num_layers; ++layer) {
+    const AttentionView view = cache.build_view(layer, batch);
+    if (layer == 0)
+      std::memcpy(host_.data() + q_indptr_offset_, view.q_indptr,
+                  (static_cast<size_t>(num_seqs_) + 1) * sizeof(int32_t));
+    for (int32_t s = 0; s < num_seqs_; ++s) {
+      const SeqKvView& seq = view.seqs[s];
+      const int32_t stride =
+          static_cast<int32_t>(l.pages_per_stream(*std::max_element(seq.num_tokens, seq.num_tokens + l.num_kv_heads)));
+      auto* num_tokens = reinterpret_cast<int32_t*>(host_.data() + offset);
+      int32_t* page_ids = num_tokens + l.num_kv_heads;
+      std::memcpy(num_tokens, seq.num_tokens, static_cast<size_t>(l.num_kv_heads) * sizeof(int32_t));
+      for (int32_t h = 0; h < l.num_kv_heads; ++h)
+        std::memcpy(page_ids + static_cast<int64_t>(h) * stride, seq.page_ids + static_cast<int64_t>(h) * seq.stride,
+                    static_cast<size_t>(l.pages_per_stream(seq.num_tokens[h])) * sizeof(int32_t));
+      SeqKvView& mirrored = views[static_cast<size_t>(layer) * static_cast<size_t>(num_seqs_) + static_cast<size_t>(s)];
+      mirrored.num_tokens = reinterpret_cast<const int32_t*>(device_base + offset);
+      mirrored.page_ids = reinterpret_cast<const int32_t*>(device_base + offset) + l.num_kv_heads;
+      mirrored.stride = stride;
+      offset += align8(static_cast<size_t>(l.num_kv_heads) * static_cast<size_t>(1 + stride) * sizeof(int32_t));
+    }
+  }
+  copy_bytes(device_, device_base, host_.data(), num_bytes);
+}
+
+AttentionView AttentionViewMirror::device_view(int layer, const AttentionView& host_view) const {
+  SE_CHECK(!host_view.has_selection, "attention on {}: selected (sparse) attention is not mirrored to the device",
+           device_name(device_));
+  SE_CHECK(host_view.num_seqs == num_seqs_, "device view of {} sequences, {} uploaded", host_view.num_seqs, num_seqs_);
+  const char* device_base = static_cast<const char*>(device_buffer_.raw());
+  AttentionView view = host_view;
+  view.q_indptr = reinterpret_cast<const int32_t*>(device_base + q_indptr_offset_);
+  view.seqs = reinterpret_cast<const SeqKvView*>(device_base) +
+              static_cast<size_t>(layer) * static_cast<size_t>(num_seqs_);
+  return view;
+}
+
+}  // namespace se

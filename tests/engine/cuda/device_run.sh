@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The GPU model path on the device machine, from a bundle built here with shared/tools/device-bundle:
+#   tests/engine/cuda/device_run.sh BUNDLE_DIR OUT_DIR parity      op, model and engine parity on dummy weights
+#                                                                  (tiny, Gemma-3-shaped)
+#   tests/engine/cuda/device_run.sh BUNDLE_DIR OUT_DIR smollm2 GGUF  the same on SmolLM2 (its file, carried in parts)
+#   tests/engine/cuda/device_run.sh BUNDLE_DIR OUT_DIR decode      decode tokens/s of a dummy Llama-3.1-8B at
+#                                                                  batch 1 and 8 (BUNDLE_DIR/llama-3.1-8b/config.json)
+# One process per suite, so a crash in one leaves the others' results; a short table is printed last.
+set -uo pipefail
+bundle=$1
+out=$2
+stage=$3
+export LD_LIBRARY_PATH=$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+case $stage in
+  parity)
+    nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$out/gpu.txt"
+    "$bundle/backend_cuda_test" --gtest_filter='CudaArgmaxTest.*:CudaOpsTest.*' > "$out/ops.log" 2>&1
+    echo "backend_cuda_test exit $?"
+    "$bundle/engine_cuda_test" --gtest_filter='-GpuModelTest.SmolLM2*:GpuModelTest.Gemma3MatchesCpu' \
+      > "$out/model.log" 2>&1
+    echo "engine_cuda_test exit $?"
+    if command -v compute-sanitizer > /dev/null; then
+      timeout 120 compute-sanitizer --tool memcheck --print-limit 5 "$bundle/engine_cuda_test" \
+        --gtest_filter='GpuEngineTest.Tiny*' > "$out/memcheck.log" 2>&1
+      echo "memcheck exit $?: $(grep -E 'ERROR SUMMARY' "$out/memcheck.log" | tail -1)"
+    fi
+    grep -hE "^\[ +(FAILED|OK|PASSED|SKIPPED) |Failure|Check failed" "$out/ops.log" "$out/model.log" | head -40
+    grep -h PARITY "$out/ops.log" "$out/model.log" | tee "$out/parity.txt"
+    ;;
+  smollm2)
+    SE_TEST_SMOLLM2=$4 "$bundle/engine_cuda_test" --gtest_filter='GpuModelTest.SmolLM2*' > "$out/smollm2.log" 2>&1
+    echo "engine_cuda_test (SmolLM2) exit $?"
+    grep -E "PARITY|^\[ +(OK|FAILED) |Failure" "$out/smollm2.log"
+    ;;
+  decode)
+    for batch in 1 8; do
+      "$bundle/sparse-engine" bench throughput --model "$bundle/llama-3.1-8b/config.json" --load-format dummy \
+        --device cuda --max-model-len 4096 --num-prompts "$batch" --concurrency "$batch" --input-len 128 \
+        --output-len 1024 2>&1 | tee "$out/decode_b$batch.log" | grep -E "^\||bench|error"
+    done
+    ;;
+esac

@@ -1,0 +1,362 @@
+// The GPU model path against the CPU backend: the same weights (BF16 values; the CPU holds them as F32, so only
+// the GPU's activation rounding differs) run greedy continuations through the paged cache and the vanilla method
+// on both devices, one sequence at a time with chunked prefill, and through the engine on the GPU (concurrent
+// requests, continuous batching, mixed prefill and decode, device greedy sampling). Checks: logits relative
+// error over every step the two runs share, any divergence at a near-tie (the CPU's margin between the two picked
+// tokens within twice the logits' largest GPU deviation at that step), and for real checkpoints >= 90% of the
+// continuations identical (random tiny models sit at near-ties too often for a count to mean anything). Real
+// models (SmolLM2, Gemma 3) run when their files are present; dummy weights of tiny and real shapes always.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+
+#include "../../backend/cuda/cuda_test_util.h"
+#include "../../loader/test_models.h"
+#include "../../support/tiny_model.h"
+#include "backend/device_memory.h"
+#include "engine/engine.h"
+#include "loader/model_loader.h"
+#include "sparse/method_registry.h"
+#include "sparse/paged_cache_manager.h"
+#include "sparse/sparse_controller.h"
+
+namespace se {
+namespace {
+
+// One op with bf16 operands lands under 1e-2; a whole model rounds its matmul inputs and K/V to bf16 in every
+// layer (rel. 2^-9 each) and compounds them: measured 0.5e-2 (Gemma-3-shaped) to 3.4e-2 (SmolLM2) on the H200.
+constexpr double kLogitsTolerance = 5e-2;
+
+// What the greedy continuations must show besides logits parity.
+enum class GreedyCheck : uint8_t {
+  kNone,          // dummy weights of real shapes: picks are ties, only logits are compared
+  kNearTies,      // every divergence at a near-tie
+  kNinetyPercent  // and >= 90% of the continuations identical (real checkpoints)
+};
+
+// One sequence's greedy continuation, with the logits row each token was picked from.
+struct GreedyTrace {
+  std::vector<int32_t> tokens;
+  std::vector<std::vector<float>> logits;  // [num_new][vocab]
+};
+
+int32_t argmax(const std::vector<float>& row) {
+  return static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
+}
+
+// Prefill in chunks of `prefill_chunk`, then decode: the engine's step order on the model's device.
+GreedyTrace run_greedy(const Model& model, const std::vector<int32_t>& prompt, int num_new, int prefill_chunk) {
+  const ModelConfig& c = model.config();
+  KvLayout layout{c.num_layers, c.num_kv_heads, c.head_dim, 16,
+                  model.device() == Device::kCuda ? DType::kBF16 : DType::kF32};
+  const auto num_tokens = static_cast<int64_t>(prompt.size()) + num_new;
+  auto cache = PagedCacheManager::create(layout, static_cast<int32_t>(layout.pages_for_tokens(num_tokens)),
+                                         device_allocator(model.device()), /*enable_prefix_caching=*/false);
+  SE_CHECK(cache.is_ok(), "{}", cache.status().to_string());
+  auto method = create_method("vanilla", nullptr);
+  SE_CHECK(method.is_ok(), "vanilla");
+  SparseController controller(**method, **cache, model.device());
+  ForwardWorkspace workspace = model.make_workspace();
+  SE_CHECK(controller.open(0, {}).is_ok(), "open");
+  const auto num_prompt = static_cast<int32_t>(prompt.size());
+  std::vector<int32_t> tokens = prompt;
+  GreedyTrace trace;
+  ForwardBatch batch;
+  for (int32_t begin = 0; static_cast<int>(trace.tokens.size()) < num_new;) {
+    const int32_t n = begin < num_prompt ? std::min(prefill_chunk, num_prompt - begin) : 1;
+    SE_CHECK((*cache)->reserve(0, n).is_ok(), "reserve");
+    batch.token_ids.assign(tokens.begin() + begin, tokens.begin() + begin + n);
+    batch.positions.resize(static_cast<size_t>(n));
+    for (int32_t i = 0; i < n; ++i) batch.positions[static_cast<size_t>(i)] = begin + i;
+    batch.sequences = {{0, 0, n, num_prompt}};
+    batch.logit_rows = {n - 1};
+    controller.prepare_step(batch);
+    const Tensor logits = model.forward(batch, controller, workspace);
+    controller.finish_step(batch);
+    begin += n;
+    (*cache)->on_computed(0, tokens, begin);
+    if (begin < num_prompt) continue;
+    std::vector<float> row(static_cast<size_t>(c.vocab_size));
+    copy_bytes(model.device(), row.data(), logits.raw(), row.size() * sizeof(float));
+    trace.tokens.push_back(argmax(row));
+    tokens.push_back(trace.tokens.back());
+    trace.logits.push_back(std::move(row));
+  }
+  controller.close(0);
+  return trace;
+}
+
+struct Divergence {
+  int step = -1;       // first differing token, -1 when identical
+  double gap = 0.0;    // CPU logit of the CPU's token minus that of the other token
+  double noise = 0.0;  // largest |GPU - CPU| logit at that step
+  bool near_tie() const { return gap <= 2.0 * noise; }
+};
+
+double relative_error(const std::vector<float>& got, const std::vector<float>& want) {
+  double num = 0.0, den = 0.0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!std::isfinite(got[i])) return INFINITY;
+    num += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
+    den += static_cast<double>(want[i]) * want[i];
+  }
+  return std::sqrt(num / (den + 1e-30));
+}
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double m = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(static_cast<double>(a[i]) - b[i]));
+  return m;
+}
+
+// Where `tokens` leaves the CPU trace, judged by the CPU's logits there (noise: the GPU's deviation there).
+Divergence divergence(const GreedyTrace& cpu, const std::vector<int32_t>& tokens, double noise) {
+  Divergence d;
+  for (size_t i = 0; i < cpu.tokens.size() && i < tokens.size(); ++i) {
+    if (cpu.tokens[i] == tokens[i]) continue;
+    d.step = static_cast<int>(i);
+    d.gap = cpu.logits[i][static_cast<size_t>(cpu.tokens[i])] - cpu.logits[i][static_cast<size_t>(tokens[i])];
+    d.noise = noise;
+    return d;
+  }
+  return d;
+}
+
+// Model-level parity over `prompts`; returns the largest logits deviation seen (the noise the engine test allows).
+double expect_model_parity(const std::string& name, const Model& cpu, const Model& gpu,
+                           const std::vector<std::vector<int32_t>>& prompts, int num_new, int prefill_chunk,
+                           GreedyCheck check, std::vector<GreedyTrace>* cpu_traces = nullptr) {
+  int num_identical = 0;
+  double max_noise = 0.0;
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    const GreedyTrace want = run_greedy(cpu, prompts[p], num_new, prefill_chunk);
+    const GreedyTrace got = run_greedy(gpu, prompts[p], num_new, prefill_chunk);
+    // Steps up to the first divergence share their prefix, so their logits must agree.
+    double rel_err = 0.0, noise = 0.0;
+    Divergence d;
+    for (size_t i = 0; i < want.tokens.size(); ++i) {
+      rel_err = std::max(rel_err, relative_error(got.logits[i], want.logits[i]));
+      noise = max_abs_diff(got.logits[i], want.logits[i]);
+      max_noise = std::max(max_noise, noise);
+      if (got.tokens[i] != want.tokens[i]) {
+        d = divergence(want, got.tokens, noise);
+        break;
+      }
+    }
+    num_identical += d.step < 0;
+    std::printf("PARITY model %-14s prompt %2zu (%3zu tokens) logits rel_err %.3e  %s", name.c_str(), p,
+                prompts[p].size(), rel_err, d.step < 0 ? "identical" : "diverged");
+    if (d.step >= 0) std::printf(" at step %d (cpu margin %.4f, gpu deviation %.4f)", d.step, d.gap, d.noise);
+    std::printf("\n");
+    EXPECT_LT(rel_err, kLogitsTolerance) << name << " prompt " << p;
+    if (check != GreedyCheck::kNone && d.step >= 0)
+      EXPECT_TRUE(d.near_tie()) << name << " prompt " << p << " step " << d.step;
+    if (cpu_traces != nullptr) cpu_traces->push_back(want);
+  }
+  if (check != GreedyCheck::kNone)
+    std::printf("PARITY model %-14s %d of %zu greedy continuations identical over %d tokens\n", name.c_str(),
+                num_identical, prompts.size(), num_new);
+  if (check == GreedyCheck::kNinetyPercent)
+    EXPECT_GE(num_identical, static_cast<int>(std::ceil(0.9 * static_cast<double>(prompts.size())))) << name;
+  return max_noise;
+}
+
+// F32 dummy weights of `hf_config` (scaled by `scale` away from ties, then rounded to BF16 values).
+std::map<std::string, Tensor> bf16_dummy_weights(const nlohmann::json& normalized, float scale) {
+  auto weights = dummy_weights(normalized, DType::kF32, /*seed=*/11, nullptr);
+  for (auto& [name, t] : weights) {
+    const float s = name.find("norm") == std::string::npos ? scale : 1.0f;
+    for (int64_t i = 0; i < t.numel(); ++i)
+      t.data<float>()[i] = test::representable(t.data<float>()[i] * s, DType::kBF16);
+  }
+  return weights;
+}
+
+Model create_model(const nlohmann::json& normalized, const std::map<std::string, Tensor>& weights, Device device) {
+  auto model = Model::create(normalized, weights, device);
+  SE_CHECK(model.is_ok(), "{}", model.status().to_string());
+  return std::move(model).value();
+}
+
+// The tiny test model with heads of 64 (the smallest head_dim the CUDA attention kernels take).
+nlohmann::json tiny_config(const std::string& model_type) {
+  nlohmann::json c = test::tiny_config(model_type);
+  c["head_dim"] = 64;
+  return c;
+}
+
+std::vector<std::vector<int32_t>> random_prompts(int count, int vocab, int min_len, int max_len, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < count; ++i) {
+    std::vector<int32_t> p(static_cast<size_t>(min_len + static_cast<int>(rng() % (max_len - min_len + 1))));
+    for (int32_t& t : p) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
+    prompts.push_back(std::move(p));
+  }
+  return prompts;
+}
+
+TEST(GpuModelTest, TinyLlamaAndGemma3MatchCpu) {
+  SE_SKIP_WITHOUT_CUDA_DEVICE();
+  for (const std::string type : {"llama", "gemma3_text"}) {
+    auto normalized = normalize_hf_config(tiny_config(type), "tiny");
+    ASSERT_TRUE(normalized.is_ok());
+    const auto weights = bf16_dummy_weights(*normalized, 10.0f);
+    const Model cpu = create_model(*normalized, weights, Device::kCpu);
+    const Model gpu = create_model(*normalized, weights, Device::kCuda);
+    // Prompts past the tiny Gemma's 8-token window, prefilled in chunks of 16 against the paged prefix.
+    expect_model_parity("tiny-" + type, cpu, gpu, random_prompts(10, 96, 3, 70, 5), 32, 16, GreedyCheck::kNearTies);
+  }
+}
+
+// Gemma 3 270M's real shapes (262K vocabulary, head_dim 256, one KV head, 5 local layers : 1 global) on dummy
+// weights: logits parity only, since random weights leave greedy picks at ties.
+TEST(GpuModelTest, Gemma3ShapedDummyMatchesCpu) {
+  SE_SKIP_WITHOUT_CUDA_DEVICE();
+  const nlohmann::json config = {
+      {"model_type", "gemma3_text"}, {"vocab_size", 262144},          {"hidden_size", 640},
+      {"intermediate_size", 2048},   {"num_hidden_layers", 18},       {"num_attention_heads", 4},
+      {"num_key_value_heads", 1},    {"head_dim", 256},               {"rms_norm_eps", 1e-6},
+      {"rope_theta", 1000000.0},     {"rope_local_base_freq", 10000.0}, {"query_pre_attn_scalar", 256},
+      {"sliding_window", 32},        {"sliding_window_pattern", 6},   {"max_position_embeddings", 32768}};
+  auto normalized = normalize_hf_config(config, "gemma3-270m-shaped");
+  ASSERT_TRUE(normalized.is_ok()) << normalized.status().to_string();
+  const auto weights = bf16_dummy_weights(*normalized, 1.0f);
+  const Model cpu = create_model(*normalized, weights, Device::kCpu);
+  const Model gpu = create_model(*normalized, weights, Device::kCuda);
+  expect_model_parity("gemma3-shaped", cpu, gpu, random_prompts(3, 262144, 20, 90, 6), 8, 32, GreedyCheck::kNone);
+}
+
+// A real checkpoint from `path` in BF16 on both devices (CPU: as F32), with prompts from its tokenizer.
+struct RealModel {
+  ModelBundle cpu;
+  ModelBundle gpu;
+  std::vector<std::vector<int32_t>> prompts;
+};
+
+std::optional<RealModel> load_real(const char* env, std::optional<std::string> fallback) {
+  const char* override_path = std::getenv(env);
+  const std::optional<std::string> path =
+      override_path != nullptr ? std::optional<std::string>(override_path) : std::move(fallback);
+  if (!path) return std::nullopt;
+  LoadOptions options;
+  options.dtype = DType::kBF16;
+  options.show_progress = false;
+  auto cpu = ModelBundle::load(*path, options, Device::kCpu);
+  auto gpu = ModelBundle::load(*path, options, Device::kCuda);
+  SE_CHECK(cpu.is_ok() && gpu.is_ok(), "loading {}", *path);
+  RealModel m{std::move(*cpu), std::move(*gpu), {}};
+  for (const char* text :
+       {"The capital of France is", "Once upon a time, in a small village by the sea,",
+        "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+        "Photosynthesis is the process by which plants", "The three primary colors are",
+        "Q: What is 17 times 23?\nA:", "In 1969, the Apollo 11 mission",
+        "A good recipe for pancakes needs flour, eggs,", "The quick brown fox jumps over the lazy dog. Then the fox",
+        "Machine learning models are trained by minimizing a loss function that measures"})
+    m.prompts.push_back(m.cpu.tokenizer->encode(text, /*add_special=*/true, /*parse_special=*/false));
+  return m;
+}
+
+// Concurrent greedy requests through the GPU engine (continuous batching: more requests than sequence slots,
+// prefill chunks mixed with decode steps, device argmax) against the CPU traces.
+void expect_engine_parity(const std::string& name, const ModelBundle& gpu_bundle,
+                          const std::vector<std::vector<int32_t>>& prompts, const std::vector<GreedyTrace>& cpu_traces,
+                          double noise, int num_new, GreedyCheck check) {
+  EngineConfig config;
+  config.device = Device::kCuda;
+  config.max_num_seqs = 4;
+  config.max_num_batched_tokens = 40;
+  config.max_model_len = 512;
+  config.gpu_memory_utilization = 0.05;
+  auto engine = Engine::create(gpu_bundle, config);
+  ASSERT_TRUE(engine.is_ok()) << engine.status().to_string();
+  std::vector<std::shared_ptr<OutputStream>> streams;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    SamplingParams params;
+    params.temperature = 0.0f;
+    params.max_tokens = num_new;
+    params.ignore_eos = true;
+    auto stream = (*engine)->submit({"r" + std::to_string(i), prompts[i], params});
+    ASSERT_TRUE(stream.is_ok()) << stream.status().to_string();
+    streams.push_back(*stream);
+  }
+  int num_identical = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    std::vector<int32_t> tokens;
+    for (bool finished = false; !finished;) {
+      auto out = streams[i]->next(std::chrono::milliseconds(120000));
+      ASSERT_TRUE(out.has_value()) << "stream " << i << " stalled";
+      for (const TokenOutput& t : out->tokens) tokens.push_back(t.token_id);
+      finished = out->finished;
+    }
+    ASSERT_EQ(tokens.size(), static_cast<size_t>(num_new));
+    const Divergence d = divergence(cpu_traces[i], tokens, noise);
+    num_identical += d.step < 0;
+    std::printf("PARITY engine %-13s request %2zu %s", name.c_str(), i, d.step < 0 ? "identical" : "diverged");
+    if (d.step >= 0) std::printf(" at step %d (cpu margin %.4f, model-level gpu deviation %.4f)", d.step, d.gap, noise);
+    std::printf("\n");
+    if (d.step >= 0) EXPECT_TRUE(d.near_tie()) << name << " request " << i << " step " << d.step;
+  }
+  const EngineStats stats = (*engine)->stats();
+  std::printf("PARITY engine %-13s %d of %zu requests identical; KV pool %lld pages\n", name.c_str(), num_identical,
+              prompts.size(), static_cast<long long>(stats.num_kv_pages_total));
+  if (check == GreedyCheck::kNinetyPercent)
+    EXPECT_GE(num_identical, static_cast<int>(std::ceil(0.9 * static_cast<double>(prompts.size())))) << name;
+  (*engine)->shutdown(/*drain=*/true);
+}
+
+void expect_real_model_parity(const std::string& name, const char* env, std::optional<std::string> fallback) {
+  std::optional<RealModel> m = load_real(env, std::move(fallback));
+  if (!m) GTEST_SKIP() << name << " is not available (set " << env << ")";
+  std::vector<GreedyTrace> cpu_traces;
+  const double noise = expect_model_parity(name, *m->cpu.model, *m->gpu.model, m->prompts, 32, 8,
+                                           GreedyCheck::kNinetyPercent, &cpu_traces);
+  expect_engine_parity(name, m->gpu, m->prompts, cpu_traces, noise, 32, GreedyCheck::kNinetyPercent);
+}
+
+TEST(GpuModelTest, SmolLM2MatchesCpu) {
+  SE_SKIP_WITHOUT_CUDA_DEVICE();
+  expect_real_model_parity("smollm2-135m", "SE_TEST_SMOLLM2", testing::smollm2_path());
+}
+
+TEST(GpuModelTest, Gemma3MatchesCpu) {
+  SE_SKIP_WITHOUT_CUDA_DEVICE();
+  expect_real_model_parity("gemma3-270m", "SE_TEST_GEMMA3", testing::gemma3_path());
+}
+
+TEST(GpuEngineTest, TinyModelConcurrentGreedyMatchesCpu) {
+  SE_SKIP_WITHOUT_CUDA_DEVICE();
+  auto normalized = normalize_hf_config(tiny_config("llama"), "tiny");
+  ASSERT_TRUE(normalized.is_ok());
+  const auto weights = bf16_dummy_weights(*normalized, 10.0f);
+  const Model cpu = create_model(*normalized, weights, Device::kCpu);
+  ModelBundle gpu;
+  gpu.name = "tiny";
+  gpu.model = std::make_unique<Model>(create_model(*normalized, weights, Device::kCuda));
+  const auto prompts = random_prompts(10, 96, 3, 90, 8);
+  std::vector<GreedyTrace> cpu_traces;
+  const double noise =
+      expect_model_parity("tiny-llama", cpu, *gpu.model, prompts, 24, 40, GreedyCheck::kNearTies, &cpu_traces);
+  expect_engine_parity("tiny-llama", gpu, prompts, cpu_traces, noise, 24, GreedyCheck::kNearTies);
+}
+
+TEST(GpuEngineTest, MethodsWithoutCudaKernelsAreRefusedAtStartup) {
+  SE_SKIP_WITHOUT_CUDA_DEVICE();
+  ModelBundle gpu;
+  gpu.name = "tiny";
+  gpu.model = std::make_unique<Model>(test::tiny_model("llama", 1.0f, 1, Device::kCuda));
+  EngineConfig config;
+  config.device = Device::kCuda;
+  config.kv_cache_memory = int64_t{64} << 20;
+  config.sparse_method = "quest";
+  auto engine = Engine::create(gpu, config);
+  ASSERT_FALSE(engine.is_ok());
+  EXPECT_EQ(engine.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(engine.status().message().find("page_key_bound_scores"), std::string::npos) << engine.status().message();
+}
+
+}  // namespace
+}  // namespace se

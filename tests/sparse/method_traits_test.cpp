@@ -1,0 +1,40 @@
+#include "sparse/method_traits.h"
+
+#include <gtest/gtest.h>
+
+#include "sparse/method_registry.h"
+
+namespace se {
+namespace {
+
+TEST(MethodTraitsTest, OpsFollowFamilyAndScoreNeeds) {
+  MethodTraits quest;
+  quest.family = MethodFamily::kDynamicSelection;
+  quest.score_needs = ScoreNeeds::kQueryKeyBounds;
+  EXPECT_EQ(method_ops(quest), (std::vector<std::string_view>{"update_page_key_bounds", "page_key_bound_scores",
+                                                               "paged_attention over a selection"}));
+  MethodTraits h2o;
+  h2o.family = MethodFamily::kEviction;
+  h2o.score_needs = ScoreNeeds::kColumnSums;
+  EXPECT_EQ(method_ops(h2o), (std::vector<std::string_view>{"attention_scores", "compact_kv"}));
+  EXPECT_TRUE(method_ops(MethodTraits{}).empty());
+}
+
+// Vanilla runs wherever the dense forward does; every other registered method calls an op that has no CUDA kernel
+// yet and is refused on CUDA with the op named (on any build: a CPU-only build has no CUDA kernels at all).
+TEST(MethodTraitsTest, OnlyVanillaRunsOnCudaAndRefusalsNameTheOps) {
+  for (const MethodInfo& info : registered_methods()) {
+    auto method = create_method(info.name, nullptr);
+    ASSERT_TRUE(method.is_ok()) << info.name;
+    EXPECT_TRUE(check_runs_on(Device::kCpu, (*method)->traits(), info.name).is_ok());
+    const Status on_cuda = check_runs_on(Device::kCuda, (*method)->traits(), info.name);
+    if (info.name == "vanilla") continue;
+    ASSERT_EQ(on_cuda.code(), StatusCode::kUnimplemented) << info.name;
+    EXPECT_NE(on_cuda.message().find(std::string(method_ops((*method)->traits()).back())), std::string::npos)
+        << on_cuda.message();
+    EXPECT_NE(on_cuda.message().find(info.name), std::string::npos) << on_cuda.message();
+  }
+}
+
+}  // namespace
+}  // namespace se
