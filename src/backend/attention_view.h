@@ -19,6 +19,7 @@
 #include <cstdint>
 
 #include "tensor/dtype.h"
+#include "tensor/tensor.h"
 
 namespace se {
 
@@ -67,6 +68,7 @@ struct LatentKvView {
 
 struct AttentionView {
   void* kv_base = nullptr;
+  Device kv_device = Device::kCpu;  // where the pool (kv_base) lives; the tables may live elsewhere (ops.h says)
   DType kv_dtype = DType::kF32;
   size_t page_bytes = 0;
   int32_t page_size = 0;

@@ -128,6 +128,7 @@ AttentionView PagedCacheManager::make_view(const std::vector<SeqKvView>& seq_vie
   const KvLayout& l = layout();
   AttentionView view;
   view.kv_base = pool_.storage()->base();
+  view.kv_device = pool_.storage()->device();
   view.kv_dtype = l.dtype;
   view.page_bytes = l.page_bytes();
   view.page_size = l.page_size;
