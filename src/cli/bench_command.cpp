@@ -106,6 +106,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   bench->require_subcommand(1);
   add_bench_generate_command(*bench, exit_code);
   add_bench_throughput_command(*bench, exit_code);
+  add_bench_decode_command(*bench, exit_code);
   add_bench_serve_command(*bench, exit_code);
   add_bench_replay_command(*bench, exit_code);
 }

@@ -9,5 +9,6 @@ namespace se::cli {
 
 void add_bench_generate_command(CLI::App& bench, int& exit_code);
 void add_bench_throughput_command(CLI::App& bench, int& exit_code);
+void add_bench_decode_command(CLI::App& bench, int& exit_code);
 
 }  // namespace se::cli

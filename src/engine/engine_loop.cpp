@@ -183,6 +183,7 @@ void EngineLoop::step() {
     return;
   }
   std::vector<SampledToken> sampled = runner_.execute(plan);
+  ++counters_.steps_total;
   for (const ScheduledRequest& s : plan.scheduled) {
     Request& r = *s.request;
     r.num_computed_tokens += s.num_tokens;
@@ -273,6 +274,8 @@ void EngineLoop::publish_stats() {
   EngineStats s = counters_;
   s.num_running = static_cast<int>(scheduler_.running().size());
   s.num_waiting = static_cast<int>(scheduler_.waiting().size());
+  s.num_prefilling = static_cast<int>(std::count_if(scheduler_.running().begin(), scheduler_.running().end(),
+                                                    [](const Request* r) { return r->num_computed_tokens < r->num_prompt_tokens; }));
   s.num_kv_pages_total = cache_->num_total_pages();
   s.num_kv_pages_free = cache_->num_free_pages();
   s.num_kv_pages_cached = cache_->num_available_pages() - s.num_kv_pages_free;
@@ -280,6 +283,8 @@ void EngineLoop::publish_stats() {
   s.prefix_cache_queries_total = static_cast<uint64_t>(cache_->num_prefix_query_tokens());
   s.prefix_cache_hits_total = static_cast<uint64_t>(cache_->num_prefix_hit_tokens());
   s.transient_pass_tokens_total = static_cast<uint64_t>(controller_.num_transient_pass_tokens());
+  s.attended_kv_tokens_total = static_cast<uint64_t>(controller_.num_attended_kv_tokens());
+  s.published_at = std::chrono::steady_clock::now();
   std::lock_guard<std::mutex> lock(stats_mutex_);
   stats_ = std::move(s);
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <vector>
 
@@ -24,6 +25,7 @@ struct LatencyHistogram {
 struct EngineStats {
   int num_running = 0;
   int num_waiting = 0;
+  int num_prefilling = 0;  // running requests whose prompt is not all in the cache yet
   int64_t num_kv_pages_total = 0;
   int64_t num_kv_pages_used = 0;    // held by live requests
   int64_t num_kv_pages_free = 0;    // in the pool's free list
@@ -36,6 +38,11 @@ struct EngineStats {
   uint64_t requests_aborted_total = 0;
   uint64_t preemptions_total = 0;
   uint64_t transient_pass_tokens_total = 0;  // tokens methods ran in transient passes (context reconstruction)
+  uint64_t steps_total = 0;                  // model forwards of the serving loop
+  // KV tokens attention read: per step, layer, sequence and KV head, what its last query row sees (after
+  // selection, eviction and sliding windows). Decode steps read each of them once, so this is their KV traffic.
+  uint64_t attended_kv_tokens_total = 0;
+  std::chrono::steady_clock::time_point published_at;  // when this snapshot was taken (right after a step)
   LatencyHistogram time_to_first_token;
   LatencyHistogram inter_token_latency;
   LatencyHistogram e2e_request_latency;

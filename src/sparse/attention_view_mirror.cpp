@@ -22,6 +22,8 @@ void AttentionViewMirror::reserve(size_t num_bytes) {
 void AttentionViewMirror::upload(CacheManager& cache, const ForwardBatch& batch) {
   const KvLayout& l = cache.layout();
   num_seqs_ = static_cast<int32_t>(batch.sequences.size());
+  selection_used_ = 0;
+  retired_selection_buffers_.clear();  // the previous forward has finished with them
   const size_t num_views = static_cast<size_t>(l.num_layers) * static_cast<size_t>(num_seqs_);
   q_indptr_offset_ = num_views * sizeof(SeqKvView);
   const size_t tables_offset = align8(q_indptr_offset_ + (static_cast<size_t>(num_seqs_) + 1) * sizeof(int32_t));
@@ -67,16 +69,53 @@ void AttentionViewMirror::upload(CacheManager& cache, const ForwardBatch& batch)
   copy_bytes(device_, device_base, host_.data(), num_bytes);
 }
 
-AttentionView AttentionViewMirror::device_view(int layer, const AttentionView& host_view) const {
-  SE_CHECK(!host_view.has_selection, "attention on {}: selected (sparse) attention is not mirrored to the device",
-           device_name(device_));
+AttentionView AttentionViewMirror::device_view(int layer, const AttentionView& host_view) {
   SE_CHECK(host_view.num_seqs == num_seqs_, "device view of {} sequences, {} uploaded", host_view.num_seqs, num_seqs_);
   const char* device_base = static_cast<const char*>(device_buffer_.raw());
   AttentionView view = host_view;
   view.q_indptr = reinterpret_cast<const int32_t*>(device_base + q_indptr_offset_);
-  view.seqs = reinterpret_cast<const SeqKvView*>(device_base) +
-              static_cast<size_t>(layer) * static_cast<size_t>(num_seqs_);
+  const size_t first = static_cast<size_t>(layer) * static_cast<size_t>(num_seqs_);
+  view.seqs = reinterpret_cast<const SeqKvView*>(device_base) + first;
+  if (host_view.has_selection)
+    view.seqs = upload_selection(host_view, reinterpret_cast<const SeqKvView*>(host_.data()) + first);
   return view;
+}
+
+const SeqKvView* AttentionViewMirror::upload_selection(const AttentionView& host_view, const SeqKvView* views) {
+  // Packed: SeqKvView [num_seqs] | per selected sequence: counts [num_kv_heads] then lists [num_kv_heads][stride].
+  const int32_t num_heads = host_view.num_kv_heads;
+  size_t num_bytes = align8(static_cast<size_t>(num_seqs_) * sizeof(SeqKvView));
+  for (int32_t s = 0; s < num_seqs_; ++s) {
+    const SeqKvView& seq = host_view.seqs[s];
+    if (seq.selected != nullptr)
+      num_bytes += align8(static_cast<size_t>(num_heads) * static_cast<size_t>(1 + seq.selected_stride) * sizeof(int32_t));
+  }
+  if (!selection_buffer_.defined() || selection_used_ + num_bytes > selection_buffer_.nbytes()) {
+    if (selection_buffer_.defined()) retired_selection_buffers_.push_back(std::move(selection_buffer_));
+    const size_t previous = retired_selection_buffers_.empty() ? 0 : retired_selection_buffers_.back().nbytes();
+    selection_buffer_ = empty_on(device_, DType::kU8, {static_cast<int64_t>(std::max(4 * num_bytes, 2 * previous))});
+    selection_used_ = 0;
+  }
+  char* device_base = static_cast<char*>(selection_buffer_.raw()) + selection_used_;
+  selection_host_.assign(num_bytes, 0);
+  auto* packed = reinterpret_cast<SeqKvView*>(selection_host_.data());
+  size_t offset = align8(static_cast<size_t>(num_seqs_) * sizeof(SeqKvView));
+  for (int32_t s = 0; s < num_seqs_; ++s) {
+    const SeqKvView& seq = host_view.seqs[s];
+    packed[s] = views[s];
+    if (seq.selected == nullptr) continue;
+    const size_t list_bytes = static_cast<size_t>(num_heads) * static_cast<size_t>(seq.selected_stride) * sizeof(int32_t);
+    auto* counts = reinterpret_cast<int32_t*>(selection_host_.data() + offset);
+    std::memcpy(counts, seq.num_selected, static_cast<size_t>(num_heads) * sizeof(int32_t));
+    std::memcpy(counts + num_heads, seq.selected, list_bytes);
+    packed[s].num_selected = reinterpret_cast<const int32_t*>(device_base + offset);
+    packed[s].selected = packed[s].num_selected + num_heads;
+    packed[s].selected_stride = seq.selected_stride;
+    offset += align8(static_cast<size_t>(num_heads) * sizeof(int32_t) + list_bytes);
+  }
+  copy_bytes(device_, device_base, selection_host_.data(), num_bytes);
+  selection_used_ += num_bytes;
+  return reinterpret_cast<const SeqKvView*>(device_base);
 }
 
 }  // namespace se

@@ -1,6 +1,30 @@
 #include "sparse/sparse_controller.h"
 
+#include <algorithm>
+
 namespace se {
+
+namespace {
+
+// Tokens of (sequence s, KV head h) of `view` that the sequence's last query row reads.
+int64_t tokens_read_by_last_row(const AttentionView& view, int32_t s, int32_t h, int32_t sliding_window) {
+  const SeqKvView& sv = view.seqs[s];
+  const int32_t stored = sv.num_tokens[h];
+  int64_t n = stored;
+  if (sv.selected != nullptr) {
+    const int32_t* list = sv.selected + static_cast<int64_t>(h) * sv.selected_stride;
+    const int32_t count = sv.num_selected[h];
+    if (view.selection_unit == SelectionUnit::kToken) {
+      n = count;
+    } else {
+      n = 0;
+      for (int32_t i = 0; i < count; ++i) n += std::min(view.page_size, stored - list[i] * view.page_size);
+    }
+  }
+  return sliding_window > 0 ? std::min<int64_t>(n, sliding_window) : n;
+}
+
+}  // namespace
 
 void SparseController::prepare_step(const ForwardBatch& batch) {
   StepContext ctx{batch, cache_, {}};
@@ -54,6 +78,9 @@ void SparseController::attend(int layer, const LayerConfig& layer_config, const 
     }
   }
   const AttentionView attended = selection_.apply(dense);
+  for (int32_t i = 0; i < attended.num_seqs; ++i)
+    for (int32_t h = 0; h < attended.num_kv_heads; ++h)
+      num_attended_kv_tokens_ += tokens_read_by_last_row(attended, i, h, params.sliding_window);
   paged_attention(out, q, device_views_ ? device_views_->device_view(layer, attended) : attended, params);
   method_.on_attention_end(ctx);
 }

@@ -46,6 +46,9 @@ class SparseController final : public ForwardHooks {
   Status run_transient_pass(int32_t seq, std::span<const int32_t> token_ids);
   // Tokens run in transient passes so far (a counter for stats).
   int64_t num_transient_pass_tokens() const { return num_transient_pass_tokens_; }
+  // KV tokens attention has read, counted per layer, sequence and KV head as what the sequence's last query
+  // row sees (EngineStats::attended_kv_tokens_total).
+  int64_t num_attended_kv_tokens() const { return num_attended_kv_tokens_; }
 
   void begin_forward(const ForwardBatch& batch) override;
   void attend(int layer, const LayerConfig& layer_config, const ForwardBatch& batch, TensorView q, TensorView k,
@@ -82,6 +85,7 @@ class SparseController final : public ForwardHooks {
   ForwardBatch pass_batch_;  // the running transient pass
   bool in_pass_ = false;
   int64_t num_transient_pass_tokens_ = 0;
+  int64_t num_attended_kv_tokens_ = 0;
 };
 
 }  // namespace se

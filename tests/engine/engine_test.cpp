@@ -146,5 +146,27 @@ TEST(EngineTest, AbortEndsTheStreamAndFreesPages) {
   EXPECT_EQ((*engine)->stats().requests_aborted_total, 1u);
 }
 
+// The counters `bench decode` times and sizes its roofline with: one step per forward, and per step, layer and KV
+// head the tokens the sequence's last query row reads (dense: the whole stream).
+TEST(EngineTest, StatsCountStepsAndTheKvTokensAttentionReads) {
+  ModelBundle bundle = tiny_bundle();
+  EngineConfig config;
+  config.page_size = 4;
+  config.kv_cache_memory = 16 << 20;
+  auto engine = Engine::create(bundle, config);
+  ASSERT_TRUE(engine.is_ok());
+  std::mt19937 rng(5);
+  auto stream = (*engine)->submit({"r", random_prompt(rng, 10), greedy(5)});
+  ASSERT_TRUE(stream.is_ok());
+  EXPECT_EQ(collect(**stream).tokens.size(), 5u);
+  (*engine)->shutdown(/*drain=*/true);
+  const EngineStats stats = (*engine)->stats();
+  EXPECT_EQ(stats.steps_total, 5u);  // the prompt in one step, then 4 decode steps
+  const ModelConfig& c = bundle.model->config();
+  // The prefill's last row sees 10 tokens, the decode steps 11 .. 14.
+  EXPECT_EQ(stats.attended_kv_tokens_total, static_cast<uint64_t>(c.num_layers * c.num_kv_heads * (10 + 11 + 12 + 13 + 14)));
+  EXPECT_EQ(stats.num_prefilling, 0);
+}
+
 }  // namespace
 }  // namespace se

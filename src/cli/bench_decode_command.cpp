@@ -1,0 +1,317 @@
+// `sparse-engine bench decode`: steady-state decode throughput of B long-context sequences resident together,
+// through the serving engine. Protocol: random prompt ids, greedy with EOS ignored, prefix caching off; every
+// prompt is prefilled (the scheduler admits what the MemoryOracle lets in, eviction methods in waves as their
+// compression frees pages), then `--warmup-steps` decode steps run, then a timed window of `--steps` decode steps
+// with every sequence resident. Reported per batch: decode tokens/s over the window, ms per step, KV pages in
+// use, and the step's roofline: the bytes a step must read (every weight matrix once, plus the KV tokens
+// attention read, counted by the engine) over the bandwidth measured in the same process.
+//
+// `--batch auto` submits --max-num-seqs requests, lets the scheduler admit what fits, then keeps the largest
+// batch whose growth over the warm-up and the window still fits the pool (newer requests are aborted). An
+// explicit batch that cannot be admitted whole is reported and skipped.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "backend/device_memory.h"
+#include "cli/bench_commands.h"
+#include "cli/model_options.h"
+#include "engine/engine.h"
+
+namespace se::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct DecodeBenchOptions {
+  ModelOptions model;
+  EngineConfig engine;
+  int input_len = 32768;
+  int steps = 256;
+  int warmup_steps = 32;
+  std::string batches = "1";
+  uint64_t seed = 0;
+  std::string csv_path;
+};
+
+struct DecodePoint {
+  int batch = 0;
+  double prefill_seconds = 0;
+  double step_ms = 0;
+  double decode_tok_s = 0;
+  int64_t kv_pages_used = 0;
+  int64_t kv_pages_total = 0;
+  double kv_bytes_per_step = 0;
+};
+
+// Bytes one decode step reads of the weights: every matrix once (the embedding table is only gathered, unless
+// it is also the lm_head), norms and biases too.
+double weight_bytes_per_step(const ModelWeights& w) {
+  double bytes = static_cast<double>(w.lm_head.nbytes() + w.final_norm.nbytes());
+  for (const LayerWeights& l : w.layers)
+    for (const Tensor* t : {&l.input_norm, &l.qkv, &l.qkv_bias, &l.q_norm, &l.k_norm, &l.o_proj, &l.post_attention_norm,
+                            &l.pre_feedforward_norm, &l.post_feedforward_norm, &l.gate_up, &l.down})
+      if (t->defined()) bytes += static_cast<double>(t->nbytes());
+  return bytes;
+}
+
+// Copy bandwidth of `device` in bytes/s (read + written), best of a few 1 GiB copies.
+double measure_copy_bandwidth(Device device) {
+  constexpr int64_t kBytes = int64_t{1} << 30;
+  Tensor src = empty_on(device, DType::kU8, {kBytes});
+  Tensor dst = empty_on(device, DType::kU8, {kBytes});
+  copy(dst.view(), src.view());  // first touch
+  synchronize(device);
+  double best = 0;
+  for (int i = 0; i < 5; ++i) {
+    const auto start = Clock::now();
+    copy(dst.view(), src.view());
+    synchronize(device);
+    best = std::max(best, 2.0 * kBytes / std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  return best;
+}
+
+Result<std::vector<int>> parse_batches(const std::string& text) {
+  std::vector<int> batches;
+  size_t at = 0;
+  while (at <= text.size()) {
+    const size_t comma = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, comma - at);
+    at = comma + 1;
+    if (item == "auto") {
+      batches.push_back(0);
+      continue;
+    }
+    char* end = nullptr;
+    const long n = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || n <= 0 || n > (1 << 20))
+      return invalid_argument("--batch: '{}' is not a list of positive integers and 'auto'", text);
+    batches.push_back(static_cast<int>(n));
+  }
+  return batches;
+}
+
+// Polls the engine's published stats until `done` holds for a snapshot (each snapshot follows one step). Timing
+// reads the snapshots' own timestamps, so the polling period only delays the answer; it stays long enough not to
+// take a core from the forward.
+template <typename Predicate>
+Result<EngineStats> wait_for(const Engine& engine, Predicate done, std::chrono::seconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  while (Clock::now() < deadline) {
+    EngineStats s = engine.stats();
+    if (done(s)) return s;
+    std::this_thread::sleep_for(std::chrono::microseconds(250));
+  }
+  return unavailable("the engine did not reach the benchmark's next phase within {} s", timeout.count());
+}
+
+// One batch point on a fresh engine. `batch` 0 = auto.
+Result<DecodePoint> run_point(const ModelBundle& bundle, const DecodeBenchOptions& o, int batch) {
+  EngineConfig config = o.engine;
+  config.enable_prefix_caching = false;
+  config.prefix_cache_mode = "off";
+  const int decode_tokens = o.warmup_steps + o.steps;
+  const int max_model_len = config.max_model_len > 0 ? config.max_model_len : bundle.model->config().max_position_embeddings;
+  if (o.input_len + decode_tokens + 2 > max_model_len)
+    return invalid_argument("--input-len {} plus {} decode steps exceeds the context of {} tokens", o.input_len,
+                            decode_tokens, max_model_len);
+  const int num_requests = batch > 0 ? batch : config.max_num_seqs;
+  config.max_num_seqs = std::max(config.max_num_seqs, num_requests);
+  SE_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(bundle, config));
+
+  std::mt19937_64 rng(o.seed + static_cast<uint64_t>(batch));
+  const int vocab = bundle.model->config().vocab_size;
+  std::uniform_int_distribution<int32_t> token(100, std::min(vocab, 30000) - 1);
+  SamplingParams params;
+  params.temperature = 0.0f;
+  params.ignore_eos = true;
+  // Early sequences decode while later ones still prefill: room for every admission step (each runs at least a
+  // chunk of max_num_batched_tokens less the decode rows), then the warm-up and the window. Never reached: the
+  // requests are aborted after the window.
+  const int64_t chunk = std::max(64, config.max_num_batched_tokens - num_requests);
+  const int64_t admission_steps =
+      2 * ((int64_t{num_requests} * o.input_len + chunk - 1) / chunk) + num_requests + 16;
+  params.max_tokens = static_cast<int>(std::min<int64_t>(max_model_len - o.input_len, admission_steps + decode_tokens));
+  std::vector<std::string> ids;
+  std::vector<std::shared_ptr<OutputStream>> streams;
+  const auto start = Clock::now();
+  for (int i = 0; i < num_requests; ++i) {
+    std::vector<int32_t> prompt(static_cast<size_t>(o.input_len));
+    for (int32_t& t : prompt) t = token(rng);
+    ids.push_back("decode-" + std::to_string(i));
+    SE_ASSIGN_OR_RETURN(std::shared_ptr<OutputStream> stream, engine->submit({ids.back(), std::move(prompt), params}));
+    streams.push_back(std::move(stream));
+  }
+  const auto abort_all = [&] {
+    for (const std::string& id : ids) engine->abort(id);
+  };
+
+  // Admission ends when every prompt is in, or when nothing prefills and the rest keep waiting (the pool is full).
+  const uint64_t all_prompt_tokens = static_cast<uint64_t>(num_requests) * static_cast<uint64_t>(o.input_len);
+  uint64_t stalled_since = 0;
+  auto admitted = wait_for(*engine, [&](const EngineStats& s) {
+    if (s.prompt_tokens_total < all_prompt_tokens || s.num_prefilling > 0 || s.num_running == 0) {
+      stalled_since = 0;
+      return false;
+    }
+    if (s.num_waiting == 0) return true;
+    if (stalled_since == 0) stalled_since = s.steps_total;
+    return s.steps_total >= stalled_since + 4;
+  }, std::chrono::seconds(3600));
+  if (!admitted.is_ok()) {
+    abort_all();
+    return admitted.status();
+  }
+  const double prefill_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  if (admitted->preemptions_total > 0) {
+    abort_all();
+    return resource_exhausted("requests were preempted while prefilling: batch {} does not stay resident", num_requests);
+  }
+
+  int resident = admitted->num_running;
+  if (batch > 0 && resident < batch) {
+    abort_all();
+    return resource_exhausted("only {} of {} sequences of {} tokens fit the KV pool at once", resident, batch,
+                              o.input_len);
+  }
+  // Keep the oldest sequences whose growth over the warm-up and the window fits: each stream may open
+  // ceil(decode_tokens / page_size) + 1 pages (the methods that evict as they decode open fewer).
+  const ModelConfig& mc = bundle.model->config();
+  const int64_t growth_per_seq = static_cast<int64_t>(mc.num_layers) * mc.num_kv_heads *
+                                 ((decode_tokens + config.page_size - 1) / config.page_size + 1);
+  // Aborting a running sequence returns about used_per_seq pages; waiting ones hold none.
+  const int64_t admitted_seqs = resident;
+  const int64_t used_per_seq = (admitted->num_kv_pages_used + admitted_seqs - 1) / admitted_seqs;
+  const auto growth_fits = [&](int64_t kept) {
+    return admitted->num_kv_pages_total - admitted->num_kv_pages_used + (admitted_seqs - kept) * used_per_seq >=
+           kept * growth_per_seq;
+  };
+  while (resident > 1 && !growth_fits(resident)) --resident;
+  for (int i = resident; i < num_requests; ++i) engine->abort(ids[static_cast<size_t>(i)]);
+  if (batch > 0 && resident < batch) {
+    abort_all();
+    return resource_exhausted("batch {} fits its prompts but not its {} decode steps", batch, decode_tokens);
+  }
+
+  // The window: `warmup` decode steps after the batch settles, then `steps` timed ones.
+  SE_ASSIGN_OR_RETURN(const EngineStats settled, wait_for(*engine, [&](const EngineStats& s) {
+    return s.num_running == resident && s.num_waiting == 0 && s.num_prefilling == 0;
+  }, std::chrono::seconds(600)));
+  const uint64_t first_step = settled.steps_total + static_cast<uint64_t>(o.warmup_steps);
+  SE_ASSIGN_OR_RETURN(const EngineStats begin, wait_for(*engine, [&](const EngineStats& s) {
+    return s.steps_total >= first_step;
+  }, std::chrono::seconds(600)));
+  SE_ASSIGN_OR_RETURN(const EngineStats end, wait_for(*engine, [&](const EngineStats& s) {
+    return s.steps_total >= begin.steps_total + static_cast<uint64_t>(o.steps);
+  }, std::chrono::seconds(3600)));
+  abort_all();
+  const uint64_t timed_steps = end.steps_total - begin.steps_total;
+  if (end.num_running != resident || end.preemptions_total != admitted->preemptions_total ||
+      end.generation_tokens_total - begin.generation_tokens_total != timed_steps * static_cast<uint64_t>(resident))
+    return internal_error("the batch of {} did not stay resident through the window ({} running at its end, {} "
+                          "preemptions)", resident, end.num_running, end.preemptions_total);
+
+  DecodePoint p;
+  p.batch = resident;
+  p.prefill_seconds = prefill_seconds;
+  const double window = std::chrono::duration<double>(end.published_at - begin.published_at).count();
+  p.step_ms = 1e3 * window / static_cast<double>(timed_steps);
+  p.decode_tok_s = static_cast<double>(timed_steps) * resident / window;
+  p.kv_pages_used = end.num_kv_pages_used;
+  p.kv_pages_total = end.num_kv_pages_total;
+  const double kv_token_bytes = 2.0 * mc.head_dim * static_cast<double>(dtype_size(config.device == Device::kCpu ? DType::kF32 : DType::kBF16));
+  p.kv_bytes_per_step =
+      static_cast<double>(end.attended_kv_tokens_total - begin.attended_kv_tokens_total) * kv_token_bytes /
+      static_cast<double>(timed_steps);
+  return p;
+}
+
+// A CSV field's text with its double quotes doubled (the caller quotes the field).
+std::string csv_escaped(const std::string& text) {
+  std::string out;
+  for (char c : text) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out;
+}
+
+void append_csv(const std::string& path, const std::string& header, const std::string& row) {
+  const bool fresh = !std::filesystem::exists(path) || std::filesystem::file_size(path) == 0;
+  std::ofstream out(path, std::ios::app);
+  if (fresh) out << header << "\n";
+  out << row << "\n";
+}
+
+int run_decode_bench(const DecodeBenchOptions& o) {
+  if (Status sparse = check_sparse_options(o.engine); !sparse.is_ok()) return report_usage_error(sparse);
+  auto batches = parse_batches(o.batches);
+  if (!batches.is_ok()) return report_usage_error(batches.status());
+  if (o.input_len < 1 || o.steps < 1 || o.warmup_steps < 0)
+    return report_usage_error(invalid_argument("--input-len and --steps must be positive, --warmup-steps >= 0"));
+  auto bundle = o.model.load(o.engine.device);
+  if (!bundle.is_ok()) return report_error(bundle.status());
+  const double bandwidth = measure_copy_bandwidth(o.engine.device);
+  const double weight_bytes = weight_bytes_per_step(bundle->model->weights());
+  const std::string config = o.engine.sparse_config.is_null() ? "{}" : o.engine.sparse_config.dump();
+  std::printf("bench decode: %s on %s, sparse method %s %s, %d prompt tokens, %d warm-up + %d timed decode steps\n"
+              "weights read per step %.2f GB; measured copy bandwidth %.0f GB/s (read + write)\n",
+              bundle->name.c_str(), std::string(device_name(o.engine.device)).c_str(), o.engine.sparse_method.c_str(),
+              config.c_str(), o.input_len, o.warmup_steps, o.steps, weight_bytes / 1e9, bandwidth / 1e9);
+  std::printf("| batch | decode tok/s | ms/step | KV GB read/step | roofline ms | of roofline | KV pages used/total | prefill s |\n"
+              "|---|---|---|---|---|---|---|---|\n");
+  int failures = 0;
+  for (int batch : *batches) {
+    auto point = run_point(*bundle, o, batch);
+    if (!point.is_ok()) {
+      std::printf("| %s | %s |\n", batch > 0 ? std::to_string(batch).c_str() : "auto",
+                  point.status().to_string().c_str());
+      ++failures;
+      continue;
+    }
+    const double roofline_ms = 1e3 * (weight_bytes + point->kv_bytes_per_step) / bandwidth;
+    std::printf("| %d | %.1f | %.3f | %.3f | %.3f | %.0f%% | %lld/%lld | %.1f |\n", point->batch, point->decode_tok_s,
+                point->step_ms, point->kv_bytes_per_step / 1e9, roofline_ms, 100.0 * roofline_ms / point->step_ms,
+                static_cast<long long>(point->kv_pages_used), static_cast<long long>(point->kv_pages_total),
+                point->prefill_seconds);
+    std::fflush(stdout);
+    if (!o.csv_path.empty()) {
+      append_csv(o.csv_path,
+                 "model,device,method,sparse_config,input_len,batch,decode_tok_s,step_ms,weight_gb,kv_gb_per_step,"
+                 "roofline_ms,of_roofline,kv_pages_used,kv_pages_total,bandwidth_gbs,prefill_s",
+                 fmt::format("{},{},{},\"{}\",{},{},{:.2f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{},{},{:.1f},{:.2f}",
+                             bundle->name, device_name(o.engine.device), o.engine.sparse_method,
+                             csv_escaped(config), o.input_len, point->batch, point->decode_tok_s, point->step_ms,
+                             weight_bytes / 1e9, point->kv_bytes_per_step / 1e9, roofline_ms,
+                             roofline_ms / point->step_ms, point->kv_pages_used, point->kv_pages_total,
+                             bandwidth / 1e9, point->prefill_seconds));
+    }
+  }
+  return failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+void add_bench_decode_command(CLI::App& bench, int& exit_code) {
+  auto o = std::make_shared<DecodeBenchOptions>();
+  CLI::App* cmd = bench.add_subcommand("decode", "steady-state decode tokens/s of B resident long-context sequences");
+  o->model.add_to(*cmd);
+  add_engine_options(*cmd, o->engine);
+  cmd->add_option("--input-len", o->input_len, "prompt tokens per sequence (random ids)")->capture_default_str();
+  cmd->add_option("--steps,--output-len", o->steps, "timed decode steps")->capture_default_str();
+  cmd->add_option("--warmup-steps", o->warmup_steps, "decode steps before the timed window")->capture_default_str();
+  cmd->add_option("--batch", o->batches, "'auto' (the largest batch that stays resident) or N[,N...]")
+      ->capture_default_str();
+  cmd->add_option("--seed", o->seed, "prompt seed")->capture_default_str();
+  cmd->add_option("--csv", o->csv_path, "append one row per batch to this CSV file");
+  cmd->callback([o, &exit_code] { exit_code = run_decode_bench(*o); });
+}
+
+}  // namespace se::cli

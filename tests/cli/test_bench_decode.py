@@ -1,0 +1,70 @@
+"""`bench decode` and its sweep report on the default model (CPU, small sizes): one CSV row per batch whose KV
+bytes per step match what dense attention must read, eviction methods admitted in waves under a small pool, a
+batch that cannot stay resident reported as an error row, and the sweep's report relating each method to dense."""
+import csv
+import json
+import subprocess
+import sys
+
+from server_process import BINARY, SOURCE_DIR, require_default_model
+
+INPUT_LEN, STEPS, WARMUP = 96, 6, 2
+
+
+def bench_decode(tmp_path, *args):
+    out = tmp_path / "decode.csv"
+    r = subprocess.run([str(BINARY), "bench", "decode", "--model", "default", "--input-len", str(INPUT_LEN),
+                        "--steps", str(STEPS), "--warmup-steps", str(WARMUP), "--csv", str(out), *args],
+                       capture_output=True, text=True, timeout=600)
+    rows = list(csv.DictReader(out.open())) if out.exists() else []
+    return r, rows
+
+
+def model_shape():
+    r = subprocess.run([str(BINARY), "inspect", "--model", "default"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    config = json.loads(r.stdout)["config"]
+    return config["num_hidden_layers"], config["num_key_value_heads"], config["head_dim"]
+
+
+def test_dense_rows_read_the_whole_context(tmp_path):
+    require_default_model()
+    r, rows = bench_decode(tmp_path, "--batch", "1,2")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert [int(row["batch"]) for row in rows] == [1, 2]
+    layers, kv_heads, head_dim = model_shape()
+    for row in rows:
+        assert row["method"] == "vanilla" and float(row["decode_tok_s"]) > 0 and float(row["step_ms"]) > 0
+        # f32 K and V of every stored token, per layer and KV head; the window's contexts lie between the prompt
+        # and the prompt plus every token the sequences can have decoded by its end.
+        token_bytes = layers * kv_heads * head_dim * 2 * 4 * int(row["batch"])
+        kv_bytes = float(row["kv_gb_per_step"]) * 1e9
+        assert INPUT_LEN * token_bytes < kv_bytes < (INPUT_LEN + 400) * token_bytes
+        assert 0 < float(row["of_roofline"]) <= 1.5
+
+
+def test_eviction_batch_auto_and_an_oversized_batch(tmp_path):
+    require_default_model()
+    small_pool = ["--kv-cache-memory", "60000000", "--max-num-seqs", "16"]
+    r, rows = bench_decode(tmp_path, "--batch", "auto", "--sparse-method", "streamingllm",
+                           "--sparse-config", '{"budget": 32}', *small_pool)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert len(rows) == 1 and int(rows[0]["batch"]) > 1
+    auto_batch = int(rows[0]["batch"])
+    r, rows = bench_decode(tmp_path, "--batch", str(16 * auto_batch), *small_pool)
+    assert r.returncode == 1
+    assert "RESOURCE_EXHAUSTED" in r.stdout
+
+
+def test_sweep_report_relates_methods_to_dense(tmp_path):
+    require_default_model()
+    r, _ = bench_decode(tmp_path, "--batch", "1")
+    assert r.returncode == 0, r.stderr
+    r, _ = bench_decode(tmp_path, "--batch", "1", "--sparse-method", "snapkv", "--sparse-config", '{"budget": 80}')
+    assert r.returncode == 0, r.stdout + r.stderr
+    report = subprocess.run([sys.executable, str(SOURCE_DIR / "bench" / "decode_sweep.py"), "--report",
+                             str(tmp_path / "decode.csv")], capture_output=True, text=True, timeout=60)
+    assert report.returncode == 0, report.stderr
+    lines = [line for line in report.stdout.splitlines() if line.startswith(f"| {INPUT_LEN} |")]
+    assert [line.split("|")[2].strip() for line in lines] == ["vanilla", "snapkv"]
+    assert lines[0].rstrip().endswith("| 1.00x |")
