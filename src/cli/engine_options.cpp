@@ -79,6 +79,7 @@ void add_engine_options(CLI::App& command, EngineConfig& config) {
                      "with --device cuda: the fraction of the device memory left after weights and workspace that the "
                      "KV cache takes")
       ->capture_default_str();
+  command.add_flag("--enforce-eager", config.enforce_eager, "CUDA: run every step eagerly (no CUDA graphs)");
   command.add_flag("!--no-enable-prefix-caching", config.enable_prefix_caching, "disable prefix reuse (radix and chain)");
   command.add_option("--prefix-cache-mode", config.prefix_cache_mode,
                      "prefix reuse: radix (full-history methods), chain (Chain Cache, eviction methods), off, or auto "

@@ -19,6 +19,9 @@ struct EngineConfig {
   int64_t kv_cache_memory = 0;       // bytes for the KV pool; 0 = derive from gpu_memory_utilization
   double gpu_memory_utilization = 0.9;  // CUDA: the fraction of the device memory still free after the weights and
                                         // the forward's workspace that the KV pool takes
+  // CUDA: decode steps of methods whose decode forward is static (method_traits.h) replay a CUDA graph captured
+  // per batch size; true runs every step eagerly (vLLM's --enforce-eager).
+  bool enforce_eager = false;
   bool enable_prefix_caching = true;
   // Which prefix reuse runs: "auto" (the method's traits: radix for full-history methods, chain for eviction
   // methods), "radix", "chain" or "off". enable_prefix_caching = false means "off".

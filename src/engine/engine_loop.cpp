@@ -23,7 +23,8 @@ EngineLoop::EngineLoop(const ModelBundle& bundle, const EngineConfig& config, st
       controller_(*method_, *cache_, config.device),
       oracle_(controller_, chains_.get()),
       scheduler_(SchedulerConfig{config.max_num_seqs, config.max_num_batched_tokens}, oracle_),
-      runner_(*bundle.model, controller_, std::move(workspace)) {
+      runner_(*bundle.model, controller_, std::move(workspace),
+              /*use_cuda_graphs=*/config.device == Device::kCuda && !config.enforce_eager) {
   publish_stats();
   thread_ = std::thread([this] { run(); });
 }

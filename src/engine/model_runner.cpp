@@ -49,6 +49,39 @@ std::vector<SampleResult> ModelRunner::sample(const Tensor& logits, const std::v
   return results;
 }
 
+ModelRunner::BufferStamp ModelRunner::buffer_stamp() const {
+  return {workspace_.generation(), controller_.device_tables_generation(), StepGraph::memory_generation()};
+}
+
+Tensor ModelRunner::run_forward() {
+  const int32_t num_rows = batch_.num_tokens();
+  const bool decode_only = static_cast<int32_t>(batch_.sequences.size()) == num_rows &&
+                           static_cast<int32_t>(batch_.logit_rows.size()) == num_rows;
+  if (!use_cuda_graphs_ || !decode_only || !controller_.decode_forward_is_static())
+    return model_.forward(batch_, controller_, workspace_);
+  model_.prepare_forward(batch_, controller_, workspace_);
+  DecodeGraph& g = decode_graphs_[num_rows];
+  const BufferStamp stamp = buffer_stamp();
+  if (g.graph.captured() && g.captured == stamp) {
+    g.graph.replay();
+    controller_.count_replayed_forward(batch_);
+    ++num_graph_replays_;
+    return workspace_.logits(num_rows);
+  }
+  if (g.warm && g.warmed == stamp) {
+    // Capturing enqueues nothing, so the step then runs as the first replay; its attend calls did count.
+    Tensor logits;
+    g.graph.capture([&] { logits = model_.launch_forward(batch_, controller_, workspace_); });
+    g.captured = stamp;
+    g.graph.replay();
+    return logits;
+  }
+  Tensor logits = model_.launch_forward(batch_, controller_, workspace_);
+  g.warm = true;
+  g.warmed = buffer_stamp();  // the eager run may have grown the attention scratch
+  return logits;
+}
+
 std::vector<SampledToken> ModelRunner::execute(const StepPlan& plan) {
   batch_.token_ids.clear();
   batch_.positions.clear();
@@ -72,7 +105,7 @@ std::vector<SampledToken> ModelRunner::execute(const StepPlan& plan) {
   std::vector<SampledToken> sampled;
   if (batch_.token_ids.empty()) return sampled;
   controller_.prepare_step(batch_);
-  const Tensor logits = model_.forward(batch_, controller_, workspace_);
+  const Tensor logits = run_forward();
   std::vector<SampleResult> samples = sample(logits, sampling);
   for (size_t i = 0; i < sampling.size(); ++i) sampled.push_back({sampling[i], std::move(samples[i])});
   controller_.finish_step(batch_);

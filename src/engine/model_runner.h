@@ -3,11 +3,16 @@
 // (prepare_step, the forward, sampling, finish_step), and samples the next token of every request whose known
 // tokens are now all computed. On CUDA a step whose sampled requests are all greedy (without logprobs) picks its
 // tokens on the device and copies back only the ids and their logprobs; any other step copies the sampled logit
-// rows to the host for the CPU sampler. Engine thread only.
+// rows to the host for the CPU sampler. With CUDA graphs on, a decode-only step (one row per sequence) of a
+// method whose decode forward is static replays the graph captured for its batch size: the first step of a
+// size runs eagerly (its buffers grow to their size), the second captures, later ones replay while the
+// workspace, the device page tables and the attention scratch stay where they were. Engine thread only.
 #pragma once
 
+#include <unordered_map>
 #include <vector>
 
+#include "backend/step_graph.h"
 #include "engine/scheduler.h"
 #include "model/model.h"
 #include "sparse/sparse_controller.h"
@@ -23,8 +28,9 @@ class ModelRunner {
  public:
   // Runs the model's forwards in `workspace`; also lets the controller run the model for methods' transient
   // passes.
-  ModelRunner(const Model& model, SparseController& controller, ForwardWorkspace workspace)
-      : model_(model), controller_(controller), workspace_(std::move(workspace)) {
+  ModelRunner(const Model& model, SparseController& controller, ForwardWorkspace workspace,
+              bool use_cuda_graphs = false)
+      : model_(model), controller_(controller), workspace_(std::move(workspace)), use_cuda_graphs_(use_cuda_graphs) {
     controller_.set_pass_forward(
         [this](const ForwardBatch& batch) { (void)model_.forward(batch, controller_, workspace_); });
   }
@@ -33,8 +39,25 @@ class ModelRunner {
 
   // Runs the forward of `plan` and returns the sampled tokens (the requests' states are not changed).
   std::vector<SampledToken> execute(const StepPlan& plan);
+  // Forwards that replayed a CUDA graph so far.
+  int64_t num_graph_replays() const { return num_graph_replays_; }
 
  private:
+  // Where the buffers a captured step reads are: a graph replays only under the stamp it was captured with.
+  struct BufferStamp {
+    uint64_t workspace = 0, page_tables = 0, scratch = 0;
+    bool operator==(const BufferStamp&) const = default;
+  };
+  struct DecodeGraph {
+    StepGraph graph;
+    BufferStamp captured;   // valid when graph.captured()
+    BufferStamp warmed;     // after the last eager run of this size
+    bool warm = false;
+  };
+  BufferStamp buffer_stamp() const;
+  // The forward of batch_, replayed or captured when the step allows, else eager.
+  Tensor run_forward();
+
   // One result per row of `logits` [requests.size(), vocab] (on the model's device), in order.
   std::vector<SampleResult> sample(const Tensor& logits, const std::vector<Request*>& requests);
 
@@ -42,6 +65,9 @@ class ModelRunner {
   SparseController& controller_;
   ForwardWorkspace workspace_;
   ForwardBatch batch_;  // reused across steps
+  bool use_cuda_graphs_;
+  std::unordered_map<int32_t, DecodeGraph> decode_graphs_;  // by batch size
+  int64_t num_graph_replays_ = 0;
   Tensor device_ids_;       // [capacity] I32 on the device: greedy tokens
   Tensor device_logprobs_;  // [capacity] F32 on the device: their logprobs
   std::vector<int32_t> host_ids_;

@@ -24,7 +24,9 @@ void ForwardWorkspace::reserve(int32_t num_tokens, int32_t num_logit_rows) {
   const int64_t r = std::max({num_logit_rows, capacity_logit_rows_, 1});
   const ModelConfig& c = config_;
   // Drop the old buffers first so the device never holds two generations at once.
+  const uint64_t generation = generation_ + 1;
   *this = ForwardWorkspace(c, device_, matmul_dtype_);
+  generation_ = generation;
   inputs_ = buffer(DType::kI32, {2 * t + r});
   hidden_ = buffer(DType::kF32, {t, c.hidden_size});
   normed_ = buffer(matmul_dtype_, {t, c.hidden_size});

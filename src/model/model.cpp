@@ -86,16 +86,25 @@ void Model::run_layer(int layer, const ForwardBatch& batch, int64_t t, ForwardHo
 }
 
 Tensor Model::forward(const ForwardBatch& batch, ForwardHooks& hooks, ForwardWorkspace& ws) const {
-  const ModelConfig& c = config_;
+  prepare_forward(batch, hooks, ws);
+  return launch_forward(batch, hooks, ws);
+}
+
+void Model::prepare_forward(const ForwardBatch& batch, ForwardHooks& hooks, ForwardWorkspace& ws) const {
   const int64_t t = batch.num_tokens();
   SE_CHECK(t > 0 && static_cast<int64_t>(batch.positions.size()) == t, "forward: {} tokens, {} positions", t,
            batch.positions.size());
-  const auto num_rows = static_cast<int64_t>(batch.logit_rows.size());
   for (int32_t row : batch.logit_rows) SE_CHECK(row >= 0 && row < t, "logit row {} of {}", row, t);
   SE_CHECK(ws.device() == device_, "forward: a {} workspace for a {} model", device_name(ws.device()),
            device_name(device_));
   ws.upload_inputs(batch);
   hooks.begin_forward(batch);
+}
+
+Tensor Model::launch_forward(const ForwardBatch& batch, ForwardHooks& hooks, const ForwardWorkspace& ws) const {
+  const ModelConfig& c = config_;
+  const int64_t t = batch.num_tokens();
+  const auto num_rows = static_cast<int64_t>(batch.logit_rows.size());
   const TensorView h = ws.hidden(t);
   embedding(h, weights_.embed_tokens.view(), ws.token_ids(t));
   if (c.embedding_scale != 1.0f) scale_inplace(h, c.embedding_scale);

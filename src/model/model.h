@@ -36,6 +36,13 @@ class Model {
   // the workspace, valid until its next forward (clone() to keep it).
   Tensor forward(const ForwardBatch& batch, ForwardHooks& hooks, ForwardWorkspace& workspace) const;
 
+  // forward() in its two halves, for drivers that replay the second as a CUDA graph: prepare_forward copies the
+  // batch's inputs into the workspace and runs the hooks' begin_forward (host work, every step); launch_forward
+  // enqueues the layers and the logits, reading the inputs only from the workspace, so for a batch of the same
+  // shape it enqueues the same kernels on the same buffers.
+  void prepare_forward(const ForwardBatch& batch, ForwardHooks& hooks, ForwardWorkspace& workspace) const;
+  Tensor launch_forward(const ForwardBatch& batch, ForwardHooks& hooks, const ForwardWorkspace& workspace) const;
+
  private:
   Model(ModelConfig config, ModelWeights weights, Device device);
 

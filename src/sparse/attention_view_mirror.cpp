@@ -17,6 +17,7 @@ void AttentionViewMirror::reserve(size_t num_bytes) {
   const size_t grown = std::max(num_bytes, device_buffer_.defined() ? 2 * device_buffer_.nbytes() : 0);
   device_buffer_ = Tensor();  // free first: the stream is idle between steps, so nothing still reads it
   device_buffer_ = empty_on(device_, DType::kU8, {static_cast<int64_t>(grown)});
+  ++generation_;
 }
 
 void AttentionViewMirror::upload(CacheManager& cache, const ForwardBatch& batch) {

@@ -28,6 +28,8 @@ class AttentionViewMirror final {
   // The device twin of `host_view` (the cache's view of layer `layer` of the uploaded batch, or that view narrowed
   // by a Selection): same pool and layout, device tables.
   AttentionView device_view(int layer, const AttentionView& host_view);
+  // Counts moves of the packed-view buffer (CUDA graphs captured over the old one are stale).
+  uint64_t generation() const { return generation_; }
 
  private:
   // Room for `num_bytes` of packed views (grows geometrically, so steady decoding stops allocating).
@@ -42,6 +44,7 @@ class AttentionViewMirror final {
   // Packed layout: SeqKvView [num_layers][num_seqs] | q_indptr [num_seqs + 1] | per (layer, seq): num_tokens
   // [num_kv_heads] then page ids [num_kv_heads][stride] (stride = that sequence's most pages in the layer).
   size_t q_indptr_offset_ = 0;
+  uint64_t generation_ = 0;
 
   // Selections of the current forward: packed at selection_used_ bytes into selection_buffer_. A buffer that
   // overflows mid-forward is retired (layers queued before still read it) and freed at the next upload.

@@ -30,6 +30,15 @@ Status check_runs_on(Device device, const MethodTraits& traits, std::string_view
                        missing);
 }
 
+bool decode_forward_is_static(const MethodTraits& traits) {
+  switch (traits.family) {
+    case MethodFamily::kDense: return true;
+    // Column-sum scores (H2O) accumulate every decode step; the other eviction scores come from the prompt.
+    case MethodFamily::kEviction: return traits.score_needs != ScoreNeeds::kColumnSums;
+    default: return false;
+  }
+}
+
 std::string_view family_name(MethodFamily family) {
   switch (family) {
     case MethodFamily::kDense: return "dense";

@@ -24,6 +24,13 @@ int64_t tokens_read_by_last_row(const AttentionView& view, int32_t s, int32_t h,
   return sliding_window > 0 ? std::min<int64_t>(n, sliding_window) : n;
 }
 
+int64_t tokens_read_by_last_rows(const AttentionView& view, int32_t sliding_window) {
+  int64_t n = 0;
+  for (int32_t s = 0; s < view.num_seqs; ++s)
+    for (int32_t h = 0; h < view.num_kv_heads; ++h) n += tokens_read_by_last_row(view, s, h, sliding_window);
+  return n;
+}
+
 }  // namespace
 
 void SparseController::prepare_step(const ForwardBatch& batch) {
@@ -78,11 +85,16 @@ void SparseController::attend(int layer, const LayerConfig& layer_config, const 
     }
   }
   const AttentionView attended = selection_.apply(dense);
-  for (int32_t i = 0; i < attended.num_seqs; ++i)
-    for (int32_t h = 0; h < attended.num_kv_heads; ++h)
-      num_attended_kv_tokens_ += tokens_read_by_last_row(attended, i, h, params.sliding_window);
+  num_attended_kv_tokens_ += tokens_read_by_last_rows(attended, params.sliding_window);
+  if (layer >= static_cast<int>(layer_windows_.size())) layer_windows_.resize(static_cast<size_t>(layer) + 1, 0);
+  layer_windows_[static_cast<size_t>(layer)] = params.sliding_window;
   paged_attention(out, q, device_views_ ? device_views_->device_view(layer, attended) : attended, params);
   method_.on_attention_end(ctx);
+}
+
+void SparseController::count_replayed_forward(const ForwardBatch& batch) {
+  for (size_t layer = 0; layer < layer_windows_.size(); ++layer)
+    num_attended_kv_tokens_ += tokens_read_by_last_rows(cache_.build_view(static_cast<int>(layer), batch), layer_windows_[layer]);
 }
 
 void SparseController::on_layer_end(int layer, const ForwardBatch& batch, TensorView hidden) {

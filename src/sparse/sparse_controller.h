@@ -49,6 +49,14 @@ class SparseController final : public ForwardHooks {
   // KV tokens attention has read, counted per layer, sequence and KV head as what the sequence's last query
   // row sees (EngineStats::attended_kv_tokens_total).
   int64_t num_attended_kv_tokens() const { return num_attended_kv_tokens_; }
+  // Counts a forward of `batch` that ran without calling attend (a CUDA graph replay of a static decode step):
+  // the dense tokens of every layer, windowed as that layer's last attend was.
+  void count_replayed_forward(const ForwardBatch& batch);
+
+  // decode_forward_is_static() of the method (method_traits.h).
+  bool decode_forward_is_static() const { return se::decode_forward_is_static(method_.traits()); }
+  // Changes when the device page tables move (0 on the CPU); CUDA graphs captured before are stale.
+  uint64_t device_tables_generation() const { return device_views_ ? device_views_->generation() : 0; }
 
   void begin_forward(const ForwardBatch& batch) override;
   void attend(int layer, const LayerConfig& layer_config, const ForwardBatch& batch, TensorView q, TensorView k,
@@ -86,6 +94,7 @@ class SparseController final : public ForwardHooks {
   bool in_pass_ = false;
   int64_t num_transient_pass_tokens_ = 0;
   int64_t num_attended_kv_tokens_ = 0;
+  std::vector<int32_t> layer_windows_;  // each layer's sliding window at its last attend
 };
 
 }  // namespace se

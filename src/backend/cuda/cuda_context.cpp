@@ -47,6 +47,7 @@ void* CudaContext::scratch(size_t nbytes) {
   scratch_bytes_ = 0;
   SE_CUDA_CHECK(cudaMalloc(&scratch_, grown));
   scratch_bytes_ = grown;
+  ++scratch_generation_;
   return scratch_;
 }
 

@@ -9,6 +9,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 namespace se::cuda {
@@ -36,6 +37,8 @@ class CudaContext final {
   // Device scratch of at least `nbytes`, valid until the next call; growing it waits for the stream
   // first, since earlier ops may still read the old buffer.
   void* scratch(size_t nbytes);
+  // Counts the scratch buffer's moves (CUDA graphs captured over the old one are stale).
+  uint64_t scratch_generation() const { return scratch_generation_; }
   // Blocks until everything enqueued on the stream has finished; checks for execution errors.
   void synchronize() const;
 
@@ -52,6 +55,7 @@ class CudaContext final {
   void* workspace_ = nullptr;
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
+  uint64_t scratch_generation_ = 0;
   LinearPlanCache* linear_plans_ = nullptr;
 };
 
