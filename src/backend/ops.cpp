@@ -208,7 +208,8 @@ bool cuda_implements(std::string_view op) {
   // The ops with a twin in backend/cuda/cuda_ops.h.
   static constexpr std::string_view kCudaOps[] = {
       "embedding", "rms_norm",        "add_rms_norm", "linear",      "rope",    "gated_activation",
-      "add_inplace", "scale_inplace", "softcap_inplace", "argmax_rows", "write_kv", "paged_attention"};
+      "add_inplace", "scale_inplace", "softcap_inplace", "argmax_rows", "write_kv", "paged_attention",
+      "paged_attention over a selection"};
   return kCudaBuilt && std::find(std::begin(kCudaOps), std::end(kCudaOps), op) != std::end(kCudaOps);
 }
 
@@ -261,7 +262,6 @@ void paged_attention(TensorView out, TensorView q, const AttentionView& view, co
                  out.numel() == q.numel(),
              "paged_attention: q {} out {} for {} KV heads x {}", q.shape.to_string(), out.shape.to_string(),
              view.num_kv_heads, view.head_dim);
-    SE_CHECK(!view.has_selection, "paged_attention: the CUDA backend has no sparse (selected) attention yet");
     if constexpr (kCudaBuilt) cuda::paged_attention(out, q, view, params);
     return;
   }

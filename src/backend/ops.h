@@ -81,8 +81,8 @@ void attention(TensorView out, TensorView q, TensorView k, TensorView v, TensorV
 // k, v [T, Hkv, D] F32.
 void write_kv(const AttentionView& view, TensorView k, TensorView v);
 
-// Causal attention of every sequence's new queries against its paged KV (see attention_view.h).
-// q, out [T, H, D] F32; GQA: head h reads KV head h / (H / Hkv).
+// Causal attention of every sequence's new queries against its paged KV (see attention_view.h), narrowed to
+// the view's selection when it has one. q, out [T, H, D] F32; GQA: head h reads KV head h / (H / Hkv).
 void paged_attention(TensorView out, TensorView q, const AttentionView& view, const AttentionParams& params);
 
 // --- what the sparse methods read and change (sparse/methods/) ---

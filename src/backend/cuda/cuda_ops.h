@@ -2,9 +2,9 @@
 // CudaContext::current()'s stream and asynchronous to the host. Callers go through ops.h, which
 // checks shapes and dtypes. All tensors live on the device. Activations are F32 or BF16 (each
 // tensor may differ; math is fp32); linear takes BF16 x and w (F32 or BF16 out, fp32 accumulation)
-// or all-F32; KV pages are BF16. AttentionView pointers (q_indptr, seqs and the page lists and
-// counts they point to) are device pointers, and every sequence of a view has at least one query
-// row. Plain C++ header (no CUDA includes): ops.cpp includes it.
+// or all-F32; KV pages are BF16. AttentionView pointers (q_indptr, seqs and the page lists,
+// counts and selections they point to) are device pointers, and every sequence of a view has at
+// least one query row. Plain C++ header (no CUDA includes): ops.cpp includes it.
 #pragma once
 
 #include "backend/ops.h"
@@ -28,7 +28,8 @@ void argmax_rows(TensorView ids, TensorView logprobs, TensorView x);
 void write_kv(const AttentionView& view, TensorView k, TensorView v);
 // Tensor-core (mma.sync bf16) tiled kernels: a decode kernel (query rows of one sequence x its GQA
 // group per CTA, keys split across warps) and a prefill kernel (64 query vectors per CTA), split-KV
-// with a combine pass when the batch alone cannot fill the GPU. head_dim 64, 128 or 256.
+// with a combine pass when the batch alone cannot fill the GPU. head_dim 64, 128 or 256. With a
+// selection (token or page unit) a CTA gathers only the selected keys it can see and splits those.
 void paged_attention(TensorView out, TensorView q, const AttentionView& view,
                      const AttentionParams& params);
 // The plain fp32 kernel (one warp per query row and KV head, keys one by one): slow, kept as the
