@@ -86,6 +86,10 @@ void write_kv(const AttentionView& view, TensorView k, TensorView v);
 void paged_attention(TensorView out, TensorView q, const AttentionView& view, const AttentionParams& params);
 
 // --- what the sparse methods read and change (sparse/methods/) ---
+// The methods run on the host: over a GPU pool (view.kv_device == kCuda) the scoring ops with a CUDA twin
+// (update_page_key_bounds, page_key_bound_scores, attention_logits_max_over_heads) take the cache's host view
+// (q_indptr, seqs and their lists in host memory) with q and bounds on the device and the score outputs in host
+// memory, and return once those are written.
 
 enum class ScoreReduce : uint8_t { kSum, kMax };
 
