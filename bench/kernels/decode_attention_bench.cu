@@ -2,8 +2,10 @@
 // read-only bandwidths, for the tiled and the simple kernel, at Llama-3.1-8B's head shape (32 query
 // heads, 8 KV heads, head_dim 128, bf16 pages). KV pages are shuffled across a pool filled with
 // random data; small cases rotate among several disjoint page sets so that repeated runs do not
-// read from L2. Times are CUDA-event medians after warm-up. Usage: decode_attention_bench [--quick]
-// [--csv FILE]
+// read from L2. Times are CUDA-event medians after warm-up. --selection measures the sparse decode
+// of Quest and OmniKV instead: 2K selected tokens (128 pages of 16, or 2048 single tokens) of 128K
+// streams against dense attention over 2K-token streams. Usage: decode_attention_bench [--quick]
+// [--selection] [--csv FILE]
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
@@ -85,13 +87,16 @@ Tensor device_i32(const std::vector<int32_t>& v) {
   return cuda::to_device(host);
 }
 
-// One decode batch: B sequences of `context` tokens per KV head, pages drawn from a shuffled pool.
+// One decode batch: B sequences of `context` tokens per KV head, pages drawn from a shuffled pool;
+// with `selected` ([batch][kKvHeads][num_selected] ascending entries of `unit`), a sparse one.
 struct DecodeBatch {
-  Tensor page_ids, num_tokens, q_indptr, seqs;
+  Tensor page_ids, num_tokens, q_indptr, seqs, selected, num_selected;
   AttentionView view;
 };
 
-DecodeBatch make_batch(void* pool, int page_size, int batch, int context, const int32_t* pages) {
+DecodeBatch make_batch(void* pool, int page_size, int batch, int context, const int32_t* pages,
+                       const std::vector<int32_t>* selected = nullptr, int num_selected = 0,
+                       SelectionUnit unit = SelectionUnit::kToken) {
   DecodeBatch b;
   const int32_t stride = (context + page_size - 1) / page_size;
   std::vector<int32_t> ids(pages, pages + static_cast<size_t>(batch) * kKvHeads * stride);
@@ -100,11 +105,23 @@ DecodeBatch make_batch(void* pool, int page_size, int batch, int context, const 
   std::vector<int32_t> indptr(static_cast<size_t>(batch) + 1);
   std::iota(indptr.begin(), indptr.end(), 0);
   b.q_indptr = device_i32(indptr);
+  if (selected != nullptr) {
+    b.selected = device_i32(*selected);
+    b.num_selected =
+        device_i32(std::vector<int32_t>(static_cast<size_t>(batch) * kKvHeads, num_selected));
+  }
   std::vector<SeqKvView> seqs;
-  for (int s = 0; s < batch; ++s)
+  for (int s = 0; s < batch; ++s) {
     seqs.push_back(
         SeqKvView{b.page_ids.data<int32_t>() + static_cast<int64_t>(s) * kKvHeads * stride, stride,
                   b.num_tokens.data<int32_t>() + static_cast<int64_t>(s) * kKvHeads});
+    if (selected != nullptr) {
+      seqs.back().selected =
+          b.selected.data<int32_t>() + static_cast<int64_t>(s) * kKvHeads * num_selected;
+      seqs.back().selected_stride = num_selected;
+      seqs.back().num_selected = b.num_selected.data<int32_t>() + static_cast<int64_t>(s) * kKvHeads;
+    }
+  }
   b.seqs = Tensor::empty(DType::kU8, {static_cast<int64_t>(sizeof(SeqKvView) * seqs.size())},
                          cuda::cuda_allocator());
   cuda::copy_bytes(b.seqs.raw(), seqs.data(), sizeof(SeqKvView) * seqs.size());
@@ -117,7 +134,27 @@ DecodeBatch make_batch(void* pool, int page_size, int batch, int context, const 
   b.view.num_seqs = batch;
   b.view.q_indptr = b.q_indptr.data<int32_t>();
   b.view.seqs = static_cast<const SeqKvView*>(b.seqs.raw());
+  b.view.has_selection = selected != nullptr;
+  b.view.selection_unit = unit;
   return b;
+}
+
+// [batch][kKvHeads][count] ascending entries in [0, universe): the last one and count - 1 random
+// others per stream (Quest always keeps the newest page; OmniKV the newest tokens).
+std::vector<int32_t> random_selection(int batch, int universe, int count, std::mt19937_64& rng) {
+  std::vector<int32_t> flat;
+  std::vector<int32_t> others(static_cast<size_t>(universe - 1));
+  for (int i = 0; i < batch * kKvHeads; ++i) {
+    std::iota(others.begin(), others.end(), 0);
+    for (int k = 0; k < count - 1; ++k)
+      std::swap(others[static_cast<size_t>(k)],
+                others[static_cast<size_t>(k) + rng() % (others.size() - static_cast<size_t>(k))]);
+    std::vector<int32_t> list(others.begin(), others.begin() + (count - 1));
+    list.push_back(universe - 1);
+    std::sort(list.begin(), list.end());
+    flat.insert(flat.end(), list.begin(), list.end());
+  }
+  return flat;
 }
 
 struct Row {
@@ -126,7 +163,7 @@ struct Row {
   double us, tbps;
 };
 
-int run(bool quick, const char* csv_path) {
+int run(bool quick, bool selection, const char* csv_path) {
   cuda::CudaContext& context = cuda::CudaContext::current();
   cudaStream_t stream = context.stream();
   std::printf("device: %s, %d SMs, L2 %d MB\n", context.props().name,
@@ -167,6 +204,7 @@ int run(bool quick, const char* csv_path) {
   std::vector<Row> rows;
   std::mt19937_64 rng(42);
   for (int page_size : {16, 64}) {
+    if (selection) break;
     const int32_t pool_pages = static_cast<int32_t>(pool_bytes / (page_size * token_bytes));
     std::vector<int32_t> perm(static_cast<size_t>(pool_pages));
     std::iota(perm.begin(), perm.end(), 0);
@@ -215,6 +253,62 @@ int run(bool quick, const char* csv_path) {
       }
     }
   }
+  if (selection) {
+    // 2K of 128K at page size 16 (the issue's benchmark), against dense over 2K-token streams.
+    constexpr int kPageSize = 16, kLongContext = 131072, kSelectedTokens = 2048;
+    const int32_t pool_pages = static_cast<int32_t>(pool_bytes / (kPageSize * token_bytes));
+    std::vector<int32_t> perm(static_cast<size_t>(pool_pages));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    for (int batch : batches) {
+      Tensor q = Tensor::empty(DType::kBF16, {batch, kHeads, kHeadDim}, cuda::cuda_allocator());
+      Tensor out = Tensor::empty(DType::kBF16, {batch, kHeads, kHeadDim}, cuda::cuda_allocator());
+      fill_random_bf16_kernel<<<256, 256, 0, stream>>>(static_cast<__nv_bfloat16*>(q.raw()),
+                                                       static_cast<size_t>(q.numel()), 3);
+      AttentionParams params;
+      params.scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
+      const size_t kv_bytes = static_cast<size_t>(batch) * kKvHeads * kSelectedTokens * token_bytes;
+      const double bytes = static_cast<double>(kv_bytes) + 2.0 * q.nbytes();
+      // Selections rotate among sets so that one rotation reads >= 1 GB (the L2 holds 60 MB).
+      const int sets = static_cast<int>(std::clamp<size_t>((size_t{1} << 30) / kv_bytes, 1, 16));
+      auto record = [&](const char* kernel, int ctx, float ms) {
+        rows.push_back(Row{kernel, kPageSize, batch, ctx, ms * 1e3, bytes / (ms * 1e-3) / 1e12});
+        const Row& r = rows.back();
+        std::printf("%-13s page %-2d batch %-2d context %-6d %9.1f us  %.3f TB/s  %5.1f%% of read\n",
+                    kernel, kPageSize, batch, ctx, r.us, r.tbps, 100 * r.tbps / read_tbps);
+        std::fflush(stdout);
+      };
+      auto time_sets = [&](const std::vector<DecodeBatch>& b) {
+        return time_ms(5, quick ? 10 : 30, [&](int i) {
+          paged_attention(out.view(), q.view(), b[static_cast<size_t>(i) % b.size()].view, params);
+        });
+      };
+      std::vector<DecodeBatch> dense, pages, tokens;
+      const size_t dense_pages = static_cast<size_t>(batch) * kKvHeads * (kSelectedTokens / kPageSize);
+      const size_t long_pages = static_cast<size_t>(batch) * kKvHeads * (kLongContext / kPageSize);
+      for (int s = 0; s < sets; ++s)
+        dense.push_back(make_batch(pool.raw(), kPageSize, batch, kSelectedTokens,
+                                   perm.data() + s * dense_pages));
+      record("dense", kSelectedTokens, time_sets(dense));
+      dense.clear();
+      SE_CHECK(long_pages <= perm.size(), "bench: pool too small");
+      for (int s = 0; s < sets; ++s) {
+        const std::vector<int32_t> page_sel = random_selection(
+            batch, kLongContext / kPageSize, kSelectedTokens / kPageSize, rng);
+        pages.push_back(make_batch(pool.raw(), kPageSize, batch, kLongContext, perm.data(),
+                                   &page_sel, kSelectedTokens / kPageSize, SelectionUnit::kPage));
+      }
+      record("page-select", kLongContext, time_sets(pages));
+      pages.clear();
+      for (int s = 0; s < sets; ++s) {
+        const std::vector<int32_t> token_sel =
+            random_selection(batch, kLongContext, kSelectedTokens, rng);
+        tokens.push_back(make_batch(pool.raw(), kPageSize, batch, kLongContext, perm.data(),
+                                    &token_sel, kSelectedTokens, SelectionUnit::kToken));
+      }
+      record("token-select", kLongContext, time_sets(tokens));
+    }
+  }
   context.synchronize();
 
   if (csv_path != nullptr) {
@@ -234,16 +328,19 @@ int run(bool quick, const char* csv_path) {
 
 int main(int argc, char** argv) {
   bool quick = false;
+  bool selection = false;
   const char* csv = nullptr;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) {
       quick = true;
+    } else if (std::strcmp(argv[i], "--selection") == 0) {
+      selection = true;
     } else if (std::strcmp(argv[i], "--csv") == 0 && i + 1 < argc) {
       csv = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: %s [--quick] [--csv FILE]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quick] [--selection] [--csv FILE]\n", argv[0]);
       return 2;
     }
   }
-  return se::run(quick, csv);
+  return se::run(quick, selection, csv);
 }

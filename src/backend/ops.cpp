@@ -29,6 +29,18 @@ bool on_cuda(const TensorView& out, const char* what) {
            what);
   return true;
 }
+// True when the scoring op works on a KV pool in GPU memory (the view's tables stay on the host, see ops.h).
+bool pool_on_cuda(const AttentionView& view, const char* what) {
+  if (view.kv_device != Device::kCuda) return false;
+  SE_CHECK(kCudaBuilt, "{}: the KV pool is on the GPU, but this build has no CUDA backend", what);
+  SE_CHECK(view.kv_dtype == DType::kBF16, "{}: CUDA KV pages are bf16, got {}", what, dtype_name(view.kv_dtype));
+  return true;
+}
+// A host F32 buffer the op writes (the methods rank scores on the host).
+void require_host_f32(const TensorView& t, const char* what) {
+  SE_CHECK(t.device == Device::kCpu && t.dtype == DType::kF32, "{}: expected host f32 memory, got {} on {}",
+           what, dtype_name(t.dtype), t.device == Device::kCuda ? "the GPU" : "the host");
+}
 // A CUDA activation: on the device, F32 or BF16.
 void require_cuda_act(const TensorView& t, const char* what) {
   SE_CHECK(t.device == Device::kCuda, "{}: expected a CUDA tensor", what);
@@ -208,7 +220,9 @@ bool cuda_implements(std::string_view op) {
   // The ops with a twin in backend/cuda/cuda_ops.h.
   static constexpr std::string_view kCudaOps[] = {
       "embedding", "rms_norm",        "add_rms_norm", "linear",      "rope",    "gated_activation",
-      "add_inplace", "scale_inplace", "softcap_inplace", "argmax_rows", "write_kv", "paged_attention"};
+      "add_inplace", "scale_inplace", "softcap_inplace", "argmax_rows", "write_kv", "paged_attention",
+      "paged_attention over a selection", "update_page_key_bounds", "page_key_bound_scores",
+      "attention_logits_max_over_heads"};
   return kCudaBuilt && std::find(std::begin(kCudaOps), std::end(kCudaOps), op) != std::end(kCudaOps);
 }
 
@@ -261,7 +275,6 @@ void paged_attention(TensorView out, TensorView q, const AttentionView& view, co
                  out.numel() == q.numel(),
              "paged_attention: q {} out {} for {} KV heads x {}", q.shape.to_string(), out.shape.to_string(),
              view.num_kv_heads, view.head_dim);
-    SE_CHECK(!view.has_selection, "paged_attention: the CUDA backend has no sparse (selected) attention yet");
     if constexpr (kCudaBuilt) cuda::paged_attention(out, q, view, params);
     return;
   }
@@ -274,7 +287,7 @@ void paged_attention(TensorView out, TensorView q, const AttentionView& view, co
   cpu::paged_attention(out, q, view, params);
 }
 
-// The sparse-method ops run on the CPU backend (their CUDA twins come with the GPU model path).
+// The sparse-method ops: the CPU backend has all of them; those with a CUDA twin dispatch on view.kv_device.
 void attention_scores(TensorView out, TensorView q, const AttentionView& view, int32_t seq,
                       const AttentionParams& params, ScoreReduce reduce) {
   require_cpu_f32(out, "attention_scores.out");
@@ -303,29 +316,53 @@ void compact_kv(const AttentionView& view, int32_t seq, int32_t kv_head, const s
 }
 
 void update_page_key_bounds(TensorView bounds, const AttentionView& view) {
-  require_cpu_f32(bounds, "update_page_key_bounds.bounds");
   SE_CHECK(bounds.shape.rank() == 3 && bounds.shape[1] == 2 && bounds.shape[2] == view.head_dim,
            "update_page_key_bounds: bounds {} for head_dim {}", bounds.shape.to_string(), view.head_dim);
+  if (pool_on_cuda(view, "update_page_key_bounds")) {
+    SE_CHECK(bounds.device == Device::kCuda && bounds.dtype == DType::kF32,
+             "update_page_key_bounds: a GPU KV pool needs f32 bounds on the GPU, got {} on {}",
+             dtype_name(bounds.dtype), bounds.device == Device::kCuda ? "the GPU" : "the host");
+    if constexpr (kCudaBuilt) cuda::update_page_key_bounds(bounds, view);
+    return;
+  }
+  require_cpu_f32(bounds, "update_page_key_bounds.bounds");
   cpu::update_page_key_bounds(bounds, view);
 }
 
 void page_key_bound_scores(TensorView out, TensorView q, TensorView bounds, const AttentionView& view,
                            int32_t seq) {
-  require_cpu_f32(out, "page_key_bound_scores.out");
-  require_cpu_f32(q, "page_key_bound_scores.q");
   SE_CHECK(seq >= 0 && seq < view.num_seqs, "page_key_bound_scores: sequence {} of {}", seq, view.num_seqs);
   SE_CHECK(q.shape.rank() == 2 && q.shape[1] == view.head_dim && q.shape[0] % view.num_kv_heads == 0 &&
                out.shape.rank() == 2 && out.shape[0] == q.shape[0] && bounds.shape.rank() == 3,
            "page_key_bound_scores: q {} out {} bounds {}", q.shape.to_string(), out.shape.to_string(),
            bounds.shape.to_string());
+  if (pool_on_cuda(view, "page_key_bound_scores")) {
+    require_host_f32(out, "page_key_bound_scores.out");
+    require_cuda_act(q, "page_key_bound_scores.q");
+    SE_CHECK(bounds.device == Device::kCuda && bounds.dtype == DType::kF32 && bounds.shape[1] == 2 &&
+                 bounds.shape[2] == view.head_dim,
+             "page_key_bound_scores: a GPU KV pool needs f32 bounds [pages, 2, {}] on the GPU, got {} {} on {}",
+             view.head_dim, dtype_name(bounds.dtype), bounds.shape.to_string(),
+             bounds.device == Device::kCuda ? "the GPU" : "the host");
+    if constexpr (kCudaBuilt) cuda::page_key_bound_scores(out, q, bounds, view, seq);
+    return;
+  }
+  require_cpu_f32(out, "page_key_bound_scores.out");
+  require_cpu_f32(q, "page_key_bound_scores.q");
   cpu::page_key_bound_scores(out, q, bounds, view, seq);
 }
 
 void attention_logits_max_over_heads(TensorView out, TensorView q, const AttentionView& view, int32_t seq,
                                      float scale) {
-  require_cpu_f32(out, "attention_logits_max_over_heads.out");
-  require_cpu_f32(q, "attention_logits_max_over_heads.q");
-  SE_CHECK(view.kv_dtype == DType::kF32, "attention_logits_max_over_heads: the CPU backend keeps f32 pages");
+  const bool on_gpu = pool_on_cuda(view, "attention_logits_max_over_heads");
+  if (on_gpu) {
+    require_host_f32(out, "attention_logits_max_over_heads.out");
+    require_cuda_act(q, "attention_logits_max_over_heads.q");
+  } else {
+    require_cpu_f32(out, "attention_logits_max_over_heads.out");
+    require_cpu_f32(q, "attention_logits_max_over_heads.q");
+    SE_CHECK(view.kv_dtype == DType::kF32, "attention_logits_max_over_heads: the CPU backend keeps f32 pages");
+  }
   SE_CHECK(seq >= 0 && seq < view.num_seqs, "attention_logits_max_over_heads: sequence {} of {}", seq,
            view.num_seqs);
   int32_t min_len = view.num_kv_heads > 0 ? view.seqs[seq].num_tokens[0] : 0;
@@ -334,6 +371,10 @@ void attention_logits_max_over_heads(TensorView out, TensorView q, const Attenti
                out.shape.rank() == 1 && out.shape[0] <= min_len,
            "attention_logits_max_over_heads: q {} out {} for {} stored tokens", q.shape.to_string(),
            out.shape.to_string(), min_len);
+  if (on_gpu) {
+    if constexpr (kCudaBuilt) cuda::attention_logits_max_over_heads(out, q, view, seq, scale);
+    return;
+  }
   cpu::attention_logits_max_over_heads(out, q, view, seq, scale);
 }
 

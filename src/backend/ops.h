@@ -81,11 +81,15 @@ void attention(TensorView out, TensorView q, TensorView k, TensorView v, TensorV
 // k, v [T, Hkv, D] F32.
 void write_kv(const AttentionView& view, TensorView k, TensorView v);
 
-// Causal attention of every sequence's new queries against its paged KV (see attention_view.h).
-// q, out [T, H, D] F32; GQA: head h reads KV head h / (H / Hkv).
+// Causal attention of every sequence's new queries against its paged KV (see attention_view.h), narrowed to
+// the view's selection when it has one. q, out [T, H, D] F32; GQA: head h reads KV head h / (H / Hkv).
 void paged_attention(TensorView out, TensorView q, const AttentionView& view, const AttentionParams& params);
 
 // --- what the sparse methods read and change (sparse/methods/) ---
+// The methods run on the host: over a GPU pool (view.kv_device == kCuda) the scoring ops with a CUDA twin
+// (update_page_key_bounds, page_key_bound_scores, attention_logits_max_over_heads) take the cache's host view
+// (q_indptr, seqs and their lists in host memory) with q and bounds on the device and the score outputs in host
+// memory, and return once those are written.
 
 enum class ScoreReduce : uint8_t { kSum, kMax };
 

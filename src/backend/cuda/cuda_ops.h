@@ -2,9 +2,10 @@
 // CudaContext::current()'s stream and asynchronous to the host. Callers go through ops.h, which
 // checks shapes and dtypes. All tensors live on the device. Activations are F32 or BF16 (each
 // tensor may differ; math is fp32); linear takes BF16 x and w (F32 or BF16 out, fp32 accumulation)
-// or all-F32; KV pages are BF16. AttentionView pointers (q_indptr, seqs and the page lists and
-// counts they point to) are device pointers, and every sequence of a view has at least one query
-// row. Plain C++ header (no CUDA includes): ops.cpp includes it.
+// or all-F32; KV pages are BF16. AttentionView pointers (q_indptr, seqs and the page lists,
+// counts and selections they point to) are device pointers, and every sequence of a view has at
+// least one query row, except for the sparse methods' scoring ops at the end. Plain C++ header (no
+// CUDA includes): ops.cpp includes it.
 #pragma once
 
 #include "backend/ops.h"
@@ -28,12 +29,23 @@ void argmax_rows(TensorView ids, TensorView logprobs, TensorView x);
 void write_kv(const AttentionView& view, TensorView k, TensorView v);
 // Tensor-core (mma.sync bf16) tiled kernels: a decode kernel (query rows of one sequence x its GQA
 // group per CTA, keys split across warps) and a prefill kernel (64 query vectors per CTA), split-KV
-// with a combine pass when the batch alone cannot fill the GPU. head_dim 64, 128 or 256.
+// with a combine pass when the batch alone cannot fill the GPU. head_dim 64, 128 or 256. With a
+// selection (token or page unit) a CTA gathers only the selected keys it can see and splits those.
 void paged_attention(TensorView out, TensorView q, const AttentionView& view,
                      const AttentionParams& params);
 // The plain fp32 kernel (one warp per query row and KV head, keys one by one): slow, kept as the
 // exact cross-check of the tiled kernels and as the benchmark's baseline. head_dim 64, 128 or 256.
 void paged_attention_simple(TensorView out, TensorView q, const AttentionView& view,
                             const AttentionParams& params);
+
+// The sparse methods' scoring ops take the cache's HOST view over the device pool: q_indptr, seqs
+// and their page lists and counts are host memory, kv_base the device pool; q and bounds are
+// device tensors, the score outputs host F32 (the calls return once they are written).
+void update_page_key_bounds(TensorView bounds, const AttentionView& view);
+void page_key_bound_scores(TensorView out, TensorView q, TensorView bounds,
+                           const AttentionView& view, int32_t seq);
+// head_dim 64, 128 or 256.
+void attention_logits_max_over_heads(TensorView out, TensorView q, const AttentionView& view,
+                                     int32_t seq, float scale);
 
 }  // namespace se::cuda

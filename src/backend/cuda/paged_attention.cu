@@ -2,7 +2,8 @@
 // query rows, 16 query vectors per CTA) and a prefill launch (the rest, 64 per CTA), picks a
 // split-KV factor that fills the GPU, and merges the splits' partial results. Only host-known sizes
 // are used (T, num_seqs): the per-sequence counts stay on the device and each CTA finds its tile
-// there.
+// there. A view with a selection runs the kernels' selection variant, whose CTAs split their
+// selected keys (not the whole stream) by the same factor.
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -103,6 +104,8 @@ void paged_attention(TensorView out, TensorView q, const AttentionView& view,
   args.num_seqs = view.num_seqs;
   args.q_indptr = view.q_indptr;
   args.seqs = view.seqs;
+  args.select_unit =
+      !view.has_selection ? 0 : (view.selection_unit == SelectionUnit::kPage ? view.page_size : 1);
   args.scale = params.scale;
   args.softcap = params.logit_softcap;
   args.window = params.sliding_window;
@@ -131,7 +134,8 @@ void paged_attention(TensorView out, TensorView q, const AttentionView& view,
   const int64_t base_ctas = int64_t{decode_grid} * view.num_kv_heads * decode_blocks +
                             int64_t{prefill_grid} * view.num_kv_heads * prefill_blocks;
   const int64_t slots =
-      int64_t{tiled_blocks_per_sm(head_dim, !pure_decode)} * context.props().multiProcessorCount;
+      int64_t{tiled_blocks_per_sm(head_dim, !pure_decode, args.select_unit > 0)} *
+      context.props().multiProcessorCount;
   const int64_t items = num_rows * num_heads;
   const int64_t bytes_per_split = items * (int64_t{head_dim} * 4 + 8);
   args.num_splits = choose_splits(base_ctas, std::max<int64_t>(slots, 1), bytes_per_split);

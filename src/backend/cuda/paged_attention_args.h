@@ -1,7 +1,9 @@
 // Internal to the CUDA paged-attention files: the by-value argument block of the tiled kernels and
 // their launcher. A launch covers the sequences whose query-row count n satisfies min_rows < n <=
 // max_rows, in tiles of rows_per_tile rows x the KV head's query group; grid = (tile bound,
-// num_kv_heads * q_blocks, num_splits).
+// num_kv_heads * q_blocks, num_splits). With a selection (select_unit > 0) a tile walks the
+// "logical" keys of its stream, the selected tokens in order (entry i of a page selection stands
+// for select_unit = page_size logical keys); splits divide that logical range.
 #pragma once
 
 #include <cstddef>
@@ -32,6 +34,9 @@ struct PagedAttentionArgs {
   const int32_t* q_indptr;
   const SeqKvView* seqs;
 
+  // 0: the view has no selection; else tokens per selected entry (1, or page_size for pages)
+  int32_t select_unit;
+
   float scale;
   float softcap;   // 0 = off
   int32_t window;  // 0 = full
@@ -44,10 +49,11 @@ struct PagedAttentionArgs {
 
 // The tiled kernel's query vectors per CTA: 16 for the decode shape, 64 for the prefill shape.
 int tiled_query_vectors(bool prefill);
-// Enqueues the tiled kernel for head_dim in {64, 128, 256}; grid_x bounds the number of tiles.
+// Enqueues the tiled kernel for head_dim in {64, 128, 256}; grid_x bounds the number of tiles. The
+// selection variant runs when args.select_unit > 0.
 void launch_paged_attention_tiled(const PagedAttentionArgs& args, int head_dim, bool prefill,
                                   int grid_x);
 // Resident CTAs per SM of that kernel (for split planning).
-int tiled_blocks_per_sm(int head_dim, bool prefill);
+int tiled_blocks_per_sm(int head_dim, bool prefill, bool selection);
 
 }  // namespace se::cuda

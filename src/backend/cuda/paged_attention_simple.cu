@@ -1,7 +1,8 @@
 // The plain paged-attention kernel: one warp per (query row, KV head, up to 8 query heads of its
 // group), keys visited one at a time in fp32 with an online softmax in natural-log units, exactly
-// the CPU reference's arithmetic up to summation order. Slow, kept for being obviously right: the
-// tiled kernels are checked against it.
+// the CPU reference's arithmetic up to summation order; a selection is walked entry by entry as the
+// CPU's for_each_visible_key does. Slow, kept for being obviously right: the tiled kernels are
+// checked against it.
 #include <cuda_bf16.h>
 
 #include <cmath>
@@ -28,6 +29,7 @@ struct SimpleArgs {
   const SeqKvView* seqs;
   float scale, softcap;
   int32_t window;
+  int32_t select_unit;  // 0: no selection in the view; else tokens per selected entry
 };
 
 template <int D>
@@ -67,7 +69,7 @@ __global__ void paged_attention_simple_kernel(const SimpleArgs a) {
     m[gg] = -INFINITY;
     l[gg] = 0.0f;
   }
-  for (int32_t j = first; j <= last; ++j) {
+  auto attend = [&](int32_t j) {
     const int32_t page_idx = j / a.page_size;
     const int32_t offset = j - page_idx * a.page_size;
     const auto* k = reinterpret_cast<const __nv_bfloat16*>(
@@ -93,6 +95,18 @@ __global__ void paged_attention_simple_kernel(const SimpleArgs a) {
 #pragma unroll
       for (int e = 0; e < kPerLane; ++e) acc[gg][e] = acc[gg][e] * alpha + p * vf[e];
       m[gg] = m_new;
+    }
+  };
+  if (a.select_unit == 0 || sv.selected == nullptr) {
+    for (int32_t j = first; j <= last; ++j) attend(j);
+  } else {
+    // Entry i covers tokens [sel[i] * unit, sel[i] * unit + unit), clipped to the visible range.
+    const int32_t* sel = sv.selected + static_cast<int64_t>(kv_head) * sv.selected_stride;
+    const int32_t num_entries = sv.num_selected[kv_head];
+    for (int32_t i = 0; i < num_entries; ++i) {
+      const int32_t begin = sel[i] * a.select_unit;
+      const int32_t end = min(begin + a.select_unit - 1, last);
+      for (int32_t j = max(begin, first); j <= end; ++j) attend(j);
     }
   }
 #pragma unroll
@@ -129,7 +143,10 @@ void paged_attention_simple(TensorView out, TensorView q, const AttentionView& v
                         view.seqs,
                         params.scale,
                         params.logit_softcap,
-                        params.sliding_window};
+                        params.sliding_window,
+                        !view.has_selection ? 0
+                        : view.selection_unit == SelectionUnit::kPage ? view.page_size
+                                                                      : 1};
   const dim3 grid(static_cast<unsigned>(num_rows), static_cast<unsigned>(view.num_kv_heads),
                   static_cast<unsigned>((group + kHeadsPerWarp - 1) / kHeadsPerWarp));
   cudaStream_t stream = CudaContext::current().stream();

@@ -7,7 +7,10 @@
 // = 1): 16 query vectors, the 4 warps split every key tile and merge at the end; prefill shape (MW
 // = 4): 64 query vectors, one 16-row block per warp over the whole key tile. Shared tiles are
 // XOR-swizzled by 16-byte chunk (chunk ^ row % 8), so cp.async writes and ldmatrix reads are free
-// of bank conflicts.
+// of bank conflicts. A view with a selection runs the kernel's selection variant: a CTA walks the
+// selected tokens of its stream in order (the "logical" keys), gathering each 64-key tile row by
+// row (whole pages for a page selection) and masking by the rows' token positions, which the tile
+// keeps beside its K and V rows; the dense variant is unchanged.
 #include <cuda_bf16.h>
 
 #include <cmath>
@@ -75,6 +78,41 @@ __device__ __forceinline__ int swizzled(int row, int chunk) {
   return row * D + ((chunk ^ (row & 7)) << 3);
 }
 
+// The keys one (sequence, KV head) shows a CTA, in ascending token order: without a selection,
+// logical key j is token j of the stream; with one, it is token j % unit of selected entry
+// j / unit.
+struct KeyMap {
+  const int32_t* selected;  // this KV head's ascending list, or null = every token
+  int32_t unit;             // tokens per entry: 1 (token selection) or page_size (page selection)
+
+  __device__ __forceinline__ int32_t token(int32_t j) const {
+    if (selected == nullptr) return j;
+    if (unit == 1) return selected[j];
+    const int32_t entry = j / unit;
+    return selected[entry] * unit + (j - entry * unit);
+  }
+};
+
+// The first logical key in [0, n) whose token is >= x (n when there is none). The whole warp
+// searches 32 ways at a time (about log32(n) + 1 rounds of one load per lane) and every lane gets
+// the answer.
+__device__ int32_t warp_lower_bound(const KeyMap& map, int32_t n, int32_t x) {
+  const int lane = threadIdx.x & 31;
+  if (n == 0 || map.token(n - 1) < x) return n;  // the common decode case: every entry is visible
+  int32_t lo = 0, hi = n - 1;                      // the answer lies in [lo, hi]
+  while (lo < hi) {
+    const int32_t step = (hi - lo + 31) / 32;
+    const int32_t probe = lo + lane * step;
+    // The probes below x are a prefix of the lanes (tokens ascend with j).
+    const int below = __popc(__ballot_sync(kFullMask, probe < hi && map.token(probe) < x));
+    if (below == 0) break;  // token(lo) >= x
+    const int32_t next_lo = lo + (below - 1) * step + 1;
+    hi = min(hi, lo + below * step);
+    lo = next_lo;
+  }
+  return lo;
+}
+
 // Finds which (sequence, tile within it) grid column `tile` is: the launch's sequences, in order,
 // each contribute ceil(n / rows_per_tile) tiles. Every warp runs it (same answer, no barrier
 // needed).
@@ -108,7 +146,7 @@ __device__ bool find_tile(const PagedAttentionArgs& a, int tile, int& seq, int& 
   return false;
 }
 
-template <int D, int MW>
+template <int D, int MW, bool kSel>
 struct TiledConfig {
   static constexpr int kKeyGroups = 4 / MW;  // warps that share query rows and split each key tile
   static constexpr int kQueryVectors = 16 * MW;  // per CTA
@@ -120,19 +158,26 @@ struct TiledConfig {
   // Two stages: a third (tried for decode, docs/perf-notes.md) needs 100 KB of shared memory, fits
   // 2 CTAs per SM instead of 3 and streamed 20% slower.
   static constexpr int kStages = 2;
+  // The selection variant adds each stage's token positions ([kStages][64] int32) after the K/V
+  // stages.
+  static constexpr size_t kTokenBytes = kSel ? kStages * kTileKeys * sizeof(int32_t) : 0;
   static constexpr size_t kSmemBytes =
       (static_cast<size_t>(kQueryVectors) * D + kStages * 2 * static_cast<size_t>(kTileElems)) *
-      sizeof(bf16);
+          sizeof(bf16) +
+      kTokenBytes;
   // The decode shape's end-of-CTA merge reuses the K/V stages.
   static_assert(MW != 1 ||
                 (kKeyGroups * 16 * D * 4 + kKeyGroups * 16 * 8) <= kStages * 2 * kTileElems * 2);
 };
 
 // Gathers keys [tile_start, tile_start + 64) of one KV head into a stage: K rows at k_s, V rows
-// after them.
-template <int D>
-__device__ __forceinline__ void load_kv_tile(bf16* k_s, int tile_start, int split_end,
-                                             const int32_t* pages, const PagedAttentionArgs& a) {
+// after them. The selection variant maps logical keys to tokens through `map` and records each
+// row's token in tok_s (-1 past the split or the stream, whose rows are zero-filled).
+template <int D, bool kSel>
+__device__ __forceinline__ void load_kv_tile(bf16* k_s, int32_t* tok_s, int tile_start,
+                                             int split_end, const int32_t* pages,
+                                             const KeyMap& map, int32_t len,
+                                             const PagedAttentionArgs& a) {
   constexpr int kChunks = D / 8;
   constexpr int kRowsPerPass = kThreads / kChunks;
   bf16* v_s = k_s + kTileKeys * D;
@@ -141,8 +186,13 @@ __device__ __forceinline__ void load_kv_tile(bf16* k_s, int tile_start, int spli
 #pragma unroll
   for (int pass = 0; pass < kTileKeys / kRowsPerPass; ++pass) {
     const int row = row0 + pass * kRowsPerPass;
-    const int token = tile_start + row;
-    const bool in_split = token < split_end;
+    int token = tile_start + row;
+    bool in_split = token < split_end;
+    if constexpr (kSel) {
+      if (in_split) token = map.token(token);
+      in_split = in_split && token >= 0 && token < len;
+      if (chunk == 0) tok_s[row] = in_split ? token : -1;
+    }
     const char* k_src = a.kv_base;
     const char* v_src = a.kv_base;
     if (in_split) {
@@ -158,10 +208,10 @@ __device__ __forceinline__ void load_kv_tile(bf16* k_s, int tile_start, int spli
   }
 }
 
-template <int D, int MW>
+template <int D, int MW, bool kSel>
 __global__ void __launch_bounds__(kThreads)
     paged_attention_tiled_kernel(const PagedAttentionArgs a) {
-  using Cfg = TiledConfig<D, MW>;
+  using Cfg = TiledConfig<D, MW, kSel>;
   constexpr int kM = Cfg::kQueryVectors;
   constexpr int kKG = Cfg::kKeyGroups;
   constexpr int kKPW = Cfg::kKeysPerWarp;
@@ -171,6 +221,8 @@ __global__ void __launch_bounds__(kThreads)
   extern __shared__ __align__(128) unsigned char smem_raw[];
   bf16* q_s = reinterpret_cast<bf16*>(smem_raw);  // [kM][D]
   bf16* kv_s = q_s + kM * D;                      // [kStages][K, V][64][D]
+  // [kStages][64] token of each K/V row (selection variant only)
+  int32_t* tok_s = reinterpret_cast<int32_t*>(kv_s + Cfg::kStages * 2 * Cfg::kTileElems);
 
   int seq = 0, tile_in_seq = 0;
   if (!find_tile(a, blockIdx.x, seq, tile_in_seq)) return;  // past the launch's real tiles
@@ -193,8 +245,20 @@ __global__ void __launch_bounds__(kThreads)
   // Keys the tile can see: up to the last row's position; with a window, from the first row's
   // window start.
   const int32_t first_row_last = len - n + r_begin;
-  const int32_t kv_end = max(first_row_last + rows_in_tile, 0);
-  const int32_t kv_begin = min(a.window > 0 ? max(0, first_row_last - a.window + 1) : 0, kv_end);
+  int32_t kv_end = max(first_row_last + rows_in_tile, 0);
+  int32_t kv_begin = min(a.window > 0 ? max(0, first_row_last - a.window + 1) : 0, kv_end);
+  KeyMap map{nullptr, 1};
+  if constexpr (kSel) {
+    // [kv_begin, kv_end) becomes the logical keys whose tokens fall in it; splits divide those.
+    if (sv.selected != nullptr) {
+      map.selected = sv.selected + static_cast<int64_t>(kv_head) * sv.selected_stride;
+      map.unit = a.select_unit;
+      const int32_t num_keys = sv.num_selected[kv_head] * a.select_unit;
+      const int32_t end = warp_lower_bound(map, num_keys, kv_end);
+      kv_begin = min(warp_lower_bound(map, num_keys, kv_begin), end);
+      kv_end = end;
+    }
+  }
   int32_t split_begin = kv_begin, split_end = kv_end;
   if (a.num_splits > 1) {
     int32_t chunk = (kv_end - kv_begin + a.num_splits - 1) / a.num_splits;
@@ -238,8 +302,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int st = 0; st < kStages - 1; ++st) {
     if (st < num_tiles)
-      load_kv_tile<D>(kv_s + st * 2 * Cfg::kTileElems, split_begin + st * kTileKeys, split_end,
-                      pages, a);
+      load_kv_tile<D, kSel>(kv_s + st * 2 * Cfg::kTileElems, tok_s + st * kTileKeys,
+                            split_begin + st * kTileKeys, split_end, pages, map, len, a);
     cp_async_commit();
   }
   __syncthreads();  // Q visible to every warp
@@ -282,8 +346,9 @@ __global__ void __launch_bounds__(kThreads)
     // Refill the stage consumed in the previous iteration (the barrier at its end made that safe).
     const int next = it + kStages - 1;
     if (next < num_tiles)
-      load_kv_tile<D>(kv_s + (next % kStages) * 2 * Cfg::kTileElems, split_begin + next * kTileKeys,
-                      split_end, pages, a);
+      load_kv_tile<D, kSel>(kv_s + (next % kStages) * 2 * Cfg::kTileElems,
+                            tok_s + (next % kStages) * kTileKeys, split_begin + next * kTileKeys,
+                            split_end, pages, map, len, a);
     cp_async_commit();
     cp_async_wait<kStages - 1>();  // tile `it` has landed
     __syncthreads();
@@ -291,6 +356,7 @@ __global__ void __launch_bounds__(kThreads)
     const bf16* k_s = kv_s + (it % kStages) * 2 * Cfg::kTileElems;
     const bf16* v_s = k_s + Cfg::kTileElems;
     const int tile_start = split_begin + it * kTileKeys;
+    const int32_t* tok_stage = tok_s + (it % kStages) * kTileKeys;
 
     // S = Q K^T over this warp's keys.
     float s[kNT][4];
@@ -321,10 +387,18 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int rr = e >> 1;
-        const int key = tile_start + kg * kKPW + nt * 8 + 2 * t4 + (e & 1);
+        const int local = kg * kKPW + nt * 8 + 2 * t4 + (e & 1);
         float x = s[nt][e] * a.scale;
         if (a.softcap > 0.0f) x = a.softcap * tanhf(x / a.softcap);
-        x = (key >= vis_lo[rr] && key <= vis_hi[rr] && key < split_end) ? x * kLog2e : -INFINITY;
+        bool visible;
+        if constexpr (kSel) {
+          const int32_t token = tok_stage[local];  // -1 past the split: below every vis_lo
+          visible = token >= vis_lo[rr] && token <= vis_hi[rr];
+        } else {
+          const int key = tile_start + local;
+          visible = key >= vis_lo[rr] && key <= vis_hi[rr] && key < split_end;
+        }
+        x = visible ? x * kLog2e : -INFINITY;
         s[nt][e] = x;
         tile_max[rr] = fmaxf(tile_max[rr], x);
       }
@@ -453,11 +527,11 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <int D, int MW>
+template <int D, int MW, bool kSel>
 void launch_config(const PagedAttentionArgs& args, int grid_x) {
-  using Cfg = TiledConfig<D, MW>;
+  using Cfg = TiledConfig<D, MW, kSel>;
   static const bool configured = [] {
-    SE_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_tiled_kernel<D, MW>,
+    SE_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_tiled_kernel<D, MW, kSel>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(Cfg::kSmemBytes)));
     return true;
@@ -466,24 +540,40 @@ void launch_config(const PagedAttentionArgs& args, int grid_x) {
   const dim3 grid(static_cast<unsigned>(grid_x),
                   static_cast<unsigned>(args.num_kv_heads * args.q_blocks),
                   static_cast<unsigned>(args.num_splits));
-  paged_attention_tiled_kernel<D, MW>
+  paged_attention_tiled_kernel<D, MW, kSel>
       <<<grid, kThreads, Cfg::kSmemBytes, CudaContext::current().stream()>>>(args);
   SE_CUDA_CHECK_LAUNCH("paged_attention_tiled_kernel");
 }
 
-template <int D, int MW>
+template <int D, int MW, bool kSel>
 int blocks_per_sm() {
-  using Cfg = TiledConfig<D, MW>;
+  using Cfg = TiledConfig<D, MW, kSel>;
   static const int blocks = [] {
-    SE_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_tiled_kernel<D, MW>,
+    SE_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_tiled_kernel<D, MW, kSel>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(Cfg::kSmemBytes)));
     int n = 0;
     SE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &n, paged_attention_tiled_kernel<D, MW>, kThreads, Cfg::kSmemBytes));
+        &n, paged_attention_tiled_kernel<D, MW, kSel>, kThreads, Cfg::kSmemBytes));
     return n;
   }();
   return blocks;
+}
+
+template <int D>
+void launch_head_dim(const PagedAttentionArgs& args, bool prefill, int grid_x) {
+  const bool selection = args.select_unit > 0;
+  if (prefill) {
+    selection ? launch_config<D, 4, true>(args, grid_x) : launch_config<D, 4, false>(args, grid_x);
+  } else {
+    selection ? launch_config<D, 1, true>(args, grid_x) : launch_config<D, 1, false>(args, grid_x);
+  }
+}
+
+template <int D>
+int blocks_per_sm_head_dim(bool prefill, bool selection) {
+  if (prefill) return selection ? blocks_per_sm<D, 4, true>() : blocks_per_sm<D, 4, false>();
+  return selection ? blocks_per_sm<D, 1, true>() : blocks_per_sm<D, 1, false>();
 }
 }  // namespace
 
@@ -494,25 +584,25 @@ void launch_paged_attention_tiled(const PagedAttentionArgs& args, int head_dim, 
   if (grid_x <= 0) return;
   switch (head_dim) {
     case 64:
-      return prefill ? launch_config<64, 4>(args, grid_x) : launch_config<64, 1>(args, grid_x);
+      return launch_head_dim<64>(args, prefill, grid_x);
     case 128:
-      return prefill ? launch_config<128, 4>(args, grid_x) : launch_config<128, 1>(args, grid_x);
+      return launch_head_dim<128>(args, prefill, grid_x);
     case 256:
-      return prefill ? launch_config<256, 4>(args, grid_x) : launch_config<256, 1>(args, grid_x);
+      return launch_head_dim<256>(args, prefill, grid_x);
     default:
       SE_CHECK(false, "cuda::paged_attention: head_dim {} (tiled kernels exist for 64, 128, 256)",
                head_dim);
   }
 }
 
-int tiled_blocks_per_sm(int head_dim, bool prefill) {
+int tiled_blocks_per_sm(int head_dim, bool prefill, bool selection) {
   switch (head_dim) {
     case 64:
-      return prefill ? blocks_per_sm<64, 4>() : blocks_per_sm<64, 1>();
+      return blocks_per_sm_head_dim<64>(prefill, selection);
     case 128:
-      return prefill ? blocks_per_sm<128, 4>() : blocks_per_sm<128, 1>();
+      return blocks_per_sm_head_dim<128>(prefill, selection);
     default:
-      return prefill ? blocks_per_sm<256, 4>() : blocks_per_sm<256, 1>();
+      return blocks_per_sm_head_dim<256>(prefill, selection);
   }
 }
 

@@ -1,0 +1,149 @@
+// CUDA twin of OmniKV's filter logits (the CPU reference is
+// backend/cpu/attention_logits_max_over_heads.cpp). It takes the cache's host view over the device
+// pool: the host stages every KV head's leading page ids (host_tables.h), a block takes 64 keys at
+// a time across all KV heads and keeps their running max, and the result comes back to the host.
+// fp32 dots of the bf16 keys: only the summation order differs from the CPU's.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_context.h"
+#include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/device_util.cuh"
+#include "backend/cuda/host_tables.h"
+
+namespace se::cuda {
+
+namespace {
+constexpr int kWarps = 8;
+constexpr int kLanesPerKey = 4;
+constexpr int kKeysPerBlock = kWarps * 32 / kLanesPerKey;  // 64
+
+// A quad of lanes per key: lane r of the quad holds the 16-byte chunks r, r + 4, ... of the key's
+// row, so a warp reads 8 rows in whole 64-byte runs, and two shuffles finish each dot product.
+// q [H, D] (staged as f32 in shared memory); page_ids [num_kv_heads][pages_per_head];
+// out [num_keys].
+template <int D>
+__global__ void __launch_bounds__(kWarps * 32)
+    attention_logits_max_over_heads_kernel(float* out, const void* q, DType q_dtype,
+                                           const int32_t* page_ids, int pages_per_head,
+                                           const char* kv_base, size_t page_bytes, int page_size,
+                                           int num_kv_heads, int group, int num_keys, float scale) {
+  constexpr int kChunksPerLane = D / 8 / kLanesPerKey;
+  extern __shared__ float q_s[];  // [H][D]
+  const int num_heads = num_kv_heads * group;
+  for (int i = threadIdx.x; i < num_heads * D; i += blockDim.x)
+    q_s[i] = load_as_float(q, q_dtype, i);
+  __syncthreads();
+
+  const int quad_lane = threadIdx.x % kLanesPerKey;
+  for (int j0 = blockIdx.x * kKeysPerBlock; j0 < num_keys; j0 += gridDim.x * kKeysPerBlock) {
+    const int j = j0 + threadIdx.x / kLanesPerKey;
+    const bool valid = j < num_keys;  // invalid lanes still join the shuffles
+    const int jj = valid ? j : num_keys - 1;
+    const int32_t page_idx = jj / page_size;
+    const int32_t offset = jj - page_idx * page_size;
+    float best = -INFINITY;
+    for (int kv_head = 0; kv_head < num_kv_heads; ++kv_head) {
+      const int32_t page = page_ids[static_cast<int64_t>(kv_head) * pages_per_head + page_idx];
+      const auto* row = reinterpret_cast<const uint4*>(
+          kv_base + static_cast<size_t>(page) * page_bytes + static_cast<size_t>(offset) * D * 2);
+      float k[kChunksPerLane][8];
+#pragma unroll
+      for (int c = 0; c < kChunksPerLane; ++c) {
+        const uint4 raw = row[c * kLanesPerKey + quad_lane];
+        const auto* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float2 f = __bfloat1622float2(pairs[e]);
+          k[c][2 * e] = f.x;
+          k[c][2 * e + 1] = f.y;
+        }
+      }
+      for (int g = 0; g < group; ++g) {
+        const float* qh = q_s + (kv_head * group + g) * D;
+        float dot = 0.0f;
+#pragma unroll
+        for (int c = 0; c < kChunksPerLane; ++c) {
+          const float4 a =
+              *reinterpret_cast<const float4*>(qh + (c * kLanesPerKey + quad_lane) * 8);
+          const float4 b =
+              *reinterpret_cast<const float4*>(qh + (c * kLanesPerKey + quad_lane) * 8 + 4);
+          dot += a.x * k[c][0] + a.y * k[c][1] + a.z * k[c][2] + a.w * k[c][3] + b.x * k[c][4] +
+                 b.y * k[c][5] + b.z * k[c][6] + b.w * k[c][7];
+        }
+        dot += __shfl_xor_sync(0xffffffffu, dot, 1);
+        dot += __shfl_xor_sync(0xffffffffu, dot, 2);
+        best = fmaxf(best, dot * scale);
+      }
+    }
+    if (valid && quad_lane == 0) out[j] = best;
+  }
+}
+
+template <int D>
+void launch_logits(float* result, TensorView q, const int32_t* page_ids, int pages_per_head,
+                   const AttentionView& view, int group, int num_keys, float scale) {
+  const size_t smem = static_cast<size_t>(q.shape[0]) * D * sizeof(float);
+  static int configured_bytes = 48 * 1024;  // the default limit of dynamic shared memory
+  if (static_cast<int>(smem) > configured_bytes) {
+    SE_CUDA_CHECK(cudaFuncSetAttribute(attention_logits_max_over_heads_kernel<D>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem)));
+    configured_bytes = static_cast<int>(smem);
+  }
+  // One wave of blocks, each looping over key tiles: the query staging is paid once per block.
+  const int64_t tiles = (num_keys + kKeysPerBlock - 1) / kKeysPerBlock;
+  const auto blocks = static_cast<unsigned>(
+      std::min<int64_t>(tiles, int64_t{8} * CudaContext::current().props().multiProcessorCount));
+  attention_logits_max_over_heads_kernel<D>
+      <<<blocks, kWarps * 32, smem, CudaContext::current().stream()>>>(
+          result, q.data, q.dtype, page_ids, pages_per_head, static_cast<const char*>(view.kv_base),
+          view.page_bytes, view.page_size, view.num_kv_heads, group, num_keys, scale);
+  SE_CUDA_CHECK_LAUNCH("attention_logits_max_over_heads_kernel");
+}
+}  // namespace
+
+void attention_logits_max_over_heads(TensorView out, TensorView q, const AttentionView& view,
+                                     int32_t seq, float scale) {
+  const int num_keys = static_cast<int>(out.shape[0]);
+  if (num_keys == 0) return;
+  SE_CHECK(
+      reinterpret_cast<uintptr_t>(view.kv_base) % 16 == 0 && view.page_bytes % 16 == 0,
+      "cuda::attention_logits_max_over_heads: the KV base and page_bytes must be 16-byte aligned");
+  const SeqKvView& sv = view.seqs[seq];
+  const int group = static_cast<int>(q.shape[0] / view.num_kv_heads);
+  const int pages_per_head = (num_keys + view.page_size - 1) / view.page_size;
+  // page_ids [num_kv_heads][pages_per_head]: the pages holding each head's first num_keys tokens.
+  thread_local std::vector<int32_t> page_ids;
+  page_ids.resize(static_cast<size_t>(view.num_kv_heads) * static_cast<size_t>(pages_per_head));
+  for (int32_t h = 0; h < view.num_kv_heads; ++h)
+    std::copy_n(sv.page_ids + static_cast<int64_t>(h) * sv.stride, pages_per_head,
+                page_ids.begin() + static_cast<int64_t>(h) * pages_per_head);
+  const size_t result_bytes = static_cast<size_t>(num_keys) * sizeof(float);
+  const StagedTables staged =
+      stage_host_tables(page_ids.data(), page_ids.size() * sizeof(int32_t), result_bytes);
+  auto* result = static_cast<float*>(staged.results);
+  const auto* tables = static_cast<const int32_t*>(staged.tables);
+  switch (view.head_dim) {
+    case 64:
+      launch_logits<64>(result, q, tables, pages_per_head, view, group, num_keys, scale);
+      break;
+    case 128:
+      launch_logits<128>(result, q, tables, pages_per_head, view, group, num_keys, scale);
+      break;
+    case 256:
+      launch_logits<256>(result, q, tables, pages_per_head, view, group, num_keys, scale);
+      break;
+    default:
+      SE_CHECK(false, "cuda::attention_logits_max_over_heads: head_dim {} (64, 128 or 256)",
+               view.head_dim);
+  }
+  fetch_results(out.data, result, result_bytes);
+}
+
+}  // namespace se::cuda

@@ -1,0 +1,33 @@
+#include "backend/cuda/host_tables.h"
+
+#include <cuda_runtime_api.h>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_context.h"
+
+namespace se::cuda {
+
+namespace {
+size_t align16(size_t n) { return (n + 15) / 16 * 16; }
+}  // namespace
+
+StagedTables stage_host_tables(const void* host, size_t table_bytes, size_t result_bytes) {
+  CudaContext& context = CudaContext::current();
+  char* scratch = static_cast<char*>(context.scratch(align16(table_bytes) + result_bytes));
+  // NOTE: `host` is pageable, so the runtime stages it before this call returns (CUDA's API
+  // synchronization rules for pageable host-to-device copies): the caller may refill its buffer at
+  // once, while the device copy stays ordered on the stream after earlier scratch readers.
+  if (table_bytes > 0)
+    SE_CUDA_CHECK(
+        cudaMemcpyAsync(scratch, host, table_bytes, cudaMemcpyHostToDevice, context.stream()));
+  return StagedTables{scratch, scratch + align16(table_bytes)};
+}
+
+void fetch_results(void* host, const void* device, size_t nbytes) {
+  CudaContext& context = CudaContext::current();
+  if (nbytes > 0)
+    SE_CUDA_CHECK(cudaMemcpyAsync(host, device, nbytes, cudaMemcpyDeviceToHost, context.stream()));
+  context.synchronize();
+}
+
+}  // namespace se::cuda
