@@ -86,6 +86,10 @@ void write_kv(const AttentionView& view, TensorView k, TensorView v);
 void paged_attention(TensorView out, TensorView q, const AttentionView& view, const AttentionParams& params);
 
 // --- what the sparse methods read and change (sparse/methods/) ---
+// The methods run on the host and pass the cache's host view: q_indptr, seqs and the tables they point to are host
+// memory on both backends, and view.kv_device says where the pool is. With a CUDA pool (bf16 pages),
+// attention_scores, compact_kv and subset_attention_max_scores run on the GPU: q is a device tensor (F32 or BF16)
+// and the scores' `out` stays host F32 memory, filled when the call returns.
 
 enum class ScoreReduce : uint8_t { kSum, kMax };
 

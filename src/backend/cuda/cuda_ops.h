@@ -4,7 +4,8 @@
 // tensor may differ; math is fp32); linear takes BF16 x and w (F32 or BF16 out, fp32 accumulation)
 // or all-F32; KV pages are BF16. AttentionView pointers (q_indptr, seqs and the page lists and
 // counts they point to) are device pointers, and every sequence of a view has at least one query
-// row. Plain C++ header (no CUDA includes): ops.cpp includes it.
+// row, except for the sparse-method ops at the end. Plain C++ header (no CUDA includes): ops.cpp
+// includes it.
 #pragma once
 
 #include "backend/ops.h"
@@ -35,5 +36,25 @@ void paged_attention(TensorView out, TensorView q, const AttentionView& view,
 // exact cross-check of the tiled kernels and as the benchmark's baseline. head_dim 64, 128 or 256.
 void paged_attention_simple(TensorView out, TensorView q, const AttentionView& view,
                             const AttentionParams& params);
+
+// --- the sparse methods' ops: host tables over the device pool ---
+// The methods run on the host and pass the cache's host view: q_indptr, seqs and the page lists,
+// counts and selections they point to are HOST memory, while kv_base is the device bf16 pool. Each
+// op packs the one sequence's tables it needs into the context's scratch (one copy, no allocation
+// once the scratch has grown), then launches. head_dim 64, 128 or 256.
+
+// q on the device; out is HOST f32 memory, written before the call returns (it waits for the
+// stream). Two passes over the keys (softmax max and sum per row and head, then the probabilities
+// reduced over rows), fp32 throughout.
+void attention_scores(TensorView out, TensorView q, const AttentionView& view, int32_t seq,
+                      const AttentionParams& params, ScoreReduce reduce);
+// Gathers the moved rows into scratch, then scatters them to their slots (an in-place parallel
+// move would race); bit-exact. Enqueued only: the call does not wait.
+void compact_kv(const AttentionView& view, int32_t seq, int32_t kv_head,
+                const std::vector<int32_t>& kept);
+// As attention_scores: q on the device, out HOST f32 memory written before the call returns.
+void subset_attention_max_scores(TensorView out, TensorView q, const AttentionView& view,
+                                 int32_t seq, int32_t num_sink, int32_t begin,
+                                 const AttentionParams& params);
 
 }  // namespace se::cuda
