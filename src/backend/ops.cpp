@@ -5,6 +5,7 @@
 
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/device_memory.h"
 #include "base/check.h"
 
 namespace se {
@@ -29,17 +30,21 @@ bool on_cuda(const TensorView& out, const char* what) {
            what);
   return true;
 }
-// True when the scoring op works on a KV pool in GPU memory (the view's tables stay on the host, see ops.h).
+// True when a sparse-method op works on a GPU KV pool (ops.h: host tables over a device pool); the
+// build must then have the CUDA backend, and the pages are bf16 K/V.
 bool pool_on_cuda(const AttentionView& view, const char* what) {
   if (view.kv_device != Device::kCuda) return false;
-  SE_CHECK(kCudaBuilt, "{}: the KV pool is on the GPU, but this build has no CUDA backend", what);
+  SE_CHECK(kCudaBuilt,
+           "{}: the KV pool is on the GPU, but this build has no CUDA backend (configure with -DSE_CUDA=ON)", what);
+  SE_CHECK(view.payload == KvPayload::kExplicit, "{}: only explicit K/V pages are implemented on CUDA", what);
   SE_CHECK(view.kv_dtype == DType::kBF16, "{}: CUDA KV pages are bf16, got {}", what, dtype_name(view.kv_dtype));
   return true;
 }
-// A host F32 buffer the op writes (the methods rank scores on the host).
-void require_host_f32(const TensorView& t, const char* what) {
-  SE_CHECK(t.device == Device::kCpu && t.dtype == DType::kF32, "{}: expected host f32 memory, got {} on {}",
-           what, dtype_name(t.dtype), t.device == Device::kCuda ? "the GPU" : "the host");
+// A score op's output with a GPU pool: host f32 memory, since the methods read scores on the host.
+void require_host_scores(const TensorView& out, const char* what) {
+  SE_CHECK(out.device == Device::kCpu && out.dtype == DType::kF32,
+           "{}: expected host f32 memory (the methods read scores on the host), got {} {}", what,
+           device_name(out.device), dtype_name(out.dtype));
 }
 // A CUDA activation: on the device, F32 or BF16.
 void require_cuda_act(const TensorView& t, const char* what) {
@@ -222,7 +227,7 @@ bool cuda_implements(std::string_view op) {
       "embedding", "rms_norm",        "add_rms_norm", "linear",      "rope",    "gated_activation",
       "add_inplace", "scale_inplace", "softcap_inplace", "argmax_rows", "write_kv", "paged_attention",
       "paged_attention over a selection", "update_page_key_bounds", "page_key_bound_scores",
-      "attention_logits_max_over_heads"};
+      "attention_logits_max_over_heads", "attention_scores", "compact_kv", "subset_attention_max_scores"};
   return kCudaBuilt && std::find(std::begin(kCudaOps), std::end(kCudaOps), op) != std::end(kCudaOps);
 }
 
@@ -287,12 +292,10 @@ void paged_attention(TensorView out, TensorView q, const AttentionView& view, co
   cpu::paged_attention(out, q, view, params);
 }
 
-// The sparse-method ops: the CPU backend has all of them; those with a CUDA twin dispatch on view.kv_device.
+// The sparse-method ops take the cache's host tables on both backends; a GPU pool (view.kv_device) sends them to
+// the CUDA twins, with q (and Quest's bounds) on the device and the scores written to host memory.
 void attention_scores(TensorView out, TensorView q, const AttentionView& view, int32_t seq,
                       const AttentionParams& params, ScoreReduce reduce) {
-  require_cpu_f32(out, "attention_scores.out");
-  require_cpu_f32(q, "attention_scores.q");
-  SE_CHECK(view.kv_dtype == DType::kF32, "attention_scores: the CPU backend keeps f32 pages");
   SE_CHECK(seq >= 0 && seq < view.num_seqs, "attention_scores: sequence {} of {}", seq, view.num_seqs);
   int32_t max_len = 0;
   for (int32_t h = 0; h < view.num_kv_heads; ++h) max_len = std::max(max_len, view.seqs[seq].num_tokens[h]);
@@ -301,17 +304,30 @@ void attention_scores(TensorView out, TensorView q, const AttentionView& view, i
                out.shape[1] == max_len,
            "attention_scores: q {} out {} for {} stored tokens", q.shape.to_string(), out.shape.to_string(),
            max_len);
+  if (pool_on_cuda(view, "attention_scores")) {
+    require_cuda_act(q, "attention_scores.q");
+    require_host_scores(out, "attention_scores.out");
+    if constexpr (kCudaBuilt) cuda::attention_scores(out, q, view, seq, params, reduce);
+    return;
+  }
+  require_cpu_f32(out, "attention_scores.out");
+  require_cpu_f32(q, "attention_scores.q");
+  SE_CHECK(view.kv_dtype == DType::kF32, "attention_scores: the CPU backend keeps f32 pages");
   cpu::attention_scores(out, q, view, seq, params, reduce);
 }
 
 void compact_kv(const AttentionView& view, int32_t seq, int32_t kv_head, const std::vector<int32_t>& kept) {
-  SE_CHECK(view.kv_dtype == DType::kF32, "compact_kv: the CPU backend keeps f32 pages");
   SE_CHECK(seq >= 0 && seq < view.num_seqs && kv_head >= 0 && kv_head < view.num_kv_heads,
            "compact_kv: sequence {} head {}", seq, kv_head);
   const int32_t len = view.seqs[seq].num_tokens[kv_head];
   for (size_t i = 0; i < kept.size(); ++i)
     SE_CHECK(kept[i] >= 0 && kept[i] < len && (i == 0 || kept[i] > kept[i - 1]),
              "compact_kv: kept indices must ascend within [0, {}), got {} at {}", len, kept[i], i);
+  if (pool_on_cuda(view, "compact_kv")) {
+    if constexpr (kCudaBuilt) cuda::compact_kv(view, seq, kv_head, kept);
+    return;
+  }
+  SE_CHECK(view.kv_dtype == DType::kF32, "compact_kv: the CPU backend keeps f32 pages");
   cpu::compact_kv(view, seq, kv_head, kept);
 }
 
@@ -337,7 +353,7 @@ void page_key_bound_scores(TensorView out, TensorView q, TensorView bounds, cons
            "page_key_bound_scores: q {} out {} bounds {}", q.shape.to_string(), out.shape.to_string(),
            bounds.shape.to_string());
   if (pool_on_cuda(view, "page_key_bound_scores")) {
-    require_host_f32(out, "page_key_bound_scores.out");
+    require_host_scores(out, "page_key_bound_scores.out");
     require_cuda_act(q, "page_key_bound_scores.q");
     SE_CHECK(bounds.device == Device::kCuda && bounds.dtype == DType::kF32 && bounds.shape[1] == 2 &&
                  bounds.shape[2] == view.head_dim,
@@ -356,7 +372,7 @@ void attention_logits_max_over_heads(TensorView out, TensorView q, const Attenti
                                      float scale) {
   const bool on_gpu = pool_on_cuda(view, "attention_logits_max_over_heads");
   if (on_gpu) {
-    require_host_f32(out, "attention_logits_max_over_heads.out");
+    require_host_scores(out, "attention_logits_max_over_heads.out");
     require_cuda_act(q, "attention_logits_max_over_heads.q");
   } else {
     require_cpu_f32(out, "attention_logits_max_over_heads.out");
@@ -380,9 +396,6 @@ void attention_logits_max_over_heads(TensorView out, TensorView q, const Attenti
 
 void subset_attention_max_scores(TensorView out, TensorView q, const AttentionView& view, int32_t seq,
                                  int32_t num_sink, int32_t begin, const AttentionParams& params) {
-  require_cpu_f32(out, "subset_attention_max_scores.out");
-  require_cpu_f32(q, "subset_attention_max_scores.q");
-  SE_CHECK(view.kv_dtype == DType::kF32, "subset_attention_max_scores: the CPU backend keeps f32 pages");
   SE_CHECK(seq >= 0 && seq < view.num_seqs, "subset_attention_max_scores: sequence {} of {}", seq, view.num_seqs);
   SE_CHECK(q.shape.rank() == 3 && q.shape[0] >= 1 && q.shape[2] == view.head_dim &&
                q.shape[1] % view.num_kv_heads == 0 && out.shape.rank() == 2 && out.shape[0] == view.num_kv_heads,
@@ -394,6 +407,15 @@ void subset_attention_max_scores(TensorView out, TensorView q, const AttentionVi
     SE_CHECK(begin + out.shape[1] + q.shape[0] <= view.seqs[seq].num_tokens[h],
              "subset_attention_max_scores: range [{}, {}) and {} new rows exceed the {} tokens of KV head {}", begin,
              begin + out.shape[1], q.shape[0], view.seqs[seq].num_tokens[h], h);
+  if (pool_on_cuda(view, "subset_attention_max_scores")) {
+    require_cuda_act(q, "subset_attention_max_scores.q");
+    require_host_scores(out, "subset_attention_max_scores.out");
+    if constexpr (kCudaBuilt) cuda::subset_attention_max_scores(out, q, view, seq, num_sink, begin, params);
+    return;
+  }
+  require_cpu_f32(out, "subset_attention_max_scores.out");
+  require_cpu_f32(q, "subset_attention_max_scores.q");
+  SE_CHECK(view.kv_dtype == DType::kF32, "subset_attention_max_scores: the CPU backend keeps f32 pages");
   cpu::subset_attention_max_scores(out, q, view, seq, num_sink, begin, params);
 }
 

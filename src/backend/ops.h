@@ -86,10 +86,10 @@ void write_kv(const AttentionView& view, TensorView k, TensorView v);
 void paged_attention(TensorView out, TensorView q, const AttentionView& view, const AttentionParams& params);
 
 // --- what the sparse methods read and change (sparse/methods/) ---
-// The methods run on the host: over a GPU pool (view.kv_device == kCuda) the scoring ops with a CUDA twin
-// (update_page_key_bounds, page_key_bound_scores, attention_logits_max_over_heads) take the cache's host view
-// (q_indptr, seqs and their lists in host memory) with q and bounds on the device and the score outputs in host
-// memory, and return once those are written.
+// The methods run on the host and pass the cache's host view: q_indptr, seqs and the tables they point to are host
+// memory on both backends, and view.kv_device says where the pool is. With a CUDA pool (bf16 pages) the scoring
+// and compaction ops run on the GPU: q (and Quest's bounds) are device tensors, and the scores' `out` stays host
+// F32 memory, filled when the call returns.
 
 enum class ScoreReduce : uint8_t { kSum, kMax };
 

@@ -47,5 +47,12 @@ TEST(MethodTraitsTest, MethodsRunOnCudaWhenTheirOpsHaveKernels) {
   }
 }
 
+// The eviction scores and compaction have CUDA kernels exactly in CUDA builds; Quest's bounds do not yet.
+TEST(MethodTraitsTest, CudaKernelsOfTheEvictionOps) {
+  for (std::string_view op : {"attention_scores", "compact_kv", "subset_attention_max_scores"})
+    EXPECT_EQ(cuda_implements(op), cuda_implements("paged_attention")) << op;
+  EXPECT_FALSE(cuda_implements("page_key_bound_scores"));
+}
+
 }  // namespace
 }  // namespace se

@@ -38,9 +38,24 @@ void paged_attention(TensorView out, TensorView q, const AttentionView& view,
 void paged_attention_simple(TensorView out, TensorView q, const AttentionView& view,
                             const AttentionParams& params);
 
-// The sparse methods' scoring ops take the cache's HOST view over the device pool: q_indptr, seqs
-// and their page lists and counts are host memory, kv_base the device pool; q and bounds are
-// device tensors, the score outputs host F32 (the calls return once they are written).
+// --- the sparse methods' ops: host tables over the device pool ---
+// The methods run on the host and pass the cache's host view: q_indptr, seqs and the page lists,
+// counts and selections they point to are HOST memory, while kv_base is the device bf16 pool. Each
+// op packs the one sequence's tables it needs into the context's scratch (one copy, no allocation
+// once the scratch has grown), then launches. q and bounds are device tensors; score outputs are
+// HOST f32 memory, written before the call returns (it waits for the stream).
+
+// Two passes over the keys (softmax max and sum per row and head, then the probabilities reduced
+// over rows), fp32 throughout. head_dim 64, 128 or 256.
+void attention_scores(TensorView out, TensorView q, const AttentionView& view, int32_t seq,
+                      const AttentionParams& params, ScoreReduce reduce);
+// Gathers the moved rows into scratch, then scatters them to their slots (an in-place parallel
+// move would race); bit-exact. Enqueued only: the call does not wait.
+void compact_kv(const AttentionView& view, int32_t seq, int32_t kv_head,
+                const std::vector<int32_t>& kept);
+void subset_attention_max_scores(TensorView out, TensorView q, const AttentionView& view,
+                                 int32_t seq, int32_t num_sink, int32_t begin,
+                                 const AttentionParams& params);
 void update_page_key_bounds(TensorView bounds, const AttentionView& view);
 void page_key_bound_scores(TensorView out, TensorView q, TensorView bounds,
                            const AttentionView& view, int32_t seq);
