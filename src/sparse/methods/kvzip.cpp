@@ -109,7 +109,7 @@ void KvzipMethod::on_attention_end(LayerContext& ctx) {
     if (ctx.params.sliding_window > 0) continue;
     const int64_t num_heads = ctx.q.shape[1], head_dim = ctx.q.shape[2];
     const TensorView q{ctx.q.ptr<float>() + slice.token_begin * num_heads * head_dim, DType::kF32,
-                       {slice.num_tokens, num_heads, head_dim}, Device::kCpu};  // [n, H, D] repeat rows
+                       {slice.num_tokens, num_heads, head_dim}, ctx.q.device};  // [n, H, D] repeat rows
     const int32_t num_kv_heads = ctx.view.num_kv_heads;
     const int32_t chunk = active_.end - active_.begin;
     chunk_scores_.resize(static_cast<size_t>(num_kv_heads) * static_cast<size_t>(chunk));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "backend/device_memory.h"
 #include "base/check.h"
 
 namespace se {
@@ -38,12 +39,15 @@ void ObservationWindowMethod::on_attention_end(LayerContext& ctx) {
     }
     std::vector<float>& rows = state.window_q[static_cast<size_t>(ctx.layer)];
     const int32_t first_window_position = slice.num_prefill_tokens - window;
-    for (int32_t r = 0; r < slice.num_tokens; ++r) {
-      const int32_t row = slice.token_begin + r;
-      if (ctx.batch.positions[static_cast<size_t>(row)] < first_window_position) continue;
-      const float* src = ctx.q.ptr<float>() + row * row_size;
-      rows.insert(rows.end(), src, src + row_size);
-    }
+    // The slice's rows at window positions are its last ones (positions ascend): copy them, from the device too.
+    int32_t first_row = 0;
+    while (first_row < slice.num_tokens &&
+           ctx.batch.positions[static_cast<size_t>(slice.token_begin + first_row)] < first_window_position)
+      ++first_row;
+    const size_t num_new = static_cast<size_t>(slice.num_tokens - first_row) * static_cast<size_t>(row_size);
+    rows.resize(rows.size() + num_new);
+    copy_bytes(ctx.q.device, rows.data() + rows.size() - num_new,
+               ctx.q.ptr<float>() + (slice.token_begin + first_row) * row_size, num_new * sizeof(float));
     if (!slice.completes_prefill(ctx.batch.positions)) continue;
 
     // Every prompt key of this layer is stored now: score the prefix with the window's last `window` rows.
@@ -64,8 +68,14 @@ void ObservationWindowMethod::on_attention_end(LayerContext& ctx) {
     }
     SE_CHECK(num_tokens > window, "{}: seq {} layer {} has {} tokens for a window of {}", name(), slice.seq_slot,
              ctx.layer, num_tokens, window);
-    const TensorView q{rows.data() + (num_rows - window) * row_size, DType::kF32,
-                       {window, num_heads, ctx.q.shape[2]}, Device::kCpu};  // [w, H, D]
+    TensorView q{rows.data() + (num_rows - window) * row_size, DType::kF32, {window, num_heads, ctx.q.shape[2]},
+                 Device::kCpu};  // [w, H, D]
+    if (ctx.q.device != Device::kCpu) {  // the scoring op reads q where the forward runs
+      if (!window_q_on_device_.defined() || window_q_on_device_.numel() < q.numel())
+        window_q_on_device_ = empty_on(ctx.q.device, DType::kF32, {q.numel()});
+      copy_bytes(ctx.q.device, window_q_on_device_.raw(), q.data, q.nbytes());
+      q = TensorView{window_q_on_device_.raw(), DType::kF32, q.shape, ctx.q.device};
+    }
     probs_.resize(static_cast<size_t>(num_heads * num_tokens));
     const TensorView probs{probs_.data(), DType::kF32, {num_heads, num_tokens}, Device::kCpu};  // [H, T]
     attention_scores(probs, q, ctx.view, i, ctx.params, ScoreReduce::kSum);

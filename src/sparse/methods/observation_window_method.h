@@ -65,6 +65,7 @@ class ObservationWindowMethod : public MethodRuntime {
   ObservationWindowConfig window_config_;
   std::unordered_map<int32_t, SequenceState> sequences_;  // by seq slot, while a prompt is being compressed
   std::vector<float> probs_;  // scratch: [H, T] window probabilities of one sequence
+  Tensor window_q_on_device_;  // scratch: the window rows on the forward's device, where the scoring op reads q
 };
 
 }  // namespace se
