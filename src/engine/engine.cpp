@@ -127,7 +127,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const ModelBundle& bundle, const 
   layout.dtype = config.device == Device::kCuda ? DType::kBF16 : DType::kF32;  // what each backend's attention reads
   SE_RETURN_IF_ERROR(layout.validate());
   const int64_t pool_bytes = kv_pool_bytes(config);
-  const int64_t num_pages = pool_bytes / static_cast<int64_t>(layout.page_bytes());
+  const int64_t num_pages =
+      pool_bytes / static_cast<int64_t>(layout.page_bytes() + method->page_metadata_bytes(layout));
   if (num_pages < layout.num_streams())
     return resource_exhausted("the KV cache budget of {} bytes holds {} pages, fewer than the {} one token needs",
                               pool_bytes, num_pages, layout.num_streams());

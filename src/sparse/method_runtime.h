@@ -79,6 +79,9 @@ class MethodRuntime {
   // Builds the cache this method keeps its KV in (default: the paged cache, prefix caching only for methods
   // that keep full history).
   virtual Result<std::unique_ptr<CacheManager>> create_cache(const CacheSpec& spec);
+  // Bytes of metadata the method keeps per pool page on the pool's device (Quest's key bounds), which the engine
+  // sets aside with each page when it sizes the pool.
+  virtual size_t page_metadata_bytes(const KvLayout& /*layout*/) const { return 0; }
 
   // --- memory (MemoryOracle) ---
   // Pages a sequence holds once it has computed `num_tokens` tokens of which `num_prefill_tokens` were

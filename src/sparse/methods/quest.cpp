@@ -35,6 +35,9 @@ Result<std::unique_ptr<CacheManager>> QuestMethod::create_cache(const CacheSpec&
   // NOTE: every page's bounds are recomputed when a token lands in it, before any score reads them, so the
   // tensor needs no initialization.
   bounds_ = Tensor::empty(DType::kF32, {spec.num_pages, 2, spec.layout.head_dim}, spec.allocator);
+  if (!bounds_.defined())
+    return resource_exhausted("quest: no memory for the key bounds of {} pages ({} bytes each)", spec.num_pages,
+                              page_metadata_bytes(spec.layout));
   head_scores_ = Tensor();
   return cache;
 }

@@ -29,6 +29,9 @@ class QuestMethod final : public MethodRuntime {
 
   // The paged cache, plus a bounds tensor [num_pages, 2, head_dim] for its pool.
   Result<std::unique_ptr<CacheManager>> create_cache(const CacheSpec& spec) override;
+  size_t page_metadata_bytes(const KvLayout& layout) const override {
+    return 2 * static_cast<size_t>(layout.head_dim) * sizeof(float);
+  }
 
   void build_prefill_selection(LayerContext& ctx, int32_t slice, Selection& selection) override;
   void build_decode_selection(LayerContext& ctx, int32_t slice, Selection& selection) override;
