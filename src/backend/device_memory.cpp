@@ -44,6 +44,16 @@ Allocator* device_allocator(Device device) {
 #endif
 }
 
+Allocator* staging_allocator(Device device) {
+  if (device == Device::kCpu) return cpu_allocator();
+  require_built(device);
+#if SE_WITH_CUDA
+  return cuda::pinned_host_allocator();
+#else
+  return nullptr;
+#endif
+}
+
 Tensor empty_on(Device device, DType dtype, Shape shape) {
   Tensor t = Tensor::empty(dtype, shape, device_allocator(device));
   SE_CHECK(t.raw() != nullptr || t.nbytes() == 0, "out of {} memory for {}", device_name(device), t.describe());

@@ -20,6 +20,9 @@ Result<Device> parse_device(std::string_view name);
 bool device_built(Device device);
 
 Allocator* device_allocator(Device device);
+// Host memory that copies to and from `device` are fastest with (page-locked for CUDA; plain on the CPU), for
+// buffers staged to the device every step.
+Allocator* staging_allocator(Device device);
 
 // An uninitialized tensor on `device`.
 Tensor empty_on(Device device, DType dtype, Shape shape);

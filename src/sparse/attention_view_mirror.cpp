@@ -18,6 +18,9 @@ void AttentionViewMirror::reserve(size_t num_bytes) {
   device_buffer_ = Tensor();  // free first: the stream is idle between steps, so nothing still reads it
   device_buffer_ = empty_on(device_, DType::kU8, {static_cast<int64_t>(grown)});
   ++generation_;
+  // Padding between the packed tables is never read, so the staging copy needs no clearing.
+  host_ = Tensor::empty(DType::kU8, {static_cast<int64_t>(grown)}, staging_allocator(device_));
+  SE_CHECK(host_.raw() != nullptr, "no host memory to stage {} bytes of page tables", grown);
 }
 
 void AttentionViewMirror::upload(CacheManager& cache, const ForwardBatch& batch) {
@@ -40,34 +43,35 @@ void AttentionViewMirror::upload(CacheManager& cache, const ForwardBatch& batch)
     }
   }
   reserve(num_bytes);
-  host_.assign(num_bytes, 0);
+  char* const host = static_cast<char*>(host_.raw());
   char* device_base = static_cast<char*>(device_buffer_.raw());
 
-  auto* views = reinterpret_cast<SeqKvView*>(host_.data());
+  auto* views = reinterpret_cast<SeqKvView*>(host);
   size_t offset = tables_offset;
   for (int layer = 0; layer < l.num_layers; ++layer) {
     const AttentionView view = cache.build_view(layer, batch);
     if (layer == 0)
-      std::memcpy(host_.data() + q_indptr_offset_, view.q_indptr,
+      std::memcpy(host + q_indptr_offset_, view.q_indptr,
                   (static_cast<size_t>(num_seqs_) + 1) * sizeof(int32_t));
     for (int32_t s = 0; s < num_seqs_; ++s) {
       const SeqKvView& seq = view.seqs[s];
       const int32_t stride =
           static_cast<int32_t>(l.pages_per_stream(*std::max_element(seq.num_tokens, seq.num_tokens + l.num_kv_heads)));
-      auto* num_tokens = reinterpret_cast<int32_t*>(host_.data() + offset);
+      auto* num_tokens = reinterpret_cast<int32_t*>(host + offset);
       int32_t* page_ids = num_tokens + l.num_kv_heads;
       std::memcpy(num_tokens, seq.num_tokens, static_cast<size_t>(l.num_kv_heads) * sizeof(int32_t));
       for (int32_t h = 0; h < l.num_kv_heads; ++h)
         std::memcpy(page_ids + static_cast<int64_t>(h) * stride, seq.page_ids + static_cast<int64_t>(h) * seq.stride,
                     static_cast<size_t>(l.pages_per_stream(seq.num_tokens[h])) * sizeof(int32_t));
       SeqKvView& mirrored = views[static_cast<size_t>(layer) * static_cast<size_t>(num_seqs_) + static_cast<size_t>(s)];
+      mirrored = SeqKvView{};  // no selection: the staging memory is not cleared between steps
       mirrored.num_tokens = reinterpret_cast<const int32_t*>(device_base + offset);
       mirrored.page_ids = reinterpret_cast<const int32_t*>(device_base + offset) + l.num_kv_heads;
       mirrored.stride = stride;
       offset += align8(static_cast<size_t>(l.num_kv_heads) * static_cast<size_t>(1 + stride) * sizeof(int32_t));
     }
   }
-  copy_bytes(device_, device_base, host_.data(), num_bytes);
+  copy_bytes(device_, device_base, host, num_bytes);
 }
 
 AttentionView AttentionViewMirror::device_view(int layer, const AttentionView& host_view) {
@@ -78,7 +82,7 @@ AttentionView AttentionViewMirror::device_view(int layer, const AttentionView& h
   const size_t first = static_cast<size_t>(layer) * static_cast<size_t>(num_seqs_);
   view.seqs = reinterpret_cast<const SeqKvView*>(device_base) + first;
   if (host_view.has_selection)
-    view.seqs = upload_selection(host_view, reinterpret_cast<const SeqKvView*>(host_.data()) + first);
+    view.seqs = upload_selection(host_view, reinterpret_cast<const SeqKvView*>(host_.raw()) + first);
   return view;
 }
 

@@ -39,7 +39,8 @@ class AttentionViewMirror final {
 
   Device device_;
   int32_t num_seqs_ = 0;
-  std::vector<char> host_;   // the packed layout below, with device addresses in its SeqKvViews
+  Tensor host_;              // [capacity] bytes of staging memory: the packed layout below, with device addresses
+                             // in its SeqKvViews
   Tensor device_buffer_;     // [capacity] bytes on device_
   // Packed layout: SeqKvView [num_layers][num_seqs] | q_indptr [num_seqs + 1] | per (layer, seq): num_tokens
   // [num_kv_heads] then page ids [num_kv_heads][stride] (stride = that sequence's most pages in the layer).

@@ -44,6 +44,24 @@ Allocator* cuda_allocator() {
   return &allocator;
 }
 
+namespace {
+// Page-locked host memory: the device reads it by DMA at full link speed (pageable memory is staged first).
+class PinnedHostAllocator final : public Allocator {
+ public:
+  void* allocate(size_t nbytes) override {
+    void* p = nullptr;
+    return cudaMallocHost(&p, nbytes == 0 ? 1 : nbytes) == cudaSuccess ? p : nullptr;
+  }
+  void deallocate(void* ptr, size_t) override { cudaFreeHost(ptr); }
+  Device device() const override { return Device::kCpu; }
+};
+}  // namespace
+
+Allocator* pinned_host_allocator() {
+  static PinnedHostAllocator allocator;
+  return &allocator;
+}
+
 void copy(TensorView dst, TensorView src) {
   SE_CHECK(dst.dtype == src.dtype && dst.numel() == src.numel(), "cuda::copy: {} {} <- {} {}",
            dtype_name(dst.dtype), dst.shape.to_string(), dtype_name(src.dtype),

@@ -13,6 +13,8 @@
 namespace se::cuda {
 
 Allocator* cuda_allocator();
+// Page-locked host memory (cudaMallocHost): the fastest source and destination of host <-> device copies.
+Allocator* pinned_host_allocator();
 
 // dst = src: same dtype and element count, any mix of host and CUDA tensors.
 void copy(TensorView dst, TensorView src);
