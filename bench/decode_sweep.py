@@ -60,8 +60,9 @@ def report(path: str, plot: str | None) -> None:
     for r in sorted(rows, key=lambda r: (int(r["input_len"]), r["method"] != "vanilla", r["method"], int(r["batch"]))):
         base = dense.get((r["input_len"], r["batch"]))
         ratio = f"{float(r['decode_tok_s']) / base:.2f}x" if base else "-"
+        of_roofline = f"{100 * float(r['of_roofline']):.0f}%" if r["of_roofline"] else "-"  # peers report none
         print(f"| {r['input_len']} | {r['method']} | {r['batch']} | {float(r['decode_tok_s']):.0f} | "
-              f"{float(r['step_ms']):.2f} | {100 * float(r['of_roofline']):.0f}% | {ratio} |")
+              f"{float(r['step_ms']):.2f} | {of_roofline} | {ratio} |")
     if not plot:
         return
     import matplotlib

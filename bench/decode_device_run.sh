@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The long-context decode benchmark on the device machine, from a bundle built here with shared/tools/device-bundle
+# (sparse-engine plus the CUDA test binaries):
+#   bench/decode_device_run.sh BUNDLE_DIR OUT_DIR tests         CUDA parity of the sparse methods' kernels, every
+#                                                               method on the GPU engine, graph vs eager decode
+#   bench/decode_device_run.sh BUNDLE_DIR OUT_DIR sweep CONTEXTS DENSE_BATCHES SPARSE_BATCHES METHODS
+#                                                               `bench decode` over methods (decode_sweep.py), CSV
+#                                                               under OUT_DIR
+#   bench/decode_device_run.sh BUNDLE_DIR OUT_DIR hf CONTEXT BATCHES   HF transformers dense decode, same shape
+# The model is bench/models/llama-3.1-8b (dummy bf16 weights).
+set -uo pipefail
+bundle=$1
+out=$2
+stage=$3
+export LD_LIBRARY_PATH=$PWD/$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+model=bench/models/llama-3.1-8b
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv,noheader >> "$out/gpu.txt"
+case $stage in
+  tests)
+    for suite in 'CudaEvictionOps*' 'CudaSelectedAttentionTest.*' 'CudaPageKeyBoundsTest.*' \
+                 'CudaAttentionLogitsMaxOverHeadsTest.*' 'CudaPagedAttentionTest.*:CudaOpsTest.*'; do
+      timeout 300 "$bundle/backend_cuda_test" --gtest_filter="$suite" >> "$out/kernels.log" 2>&1
+      echo "backend_cuda_test $suite exit $?"
+    done
+    timeout 400 "$bundle/engine_cuda_test" \
+      --gtest_filter='GpuEngineTest.*:GpuModelTest.Tiny*' > "$out/engine.log" 2>&1
+    echo "engine_cuda_test exit $?"
+    grep -hE "^\[ +(FAILED|PASSED) |Failure|Check failed|what\(\)" "$out/kernels.log" "$out/engine.log" | head -40
+    grep -h "PARITY method" "$out/engine.log"
+    ;;
+  sweep)
+    python3 bench/decode_sweep.py --binary "$bundle/sparse-engine" --model $model --contexts "$4" \
+      --batches "$5" --sparse-batches "$6" --methods "$7" --csv "$out/decode.csv" \
+      -- --gpu-memory-utilization 0.92 --max-num-batched-tokens 16384 2>&1 | tee -a "$out/sweep.log" \
+      | grep -vE "^\s*$"
+    ;;
+  hf)
+    PYTHONUNBUFFERED=1 python3 -W ignore bench/hf_decode_peer.py --config $model/config.json --input-len "$4" \
+      --batch "$5" --csv "$out/decode.csv" 2>&1 | tail -8
+    ;;
+esac
