@@ -22,8 +22,8 @@ TEST(MethodTraitsTest, OpsFollowFamilyAndScoreNeeds) {
 }
 
 // A method runs on CUDA exactly when every op it calls has a CUDA kernel in this build; a refusal names the
-// method and each missing op (a CPU-only build has no CUDA kernels at all, so only vanilla runs there). Quest and
-// OmniKV have all of theirs in a CUDA build.
+// method and each missing op (a CPU-only build has no CUDA kernels at all, so only vanilla runs there; a CUDA
+// build runs every registered method).
 TEST(MethodTraitsTest, MethodsRunOnCudaWhenTheirOpsHaveKernels) {
   const bool cuda_built = cuda_implements("paged_attention");
   for (const MethodInfo& info : registered_methods()) {
@@ -34,8 +34,7 @@ TEST(MethodTraitsTest, MethodsRunOnCudaWhenTheirOpsHaveKernels) {
     std::vector<std::string_view> missing;
     for (std::string_view op : method_ops((*method)->traits()))
       if (!cuda_implements(op)) missing.push_back(op);
-    if (info.name == "vanilla" || ((info.name == "quest" || info.name == "omnikv") && cuda_built))
-      EXPECT_TRUE(missing.empty()) << info.name;
+    if (info.name == "vanilla" || cuda_built) EXPECT_TRUE(missing.empty()) << info.name;
     if (missing.empty()) {
       EXPECT_TRUE(on_cuda.is_ok()) << info.name << ": " << on_cuda.message();
       continue;
@@ -47,11 +46,13 @@ TEST(MethodTraitsTest, MethodsRunOnCudaWhenTheirOpsHaveKernels) {
   }
 }
 
-// The eviction scores and compaction have CUDA kernels exactly in CUDA builds; Quest's bounds do not yet.
-TEST(MethodTraitsTest, CudaKernelsOfTheEvictionOps) {
-  for (std::string_view op : {"attention_scores", "compact_kv", "subset_attention_max_scores"})
-    EXPECT_EQ(cuda_implements(op), cuda_implements("paged_attention")) << op;
-  EXPECT_FALSE(cuda_implements("page_key_bound_scores"));
+// Every op the registered methods call has a CUDA kernel exactly in CUDA builds.
+TEST(MethodTraitsTest, CudaKernelsOfTheMethodOps) {
+  const bool cuda_built = cuda_implements("paged_attention");
+  for (std::string_view op : {"attention_scores", "compact_kv", "subset_attention_max_scores", "update_page_key_bounds",
+                              "page_key_bound_scores", "attention_logits_max_over_heads",
+                              "paged_attention over a selection"})
+    EXPECT_EQ(cuda_implements(op), cuda_built) << op;
 }
 
 }  // namespace
