@@ -92,4 +92,22 @@ struct AttentionView {
   }
 };
 
+// Calls fn(page_id, tokens stored in that page) for every page of `view` that holds one of the batch's new
+// tokens: the last n slots of each stream, n = the sequence's query rows. Reads the tables, so host views only.
+template <typename Fn>
+void for_each_page_with_new_tokens(const AttentionView& view, Fn&& fn) {
+  const int32_t ps = view.page_size;
+  for (int32_t s = 0; s < view.num_seqs; ++s) {
+    const SeqKvView& sv = view.seqs[s];
+    const int32_t n = view.q_indptr[s + 1] - view.q_indptr[s];
+    for (int32_t h = 0; h < view.num_kv_heads; ++h) {
+      const int32_t len = sv.num_tokens[h];
+      if (n == 0 || len == 0) continue;
+      const int32_t* pages = sv.page_ids + static_cast<int64_t>(h) * sv.stride;
+      for (int32_t p = (len > n ? len - n : 0) / ps; p <= (len - 1) / ps; ++p)
+        fn(pages[p], len - p * ps < ps ? len - p * ps : ps);
+    }
+  }
+}
+
 }  // namespace se

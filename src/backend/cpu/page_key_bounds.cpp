@@ -7,29 +7,19 @@ namespace se::cpu {
 
 void update_page_key_bounds(TensorView bounds, const AttentionView& view) {
   const int32_t head_dim = view.head_dim;
-  const int32_t ps = view.page_size;
-  for (int32_t s = 0; s < view.num_seqs; ++s) {
-    const SeqKvView& sv = view.seqs[s];
-    const int32_t n = view.q_indptr[s + 1] - view.q_indptr[s];
-    for (int32_t h = 0; h < view.num_kv_heads; ++h) {
-      const int32_t len = sv.num_tokens[h];
-      if (n == 0 || len == 0) continue;
-      const int32_t* pages = sv.page_ids + static_cast<int64_t>(h) * sv.stride;
-      for (int32_t p = std::max(0, len - n) / ps; p <= (len - 1) / ps; ++p) {
-        float* lo = bounds.ptr<float>() + static_cast<int64_t>(pages[p]) * 2 * head_dim;
-        float* hi = lo + head_dim;
-        std::fill(lo, lo + head_dim, std::numeric_limits<float>::infinity());
-        std::fill(hi, hi + head_dim, -std::numeric_limits<float>::infinity());
-        for (int32_t t = 0; t < std::min(ps, len - p * ps); ++t) {
-          const float* k = view.element<float>(pages[p], 0, t);
-          for (int32_t d = 0; d < head_dim; ++d) {
-            lo[d] = std::min(lo[d], k[d]);
-            hi[d] = std::max(hi[d], k[d]);
-          }
-        }
+  for_each_page_with_new_tokens(view, [&](int32_t page, int32_t num_stored) {
+    float* lo = bounds.ptr<float>() + static_cast<int64_t>(page) * 2 * head_dim;
+    float* hi = lo + head_dim;
+    std::fill(lo, lo + head_dim, std::numeric_limits<float>::infinity());
+    std::fill(hi, hi + head_dim, -std::numeric_limits<float>::infinity());
+    for (int32_t t = 0; t < num_stored; ++t) {
+      const float* k = view.element<float>(page, 0, t);
+      for (int32_t d = 0; d < head_dim; ++d) {
+        lo[d] = std::min(lo[d], k[d]);
+        hi[d] = std::max(hi[d], k[d]);
       }
     }
-  }
+  });
 }
 
 void page_key_bound_scores(TensorView out, TensorView q, TensorView bounds, const AttentionView& view,

@@ -84,20 +84,10 @@ void update_page_key_bounds(TensorView bounds, const AttentionView& view) {
   // The pages that received one of the batch's new tokens: the last n slots of every stream.
   thread_local std::vector<int32_t> items;  // (page id, tokens in it) pairs
   items.clear();
-  const int32_t ps = view.page_size;
-  for (int32_t s = 0; s < view.num_seqs; ++s) {
-    const SeqKvView& sv = view.seqs[s];
-    const int32_t n = view.q_indptr[s + 1] - view.q_indptr[s];
-    for (int32_t h = 0; h < view.num_kv_heads; ++h) {
-      const int32_t len = sv.num_tokens[h];
-      if (n == 0 || len == 0) continue;
-      const int32_t* pages = sv.page_ids + static_cast<int64_t>(h) * sv.stride;
-      for (int32_t p = std::max(0, len - n) / ps; p <= (len - 1) / ps; ++p) {
-        items.push_back(pages[p]);
-        items.push_back(std::min(ps, len - p * ps));
-      }
-    }
-  }
+  for_each_page_with_new_tokens(view, [](int32_t page, int32_t num_stored) {
+    items.push_back(page);
+    items.push_back(num_stored);
+  });
   const int64_t num_items = static_cast<int64_t>(items.size()) / 2;
   if (num_items == 0) return;
   SE_CHECK(num_items < (int64_t{1} << 31), "cuda::update_page_key_bounds: {} pages", num_items);
