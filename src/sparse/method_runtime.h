@@ -57,6 +57,15 @@ struct LayerContext {
   const AttentionView& view;
   const AttentionParams& params;
   CacheManager& cache;
+
+  // The query rows [H, D] of the last token of the batch's sequence `slice`, where q lives.
+  TensorView last_query_row(int32_t slice) const {
+    const SequenceSlice& s = batch.sequences[static_cast<size_t>(slice)];
+    const int64_t row_elements = q.shape[1] * q.shape[2];
+    return TensorView{q.ptr<char>() + (s.token_begin + s.num_tokens - 1) * row_elements *
+                                          static_cast<int64_t>(dtype_size(q.dtype)),
+                      q.dtype, Shape{q.shape[1], q.shape[2]}, q.device};
+  }
 };
 
 // Where the KV pool comes from, for create_cache.

@@ -82,12 +82,8 @@ int32_t OmniKvMethod::num_kept_tokens(int32_t prefill_len) const {
 void OmniKvMethod::select_tokens(LayerContext& ctx, int32_t slice, int32_t prefill_len, int32_t num_kept,
                                  TokenIndex& index) {
   // The filter scores of the sequence's last query row against its prompt keys: [prefill_len].
-  const int64_t num_heads = ctx.q.shape[1];
   const int64_t head_dim = ctx.q.shape[2];
-  const SequenceSlice& s = ctx.batch.sequences[static_cast<size_t>(slice)];
-  const int64_t row = s.token_begin + s.num_tokens - 1;
-  TensorView q_row{ctx.q.ptr<char>() + row * num_heads * head_dim * static_cast<int64_t>(dtype_size(ctx.q.dtype)),
-                   ctx.q.dtype, Shape{num_heads, head_dim}, ctx.q.device};
+  const TensorView q_row = ctx.last_query_row(slice);
   if (!logits_.defined() || logits_.numel() < prefill_len) logits_ = Tensor::empty(DType::kF32, {prefill_len});
   TensorView logits{logits_.raw(), DType::kF32, Shape{prefill_len}, logits_.device()};
   attention_logits_max_over_heads(logits, q_row, ctx.view, slice, 1.0f / std::sqrt(static_cast<float>(head_dim)));

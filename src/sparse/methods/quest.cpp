@@ -72,11 +72,7 @@ void QuestMethod::build_decode_selection(LayerContext& ctx, int32_t slice, Selec
 
   // Upper bounds of the sequence's last query row against every page: [num_heads, max_pages].
   const int64_t num_heads = ctx.q.shape[1];
-  const int64_t head_dim = ctx.q.shape[2];
-  const SequenceSlice& s = ctx.batch.sequences[static_cast<size_t>(slice)];
-  const int64_t row = s.token_begin + s.num_tokens - 1;
-  TensorView q_row{ctx.q.ptr<char>() + row * num_heads * head_dim * static_cast<int64_t>(dtype_size(ctx.q.dtype)),
-                   ctx.q.dtype, Shape{num_heads, head_dim}, ctx.q.device};
+  const TensorView q_row = ctx.last_query_row(slice);
   if (!head_scores_.defined() || head_scores_.numel() < num_heads * max_pages)
     head_scores_ = Tensor::empty(DType::kF32, {num_heads * max_pages});
   TensorView scores{head_scores_.raw(), DType::kF32, Shape{num_heads, max_pages}, head_scores_.device()};
