@@ -54,7 +54,7 @@ constexpr int32_t kTileRows = 32;
 
 struct TileScratch {
   std::vector<int32_t> keys;
-  std::vector<float> k, v, q, scores, out;
+  std::vector<float> k, v, q, scores, out, inverse_sums;
 };
 
 // Per query row of the tile, the slice [first, end) of `keys` it sees: `keys` ascends and covers the union of
@@ -136,7 +136,8 @@ void attend_tile(TensorView out, TensorView q, const AttentionView& view, const 
     }
   }
 
-  std::vector<float> inverse_sums(static_cast<size_t>(num_queries));
+  std::vector<float>& inverse_sums = scratch.inverse_sums;
+  inverse_sums.resize(static_cast<size_t>(num_queries));
   for (int32_t m = 0; m < num_queries; ++m) {
     const auto [first, end] = visible_slice(keys, row_range(tile.row_begin + m / group));
     inverse_sums[static_cast<size_t>(m)] =
