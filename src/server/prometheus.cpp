@@ -82,6 +82,10 @@ std::string render_prometheus(const EngineStats& s, std::string_view model_name)
   e.scalar("requests_aborted_total", "counter", "Requests aborted (client gone or shutdown).",
            s.requests_aborted_total);
   e.scalar("preemptions_total", "counter", "Requests preempted to free KV pages.", s.preemptions_total);
+  e.scalar("engine_steps_total", "counter", "Model forwards of the serving loop.", s.steps_total);
+  e.scalar("attended_kv_tokens_total", "counter",
+           "KV tokens attention read (per step, layer, sequence and KV head, after eviction and selection).",
+           s.attended_kv_tokens_total);
   e.histogram("time_to_first_token_seconds", "Time from arrival to the first generated token.",
               s.time_to_first_token);
   e.histogram("inter_token_latency_seconds", "Time between consecutive generated tokens.", s.inter_token_latency);

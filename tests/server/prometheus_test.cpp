@@ -24,6 +24,8 @@ EngineStats sample_stats() {
   s.requests_finished_total = 7;
   s.requests_aborted_total = 2;
   s.preemptions_total = 5;
+  s.steps_total = 12;
+  s.attended_kv_tokens_total = 34567;
   s.time_to_first_token = LatencyHistogram({0.1, 1.0});
   s.time_to_first_token.counts = {2, 3, 1};  // per bucket: <=0.1, <=1, +Inf
   s.time_to_first_token.count = 6;
@@ -77,6 +79,8 @@ TEST(Prometheus, ReportsGaugesCountersAndRates) {
   EXPECT_EQ(s.at("sparse_engine_requests_finished_total" + l), "7");
   EXPECT_EQ(s.at("sparse_engine_requests_aborted_total" + l), "2");
   EXPECT_EQ(s.at("sparse_engine_preemptions_total" + l), "5");
+  EXPECT_EQ(s.at("sparse_engine_engine_steps_total" + l), "12");
+  EXPECT_EQ(s.at("sparse_engine_attended_kv_tokens_total" + l), "34567");
 }
 
 TEST(Prometheus, HistogramBucketsAreCumulative) {
