@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "backend/ops.h"
@@ -9,22 +10,26 @@
 namespace se {
 namespace {
 
+// One row (the decode GEMV, rows in blocks of 4 and 8-wide columns with tails) and several rows (GEMM).
 TEST(LinearTest, MatchesFloat64ReferenceWithBias) {
-  for (int64_t m : {1, 7}) {
-    Tensor x = test::random_tensor({m, 33}, 1);
-    Tensor w = test::random_tensor({19, 33}, 2);
-    Tensor b = test::random_tensor({19}, 3);
-    Tensor y = Tensor::empty(DType::kF32, {m, 19});
-    TensorView bias = b.view();
-    linear(y.view(), x.view(), w.view(), &bias);
-    std::vector<double> ref(static_cast<size_t>(m * 19));
-    for (int64_t r = 0; r < m; ++r)
-      for (int64_t n = 0; n < 19; ++n) {
-        double s = b.data<float>()[n];
-        for (int64_t k = 0; k < 33; ++k) s += static_cast<double>(x.data<float>()[r * 33 + k]) * w.data<float>()[n * 33 + k];
-        ref[static_cast<size_t>(r * 19 + n)] = s;
-      }
-    EXPECT_LT(test::relative_error(y.data<float>(), ref.data(), y.numel()), 1e-6);
+  for (const auto [rows, cols] : {std::pair<int64_t, int64_t>{19, 33}, {131, 576}, {64, 1000}, {3, 7}}) {
+    for (int64_t m : {1, 7}) {
+      Tensor x = test::random_tensor({m, cols}, 1);
+      Tensor w = test::random_tensor({rows, cols}, 2);
+      Tensor b = test::random_tensor({rows}, 3);
+      Tensor y = Tensor::empty(DType::kF32, {m, rows});
+      TensorView bias = b.view();
+      linear(y.view(), x.view(), w.view(), &bias);
+      std::vector<double> ref(static_cast<size_t>(m * rows));
+      for (int64_t r = 0; r < m; ++r)
+        for (int64_t n = 0; n < rows; ++n) {
+          double s = b.data<float>()[n];
+          for (int64_t k = 0; k < cols; ++k)
+            s += static_cast<double>(x.data<float>()[r * cols + k]) * w.data<float>()[n * cols + k];
+          ref[static_cast<size_t>(r * rows + n)] = s;
+        }
+      EXPECT_LT(test::relative_error(y.data<float>(), ref.data(), y.numel()), 1e-6) << rows << "x" << cols << " m " << m;
+    }
   }
 }
 

@@ -1,8 +1,64 @@
 #include <cblas.h>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/vector_math.h"
 
 namespace se::cpu {
+
+namespace {
+
+#if defined(__AVX2__) && defined(__FMA__)
+// Sum of the 8 lanes.
+inline float horizontal_sum(__m256 v) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+}
+#endif
+
+// y = W x for a single row x: the decode step's matrix-vector products, which only stream W. Rows go four at a
+// time so each load of x (in L1) serves four rows, and the threads split the rows. OpenBLAS's sgemv read W at
+// 12.3-13.0 GB/s on the development machine, a fifth below what the decode floor allows.
+void gemv(const float* w, const float* x, float* y, int64_t n, int64_t k) {
+#if defined(__AVX2__) && defined(__FMA__)
+  const int64_t k8 = k / 8 * 8;
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < n; r += 4) {
+    if (n - r < 4) {
+      for (int64_t i = r; i < n; ++i) y[i] = dot(w + i * k, x, static_cast<int32_t>(k));
+      continue;
+    }
+    const float* w0 = w + r * k;
+    const float* w1 = w0 + k;
+    const float* w2 = w1 + k;
+    const float* w3 = w2 + k;
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+    for (int64_t i = 0; i < k8; i += 8) {
+      const __m256 xv = _mm256_loadu_ps(x + i);
+      a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + i), xv, a0);
+      a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w1 + i), xv, a1);
+      a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w2 + i), xv, a2);
+      a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w3 + i), xv, a3);
+    }
+    float s0 = horizontal_sum(a0), s1 = horizontal_sum(a1), s2 = horizontal_sum(a2), s3 = horizontal_sum(a3);
+    for (int64_t i = k8; i < k; ++i) {
+      s0 += w0[i] * x[i];
+      s1 += w1[i] * x[i];
+      s2 += w2[i] * x[i];
+      s3 += w3[i] * x[i];
+    }
+    y[r] = s0;
+    y[r + 1] = s1;
+    y[r + 2] = s2;
+    y[r + 3] = s3;
+  }
+#else
+  cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(n), static_cast<int>(k), 1.0f, w, static_cast<int>(k), x,
+              1, 0.0f, y, 1);
+#endif
+}
+
+}  // namespace
 
 void linear(TensorView out, TensorView x, TensorView w, const TensorView* bias) {
   const int64_t k = w.shape[1];
@@ -10,8 +66,7 @@ void linear(TensorView out, TensorView x, TensorView w, const TensorView* bias) 
   const int64_t m = x.numel() / k;
   float* y = out.ptr<float>();
   if (m == 1) {
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(n), static_cast<int>(k), 1.0f, w.ptr<float>(),
-                static_cast<int>(k), x.ptr<float>(), 1, 0.0f, y, 1);
+    gemv(w.ptr<float>(), x.ptr<float>(), y, n, k);
   } else {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(n),
                 static_cast<int>(k), 1.0f, x.ptr<float>(), static_cast<int>(k), w.ptr<float>(),
