@@ -55,8 +55,12 @@ ModelRunner::BufferStamp ModelRunner::buffer_stamp() const {
 
 Tensor ModelRunner::run_forward() {
   const int32_t num_rows = batch_.num_tokens();
-  const bool decode_only = static_cast<int32_t>(batch_.sequences.size()) == num_rows &&
-                           static_cast<int32_t>(batch_.logit_rows.size()) == num_rows;
+  // Every row a decode token: a prompt's one-token last chunk has the same shape but runs the method's prefill
+  // hooks (an observation-window method scores there), which a replay would skip.
+  const bool decode_only = static_cast<int32_t>(batch_.logit_rows.size()) == num_rows &&
+                           std::all_of(batch_.sequences.begin(), batch_.sequences.end(), [this](const SequenceSlice& s) {
+                             return s.num_tokens == 1 && s.is_decode(batch_.positions);
+                           });
   if (!use_cuda_graphs_ || !decode_only || !controller_.decode_forward_is_static())
     return model_.forward(batch_, controller_, workspace_);
   model_.prepare_forward(batch_, controller_, workspace_);
