@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 namespace se::cli {
@@ -29,7 +30,20 @@ Summary summarize_ms(std::vector<double> seconds) {
   return {s.mean * 1e3, s.median * 1e3, s.p99 * 1e3, s.std * 1e3};
 }
 
-Result<std::string> first_model(const std::string& base_url) {
+void ServerTarget::add_to(CLI::App& command) {
+  command.add_option("--host", host, "server host")->capture_default_str();
+  command.add_option("--port", port, "server port")->capture_default_str();
+  command.add_option("--base-url", base_url, "server URL, e.g. http://host:8000 (overrides --host/--port)");
+  command.add_option("--model", model, "model name to send (default: the first one /v1/models lists)");
+}
+
+std::string ServerTarget::url() const {
+  return base_url.empty() ? fmt::format("http://{}:{}", host, port) : base_url;
+}
+
+Result<std::string> ServerTarget::resolve_model() const {
+  if (!model.empty()) return model;
+  const std::string base_url = url();
   httplib::Client client(base_url);
   client.set_connection_timeout(10, 0);
   httplib::Result res = client.Get("/v1/models");

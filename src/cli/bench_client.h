@@ -1,9 +1,11 @@
-// What the client-side benchmarks (`bench serve`, `bench replay`) share: finding the served model and
-// summarizing latency samples. Thread-safe (no shared state).
+// What the client-side benchmarks (`bench serve`, `bench replay`) share: the server they talk to and its model,
+// and summarizing latency samples. Thread-safe (no shared state).
 #pragma once
 
 #include <string>
 #include <vector>
+
+#include <CLI/CLI.hpp>
 
 #include "base/status.h"
 
@@ -17,7 +19,17 @@ struct Summary {
 // reported in milliseconds.
 Summary summarize_ms(std::vector<double> seconds);
 
-// The first model a server's /v1/models lists; kUnavailable when the server cannot be reached or lists none.
-Result<std::string> first_model(const std::string& base_url);
+// The server a benchmark sends to: --host/--port or --base-url, and the --model name to send.
+struct ServerTarget {
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::string base_url;  // overrides host and port, e.g. http://10.0.0.2:8000
+  std::string model;     // default: the first model the server lists
+
+  void add_to(CLI::App& command);
+  std::string url() const;
+  // `model`, or the first model /v1/models lists; kUnavailable when the server cannot be reached or lists none.
+  Result<std::string> resolve_model() const;
+};
 
 }  // namespace se::cli

@@ -28,10 +28,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 struct BenchReplayOptions {
-  std::string host = "127.0.0.1";
-  int port = 8000;
-  std::string base_url;
-  std::string model;
+  ServerTarget server;
   AgentTraceOptions trace;
   int output_len = 64;
   bool chain = false;
@@ -142,13 +139,10 @@ int run_bench_replay(const BenchReplayOptions& o) {
     std::fprintf(stderr, "error: sessions, turns, lengths must be positive and each max >= its min\n");
     return 2;
   }
-  const std::string base_url = o.base_url.empty() ? fmt::format("http://{}:{}", o.host, o.port) : o.base_url;
-  std::string model = o.model;
-  if (model.empty()) {
-    auto listed = first_model(base_url);
-    if (!listed.is_ok()) return std::fprintf(stderr, "error: %s\n", listed.status().message().c_str()), 1;
-    model = *listed;
-  }
+  const std::string base_url = o.server.url();
+  const Result<std::string> resolved = o.server.resolve_model();
+  if (!resolved.is_ok()) return std::fprintf(stderr, "error: %s\n", resolved.status().message().c_str()), 1;
+  const std::string& model = *resolved;
   const std::vector<AgentSession> sessions = make_agent_trace(t);
   int num_planned_turns = 0;
   for (const AgentSession& s : sessions) num_planned_turns += s.num_turns();
@@ -222,10 +216,7 @@ int run_bench_replay(const BenchReplayOptions& o) {
 void add_bench_replay_command(CLI::App& bench, int& exit_code) {
   auto o = std::make_shared<BenchReplayOptions>();
   CLI::App* cmd = bench.add_subcommand("replay", "replay multi-turn agent sessions against a running server");
-  cmd->add_option("--host", o->host, "server host")->capture_default_str();
-  cmd->add_option("--port", o->port, "server port")->capture_default_str();
-  cmd->add_option("--base-url", o->base_url, "server URL, e.g. http://host:8000 (overrides --host/--port)");
-  cmd->add_option("--model", o->model, "model name to send (default: the first one /v1/models lists)");
+  o->server.add_to(*cmd);
   cmd->add_option("--num-sessions", o->trace.num_sessions, "concurrent agent sessions")->capture_default_str();
   cmd->add_option("--min-turns", o->trace.min_turns, "turns per session, at least")->capture_default_str();
   cmd->add_option("--max-turns", o->trace.max_turns, "turns per session, at most")->capture_default_str();

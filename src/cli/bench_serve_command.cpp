@@ -35,11 +35,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 struct BenchServeOptions {
-  std::string host = "127.0.0.1";
-  int port = 8000;
-  std::string base_url;  // overrides host and port, e.g. http://10.0.0.2:8000
+  ServerTarget server;
   std::string endpoint = "/v1/completions";
-  std::string model;  // default: the first model the server lists
   int num_prompts = 100;
   int input_len = 256;
   int output_len = 64;
@@ -180,13 +177,10 @@ int run_bench_serve(const BenchServeOptions& o) {
     std::fprintf(stderr, "error: --num-prompts, --input-len, --output-len and --request-rate must be positive\n");
     return 2;
   }
-  const std::string base_url = o.base_url.empty() ? fmt::format("http://{}:{}", o.host, o.port) : o.base_url;
-  std::string model = o.model;
-  if (model.empty()) {
-    auto listed = first_model(base_url);
-    if (!listed.is_ok()) return std::fprintf(stderr, "error: %s\n", listed.status().message().c_str()), 1;
-    model = *listed;
-  }
+  const std::string base_url = o.server.url();
+  const Result<std::string> resolved = o.server.resolve_model();
+  if (!resolved.is_ok()) return std::fprintf(stderr, "error: %s\n", resolved.status().message().c_str()), 1;
+  const std::string& model = *resolved;
 
   std::mt19937_64 rng(o.seed);
   std::uniform_int_distribution<int32_t> token(o.min_token_id, o.max_token_id - 1);
@@ -277,11 +271,8 @@ int run_bench_serve(const BenchServeOptions& o) {
 void add_bench_serve_command(CLI::App& bench, int& exit_code) {
   auto o = std::make_shared<BenchServeOptions>();
   CLI::App* cmd = bench.add_subcommand("serve", "load-test a running OpenAI-compatible server (like vllm bench serve)");
-  cmd->add_option("--host", o->host, "server host")->capture_default_str();
-  cmd->add_option("--port", o->port, "server port")->capture_default_str();
-  cmd->add_option("--base-url", o->base_url, "server URL, e.g. http://host:8000 (overrides --host/--port)");
+  o->server.add_to(*cmd);
   cmd->add_option("--endpoint", o->endpoint, "completions path")->capture_default_str();
-  cmd->add_option("--model", o->model, "model name to send (default: the first one /v1/models lists)");
   cmd->add_option("--num-prompts", o->num_prompts, "requests to send")->capture_default_str();
   cmd->add_option("--input-len", o->input_len, "prompt tokens per request (random ids)")->capture_default_str();
   cmd->add_option("--output-len", o->output_len, "generated tokens per request (EOS ignored)")->capture_default_str();
