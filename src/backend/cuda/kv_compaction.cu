@@ -39,27 +39,20 @@ __device__ __forceinline__ uint4* piece_of(const CompactArgs& a, int32_t token, 
           sizeof(__nv_bfloat16));
 }
 
-// rows[i] = the pieces of token sources[i].
-__global__ void compact_kv_gather_kernel(const CompactArgs a) {
+// Gather: rows[i] = the pieces of token sources[i]. Scatter: slot first + i = rows[i].
+template <bool kGather>
+__global__ void compact_kv_move_kernel(const CompactArgs a) {
   const int pieces = a.head_dim / 8;
   const int64_t total = int64_t{a.num_moved} * 2 * pieces;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int32_t row = static_cast<int32_t>(i / (2 * pieces));
     const int rest = static_cast<int>(i - int64_t{row} * 2 * pieces);
-    a.rows[i] = *piece_of(a, a.sources[row], rest / pieces, rest % pieces);
-  }
-}
-
-// Slot first + i = rows[i].
-__global__ void compact_kv_scatter_kernel(const CompactArgs a) {
-  const int pieces = a.head_dim / 8;
-  const int64_t total = int64_t{a.num_moved} * 2 * pieces;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int32_t row = static_cast<int32_t>(i / (2 * pieces));
-    const int rest = static_cast<int>(i - int64_t{row} * 2 * pieces);
-    *piece_of(a, a.first + row, rest / pieces, rest % pieces) = a.rows[i];
+    if constexpr (kGather) {
+      a.rows[i] = *piece_of(a, a.sources[row], rest / pieces, rest % pieces);
+    } else {
+      *piece_of(a, a.first + row, rest / pieces, rest % pieces) = a.rows[i];
+    }
   }
 }
 }  // namespace
@@ -102,10 +95,10 @@ void compact_kv(const AttentionView& view, int32_t seq, int32_t kv_head,
   a.num_moved = num_moved;
   a.rows = reinterpret_cast<uint4*>(scratch + table_bytes);
   const unsigned grid = launch::grid_for(int64_t{num_moved} * 2 * (view.head_dim / 8), kThreads);
-  compact_kv_gather_kernel<<<grid, kThreads, 0, context.stream()>>>(a);
-  SE_CUDA_CHECK_LAUNCH("compact_kv_gather_kernel");
-  compact_kv_scatter_kernel<<<grid, kThreads, 0, context.stream()>>>(a);
-  SE_CUDA_CHECK_LAUNCH("compact_kv_scatter_kernel");
+  compact_kv_move_kernel<true><<<grid, kThreads, 0, context.stream()>>>(a);
+  SE_CUDA_CHECK_LAUNCH("compact_kv_move_kernel (gather)");
+  compact_kv_move_kernel<false><<<grid, kThreads, 0, context.stream()>>>(a);
+  SE_CUDA_CHECK_LAUNCH("compact_kv_move_kernel (scatter)");
 }
 
 }  // namespace se::cuda
