@@ -32,13 +32,20 @@ void AttentionViewMirror::upload(CacheManager& cache, const ForwardBatch& batch)
   q_indptr_offset_ = num_views * sizeof(SeqKvView);
   const size_t tables_offset = align8(q_indptr_offset_ + (static_cast<size_t>(num_seqs_) + 1) * sizeof(int32_t));
 
-  // First pass: each (layer, sequence)'s table size, so the device buffer is sized before addresses are known.
+  // First pass: every (layer, sequence)'s host view (its pointers reach the cache's page tables, which stay put)
+  // and table size, so the device buffer is sized before addresses are known.
+  host_views_.clear();
+  strides_.clear();
   size_t num_bytes = tables_offset;
   for (int layer = 0; layer < l.num_layers; ++layer) {
     const AttentionView view = cache.build_view(layer, batch);
+    if (layer == 0) q_indptr_.assign(view.q_indptr, view.q_indptr + num_seqs_ + 1);
     for (int32_t s = 0; s < num_seqs_; ++s) {
       const int32_t* num_tokens = view.seqs[s].num_tokens;
-      const int64_t stride = l.pages_per_stream(*std::max_element(num_tokens, num_tokens + l.num_kv_heads));
+      const auto stride =
+          static_cast<int32_t>(l.pages_per_stream(*std::max_element(num_tokens, num_tokens + l.num_kv_heads)));
+      host_views_.push_back(view.seqs[s]);
+      strides_.push_back(stride);
       num_bytes += align8(static_cast<size_t>(l.num_kv_heads) * static_cast<size_t>(1 + stride) * sizeof(int32_t));
     }
   }
@@ -46,30 +53,24 @@ void AttentionViewMirror::upload(CacheManager& cache, const ForwardBatch& batch)
   char* const host = static_cast<char*>(host_.raw());
   char* device_base = static_cast<char*>(device_buffer_.raw());
 
+  std::memcpy(host + q_indptr_offset_, q_indptr_.data(), q_indptr_.size() * sizeof(int32_t));
   auto* views = reinterpret_cast<SeqKvView*>(host);
   size_t offset = tables_offset;
-  for (int layer = 0; layer < l.num_layers; ++layer) {
-    const AttentionView view = cache.build_view(layer, batch);
-    if (layer == 0)
-      std::memcpy(host + q_indptr_offset_, view.q_indptr,
-                  (static_cast<size_t>(num_seqs_) + 1) * sizeof(int32_t));
-    for (int32_t s = 0; s < num_seqs_; ++s) {
-      const SeqKvView& seq = view.seqs[s];
-      const int32_t stride =
-          static_cast<int32_t>(l.pages_per_stream(*std::max_element(seq.num_tokens, seq.num_tokens + l.num_kv_heads)));
-      auto* num_tokens = reinterpret_cast<int32_t*>(host + offset);
-      int32_t* page_ids = num_tokens + l.num_kv_heads;
-      std::memcpy(num_tokens, seq.num_tokens, static_cast<size_t>(l.num_kv_heads) * sizeof(int32_t));
-      for (int32_t h = 0; h < l.num_kv_heads; ++h)
-        std::memcpy(page_ids + static_cast<int64_t>(h) * stride, seq.page_ids + static_cast<int64_t>(h) * seq.stride,
-                    static_cast<size_t>(l.pages_per_stream(seq.num_tokens[h])) * sizeof(int32_t));
-      SeqKvView& mirrored = views[static_cast<size_t>(layer) * static_cast<size_t>(num_seqs_) + static_cast<size_t>(s)];
-      mirrored = SeqKvView{};  // no selection: the staging memory is not cleared between steps
-      mirrored.num_tokens = reinterpret_cast<const int32_t*>(device_base + offset);
-      mirrored.page_ids = reinterpret_cast<const int32_t*>(device_base + offset) + l.num_kv_heads;
-      mirrored.stride = stride;
-      offset += align8(static_cast<size_t>(l.num_kv_heads) * static_cast<size_t>(1 + stride) * sizeof(int32_t));
-    }
+  for (size_t i = 0; i < num_views; ++i) {
+    const SeqKvView& seq = host_views_[i];
+    const int32_t stride = strides_[i];
+    auto* num_tokens = reinterpret_cast<int32_t*>(host + offset);
+    int32_t* page_ids = num_tokens + l.num_kv_heads;
+    std::memcpy(num_tokens, seq.num_tokens, static_cast<size_t>(l.num_kv_heads) * sizeof(int32_t));
+    for (int32_t h = 0; h < l.num_kv_heads; ++h)
+      std::memcpy(page_ids + static_cast<int64_t>(h) * stride, seq.page_ids + static_cast<int64_t>(h) * seq.stride,
+                  static_cast<size_t>(l.pages_per_stream(seq.num_tokens[h])) * sizeof(int32_t));
+    SeqKvView& mirrored = views[i];  // [layer][seq], the order of the first pass
+    mirrored = SeqKvView{};  // no selection: the staging memory is not cleared between steps
+    mirrored.num_tokens = reinterpret_cast<const int32_t*>(device_base + offset);
+    mirrored.page_ids = reinterpret_cast<const int32_t*>(device_base + offset) + l.num_kv_heads;
+    mirrored.stride = stride;
+    offset += align8(static_cast<size_t>(l.num_kv_heads) * static_cast<size_t>(1 + stride) * sizeof(int32_t));
   }
   copy_bytes(device_, device_base, host, num_bytes);
 }

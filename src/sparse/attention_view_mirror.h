@@ -53,6 +53,10 @@ class AttentionViewMirror final {
   size_t selection_used_ = 0;
   std::vector<Tensor> retired_selection_buffers_;
   std::vector<char> selection_host_;
+  // upload()'s scratch: the host views of every (layer, sequence), their page-list strides, the row offsets.
+  std::vector<SeqKvView> host_views_;
+  std::vector<int32_t> strides_;
+  std::vector<int32_t> q_indptr_;
 };
 
 }  // namespace se
