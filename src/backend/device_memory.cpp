@@ -92,6 +92,17 @@ void copy_bytes(Device device, void* dst, const void* src, size_t nbytes) {
 #endif
 }
 
+void copy_bytes_async(Device device, void* dst, const void* src, size_t nbytes) {
+  if (device == Device::kCpu) {
+    std::memcpy(dst, src, nbytes);
+    return;
+  }
+  require_built(device);
+#if SE_WITH_CUDA
+  cuda::copy_bytes_async(dst, src, nbytes);
+#endif
+}
+
 void synchronize(Device device) {
   if (device == Device::kCpu) return;
   require_built(device);

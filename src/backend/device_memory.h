@@ -33,6 +33,9 @@ Tensor to_device(const Tensor& host, Device device);
 void copy(TensorView dst, TensorView src);
 // Raw bytes between host and `device` (either direction).
 void copy_bytes(Device device, void* dst, const void* src, size_t nbytes);
+// The same copy enqueued without waiting (the CPU copies at once): host memory it reads or writes must be
+// staging memory (staging_allocator) that stays untouched until the stream has run the copy.
+void copy_bytes_async(Device device, void* dst, const void* src, size_t nbytes);
 
 // Waits for everything enqueued on `device` (a no-op on the CPU).
 void synchronize(Device device);

@@ -91,6 +91,8 @@ void copy_bytes(void* dst, const void* src, size_t nbytes) {
   copy_on_stream(dst, src, nbytes, is_host(dst) || is_host(src));
 }
 
+void copy_bytes_async(void* dst, const void* src, size_t nbytes) { copy_on_stream(dst, src, nbytes, false); }
+
 void memory_info(size_t* free_bytes, size_t* total_bytes) {
   SE_CUDA_CHECK(cudaSetDevice(CudaContext::current().device()));
   SE_CUDA_CHECK(cudaMemGetInfo(free_bytes, total_bytes));

@@ -24,6 +24,8 @@ Tensor to_host(const Tensor& device);
 
 // Raw byte copies between host and device memory (either direction is inferred from the pointers).
 void copy_bytes(void* dst, const void* src, size_t nbytes);
+// The same, enqueued without waiting for the stream: host memory must be pinned and left alone until it ran.
+void copy_bytes_async(void* dst, const void* src, size_t nbytes);
 
 // Free and total bytes of the current context's device (cudaMemGetInfo).
 void memory_info(size_t* free_bytes, size_t* total_bytes);

@@ -26,6 +26,7 @@ CudaContext::~CudaContext() {
   cudaStreamSynchronize(stream_);
   destroy_linear_plans(linear_plans_);
   cudaFree(scratch_);
+  cudaFreeHost(host_staging_);
   cudaFree(workspace_);
   cublasLtDestroy(lt_);
   cudaStreamDestroy(stream_);
@@ -49,6 +50,24 @@ void* CudaContext::scratch(size_t nbytes) {
   scratch_bytes_ = grown;
   ++scratch_generation_;
   return scratch_;
+}
+
+void* CudaContext::host_staging(size_t nbytes) {
+  constexpr size_t kMinRingBytes = size_t{16} << 20;
+  nbytes = (nbytes + 255) / 256 * 256;
+  if (host_staging_used_ + nbytes > host_staging_bytes_) {
+    SE_CUDA_CHECK(cudaStreamSynchronize(stream_));  // every copy out of the ring has run
+    host_staging_used_ = 0;
+    if (nbytes > host_staging_bytes_) {
+      SE_CUDA_CHECK(cudaFreeHost(host_staging_));
+      host_staging_ = nullptr;
+      host_staging_bytes_ = std::max({nbytes, kMinRingBytes, size_t{2} * host_staging_bytes_});
+      SE_CUDA_CHECK(cudaMallocHost(&host_staging_, host_staging_bytes_));
+    }
+  }
+  void* slot = static_cast<char*>(host_staging_) + host_staging_used_;
+  host_staging_used_ += nbytes;
+  return slot;
 }
 
 void CudaContext::synchronize() const { SE_CUDA_CHECK(cudaStreamSynchronize(stream_)); }

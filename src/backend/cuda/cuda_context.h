@@ -1,6 +1,6 @@
 // CudaContext: what the CUDA ops of one engine share — one stream (every op is enqueued on it, in
-// call order), the cuBLASLt handle with its workspace and cached matmul plans, and a scratch buffer
-// for split-KV partials. Ops run on CudaContext::current(): the context a ScopedCudaContext made
+// call order), the cuBLASLt handle with its workspace and cached matmul plans, a scratch buffer
+// for split-KV partials and staged tables, and a pinned ring the staged tables travel through. Ops run on CudaContext::current(): the context a ScopedCudaContext made
 // current on this thread, else a process-wide default on device 0. Not thread-safe: one thread
 // drives one context.
 #pragma once
@@ -39,6 +39,9 @@ class CudaContext final {
   void* scratch(size_t nbytes);
   // Counts the scratch buffer's moves (CUDA graphs captured over the old one are stale).
   uint64_t scratch_generation() const { return scratch_generation_; }
+  // Pinned host memory for one staged host-to-device copy of `nbytes`, from a ring: a copy enqueued from it
+  // may run later, so the ring waits for the stream only when it wraps (or grows).
+  void* host_staging(size_t nbytes);
   // Blocks until everything enqueued on the stream has finished; checks for execution errors.
   void synchronize() const;
 
@@ -56,6 +59,9 @@ class CudaContext final {
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
   uint64_t scratch_generation_ = 0;
+  void* host_staging_ = nullptr;
+  size_t host_staging_bytes_ = 0;
+  size_t host_staging_used_ = 0;
   LinearPlanCache* linear_plans_ = nullptr;
 };
 

@@ -1,7 +1,7 @@
 // Staging for the CUDA ops that take the cache's host view (the sparse methods' scoring ops, see
 // cuda_ops.h): the op packs the tables its kernel reads into a host buffer, and stage_host_tables
-// copies them into the current context's scratch in one transfer, with room after them for the op's
-// device-side results. The scratch grows geometrically (no allocation in a steady state) and is
+// copies them into the current context's scratch in one transfer (through the context's pinned ring,
+// so it does not wait for the stream), with room after them for the op's device-side results. The scratch grows geometrically (no allocation in a steady state) and is
 // shared with the other ops that use it: what is staged is valid for the kernels enqueued before
 // the next scratch user, which stream order guarantees. Engine thread only, as CudaContext.
 #pragma once

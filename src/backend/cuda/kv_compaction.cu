@@ -3,7 +3,8 @@
 // would still race: slot i can be the source kept[j] of a later j. The moved rows are therefore
 // gathered into scratch by one kernel and scattered back by a second: bit-exact copies that touch
 // nothing but the stream's slots [first moved, kept.size()). The prefix already in place
-// (kept[i] == i) does not move. Enqueued on the context's stream; the call does not wait.
+// (kept[i] == i) does not move. Enqueued on the context's stream (tables staged through
+// host_tables.h); the call does not wait.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include "backend/cuda/cuda_context.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/device_util.cuh"
+#include "backend/cuda/host_tables.h"
 
 namespace se::cuda {
 
@@ -77,23 +79,20 @@ void compact_kv(const AttentionView& view, int32_t seq, int32_t kv_head,
   tables.resize(static_cast<size_t>(num_pages + num_moved));
   std::copy_n(sv.page_ids + static_cast<int64_t>(kv_head) * sv.stride, num_pages, tables.begin());
   std::copy(kept.begin() + first, kept.end(), tables.begin() + num_pages);
-  const size_t table_bytes = (tables.size() * sizeof(int32_t) + 255) / 256 * 256;
   const size_t row_bytes = size_t{2} * view.head_dim * sizeof(__nv_bfloat16);
-  char* scratch =
-      static_cast<char*>(context.scratch(table_bytes + static_cast<size_t>(num_moved) * row_bytes));
-  SE_CUDA_CHECK(cudaMemcpyAsync(scratch, tables.data(), tables.size() * sizeof(int32_t),
-                                cudaMemcpyHostToDevice, context.stream()));
+  const StagedTables staged = stage_host_tables(tables.data(), tables.size() * sizeof(int32_t),
+                                                static_cast<size_t>(num_moved) * row_bytes);
 
   CompactArgs a{};
   a.kv_base = static_cast<char*>(view.kv_base);
   a.page_bytes = view.page_bytes;
   a.page_size = view.page_size;
   a.head_dim = view.head_dim;
-  a.pages = reinterpret_cast<const int32_t*>(scratch);
+  a.pages = static_cast<const int32_t*>(staged.tables);
   a.sources = a.pages + num_pages;
   a.first = first;
   a.num_moved = num_moved;
-  a.rows = reinterpret_cast<uint4*>(scratch + table_bytes);
+  a.rows = static_cast<uint4*>(staged.results);
   const unsigned grid = launch::grid_for(int64_t{num_moved} * 2 * (view.head_dim / 8), kThreads);
   compact_kv_move_kernel<true><<<grid, kThreads, 0, context.stream()>>>(a);
   SE_CUDA_CHECK_LAUNCH("compact_kv_move_kernel (gather)");
