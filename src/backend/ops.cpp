@@ -221,12 +221,35 @@ void argmax_rows(TensorView ids, TensorView logprobs, TensorView x) {
   cpu::argmax_rows(ids, logprobs, x);
 }
 
+void sample_rows(TensorView ids, TensorView logprobs, TensorView x, std::span<const RowSampling> rows) {
+  SE_CHECK(ids.dtype == DType::kI32 && logprobs.dtype == DType::kF32 && x.shape.rank() == 2 &&
+               ids.numel() == x.shape[0] && logprobs.numel() == x.shape[0] && x.shape[1] > 0 &&
+               static_cast<int64_t>(rows.size()) == x.shape[0],
+           "sample_rows: ids {} {} logprobs {} and {} settings for x {}", dtype_name(ids.dtype),
+           ids.shape.to_string(), logprobs.shape.to_string(), rows.size(), x.shape.to_string());
+  for (const RowSampling& row : rows)
+    SE_CHECK(row.temperature > 0.0f && row.top_p > 0.0f && row.top_p <= 1.0f && row.min_p >= 0.0f &&
+                 row.min_p <= 1.0f && row.u >= 0.0 && row.u < 1.0,
+             "sample_rows: invalid settings (temperature {}, top_p {}, min_p {}, u {})", row.temperature, row.top_p,
+             row.min_p, row.u);
+  if (on_cuda(ids, "sample_rows")) {
+    require_cuda_act(x, "sample_rows.x");
+    SE_CHECK(logprobs.device == Device::kCuda, "sample_rows: logprobs on the GPU");
+    if constexpr (kCudaBuilt) cuda::sample_rows(ids, logprobs, x, rows);
+    return;
+  }
+  require_cpu_f32(x, "sample_rows.x");
+  cpu::sample_rows(ids, logprobs, x, rows);
+}
+
 bool cuda_implements(std::string_view op) {
   // The ops with a twin in backend/cuda/cuda_ops.h.
   static constexpr std::string_view kCudaOps[] = {
       "embedding", "rms_norm",        "add_rms_norm", "linear",      "rope",    "gated_activation",
-      "add_inplace", "scale_inplace", "softcap_inplace", "argmax_rows", "write_kv", "paged_attention",
+      "add_inplace", "scale_inplace", "softcap_inplace", "argmax_rows", "sample_rows", "write_kv",
+      "paged_attention",
       "paged_attention over a selection", "update_page_key_bounds", "page_key_bound_scores",
+      "select_pages_by_key_bounds",
       "attention_logits_max_over_heads", "attention_scores", "compact_kv", "subset_attention_max_scores"};
   return kCudaBuilt && std::find(std::begin(kCudaOps), std::end(kCudaOps), op) != std::end(kCudaOps);
 }
@@ -366,6 +389,29 @@ void page_key_bound_scores(TensorView out, TensorView q, TensorView bounds, cons
   require_cpu_f32(out, "page_key_bound_scores.out");
   require_cpu_f32(q, "page_key_bound_scores.q");
   cpu::page_key_bound_scores(out, q, bounds, view, seq);
+}
+
+void select_pages_by_key_bounds(TensorView selected, TensorView num_selected, TensorView q, TensorView bounds,
+                                const AttentionView& view, int32_t seq, int32_t page_budget, GroupReduce reduce) {
+  SE_CHECK(seq >= 0 && seq < view.num_seqs, "select_pages_by_key_bounds: sequence {} of {}", seq, view.num_seqs);
+  SE_CHECK(q.shape.rank() == 2 && q.shape[1] == view.head_dim && q.shape[0] % view.num_kv_heads == 0 &&
+               page_budget >= 1 && selected.dtype == DType::kI32 && num_selected.dtype == DType::kI32 &&
+               selected.shape.rank() == 2 && selected.shape[0] == view.num_kv_heads &&
+               selected.shape[1] >= page_budget && num_selected.numel() == view.num_kv_heads &&
+               bounds.shape.rank() == 3 && bounds.shape[1] == 2 && bounds.shape[2] == view.head_dim,
+           "select_pages_by_key_bounds: q {} selected {} num_selected {} bounds {} for budget {}",
+           q.shape.to_string(), selected.shape.to_string(), num_selected.shape.to_string(),
+           bounds.shape.to_string(), page_budget);
+  const Device pool = view.kv_device;
+  SE_CHECK(selected.device == pool && num_selected.device == pool && bounds.device == pool,
+           "select_pages_by_key_bounds: the lists and the bounds live where the pool lives");
+  if (pool_on_cuda(view, "select_pages_by_key_bounds")) {
+    require_cuda_act(q, "select_pages_by_key_bounds.q");
+    if constexpr (kCudaBuilt) cuda::select_pages_by_key_bounds(selected, num_selected, q, bounds, view, seq, page_budget, reduce);
+    return;
+  }
+  require_cpu_f32(q, "select_pages_by_key_bounds.q");
+  cpu::select_pages_by_key_bounds(selected, num_selected, q, bounds, view, seq, page_budget, reduce);
 }
 
 void attention_logits_max_over_heads(TensorView out, TensorView q, const AttentionView& view, int32_t seq,

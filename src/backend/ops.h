@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -59,6 +60,25 @@ void softcap_inplace(TensorView x, float cap);
 // of x (the lowest such index on a tie) and logprobs[r] = its log-softmax, -log(sum_i exp(x[r, i] - max)).
 // x [rows, width] F32 (BF16 too on CUDA); ids [rows] I32; logprobs [rows] F32.
 void argmax_rows(TensorView ids, TensorView logprobs, TensorView x);
+
+// One row's sampling settings for sample_rows, applied in vLLM's order: temperature > 0 scales the logits, min-p
+// and top-k keep a prefix of the tokens sorted by logit (descending, the lower id first on a tie), top-p keeps the
+// smallest prefix of that whose renormalized mass reaches top_p. `u` in [0, 1) is the row's uniform draw: the
+// sampled token is the first of the kept prefix whose cumulative mass exceeds u times the kept mass, so the same
+// draw picks the same token on every backend.
+struct RowSampling {
+  float temperature = 1.0f;
+  int32_t top_k = 0;  // <= 0: off
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  double u = 0.0;
+};
+
+// Random sampling without bringing the logits to the host: ids[r] = the token row r of x samples under rows[r],
+// logprobs[r] = its log-softmax under the unscaled logits. x [rows, width] F32 (BF16 too on CUDA); ids [rows]
+// I32; logprobs [rows] F32; rows.size() == x's rows, each validated (temperature > 0, top_p in (0, 1], min_p in
+// [0, 1], u in [0, 1)).
+void sample_rows(TensorView ids, TensorView logprobs, TensorView x, std::span<const RowSampling> rows);
 
 // True when `op` (an ops.h name) has a CUDA kernel in this build; the engine refuses, at startup, methods that
 // call an op without one.
@@ -116,6 +136,18 @@ void update_page_key_bounds(TensorView bounds, const AttentionView& view);
 // F32, where max_pages = the most pages of any KV head of the sequence; entries past a head's pages are -inf.
 void page_key_bound_scores(TensorView out, TensorView q, TensorView bounds, const AttentionView& view,
                            int32_t seq);
+
+// How a KV head reduces its query group's per-head scores: mean, max or sum over the group.
+enum class GroupReduce : uint8_t { kMean, kMax, kSum };
+
+// Quest's page choice for sequence `seq` from its last query row q [H, D], without a round trip to the host: per
+// KV head h, the pages of h's stream but the last are ranked by page_key_bound_scores reduced over h's query group
+// (`reduce`); the best (page_budget - 1) of them (the lower page first on a tie) and the last page go to
+// selected[h] in ascending order, with num_selected[h] = page_budget. A stream of at most page_budget pages lists
+// all its pages. selected [num_kv_heads, page_budget] and num_selected [num_kv_heads] I32 live where the pool
+// lives (the device on CUDA), as do the bounds.
+void select_pages_by_key_bounds(TensorView selected, TensorView num_selected, TensorView q, TensorView bounds,
+                                const AttentionView& view, int32_t seq, int32_t page_budget, GroupReduce reduce);
 
 // Raw attention logits of one query row against a sequence's leading keys, reduced by max over every query head
 // (OmniKV's "last" token filter): out[j] = max_h scale * q[h] . k_j, where k_j is token j of head h's KV head

@@ -16,6 +16,7 @@ void add_inplace(TensorView x, TensorView y);
 void scale_inplace(TensorView x, float s);
 void softcap_inplace(TensorView x, float cap);
 void argmax_rows(TensorView ids, TensorView logprobs, TensorView x);
+void sample_rows(TensorView ids, TensorView logprobs, TensorView x, std::span<const RowSampling> rows);
 void attention(TensorView out, TensorView q, TensorView k, TensorView v, TensorView q_positions,
                TensorView k_positions, const AttentionParams& params);
 
@@ -27,6 +28,8 @@ void compact_kv(const AttentionView& view, int32_t seq, int32_t kv_head, const s
 void update_page_key_bounds(TensorView bounds, const AttentionView& view);
 void page_key_bound_scores(TensorView out, TensorView q, TensorView bounds, const AttentionView& view,
                            int32_t seq);
+void select_pages_by_key_bounds(TensorView selected, TensorView num_selected, TensorView q, TensorView bounds,
+                                const AttentionView& view, int32_t seq, int32_t page_budget, GroupReduce reduce);
 void attention_logits_max_over_heads(TensorView out, TensorView q, const AttentionView& view, int32_t seq,
                                      float scale);
 void subset_attention_max_scores(TensorView out, TensorView q, const AttentionView& view, int32_t seq,

@@ -25,6 +25,9 @@ void scale_inplace(TensorView x, float s);
 void softcap_inplace(TensorView x, float cap);
 // One block per row (an online max and exp-sum); ties go to the lowest index, as on the CPU.
 void argmax_rows(TensorView ids, TensorView logprobs, TensorView x);
+// A segmented radix sort of each row (stable, so ties keep the lower id first, as on the CPU), then one block
+// per row walks the sorted prefix in fp64.
+void sample_rows(TensorView ids, TensorView logprobs, TensorView x, std::span<const RowSampling> rows);
 
 void write_kv(const AttentionView& view, TensorView k, TensorView v);
 // Tensor-core (mma.sync bf16) tiled kernels: a decode kernel (query rows of one sequence x its GQA
@@ -59,6 +62,9 @@ void subset_attention_max_scores(TensorView out, TensorView q, const AttentionVi
 void update_page_key_bounds(TensorView bounds, const AttentionView& view);
 void page_key_bound_scores(TensorView out, TensorView q, TensorView bounds,
                            const AttentionView& view, int32_t seq);
+// The bound scores go to scratch; one block per KV head then radix-selects its top pages there.
+void select_pages_by_key_bounds(TensorView selected, TensorView num_selected, TensorView q, TensorView bounds,
+                                const AttentionView& view, int32_t seq, int32_t page_budget, GroupReduce reduce);
 // head_dim 64, 128 or 256.
 void attention_logits_max_over_heads(TensorView out, TensorView q, const AttentionView& view,
                                      int32_t seq, float scale);

@@ -3,12 +3,16 @@
 // host memory. Bounds must be exact (min / max of the same bf16 values); scores differ only in the
 // order of D fp32 additions (1e-5). Page sizes 16 and 64, head_dim 64/128/256, GQA groups 1/4/8,
 // ragged batches of new rows (pages a step touches only partly, pages it fills from scratch),
-// unequal per-head stream lengths, streams up to 32K.
+// unequal per-head stream lengths, streams up to 32K. The device page choice (select_pages_by_key_bounds) must
+// pick the CPU's pages: exactly on planted ties (the lower page wins on both), and elsewhere up to pages whose
+// reduced bound lies within rounding of the cut.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <set>
 #include <vector>
 
 #include "paged_cache_fixture.h"
@@ -124,6 +128,99 @@ TEST(CudaPageKeyBoundsTest, ScoresMatchCpu) {
       }
     }
   }
+}
+
+// The CPU's group-reduced bound of every page but the last of one KV head (scores [H, max_pages] from
+// page_key_bound_scores), as select_pages_by_key_bounds ranks them.
+std::vector<float> reduced_bounds(const Tensor& scores, int32_t kv_head, int64_t group, int32_t num_candidates,
+                                  GroupReduce reduce) {
+  const int64_t width = scores.dim(1);
+  std::vector<float> out;
+  for (int32_t p = 0; p < num_candidates; ++p) {
+    float acc = scores.data<float>()[kv_head * group * width + p];
+    for (int64_t g = 1; g < group; ++g) {
+      const float v = scores.data<float>()[(kv_head * group + g) * width + p];
+      acc = reduce == GroupReduce::kMax ? std::max(acc, v) : acc + v;
+    }
+    out.push_back(reduce == GroupReduce::kMean ? acc / static_cast<float>(group) : acc);
+  }
+  return out;
+}
+
+TEST(CudaPageKeyBoundsTest, DeviceSelectionPicksTheCpuPages) {
+  SE_SKIP_WITHOUT_CUDA_DEVICE();
+  const std::vector<PagedCase> cases = {
+      {"ps16 d128 g4 32K", 16, 8, 4, 128, {{32768, 32768}, {1000, 1000}}, 0, 0.0f, 3},
+      {"ps64 d64 g8", 64, 2, 8, 64, {{5000, 5000}, {64, 64}, {700, 700}}},
+      {"ps16 d128 g1 per-head lengths", 16, 4, 1, 128, {{3000, 3000}, {17, 17}}, 0, 0.0f, 5},
+  };
+  uint64_t seed = 9200;
+  int64_t num_lists = 0, num_near_tie_swaps = 0;
+  for (const PagedCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    PagedCacheFixture cache(c, seed += 10);
+    BoundsPair b = update_both(cache, c);
+    const int64_t heads = int64_t{c.num_kv_heads} * c.group;
+    for (size_t s = 0; s < c.seqs.size(); ++s) {
+      const AttentionView cpu_view = cache.cpu_view();
+      const SeqKvView& sv = cpu_view.seqs[s];
+      int32_t max_pages = 0;
+      for (int32_t h = 0; h < c.num_kv_heads; ++h)
+        max_pages = std::max(max_pages, (cache.num_tokens(s, h) + c.page_size - 1) / c.page_size);
+      for (const bool planted_tie : {false, true}) {
+        if (planted_tie) {
+          // Every page of KV head 0 gets the bounds of its first page: all its candidates tie.
+          const int32_t* pages = sv.page_ids;
+          const int64_t row = 2 * c.head_dim;
+          for (int32_t p = 1; p < (cache.num_tokens(s, 0) + c.page_size - 1) / c.page_size; ++p)
+            std::copy_n(b.cpu.data<float>() + pages[0] * row, row, b.cpu.data<float>() + pages[p] * row);
+          b.gpu = upload(b.cpu, DType::kF32);
+        }
+        for (int32_t budget : {1, 8, 128}) {
+          for (GroupReduce reduce : {GroupReduce::kMean, GroupReduce::kMax, GroupReduce::kSum}) {
+            const Tensor q = random_host({heads, c.head_dim}, seed + 100 * s + static_cast<uint64_t>(budget), DType::kF32);
+            Tensor ref = Tensor::empty(DType::kI32, {c.num_kv_heads, budget});
+            Tensor ref_counts = Tensor::empty(DType::kI32, {c.num_kv_heads});
+            select_pages_by_key_bounds(ref.view(), ref_counts.view(), q.view(), b.cpu.view(), cpu_view,
+                                       static_cast<int32_t>(s), budget, reduce);
+            Tensor lists = test::poisoned(DType::kI32, {c.num_kv_heads, budget});
+            Tensor counts = test::poisoned(DType::kI32, {c.num_kv_heads});
+            select_pages_by_key_bounds(lists.view(), counts.view(), upload(q, DType::kF32).view(), b.gpu.view(),
+                                       cache.host_tables_gpu_view(), static_cast<int32_t>(s), budget, reduce);
+            const Tensor got = cuda::to_host(lists);
+            const Tensor got_counts = cuda::to_host(counts);
+            Tensor scores = Tensor::empty(DType::kF32, {heads, max_pages});
+            page_key_bound_scores(scores.view(), q.view(), b.cpu.view(), cpu_view, static_cast<int32_t>(s));
+            for (int32_t h = 0; h < c.num_kv_heads; ++h) {
+              const int32_t n = ref_counts.data<int32_t>()[h];
+              ASSERT_EQ(got_counts.data<int32_t>()[h], n) << "seq " << s << " head " << h;
+              const int32_t* want = ref.data<int32_t>() + h * budget;
+              const int32_t* have = got.data<int32_t>() + h * budget;
+              ASSERT_TRUE(std::is_sorted(have, have + n) && std::adjacent_find(have, have + n) == have + n);
+              const int32_t num_pages = (cache.num_tokens(s, h) + c.page_size - 1) / c.page_size;
+              if (n > 0) ASSERT_EQ(have[n - 1], num_pages - 1) << "the last page closes every list";
+              ++num_lists;
+              if (std::equal(want, want + n, have)) continue;
+              ASSERT_FALSE(planted_tie && h == 0) << "a tie must go to the lower page on both backends";
+              // Pages chosen by one side only must sit within rounding of the cut.
+              ASSERT_GE(budget, 2);
+              const std::vector<float> r = reduced_bounds(scores, h, c.group, num_pages - 1, reduce);
+              std::vector<float> sorted = r;
+              std::sort(sorted.begin(), sorted.end(), std::greater<float>());
+              const float cut = sorted[static_cast<size_t>(budget - 2)];
+              std::set<int32_t> a(want, want + n - 1), g(have, have + n - 1);
+              for (int32_t p : a) if (!g.count(p)) EXPECT_NEAR(r[static_cast<size_t>(p)], cut, 1e-4 * std::max(1.0f, std::abs(cut)));
+              for (int32_t p : g) if (!a.count(p)) EXPECT_NEAR(r[static_cast<size_t>(p)], cut, 1e-4 * std::max(1.0f, std::abs(cut)));
+              ++num_near_tie_swaps;
+            }
+          }
+        }
+      }
+    }
+  }
+  std::printf("PARITY select_pages_by_key_bounds %lld lists, %lld differ only at near-ties of the cut\n",
+              static_cast<long long>(num_lists), static_cast<long long>(num_near_tie_swaps));
+  EXPECT_LE(num_near_tie_swaps * 20, num_lists);
 }
 
 }  // namespace
