@@ -7,10 +7,9 @@
 namespace se {
 
 namespace {
-// Greedy without logprobs needs only the argmax and its logprob, which the device computes.
-bool samples_on_device(const Request& request) {
-  return request.params.greedy() && request.params.logprobs < 0;
-}
+// Without logprobs a request needs only its token and that token's logprob, which the device computes (top-N
+// alternatives still come from the host sampler).
+bool samples_on_device(const Request& request) { return request.params.logprobs < 0; }
 }  // namespace
 
 std::vector<SampleResult> ModelRunner::sample(const Tensor& logits, const std::vector<Request*>& requests) {
@@ -29,7 +28,17 @@ std::vector<SampleResult> ModelRunner::sample(const Tensor& logits, const std::v
     TensorView ids = device_ids_.view();
     TensorView logprobs = device_logprobs_.view();
     ids.shape = logprobs.shape = {num_rows};
-    argmax_rows(ids, logprobs, logits.view());
+    const bool all_greedy =
+        std::all_of(requests.begin(), requests.end(), [](const Request* r) { return r->params.greedy(); });
+    if (all_greedy) {
+      argmax_rows(ids, logprobs, logits.view());
+    } else {
+      // A greedy row samples from its top-1 token: the argmax, lowest id on a tie.
+      row_sampling_.clear();
+      for (Request* r : requests)
+        row_sampling_.push_back(r->params.greedy() ? RowSampling{1.0f, 1, 1.0f, 0.0f, 0.0} : r->sampler.row_sampling());
+      sample_rows(ids, logprobs, logits.view(), row_sampling_);
+    }
     host_ids_.resize(static_cast<size_t>(num_rows));
     host_logprobs_.resize(static_cast<size_t>(num_rows));
     copy_bytes(device, host_ids_.data(), ids.data, ids.nbytes());

@@ -1,9 +1,10 @@
 // ModelRunner: executes a StepPlan. It packs the scheduled tokens of every request into one ForwardBatch
 // (prefill chunks and decode tokens together), runs the model with the sparse controller as its hooks
 // (prepare_step, the forward, sampling, finish_step), and samples the next token of every request whose known
-// tokens are now all computed. On CUDA a step whose sampled requests are all greedy (without logprobs) picks its
-// tokens on the device and copies back only the ids and their logprobs; any other step copies the sampled logit
-// rows to the host for the CPU sampler. With CUDA graphs on, a decode-only step (one row per sequence) of a
+// tokens are now all computed. On CUDA a step whose sampled requests want no logprobs picks its tokens on the
+// device (argmax_rows when all are greedy, else sample_rows with each request's next uniform draw) and copies
+// back only the ids and their logprobs; a step with a logprobs request copies the sampled logit rows to the host
+// for the CPU sampler. With CUDA graphs on, a decode-only step (one row per sequence) of a
 // method whose decode forward is static replays the graph captured for its batch size: the first step of a
 // size runs eagerly (its buffers grow to their size), the second captures, later ones replay while the
 // workspace, the device page tables and the attention scratch stay where they were. Engine thread only.
@@ -72,6 +73,7 @@ class ModelRunner {
   Tensor device_logprobs_;  // [capacity] F32 on the device: their logprobs
   std::vector<int32_t> host_ids_;
   std::vector<float> host_logprobs_;
+  std::vector<RowSampling> row_sampling_;  // [rows] settings of a device-sampled step with random rows
   std::vector<float> host_logits_;  // [rows, vocab] when the CPU sampler runs on device logits
 };
 

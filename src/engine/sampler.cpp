@@ -5,6 +5,8 @@
 #include <limits>
 #include <numeric>
 
+#include "backend/ops.h"
+
 namespace se {
 
 namespace {
@@ -54,52 +56,19 @@ SampleResult RequestSampler::sample(std::span<float> logits) {
     return result;
   }
 
-  // vLLM's order on the temperature-scaled distribution: min-p and top-k keep a prefix of the tokens sorted by
-  // logit, then top-p keeps the smallest prefix of that whose renormalized mass reaches top_p.
-  const float inv_t = 1.0f / params_.temperature;
-  const float max_logit = raw.max;
-  order_.clear();
-  // min_p * p_max <=> scaled logit >= max_scaled + log(min_p).
-  const float min_scaled = params_.min_p > 0.0f ? max_logit * inv_t + std::log(params_.min_p)
-                                                : -std::numeric_limits<float>::infinity();
-  for (int32_t i = 0; i < vocab; ++i)
-    if (logits[i] * inv_t >= min_scaled) order_.push_back(i);
-  int32_t keep = static_cast<int32_t>(order_.size());
-  if (params_.top_k > 0 && params_.top_k < keep) keep = params_.top_k;
-  std::partial_sort(order_.begin(), order_.begin() + keep, order_.end(),
-                    [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
-  std::vector<double> probs(static_cast<size_t>(keep));
-  double total = 0.0;
-  for (int32_t i = 0; i < keep; ++i) {
-    probs[static_cast<size_t>(i)] =
-        std::exp(static_cast<double>(logits[order_[static_cast<size_t>(i)]] - max_logit) * inv_t);
-    total += probs[static_cast<size_t>(i)];
-  }
-  if (params_.top_p < 1.0f) {
-    double cumulative = 0.0;
-    for (int32_t i = 0; i < keep; ++i) {
-      cumulative += probs[static_cast<size_t>(i)] / total;
-      if (cumulative >= params_.top_p) {
-        keep = i + 1;
-        break;
-      }
-    }
-  }
-  double kept_total = 0.0;
-  for (int32_t i = 0; i < keep; ++i) kept_total += probs[static_cast<size_t>(i)];
-  std::uniform_real_distribution<double> uniform(0.0, kept_total);
-  double r = uniform(rng_);
-  int32_t chosen = keep - 1;
-  for (int32_t i = 0; i < keep; ++i) {
-    r -= probs[static_cast<size_t>(i)];
-    if (r < 0.0) {
-      chosen = i;
-      break;
-    }
-  }
-  result.token_id = order_[static_cast<size_t>(chosen)];
-  result.logprob = raw.logprob(logits[result.token_id]);
+  RowSampling row = row_sampling();
+  int32_t token = 0;
+  TensorView x{logits.data(), DType::kF32, {1, vocab}};
+  TensorView ids{&token, DType::kI32, {1}};
+  TensorView logprob{&result.logprob, DType::kF32, {1}};
+  sample_rows(ids, logprob, x, std::span<const RowSampling>(&row, 1));
+  result.token_id = token;
   return result;
+}
+
+RowSampling RequestSampler::row_sampling() {
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  return {params_.temperature, params_.top_k, params_.top_p, params_.min_p, uniform(rng_)};
 }
 
 }  // namespace se

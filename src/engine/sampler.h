@@ -1,6 +1,7 @@
 // Sampler: turns one row of logits into a token under a request's SamplingParams (temperature, then min-p and
-// top-k, then top-p, as vLLM applies them), plus the logprobs the request asked for. Each request owns its
-// random state (seeded when `seed` is set), so results do not depend on what else is batched with it.
+// top-k, then top-p, as vLLM applies them: the sample_rows op), plus the logprobs the request asked for. Each
+// request owns its random state (seeded when `seed` is set), so results do not depend on what else is batched
+// with it.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +9,7 @@
 #include <span>
 #include <vector>
 
+#include "backend/ops.h"
 #include "engine/sampling_params.h"
 
 namespace se {
@@ -29,11 +31,14 @@ class RequestSampler {
 
   // logits [vocab] (modified: scratch use). Precondition: params validated.
   SampleResult sample(std::span<float> logits);
+  // The settings and the next uniform draw of one random (non-greedy) sample, for sample_rows on the device:
+  // it advances the random state exactly as sample() does.
+  RowSampling row_sampling();
 
  private:
   SamplingParams params_;
   std::mt19937_64 rng_;
-  std::vector<int32_t> order_;  // scratch: candidate ids
+  std::vector<int32_t> order_;  // scratch: ids ranked for the top-N logprobs
 };
 
 }  // namespace se
