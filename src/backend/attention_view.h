@@ -79,6 +79,8 @@ struct AttentionView {
   const SeqKvView* seqs = nullptr;    // [num_seqs]
   SelectionUnit selection_unit = SelectionUnit::kToken;  // what SeqKvView::selected indexes
   bool has_selection = false;  // some sequence has a selected list (lets kernels pick the sparse path)
+  // The selected lists are an op's output where the pool lives (device memory for a GPU pool), not host tables.
+  bool selection_produced = false;
   KvPayload payload = KvPayload::kExplicit;
   QuantizedKvView quantized;  // payload == kQuantized
   LatentKvView latent;        // payload == kLowRankLatent

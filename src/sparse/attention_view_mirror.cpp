@@ -88,30 +88,45 @@ AttentionView AttentionViewMirror::device_view(int layer, const AttentionView& h
 }
 
 const SeqKvView* AttentionViewMirror::upload_selection(const AttentionView& host_view, const SeqKvView* views) {
-  // Packed: SeqKvView [num_seqs] | per selected sequence: counts [num_kv_heads] then lists [num_kv_heads][stride].
+  // Packed: SeqKvView [num_seqs] | per selected sequence: counts [num_kv_heads] then lists [num_kv_heads][stride]
+  // (produced lists stay where their op wrote them: only the views travel).
   const int32_t num_heads = host_view.num_kv_heads;
   size_t num_bytes = align8(static_cast<size_t>(num_seqs_) * sizeof(SeqKvView));
   for (int32_t s = 0; s < num_seqs_; ++s) {
     const SeqKvView& seq = host_view.seqs[s];
-    if (seq.selected != nullptr)
+    if (seq.selected != nullptr && !host_view.selection_produced)
       num_bytes += align8(static_cast<size_t>(num_heads) * static_cast<size_t>(1 + seq.selected_stride) * sizeof(int32_t));
   }
   if (!selection_buffer_.defined() || selection_used_ + num_bytes > selection_buffer_.nbytes()) {
-    if (selection_buffer_.defined()) retired_selection_buffers_.push_back(std::move(selection_buffer_));
-    const size_t previous = retired_selection_buffers_.empty() ? 0 : retired_selection_buffers_.back().nbytes();
-    selection_buffer_ = empty_on(device_, DType::kU8, {static_cast<int64_t>(std::max(4 * num_bytes, 2 * previous))});
+    const size_t previous = selection_buffer_.defined() ? selection_buffer_.nbytes() : 0;
+    if (selection_buffer_.defined()) {
+      retired_selection_buffers_.push_back(std::move(selection_buffer_));
+      retired_selection_buffers_.push_back(std::move(selection_staging_));
+    }
+    const auto capacity = static_cast<int64_t>(std::max(4 * num_bytes, 2 * previous));
+    selection_buffer_ = empty_on(device_, DType::kU8, {capacity});
+    selection_staging_ = Tensor::empty(DType::kU8, {capacity}, staging_allocator(device_));
+    SE_CHECK(selection_staging_.raw() != nullptr, "no host memory to stage {} bytes of selections", capacity);
     selection_used_ = 0;
   }
   char* device_base = static_cast<char*>(selection_buffer_.raw()) + selection_used_;
-  selection_host_.assign(num_bytes, 0);
-  auto* packed = reinterpret_cast<SeqKvView*>(selection_host_.data());
+  // The forward's own staging region: the copy below runs when the stream reaches it, so nothing may reuse it
+  // before the next forward.
+  char* host = static_cast<char*>(selection_staging_.raw()) + selection_used_;
+  auto* packed = reinterpret_cast<SeqKvView*>(host);
   size_t offset = align8(static_cast<size_t>(num_seqs_) * sizeof(SeqKvView));
   for (int32_t s = 0; s < num_seqs_; ++s) {
     const SeqKvView& seq = host_view.seqs[s];
     packed[s] = views[s];
     if (seq.selected == nullptr) continue;
+    if (host_view.selection_produced) {  // the lists are on the device already
+      packed[s].selected = seq.selected;
+      packed[s].selected_stride = seq.selected_stride;
+      packed[s].num_selected = seq.num_selected;
+      continue;
+    }
     const size_t list_bytes = static_cast<size_t>(num_heads) * static_cast<size_t>(seq.selected_stride) * sizeof(int32_t);
-    auto* counts = reinterpret_cast<int32_t*>(selection_host_.data() + offset);
+    auto* counts = reinterpret_cast<int32_t*>(host + offset);
     std::memcpy(counts, seq.num_selected, static_cast<size_t>(num_heads) * sizeof(int32_t));
     std::memcpy(counts + num_heads, seq.selected, list_bytes);
     packed[s].num_selected = reinterpret_cast<const int32_t*>(device_base + offset);
@@ -119,7 +134,7 @@ const SeqKvView* AttentionViewMirror::upload_selection(const AttentionView& host
     packed[s].selected_stride = seq.selected_stride;
     offset += align8(static_cast<size_t>(num_heads) * sizeof(int32_t) + list_bytes);
   }
-  copy_bytes(device_, device_base, selection_host_.data(), num_bytes);
+  copy_bytes_async(device_, device_base, host, num_bytes);
   selection_used_ += num_bytes;
   return reinterpret_cast<const SeqKvView*>(device_base);
 }

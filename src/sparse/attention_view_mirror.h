@@ -4,7 +4,8 @@
 // cut to the pages each stream holds) and copies it to the device in one transfer; each layer then reads its
 // device view. A layer whose view carries a selection (dynamic sparse methods pick it inside the forward) gets
 // its per-sequence views and selected lists copied when attention asks for it, into that forward's own region
-// of a second buffer, so layers still queued on the stream keep reading theirs. Valid while the cache's tables
+// of a second buffer, so layers still queued on the stream keep reading theirs; that copy does not wait for the
+// stream. Valid while the cache's tables
 // are unchanged, i.e. until the forward's method hooks evict. Engine thread only.
 // NOTE: the device buffer grows geometrically, so a steady decode allocates nothing; a CUDA graph capture would
 // need it sized for its bucket's worst case first, and the copy staged through pinned memory.
@@ -47,12 +48,13 @@ class AttentionViewMirror final {
   size_t q_indptr_offset_ = 0;
   uint64_t generation_ = 0;
 
-  // Selections of the current forward: packed at selection_used_ bytes into selection_buffer_. A buffer that
-  // overflows mid-forward is retired (layers queued before still read it) and freed at the next upload.
+  // Selections of the current forward: packed at selection_used_ bytes into pinned selection_staging_ and copied
+  // to the same offset of selection_buffer_ without waiting. A pair that overflows mid-forward is retired (copies
+  // and layers queued before still use it) and freed at the next upload.
   Tensor selection_buffer_;
+  Tensor selection_staging_;
   size_t selection_used_ = 0;
   std::vector<Tensor> retired_selection_buffers_;
-  std::vector<char> selection_host_;
   // upload()'s scratch: the host views of every (layer, sequence), their page-list strides, the row offsets.
   std::vector<SeqKvView> host_views_;
   std::vector<int32_t> strides_;

@@ -13,23 +13,48 @@ void Selection::reset(int32_t num_seqs, int32_t num_kv_heads, SelectionUnit unit
   num_selected_seqs_ = 0;
   lists_.resize(static_cast<size_t>(num_seqs) * num_kv_heads);
   for (auto& list : lists_) list.clear();
+  produced_.assign(static_cast<size_t>(num_seqs), ProducedLists{});
   is_selected_.assign(static_cast<size_t>(num_seqs), 0);
 }
 
-void Selection::set(int32_t seq, int32_t kv_head, std::span<const int32_t> indices) {
-  SE_CHECK(seq >= 0 && seq < num_seqs_ && kv_head >= 0 && kv_head < num_kv_heads_, "selection of seq {} head {}",
-           seq, kv_head);
-  SE_CHECK(std::is_sorted(indices.begin(), indices.end()), "selected indices must ascend");
-  lists_[static_cast<size_t>(seq) * num_kv_heads_ + kv_head].assign(indices.begin(), indices.end());
+void Selection::mark_selected(int32_t seq) {
   if (!is_selected_[static_cast<size_t>(seq)]) {
     is_selected_[static_cast<size_t>(seq)] = 1;
     ++num_selected_seqs_;
   }
 }
 
-const std::vector<int32_t>* Selection::get(int32_t seq, int32_t kv_head) const {
-  if (!is_selected_[static_cast<size_t>(seq)]) return nullptr;
-  return &lists_[static_cast<size_t>(seq) * num_kv_heads_ + kv_head];
+void Selection::set(int32_t seq, int32_t kv_head, std::span<const int32_t> indices) {
+  SE_CHECK(seq >= 0 && seq < num_seqs_ && kv_head >= 0 && kv_head < num_kv_heads_, "selection of seq {} head {}",
+           seq, kv_head);
+  SE_CHECK(std::is_sorted(indices.begin(), indices.end()), "selected indices must ascend");
+  SE_CHECK(produced_[static_cast<size_t>(seq)].lists == nullptr, "selection of seq {}: host and produced lists",
+           seq);
+  lists_[static_cast<size_t>(seq) * num_kv_heads_ + kv_head].assign(indices.begin(), indices.end());
+  mark_selected(seq);
+}
+
+void Selection::set_produced(int32_t seq, const int32_t* lists, int32_t stride, const int32_t* counts,
+                             int64_t tokens_read) {
+  SE_CHECK(seq >= 0 && seq < num_seqs_ && lists != nullptr && counts != nullptr, "produced selection of seq {}",
+           seq);
+  produced_[static_cast<size_t>(seq)] = {lists, stride, counts, tokens_read};
+  mark_selected(seq);
+}
+
+std::optional<std::span<const int32_t>> Selection::get(int32_t seq, int32_t kv_head) const {
+  if (!is_selected_[static_cast<size_t>(seq)]) return std::nullopt;
+  const ProducedLists& produced = produced_[static_cast<size_t>(seq)];
+  if (produced.lists != nullptr)
+    return std::span<const int32_t>(produced.lists + static_cast<int64_t>(kv_head) * produced.stride,
+                                    static_cast<size_t>(produced.counts[kv_head]));
+  return std::span<const int32_t>(lists_[static_cast<size_t>(seq) * num_kv_heads_ + kv_head]);
+}
+
+std::optional<int64_t> Selection::produced_tokens_read(int32_t seq) const {
+  const ProducedLists& produced = produced_[static_cast<size_t>(seq)];
+  if (produced.lists == nullptr) return std::nullopt;
+  return produced.tokens_read;
 }
 
 AttentionView Selection::apply(const AttentionView& dense) {
@@ -40,7 +65,7 @@ AttentionView Selection::apply(const AttentionView& dense) {
   std::vector<int32_t> strides(static_cast<size_t>(num_seqs_), 0);
   size_t flat_size = 0;
   for (int32_t s = 0; s < num_seqs_; ++s) {
-    if (!is_selected_[static_cast<size_t>(s)]) continue;
+    if (!is_selected_[static_cast<size_t>(s)] || produced_[static_cast<size_t>(s)].lists != nullptr) continue;
     int32_t stride = 0;
     for (int32_t h = 0; h < num_kv_heads_; ++h)
       stride = std::max(stride, static_cast<int32_t>(lists_[static_cast<size_t>(s) * num_kv_heads_ + h].size()));
@@ -53,8 +78,16 @@ AttentionView Selection::apply(const AttentionView& dense) {
   size_t flat_at = 0, count_at = 0;
   for (int32_t s = 0; s < num_seqs_; ++s) {
     if (!is_selected_[static_cast<size_t>(s)]) continue;
-    const int32_t stride = strides[static_cast<size_t>(s)];
     SeqKvView& sv = seqs_[static_cast<size_t>(s)];
+    const ProducedLists& produced = produced_[static_cast<size_t>(s)];
+    if (produced.lists != nullptr) {
+      sv.selected = produced.lists;
+      sv.selected_stride = produced.stride;
+      sv.num_selected = produced.counts;
+      view.selection_produced = true;
+      continue;
+    }
+    const int32_t stride = strides[static_cast<size_t>(s)];
     sv.selected = flat_.data() + flat_at;
     sv.selected_stride = stride;
     sv.num_selected = counts_.data() + count_at;
@@ -66,6 +99,7 @@ AttentionView Selection::apply(const AttentionView& dense) {
     flat_at += static_cast<size_t>(stride) * num_kv_heads_;
     count_at += static_cast<size_t>(num_kv_heads_);
   }
+  SE_CHECK(!view.selection_produced || flat_at == 0, "a selection mixes host and produced lists in one batch");
   view.seqs = seqs_.data();
   view.selection_unit = unit_;
   view.has_selection = true;

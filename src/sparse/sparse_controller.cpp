@@ -24,10 +24,18 @@ int64_t tokens_read_by_last_row(const AttentionView& view, int32_t s, int32_t h,
   return sliding_window > 0 ? std::min<int64_t>(n, sliding_window) : n;
 }
 
-int64_t tokens_read_by_last_rows(const AttentionView& view, int32_t sliding_window) {
+// Over every sequence and KV head; a sequence with produced lists reports its own count (its lists may be device
+// memory).
+int64_t tokens_read_by_last_rows(const AttentionView& view, const Selection* selection, int32_t sliding_window) {
   int64_t n = 0;
-  for (int32_t s = 0; s < view.num_seqs; ++s)
+  for (int32_t s = 0; s < view.num_seqs; ++s) {
+    const std::optional<int64_t> produced = selection ? selection->produced_tokens_read(s) : std::nullopt;
+    if (produced) {
+      n += sliding_window > 0 ? std::min<int64_t>(*produced, int64_t{sliding_window} * view.num_kv_heads) : *produced;
+      continue;
+    }
     for (int32_t h = 0; h < view.num_kv_heads; ++h) n += tokens_read_by_last_row(view, s, h, sliding_window);
+  }
   return n;
 }
 
@@ -85,7 +93,7 @@ void SparseController::attend(int layer, const LayerConfig& layer_config, const 
     }
   }
   const AttentionView attended = selection_.apply(dense);
-  num_attended_kv_tokens_ += tokens_read_by_last_rows(attended, params.sliding_window);
+  num_attended_kv_tokens_ += tokens_read_by_last_rows(attended, &selection_, params.sliding_window);
   if (layer >= static_cast<int>(layer_windows_.size())) layer_windows_.resize(static_cast<size_t>(layer) + 1, 0);
   layer_windows_[static_cast<size_t>(layer)] = params.sliding_window;
   paged_attention(out, q, device_views_ ? device_views_->device_view(layer, attended) : attended, params);
@@ -94,7 +102,8 @@ void SparseController::attend(int layer, const LayerConfig& layer_config, const 
 
 void SparseController::count_replayed_forward(const ForwardBatch& batch) {
   for (size_t layer = 0; layer < layer_windows_.size(); ++layer)
-    num_attended_kv_tokens_ += tokens_read_by_last_rows(cache_.build_view(static_cast<int>(layer), batch), layer_windows_[layer]);
+    num_attended_kv_tokens_ +=
+        tokens_read_by_last_rows(cache_.build_view(static_cast<int>(layer), batch), nullptr, layer_windows_[layer]);
 }
 
 void SparseController::on_layer_end(int layer, const ForwardBatch& batch, TensorView hidden) {

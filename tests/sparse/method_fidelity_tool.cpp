@@ -70,9 +70,12 @@ class RecordingMethod final : public MethodRuntime {
  private:
   void record(const LayerContext& ctx, int32_t slice, const Selection& sel) {
     nlohmann::json heads = nullptr;
-    if (sel.get(slice, 0) != nullptr) {
+    if (sel.get(slice, 0)) {
       heads = nlohmann::json::array();
-      for (int32_t h = 0; h < ctx.view.num_kv_heads; ++h) heads.push_back(*sel.get(slice, h));
+      for (int32_t h = 0; h < ctx.view.num_kv_heads; ++h) {
+        const std::span<const int32_t> list = *sel.get(slice, h);
+        heads.push_back(std::vector<int32_t>(list.begin(), list.end()));
+      }
     }
     selected.push_back(heads);
   }

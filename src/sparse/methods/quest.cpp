@@ -1,8 +1,8 @@
 #include "sparse/methods/quest.h"
 
 #include <algorithm>
-#include <numeric>
 
+#include "backend/device_memory.h"
 #include "base/check.h"
 
 namespace se {
@@ -38,7 +38,7 @@ Result<std::unique_ptr<CacheManager>> QuestMethod::create_cache(const CacheSpec&
   if (!bounds_.defined())
     return resource_exhausted("quest: no memory for the key bounds of {} pages ({} bytes each)", spec.num_pages,
                               page_metadata_bytes(spec.layout));
-  head_scores_ = Tensor();
+  page_lists_ = page_counts_ = Tensor();
   return cache;
 }
 
@@ -64,50 +64,32 @@ void QuestMethod::build_decode_selection(LayerContext& ctx, int32_t slice, Selec
   if (ctx.params.sliding_window > 0) return;
   const AttentionView& view = ctx.view;
   const SeqKvView& sv = view.seqs[slice];
-  const int32_t page_budget = std::max(1, token_budget_ / view.page_size);
+  const int32_t page_size = view.page_size;
+  const int32_t page_budget = std::max(1, token_budget_ / page_size);
   int32_t max_pages = 0;
   for (int32_t h = 0; h < view.num_kv_heads; ++h)
-    max_pages = std::max(max_pages, (sv.num_tokens[h] + view.page_size - 1) / view.page_size);
+    max_pages = std::max(max_pages, (sv.num_tokens[h] + page_size - 1) / page_size);
   if (max_pages <= page_budget) return;  // every stream fits the budget: dense
 
-  // Upper bounds of the sequence's last query row against every page: [num_heads, max_pages].
-  const int64_t num_heads = ctx.q.shape[1];
-  const TensorView q_row = ctx.last_query_row(slice);
-  if (!head_scores_.defined() || head_scores_.numel() < num_heads * max_pages)
-    head_scores_ = Tensor::empty(DType::kF32, {num_heads * max_pages});
-  TensorView scores{head_scores_.raw(), DType::kF32, Shape{num_heads, max_pages}, head_scores_.device()};
-  page_key_bound_scores(scores, q_row, bounds_.view(), view, slice);
-
-  const int64_t group = num_heads / view.num_kv_heads;
-  const float* head_score = scores.ptr<float>();
-  for (int32_t h = 0; h < view.num_kv_heads; ++h) {
-    const int32_t num_pages = (sv.num_tokens[h] + view.page_size - 1) / view.page_size;
-    order_.resize(static_cast<size_t>(num_pages));
-    std::iota(order_.begin(), order_.end(), 0);
-    if (num_pages > page_budget) {
-      // Reduce the group's bounds of every page but the last, then keep the best (budget - 1) and the last.
-      const int32_t num_candidates = num_pages - 1;
-      group_scores_.assign(static_cast<size_t>(num_candidates), 0.0f);
-      for (int32_t p = 0; p < num_candidates; ++p) {
-        float acc = head_score[h * group * max_pages + p];
-        for (int64_t g = 1; g < group; ++g) {
-          const float v = head_score[(h * group + g) * max_pages + p];
-          acc = gqa_agg_ == GroupReduce::kMax ? std::max(acc, v) : acc + v;
-        }
-        group_scores_[static_cast<size_t>(p)] = gqa_agg_ == GroupReduce::kMean ? acc / static_cast<float>(group) : acc;
-      }
-      const auto better = [this](int32_t a, int32_t b) {
-        const float sa = group_scores_[static_cast<size_t>(a)], sb = group_scores_[static_cast<size_t>(b)];
-        return sa > sb || (sa == sb && a < b);
-      };
-      const auto keep_end = order_.begin() + (page_budget - 1);
-      std::nth_element(order_.begin(), keep_end, order_.begin() + num_candidates, better);
-      *keep_end = num_pages - 1;
-      order_.resize(static_cast<size_t>(page_budget));
-      std::sort(order_.begin(), order_.end());
-    }
-    selection.set(slice, h, order_);
+  const int64_t lists_per_seq = int64_t{view.num_kv_heads} * page_budget;
+  if (!page_lists_.defined() || page_lists_.numel() < view.num_seqs * lists_per_seq) {
+    page_lists_ = empty_on(view.kv_device, DType::kI32, {view.num_seqs * lists_per_seq});
+    page_counts_ = empty_on(view.kv_device, DType::kI32, {int64_t{view.num_seqs} * view.num_kv_heads});
   }
+  TensorView lists{page_lists_.data<int32_t>() + slice * lists_per_seq, DType::kI32,
+                   Shape{view.num_kv_heads, page_budget}, view.kv_device};
+  TensorView counts{page_counts_.data<int32_t>() + int64_t{slice} * view.num_kv_heads, DType::kI32,
+                    Shape{view.num_kv_heads}, view.kv_device};
+  select_pages_by_key_bounds(lists, counts, ctx.last_query_row(slice), bounds_.view(), view, slice, page_budget,
+                             gqa_agg_);
+  // Every selected page but the last is full.
+  int64_t tokens_read = 0;
+  for (int32_t h = 0; h < view.num_kv_heads; ++h) {
+    const int32_t stored = sv.num_tokens[h];
+    const int32_t num_pages = (stored + page_size - 1) / page_size;
+    tokens_read += num_pages <= page_budget ? stored : (page_budget - 1) * page_size + stored - (num_pages - 1) * page_size;
+  }
+  selection.set_produced(slice, lists.ptr<int32_t>(), page_budget, counts.ptr<int32_t>(), tokens_read);
 }
 
 }  // namespace se

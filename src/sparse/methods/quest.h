@@ -6,13 +6,14 @@
 // = token_budget / page_size and includes the last page, which is always read; the top (budget - 1) of the other
 // pages join it; a stream of at most `budget` pages is read densely. Prefill is dense.
 //
+// Ranking runs where the pool lives (select_pages_by_key_bounds): on a GPU the page lists go from the scoring
+// kernels to attention without visiting the host, so a layer costs no synchronization.
+//
 // Ownership: the bounds tensor is indexed by pool page id, so it is sized in create_cache from the pool. Pages
 // shared through the radix cache are full and immutable, so the bounds their writer computed stay valid.
 // Engine thread only.
 // Sliding-window layers (Gemma 3's local layers) stay dense: their window already bounds what they read.
 #pragma once
-
-#include <vector>
 
 #include "sparse/method_config.h"
 #include "sparse/method_runtime.h"
@@ -38,8 +39,6 @@ class QuestMethod final : public MethodRuntime {
   SelectionUnit selection_unit() const override { return SelectionUnit::kPage; }
 
  private:
-  enum class GroupReduce : uint8_t { kMean, kMax, kSum };
-
   QuestMethod(nlohmann::ordered_json config, int token_budget, int dense_layers, GroupReduce gqa_agg);
   // Recomputes the bounds of the pages of `slice` that received this step's new tokens.
   void refresh_bounds(const LayerContext& ctx, int32_t slice);
@@ -50,10 +49,12 @@ class QuestMethod final : public MethodRuntime {
   int dense_layers_ = 0;
   GroupReduce gqa_agg_ = GroupReduce::kMean;
 
-  Tensor bounds_;                    // [num_pool_pages, 2 (min, max), head_dim] F32
-  Tensor head_scores_;               // [num_heads, max_pages] scratch of page_key_bound_scores
-  std::vector<float> group_scores_;  // [max_pages] one KV head's reduced page scores
-  std::vector<int32_t> order_;       // candidate pages, scratch of the top-k
+  Tensor bounds_;  // [num_pool_pages, 2 (min, max), head_dim] F32, where the pool lives
+  // One layer's page lists, where the pool lives: [max_seqs][num_kv_heads][page_budget] and their counts
+  // [max_seqs][num_kv_heads]. Attention reads a layer's lists before the next layer's ranking overwrites them
+  // (stream order on a GPU).
+  Tensor page_lists_;
+  Tensor page_counts_;
 };
 
 }  // namespace se
