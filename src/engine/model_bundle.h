@@ -18,7 +18,7 @@ struct ModelBundle {
   std::string path;
   std::string source_format;
   std::unique_ptr<Model> model;
-  std::optional<Tokenizer> tokenizer;         // absent only for dummy weights without a tokenizer.json
+  std::optional<Tokenizer> tokenizer;         // absent when the directory has no tokenizer.json (token ids only)
   std::optional<ChatTemplate> chat_template;  // absent when the model ships none
 
   // Loads weights (placed on `device`), tokenizer (GGUF vocabulary or tokenizer.json) and chat template. Errors
@@ -30,7 +30,7 @@ struct ModelBundle {
 };
 
 // The tokenizer of a loaded model: the GGUF vocabulary, or tokenizer.json (+ tokenizer_config.json) of its
-// directory; none for dummy weights without a tokenizer.json.
+// directory; none when the directory has no tokenizer.json.
 Result<std::optional<Tokenizer>> load_tokenizer(const LoadedModel& loaded);
 
 }  // namespace se

@@ -5,6 +5,9 @@
 #   tests/engine/cuda/device_run.sh BUNDLE_DIR OUT_DIR smollm2 GGUF  the same on SmolLM2 (its file, carried in parts)
 #   tests/engine/cuda/device_run.sh BUNDLE_DIR OUT_DIR decode      decode tokens/s of a dummy Llama-3.1-8B at
 #                                                                  batch 1 and 8 (BUNDLE_DIR/llama-3.1-8b/config.json)
+#   tests/engine/cuda/device_run.sh BUNDLE_DIR OUT_DIR hf LAYERS   logits and greedy tokens against HF transformers
+#                                                                  on random Llama-3.1-8B- and Qwen3-8B-shaped
+#                                                                  checkpoints cut to LAYERS layers
 # One process per suite, so a crash in one leaves the others' results; a short table is printed last.
 set -uo pipefail
 bundle=$1
@@ -31,6 +34,16 @@ case $stage in
     SE_TEST_SMOLLM2=$4 "$bundle/engine_cuda_test" --gtest_filter='GpuModelTest.SmolLM2*' > "$out/smollm2.log" 2>&1
     echo "engine_cuda_test (SmolLM2) exit $?"
     grep -E "PARITY|^\[ +(OK|FAILED) |Failure" "$out/smollm2.log"
+    ;;
+  hf)
+    for config in bench/models/llama-3.1-8b/config.json bench/models/qwen3-8b/config.json; do
+      name=$(basename "$(dirname "$config")")
+      timeout 280 python3 -W ignore tests/engine/cuda/hf_logits_parity.py --config "$config" --layers "$4" \
+        --tool "$bundle/engine_logprobs_tool" --workdir "/tmp/hf-$name" > "$out/hf_$name.log" 2>&1
+      echo "hf parity $name exit $?"
+      grep -E "PARITY|Error|error" "$out/hf_$name.log" | tail -12
+      rm -rf "/tmp/hf-$name"
+    done
     ;;
   decode)
     for batch in 1 8; do
