@@ -7,6 +7,9 @@
 #                                                               `bench decode` over methods (decode_sweep.py), CSV
 #                                                               under OUT_DIR
 #   bench/decode_device_run.sh BUNDLE_DIR OUT_DIR hf CONTEXT BATCHES   HF transformers dense decode, same shape
+#   bench/decode_device_run.sh BUNDLE_DIR OUT_DIR profile CONTEXT BATCH [ARGS...]
+#                                                               ncu kernel times of eager decode steps
+#                                                               (profile_decode.py), extra bench decode ARGS
 # The model is bench/models/llama-3.1-8b (dummy bf16 weights).
 set -uo pipefail
 bundle=$1
@@ -18,7 +21,8 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --f
 case $stage in
   tests)
     for suite in 'CudaEvictionOps*' 'CudaSelectedAttentionTest.*' 'CudaPageKeyBoundsTest.*' \
-                 'CudaAttentionLogitsMaxOverHeadsTest.*' 'CudaPagedAttentionTest.*:CudaOpsTest.*'; do
+                 'CudaAttentionLogitsMaxOverHeadsTest.*' 'CudaPagedAttentionTest.*:CudaOpsTest.*' \
+                 'CudaArgmaxTest.*:CudaSampleRowsTest.*'; do
       timeout 300 "$bundle/backend_cuda_test" --gtest_filter="$suite" >> "$out/kernels.log" 2>&1
       echo "backend_cuda_test $suite exit $?"
     done
@@ -33,6 +37,14 @@ case $stage in
       --batches "$5" --sparse-batches "$6" --methods "$7" --csv "$out/decode.csv" \
       -- --gpu-memory-utilization 0.92 --max-num-batched-tokens 16384 2>&1 | tee -a "$out/sweep.log" \
       | grep -vE "^\s*$"
+    ;;
+  profile)
+    ncu --csv --page raw --metrics gpu__time_duration.sum --launch-count 20000 \
+      "$bundle/sparse-engine" bench decode --model $model/config.json --load-format dummy --device cuda --input-len "$4" \
+      --batch "$5" --warmup-steps 1 --steps 3 --enforce-eager --gpu-memory-utilization 0.92 "${@:6}" \
+      > "$out/ncu_$4_$5.csv" 2> "$out/ncu_$4_$5.log"
+    echo "ncu exit $?"
+    python3 bench/profile_decode.py "$out/ncu_$4_$5.csv" --steps 3 | tee "$out/profile_$4_$5.md" | head -30
     ;;
   hf)
     PYTHONUNBUFFERED=1 python3 -W ignore bench/hf_decode_peer.py --config $model/config.json --input-len "$4" \
