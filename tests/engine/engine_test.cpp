@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "../support/tiny_model.h"
+#include "base/check.h"
 #include "engine/sequence_generator.h"
 
 namespace se {
@@ -148,24 +149,42 @@ TEST(EngineTest, AbortEndsTheStreamAndFreesPages) {
 
 // The counters `bench decode` times and sizes its roofline with: one step per forward, and per step, layer and KV
 // head the tokens the sequence's last query row reads (dense: the whole stream).
-TEST(EngineTest, StatsCountStepsAndTheKvTokensAttentionReads) {
-  ModelBundle bundle = tiny_bundle();
-  EngineConfig config;
+// One 10-token prompt and 5 greedy tokens through an engine over 4-token pages; the stats once it drained.
+EngineStats stats_after_one_request(const ModelBundle& bundle, EngineConfig config) {
   config.page_size = 4;
   config.kv_cache_memory = 16 << 20;
   auto engine = Engine::create(bundle, config);
-  ASSERT_TRUE(engine.is_ok());
+  SE_CHECK(engine.is_ok(), "{}", engine.status().to_string());
   std::mt19937 rng(5);
   auto stream = (*engine)->submit({"r", random_prompt(rng, 10), greedy(5)});
-  ASSERT_TRUE(stream.is_ok());
+  SE_CHECK(stream.is_ok(), "{}", stream.status().to_string());
   EXPECT_EQ(collect(**stream).tokens.size(), 5u);
   (*engine)->shutdown(/*drain=*/true);
-  const EngineStats stats = (*engine)->stats();
+  return (*engine)->stats();
+}
+
+TEST(EngineTest, StatsCountStepsAndTheKvTokensAttentionReads) {
+  ModelBundle bundle = tiny_bundle();
+  const EngineStats stats = stats_after_one_request(bundle, EngineConfig{});
   EXPECT_EQ(stats.steps_total, 5u);  // the prompt in one step, then 4 decode steps
   const ModelConfig& c = bundle.model->config();
   // The prefill's last row sees 10 tokens, the decode steps 11 .. 14.
   EXPECT_EQ(stats.attended_kv_tokens_total, static_cast<uint64_t>(c.num_layers * c.num_kv_heads * (10 + 11 + 12 + 13 + 14)));
   EXPECT_EQ(stats.num_prefilling, 0);
+}
+
+// Quest hands attention lists produced where the pool lives, which the host does not read: the count comes from
+// the method. A 2-page budget over 4-token pages reads the best page but the last (4 tokens) plus the last page.
+TEST(EngineTest, StatsCountTheKvTokensQuestsPageListsRead) {
+  ModelBundle bundle = tiny_bundle();
+  EngineConfig config;
+  config.sparse_method = "quest";
+  config.sparse_config = {{"token_budget", 8}, {"dense_layers", 0}};
+  const EngineStats stats = stats_after_one_request(bundle, config);
+  const ModelConfig& c = bundle.model->config();
+  // Prefill reads all 10; decode over 11, 12, 13 and 14 stored tokens reads 4 + 3, 4 + 4, 4 + 1 and 4 + 2.
+  EXPECT_EQ(stats.attended_kv_tokens_total,
+            static_cast<uint64_t>(c.num_layers * c.num_kv_heads * (10 + 7 + 8 + 5 + 6)));
 }
 
 }  // namespace
