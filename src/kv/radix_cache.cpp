@@ -88,7 +88,8 @@ void RadixCache::touch(NodeId id, uint64_t tick) {
   n.last_access = tick;
 }
 
-RadixCache::PrefixMatch RadixCache::walk(std::span<const int32_t> tokens, size_t max_blocks) const {
+RadixCache::PrefixMatch RadixCache::walk(std::span<const int32_t> tokens, size_t max_blocks,
+                                         bool whole_segments) const {
   PrefixMatch match;
   const auto page_size = static_cast<size_t>(layout_.page_size);
   NodeId parent = kRootNode;
@@ -103,7 +104,7 @@ RadixCache::PrefixMatch RadixCache::walk(std::span<const int32_t> tokens, size_t
   }
   // A match ending inside a pruned segment stops before it: the segment's kept KV comes from positions
   // the request's own prefix may not reach.
-  if (!match.nodes.empty() && is_inner_segment_node(match.nodes.back())) {
+  if (whole_segments && !match.nodes.empty() && is_inner_segment_node(match.nodes.back())) {
     const NodeId first = nodes_[static_cast<size_t>(match.nodes.back())].segment_first;
     while (match.nodes.back() != first) match.nodes.pop_back();
     match.nodes.pop_back();
@@ -114,7 +115,7 @@ RadixCache::PrefixMatch RadixCache::walk(std::span<const int32_t> tokens, size_t
     const NodeId id = match.nodes[b];
     const Node& n = nodes_[static_cast<size_t>(id)];
     if (n.resident) resident.push_back(id);
-    if (n.segment_last == id) {
+    if (n.segment_first >= 0 && n.segment_last == id) {
       const auto first = std::find(match.nodes.begin(), match.nodes.end(), n.segment_first);
       match.pruned_segments.push_back({static_cast<int32_t>(first - match.nodes.begin()),
                                        static_cast<int32_t>(b) + 1});
@@ -136,7 +137,7 @@ RadixCache::PrefixMatch RadixCache::match_prefix(std::span<const int32_t> tokens
   // At least one token must stay uncached so the step computes logits for it.
   const size_t max_blocks =
       tokens.empty() ? 0 : (tokens.size() - 1) / static_cast<size_t>(layout_.page_size);
-  PrefixMatch match = walk(tokens, max_blocks);
+  PrefixMatch match = walk(tokens, max_blocks, /*whole_segments=*/true);
   const uint64_t tick = ++clock_;
   for (NodeId id : match.nodes) touch(id, tick);
   num_query_tokens_ += static_cast<int64_t>(tokens.size());
@@ -145,7 +146,7 @@ RadixCache::PrefixMatch RadixCache::match_prefix(std::span<const int32_t> tokens
 }
 
 RadixCache::PrefixMatch RadixCache::peek_prefix(std::span<const int32_t> tokens) const {
-  return walk(tokens, tokens.size() / static_cast<size_t>(layout_.page_size));
+  return walk(tokens, tokens.size() / static_cast<size_t>(layout_.page_size), /*whole_segments=*/true);
 }
 
 void RadixCache::lock(NodeId node) {
@@ -302,21 +303,19 @@ Result<std::vector<RadixCache::NodeId>> RadixCache::prunable_nodes(std::span<con
     return invalid_argument("radix cache: blocks [{}, {}) of {} tokens", first_block, end_block,
                             tokens.size());
   }
-  const PrefixMatch path = walk(tokens, static_cast<size_t>(end_block));
+  const PrefixMatch path = walk(tokens, static_cast<size_t>(end_block), /*whole_segments=*/false);
   if (path.num_blocks() < end_block) {
     return failed_precondition("blocks [{}, {}) are not all cached: the cache holds {} leading blocks",
                                first_block, end_block, path.num_blocks());
-  }
-  for (const BlockRange& pruned : path.pruned_segments) {
-    if (pruned.first_block < end_block && first_block < pruned.end_block) {
-      return failed_precondition("blocks [{}, {}) overlap the pruned segment [{}, {})", first_block,
-                                 end_block, pruned.first_block, pruned.end_block);
-    }
   }
   std::vector<NodeId> nodes(path.nodes.begin() + first_block, path.nodes.end());
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node& n = nodes_[static_cast<size_t>(nodes[i])];
     const auto block = first_block + static_cast<int32_t>(i);
+    if (n.segment_first >= 0) {
+      return failed_precondition("blocks [{}, {}) overlap a pruned segment at block {}", first_block,
+                                 end_block, block);
+    }
     if (i + 1 < nodes.size() && n.num_children != 1) {
       return failed_precondition(
           "block {} has {} cached continuations; a pruned segment may only end at a branch", block,

@@ -151,8 +151,9 @@ class RadixCache final {
   std::span<const int32_t> node_pages(NodeId id) const;
   // True for a node of a pruned segment other than its last: a match or lock must not end there.
   bool is_inner_segment_node(NodeId id) const;
-  // The matched path of `tokens` over at most `max_blocks` blocks, cut before a segment it would end in.
-  PrefixMatch walk(std::span<const int32_t> tokens, size_t max_blocks) const;
+  // The matched path of `tokens` over at most `max_blocks` blocks; with `whole_segments`, cut before a
+  // segment it would end in (what a request may use), else as far as the tokens match.
+  PrefixMatch walk(std::span<const int32_t> tokens, size_t max_blocks, bool whole_segments) const;
   // The child of `parent` for `block` (whose chained hash is `hash`), or -1.
   NodeId find_child(NodeId parent, uint64_t hash, std::span<const int32_t> block) const;
   NodeId new_node(NodeId parent, uint64_t hash, std::span<const int32_t> block);
