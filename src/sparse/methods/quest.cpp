@@ -110,4 +110,8 @@ void QuestMethod::build_decode_selection(LayerContext& ctx, int32_t slice, Selec
   }
 }
 
+void QuestMethod::on_pages_rewritten(int layer, const AttentionView& view) {
+  if (layer >= dense_layers_ && bounds_.defined()) update_page_key_bounds(bounds_.view(), view);
+}
+
 }  // namespace se

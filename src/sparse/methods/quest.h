@@ -36,6 +36,8 @@ class QuestMethod final : public MethodRuntime {
   void build_prefill_selection(LayerContext& ctx, int32_t slice, Selection& selection) override;
   void build_decode_selection(LayerContext& ctx, int32_t slice, Selection& selection) override;
   SelectionUnit selection_unit() const override { return SelectionUnit::kPage; }
+  // Prefix pruning compacted kept keys into these pages: their bounds are recomputed.
+  void on_pages_rewritten(int layer, const AttentionView& view) override;
 
  private:
   enum class GroupReduce : uint8_t { kMean, kMax, kSum };
