@@ -3,15 +3,18 @@ radix prefix cache). A cached prompt is pruned through POST /v1/prefix_cache/pru
 route reports the effective ranges, the kept tokens and the pages freed (which the free-page gauge confirms);
 inspect/match show the pruned prefix still cached by tokens; the same prompt then reuses it (cached_tokens > 0)
 and completes sensibly. A prune of blocks a running request holds is blocked and changes nothing; bad bodies
-answer 400 and leave the server serving."""
+answer 400 and leave the server serving. /tokenize names token ranges of chat prompts, and `bench replay
+--prune-tool-results-lag` prunes each tool result through these routes at a tiny scale."""
+import json
 import re
+import subprocess
 import threading
 import time
 
 import pytest
 import requests
 
-from server_process import ServerProcess
+from server_process import BINARY, ServerProcess
 
 TEXT = ("The release checklist: update the changelog, bump the version in setup.cfg, run the full test suite, "
         "tag the commit, build the wheels for every platform, upload them to the package index, announce the "
@@ -177,3 +180,30 @@ def test_errors_leave_the_server_serving(server):
     assert r.status_code == 404 and r.json()["error"]["param"] == "prune_id"
     assert post(server, "/v1/prefix_cache/inspect", {}).status_code == 400
     assert complete(server, "Hello, my name is")["choices"][0]["text"]
+
+
+def test_tokenize_names_the_ranges_of_a_chat_prompt(server):
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name a color."}]
+    full = post(server, "/tokenize", {"messages": messages}).json()
+    head = post(server, "/tokenize", {"messages": messages[:1], "add_generation_prompt": False}).json()
+    assert full["count"] == len(full["tokens"]) and full["max_model_len"] == 2048
+    assert full["tokens"][: head["count"]] == head["tokens"] and head["count"] < full["count"]
+    prompt = post(server, "/tokenize", {"prompt": TEXT}).json()
+    inspected = post(server, "/v1/prefix_cache/inspect", {"token_ids": prompt["tokens"]}).json()
+    assert inspected["cached_tokens"] == post(server, "/v1/prefix_cache/inspect", {"text": TEXT}).json()["cached_tokens"]
+    assert post(server, "/tokenize", {"messages": "x"}).status_code == 400
+
+
+def test_bench_replay_prunes_tool_results(server, tmp_path):
+    result = tmp_path / "replay.json"
+    subprocess.run([str(BINARY), "bench", "replay", "--base-url", server.base_url, "--num-sessions", "2",
+                    "--min-turns", "4", "--max-turns", "4", "--system-prompt-words", "60",
+                    "--min-tool-result-words", "80", "--max-tool-result-words", "120", "--output-len", "4",
+                    "--prune-tool-results-lag", "1", "--prune-keep-tokens", "16", "--result-json", str(result)],
+                   check=True, timeout=600)
+    r = json.loads(result.read_text())
+    assert r["completed_turns"] == r["planned_turns"] == 8
+    # With lag 1, turns 2 and 3 of each session prune the tool results of turns 0 and 1.
+    assert r["prunes_completed"] == 4 and r["prunes_failed"] == 0 and r["prunes_blocked"] == 0
+    assert r["prune_pages_freed"] > 0
+    assert 0 < r["prefill_tokens_avoided"] < r["total_prompt_tokens"]
