@@ -122,6 +122,10 @@ Status EngineLoop::post(std::function<void()> job) {
 
 Result<std::string> EngineLoop::submit_prune(PruneRequest request) {
   SE_RETURN_IF_ERROR(validate_prune_request(request));
+  const int32_t vocab_size = bundle_.model->config().vocab_size;
+  for (int32_t id : request.token_ids)
+    if (id < 0 || id >= vocab_size)
+      return invalid_argument("token id {} is outside the vocabulary (size {})", id, vocab_size);
   std::string prune_id = prunes_.add_queued();
   SE_RETURN_IF_ERROR(post([this, prune_id, request = std::move(request)] {
     PruneStatus status = config_.device == Device::kCpu

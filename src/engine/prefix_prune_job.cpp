@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "engine/prune_scoring.h"
 
 namespace se {
@@ -67,11 +69,19 @@ PruneStatus run_prune(const PruneRequest& request, CacheManager& cache, MethodRu
     if (!prunable.is_ok()) return ended(PruneState::kFailed, prunable);
   }
 
+  const bool prunes_something = std::any_of(status.ranges.begin(), status.ranges.end(), [](const PrunedRange& r) {
+    return r.blocks.first_block < r.blocks.end_block;
+  });
+  if (!prunes_something) {  // no whole cached block in any range: nothing to score
+    status.state = PruneState::kCompleted;
+    return status;
+  }
   PruneScoringOptions scoring;
   scoring.policy = request.policy;
   scoring.window = request.window;
   scoring.page_size = page_size;
   scoring.environment = environment;
+  scoring.cache = &cache;
   Result<std::vector<float>> scores = score_positions(model, request.token_ids, scoring);
   if (!scores.is_ok()) return ended(PruneState::kFailed, scores.status());
 

@@ -1,5 +1,7 @@
 #include "engine/prune_scoring.h"
 
+#include <optional>
+
 #include "engine/teacher_forcing.h"
 #include "sparse/methods/kvzip.h"
 #include "sparse/prune/snapkv_global_scorer.h"
@@ -18,8 +20,57 @@ TeacherForcingOptions scratch_options(std::span<const int32_t> tokens, const Pru
   return o;
 }
 
+// A sequence slot no request uses (the engine's slots are >= 0).
+constexpr int32_t kScoringSeq = -1;
+
+using MaybeScores = std::optional<std::vector<float>>;
+
+// snapkv_global on top of the engine's cached prefix, or nullopt when that cannot be done without changing
+// anything (a pruned segment in the prefix, or pages that would have to be evicted).
+Result<MaybeScores> snapkv_global_scores_on_cache(const Model& model, std::span<const int32_t> tokens,
+                                                  const PruneScoringOptions& options) {
+  CacheManager& cache = *options.cache;
+  const auto num_tokens = static_cast<int32_t>(tokens.size());
+  if (num_tokens <= options.window) return MaybeScores();
+  // The window's queries must be computed here: match only what precedes it.
+  const std::span<const int32_t> before_window = tokens.first(static_cast<size_t>(num_tokens - options.window) + 1);
+  Result<RadixCache::PrefixMatch> cached = cache.inspect_prefix(before_window);
+  if (!cached.is_ok() || !cached->pruned_segments.empty()) return MaybeScores();
+  SnapKvGlobalScorer scorer(options.window);
+  SparseController controller(scorer, cache);
+  SE_ASSIGN_OR_RETURN(const int32_t num_cached, controller.open(kScoringSeq, before_window));
+  const int32_t num_new = num_tokens - num_cached;
+  if (cache.pages_to_reserve(kScoringSeq, num_new) > cache.num_free_pages()) {
+    controller.close(kScoringSeq);
+    return MaybeScores();
+  }
+  const Status reserved = cache.reserve(kScoringSeq, num_new);
+  if (!reserved.is_ok()) {
+    controller.close(kScoringSeq);
+    return MaybeScores();
+  }
+  ForwardBatch batch;
+  batch.token_ids.assign(tokens.begin() + num_cached, tokens.end());
+  batch.positions.resize(static_cast<size_t>(num_new));
+  for (int32_t i = 0; i < num_new; ++i) batch.positions[static_cast<size_t>(i)] = num_cached + i;
+  batch.sequences = {{kScoringSeq, 0, num_new, num_tokens}};
+  batch.logit_rows = {num_new - 1};
+  ForwardWorkspace workspace = model.make_workspace();
+  controller.prepare_step(batch);
+  (void)model.forward(batch, controller, workspace);
+  controller.finish_step(batch);
+  controller.close(kScoringSeq);  // its own pages go back; the prefix it attached is unlocked
+  SE_ASSIGN_OR_RETURN(std::vector<float> scores, scorer.position_scores());
+  return MaybeScores(std::move(scores));
+}
+
 Result<std::vector<float>> snapkv_global_scores(const Model& model, std::span<const int32_t> tokens,
                                                 const PruneScoringOptions& options) {
+  if (options.cache != nullptr) {
+    SE_ASSIGN_OR_RETURN(MaybeScores scores,
+                        snapkv_global_scores_on_cache(model, tokens, options));
+    if (scores) return std::move(*scores);
+  }
   auto scorer = std::make_unique<SnapKvGlobalScorer>(options.window);
   const SnapKvGlobalScorer* scores = scorer.get();
   SE_ASSIGN_OR_RETURN(std::unique_ptr<TeacherForcedSequence> sequence,

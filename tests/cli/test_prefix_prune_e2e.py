@@ -167,11 +167,20 @@ def test_prune_of_a_running_request_is_blocked(server):
      "token_ids"),
     ({"token_ids": [1] * 64, "range_start": 0, "range_end": 16, "keep_tokens": 1, "policy": "snapkv_global",
       "window": 0}, "window"),
+    ({"token_ids": [1] * 63 + [10**8], "range_start": 0, "range_end": 16, "keep_tokens": 1,
+      "policy": "snapkv_global"}, None),
 ])
 def test_bad_bodies_answer_400(server, body, param):
     r = post(server, "/v1/prefix_cache/prune", body)
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == param, r.text
+
+
+def test_a_range_without_a_cached_block_completes_unchanged(server):
+    status = prune(server, {"token_ids": list(range(500, 540)), "ranges": [[3, 20], [20, 40]], "keep_tokens": 1,
+                            "policy": "kvzip_global"})
+    assert status["status"] == "completed" and status["pages_freed"] == 0, status
+    assert [r["effective_range"][0] == r["effective_range"][1] for r in status["ranges"]] == [True, True]
 
 
 def test_errors_leave_the_server_serving(server):

@@ -17,15 +17,18 @@ void SnapKvGlobalScorer::on_attention_end(LayerContext& ctx) {
   const SequenceSlice& slice = ctx.batch.sequences.front();
   const int32_t num_tokens = ctx.view.seqs[0].num_tokens[0];
   if (ctx.layer == 0) {
-    // A new prefill: scored only when the whole sequence is this forward's rows.
-    num_tokens_ = slice.num_tokens == num_tokens ? num_tokens : 0;
+    // Scored only when this forward completes the sequence with the whole window among its rows and the stream
+    // holds every position (stream slot = position).
+    const bool scorable = slice.completes_prefill(ctx.batch.positions) && slice.num_tokens >= window_ &&
+                          num_tokens == slice.num_prefill_tokens;
+    num_tokens_ = scorable ? num_tokens : 0;
     num_scored_layers_ = 0;
     layer_sum_.assign(static_cast<size_t>(num_tokens_), 0.0f);
   }
   if (num_tokens_ == 0 || num_tokens_ != num_tokens || num_tokens <= window_) return;
   const int64_t num_heads = ctx.q.shape[1];
   const int64_t row_elements = num_heads * ctx.q.shape[2];
-  const TensorView window_q{ctx.q.ptr<char>() + (slice.token_begin + num_tokens - window_) * row_elements *
+  const TensorView window_q{ctx.q.ptr<char>() + (slice.token_begin + slice.num_tokens - window_) * row_elements *
                                                      static_cast<int64_t>(dtype_size(ctx.q.dtype)),
                             ctx.q.dtype, Shape{window_, num_heads, ctx.q.shape[2]}, ctx.q.device};  // [w, H, D]
   probs_.resize(static_cast<size_t>(num_heads * num_tokens));
@@ -40,7 +43,8 @@ void SnapKvGlobalScorer::on_attention_end(LayerContext& ctx) {
 
 Result<std::vector<float>> SnapKvGlobalScorer::position_scores() const {
   if (num_tokens_ <= window_ || num_scored_layers_ == 0)
-    return failed_precondition("snapkv_global needs more than its window of {} tokens, prefilled in one forward",
+    return failed_precondition("snapkv_global needs more than its window of {} tokens, the window's rows in the "
+                               "forward that completes the sequence",
                                window_);
   const int32_t num_prefix = num_tokens_ - window_;
   std::vector<float> scores(static_cast<size_t>(num_tokens_), std::numeric_limits<float>::infinity());

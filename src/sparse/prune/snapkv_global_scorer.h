@@ -2,7 +2,8 @@
 // runs (the engine's prune job prefills the tokens through it, METHODS.md "SnapKV" adapted to one score per
 // position shared by every stream). Dense attention, no eviction; it only records scores. Engine thread only.
 //
-// For a token sequence of T tokens, prefilled in ONE forward, and window w (the last w tokens):
+// For a token sequence of T tokens and window w (the last w tokens), whose last forward computes at least the
+// window's rows on top of a stream that holds every earlier position (a dense cached prefix, or nothing):
 //   1. per layer l and query head h: p[l, h, j] = sum over the window rows r of softmax_r(q_r . k_j * scale)[j]
 //      (backend attention_scores, ScoreReduce::kSum: fp32 softmax over all keys, causal inside the window);
 //   2. s[j] = sum over layers of the mean over query heads of p[l, h, j];
@@ -33,8 +34,8 @@ class SnapKvGlobalScorer final : public MethodRuntime {
   // {"window": w, "scores": the pooled prefix scores [T - w]} (the window's are +inf), or null.
   nlohmann::json debug_state(int32_t seq) const override;
 
-  // [T] the scores of the sequence prefilled last (steps 2-4), or kFailedPrecondition when it was not
-  // prefilled in one forward or holds no more than `window` tokens.
+  // [T] the scores of the sequence completed last (steps 2-4), or kFailedPrecondition when its last forward
+  // did not hold the whole window or it holds no more than `window` tokens.
   Result<std::vector<float>> position_scores() const;
 
  private:
