@@ -1,9 +1,10 @@
 // The scoring pass of a prefix-pruning policy (sparse/prune/prune_policy.h). snapkv_global scores on top of the
-// engine's own cache when it can: a scratch sequence attaches the cached prefix (locked, read only) and computes
-// only the tokens after it, the window among them, through a controller of its own (the engine's method never
-// sees it); its pages go back right after, nothing is inserted into the prefix cache. Otherwise (a prefix with
-// pruned segments, too few free pages to take without evicting, kvzip_global's reconstruction passes) the tokens
-// run through the model in a scratch sequence with its own CPU KV pool (TeacherForcedSequence). Either way
+// engine's own cache when it can: a scratch sequence attaches the cached prefix up to the window or the first
+// pruned segment (locked, read only) and computes only the tokens after it, the window among them, through a
+// controller of its own (the engine's method never sees it); its pages go back right after, nothing is inserted
+// into the prefix cache. Otherwise (too few free pages to take without evicting, kvzip_global's reconstruction
+// passes) the tokens run through the model in a scratch sequence with its own CPU KV pool
+// (TeacherForcedSequence). Either way
 // neither running requests nor cached state change. Runs on the caller's thread (the engine thread, between
 // steps).
 #pragma once

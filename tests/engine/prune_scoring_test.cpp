@@ -1,6 +1,6 @@
 // The snapkv_global scoring pass on the tiny model: on top of the engine's cached prefix it gives the scores of
 // the scratch sequence that recomputes everything, leaves the cache as it was (no page taken, nothing inserted or
-// locked), and falls back to the scratch sequence when the prefix holds a pruned segment.
+// locked), and attaches a prefix with a pruned segment only up to that segment.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -92,14 +92,14 @@ TEST_F(PruneScoringTest, ScoresOnTheCachedPrefixEqualAFullRecompute) {
   expect_close(*on_cache, *recomputed);
 }
 
-TEST_F(PruneScoringTest, APrunedPrefixFallsBackToAFullRecompute) {
+TEST_F(PruneScoringTest, APrunedPrefixIsAttachedOnlyUpToItsSegment) {
   const auto tokens = random_tokens(61, 4);
   cache_prompt(tokens);
-  ASSERT_TRUE(cache_->prune_prefix(tokens, {1, 5}, std::vector<int32_t>{4, 5, 6, 7}, {}).is_ok());
+  ASSERT_TRUE(cache_->prune_prefix(tokens, {2, 6}, std::vector<int32_t>{8, 9, 10, 11}, {}).is_ok());
   const int64_t hits_before = cache_->num_prefix_hit_tokens();
   auto scores = score_positions(model_, tokens, options(true));
   ASSERT_TRUE(scores.is_ok()) << scores.status().to_string();
-  EXPECT_EQ(cache_->num_prefix_hit_tokens(), hits_before);  // the cache was not used
+  EXPECT_EQ(cache_->num_prefix_hit_tokens() - hits_before, 2 * kPageSize);  // the blocks before the segment
   auto recomputed = score_positions(model_, tokens, options(false));
   ASSERT_TRUE(recomputed.is_ok());
   expect_close(*scores, *recomputed);
