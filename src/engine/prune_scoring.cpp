@@ -32,17 +32,20 @@ Result<MaybeScores> snapkv_global_scores_on_cache(const Model& model, std::span<
   CacheManager& cache = *options.cache;
   const auto num_tokens = static_cast<int32_t>(tokens.size());
   if (num_tokens <= options.window) return MaybeScores();
-  // The window's queries must be computed here: attach only what precedes it, and only up to the first pruned
-  // segment (scores index stream slots as positions, so the attached prefix must hold every position; the
-  // segment's tokens are computed again, densely).
-  std::span<const int32_t> attached = tokens.first(static_cast<size_t>(num_tokens - options.window) + 1);
-  Result<RadixCache::PrefixMatch> cached = cache.inspect_prefix(attached);
+  // The window's queries must be computed here: attach only the cached blocks before it.
+  const std::span<const int32_t> before_window = tokens.first(static_cast<size_t>(num_tokens - options.window));
+  Result<RadixCache::PrefixMatch> cached = cache.inspect_prefix(before_window);
   if (!cached.is_ok()) return MaybeScores();
-  if (!cached->pruned_segments.empty())
-    attached = attached.first(static_cast<size_t>(cached->pruned_segments.front().first_block) * options.page_size + 1);
   SnapKvGlobalScorer scorer(options.window);
+  scorer.set_attached_positions(cached->resident_positions);
   SparseController controller(scorer, cache);
-  SE_ASSIGN_OR_RETURN(const int32_t num_cached, controller.open(kScoringSeq, attached));
+  // A prompt one token longer matches exactly the blocks inspect_prefix found (the last token stays uncached).
+  SE_ASSIGN_OR_RETURN(const int32_t num_cached,
+                      controller.open(kScoringSeq, tokens.first(before_window.size() + 1)));
+  if (num_cached != cached->num_cached_tokens) {
+    controller.close(kScoringSeq);
+    return MaybeScores();
+  }
   const int32_t num_new = num_tokens - num_cached;
   if (cache.pages_to_reserve(kScoringSeq, num_new) > cache.num_free_pages()) {
     controller.close(kScoringSeq);

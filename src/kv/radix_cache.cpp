@@ -146,7 +146,9 @@ RadixCache::PrefixMatch RadixCache::match_prefix(std::span<const int32_t> tokens
 }
 
 RadixCache::PrefixMatch RadixCache::peek_prefix(std::span<const int32_t> tokens) const {
-  return walk(tokens, tokens.size() / static_cast<size_t>(layout_.page_size), /*whole_segments=*/true);
+  PrefixMatch match = walk(tokens, tokens.size() / static_cast<size_t>(layout_.page_size), /*whole_segments=*/true);
+  match.resident_positions = resident_positions(match);
+  return match;
 }
 
 void RadixCache::lock(NodeId node) {
@@ -279,6 +281,7 @@ void RadixCache::remove_leaf(NodeId id, int32_t* num_freed) {
   by_hash_.erase(n.hash);
   const NodeId parent = n.parent;
   const bool takes_parent = n.segment_first >= 0 && n.segment_first != id;
+  if (n.segment_first == id) segment_kept_offsets_.erase(id);
   n = Node{};
   free_node_ids_.push_back(id);
   --nodes_[static_cast<size_t>(parent)].num_children;
@@ -333,10 +336,13 @@ Result<std::vector<RadixCache::NodeId>> RadixCache::prunable_nodes(std::span<con
   return nodes;
 }
 
-int32_t RadixCache::commit_prune(std::span<const NodeId> nodes, int32_t num_kept_blocks) {
-  SE_CHECK(!nodes.empty() && num_kept_blocks >= 0 &&
+int32_t RadixCache::commit_prune(std::span<const NodeId> nodes, std::span<const int32_t> kept_offsets) {
+  const auto num_kept = static_cast<int32_t>(kept_offsets.size());
+  const int32_t num_kept_blocks = num_kept / layout_.page_size;
+  SE_CHECK(!nodes.empty() && num_kept % layout_.page_size == 0 &&
                num_kept_blocks <= static_cast<int32_t>(nodes.size()),
-           "radix cache: prune of {} nodes keeping {}", nodes.size(), num_kept_blocks);
+           "radix cache: prune of {} nodes keeping {} tokens", nodes.size(), num_kept);
+  segment_kept_offsets_[nodes.front()].assign(kept_offsets.begin(), kept_offsets.end());
   int32_t num_freed = 0;
   for (size_t i = 0; i < nodes.size(); ++i) {
     Node& n = nodes_[static_cast<size_t>(nodes[i])];
@@ -352,6 +358,22 @@ int32_t RadixCache::commit_prune(std::span<const NodeId> nodes, int32_t num_kept
     --num_resident_nodes_;
   }
   return num_freed;
+}
+
+std::vector<int32_t> RadixCache::resident_positions(const PrefixMatch& match) const {
+  std::vector<int32_t> positions;
+  const int32_t page_size = layout_.page_size;
+  for (size_t b = 0; b < match.nodes.size(); ++b) {
+    const NodeId id = match.nodes[b];
+    const Node& n = nodes_[static_cast<size_t>(id)];
+    const auto first_token = static_cast<int32_t>(b) * page_size;
+    if (n.segment_first < 0) {
+      for (int32_t i = 0; i < page_size; ++i) positions.push_back(first_token + i);
+    } else if (n.segment_first == id) {
+      for (int32_t offset : segment_kept_offsets_.at(id)) positions.push_back(first_token + offset);
+    }
+  }
+  return positions;
 }
 
 Status RadixCache::check_segments() const {
@@ -396,6 +418,25 @@ Status RadixCache::check_segments() const {
       return internal_error("radix cache: segment [{}, {}] has {} nodes, {} name it", first, last,
                             length, count);
     }
+    const auto kept = segment_kept_offsets_.find(first);
+    int32_t num_resident = 0;
+    for (NodeId id = last;; id = nodes_[static_cast<size_t>(id)].parent) {
+      num_resident += nodes_[static_cast<size_t>(id)].resident ? 1 : 0;
+      if (id == first) break;
+    }
+    if (kept == segment_kept_offsets_.end() ||
+        static_cast<int32_t>(kept->second.size()) != num_resident * layout_.page_size ||
+        !std::is_sorted(kept->second.begin(), kept->second.end()) ||
+        std::adjacent_find(kept->second.begin(), kept->second.end()) != kept->second.end() ||
+        (!kept->second.empty() &&
+         (kept->second.front() < 0 || kept->second.back() >= length * layout_.page_size))) {
+      return internal_error("radix cache: segment [{}, {}] kept offsets do not fit its {} resident pages",
+                            first, last, num_resident);
+    }
+  }
+  if (segment_kept_offsets_.size() != num_members.size()) {
+    return internal_error("radix cache: {} kept-offset lists for {} segments", segment_kept_offsets_.size(),
+                          num_members.size());
   }
   return Status::ok();
 }

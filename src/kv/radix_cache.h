@@ -57,6 +57,9 @@ class RadixCache final {
     // [num_streams][num_resident_blocks], stream-major: PageTable::attach_prefix's order.
     std::vector<int32_t> pages;
     std::vector<BlockRange> pruned_segments;  // the pruned segments on the path, in order
+    // peek_prefix only: the positions the resident pages hold, in page order (an attaching sequence's stream
+    // slot i holds position [i]): every position of a whole block, a pruned segment's kept ones.
+    std::vector<int32_t> resident_positions;
 
     int32_t num_blocks() const { return static_cast<int32_t>(nodes.size()); }
     NodeId last_node() const { return nodes.empty() ? kRootNode : nodes.back(); }
@@ -84,8 +87,8 @@ class RadixCache final {
   // prompt is never matched entirely). Marks the matched nodes as accessed and counts query/hit
   // tokens.
   PrefixMatch match_prefix(std::span<const int32_t> tokens);
-  // The longest cached prefix of `tokens` in whole blocks (all of them may match), without touching the
-  // LRU order or the metrics: what inspection reports.
+  // The longest cached prefix of `tokens` in whole blocks (all of them may match), with the positions its
+  // resident pages hold, without touching the LRU order or the metrics: what inspection reports.
   PrefixMatch peek_prefix(std::span<const int32_t> tokens) const;
   // Pins `node` and its ancestors against eviction; calls nest. Precondition: `node` is a live
   // node and not inside a pruned segment (a match's or an insert's last node).
@@ -113,10 +116,12 @@ class RadixCache final {
                                              int32_t end_block) const;
   // The page of stream `stream` of a resident node.
   int32_t node_page(NodeId id, int32_t stream) const;
-  // Makes `nodes` (from prunable_nodes, nothing changed since) one pruned segment: the first
-  // `num_kept_blocks` keep their pages (the caller compacted the kept KV into them), the others release
+  // Makes `nodes` (from prunable_nodes, nothing changed since) one pruned segment that keeps the KV of
+  // `kept_offsets` (ascending token offsets from the segment's start, a whole number of pages): the first
+  // blocks keep their pages (the caller compacted the kept KV into them, in this order), the others release
   // theirs. Returns the pages that went back to the pool.
-  int32_t commit_prune(std::span<const NodeId> nodes, int32_t num_kept_blocks);
+  int32_t commit_prune(std::span<const NodeId> nodes, std::span<const int32_t> kept_offsets);
+
 
   int32_t num_nodes() const { return static_cast<int32_t>(by_hash_.size()); }  // cached blocks
   int64_t num_cached_pages() const { return int64_t{num_resident_nodes_} * layout_.num_streams(); }
@@ -157,6 +162,8 @@ class RadixCache final {
   // The child of `parent` for `block` (whose chained hash is `hash`), or -1.
   NodeId find_child(NodeId parent, uint64_t hash, std::span<const int32_t> block) const;
   NodeId new_node(NodeId parent, uint64_t hash, std::span<const int32_t> block);
+  // The positions whose KV the resident pages of `match` hold (PrefixMatch::resident_positions).
+  std::vector<int32_t> resident_positions(const PrefixMatch& match) const;
   // Removes a leaf; a pruned segment's last node takes the whole segment with it.
   void remove_leaf(NodeId id, int32_t* num_freed);
   void touch(NodeId id, uint64_t tick);
@@ -172,6 +179,8 @@ class RadixCache final {
   std::vector<NodeId> free_node_ids_;             // dead slots to reuse
   std::unordered_map<uint64_t, NodeId> by_hash_;  // chained hash -> node, every live non-root node
   std::set<std::pair<uint64_t, NodeId>> lru_;     // (last_access, node) of every unlocked leaf
+  // Per pruned segment (by its first node): the kept token offsets from its start, ascending.
+  std::unordered_map<NodeId, std::vector<int32_t>> segment_kept_offsets_;
   int32_t num_locked_nodes_ = 0;
   int32_t num_resident_nodes_ = 0;         // live non-root nodes that hold pages
   int32_t num_locked_resident_nodes_ = 0;  // of those, the locked ones

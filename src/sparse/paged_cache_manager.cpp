@@ -255,7 +255,7 @@ Result<int32_t> PagedCacheManager::prune_prefix(std::span<const int32_t> tokens,
       std::fill(prune_lengths_.begin(), prune_lengths_.end(), num_blocks * l.page_size);
     }
   }
-  return radix_->commit_prune(nodes, num_kept / l.page_size);
+  return radix_->commit_prune(nodes, kept);
 }
 
 Status PagedCacheManager::check_integrity() const {

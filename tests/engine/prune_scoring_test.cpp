@@ -1,8 +1,9 @@
 // The snapkv_global scoring pass on the tiny model: on top of the engine's cached prefix it gives the scores of
 // the scratch sequence that recomputes everything, leaves the cache as it was (no page taken, nothing inserted or
-// locked), and attaches a prefix with a pruned segment only up to that segment.
+// locked), and on a pruned prefix scores what the prefix keeps (the positions it dropped never win).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -92,17 +93,30 @@ TEST_F(PruneScoringTest, ScoresOnTheCachedPrefixEqualAFullRecompute) {
   expect_close(*on_cache, *recomputed);
 }
 
-TEST_F(PruneScoringTest, APrunedPrefixIsAttachedOnlyUpToItsSegment) {
+TEST_F(PruneScoringTest, APrunedPrefixIsScoredOverWhatItKeeps) {
   const auto tokens = random_tokens(61, 4);
   cache_prompt(tokens);
-  ASSERT_TRUE(cache_->prune_prefix(tokens, {2, 6}, std::vector<int32_t>{8, 9, 10, 11}, {}).is_ok());
+  const std::vector<int32_t> kept = {9, 10, 17, 20};  // one page of the segment [8, 24)
+  ASSERT_TRUE(cache_->prune_prefix(tokens, {2, 6}, kept, {}).is_ok());
   const int64_t hits_before = cache_->num_prefix_hit_tokens();
+  const int64_t free_before = cache_->num_free_pages();
   auto scores = score_positions(model_, tokens, options(true));
   ASSERT_TRUE(scores.is_ok()) << scores.status().to_string();
-  EXPECT_EQ(cache_->num_prefix_hit_tokens() - hits_before, 2 * kPageSize);  // the blocks before the segment
-  auto recomputed = score_positions(model_, tokens, options(false));
-  ASSERT_TRUE(recomputed.is_ok());
-  expect_close(*scores, *recomputed);
+  // The whole cached prefix before the window is attached, the pruned segment included...
+  EXPECT_EQ(cache_->num_prefix_hit_tokens() - hits_before, (61 - 8) / kPageSize * kPageSize);
+  EXPECT_EQ(cache_->num_free_pages(), free_before);
+  // ...so the positions it dropped score -inf, the kept ones and the rest a real score, the window +inf.
+  for (int32_t j = 0; j < 61; ++j) {
+    const float s = (*scores)[static_cast<size_t>(j)];
+    const bool dropped = j >= 8 && j < 24 && std::find(kept.begin(), kept.end(), j) == kept.end();
+    if (dropped) {
+      EXPECT_TRUE(std::isinf(s) && s < 0) << j;
+    } else if (j >= 61 - 8) {
+      EXPECT_TRUE(std::isinf(s) && s > 0) << j;
+    } else {
+      EXPECT_TRUE(std::isfinite(s) && s > 0) << j;
+    }
+  }
   EXPECT_TRUE(cache_->check_integrity().is_ok());
 }
 

@@ -40,7 +40,9 @@ class PrefixPruneTest : public ::testing::Test {
     auto nodes = cache_.prunable_nodes(tokens, first, end);
     EXPECT_TRUE(nodes.is_ok()) << nodes.status().to_string();
     if (!nodes.is_ok()) return -1;
-    const int32_t freed = cache_.commit_prune(*nodes, kept);
+    std::vector<int32_t> kept_offsets(static_cast<size_t>(kept) * 4);
+    std::iota(kept_offsets.begin(), kept_offsets.end(), 0);
+    const int32_t freed = cache_.commit_prune(*nodes, kept_offsets);
     expect_intact();
     return freed;
   }
@@ -89,6 +91,10 @@ TEST_F(PrefixPruneTest, PrunedPrefixStillMatchesWithItsResidentPages) {
   ASSERT_EQ(match.pruned_segments.size(), 1U);
   EXPECT_EQ(match.pruned_segments[0].first_block, 1);
   EXPECT_EQ(match.pruned_segments[0].end_block, 5);
+  // The positions those pages hold: block 0, the kept offsets 0..7 of the segment from token 4, block 5.
+  const auto peeked = cache_.peek_prefix(tokens);
+  EXPECT_EQ(peeked.resident_positions,
+            (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 20, 21, 22, 23}));
   // Stream-major resident pages: the segment's first two nodes keep their own pages.
   for (int32_t s = 0; s < kStreams; ++s) {
     const auto row = std::span(match.pages).subspan(static_cast<size_t>(s) * 4, 4);

@@ -105,6 +105,7 @@ TEST_F(PagedPruneTest, KeptPositionsMoveInOrderAndThePrefixStillMatches) {
   EXPECT_EQ(*cached, 24);
   EXPECT_EQ(cache_->num_logical_tokens(1), 24);
   const std::vector<int32_t> resident = {0, 1, 2, 3, 5, 6, 7, 9, 10, 17, 18, 19, 20, 21, 22, 23};
+  EXPECT_EQ(inspection->resident_positions, resident);
   for (int layer = 0; layer < kLayers; ++layer) {
     for (int h = 0; h < kKvHeads; ++h) {
       ASSERT_EQ(cache_->stream_length(1, layer, h), 16);

@@ -3,7 +3,8 @@
 // position shared by every stream). Dense attention, no eviction; it only records scores. Engine thread only.
 //
 // For a token sequence of T tokens and window w (the last w tokens), whose last forward computes at least the
-// window's rows on top of a stream that holds every earlier position (a dense cached prefix, or nothing):
+// window's rows on top of an attached prefix whose stream slots hold the positions set_attached_positions names
+// (a cached prefix, pruned segments included; none by default). Positions held nowhere score -inf. Then:
 //   1. per layer l and query head h: p[l, h, j] = sum over the window rows r of softmax_r(q_r . k_j * scale)[j]
 //      (backend attention_scores, ScoreReduce::kSum: fp32 softmax over all keys, causal inside the window);
 //   2. s[j] = sum over layers of the mean over query heads of p[l, h, j];
@@ -30,6 +31,8 @@ class SnapKvGlobalScorer final : public MethodRuntime {
   const MethodTraits& traits() const override { return traits_; }
   const nlohmann::ordered_json& config() const override { return config_; }
 
+  // The positions the slots of the prefix the sequence attached hold, ascending (slot i holds [i]).
+  void set_attached_positions(std::vector<int32_t> positions) { attached_positions_ = std::move(positions); }
   void on_attention_end(LayerContext& ctx) override;
   // {"window": w, "scores": the pooled prefix scores [T - w]} (the window's are +inf), or null.
   nlohmann::json debug_state(int32_t seq) const override;
@@ -42,6 +45,8 @@ class SnapKvGlobalScorer final : public MethodRuntime {
   MethodTraits traits_;  // the defaults: dense, full history
   nlohmann::ordered_json config_;
   int32_t window_;
+  std::vector<int32_t> attached_positions_;
+  std::vector<int32_t> slot_positions_;  // [stream length] the position each slot holds, this forward
   int32_t num_tokens_ = 0;           // T of the prefill scored so far
   int num_scored_layers_ = 0;
   std::vector<float> layer_sum_;     // [T] step 2 so far
