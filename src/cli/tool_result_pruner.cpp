@@ -23,10 +23,19 @@ void ToolResultPruner::record_error(const std::string& error) {
 
 nlohmann::json ToolResultPruner::post(const std::string& path, const nlohmann::json& body) {
   httplib::Result res = client_.Post(path, body.dump(), "application/json");
-  if (!res) return record_error(path + ": connection failed: " + httplib::to_string(res.error())), nullptr;
-  if (res->status / 100 != 2) return record_error(fmt::format("{}: HTTP {}: {}", path, res->status, res->body)), nullptr;
+  if (!res) {
+    record_error(path + ": connection failed: " + httplib::to_string(res.error()));
+    return nullptr;
+  }
+  if (res->status / 100 != 2) {
+    record_error(fmt::format("{}: HTTP {}: {}", path, res->status, res->body));
+    return nullptr;
+  }
   nlohmann::json answer = nlohmann::json::parse(res->body, nullptr, false);
-  if (answer.is_discarded()) return record_error(path + ": the answer is not JSON"), nullptr;
+  if (answer.is_discarded()) {
+    record_error(path + ": the answer is not JSON");
+    return nullptr;
+  }
   return answer;
 }
 

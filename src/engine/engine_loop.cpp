@@ -128,9 +128,13 @@ Result<std::string> EngineLoop::submit_prune(PruneRequest request) {
       return invalid_argument("token id {} is outside the vocabulary (size {})", id, vocab_size);
   std::string prune_id = prunes_.add_queued();
   SE_RETURN_IF_ERROR(post([this, prune_id, request = std::move(request)] {
-    PruneStatus status = config_.device == Device::kCpu
-                             ? run_prune(request, *cache_, *method_, *bundle_.model, method_environment(bundle_))
-                             : PruneStatus{{}, PruneState::kFailed, "prune scoring runs on the CPU backend only", {}, 0};
+    PruneStatus status;
+    if (config_.device == Device::kCpu) {
+      status = run_prune(request, *cache_, *method_, *bundle_.model, method_environment(bundle_));
+    } else {
+      status.state = PruneState::kFailed;
+      status.reason = "prune scoring runs on the CPU backend only";
+    }
     status.prune_id = prune_id;
     prunes_.set(std::move(status));
   }));

@@ -2,11 +2,10 @@
 // engine's own cache when it can: a scratch sequence attaches the cached prefix before the window (locked, read
 // only; a pruned segment's kept KV is what a request reusing it attends to, and its dropped positions score
 // -inf) and computes only the tokens after it, the window among them, through a controller of its own (the
-// engine's method never sees it); its pages go back right after, nothing is inserted into the prefix cache. Otherwise (too few free pages to take without evicting, kvzip_global's reconstruction
-// passes) the tokens run through the model in a scratch sequence with its own CPU KV pool
-// (TeacherForcedSequence). Either way
-// neither running requests nor cached state change. Runs on the caller's thread (the engine thread, between
-// steps).
+// engine's method never sees it); its pages go back right after, nothing is inserted into the prefix cache.
+// Otherwise (too few free pages to take without evicting, kvzip_global's reconstruction passes) the tokens run
+// through the model in a scratch sequence with its own CPU KV pool (TeacherForcedSequence). Either way neither
+// running requests nor cached state change. Runs on the caller's thread (the engine thread, between steps).
 #pragma once
 
 #include <cstdint>

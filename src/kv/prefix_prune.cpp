@@ -4,7 +4,8 @@
 
 namespace se {
 
-RadixCache::BlockRange blocks_inside(TokenRange range, int32_t page_size, int32_t num_cached_blocks) {
+RadixCache::BlockRange blocks_inside(TokenRange range, int32_t page_size,
+                                     int32_t num_cached_blocks) {
   const int32_t first = (std::max(range.start, 0) + page_size - 1) / page_size;
   const int32_t end = std::min(std::max(range.end, 0) / page_size, num_cached_blocks);
   return end > first ? RadixCache::BlockRange{first, end} : RadixCache::BlockRange{first, first};

@@ -102,8 +102,8 @@ RadixCache::PrefixMatch RadixCache::walk(std::span<const int32_t> tokens, size_t
     match.nodes.push_back(child);
     parent = child;
   }
-  // A match ending inside a pruned segment stops before it: the segment's kept KV comes from positions
-  // the request's own prefix may not reach.
+  // A match ending inside a pruned segment stops before it: the segment's kept KV comes from
+  // positions the request's own prefix may not reach.
   if (whole_segments && !match.nodes.empty() && is_inner_segment_node(match.nodes.back())) {
     const NodeId first = nodes_[static_cast<size_t>(match.nodes.back())].segment_first;
     while (match.nodes.back() != first) match.nodes.pop_back();
@@ -117,8 +117,8 @@ RadixCache::PrefixMatch RadixCache::walk(std::span<const int32_t> tokens, size_t
     if (n.resident) resident.push_back(id);
     if (n.segment_first >= 0 && n.segment_last == id) {
       const auto first = std::find(match.nodes.begin(), match.nodes.end(), n.segment_first);
-      match.pruned_segments.push_back({static_cast<int32_t>(first - match.nodes.begin()),
-                                       static_cast<int32_t>(b) + 1});
+      match.pruned_segments.push_back(
+          {static_cast<int32_t>(first - match.nodes.begin()), static_cast<int32_t>(b) + 1});
     }
   }
   const auto num_streams = static_cast<size_t>(layout_.num_streams());
@@ -146,7 +146,8 @@ RadixCache::PrefixMatch RadixCache::match_prefix(std::span<const int32_t> tokens
 }
 
 RadixCache::PrefixMatch RadixCache::peek_prefix(std::span<const int32_t> tokens) const {
-  PrefixMatch match = walk(tokens, tokens.size() / static_cast<size_t>(layout_.page_size), /*whole_segments=*/true);
+  PrefixMatch match =
+      walk(tokens, tokens.size() / static_cast<size_t>(layout_.page_size), /*whole_segments=*/true);
   match.resident_positions = resident_positions(match);
   return match;
 }
@@ -155,7 +156,8 @@ void RadixCache::lock(NodeId node) {
   SE_CHECK(node >= 0 && node < static_cast<NodeId>(nodes_.size()) &&
                nodes_[static_cast<size_t>(node)].live,
            "radix cache: lock of dead node {}", node);
-  SE_CHECK(!is_inner_segment_node(node), "radix cache: lock of node {} inside a pruned segment", node);
+  SE_CHECK(!is_inner_segment_node(node), "radix cache: lock of node {} inside a pruned segment",
+           node);
   for (NodeId id = node; id != kRootNode; id = nodes_[static_cast<size_t>(id)].parent) {
     Node& n = nodes_[static_cast<size_t>(id)];
     if (n.lock_ref++ == 0) {
@@ -219,8 +221,8 @@ Result<RadixCache::InsertResult> RadixCache::insert(std::span<const int32_t> tok
         view.num_streams, view.page_size, num_streams, layout_.page_size);
   }
   if (num_unresident_blocks < 0 || num_unresident_blocks > num_blocks) {
-    return invalid_argument("radix cache: {} unresident blocks for {} blocks", num_unresident_blocks,
-                            num_blocks);
+    return invalid_argument("radix cache: {} unresident blocks for {} blocks",
+                            num_unresident_blocks, num_blocks);
   }
   const int32_t num_pages = num_blocks - num_unresident_blocks;  // per stream
   for (int32_t s = 0; s < num_streams; ++s) {
@@ -263,7 +265,8 @@ Result<RadixCache::InsertResult> RadixCache::insert(std::span<const int32_t> tok
     update_lru(child);
     parent = child;
   }
-  // The sequence may stop inside a segment; it uses its own pages there, so the lock stops before it.
+  // The sequence may stop inside a segment; it uses its own pages there, so the lock stops before
+  // it.
   if (is_inner_segment_node(parent)) {
     parent = nodes_[static_cast<size_t>(nodes_[static_cast<size_t>(parent)].segment_first)].parent;
   }
@@ -299,8 +302,8 @@ int32_t RadixCache::evict(int32_t num_pages_needed) {
 }
 
 Result<std::vector<RadixCache::NodeId>> RadixCache::prunable_nodes(std::span<const int32_t> tokens,
-                                                                  int32_t first_block,
-                                                                  int32_t end_block) const {
+                                                                   int32_t first_block,
+                                                                   int32_t end_block) const {
   if (first_block < 0 || first_block >= end_block ||
       static_cast<size_t>(end_block) * static_cast<size_t>(layout_.page_size) > tokens.size()) {
     return invalid_argument("radix cache: blocks [{}, {}) of {} tokens", first_block, end_block,
@@ -308,16 +311,17 @@ Result<std::vector<RadixCache::NodeId>> RadixCache::prunable_nodes(std::span<con
   }
   const PrefixMatch path = walk(tokens, static_cast<size_t>(end_block), /*whole_segments=*/false);
   if (path.num_blocks() < end_block) {
-    return failed_precondition("blocks [{}, {}) are not all cached: the cache holds {} leading blocks",
-                               first_block, end_block, path.num_blocks());
+    return failed_precondition(
+        "blocks [{}, {}) are not all cached: the cache holds {} leading blocks", first_block,
+        end_block, path.num_blocks());
   }
   std::vector<NodeId> nodes(path.nodes.begin() + first_block, path.nodes.end());
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node& n = nodes_[static_cast<size_t>(nodes[i])];
     const auto block = first_block + static_cast<int32_t>(i);
     if (n.segment_first >= 0) {
-      return failed_precondition("blocks [{}, {}) overlap a pruned segment at block {}", first_block,
-                                 end_block, block);
+      return failed_precondition("blocks [{}, {}) overlap a pruned segment at block {}",
+                                 first_block, end_block, block);
     }
     if (i + 1 < nodes.size() && n.num_children != 1) {
       return failed_precondition(
@@ -336,7 +340,8 @@ Result<std::vector<RadixCache::NodeId>> RadixCache::prunable_nodes(std::span<con
   return nodes;
 }
 
-int32_t RadixCache::commit_prune(std::span<const NodeId> nodes, std::span<const int32_t> kept_offsets) {
+int32_t RadixCache::commit_prune(std::span<const NodeId> nodes,
+                                 std::span<const int32_t> kept_offsets) {
   const auto num_kept = static_cast<int32_t>(kept_offsets.size());
   const int32_t num_kept_blocks = num_kept / layout_.page_size;
   SE_CHECK(!nodes.empty() && num_kept % layout_.page_size == 0 &&
@@ -384,15 +389,17 @@ Status RadixCache::check_segments() const {
     if (n.live && n.segment_first >= 0) ++num_members[n.segment_first];
   }
   for (const auto& [first, count] : num_members) {
-    if (first <= 0 || first >= static_cast<NodeId>(num_slots) || !nodes_[static_cast<size_t>(first)].live) {
+    if (first <= 0 || first >= static_cast<NodeId>(num_slots) ||
+        !nodes_[static_cast<size_t>(first)].live) {
       return internal_error("radix cache: {} nodes name dead segment start {}", count, first);
     }
     const NodeId last = nodes_[static_cast<size_t>(first)].segment_last;
-    if (last <= 0 || last >= static_cast<NodeId>(num_slots) || !nodes_[static_cast<size_t>(last)].live) {
+    if (last <= 0 || last >= static_cast<NodeId>(num_slots) ||
+        !nodes_[static_cast<size_t>(last)].live) {
       return internal_error("radix cache: segment from node {} ends at dead node {}", first, last);
     }
-    // Walk up from the last node: every member names this segment; inner nodes have one child and its
-    // locks; resident nodes precede the pruned-away ones.
+    // Walk up from the last node: every member names this segment; inner nodes have one child and
+    // its locks; resident nodes precede the pruned-away ones.
     int32_t length = 0;
     NodeId child = -1;
     for (NodeId id = last;; id = nodes_[static_cast<size_t>(id)].parent) {
@@ -402,14 +409,14 @@ Status RadixCache::check_segments() const {
                               last);
       }
       ++length;
-      if (child >= 0 && (n.num_children != 1 ||
-                         n.lock_ref != nodes_[static_cast<size_t>(child)].lock_ref)) {
+      if (child >= 0 &&
+          (n.num_children != 1 || n.lock_ref != nodes_[static_cast<size_t>(child)].lock_ref)) {
         return internal_error("radix cache: inner segment node {} has {} children, lock count {}",
                               id, n.num_children, n.lock_ref);
       }
       if (!n.resident && child >= 0 && nodes_[static_cast<size_t>(child)].resident) {
-        return internal_error("radix cache: segment [{}, {}] has a resident node after a pruned one",
-                              first, last);
+        return internal_error(
+            "radix cache: segment [{}, {}] has a resident node after a pruned one", first, last);
       }
       if (id == first) break;
       child = id;
@@ -430,13 +437,14 @@ Status RadixCache::check_segments() const {
         std::adjacent_find(kept->second.begin(), kept->second.end()) != kept->second.end() ||
         (!kept->second.empty() &&
          (kept->second.front() < 0 || kept->second.back() >= length * layout_.page_size))) {
-      return internal_error("radix cache: segment [{}, {}] kept offsets do not fit its {} resident pages",
-                            first, last, num_resident);
+      return internal_error(
+          "radix cache: segment [{}, {}] kept offsets do not fit its {} resident pages", first,
+          last, num_resident);
     }
   }
   if (segment_kept_offsets_.size() != num_members.size()) {
-    return internal_error("radix cache: {} kept-offset lists for {} segments", segment_kept_offsets_.size(),
-                          num_members.size());
+    return internal_error("radix cache: {} kept-offset lists for {} segments",
+                          segment_kept_offsets_.size(), num_members.size());
   }
   return Status::ok();
 }
@@ -483,7 +491,8 @@ Status RadixCache::check_integrity() const {
     if (n.lock_ref > 0) ++num_locked;
     if (!n.resident) {
       for (int32_t page : node_pages(id)) {
-        if (page != -1) return internal_error("radix cache: pruned node {} lists page {}", id, page);
+        if (page != -1)
+          return internal_error("radix cache: pruned node {} lists page {}", id, page);
       }
       continue;
     }
@@ -549,4 +558,3 @@ Status RadixCache::check_integrity() const {
 }
 
 }  // namespace se
-

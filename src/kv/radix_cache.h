@@ -4,11 +4,12 @@
 // with one pool reference per page (see block_pool.h). Idle leaves are evicted in LRU order of
 // their last access (a logical clock). Engine thread only.
 //
-// Pruned segments (prefix_prune.h): an application may prune a run of idle blocks to the KV of a few kept
-// positions. The segment's nodes keep their tokens and hashes, so it still matches by tokens; the kept KV is
-// compacted into the pages of its first nodes (resident), the later nodes hold no page. A match or a lock
-// takes a segment only as a whole (a request that stopped inside it would read kept KV from positions past
-// its own prefix), no branch grows under an inner segment node, and eviction removes a segment as one unit.
+// Pruned segments (prefix_prune.h): an application may prune a run of idle blocks to the KV of a
+// few kept positions. The segment's nodes keep their tokens and hashes, so it still matches by
+// tokens; the kept KV is compacted into the pages of its first nodes (resident), the later nodes
+// hold no page. A match or a lock takes a segment only as a whole (a request that stopped inside it
+// would read kept KV from positions past its own prefix), no branch grows under an inner segment
+// node, and eviction removes a segment as one unit.
 //
 // SAFETY: node ids and the page ids of a PrefixMatch are valid only while the matched nodes are
 // locked. Lock the match (lock(match.last_node())) before any other call that can evict; unlock
@@ -17,8 +18,9 @@
 // Invariants (check_integrity): every non-root node is reachable from the root and indexed by its
 // chained hash; child counts are exact; a node's lock count is >= the sum of its children's; the
 // LRU set holds exactly the unlocked leaves; every held page is in use in the pool and held by one
-// node only; a pruned segment is a chain of nodes whose inner nodes have exactly one child and the lock
-// count of that child, whose resident nodes come first, and whose members all name its first and last node.
+// node only; a pruned segment is a chain of nodes whose inner nodes have exactly one child and the
+// lock count of that child, whose resident nodes come first, and whose members all name its first
+// and last node.
 #pragma once
 
 #include <cstdint>
@@ -51,14 +53,16 @@ class RadixCache final {
   };
 
   struct PrefixMatch {
-    int32_t num_cached_tokens = 0;    // logical: num_blocks() * page_size
-    int32_t num_resident_blocks = 0;  // matched blocks that hold pages (all but the pruned-away ones)
-    std::vector<NodeId> nodes;        // [num_blocks] root-to-deepest path, one node per matched block
+    int32_t num_cached_tokens = 0;  // logical: num_blocks() * page_size
+    int32_t num_resident_blocks =
+        0;                      // matched blocks that hold pages (all but the pruned-away ones)
+    std::vector<NodeId> nodes;  // [num_blocks] root-to-deepest path, one node per matched block
     // [num_streams][num_resident_blocks], stream-major: PageTable::attach_prefix's order.
     std::vector<int32_t> pages;
     std::vector<BlockRange> pruned_segments;  // the pruned segments on the path, in order
-    // peek_prefix only: the positions the resident pages hold, in page order (an attaching sequence's stream
-    // slot i holds position [i]): every position of a whole block, a pruned segment's kept ones.
+    // peek_prefix only: the positions the resident pages hold, in page order (an attaching
+    // sequence's stream slot i holds position [i]): every position of a whole block, a pruned
+    // segment's kept ones.
     std::vector<int32_t> resident_positions;
 
     int32_t num_blocks() const { return static_cast<int32_t>(nodes.size()); }
@@ -71,8 +75,8 @@ class RadixCache final {
     // Blocks already cached: the cache kept its own pages; the caller's copies stay the caller's to
     // release (its page table does so when it frees).
     int32_t num_cached_blocks = 0;
-    // Deepest node of the inserted path that a lock may name (never inside a pruned segment): lock it to pin
-    // the new blocks while the request runs.
+    // Deepest node of the inserted path that a lock may name (never inside a pruned segment): lock
+    // it to pin the new blocks while the request runs.
     NodeId last_node = kRootNode;
   };
 
@@ -87,8 +91,9 @@ class RadixCache final {
   // prompt is never matched entirely). Marks the matched nodes as accessed and counts query/hit
   // tokens.
   PrefixMatch match_prefix(std::span<const int32_t> tokens);
-  // The longest cached prefix of `tokens` in whole blocks (all of them may match), with the positions its
-  // resident pages hold, without touching the LRU order or the metrics: what inspection reports.
+  // The longest cached prefix of `tokens` in whole blocks (all of them may match), with the
+  // positions its resident pages hold, without touching the LRU order or the metrics: what
+  // inspection reports.
   PrefixMatch peek_prefix(std::span<const int32_t> tokens) const;
   // Pins `node` and its ancestors against eviction; calls nest. Precondition: `node` is a live
   // node and not inside a pruned segment (a match's or an insert's last node).
@@ -116,12 +121,11 @@ class RadixCache final {
                                              int32_t end_block) const;
   // The page of stream `stream` of a resident node.
   int32_t node_page(NodeId id, int32_t stream) const;
-  // Makes `nodes` (from prunable_nodes, nothing changed since) one pruned segment that keeps the KV of
-  // `kept_offsets` (ascending token offsets from the segment's start, a whole number of pages): the first
-  // blocks keep their pages (the caller compacted the kept KV into them, in this order), the others release
-  // theirs. Returns the pages that went back to the pool.
+  // Makes `nodes` (from prunable_nodes, nothing changed since) one pruned segment that keeps the KV
+  // of `kept_offsets` (ascending token offsets from the segment's start, a whole number of pages):
+  // the first blocks keep their pages (the caller compacted the kept KV into them, in this order),
+  // the others release theirs. Returns the pages that went back to the pool.
   int32_t commit_prune(std::span<const NodeId> nodes, std::span<const int32_t> kept_offsets);
-
 
   int32_t num_nodes() const { return static_cast<int32_t>(by_hash_.size()); }  // cached blocks
   int64_t num_cached_pages() const { return int64_t{num_resident_nodes_} * layout_.num_streams(); }
@@ -145,7 +149,7 @@ class RadixCache final {
     int32_t lock_ref = 0;  // locks of this node plus locks of its descendants
     bool live = false;
     bool in_lru = false;
-    bool resident = true;     // holds one page per stream (false: pruned away, its pages are -1)
+    bool resident = true;       // holds one page per stream (false: pruned away, its pages are -1)
     NodeId segment_first = -1;  // the pruned segment this node belongs to, or -1
     NodeId segment_last = -1;
     uint64_t hash = 0;
@@ -156,8 +160,8 @@ class RadixCache final {
   std::span<const int32_t> node_pages(NodeId id) const;
   // True for a node of a pruned segment other than its last: a match or lock must not end there.
   bool is_inner_segment_node(NodeId id) const;
-  // The matched path of `tokens` over at most `max_blocks` blocks; with `whole_segments`, cut before a
-  // segment it would end in (what a request may use), else as far as the tokens match.
+  // The matched path of `tokens` over at most `max_blocks` blocks; with `whole_segments`, cut
+  // before a segment it would end in (what a request may use), else as far as the tokens match.
   PrefixMatch walk(std::span<const int32_t> tokens, size_t max_blocks, bool whole_segments) const;
   // The child of `parent` for `block` (whose chained hash is `hash`), or -1.
   NodeId find_child(NodeId parent, uint64_t hash, std::span<const int32_t> block) const;

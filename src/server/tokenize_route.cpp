@@ -30,8 +30,9 @@ void handle_tokenize(ServerContext& ctx, const httplib::Request& req, httplib::R
   if (!body.is_ok()) return send_error(res, body.error());
   ApiResult<std::vector<int32_t>> tokens = tokenize(ctx, body.value());
   if (!tokens.is_ok()) return send_error(res, tokens.error());
-  res.set_content(dump_json({{"count", tokens->size()}, {"max_model_len", ctx.max_model_len}, {"tokens", tokens.value()}}),
-                  "application/json");
+  const nlohmann::json out = {
+      {"count", tokens->size()}, {"max_model_len", ctx.max_model_len}, {"tokens", tokens.value()}};
+  res.set_content(dump_json(out), "application/json");
 }
 
 }  // namespace se::server

@@ -236,24 +236,23 @@ Result<int32_t> PagedCacheManager::prune_prefix(std::span<const int32_t> tokens,
                               first_token + num_blocks * l.page_size, kept_positions[i], i);
   }
   // Per layer, one sequence over the segment's pages (every KV head a stream of num_blocks full pages); the
-  // kept tokens move to its front, in order, so they land in the pages of the first blocks.
-  prune_pages_.resize(static_cast<size_t>(l.num_kv_heads) * static_cast<size_t>(num_blocks));
-  prune_lengths_.assign(static_cast<size_t>(l.num_kv_heads), num_blocks * l.page_size);
+  // kept tokens move to its front, in order, so they land in the pages of the first blocks. The same pages with
+  // the kept tokens as new rows tell the method which pages were rewritten.
+  std::vector<int32_t> pages(static_cast<size_t>(l.num_kv_heads) * static_cast<size_t>(num_blocks));  // [Hkv][n]
+  const std::vector<int32_t> segment_lengths(static_cast<size_t>(l.num_kv_heads), num_blocks * l.page_size);
+  const std::vector<int32_t> kept_lengths(static_cast<size_t>(l.num_kv_heads), num_kept);
+  const std::vector<SeqKvView> segment = {SeqKvView{pages.data(), num_blocks, segment_lengths.data()}};
+  const std::vector<SeqKvView> rewritten = {SeqKvView{pages.data(), num_blocks, kept_lengths.data()}};
   const std::vector<int32_t> segment_q_indptr = {0, 0};
   const std::vector<int32_t> rewritten_q_indptr = {0, num_kept};
   for (int layer = 0; layer < l.num_layers; ++layer) {
     for (int h = 0; h < l.num_kv_heads; ++h)
       for (int32_t b = 0; b < num_blocks; ++b)
-        prune_pages_[static_cast<size_t>(h * num_blocks + b)] = radix_->node_page(nodes[static_cast<size_t>(b)],
-                                                                                  l.stream(layer, h));
-    const std::vector<SeqKvView> segment = {SeqKvView{prune_pages_.data(), num_blocks, prune_lengths_.data()}};
+        pages[static_cast<size_t>(h * num_blocks + b)] = radix_->node_page(nodes[static_cast<size_t>(b)],
+                                                                           l.stream(layer, h));
     const AttentionView view = make_view(segment, segment_q_indptr);
     for (int h = 0; h < l.num_kv_heads; ++h) compact_kv(view, 0, h, kept);
-    if (pages_rewritten && num_kept > 0) {
-      std::fill(prune_lengths_.begin(), prune_lengths_.end(), num_kept);
-      pages_rewritten(layer, make_view(segment, rewritten_q_indptr));
-      std::fill(prune_lengths_.begin(), prune_lengths_.end(), num_blocks * l.page_size);
-    }
+    if (pages_rewritten && num_kept > 0) pages_rewritten(layer, make_view(rewritten, rewritten_q_indptr));
   }
   return radix_->commit_prune(nodes, kept);
 }

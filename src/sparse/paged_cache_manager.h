@@ -77,8 +77,6 @@ class PagedCacheManager final : public CacheManager {
   std::vector<SeqKvView> seq_views_;   // scratch of build_view
   std::vector<int32_t> one_q_indptr_ = {0, 0};  // scratch of build_sequence_view
   std::vector<SeqKvView> one_seq_view_;        // scratch of build_sequence_view
-  std::vector<int32_t> prune_pages_;           // scratch of prune_prefix: [num_kv_heads][num_blocks]
-  std::vector<int32_t> prune_lengths_;         // scratch of prune_prefix: [num_kv_heads]
 };
 
 }  // namespace se

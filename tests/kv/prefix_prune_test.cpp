@@ -1,9 +1,11 @@
-// Pruned segments of the radix cache (ids only; the KV compaction is tested with the paged cache manager).
+// Pruned segments of the radix cache (ids only; the KV compaction is tested with the paged cache
+// manager).
+#include "kv/prefix_prune.h"
+
 #include <gtest/gtest.h>
 
 #include <numeric>
 
-#include "kv/prefix_prune.h"
 #include "kv/radix_cache.h"
 
 namespace se {
@@ -11,7 +13,8 @@ namespace {
 
 // 2 layers x 2 KV heads = 4 streams, 4-token blocks.
 KvLayout small_layout() {
-  return KvLayout{.num_layers = 2, .num_kv_heads = 2, .head_dim = 2, .page_size = 4, .dtype = DType::kF32};
+  return KvLayout{
+      .num_layers = 2, .num_kv_heads = 2, .head_dim = 2, .page_size = 4, .dtype = DType::kF32};
 }
 constexpr int32_t kStreams = 4;
 
@@ -91,7 +94,8 @@ TEST_F(PrefixPruneTest, PrunedPrefixStillMatchesWithItsResidentPages) {
   ASSERT_EQ(match.pruned_segments.size(), 1U);
   EXPECT_EQ(match.pruned_segments[0].first_block, 1);
   EXPECT_EQ(match.pruned_segments[0].end_block, 5);
-  // The positions those pages hold: block 0, the kept offsets 0..7 of the segment from token 4, block 5.
+  // The positions those pages hold: block 0, the kept offsets 0..7 of the segment from token 4,
+  // block 5.
   const auto peeked = cache_.peek_prefix(tokens);
   EXPECT_EQ(peeked.resident_positions,
             (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 20, 21, 22, 23}));
@@ -150,8 +154,8 @@ TEST_F(PrefixPruneTest, InsertAfterAPrunedPrefixMapsPagesWithTheOffset) {
   const auto again = cache_.peek_prefix(longer);
   ASSERT_EQ(again.num_blocks(), 8);
   ASSERT_EQ(again.num_resident_blocks, 5);
-  EXPECT_EQ(again.pages[3], block6[0]);                 // stream 0, resident block #3 = block 6
-  EXPECT_EQ(again.pages[3 * 5 + 3], block6[1]);         // stream 3 = (layer 1, head 1)
+  EXPECT_EQ(again.pages[3], block6[0]);          // stream 0, resident block #3 = block 6
+  EXPECT_EQ(again.pages[3 * 5 + 3], block6[1]);  // stream 3 = (layer 1, head 1)
   EXPECT_TRUE(table.check_integrity().is_ok());
   cache_.unlock(inserted->last_node);
   table.free_all();
@@ -169,7 +173,8 @@ TEST_F(PrefixPruneTest, NoBranchGrowsInsideASegment) {
   auto inserted = cache_.insert(diverging, table.view());
   ASSERT_TRUE(inserted.is_ok());
   EXPECT_EQ(inserted->num_new_blocks, 0);  // stops under the inner node of block 1
-  EXPECT_EQ(inserted->last_node, cache_.peek_prefix(tokens).nodes[0]);  // the lock stops before the segment
+  EXPECT_EQ(inserted->last_node,
+            cache_.peek_prefix(tokens).nodes[0]);  // the lock stops before the segment
   EXPECT_EQ(cache_.num_nodes(), 6);
   table.free_all();
   expect_intact();
@@ -183,7 +188,8 @@ TEST_F(PrefixPruneTest, RefusesLockedOverlappingAndBranchingRanges) {
   insert_and_free(other);
   // Branch: block 2 has two children, so it cannot be inside a segment...
   auto branched = cache_.prunable_nodes(tokens, 1, 5);
-  EXPECT_EQ(branched.status().code(), StatusCode::kFailedPrecondition) << branched.status().to_string();
+  EXPECT_EQ(branched.status().code(), StatusCode::kFailedPrecondition)
+      << branched.status().to_string();
   // ...but a segment may end at it.
   EXPECT_TRUE(cache_.prunable_nodes(tokens, 1, 3).is_ok());
   // Locked by a running request: blocked.
@@ -193,7 +199,8 @@ TEST_F(PrefixPruneTest, RefusesLockedOverlappingAndBranchingRanges) {
   EXPECT_EQ(locked.status().code(), StatusCode::kUnavailable) << locked.status().to_string();
   cache_.unlock(match.last_node());
   // Not cached.
-  EXPECT_EQ(cache_.prunable_nodes(iota_tokens(24, 1), 0, 2).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(cache_.prunable_nodes(iota_tokens(24, 1), 0, 2).status().code(),
+            StatusCode::kFailedPrecondition);
   // Overlap with a pruned segment.
   prune(tokens, 0, 2, 1);
   EXPECT_EQ(cache_.prunable_nodes(tokens, 1, 3).status().code(), StatusCode::kFailedPrecondition);
