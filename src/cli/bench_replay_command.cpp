@@ -3,7 +3,9 @@
 // ignored, so every configuration generates the same amount). With --chain the first turn starts a chain
 // (chain_id null) and later turns continue it append-only (chain_id + chain_append_start), as an agent client of
 // the Chain Cache does; without it the server's radix cache (if any) finds what it can. A failed turn ends its
-// session. TTFT is the time to the first streamed content.
+// session. TTFT is the time to the first streamed content. With --prune-tool-results-lag K, before each turn the
+// tool result that entered the conversation K turns earlier is pruned in the server's radix prefix cache to
+// --prune-keep-tokens tokens (tool_result_pruner.h); the time that takes counts in the end-to-end time.
 #include "cli/bench_replay_command.h"
 
 #include <httplib.h>
@@ -20,6 +22,7 @@
 
 #include "cli/agent_trace.h"
 #include "cli/bench_client.h"
+#include "cli/tool_result_pruner.h"
 
 namespace se::cli {
 
@@ -32,6 +35,7 @@ struct BenchReplayOptions {
   AgentTraceOptions trace;
   int output_len = 64;
   bool chain = false;
+  ToolResultPruneOptions prune;
   std::string result_json;
 };
 
@@ -105,18 +109,28 @@ TurnMetrics run_turn(httplib::Client& client, const BenchReplayOptions& o, const
   return m;
 }
 
+struct SessionResult {
+  std::vector<TurnMetrics> turns;
+  ToolResultPruneStats prunes;
+};
+
 // One session's turns in order; stops at the first failed turn.
-std::vector<TurnMetrics> run_session(const std::string& base_url, const BenchReplayOptions& o,
-                                     const std::string& model, const AgentSession& session) {
+SessionResult run_session(const std::string& base_url, const BenchReplayOptions& o, const std::string& model,
+                          const AgentSession& session) {
   httplib::Client client(base_url);
   client.set_connection_timeout(30, 0);
   client.set_read_timeout(3600, 0);
+  ToolResultPruner pruner(client, o.prune);
   nlohmann::json messages = {{{"role", "system"}, {"content", session.system_prompt}},
                              {{"role", "user"}, {"content", session.task}}};
   std::vector<TurnMetrics> turns;
+  std::vector<size_t> tool_result_idx;  // message index of each tool result so far
   std::string chain_id;
   size_t append_start = 0;
   for (int t = 0; t < session.num_turns(); ++t) {
+    // Turn t sees tool results 0 .. t-1; the one from `lag` turns ago (t - 1 - lag) is pruned now.
+    if (o.prune.lag > 0 && t - 1 - o.prune.lag >= 0)
+      pruner.prune(messages, tool_result_idx[static_cast<size_t>(t - 1 - o.prune.lag)]);
     nlohmann::json chain_fields = nlohmann::json::object();
     if (o.chain && t == 0) chain_fields["chain_id"] = nullptr;
     if (o.chain && t > 0) chain_fields = {{"chain_id", chain_id}, {"chain_append_start", append_start}};
@@ -127,9 +141,10 @@ std::vector<TurnMetrics> run_session(const std::string& base_url, const BenchRep
     messages.push_back({{"role", "assistant"}, {"content", m.reply}});
     if (t + 1 == session.num_turns()) break;
     append_start = messages.size();
+    tool_result_idx.push_back(messages.size());
     messages.push_back({{"role", "user"}, {"content", session.tool_results[static_cast<size_t>(t)]}});
   }
-  return turns;
+  return {std::move(turns), pruner.stats()};
 }
 
 int run_bench_replay(const BenchReplayOptions& o) {
@@ -139,6 +154,11 @@ int run_bench_replay(const BenchReplayOptions& o) {
     std::fprintf(stderr, "error: sessions, turns, lengths must be positive and each max >= its min\n");
     return 2;
   }
+  if (o.prune.lag < 0 || o.prune.keep_tokens < 0 || (o.prune.lag > 0 && o.chain)) {
+    std::fprintf(stderr, "error: --prune-tool-results-lag and --prune-keep-tokens must be >= 0, and pruning works "
+                         "on the radix prefix cache (not with --chain)\n");
+    return 2;
+  }
   const std::string base_url = o.server.url();
   const Result<std::string> resolved = o.server.resolve_model();
   if (!resolved.is_ok()) return std::fprintf(stderr, "error: %s\n", resolved.status().message().c_str()), 1;
@@ -146,11 +166,12 @@ int run_bench_replay(const BenchReplayOptions& o) {
   const std::vector<AgentSession> sessions = make_agent_trace(t);
   int num_planned_turns = 0;
   for (const AgentSession& s : sessions) num_planned_turns += s.num_turns();
-  std::printf("bench replay: %s at %s, %d sessions, %d turns in all, %d output tokens per turn, chain %s\n",
+  std::printf("bench replay: %s at %s, %d sessions, %d turns in all, %d output tokens per turn, chain %s, tool "
+              "results pruned after %d turns (0 = never)\n",
               model.c_str(), base_url.c_str(), t.num_sessions, num_planned_turns, o.output_len,
-              o.chain ? "on" : "off");
+              o.chain ? "on" : "off", o.prune.lag);
 
-  std::vector<std::vector<TurnMetrics>> results(sessions.size());
+  std::vector<SessionResult> results(sessions.size());
   std::vector<std::thread> threads;
   const Clock::time_point start = Clock::now();
   for (size_t i = 0; i < sessions.size(); ++i)
@@ -162,8 +183,15 @@ int run_bench_replay(const BenchReplayOptions& o) {
   int64_t prompt_tokens = 0, cached_tokens = 0, output_tokens = 0;
   std::vector<double> ttfts;
   std::string first_error;
-  for (const auto& session : results) {
-    for (const TurnMetrics& m : session) {
+  ToolResultPruneStats prunes;
+  for (const SessionResult& session : results) {
+    prunes.completed += session.prunes.completed;
+    prunes.blocked += session.prunes.blocked;
+    prunes.failed += session.prunes.failed;
+    prunes.pages_freed += session.prunes.pages_freed;
+    prunes.seconds += session.prunes.seconds;
+    if (prunes.first_error.empty()) prunes.first_error = session.prunes.first_error;
+    for (const TurnMetrics& m : session.turns) {
       if (!m.ok) {
         if (first_error.empty()) first_error = m.error;
         continue;
@@ -190,7 +218,13 @@ int run_bench_replay(const BenchReplayOptions& o) {
                             {"output_throughput", static_cast<double>(output_tokens) / duration},
                             {"mean_ttft_ms", ttft.mean},
                             {"median_ttft_ms", ttft.median},
-                            {"p99_ttft_ms", ttft.p99}};
+                            {"p99_ttft_ms", ttft.p99},
+                            {"prune_tool_results_lag", o.prune.lag},
+                            {"prunes_completed", prunes.completed},
+                            {"prunes_blocked", prunes.blocked},
+                            {"prunes_failed", prunes.failed},
+                            {"prune_pages_freed", prunes.pages_freed},
+                            {"prune_seconds", prunes.seconds}};
   auto line = [](const char* name, const std::string& value) { std::printf("%-40s %s\n", name, value.c_str()); };
   std::printf("============ Agent Replay Result ============\n");
   line("Completed turns:", fmt::format("{} of {}", completed, num_planned_turns));
@@ -201,8 +235,15 @@ int run_bench_replay(const BenchReplayOptions& o) {
   line("Output tokens:", fmt::format("{}", output_tokens));
   line("Output token throughput (tok/s):", fmt::format("{:.2f}", r["output_throughput"].get<double>()));
   line("TTFT mean / median / P99 (ms):", fmt::format("{:.2f} / {:.2f} / {:.2f}", ttft.mean, ttft.median, ttft.p99));
+  if (o.prune.lag > 0) {
+    line("Prunes completed / blocked / failed:",
+         fmt::format("{} / {} / {}", prunes.completed, prunes.blocked, prunes.failed));
+    line("Pages freed by pruning:", fmt::format("{}", prunes.pages_freed));
+    line("Time in prunes, all sessions (s):", fmt::format("{:.2f}", prunes.seconds));
+  }
   std::printf("=============================================\n");
   if (!first_error.empty()) std::fprintf(stderr, "first error: %s\n", first_error.c_str());
+  if (!prunes.first_error.empty()) std::fprintf(stderr, "first prune error: %s\n", prunes.first_error.c_str());
   if (!o.result_json.empty()) {
     std::ofstream out(o.result_json);
     out << r.dump(2) << "\n";
@@ -229,6 +270,14 @@ void add_bench_replay_command(CLI::App& bench, int& exit_code) {
   cmd->add_option("--output-len", o->output_len, "generated tokens per turn (EOS ignored)")->capture_default_str();
   cmd->add_option("--seed", o->trace.seed, "seed of the trace")->capture_default_str();
   cmd->add_flag("--chain", o->chain, "continue each session as a Chain Cache chain (chain_id, chain_append_start)");
+  cmd->add_option("--prune-tool-results-lag", o->prune.lag,
+                  "prune each tool result in the radix prefix cache this many turns after it appeared (0 = never)")
+      ->capture_default_str();
+  cmd->add_option("--prune-keep-tokens", o->prune.keep_tokens, "tokens each pruned tool result keeps")
+      ->capture_default_str();
+  cmd->add_option("--prune-policy", o->prune.policy, "scoring policy of the prunes")
+      ->check(CLI::IsMember({"snapkv_global", "kvzip_global"}))
+      ->capture_default_str();
   cmd->add_option("--result-json", o->result_json, "write the metrics as JSON to this file");
   cmd->callback([o, &exit_code] { exit_code = run_bench_replay(*o); });
 }

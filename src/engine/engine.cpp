@@ -163,6 +163,13 @@ std::optional<ChainInfo> Engine::find_chain(const std::string& chain_id) const {
 std::vector<int32_t> Engine::chain_prefix(const std::string& chain_id) const {
   return loop_->chains() ? loop_->chains()->prefix(chain_id) : std::vector<int32_t>();
 }
+Result<std::string> Engine::submit_prune(PruneRequest request) { return loop_->submit_prune(std::move(request)); }
+std::optional<PruneStatus> Engine::prune_status(const std::string& prune_id) const {
+  return loop_->prune_status(prune_id);
+}
+Result<PrefixCacheInspection> Engine::inspect_prefix(std::vector<int32_t> tokens, bool as_prompt) {
+  return loop_->inspect_prefix(std::move(tokens), as_prompt);
+}
 const ModelBundle& Engine::bundle() const { return loop_->bundle(); }
 const EngineConfig& Engine::config() const { return loop_->config(); }
 

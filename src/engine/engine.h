@@ -13,6 +13,7 @@
 
 #include "engine/engine_config.h"
 #include "engine/engine_stats.h"
+#include "engine/prefix_prune_job.h"
 #include "engine/model_bundle.h"
 #include "engine/request_output.h"
 #include "engine/sampling_params.h"
@@ -33,6 +34,13 @@ struct GenerationRequest {
   std::vector<int32_t> prompt_ids;
   SamplingParams params;
   std::optional<ChainRequest> chain;
+};
+
+// What the radix prefix cache holds for a token sequence.
+struct PrefixCacheInspection {
+  int32_t num_cached_tokens = 0;    // logical tokens of the longest cached prefix (whole blocks)
+  int32_t num_resident_tokens = 0;  // of those, tokens whose KV is held (a pruned segment's dropped ones are not)
+  std::vector<TokenRange> pruned_segments;  // the pruned segments inside it, in order
 };
 
 class EngineLoop;
@@ -70,6 +78,17 @@ class Engine {
   std::optional<ChainInfo> find_chain(const std::string& chain_id) const;
   // The tokens an idle chain's state stands for (empty: unknown, busy, reclaimed, or no Chain Cache).
   std::vector<int32_t> chain_prefix(const std::string& chain_id) const;
+
+  // --- prefix pruning and inspection (the radix prefix cache; its tree belongs to the engine thread) ---
+  // Queues a prune (validate_prune_request's errors; kUnavailable while shutting down) and returns its id; the
+  // engine thread runs it between steps.
+  Result<std::string> submit_prune(PruneRequest request);
+  // The prune's status (queued, completed, blocked or failed), or nullopt for an unknown or forgotten id.
+  std::optional<PruneStatus> prune_status(const std::string& prune_id) const;
+  // What the cache holds for `tokens`: every whole block, or with `as_prompt` what a request with that prompt
+  // would reuse (its last token is always computed). Waits for the engine thread (one step at most).
+  // kUnimplemented without a radix prefix cache; kUnavailable while shutting down.
+  Result<PrefixCacheInspection> inspect_prefix(std::vector<int32_t> tokens, bool as_prompt);
 
   const ModelBundle& bundle() const;
   const EngineConfig& config() const;

@@ -1,6 +1,7 @@
 #include "engine/engine_loop.h"
 
 #include <algorithm>
+#include <future>
 
 #include "base/logging.h"
 
@@ -109,6 +110,56 @@ void EngineLoop::end_chain_turn(Request& r, FinishReason reason) {
   }
 }
 
+Status EngineLoop::post(std::function<void()> job) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!accepting_) return unavailable("the engine is shutting down");
+    jobs_.push_back(std::move(job));
+  }
+  wake_.notify_one();
+  return Status::ok();
+}
+
+Result<std::string> EngineLoop::submit_prune(PruneRequest request) {
+  SE_RETURN_IF_ERROR(validate_prune_request(request));
+  const int32_t vocab_size = bundle_.model->config().vocab_size;
+  for (int32_t id : request.token_ids)
+    if (id < 0 || id >= vocab_size)
+      return invalid_argument("token id {} is outside the vocabulary (size {})", id, vocab_size);
+  std::string prune_id = prunes_.add_queued();
+  SE_RETURN_IF_ERROR(post([this, prune_id, request = std::move(request)] {
+    PruneStatus status;
+    if (config_.device == Device::kCpu) {
+      status = run_prune(request, *cache_, *method_, *bundle_.model, method_environment(bundle_));
+    } else {
+      status.state = PruneState::kFailed;
+      status.reason = "prune scoring runs on the CPU backend only";
+    }
+    status.prune_id = prune_id;
+    prunes_.set(std::move(status));
+  }));
+  return prune_id;
+}
+
+Result<PrefixCacheInspection> EngineLoop::inspect_prefix(std::vector<int32_t> tokens, bool as_prompt) {
+  // A prompt's last token is always computed, so it is never part of what a request reuses.
+  if (as_prompt && !tokens.empty()) tokens.pop_back();
+  auto answer = std::make_shared<std::promise<Result<PrefixCacheInspection>>>();
+  std::future<Result<PrefixCacheInspection>> future = answer->get_future();
+  SE_RETURN_IF_ERROR(post([this, answer, tokens = std::move(tokens)] {
+    Result<RadixCache::PrefixMatch> match = cache_->inspect_prefix(tokens);
+    if (!match.is_ok()) return answer->set_value(match.status());
+    const int32_t page_size = cache_->layout().page_size;
+    PrefixCacheInspection out;
+    out.num_cached_tokens = match->num_cached_tokens;
+    out.num_resident_tokens = match->num_resident_blocks * page_size;
+    for (const RadixCache::BlockRange& b : match->pruned_segments)
+      out.pruned_segments.push_back({b.first_block * page_size, b.end_block * page_size});
+    answer->set_value(std::move(out));
+  }));
+  return future.get();
+}
+
 void EngineLoop::abort(const std::string& request_id) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -136,15 +187,21 @@ EngineStats EngineLoop::stats() const {
 bool EngineLoop::take_inbox() {
   std::vector<std::unique_ptr<Request>> arrivals;
   std::vector<std::string> aborts;
+  std::vector<std::function<void()>> jobs;
   bool stop = false, drain = false;
   {
     std::unique_lock<std::mutex> lock(mutex_);
-    wake_.wait(lock, [&] { return !inbox_.empty() || !aborts_.empty() || stop_ || scheduler_.has_work(); });
+    wake_.wait(lock, [&] {
+      return !inbox_.empty() || !aborts_.empty() || !jobs_.empty() || stop_ || scheduler_.has_work();
+    });
     arrivals.swap(inbox_);
     aborts.swap(aborts_);
+    jobs.swap(jobs_);
     stop = stop_;
     drain = drain_;
   }
+  // Between steps: a prune finds locked exactly the blocks of requests that ran so far.
+  for (const std::function<void()>& job : jobs) job();
   for (auto& request : arrivals) {
     counters_.prompt_tokens_total += static_cast<uint64_t>(request->num_prompt_tokens);
     scheduler_.add(request.get());

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -32,12 +33,19 @@ class EngineLoop {
   void abort(const std::string& request_id);
   void shutdown(bool drain);
   EngineStats stats() const;
+  // Engine::submit_prune, prune_status and inspect_prefix.
+  Result<std::string> submit_prune(PruneRequest request);
+  std::optional<PruneStatus> prune_status(const std::string& prune_id) const { return prunes_.find(prune_id); }
+  Result<PrefixCacheInspection> inspect_prefix(std::vector<int32_t> tokens, bool as_prompt);
 
   const ModelBundle& bundle() const { return bundle_; }
   const EngineConfig& config() const { return config_; }
 
  private:
   void run();
+  // Queues `job` for the engine thread, which runs it between steps (it may read and change cache state).
+  // kUnavailable once the engine stops accepting work.
+  Status post(std::function<void()> job);
   // Moves the inbox into the scheduler and applies aborts; returns false when the loop should exit.
   bool take_inbox();
   void step();
@@ -69,6 +77,7 @@ class EngineLoop {
   std::condition_variable wake_;
   std::vector<std::unique_ptr<Request>> inbox_;
   std::vector<std::string> aborts_;
+  std::vector<std::function<void()>> jobs_;
   std::unordered_set<std::string> live_ids_;
   bool accepting_ = true;
   bool stop_ = false;
@@ -76,6 +85,8 @@ class EngineLoop {
 
   // Engine thread only.
   std::unordered_map<std::string, std::unique_ptr<Request>> requests_;
+
+  PruneStatusBoard prunes_;  // thread-safe
 
   mutable std::mutex stats_mutex_;
   EngineStats stats_;

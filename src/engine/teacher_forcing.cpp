@@ -9,6 +9,14 @@ namespace se {
 
 Result<std::unique_ptr<TeacherForcedSequence>> TeacherForcedSequence::create(const Model& model,
                                                                              const TeacherForcingOptions& options) {
+  SE_ASSIGN_OR_RETURN(std::unique_ptr<MethodRuntime> method,
+                      create_method(options.method, options.config, options.environment));
+  return create(model, std::move(method), options);
+}
+
+Result<std::unique_ptr<TeacherForcedSequence>> TeacherForcedSequence::create(const Model& model,
+                                                                             std::unique_ptr<MethodRuntime> method,
+                                                                             const TeacherForcingOptions& options) {
   if (options.max_tokens < 1) return invalid_argument("teacher forcing: max_tokens must be positive");
   if (options.prefill_chunk < 1) return invalid_argument("teacher forcing: prefill_chunk must be positive");
   const ModelConfig& config = model.config();
@@ -19,8 +27,6 @@ Result<std::unique_ptr<TeacherForcedSequence>> TeacherForcedSequence::create(con
   layout.page_size = options.page_size;
   layout.dtype = DType::kF32;  // the CPU backend keeps fp32 pages, as the engine does
   SE_RETURN_IF_ERROR(layout.validate());
-  SE_ASSIGN_OR_RETURN(std::unique_ptr<MethodRuntime> method,
-                      create_method(options.method, options.config, options.environment));
   // The dense sequence or the method's peak (its transient passes included), whichever is larger, plus a page
   // per stream of slack.
   const int64_t num_pages =

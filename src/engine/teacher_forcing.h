@@ -31,9 +31,15 @@ struct TeacherForcingOptions {
 
 class TeacherForcedSequence {
  public:
+  static constexpr int32_t kSeq = 0;  // the one sequence slot (what the method sees)
+
   // Builds the method and a KV pool that holds `options.max_tokens` tokens densely, with room to spare for
   // methods that work on top of the full cache. Errors: the method's (unknown name, bad config).
   static Result<std::unique_ptr<TeacherForcedSequence>> create(const Model& model,
+                                                               const TeacherForcingOptions& options);
+  // The same around a method the caller built (options.method and options.config are not read).
+  static Result<std::unique_ptr<TeacherForcedSequence>> create(const Model& model,
+                                                               std::unique_ptr<MethodRuntime> method,
                                                                const TeacherForcingOptions& options);
   ~TeacherForcedSequence();  // ends the sequence (the method drops its state)
   TeacherForcedSequence(const TeacherForcedSequence&) = delete;
@@ -55,7 +61,6 @@ class TeacherForcedSequence {
   // Runs tokens_[begin, begin + n) as one forward; returns the logits of its last row.
   Result<Tensor> step(int32_t begin, int32_t n);
 
-  static constexpr int32_t kSeq = 0;  // the one sequence slot
 
   const Model& model_;
   std::unique_ptr<MethodRuntime> method_;

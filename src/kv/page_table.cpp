@@ -157,7 +157,8 @@ Status PageTable::append(int32_t num_new_tokens) {
   return Status::ok();
 }
 
-Status PageTable::attach_prefix(std::span<const int32_t> pages, int32_t num_blocks) {
+Status PageTable::attach_prefix(std::span<const int32_t> pages, int32_t num_blocks,
+                                int32_t num_pruned_tokens) {
   if (num_logical_tokens_ != 0) {
     return failed_precondition("page table: attach_prefix needs an empty table, it holds {} tokens",
                                num_logical_tokens_);
@@ -167,8 +168,10 @@ Status PageTable::attach_prefix(std::span<const int32_t> pages, int32_t num_bloc
     return invalid_argument("page table: prefix of {} blocks x {} streams given {} page ids",
                             num_blocks, num_streams, pages.size());
   }
-  if (num_blocks > std::numeric_limits<int32_t>::max() / layout_.page_size) {
-    return out_of_range("page table: prefix of {} blocks overflows int32 tokens", num_blocks);
+  if (num_pruned_tokens < 0 ||
+      num_blocks > (std::numeric_limits<int32_t>::max() - num_pruned_tokens) / layout_.page_size) {
+    return out_of_range("page table: prefix of {} blocks and {} pruned tokens", num_blocks,
+                        num_pruned_tokens);
   }
   for (int32_t id : pages) {
     if (!pool_->is_valid_id(id) || pool_->ref_count(id) == 0) {
@@ -186,7 +189,7 @@ Status PageTable::attach_prefix(std::span<const int32_t> pages, int32_t num_bloc
     }
     num_tokens_[s] = num_tokens;
   }
-  num_logical_tokens_ = num_tokens;
+  num_logical_tokens_ = num_tokens + num_pruned_tokens;
   return Status::ok();
 }
 

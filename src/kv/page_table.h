@@ -91,9 +91,11 @@ class PageTable final {
   Status append(int32_t num_new_tokens);
   // Starts an empty table on a cached prefix: `pages` is [num_streams][num_blocks] (stream-major,
   // as RadixCache::PrefixMatch lays it out) of full pages; the table retains each. Afterwards every
-  // stream and the logical length hold num_blocks * page_size tokens. The pages must be in use
+  // stream holds num_blocks * page_size tokens and the logical length is that plus
+  // `num_pruned_tokens` (a pruned prefix: positions whose KV was dropped). The pages must be in use
   // (e.g. locked radix nodes).
-  Status attach_prefix(std::span<const int32_t> pages, int32_t num_blocks);
+  Status attach_prefix(std::span<const int32_t> pages, int32_t num_blocks,
+                       int32_t num_pruned_tokens = 0);
   // Rolls the sequence back to `num_tokens` logical tokens: every stream keeps min(its length,
   // num_tokens) tokens and releases the pages past them. Exact for never-compacted sequences
   // (rollback, re-running a suffix). kFailedPrecondition (nothing changed) if the cut would leave a

@@ -26,7 +26,8 @@ RadixCache::RadixCache(BlockPool* pool, const KvLayout& layout) : pool_(pool), l
 
 RadixCache::~RadixCache() {
   for (NodeId id = 1; id < static_cast<NodeId>(nodes_.size()); ++id) {
-    if (nodes_[static_cast<size_t>(id)].live) pool_->release(node_pages(id));
+    const Node& n = nodes_[static_cast<size_t>(id)];
+    if (n.live && n.resident) pool_->release(node_pages(id));
   }
 }
 
@@ -49,6 +50,16 @@ RadixCache::NodeId RadixCache::find_child(NodeId parent, uint64_t hash,
   const auto stored = node_tokens(id);
   if (!std::equal(stored.begin(), stored.end(), block.begin(), block.end())) return -1;
   return id;
+}
+
+int32_t RadixCache::node_page(NodeId id, int32_t stream) const {
+  SE_CHECK(nodes_[static_cast<size_t>(id)].resident, "radix cache: node {} holds no pages", id);
+  return node_pages(id)[static_cast<size_t>(stream)];
+}
+
+bool RadixCache::is_inner_segment_node(NodeId id) const {
+  const Node& n = nodes_[static_cast<size_t>(id)];
+  return n.segment_first >= 0 && n.segment_last != id;
 }
 
 bool RadixCache::is_evictable(NodeId id) const {
@@ -77,11 +88,10 @@ void RadixCache::touch(NodeId id, uint64_t tick) {
   n.last_access = tick;
 }
 
-RadixCache::PrefixMatch RadixCache::match_prefix(std::span<const int32_t> tokens) {
+RadixCache::PrefixMatch RadixCache::walk(std::span<const int32_t> tokens, size_t max_blocks,
+                                         bool whole_segments) const {
   PrefixMatch match;
   const auto page_size = static_cast<size_t>(layout_.page_size);
-  // At least one token must stay uncached so the step computes logits for it.
-  const size_t max_blocks = tokens.empty() ? 0 : (tokens.size() - 1) / page_size;
   NodeId parent = kRootNode;
   uint64_t hash = kRootHash;
   for (size_t b = 0; b < max_blocks; ++b) {
@@ -92,19 +102,53 @@ RadixCache::PrefixMatch RadixCache::match_prefix(std::span<const int32_t> tokens
     match.nodes.push_back(child);
     parent = child;
   }
+  // A match ending inside a pruned segment stops before it: the segment's kept KV comes from
+  // positions the request's own prefix may not reach.
+  if (whole_segments && !match.nodes.empty() && is_inner_segment_node(match.nodes.back())) {
+    const NodeId first = nodes_[static_cast<size_t>(match.nodes.back())].segment_first;
+    while (match.nodes.back() != first) match.nodes.pop_back();
+    match.nodes.pop_back();
+  }
+  const auto num_blocks = match.nodes.size();
+  std::vector<NodeId> resident;
+  for (size_t b = 0; b < num_blocks; ++b) {
+    const NodeId id = match.nodes[b];
+    const Node& n = nodes_[static_cast<size_t>(id)];
+    if (n.resident) resident.push_back(id);
+    if (n.segment_first >= 0 && n.segment_last == id) {
+      const auto first = std::find(match.nodes.begin(), match.nodes.end(), n.segment_first);
+      match.pruned_segments.push_back(
+          {static_cast<int32_t>(first - match.nodes.begin()), static_cast<int32_t>(b) + 1});
+    }
+  }
+  const auto num_streams = static_cast<size_t>(layout_.num_streams());
+  const size_t num_resident = resident.size();
+  match.pages.resize(num_streams * num_resident);
+  for (size_t b = 0; b < num_resident; ++b) {
+    const auto pages = node_pages(resident[b]);
+    for (size_t s = 0; s < num_streams; ++s) match.pages[s * num_resident + b] = pages[s];
+  }
+  match.num_resident_blocks = static_cast<int32_t>(num_resident);
+  match.num_cached_tokens = static_cast<int32_t>(num_blocks * page_size);
+  return match;
+}
+
+RadixCache::PrefixMatch RadixCache::match_prefix(std::span<const int32_t> tokens) {
+  // At least one token must stay uncached so the step computes logits for it.
+  const size_t max_blocks =
+      tokens.empty() ? 0 : (tokens.size() - 1) / static_cast<size_t>(layout_.page_size);
+  PrefixMatch match = walk(tokens, max_blocks, /*whole_segments=*/true);
   const uint64_t tick = ++clock_;
   for (NodeId id : match.nodes) touch(id, tick);
-
-  const auto num_blocks = match.nodes.size();
-  const auto num_streams = static_cast<size_t>(layout_.num_streams());
-  match.pages.resize(num_streams * num_blocks);
-  for (size_t b = 0; b < num_blocks; ++b) {
-    const auto pages = node_pages(match.nodes[b]);
-    for (size_t s = 0; s < num_streams; ++s) match.pages[s * num_blocks + b] = pages[s];
-  }
-  match.num_cached_tokens = static_cast<int32_t>(num_blocks * page_size);
   num_query_tokens_ += static_cast<int64_t>(tokens.size());
   num_hit_tokens_ += match.num_cached_tokens;
+  return match;
+}
+
+RadixCache::PrefixMatch RadixCache::peek_prefix(std::span<const int32_t> tokens) const {
+  PrefixMatch match =
+      walk(tokens, tokens.size() / static_cast<size_t>(layout_.page_size), /*whole_segments=*/true);
+  match.resident_positions = resident_positions(match);
   return match;
 }
 
@@ -112,9 +156,13 @@ void RadixCache::lock(NodeId node) {
   SE_CHECK(node >= 0 && node < static_cast<NodeId>(nodes_.size()) &&
                nodes_[static_cast<size_t>(node)].live,
            "radix cache: lock of dead node {}", node);
+  SE_CHECK(!is_inner_segment_node(node), "radix cache: lock of node {} inside a pruned segment",
+           node);
   for (NodeId id = node; id != kRootNode; id = nodes_[static_cast<size_t>(id)].parent) {
-    if (nodes_[static_cast<size_t>(id)].lock_ref++ == 0) {
+    Node& n = nodes_[static_cast<size_t>(id)];
+    if (n.lock_ref++ == 0) {
       ++num_locked_nodes_;
+      if (n.resident) ++num_locked_resident_nodes_;
       update_lru(id);
     }
   }
@@ -129,6 +177,7 @@ void RadixCache::unlock(NodeId node) {
     SE_CHECK(n.lock_ref > 0, "radix cache: unlock of node {} which is not locked", id);
     if (--n.lock_ref == 0) {
       --num_locked_nodes_;
+      if (n.resident) --num_locked_resident_nodes_;
       update_lru(id);
     }
   }
@@ -154,13 +203,15 @@ RadixCache::NodeId RadixCache::new_node(NodeId parent, uint64_t hash,
   std::copy(block.begin(), block.end(),
             tokens_.begin() + static_cast<ptrdiff_t>(id) * layout_.page_size);
   by_hash_.emplace(hash, id);
+  ++num_resident_nodes_;
   ++nodes_[static_cast<size_t>(parent)].num_children;
   update_lru(parent);
   return id;
 }
 
 Result<RadixCache::InsertResult> RadixCache::insert(std::span<const int32_t> tokens,
-                                                    const PageTableView& view) {
+                                                    const PageTableView& view,
+                                                    int32_t num_unresident_blocks) {
   const auto page_size = static_cast<size_t>(layout_.page_size);
   const auto num_blocks = static_cast<int32_t>(tokens.size() / page_size);
   const int32_t num_streams = layout_.num_streams();
@@ -169,15 +220,20 @@ Result<RadixCache::InsertResult> RadixCache::insert(std::span<const int32_t> tok
         "radix cache: page table has {} streams of {}-token pages, cache has {} of {}",
         view.num_streams, view.page_size, num_streams, layout_.page_size);
   }
+  if (num_unresident_blocks < 0 || num_unresident_blocks > num_blocks) {
+    return invalid_argument("radix cache: {} unresident blocks for {} blocks",
+                            num_unresident_blocks, num_blocks);
+  }
+  const int32_t num_pages = num_blocks - num_unresident_blocks;  // per stream
   for (int32_t s = 0; s < num_streams; ++s) {
-    if (view.num_tokens[s] < num_blocks * layout_.page_size) {
-      return invalid_argument("radix cache: stream {} holds {} tokens, {} full blocks need {}", s,
-                              view.num_tokens[s], num_blocks, num_blocks * layout_.page_size);
+    if (view.num_tokens[s] < num_pages * layout_.page_size) {
+      return invalid_argument("radix cache: stream {} holds {} tokens, {} full pages need {}", s,
+                              view.num_tokens[s], num_pages, num_pages * layout_.page_size);
     }
-    for (int32_t b = 0; b < num_blocks; ++b) {
-      const int32_t id = view.page_ids[static_cast<int64_t>(s) * view.stride + b];
+    for (int32_t p = 0; p < num_pages; ++p) {
+      const int32_t id = view.page_ids[static_cast<int64_t>(s) * view.stride + p];
       if (!pool_->is_valid_id(id) || pool_->ref_count(id) == 0) {
-        return invalid_argument("radix cache: stream {} block {} page {} is not in use", s, b, id);
+        return invalid_argument("radix cache: stream {} page {} (id {}) is not in use", s, p, id);
       }
     }
   }
@@ -193,11 +249,14 @@ Result<RadixCache::InsertResult> RadixCache::insert(std::span<const int32_t> tok
       ++result.num_cached_blocks;
     } else {
       if (by_hash_.contains(hash)) break;  // collision with another block: leave the rest uncached
+      // An inner segment node keeps its one child; the blocks of a prefix the sequence attached are
+      // cached (it holds them locked), so a missing one has no page of its own to give.
+      if (is_inner_segment_node(parent) || b < num_unresident_blocks) break;
       child = new_node(parent, hash, block);
       int32_t* pages =
           pages_.data() + static_cast<size_t>(child) * static_cast<size_t>(num_streams);
       for (int32_t s = 0; s < num_streams; ++s) {
-        pages[s] = view.page_ids[static_cast<int64_t>(s) * view.stride + b];
+        pages[s] = view.page_ids[static_cast<int64_t>(s) * view.stride + b - num_unresident_blocks];
         pool_->retain(pages[s]);
       }
       ++result.num_new_blocks;
@@ -206,6 +265,11 @@ Result<RadixCache::InsertResult> RadixCache::insert(std::span<const int32_t> tok
     update_lru(child);
     parent = child;
   }
+  // The sequence may stop inside a segment; it uses its own pages there, so the lock stops before
+  // it.
+  if (is_inner_segment_node(parent)) {
+    parent = nodes_[static_cast<size_t>(nodes_[static_cast<size_t>(parent)].segment_first)].parent;
+  }
   result.last_node = parent;
   return result;
 }
@@ -213,13 +277,20 @@ Result<RadixCache::InsertResult> RadixCache::insert(std::span<const int32_t> tok
 void RadixCache::remove_leaf(NodeId id, int32_t* num_freed) {
   Node& n = nodes_[static_cast<size_t>(id)];
   if (n.in_lru) lru_.erase({n.last_access, id});
-  *num_freed += pool_->release(node_pages(id));
+  if (n.resident) {
+    *num_freed += pool_->release(node_pages(id));
+    --num_resident_nodes_;
+  }
   by_hash_.erase(n.hash);
   const NodeId parent = n.parent;
+  const bool takes_parent = n.segment_first >= 0 && n.segment_first != id;
+  if (n.segment_first == id) segment_kept_offsets_.erase(id);
   n = Node{};
   free_node_ids_.push_back(id);
   --nodes_[static_cast<size_t>(parent)].num_children;
   update_lru(parent);
+  // The segment goes as one unit: its inner nodes are unlocked (they share the last node's locks).
+  if (takes_parent) remove_leaf(parent, num_freed);
 }
 
 int32_t RadixCache::evict(int32_t num_pages_needed) {
@@ -228,6 +299,154 @@ int32_t RadixCache::evict(int32_t num_pages_needed) {
     remove_leaf(lru_.begin()->second, &num_freed);
   }
   return num_freed;
+}
+
+Result<std::vector<RadixCache::NodeId>> RadixCache::prunable_nodes(std::span<const int32_t> tokens,
+                                                                   int32_t first_block,
+                                                                   int32_t end_block) const {
+  if (first_block < 0 || first_block >= end_block ||
+      static_cast<size_t>(end_block) * static_cast<size_t>(layout_.page_size) > tokens.size()) {
+    return invalid_argument("radix cache: blocks [{}, {}) of {} tokens", first_block, end_block,
+                            tokens.size());
+  }
+  const PrefixMatch path = walk(tokens, static_cast<size_t>(end_block), /*whole_segments=*/false);
+  if (path.num_blocks() < end_block) {
+    return failed_precondition(
+        "blocks [{}, {}) are not all cached: the cache holds {} leading blocks", first_block,
+        end_block, path.num_blocks());
+  }
+  std::vector<NodeId> nodes(path.nodes.begin() + first_block, path.nodes.end());
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& n = nodes_[static_cast<size_t>(nodes[i])];
+    const auto block = first_block + static_cast<int32_t>(i);
+    if (n.segment_first >= 0) {
+      return failed_precondition("blocks [{}, {}) overlap a pruned segment at block {}",
+                                 first_block, end_block, block);
+    }
+    if (i + 1 < nodes.size() && n.num_children != 1) {
+      return failed_precondition(
+          "block {} has {} cached continuations; a pruned segment may only end at a branch", block,
+          n.num_children);
+    }
+    if (n.lock_ref > 0) {
+      return unavailable("block {} is in use by {} running request(s)", block, n.lock_ref);
+    }
+    for (int32_t page : node_pages(nodes[i])) {
+      if (pool_->ref_count(page) != 1) {
+        return unavailable("block {} page {} is also held outside the prefix cache", block, page);
+      }
+    }
+  }
+  return nodes;
+}
+
+int32_t RadixCache::commit_prune(std::span<const NodeId> nodes,
+                                 std::span<const int32_t> kept_offsets) {
+  const auto num_kept = static_cast<int32_t>(kept_offsets.size());
+  const int32_t num_kept_blocks = num_kept / layout_.page_size;
+  SE_CHECK(!nodes.empty() && num_kept % layout_.page_size == 0 &&
+               num_kept_blocks <= static_cast<int32_t>(nodes.size()),
+           "radix cache: prune of {} nodes keeping {} tokens", nodes.size(), num_kept);
+  segment_kept_offsets_[nodes.front()].assign(kept_offsets.begin(), kept_offsets.end());
+  int32_t num_freed = 0;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    Node& n = nodes_[static_cast<size_t>(nodes[i])];
+    SE_CHECK(n.live && n.lock_ref == 0 && n.segment_first < 0 && n.resident,
+             "radix cache: node {} cannot be pruned", nodes[i]);
+    n.segment_first = nodes.front();
+    n.segment_last = nodes.back();
+    if (static_cast<int32_t>(i) < num_kept_blocks) continue;
+    num_freed += pool_->release(node_pages(nodes[i]));
+    int32_t* pages = pages_.data() + static_cast<size_t>(nodes[i]) * layout_.num_streams();
+    std::fill_n(pages, layout_.num_streams(), -1);
+    n.resident = false;
+    --num_resident_nodes_;
+  }
+  return num_freed;
+}
+
+std::vector<int32_t> RadixCache::resident_positions(const PrefixMatch& match) const {
+  std::vector<int32_t> positions;
+  const int32_t page_size = layout_.page_size;
+  for (size_t b = 0; b < match.nodes.size(); ++b) {
+    const NodeId id = match.nodes[b];
+    const Node& n = nodes_[static_cast<size_t>(id)];
+    const auto first_token = static_cast<int32_t>(b) * page_size;
+    if (n.segment_first < 0) {
+      for (int32_t i = 0; i < page_size; ++i) positions.push_back(first_token + i);
+    } else if (n.segment_first == id) {
+      for (int32_t offset : segment_kept_offsets_.at(id)) positions.push_back(first_token + offset);
+    }
+  }
+  return positions;
+}
+
+Status RadixCache::check_segments() const {
+  const auto num_slots = nodes_.size();
+  std::unordered_map<NodeId, int32_t> num_members;  // segment first node -> nodes naming it
+  for (NodeId id = 1; id < static_cast<NodeId>(num_slots); ++id) {
+    const Node& n = nodes_[static_cast<size_t>(id)];
+    if (n.live && n.segment_first >= 0) ++num_members[n.segment_first];
+  }
+  for (const auto& [first, count] : num_members) {
+    if (first <= 0 || first >= static_cast<NodeId>(num_slots) ||
+        !nodes_[static_cast<size_t>(first)].live) {
+      return internal_error("radix cache: {} nodes name dead segment start {}", count, first);
+    }
+    const NodeId last = nodes_[static_cast<size_t>(first)].segment_last;
+    if (last <= 0 || last >= static_cast<NodeId>(num_slots) ||
+        !nodes_[static_cast<size_t>(last)].live) {
+      return internal_error("radix cache: segment from node {} ends at dead node {}", first, last);
+    }
+    // Walk up from the last node: every member names this segment; inner nodes have one child and
+    // its locks; resident nodes precede the pruned-away ones.
+    int32_t length = 0;
+    NodeId child = -1;
+    for (NodeId id = last;; id = nodes_[static_cast<size_t>(id)].parent) {
+      const Node& n = nodes_[static_cast<size_t>(id)];
+      if (id == kRootNode || length > count || n.segment_first != first || n.segment_last != last) {
+        return internal_error("radix cache: segment [{}, {}] is not a chain of its members", first,
+                              last);
+      }
+      ++length;
+      if (child >= 0 &&
+          (n.num_children != 1 || n.lock_ref != nodes_[static_cast<size_t>(child)].lock_ref)) {
+        return internal_error("radix cache: inner segment node {} has {} children, lock count {}",
+                              id, n.num_children, n.lock_ref);
+      }
+      if (!n.resident && child >= 0 && nodes_[static_cast<size_t>(child)].resident) {
+        return internal_error(
+            "radix cache: segment [{}, {}] has a resident node after a pruned one", first, last);
+      }
+      if (id == first) break;
+      child = id;
+    }
+    if (length != count) {
+      return internal_error("radix cache: segment [{}, {}] has {} nodes, {} name it", first, last,
+                            length, count);
+    }
+    const auto kept = segment_kept_offsets_.find(first);
+    int32_t num_resident = 0;
+    for (NodeId id = last;; id = nodes_[static_cast<size_t>(id)].parent) {
+      num_resident += nodes_[static_cast<size_t>(id)].resident ? 1 : 0;
+      if (id == first) break;
+    }
+    if (kept == segment_kept_offsets_.end() ||
+        static_cast<int32_t>(kept->second.size()) != num_resident * layout_.page_size ||
+        !std::is_sorted(kept->second.begin(), kept->second.end()) ||
+        std::adjacent_find(kept->second.begin(), kept->second.end()) != kept->second.end() ||
+        (!kept->second.empty() &&
+         (kept->second.front() < 0 || kept->second.back() >= length * layout_.page_size))) {
+      return internal_error(
+          "radix cache: segment [{}, {}] kept offsets do not fit its {} resident pages", first,
+          last, num_resident);
+    }
+  }
+  if (segment_kept_offsets_.size() != num_members.size()) {
+    return internal_error("radix cache: {} kept-offset lists for {} segments",
+                          segment_kept_offsets_.size(), num_members.size());
+  }
+  return Status::ok();
 }
 
 Status RadixCache::check_integrity() const {
@@ -241,6 +460,8 @@ Status RadixCache::check_integrity() const {
   int32_t num_live = 0;
   int32_t num_locked = 0;
   int32_t num_in_lru = 0;
+  int32_t num_resident = 0;
+  int32_t num_locked_resident = 0;
   for (NodeId id = 1; id < static_cast<NodeId>(num_slots); ++id) {
     const Node& n = nodes_[static_cast<size_t>(id)];
     if (!n.live) continue;
@@ -268,6 +489,15 @@ Status RadixCache::check_integrity() const {
     }
     if (n.lock_ref < 0) return internal_error("radix cache: node {} lock count {}", id, n.lock_ref);
     if (n.lock_ref > 0) ++num_locked;
+    if (!n.resident) {
+      for (int32_t page : node_pages(id)) {
+        if (page != -1)
+          return internal_error("radix cache: pruned node {} lists page {}", id, page);
+      }
+      continue;
+    }
+    ++num_resident;
+    if (n.lock_ref > 0) ++num_locked_resident;
     for (int32_t page : node_pages(id)) {
       if (!pool_->is_valid_id(page) || pool_->ref_count(page) == 0) {
         return internal_error("radix cache: node {} holds page {} which is not in use", id, page);
@@ -295,6 +525,12 @@ Status RadixCache::check_integrity() const {
         return internal_error("radix cache: node {} not in LRU set", id);
       }
     }
+  }
+  SE_RETURN_IF_ERROR(check_segments());
+  if (num_resident != num_resident_nodes_ || num_locked_resident != num_locked_resident_nodes_) {
+    return internal_error("radix cache: {} resident ({} locked) nodes, counters say {} ({})",
+                          num_resident, num_locked_resident, num_resident_nodes_,
+                          num_locked_resident_nodes_);
   }
   if (num_in_lru != static_cast<int32_t>(lru_.size())) {
     return internal_error("radix cache: LRU set has {} entries for {} evictable leaves",

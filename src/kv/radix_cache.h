@@ -4,6 +4,13 @@
 // with one pool reference per page (see block_pool.h). Idle leaves are evicted in LRU order of
 // their last access (a logical clock). Engine thread only.
 //
+// Pruned segments (prefix_prune.h): an application may prune a run of idle blocks to the KV of a
+// few kept positions. The segment's nodes keep their tokens and hashes, so it still matches by
+// tokens; the kept KV is compacted into the pages of its first nodes (resident), the later nodes
+// hold no page. A match or a lock takes a segment only as a whole (a request that stopped inside it
+// would read kept KV from positions past its own prefix), no branch grows under an inner segment
+// node, and eviction removes a segment as one unit.
+//
 // SAFETY: node ids and the page ids of a PrefixMatch are valid only while the matched nodes are
 // locked. Lock the match (lock(match.last_node())) before any other call that can evict; unlock
 // when the sequence stops using it.
@@ -11,7 +18,9 @@
 // Invariants (check_integrity): every non-root node is reachable from the root and indexed by its
 // chained hash; child counts are exact; a node's lock count is >= the sum of its children's; the
 // LRU set holds exactly the unlocked leaves; every held page is in use in the pool and held by one
-// node only.
+// node only; a pruned segment is a chain of nodes whose inner nodes have exactly one child and the
+// lock count of that child, whose resident nodes come first, and whose members all name its first
+// and last node.
 #pragma once
 
 #include <cstdint>
@@ -37,11 +46,24 @@ class RadixCache final {
   static constexpr NodeId kRootNode = 0;  // holds no block; never evicted; locking it is a no-op
   static constexpr uint64_t kRootHash = 0x5e5e5e5e5e5e5e5eULL;
 
+  // Blocks [first_block, end_block) of a matched path.
+  struct BlockRange {
+    int32_t first_block = 0;
+    int32_t end_block = 0;
+  };
+
   struct PrefixMatch {
-    int32_t num_cached_tokens = 0;  // num_blocks() * page_size
-    std::vector<NodeId> nodes;      // [num_blocks] root-to-deepest path, one node per matched block
-    // [num_streams][num_blocks], stream-major: PageTable::attach_prefix's order.
+    int32_t num_cached_tokens = 0;  // logical: num_blocks() * page_size
+    int32_t num_resident_blocks =
+        0;                      // matched blocks that hold pages (all but the pruned-away ones)
+    std::vector<NodeId> nodes;  // [num_blocks] root-to-deepest path, one node per matched block
+    // [num_streams][num_resident_blocks], stream-major: PageTable::attach_prefix's order.
     std::vector<int32_t> pages;
+    std::vector<BlockRange> pruned_segments;  // the pruned segments on the path, in order
+    // peek_prefix only: the positions the resident pages hold, in page order (an attaching
+    // sequence's stream slot i holds position [i]): every position of a whole block, a pruned
+    // segment's kept ones.
+    std::vector<int32_t> resident_positions;
 
     int32_t num_blocks() const { return static_cast<int32_t>(nodes.size()); }
     NodeId last_node() const { return nodes.empty() ? kRootNode : nodes.back(); }
@@ -53,7 +75,8 @@ class RadixCache final {
     // Blocks already cached: the cache kept its own pages; the caller's copies stay the caller's to
     // release (its page table does so when it frees).
     int32_t num_cached_blocks = 0;
-    // Deepest node of the inserted path: lock it to pin the new blocks while the request runs.
+    // Deepest node of the inserted path that a lock may name (never inside a pruned segment): lock
+    // it to pin the new blocks while the request runs.
     NodeId last_node = kRootNode;
   };
 
@@ -68,26 +91,47 @@ class RadixCache final {
   // prompt is never matched entirely). Marks the matched nodes as accessed and counts query/hit
   // tokens.
   PrefixMatch match_prefix(std::span<const int32_t> tokens);
+  // The longest cached prefix of `tokens` in whole blocks (all of them may match), with the
+  // positions its resident pages hold, without touching the LRU order or the metrics: what
+  // inspection reports.
+  PrefixMatch peek_prefix(std::span<const int32_t> tokens) const;
   // Pins `node` and its ancestors against eviction; calls nest. Precondition: `node` is a live
-  // node.
+  // node and not inside a pruned segment (a match's or an insert's last node).
   void lock(NodeId node);
   // Undoes one lock(node). Precondition: `node` is locked.
   void unlock(NodeId node);
   // Caches the whole blocks of `tokens` (tokens.size() / page_size of them) with the pages of
-  // `pages` (a PageTable view whose every stream holds at least that many tokens). Blocks already
-  // cached are kept as they are. A hash collision (same chained hash, other tokens) stops the
-  // insert early without error.
-  Result<InsertResult> insert(std::span<const int32_t> tokens, const PageTableView& pages);
+  // `pages` (a PageTable view): block b lives in page b - num_unresident_blocks of every stream,
+  // where num_unresident_blocks counts the pruned-away blocks of the prefix the sequence attached
+  // (its blocks before that are cached already). Blocks already cached are kept as they are. A hash
+  // collision (same chained hash, other tokens) or a block that would branch off inside a pruned
+  // segment stops the insert early without error.
+  Result<InsertResult> insert(std::span<const int32_t> tokens, const PageTableView& pages,
+                              int32_t num_unresident_blocks = 0);
   // Removes least recently used unlocked leaves until `num_pages_needed` pages went back to the
   // pool or none is left; returns the number freed. A removed node whose pages others still hold
   // frees fewer pages.
   int32_t evict(int32_t num_pages_needed);
 
+  // --- pruning (prefix_prune.h applies it; these check and commit) ---
+  // The nodes of blocks [first_block, end_block) of `tokens` if they may become one pruned segment.
+  // kFailedPrecondition: not all cached, overlapping a pruned segment, or an inner block with other
+  // continuations cached; kUnavailable: a block is in use (locked, or a page held elsewhere).
+  Result<std::vector<NodeId>> prunable_nodes(std::span<const int32_t> tokens, int32_t first_block,
+                                             int32_t end_block) const;
+  // The page of stream `stream` of a resident node.
+  int32_t node_page(NodeId id, int32_t stream) const;
+  // Makes `nodes` (from prunable_nodes, nothing changed since) one pruned segment that keeps the KV
+  // of `kept_offsets` (ascending token offsets from the segment's start, a whole number of pages):
+  // the first blocks keep their pages (the caller compacted the kept KV into them, in this order),
+  // the others release theirs. Returns the pages that went back to the pool.
+  int32_t commit_prune(std::span<const NodeId> nodes, std::span<const int32_t> kept_offsets);
+
   int32_t num_nodes() const { return static_cast<int32_t>(by_hash_.size()); }  // cached blocks
-  int64_t num_cached_pages() const { return int64_t{num_nodes()} * layout_.num_streams(); }
+  int64_t num_cached_pages() const { return int64_t{num_resident_nodes_} * layout_.num_streams(); }
   // Pages held by unlocked nodes: what evict() could give back when no one else holds them.
   int64_t num_evictable_pages() const {
-    return int64_t{num_nodes() - num_locked_nodes_} * layout_.num_streams();
+    return int64_t{num_resident_nodes_ - num_locked_resident_nodes_} * layout_.num_streams();
   }
   // Metrics: tokens passed to match_prefix and tokens it found cached.
   int64_t num_query_tokens() const { return num_query_tokens_; }
@@ -97,21 +141,34 @@ class RadixCache final {
   Status check_integrity() const;
 
  private:
+  // The pruned-segment part of check_integrity.
+  Status check_segments() const;
   struct Node {
     NodeId parent = -1;
     int32_t num_children = 0;
     int32_t lock_ref = 0;  // locks of this node plus locks of its descendants
     bool live = false;
     bool in_lru = false;
+    bool resident = true;       // holds one page per stream (false: pruned away, its pages are -1)
+    NodeId segment_first = -1;  // the pruned segment this node belongs to, or -1
+    NodeId segment_last = -1;
     uint64_t hash = 0;
     uint64_t last_access = 0;
   };
 
   std::span<const int32_t> node_tokens(NodeId id) const;
   std::span<const int32_t> node_pages(NodeId id) const;
+  // True for a node of a pruned segment other than its last: a match or lock must not end there.
+  bool is_inner_segment_node(NodeId id) const;
+  // The matched path of `tokens` over at most `max_blocks` blocks; with `whole_segments`, cut
+  // before a segment it would end in (what a request may use), else as far as the tokens match.
+  PrefixMatch walk(std::span<const int32_t> tokens, size_t max_blocks, bool whole_segments) const;
   // The child of `parent` for `block` (whose chained hash is `hash`), or -1.
   NodeId find_child(NodeId parent, uint64_t hash, std::span<const int32_t> block) const;
   NodeId new_node(NodeId parent, uint64_t hash, std::span<const int32_t> block);
+  // The positions whose KV the resident pages of `match` hold (PrefixMatch::resident_positions).
+  std::vector<int32_t> resident_positions(const PrefixMatch& match) const;
+  // Removes a leaf; a pruned segment's last node takes the whole segment with it.
   void remove_leaf(NodeId id, int32_t* num_freed);
   void touch(NodeId id, uint64_t tick);
   // Puts `id` in the LRU set iff it is an unlocked leaf.
@@ -126,7 +183,11 @@ class RadixCache final {
   std::vector<NodeId> free_node_ids_;             // dead slots to reuse
   std::unordered_map<uint64_t, NodeId> by_hash_;  // chained hash -> node, every live non-root node
   std::set<std::pair<uint64_t, NodeId>> lru_;     // (last_access, node) of every unlocked leaf
+  // Per pruned segment (by its first node): the kept token offsets from its start, ascending.
+  std::unordered_map<NodeId, std::vector<int32_t>> segment_kept_offsets_;
   int32_t num_locked_nodes_ = 0;
+  int32_t num_resident_nodes_ = 0;         // live non-root nodes that hold pages
+  int32_t num_locked_resident_nodes_ = 0;  // of those, the locked ones
   uint64_t clock_ = 0;
   int64_t num_query_tokens_ = 0;
   int64_t num_hit_tokens_ = 0;

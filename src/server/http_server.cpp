@@ -11,6 +11,8 @@
 #include "server/openai_response.h"
 #include "server/prometheus.h"
 #include "server/prefix_cache_route.h"
+#include "server/prefix_prune_route.h"
+#include "server/tokenize_route.h"
 
 namespace se::server {
 
@@ -91,6 +93,15 @@ void HttpServer::add_routes() {
   });
   http.Post("/v1/prefix_cache/match", [&ctx](const httplib::Request& req, httplib::Response& res) {
     handle_prefix_cache_match(ctx, req, res);
+  });
+  http.Post("/tokenize", [&ctx](const httplib::Request& req, httplib::Response& res) {
+    handle_tokenize(ctx, req, res);
+  });
+  http.Post("/v1/prefix_cache/prune", [&ctx](const httplib::Request& req, httplib::Response& res) {
+    handle_prefix_cache_prune(ctx, req, res);
+  });
+  http.Get(R"(/v1/prefix_cache/prune/([^/]+))", [&ctx](const httplib::Request& req, httplib::Response& res) {
+    handle_prefix_cache_prune_status(ctx, req.matches[1].str(), res);
   });
 
   http.Get("/v1/models", [&ctx](const httplib::Request&, httplib::Response& res) {

@@ -35,7 +35,38 @@ nlohmann::json chain_json(const ChainInfo& info) {
           {"digest", fmt::format("{:016x}", info.digest)}};
 }
 
-// token_ids (a list of ids) or text (encoded as a completions prompt is).
+nlohmann::json radix_json(const PrefixCacheInspection& inspection) {
+  nlohmann::json segments = nlohmann::json::array();
+  for (const TokenRange& r : inspection.pruned_segments) segments.push_back({r.start, r.end});
+  return {{"cache", "radix"},
+          {"cached_tokens", inspection.num_cached_tokens},
+          {"resident_tokens", inspection.num_resident_tokens},
+          {"pruned_segments", std::move(segments)}};
+}
+
+// The radix cache's answer for the body's tokens (as a prompt: what a request would reuse), or the error.
+ApiResult<nlohmann::json> inspect_radix(ServerContext& ctx, const nlohmann::json& body, bool as_prompt) {
+  SE_API_ASSIGN_OR_RETURN(std::vector<int32_t> tokens, body_tokens(ctx, body));
+  if (tokens.empty()) return ApiError::bad_request("give 'chain_id', or 'token_ids' or 'text'", "token_ids");
+  Result<PrefixCacheInspection> inspection = ctx.engine.inspect_prefix(std::move(tokens), as_prompt);
+  if (!inspection.is_ok()) {
+    if (inspection.status().code() == StatusCode::kUnimplemented)
+      return ApiError::bad_request(fmt::format("this server runs prefix cache mode {}, without a radix prefix "
+                                               "cache: {}", ctx.engine.config().prefix_cache_mode,
+                                               inspection.status().message()),
+                                   "token_ids");
+    return ApiError::from_status(inspection.status());
+  }
+  return radix_json(*inspection);
+}
+
+// Radix routes answer bodies without a chain_id.
+bool names_chain(const nlohmann::json& body) {
+  return body.is_object() && body.contains("chain_id") && !body["chain_id"].is_null();
+}
+
+}  // namespace
+
 ApiResult<std::vector<int32_t>> body_tokens(const ServerContext& ctx, const nlohmann::json& body) {
   const FieldReader fields(body);
   SE_API_ASSIGN_OR_RETURN(std::vector<int64_t> ids, fields.get_int_list("token_ids", 0, INT32_MAX));
@@ -47,11 +78,14 @@ ApiResult<std::vector<int32_t>> body_tokens(const ServerContext& ctx, const nloh
   return bundle.tokenizer->encode(*text, /*add_special=*/true, /*parse_special=*/true);
 }
 
-}  // namespace
-
 void handle_prefix_cache_inspect(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
   ApiResult<nlohmann::json> body = parse_json_body(req.body);
   if (!body.is_ok()) return send_error(res, body.error());
+  if (!names_chain(body.value())) {
+    ApiResult<nlohmann::json> out = inspect_radix(ctx, body.value(), /*as_prompt=*/false);
+    if (!out.is_ok()) return send_error(res, out.error());
+    return res.set_content(dump_json(out.value()), "application/json");
+  }
   ApiResult<ChainInfo> info = find_chain(ctx, body.value());
   if (!info.is_ok()) return send_error(res, info.error());
   nlohmann::json out = chain_json(info.value());
@@ -62,6 +96,11 @@ void handle_prefix_cache_inspect(ServerContext& ctx, const httplib::Request& req
 void handle_prefix_cache_match(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
   ApiResult<nlohmann::json> body = parse_json_body(req.body);
   if (!body.is_ok()) return send_error(res, body.error());
+  if (!names_chain(body.value())) {
+    ApiResult<nlohmann::json> out = inspect_radix(ctx, body.value(), /*as_prompt=*/true);
+    if (!out.is_ok()) return send_error(res, out.error());
+    return res.set_content(dump_json(out.value()), "application/json");
+  }
   ApiResult<ChainInfo> info = find_chain(ctx, body.value());
   if (!info.is_ok()) return send_error(res, info.error());
   ApiResult<std::vector<int32_t>> tokens = body_tokens(ctx, body.value());

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "backend/attention_view.h"
 #include "base/status.h"
 #include "kv/kv_layout.h"
+#include "kv/radix_cache.h"
 #include "model/forward_batch.h"
 
 namespace se {
@@ -80,6 +82,30 @@ class CacheManager {
   // everything unchanged (a stream holds fewer tokens, or the cut reaches into prefix-cached blocks).
   virtual Status truncate(int32_t seq, int32_t num_tokens) {
     return unimplemented("this cache cannot truncate sequence {} to {} tokens", seq, num_tokens);
+  }
+
+  // --- prefix pruning (kv/prefix_prune.h): caches without a radix prefix cache answer kUnimplemented ---
+  // What the prefix cache holds for `tokens` (every whole block may match); changes nothing.
+  virtual Result<RadixCache::PrefixMatch> inspect_prefix(std::span<const int32_t> tokens) const {
+    return unimplemented("this cache keeps no radix prefix cache to inspect ({} tokens)", tokens.size());
+  }
+  // Ok when blocks `blocks` of `tokens` may be pruned now; kUnavailable while a block is in use (a running
+  // request holds it), kFailedPrecondition when they can never be (radix_cache.h: prunable_nodes).
+  virtual Status check_prunable(std::span<const int32_t> tokens, RadixCache::BlockRange blocks) const {
+    return unimplemented("this cache keeps no radix prefix cache to prune ({} tokens, blocks [{}, {}))",
+                         tokens.size(), blocks.first_block, blocks.end_block);
+  }
+  // Called per layer after pruning rewrote pages: `view` is one sequence whose new rows are the rewritten
+  // pages' tokens (what methods with per-page metadata refresh).
+  using PagesRewrittenFn = std::function<void(int layer, const AttentionView& view)>;
+  // Prunes blocks `blocks` of `tokens` (check_prunable ok) to the KV of `kept_positions` (ascending absolute
+  // positions inside the blocks, a whole number of pages): every stream's kept KV moves, in order, into the
+  // pages of the first blocks; the rest return to the pool. Returns the pages freed.
+  virtual Result<int32_t> prune_prefix(std::span<const int32_t> tokens, RadixCache::BlockRange blocks,
+                                       std::span<const int32_t> kept_positions,
+                                       const PagesRewrittenFn& /*pages_rewritten*/) {
+    return unimplemented("this cache keeps no radix prefix cache to prune ({} tokens, blocks [{}, {}), {} kept)",
+                         tokens.size(), blocks.first_block, blocks.end_block, kept_positions.size());
   }
 
   // Metrics of the prefix cache: prompt tokens looked up and found.

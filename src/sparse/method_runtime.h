@@ -112,6 +112,9 @@ class MethodRuntime {
   virtual void on_attention_end(LayerContext& /*ctx*/) {}
   virtual void on_layer_end(int /*layer*/, const ForwardBatch& /*batch*/, TensorView /*hidden*/) {}
   virtual void finish_step(StepContext& /*ctx*/) {}
+  // Prefix pruning rewrote pages outside a forward: `view`'s new rows are their tokens, in layer `layer`.
+  // Methods with per-page metadata (page_metadata_bytes) recompute it for those pages.
+  virtual void on_pages_rewritten(int /*layer*/, const AttentionView& /*view*/) {}
   // The sequence left the cache (finished, aborted, preempted): drop what the method keeps for it.
   virtual void on_sequence_end(int32_t /*seq*/) {}
   // --- Chain Cache: metadata that must outlive the sequence with its retained KV ---

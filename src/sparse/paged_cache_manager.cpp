@@ -75,7 +75,9 @@ Result<int32_t> PagedCacheManager::open(int32_t seq, std::span<const int32_t> pr
   radix_->lock(match.last_node());
   s.locked_node = match.last_node();
   s.num_cached_blocks = match.num_blocks();
-  SE_RETURN_IF_ERROR(s.table.attach_prefix(match.pages, match.num_blocks()));
+  s.num_unresident_blocks = match.num_blocks() - match.num_resident_blocks;
+  SE_RETURN_IF_ERROR(s.table.attach_prefix(match.pages, match.num_resident_blocks,
+                                           s.num_unresident_blocks * layout().page_size));
   return match.num_cached_tokens;
 }
 
@@ -92,7 +94,7 @@ void PagedCacheManager::on_computed(int32_t seq, std::span<const int32_t> tokens
   const int32_t num_full_blocks = num_computed / layout().page_size;
   if (num_full_blocks <= s.num_cached_blocks) return;
   auto inserted = radix_->insert(tokens.first(static_cast<size_t>(num_full_blocks) * layout().page_size),
-                                 s.table.view());
+                                 s.table.view(), s.num_unresident_blocks);
   SE_CHECK(inserted.is_ok(), "radix insert: {}", inserted.status().to_string());
   // Pin the new deepest node before releasing the old pin, so no block of this sequence becomes evictable.
   radix_->lock(inserted->last_node);
@@ -202,6 +204,57 @@ Status PagedCacheManager::truncate(int32_t seq, int32_t num_tokens) {
     }
   }
   return s.table.truncate(num_tokens);
+}
+
+Result<RadixCache::PrefixMatch> PagedCacheManager::inspect_prefix(std::span<const int32_t> tokens) const {
+  if (!radix_) return unimplemented("prefix caching is off: there is no radix prefix cache to inspect");
+  return radix_->peek_prefix(tokens);
+}
+
+Status PagedCacheManager::check_prunable(std::span<const int32_t> tokens, RadixCache::BlockRange blocks) const {
+  if (!radix_) return unimplemented("prefix caching is off: there is no radix prefix cache to prune");
+  return radix_->prunable_nodes(tokens, blocks.first_block, blocks.end_block).status();
+}
+
+Result<int32_t> PagedCacheManager::prune_prefix(std::span<const int32_t> tokens, RadixCache::BlockRange blocks,
+                                                std::span<const int32_t> kept_positions,
+                                                const PagesRewrittenFn& pages_rewritten) {
+  if (!radix_) return unimplemented("prefix caching is off: there is no radix prefix cache to prune");
+  SE_ASSIGN_OR_RETURN(std::vector<RadixCache::NodeId> nodes,
+                      radix_->prunable_nodes(tokens, blocks.first_block, blocks.end_block));
+  const KvLayout& l = layout();
+  const int32_t first_token = blocks.first_block * l.page_size;
+  const auto num_blocks = static_cast<int32_t>(nodes.size());
+  const auto num_kept = static_cast<int32_t>(kept_positions.size());
+  if (num_kept % l.page_size != 0 || num_kept > num_blocks * l.page_size)
+    return invalid_argument("prune: {} kept positions are not a whole number of the {} pages", num_kept, num_blocks);
+  std::vector<int32_t> kept(kept_positions.begin(), kept_positions.end());
+  for (size_t i = 0; i < kept.size(); ++i) {
+    kept[i] -= first_token;  // relative to the segment's first token
+    if (kept[i] < 0 || kept[i] >= num_blocks * l.page_size || (i > 0 && kept[i] <= kept[i - 1]))
+      return invalid_argument("prune: kept positions must ascend inside [{}, {}), got {} at {}", first_token,
+                              first_token + num_blocks * l.page_size, kept_positions[i], i);
+  }
+  // Per layer, one sequence over the segment's pages (every KV head a stream of num_blocks full pages); the
+  // kept tokens move to its front, in order, so they land in the pages of the first blocks. The same pages with
+  // the kept tokens as new rows tell the method which pages were rewritten.
+  std::vector<int32_t> pages(static_cast<size_t>(l.num_kv_heads) * static_cast<size_t>(num_blocks));  // [Hkv][n]
+  const std::vector<int32_t> segment_lengths(static_cast<size_t>(l.num_kv_heads), num_blocks * l.page_size);
+  const std::vector<int32_t> kept_lengths(static_cast<size_t>(l.num_kv_heads), num_kept);
+  const std::vector<SeqKvView> segment = {SeqKvView{pages.data(), num_blocks, segment_lengths.data()}};
+  const std::vector<SeqKvView> rewritten = {SeqKvView{pages.data(), num_blocks, kept_lengths.data()}};
+  const std::vector<int32_t> segment_q_indptr = {0, 0};
+  const std::vector<int32_t> rewritten_q_indptr = {0, num_kept};
+  for (int layer = 0; layer < l.num_layers; ++layer) {
+    for (int h = 0; h < l.num_kv_heads; ++h)
+      for (int32_t b = 0; b < num_blocks; ++b)
+        pages[static_cast<size_t>(h * num_blocks + b)] = radix_->node_page(nodes[static_cast<size_t>(b)],
+                                                                           l.stream(layer, h));
+    const AttentionView view = make_view(segment, segment_q_indptr);
+    for (int h = 0; h < l.num_kv_heads; ++h) compact_kv(view, 0, h, kept);
+    if (pages_rewritten && num_kept > 0) pages_rewritten(layer, make_view(rewritten, rewritten_q_indptr));
+  }
+  return radix_->commit_prune(nodes, kept);
 }
 
 Status PagedCacheManager::check_integrity() const {

@@ -42,6 +42,12 @@ class PagedCacheManager final : public CacheManager {
   Status evict(int32_t seq, int layer, int kv_head, const std::vector<int32_t>& kept) override;
   Status truncate(int32_t seq, int32_t num_tokens) override;
 
+  Result<RadixCache::PrefixMatch> inspect_prefix(std::span<const int32_t> tokens) const override;
+  Status check_prunable(std::span<const int32_t> tokens, RadixCache::BlockRange blocks) const override;
+  Result<int32_t> prune_prefix(std::span<const int32_t> tokens, RadixCache::BlockRange blocks,
+                               std::span<const int32_t> kept_positions,
+                               const PagesRewrittenFn& pages_rewritten) override;
+
   int64_t num_prefix_query_tokens() const override { return radix_ ? radix_->num_query_tokens() : 0; }
   int64_t num_prefix_hit_tokens() const override { return radix_ ? radix_->num_hit_tokens() : 0; }
   int64_t num_free_pages() const override { return pool_.num_free_pages(); }
@@ -54,6 +60,8 @@ class PagedCacheManager final : public CacheManager {
     PageTable table;
     RadixCache::NodeId locked_node = RadixCache::kRootNode;  // pins the cached blocks this sequence uses
     int32_t num_cached_blocks = 0;                            // leading blocks already in the radix cache
+    // Blocks of the attached prefix whose KV was pruned away: later blocks sit that many pages earlier.
+    int32_t num_unresident_blocks = 0;
   };
 
   PagedCacheManager(const KvLayout& layout, std::unique_ptr<PageStorage> storage, bool enable_prefix_caching);

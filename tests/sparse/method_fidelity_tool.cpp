@@ -1,7 +1,7 @@
 // method_fidelity_tool CASE.json OUT.json: drives one sparse method through the SparseController exactly as the
 // model would (per layer: attend with the given post-RoPE q/k/v, then on_layer_end; prepare_step and
 // finish_step around each step) on synthetic inputs, and reports what the method did, for the Python oracles
-// of test_method_fidelity.py to check.
+// of test_method_fidelity.py to check. "method" may also be snapkv_global, the prefix-pruning scorer.
 //
 // CASE: {"method", "config", "num_layers", "num_heads", "num_kv_heads", "head_dim", "page_size",
 //        "steps": [n0, n1, ...] (tokens per forward; the first steps prefill "prefill_len" tokens),
@@ -28,6 +28,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sparse/method_registry.h"
+#include "sparse/prune/snapkv_global_scorer.h"
 #include "sparse/sparse_controller.h"
 
 namespace se {
@@ -96,7 +97,11 @@ int run(const std::string& case_path, const std::string& out_path) {
     };
   }
   environment.chat_suffix = c.value("chat_suffix", std::string("\n"));
-  auto method = create_method(c["method"], c.value("config", nlohmann::json::object()), environment);
+  // The prefix-pruning scorer is no registered method; the tool drives it the same way.
+  auto method = c["method"] == "snapkv_global"
+                    ? Result<std::unique_ptr<MethodRuntime>>(std::make_unique<SnapKvGlobalScorer>(
+                          c.value("config", nlohmann::json::object()).value("window", 32)))
+                    : create_method(c["method"], c.value("config", nlohmann::json::object()), environment);
   if (!method.is_ok()) {
     std::cerr << method.status().to_string() << "\n";
     return 2;

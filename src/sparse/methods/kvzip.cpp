@@ -276,6 +276,12 @@ nlohmann::json KvzipMethod::debug_state(int32_t seq) const {
           {"passes", state.pass_lengths}};
 }
 
+std::span<const float> KvzipMethod::last_scores(int32_t seq) const {
+  auto it = sequences_.find(seq);
+  if (it == sequences_.end() || it->second.pass_lengths.empty()) return {};
+  return it->second.scores;
+}
+
 void KvzipMethod::warn_once(bool& flag, const std::string& message) {
   if (flag) return;
   flag = true;

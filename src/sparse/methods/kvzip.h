@@ -50,6 +50,7 @@
 // instruction tokens in one forward).
 #pragma once
 
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -78,6 +79,9 @@ class KvzipMethod final : public MethodRuntime {
   // {"scores": [layer][kv_head][context token], "threshold": thr (null for pair-uniform), "passes": [repeat
   // input lengths]} of the compression that finished in the sequence's last step; null otherwise.
   nlohmann::json debug_state(int32_t seq) const override;
+  // The scores [L][Hkv][C] of the compression that finished in sequence `seq`'s last step (step 3; 0 on
+  // sliding-window layers), or empty. What the kvzip_global pruning policy reads.
+  std::span<const float> last_scores(int32_t seq) const;
 
  private:
   struct SequenceState {

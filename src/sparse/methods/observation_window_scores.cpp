@@ -35,10 +35,7 @@ Result<ObservationWindowConfig> read_observation_window_config(MethodConfig& rea
   return c;
 }
 
-namespace {
-
-// out[j] = pool of in[j - kernel/2 .. j + kernel/2] (n entries each).
-void pool_row(const float* in, float* out, int32_t n, int32_t kernel, WindowPooling pooling) {
+void pool_scores(const float* in, float* out, int32_t n, int32_t kernel, WindowPooling pooling) {
   const int32_t pad = kernel / 2;
   for (int32_t j = 0; j < n; ++j) {
     const int32_t first = std::max(0, j - pad), last = std::min(n - 1, j + pad);
@@ -53,6 +50,8 @@ void pool_row(const float* in, float* out, int32_t n, int32_t kernel, WindowPool
     }
   }
 }
+
+namespace {
 
 // out[j] = agg over the group's rows rows[g * stride + j], g < group.
 void reduce_group(const float* rows, int64_t stride, int32_t group, float* out, int32_t n, GroupAgg agg) {
@@ -86,7 +85,7 @@ WindowScores reduce_window_scores(const float* probs, int64_t row_stride, int32_
   if (config.gqa_order == GroupOrder::kPoolThenReduce) {
     std::vector<float> pooled(mean.size());  // [num_heads, n]
     for (int32_t h = 0; h < num_heads; ++h)
-      pool_row(mean.data() + static_cast<size_t>(h) * n, pooled.data() + static_cast<size_t>(h) * n, n,
+      pool_scores(mean.data() + static_cast<size_t>(h) * n, pooled.data() + static_cast<size_t>(h) * n, n,
                config.kernel, config.pooling);
     for (int32_t kvh = 0; kvh < num_kv_heads; ++kvh)
       reduce_group(pooled.data() + static_cast<size_t>(kvh) * group * n, n, group,
@@ -95,7 +94,7 @@ WindowScores reduce_window_scores(const float* probs, int64_t row_stride, int32_
     std::vector<float> reduced(static_cast<size_t>(n));
     for (int32_t kvh = 0; kvh < num_kv_heads; ++kvh) {
       reduce_group(mean.data() + static_cast<size_t>(kvh) * group * n, n, group, reduced.data(), n, config.gqa_agg);
-      pool_row(reduced.data(), s.values.data() + static_cast<size_t>(kvh) * n, n, config.kernel, config.pooling);
+      pool_scores(reduced.data(), s.values.data() + static_cast<size_t>(kvh) * n, n, config.kernel, config.pooling);
     }
   }
   return s;

@@ -92,4 +92,8 @@ void QuestMethod::build_decode_selection(LayerContext& ctx, int32_t slice, Selec
   selection.set_produced(slice, lists.ptr<int32_t>(), page_budget, counts.ptr<int32_t>(), tokens_read);
 }
 
+void QuestMethod::on_pages_rewritten(int layer, const AttentionView& view) {
+  if (layer >= dense_layers_ && bounds_.defined()) update_page_key_bounds(bounds_.view(), view);
+}
+
 }  // namespace se

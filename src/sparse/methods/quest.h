@@ -37,6 +37,8 @@ class QuestMethod final : public MethodRuntime {
   void build_prefill_selection(LayerContext& ctx, int32_t slice, Selection& selection) override;
   void build_decode_selection(LayerContext& ctx, int32_t slice, Selection& selection) override;
   SelectionUnit selection_unit() const override { return SelectionUnit::kPage; }
+  // Prefix pruning compacted kept keys into these pages: their bounds are recomputed.
+  void on_pages_rewritten(int layer, const AttentionView& view) override;
 
  private:
   QuestMethod(nlohmann::ordered_json config, int token_budget, int dense_layers, GroupReduce gqa_agg);
