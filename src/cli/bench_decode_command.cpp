@@ -143,15 +143,16 @@ Result<DecodePoint> run_point(const ModelBundle& bundle, const DecodeBenchOption
       2 * ((int64_t{num_requests} * o.input_len + chunk - 1) / chunk) + num_requests + 16;
   params.max_tokens = static_cast<int>(std::min<int64_t>(max_model_len - o.input_len, admission_steps + decode_tokens));
   std::vector<std::string> ids;
-  std::vector<std::shared_ptr<OutputStream>> streams;
-  const auto start = Clock::now();
+  std::vector<GenerationRequest> requests;
   for (int i = 0; i < num_requests; ++i) {
     std::vector<int32_t> prompt(static_cast<size_t>(o.input_len));
     for (int32_t& t : prompt) t = token(rng);
     ids.push_back("decode-" + std::to_string(i));
-    SE_ASSIGN_OR_RETURN(std::shared_ptr<OutputStream> stream, engine->submit({ids.back(), std::move(prompt), params}));
-    streams.push_back(std::move(stream));
+    requests.push_back({ids.back(), std::move(prompt), params});
   }
+  const auto start = Clock::now();
+  // One batch: every run admits the requests in the same steps.
+  SE_ASSIGN_OR_RETURN(const std::vector<std::shared_ptr<OutputStream>> streams, engine->submit_batch(std::move(requests)));
   const auto abort_all = [&] {
     for (const std::string& id : ids) engine->abort(id);
   };

@@ -154,6 +154,10 @@ Engine::~Engine() = default;
 Result<std::shared_ptr<OutputStream>> Engine::submit(GenerationRequest request) {
   return loop_->submit(std::move(request));
 }
+
+Result<std::vector<std::shared_ptr<OutputStream>>> Engine::submit_batch(std::vector<GenerationRequest> batch) {
+  return loop_->submit_batch(std::move(batch));
+}
 void Engine::abort(const std::string& request_id) { loop_->abort(request_id); }
 void Engine::shutdown(bool drain) { loop_->shutdown(drain); }
 EngineStats Engine::stats() const { return loop_->stats(); }

@@ -63,6 +63,10 @@ class Engine {
   // kGone, kConflict for a busy chain or a prompt that does not extend it), and kUnavailable when the retained
   // state plus the new tokens could never fit (the chain stays as it was).
   Result<std::shared_ptr<OutputStream>> submit(GenerationRequest request);
+  // Queues every request of `batch` at once, so the first step already sees them all (as an offline batch
+  // expects, and a reproducible schedule needs), or none of them: submit's errors for the first request that
+  // fails, a duplicate id inside the batch included. Chain turns go through submit.
+  Result<std::vector<std::shared_ptr<OutputStream>>> submit_batch(std::vector<GenerationRequest> batch);
 
   // Aborts a live request: its stream ends with FinishReason::kAbort and its pages are freed at the next step
   // boundary. Unknown ids are ignored.

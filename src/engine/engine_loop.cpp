@@ -32,7 +32,7 @@ EngineLoop::EngineLoop(const ModelBundle& bundle, const EngineConfig& config, st
 
 EngineLoop::~EngineLoop() { shutdown(/*drain=*/false); }
 
-Result<std::shared_ptr<OutputStream>> EngineLoop::submit(GenerationRequest g) {
+Result<std::unique_ptr<Request>> EngineLoop::make_request(GenerationRequest& g) const {
   SE_RETURN_IF_ERROR(g.params.validate());
   const ModelConfig& model = bundle_.model->config();
   const int32_t num_prompt = static_cast<int32_t>(g.prompt_ids.size());
@@ -56,6 +56,11 @@ Result<std::shared_ptr<OutputStream>> EngineLoop::submit(GenerationRequest g) {
   if (bundle_.tokenizer) request->detokenizer.emplace(*bundle_.tokenizer, /*skip_special=*/true);
   request->stream = std::make_shared<OutputStream>();
   request->arrival_time = Request::Clock::now();
+  return request;
+}
+
+Result<std::shared_ptr<OutputStream>> EngineLoop::submit(GenerationRequest g) {
+  SE_ASSIGN_OR_RETURN(std::unique_ptr<Request> request, make_request(g));
   std::shared_ptr<OutputStream> stream = request->stream;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -69,6 +74,32 @@ Result<std::shared_ptr<OutputStream>> EngineLoop::submit(GenerationRequest g) {
   }
   wake_.notify_one();
   return stream;
+}
+
+Result<std::vector<std::shared_ptr<OutputStream>>> EngineLoop::submit_batch(std::vector<GenerationRequest> batch) {
+  std::vector<std::unique_ptr<Request>> requests;
+  requests.reserve(batch.size());
+  for (GenerationRequest& g : batch) {
+    if (g.chain) return invalid_argument("request '{}' continues a chain: submit chain turns one at a time", g.request_id);
+    SE_ASSIGN_OR_RETURN(std::unique_ptr<Request> request, make_request(g));
+    requests.push_back(std::move(request));
+  }
+  std::vector<std::shared_ptr<OutputStream>> streams;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!accepting_) return unavailable("the engine is shutting down");
+    std::unordered_set<std::string_view> batch_ids;
+    for (const auto& request : requests)
+      if (live_ids_.count(request->request_id) != 0 || !batch_ids.insert(request->request_id).second)
+        return invalid_argument("request id '{}' is already in use", request->request_id);
+    for (auto& request : requests) {
+      live_ids_.insert(request->request_id);
+      streams.push_back(request->stream);
+      inbox_.push_back(std::move(request));
+    }
+  }
+  wake_.notify_one();
+  return streams;
 }
 
 Status EngineLoop::begin_chain_turn(Request& request, const ChainRequest& chain) {

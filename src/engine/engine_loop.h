@@ -28,6 +28,7 @@ class EngineLoop {
   ~EngineLoop();
 
   Result<std::shared_ptr<OutputStream>> submit(GenerationRequest request);
+  Result<std::vector<std::shared_ptr<OutputStream>>> submit_batch(std::vector<GenerationRequest> batch);
   // The Chain Cache, or null when it is off. Thread-safe (chain_cache.h).
   const ChainCacheIndex* chains() const { return chains_.get(); }
   void abort(const std::string& request_id);
@@ -43,6 +44,8 @@ class EngineLoop {
 
  private:
   void run();
+  // Validates `g` and builds its request, taking its id and prompt (not its chain).
+  Result<std::unique_ptr<Request>> make_request(GenerationRequest& g) const;
   // Queues `job` for the engine thread, which runs it between steps (it may read and change cache state).
   // kUnavailable once the engine stops accepting work.
   Status post(std::function<void()> job);

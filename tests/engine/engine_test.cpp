@@ -127,6 +127,36 @@ TEST(EngineTest, RejectsBadRequestsAndKeepsServing) {
   EXPECT_EQ(collect(**ok).tokens.size(), 5u);
 }
 
+// A batch is queued whole: the first step prefills every prompt (here one step each for the prompts, then one per
+// new token), and a bad request anywhere in it queues nothing.
+TEST(EngineTest, SubmitBatchQueuesAllOrNothing) {
+  ModelBundle bundle = tiny_bundle();
+  EngineConfig config;
+  config.page_size = 4;
+  config.kv_cache_memory = 16 << 20;
+  config.max_num_seqs = 4;
+  config.max_num_batched_tokens = 256;
+  auto engine = Engine::create(bundle, config);
+  ASSERT_TRUE(engine.is_ok());
+  std::mt19937 rng(9);
+  auto batch_of = [&](std::vector<std::string> ids) {
+    std::vector<GenerationRequest> batch;
+    for (std::string& id : ids) batch.push_back({std::move(id), random_prompt(rng, 20), greedy(6)});
+    return batch;
+  };
+  std::vector<GenerationRequest> bad = batch_of({"a", "b", "c"});
+  bad[1].prompt_ids.push_back(500);
+  EXPECT_EQ((*engine)->submit_batch(std::move(bad)).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ((*engine)->submit_batch(batch_of({"a", "a"})).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ((*engine)->stats().num_waiting + (*engine)->stats().num_running, 0);
+
+  auto streams = (*engine)->submit_batch(batch_of({"a", "b", "c", "d"}));
+  ASSERT_TRUE(streams.is_ok()) << streams.status().to_string();
+  for (const auto& stream : *streams) EXPECT_EQ(collect(*stream).tokens.size(), 6u);
+  (*engine)->shutdown(/*drain=*/true);
+  EXPECT_EQ((*engine)->stats().steps_total, 6u);  // one step prefills all four prompts, five more decode them
+}
+
 TEST(EngineTest, AbortEndsTheStreamAndFreesPages) {
   ModelBundle bundle = tiny_bundle();
   EngineConfig config;

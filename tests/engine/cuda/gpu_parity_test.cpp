@@ -369,17 +369,20 @@ std::vector<EngineTrace> engine_traces(const ModelBundle& bundle, Device device,
   config.sparse_config = method_config;
   auto engine = Engine::create(bundle, config);
   SE_CHECK(engine.is_ok(), "{} on {}: {}", method, device_name(device), engine.status().to_string());
-  std::vector<std::shared_ptr<OutputStream>> streams;
+  // One batch, so every run schedules the same steps: an eviction method's prefill chunks decide what it keeps,
+  // and the batch shape picks the GEMM kernels.
+  std::vector<GenerationRequest> batch;
   for (size_t i = 0; i < prompts.size(); ++i) {
     SamplingParams params;
     params.temperature = 0.0f;
     params.max_tokens = num_new;
     params.ignore_eos = true;
     params.logprobs = 2;
-    auto stream = (*engine)->submit({"r" + std::to_string(i), prompts[i], params});
-    SE_CHECK(stream.is_ok(), "{}", stream.status().to_string());
-    streams.push_back(*stream);
+    batch.push_back({"r" + std::to_string(i), prompts[i], params});
   }
+  auto submitted = (*engine)->submit_batch(std::move(batch));
+  SE_CHECK(submitted.is_ok(), "{}", submitted.status().to_string());
+  const std::vector<std::shared_ptr<OutputStream>>& streams = *submitted;
   std::vector<EngineTrace> traces(prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i) {
     for (bool finished = false; !finished;) {
