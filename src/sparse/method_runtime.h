@@ -44,6 +44,13 @@ struct StepContext {
   // Set in finish_step when the driver can run model forwards (ModelRunner, the fidelity tool); empty
   // otherwise, and always empty in prepare_step and inside a transient pass.
   TransientPassFn run_transient_pass;
+  // Each layer's sliding window as attention last applied it (0 = full attention); empty before the first
+  // forward.
+  std::span<const int32_t> layer_windows;
+
+  int32_t sliding_window(int layer) const {
+    return layer < static_cast<int>(layer_windows.size()) ? layer_windows[static_cast<size_t>(layer)] : 0;
+  }
 };
 
 // One layer of one step. q, k, v are the batch's new rows after RoPE (q [T, H, D], k/v [T, Hkv, D]); `view` is

@@ -42,12 +42,12 @@ int64_t tokens_read_by_last_rows(const AttentionView& view, const Selection* sel
 }  // namespace
 
 void SparseController::prepare_step(const ForwardBatch& batch) {
-  StepContext ctx{batch, cache_, {}};
+  StepContext ctx{batch, cache_, {}, layer_windows_};
   method_.prepare_step(ctx);
 }
 
 void SparseController::finish_step(const ForwardBatch& batch) {
-  StepContext ctx{batch, cache_, {}};
+  StepContext ctx{batch, cache_, {}, layer_windows_};
   if (pass_forward_) {
     ctx.run_transient_pass = [this](int32_t seq, std::span<const int32_t> token_ids) {
       return run_transient_pass(seq, token_ids);

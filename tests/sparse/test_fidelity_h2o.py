@@ -75,6 +75,34 @@ def test_h2o_matches_oracle(seed, tmp_path):
     assert result.resident_pages == result.reported_pages
 
 
+@pytest.mark.parametrize("seed", range(24))
+def test_h2o_sliding_window_layers_keep_their_visible_tail(seed, tmp_path):
+    """A Gemma-3-style layer with a sliding window W keeps the newest min(heavy + recent, W - 1) tokens, no heavy
+    hitters it cannot see (sliding_window_tail.h): its outputs and scores follow attention by position within the
+    window. The full-attention layer keeps heavy hitters + recent as before."""
+    case, config, heavy, recent, gqa_agg = random_trial(seed)
+    case.sliding_windows = [int(np.random.default_rng(6000 + seed).integers(4, 48)), 0]
+    result = fh.run("h2o", config, case, tmp_path)
+    scale = 1 / np.sqrt(case.head_dim)
+    group = case.num_heads // case.num_kv_heads
+    streams = [[oracle.Stream() for _ in range(case.num_kv_heads)] for _ in range(case.num_layers)]
+    position = 0
+    for step, n in enumerate(case.steps()):
+        for layer, window in enumerate(case.sliding_windows):
+            keys, values = case.all_keys(layer), case.all_values(layer)
+            for h, stream in enumerate(streams[layer]):
+                out, _ = oracle.step(stream, case.q[step][layer], keys, values, h, position, heavy, recent, scale,
+                                     gqa_agg, window=window)
+                where = f"step {step} layer {layer} head {h}"
+                np.testing.assert_allclose(result.outputs[step][layer][:, h * group:(h + 1) * group], out,
+                                           rtol=1e-4, atol=1e-5, err_msg=where)
+                assert result.kept[step][layer][h] == stream.positions, where
+                np.testing.assert_allclose(result.states[step]["acc"][layer][h], stream.acc, rtol=1e-4, atol=1e-6,
+                                           err_msg=where)
+        position += n
+        assert result.reported_pages[step] >= result.resident_pages[step]
+
+
 @pytest.mark.parametrize("config", [{"heavy": 3, "heavy_ratio": 0.5}, {"budget": 8, "heavy": 3, "recent": 4},
                                     {"budget": 8, "recent": 9}, {"heavy": 0, "recent": 0},
                                     {"gqa_agg": "median"}, {"hh_size": 4}])

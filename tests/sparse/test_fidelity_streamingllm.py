@@ -10,7 +10,7 @@ import pytest
 import fidelity_harness as fh
 from oracles import streamingllm as oracle
 
-from oracles.common import window_probs
+from oracles.common import attention_by_position, window_probs
 
 
 def random_trial(seed):
@@ -59,6 +59,31 @@ def test_streamingllm_matches_oracle(seed, tmp_path):
             case.num_layers, case.num_kv_heads, case.page_size, total, config["budget"])
     assert evicted
     assert result.resident_pages == result.reported_pages
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_streamingllm_sliding_window_layers_keep_their_visible_tail(seed, tmp_path):
+    """A Gemma-3-style layer with a sliding window W keeps the newest min(budget, W - 1) tokens and no sinks
+    (sliding_window_tail.h): the W slots attention reads are then the W latest positions, so every step's output
+    equals attention by position within the window. The full-attention layer keeps sinks + recent as before."""
+    case, config = random_trial(seed)
+    case.sliding_windows = [int(np.random.default_rng(5000 + seed).integers(4, 48)), 0]
+    result = fh.run("streamingllm", config, case, tmp_path)
+    scale = 1 / np.sqrt(case.head_dim)
+    for layer, window in enumerate(case.sliding_windows):
+        attended, kept = oracle.simulate(case.steps(), config["budget"], config["sink_tokens"], window)
+        keys, values = case.all_keys(layer), case.all_values(layer)
+        position = 0
+        for step, n in enumerate(case.steps()):
+            assert result.kept[step][layer] == [kept[step]] * case.num_kv_heads, (step, layer)
+            idx = np.asarray(attended[step])
+            want = attention_by_position(case.q[step][layer], range(position, position + n), keys[idx], values[idx],
+                                         idx, scale, window)
+            np.testing.assert_allclose(result.outputs[step][layer], want, rtol=1e-4, atol=1e-5,
+                                       err_msg=f"step {step} layer {layer}")
+            position += n
+    for step in range(len(case.steps())):  # the memory model does not count the shorter sliding streams
+        assert result.reported_pages[step] >= result.resident_pages[step]
 
 
 @pytest.mark.parametrize("config", [{"budget": 4, "sink_tokens": 4}, {"sink_tokens": -1}, {"window": 3}])

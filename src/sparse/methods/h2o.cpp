@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "base/check.h"
+#include "sparse/sliding_window_tail.h"
 
 namespace se {
 
@@ -110,16 +111,21 @@ void H2oMethod::finish_step(StepContext& ctx) {
         if (len <= num_heavy_ + num_recent_) continue;
         std::vector<float>& acc = it->second.acc[static_cast<size_t>(layout.stream(layer, head))];
         SE_CHECK(static_cast<int32_t>(acc.size()) == len, "h2o: acc out of step with stream");
-        // Heavy hitters: the num_heavy_ largest acc among the rows older than the recent window.
-        order_.resize(static_cast<size_t>(len - num_recent_));
-        std::iota(order_.begin(), order_.end(), 0);
-        std::partial_sort(order_.begin(), order_.begin() + num_heavy_, order_.end(), [&](int32_t a, int32_t b) {
-          return acc[static_cast<size_t>(a)] > acc[static_cast<size_t>(b)] ||
-                 (acc[static_cast<size_t>(a)] == acc[static_cast<size_t>(b)] && a < b);
-        });
-        kept_.assign(order_.begin(), order_.begin() + num_heavy_);
-        std::sort(kept_.begin(), kept_.end());
-        for (int32_t j = len - num_recent_; j < len; ++j) kept_.push_back(j);
+        if (const int32_t window = ctx.sliding_window(layer); window > 0) {
+          // Heavy hitters the layer cannot see are no use to it.
+          keep_sliding_window_tail(len, window, num_heavy_ + num_recent_, kept_);
+        } else {
+          // Heavy hitters: the num_heavy_ largest acc among the rows older than the recent window.
+          order_.resize(static_cast<size_t>(len - num_recent_));
+          std::iota(order_.begin(), order_.end(), 0);
+          std::partial_sort(order_.begin(), order_.begin() + num_heavy_, order_.end(), [&](int32_t a, int32_t b) {
+            return acc[static_cast<size_t>(a)] > acc[static_cast<size_t>(b)] ||
+                   (acc[static_cast<size_t>(a)] == acc[static_cast<size_t>(b)] && a < b);
+          });
+          kept_.assign(order_.begin(), order_.begin() + num_heavy_);
+          std::sort(kept_.begin(), kept_.end());
+          for (int32_t j = len - num_recent_; j < len; ++j) kept_.push_back(j);
+        }
         const Status s = ctx.cache.evict(slice.seq_slot, layer, head, kept_);
         SE_CHECK(s.is_ok(), "h2o: {}", s.to_string());
         // kept_ ascends, so compacting in place never overwrites a score before it moves.

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "base/check.h"
+#include "sparse/sliding_window_tail.h"
 #include "base/logging.h"
 
 namespace se {
@@ -212,19 +213,15 @@ std::vector<std::vector<int32_t>> KvzipMethod::select(SequenceState& state, int3
   const float* scores = state.scores.data();
   const auto per_stream = static_cast<int32_t>(static_cast<double>(num_context) * ratio_);
   auto window_of = [&](int s) { return state.windows[static_cast<size_t>(s / state.num_kv_heads)]; };
-  // A sliding-window layer keeps the newest context tokens its later queries can still see (the last W - 1),
-  // within the per-stream share: rating tokens outside the window would spend the budget on keys no query
-  // reads (kvpress leaves Gemma 3's sliding layers uncompressed for the same reason; this also frees the rest).
+  // A sliding-window layer is not rated: it keeps the newest context tokens its later queries can still see,
+  // within the per-stream share (sliding_window_tail.h).
   std::vector<int> rated;
   for (int s = 0; s < num_streams; ++s) {
-    const int32_t window = window_of(s);
-    if (window == 0) {
+    if (window_of(s) == 0) {
       rated.push_back(s);
       continue;
     }
-    const int32_t count = std::min(per_stream, std::min(window - 1, num_context));
-    kept[static_cast<size_t>(s)].resize(static_cast<size_t>(count));
-    std::iota(kept[static_cast<size_t>(s)].begin(), kept[static_cast<size_t>(s)].end(), num_context - count);
+    keep_sliding_window_tail(num_context, window_of(s), per_stream, kept[static_cast<size_t>(s)]);
   }
   state.threshold = std::numeric_limits<double>::quiet_NaN();
   if (uniform_) {

@@ -4,6 +4,7 @@
 
 #include "backend/device_memory.h"
 #include "base/check.h"
+#include "sparse/sliding_window_tail.h"
 
 namespace se {
 
@@ -83,8 +84,12 @@ void ObservationWindowMethod::on_attention_end(LayerContext& ctx) {
                                                      ctx.view.num_kv_heads, num_tokens, window_config_);
     std::vector<std::vector<int32_t>> kept = select_prefix(scores, ctx.layer, num_layers);
     SE_CHECK(static_cast<int32_t>(kept.size()) == ctx.view.num_kv_heads, "{}: select_prefix heads", name());
-    for (std::vector<int32_t>& head : kept)
+    for (std::vector<int32_t>& head : kept) {
       for (int32_t j = num_tokens - window; j < num_tokens; ++j) head.push_back(j);
+      // As many tokens, but the newest the layer can still see (sliding_window_tail.h).
+      if (ctx.params.sliding_window > 0)
+        keep_sliding_window_tail(num_tokens, ctx.params.sliding_window, static_cast<int32_t>(head.size()), head);
+    }
     state.kept[static_cast<size_t>(ctx.layer)] = std::move(kept);
     std::vector<float>().swap(rows);
   }

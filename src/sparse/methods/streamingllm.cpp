@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "base/check.h"
+#include "sparse/sliding_window_tail.h"
 
 namespace se {
 
@@ -40,10 +41,14 @@ void StreamingLlmMethod::finish_step(StepContext& ctx) {
       for (int head = 0; head < layout.num_kv_heads; ++head) {
         const int32_t len = ctx.cache.stream_length(slice.seq_slot, layer, head);
         if (len <= budget_) continue;
-        // kept_ = [0, sinks) ++ [len - recent, len), ascending and disjoint since len > sinks + recent.
-        kept_.resize(static_cast<size_t>(budget_));
-        std::iota(kept_.begin(), kept_.begin() + num_sink_tokens_, 0);
-        std::iota(kept_.begin() + num_sink_tokens_, kept_.end(), len - num_recent);
+        if (const int32_t window = ctx.sliding_window(layer); window > 0) {
+          keep_sliding_window_tail(len, window, budget_, kept_);  // no sinks: the layer cannot see them
+        } else {
+          // kept_ = [0, sinks) ++ [len - recent, len), ascending and disjoint since len > sinks + recent.
+          kept_.resize(static_cast<size_t>(budget_));
+          std::iota(kept_.begin(), kept_.begin() + num_sink_tokens_, 0);
+          std::iota(kept_.begin() + num_sink_tokens_, kept_.end(), len - num_recent);
+        }
         const Status s = ctx.cache.evict(slice.seq_slot, layer, head, kept_);
         SE_CHECK(s.is_ok(), "streamingllm: {}", s.to_string());
       }

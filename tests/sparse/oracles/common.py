@@ -21,6 +21,33 @@ def window_probs(q, k, scale):
     return softmax(logits, axis=-1)
 
 
+def probs_by_position(q, q_positions, k, k_positions, scale, window=0):
+    """Softmax probabilities by original position: query row r sees the keys at positions <= q_positions[r] and,
+    on a sliding-window layer (window W), > q_positions[r] - W. q [n, H, D], k [len, Hkv, D] -> [H, n, len]."""
+    group = q.shape[1] // k.shape[1]
+    kk = np.repeat(k, group, axis=1).astype(np.float64)                        # [len, H, D]
+    logits = np.einsum("nhd,thd->hnt", q.astype(np.float64), kk) * scale
+    qp = np.asarray(q_positions)[:, None]
+    kp = np.asarray(k_positions)[None, :]
+    visible = (kp <= qp) & ((kp > qp - window) if window else True)
+    return softmax(np.where(visible[None], logits, -np.inf), axis=-1)
+
+
+def attention_by_position(q, q_positions, k, v, k_positions, scale, window=0):
+    """Attention output of probs_by_position: v [len, Hkv, D] -> [n, H, D]."""
+    group = q.shape[1] // k.shape[1]
+    probs = probs_by_position(q, q_positions, k, k_positions, scale, window)
+    return np.einsum("hnt,thd->nhd", probs, np.repeat(v, group, axis=1).astype(np.float64))
+
+
+def sliding_tail(num_tokens, window, count):
+    """What an eviction keeps of a sliding-window layer's stream of num_tokens tokens (sliding_window_tail.h): the
+    newest min(count, window - 1, num_tokens), as stream rows, ascending. With no gaps, the last W rows attention
+    reads are the last W positions."""
+    n = max(0, min(count, window - 1, num_tokens))
+    return list(range(num_tokens - n, num_tokens))
+
+
 def pool1d(scores, kernel, kind):
     """Pooling along the last axis, stride 1, padding kernel // 2: avg counts the zero padding (count_include_pad),
     max pads with -inf."""

@@ -10,7 +10,7 @@ acc is compacted alongside. The engine does this in finish_step; the reference d
 after the softmax, which is the same for every layer since layers do not share state."""
 import numpy as np
 
-from oracles.common import window_probs
+from oracles.common import probs_by_position, sliding_tail
 
 GROUP_REDUCE = {"mean": np.mean, "max": np.max, "sum": np.sum}
 
@@ -27,24 +27,31 @@ def heavy_hitters(acc, num_heavy, num_candidates):
     return sorted(order[:num_heavy])
 
 
-def step(stream, q, keys, values, kv_head, first_position, heavy, recent, scale, gqa_agg="mean", choose=None):
+def step(stream, q, keys, values, kv_head, first_position, heavy, recent, scale, gqa_agg="mean", choose=None,
+         window=0):
     """Runs one step of n = len(q) tokens on one stream. q [n, H, D] (all query heads of the step), keys/values
     [T, Hkv, D] indexed by original position. Returns (out [n, G, D] for the group's query heads, the rows kept
-    by the eviction or None). `choose(acc, heavy, num_candidates)` overrides heavy_hitters (tie handling)."""
+    by the eviction or None). `choose(acc, heavy, num_candidates)` overrides heavy_hitters (tie handling). On a
+    sliding-window layer (window > 0) queries see the last `window` positions and an eviction keeps the stream's
+    visible tail (common.sliding_tail)."""
     n, num_heads, _ = q.shape
     num_kv_heads = keys.shape[1]
     group = num_heads // num_kv_heads
     stream.positions = stream.positions + list(range(first_position, first_position + n))
     idx = np.asarray(stream.positions)
     heads = slice(kv_head * group, (kv_head + 1) * group)
-    probs = window_probs(q[:, heads], keys[idx, kv_head:kv_head + 1], scale)   # [G, n, len]
+    probs = probs_by_position(q[:, heads], range(first_position, first_position + n),
+                              keys[idx, kv_head:kv_head + 1], idx, scale, window)   # [G, n, len]
     out = np.einsum("gnt,td->ngd", probs, values[idx, kv_head].astype(np.float64))
     column_sums = GROUP_REDUCE[gqa_agg](probs.sum(axis=1), axis=0)            # [len]
     stream.acc = np.concatenate([stream.acc, np.zeros(n)]) + column_sums
     length = len(stream.positions)
     if length <= heavy + recent:
         return out, None
-    rows = (choose or heavy_hitters)(stream.acc, heavy, length - recent) + list(range(length - recent, length))
+    if window:
+        rows = sliding_tail(length, window, heavy + recent)
+    else:
+        rows = (choose or heavy_hitters)(stream.acc, heavy, length - recent) + list(range(length - recent, length))
     stream.positions = [stream.positions[j] for j in rows]
     stream.acc = stream.acc[rows]
     return out, rows

@@ -9,7 +9,7 @@ keeps the last min(int(C * ratio), W - 1) context tokens and only the sinks the 
 >= P - W + 1), and the threshold runs over the other layers' pairs."""
 import numpy as np
 
-from oracles.common import softmax
+from oracles.common import sliding_tail, softmax
 
 FIRST_INSTRUCTION = "\n\nRepeat the previous context exactly."
 NEXT_INSTRUCTION = "\n\nRepeat the part of the previous context exactly, starting with "
@@ -89,8 +89,7 @@ def select(score, ratio, level="pair", windows=None):
     kept = [None] * num_layers
     for l in range(num_layers):
         if windows[l]:
-            count = min(per_stream, windows[l] - 1, num_context)
-            kept[l] = [list(range(num_context - count, num_context)) for _ in range(num_kv_heads)]
+            kept[l] = [sliding_tail(num_context, windows[l], per_stream) for _ in range(num_kv_heads)]
     if level == "pair-uniform":
         for l in rated:
             kept[l] = [sorted(np.lexsort((np.arange(num_context), -score[l, h]))[:per_stream].tolist())

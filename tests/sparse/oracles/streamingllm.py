@@ -7,12 +7,16 @@ own n tokens; only then does the stream shrink back to `budget`. Keys keep their
 attention is plain softmax attention over the stored post-RoPE keys."""
 import numpy as np
 
+from oracles.common import sliding_tail
 
-def simulate(steps, budget, sinks):
+
+def simulate(steps, budget, sinks, window=0):
     """Positions each stream attends to in each step and keeps after it.
 
-    steps: tokens per step. Returns (attended, kept): per step, the ascending original positions resident while
-    the step attends (its own tokens last) and the positions left once the step's eviction ran."""
+    steps: tokens per step; window: the layer's sliding window (0 = full attention), where an eviction keeps the
+    stream's visible tail instead (common.sliding_tail). Returns (attended, kept): per step, the ascending original
+    positions resident while the step attends (its own tokens last) and the positions left once the step's
+    eviction ran."""
     assert 0 <= sinks < budget
     resident = []
     position = 0
@@ -21,7 +25,9 @@ def simulate(steps, budget, sinks):
         resident = resident + list(range(position, position + n))
         position += n
         attended.append(list(resident))
-        if len(resident) > budget:
+        if len(resident) > budget and window:
+            resident = [resident[j] for j in sliding_tail(len(resident), window, budget)]
+        elif len(resident) > budget:
             resident = resident[:sinks] + resident[len(resident) - (budget - sinks):]
         kept.append(list(resident))
     return attended, kept
