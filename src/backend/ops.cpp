@@ -136,24 +136,60 @@ void linear(TensorView out, TensorView x, TensorView w, const TensorView* bias) 
   cpu::linear(out, x, w, bias);
 }
 
+namespace {
+void check_rope(TensorView x, TensorView positions, const RopeParams& params) {
+  SE_CHECK(x.shape.rank() == 3 && positions.numel() == x.shape[0], "rope: x {} positions {}", x.shape.to_string(),
+           positions.numel());
+  SE_CHECK(params.rotary_dim > 0 && params.rotary_dim % 2 == 0 && params.rotary_dim <= x.shape[2],
+           "rope: rotary_dim {} head_dim {}", params.rotary_dim, x.shape[2]);
+}
+}  // namespace
+
 void rope(TensorView x, TensorView positions, const RopeParams& params) {
+  check_rope(x, positions, params);
   if (on_cuda(x, "rope")) {
     require_cuda_act(x, "rope.x");
-    SE_CHECK(positions.device == Device::kCuda && positions.dtype == DType::kI32,
-             "rope: positions i32 on the GPU");
-    SE_CHECK(x.shape.rank() == 3 && positions.numel() == x.shape[0], "rope: x {} positions {}",
-             x.shape.to_string(), positions.numel());
-    SE_CHECK(params.rotary_dim > 0 && params.rotary_dim % 2 == 0 && params.rotary_dim <= x.shape[2],
-             "rope: rotary_dim {} head_dim {}", params.rotary_dim, x.shape[2]);
-    if constexpr (kCudaBuilt) cuda::rope(x, positions, params);
+    SE_CHECK(positions.device == Device::kCuda && positions.dtype == DType::kI32, "rope: positions i32 on the GPU");
+    if constexpr (kCudaBuilt) cuda::rope(x, TensorView{}, positions, params);
     return;
   }
   require_cpu_f32(x, "rope.x");
-  SE_CHECK(x.shape.rank() == 3 && positions.numel() == x.shape[0], "rope: x {} positions {}",
-           x.shape.to_string(), positions.numel());
-  SE_CHECK(params.rotary_dim > 0 && params.rotary_dim % 2 == 0 && params.rotary_dim <= x.shape[2],
-           "rope: rotary_dim {} head_dim {}", params.rotary_dim, x.shape[2]);
   cpu::rope(x, positions, params);
+}
+
+void rope(TensorView q, TensorView k, TensorView positions, const RopeParams& params) {
+  check_rope(q, positions, params);
+  check_rope(k, positions, params);
+  SE_CHECK(q.dtype == k.dtype && q.device == k.device && q.shape[2] == k.shape[2], "rope: q {} {} and k {} {}",
+           dtype_name(q.dtype), q.shape.to_string(), dtype_name(k.dtype), k.shape.to_string());
+  if (on_cuda(q, "rope")) {
+    require_cuda_act(q, "rope.q");
+    SE_CHECK(positions.device == Device::kCuda && positions.dtype == DType::kI32, "rope: positions i32 on the GPU");
+    if constexpr (kCudaBuilt) cuda::rope(q, k, positions, params);
+    return;
+  }
+  require_cpu_f32(q, "rope.q");
+  cpu::rope(q, positions, params);
+  cpu::rope(k, positions, params);
+}
+
+void split_columns(TensorView out0, TensorView out1, TensorView out2, TensorView x) {
+  const int64_t rows = x.shape.rank() == 2 ? x.shape[0] : -1;
+  if (rows == 0) return;
+  const auto columns = [rows](const TensorView& t) { return rows > 0 ? t.numel() / rows : -1; };
+  SE_CHECK(rows > 0 && out0.dtype == x.dtype && out1.dtype == x.dtype && out2.dtype == x.dtype &&
+               columns(out0) * rows == out0.numel() && columns(out1) * rows == out1.numel() &&
+               columns(out2) * rows == out2.numel() &&
+               columns(out0) + columns(out1) + columns(out2) == x.shape[1],
+           "split_columns: x {} into {}, {}, {}", x.shape.to_string(), out0.shape.to_string(),
+           out1.shape.to_string(), out2.shape.to_string());
+  if (on_cuda(x, "split_columns")) {
+    require_cuda_act(x, "split_columns.x");
+    if constexpr (kCudaBuilt) cuda::split_columns(out0, out1, out2, x);
+    return;
+  }
+  require_cpu_f32(x, "split_columns.x");
+  cpu::split_columns(out0, out1, out2, x);
 }
 
 void gated_activation(TensorView out, TensorView gate_up, Activation act) {
@@ -246,6 +282,7 @@ bool cuda_implements(std::string_view op) {
   // The ops with a twin in backend/cuda/cuda_ops.h.
   static constexpr std::string_view kCudaOps[] = {
       "embedding", "rms_norm",        "add_rms_norm", "linear",      "rope",    "gated_activation",
+      "split_columns",
       "add_inplace", "scale_inplace", "softcap_inplace", "argmax_rows", "sample_rows", "write_kv",
       "paged_attention",
       "paged_attention over a selection", "update_page_key_bounds", "page_key_bound_scores",

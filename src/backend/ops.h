@@ -45,6 +45,13 @@ void linear(TensorView out, TensorView x, TensorView w, const TensorView* bias =
 
 // x [T, heads, head_dim] rotated in place at positions[T] (I32).
 void rope(TensorView x, TensorView positions, const RopeParams& params);
+// q [T, Hq, head_dim] and k [T, Hk, head_dim] (same dtype) rotated in place at the same positions: one pass over
+// both, one launch on the GPU.
+void rope(TensorView q, TensorView k, TensorView positions, const RopeParams& params);
+
+// Splits the columns of x [T, A + B + C] into out0 [T, A], out1 [T, B] and out2 [T, C] (each contiguous): the
+// fused QKV projection's output into q, k and v. Same dtype on both sides.
+void split_columns(TensorView out0, TensorView out1, TensorView out2, TensorView x);
 
 // out[T, F] = act(gate) * up, where gate_up is [T, 2F] with the gate in the first F columns.
 void gated_activation(TensorView out, TensorView gate_up, Activation act);

@@ -16,6 +16,10 @@ TensorView ForwardWorkspace::i32_rows(int64_t offset, int64_t n) const {
   return TensorView{inputs_.data<int32_t>() + offset, DType::kI32, {n}, device_};
 }
 
+TensorView ForwardWorkspace::qkv(int64_t t) const {
+  return TensorView{qkv_.raw(), DType::kF32, {t, config_.q_size() + 2 * config_.kv_size()}, device_};
+}
+
 Tensor ForwardWorkspace::buffer(DType dtype, Shape shape) const { return empty_on(device_, dtype, shape); }
 
 void ForwardWorkspace::reserve(int32_t num_tokens, int32_t num_logit_rows) {
@@ -36,6 +40,8 @@ void ForwardWorkspace::reserve(int32_t num_tokens, int32_t num_logit_rows) {
   attn_ = buffer(matmul_dtype_, {t, c.num_heads, c.head_dim});
   proj_ = buffer(DType::kF32, {t, c.hidden_size});
   gate_up_ = buffer(DType::kF32, {t, 2 * int64_t{c.intermediate_size}});
+  const int64_t qkv_width = c.q_size() + 2 * c.kv_size();
+  qkv_ = qkv_width <= 2 * int64_t{c.intermediate_size} ? gate_up_ : buffer(DType::kF32, {t, qkv_width});
   act_ = buffer(matmul_dtype_, {t, c.intermediate_size});
   last_ = buffer(DType::kF32, {r, c.hidden_size});
   last_normed_ = buffer(matmul_dtype_, {r, c.hidden_size});

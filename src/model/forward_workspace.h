@@ -38,6 +38,9 @@ class ForwardWorkspace final {
   TensorView logit_rows(int64_t r) const { return i32_rows(2 * int64_t{capacity_tokens_}, r); }  // [r]
   TensorView hidden(int64_t t) const { return rows(hidden_, t); }       // [t, hidden] residual stream, F32
   TensorView normed(int64_t t) const { return rows(normed_, t); }       // [t, hidden] matmul input
+  // [t, q_size + 2 * kv_size] F32: the fused QKV projection before split_columns. It lives in the gate_up
+  // buffer, which nothing reads until the MLP.
+  TensorView qkv(int64_t t) const;
   TensorView q(int64_t t) const { return rows(q_, t); }                 // [t, num_heads, head_dim] F32
   TensorView k(int64_t t) const { return rows(k_, t); }                 // [t, num_kv_heads, head_dim] F32
   TensorView v(int64_t t) const { return rows(v_, t); }                 // [t, num_kv_heads, head_dim] F32
@@ -63,6 +66,7 @@ class ForwardWorkspace final {
   std::vector<int32_t> host_inputs_;  // staging of the one input copy
   Tensor inputs_;                      // [2 * capacity_tokens + capacity_logit_rows] I32
   Tensor hidden_, normed_, q_, k_, v_, attn_, proj_, gate_up_, act_, last_, last_normed_, logits_;
+  Tensor qkv_;  // gate_up_ itself when it is wide enough
 };
 
 }  // namespace se

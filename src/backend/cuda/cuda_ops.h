@@ -18,8 +18,10 @@ void add_rms_norm(TensorView out, TensorView residual, TensorView x, TensorView 
 // cuBLASLt; plans (descriptors + algorithm) cached per shape, dtypes and alignment; one shared
 // workspace.
 void linear(TensorView out, TensorView x, TensorView w, const TensorView* bias);
-void rope(TensorView x, TensorView positions, const RopeParams& params);
+// Rotates x0 and, when defined, x1 (same dtype and head_dim) in one launch.
+void rope(TensorView x0, TensorView x1, TensorView positions, const RopeParams& params);
 void gated_activation(TensorView out, TensorView gate_up, Activation act);
+void split_columns(TensorView out0, TensorView out1, TensorView out2, TensorView x);
 void add_inplace(TensorView x, TensorView y);
 void scale_inplace(TensorView x, float s);
 void softcap_inplace(TensorView x, float cap);

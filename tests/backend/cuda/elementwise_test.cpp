@@ -3,8 +3,10 @@
 // NaN-poisoned first.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <numeric>
+#include <tuple>
 #include <vector>
 
 #include "backend/ops.h"
@@ -122,6 +124,15 @@ TEST(CudaOpsTest, RopeMatchesCpuForEveryScaling) {
       Tensor x_dev = upload(x, dtype);
       rope(x_dev.view(), cuda::to_device(pos_host).view(), p);
       report("rope", dtype, x.shape(), relative_error(download_f32(x_dev), ref));
+      // q and k in one launch: k with a quarter of the heads (GQA), each rotated as on its own.
+      const int64_t kv_heads = std::max(1, c.heads / 4);
+      const Tensor k = random_host({c.tokens, kv_heads, c.head_dim}, seed++, dtype);
+      Tensor k_ref = k.clone();
+      rope(k_ref.view(), pos_host.view(), p);
+      Tensor q_dev = upload(x, dtype), k_dev = upload(k, dtype);
+      rope(q_dev.view(), k_dev.view(), cuda::to_device(pos_host).view(), p);
+      report("rope q", dtype, x.shape(), relative_error(download_f32(q_dev), ref));
+      report("rope k", dtype, k.shape(), relative_error(download_f32(k_dev), k_ref));
     }
   }
 }
@@ -139,6 +150,28 @@ TEST(CudaOpsTest, GatedActivationsMatchCpu) {
         gated_activation(out.view(), upload(gate_up, dtype).view(), act);
         report(act == Activation::kSilu ? "silu_mul" : "gelu_tanh_mul", dtype, out.shape(),
                relative_error(download_f32(out), ref));
+      }
+    }
+  }
+}
+
+TEST(CudaOpsTest, SplitColumnsMatchesCpuExactly) {
+  SE_SKIP_WITHOUT_CUDA_DEVICE();
+  uint64_t seed = 450;
+  for (DType dtype : kActs) {
+    // Llama-3.1-8B's fused q, k, v (4096 + 1024 + 1024) and Gemma 3 270M's (1024 + 256 + 256).
+    for (auto [rows, a, b] : {std::tuple{1, 4096, 1024}, {37, 4096, 1024}, {5, 1024, 256}}) {
+      const Tensor x = random_host({rows, a + 2 * b}, seed++, dtype);
+      Tensor r0 = Tensor::empty(DType::kF32, {rows, a}), r1 = Tensor::empty(DType::kF32, {rows, b}),
+             r2 = Tensor::empty(DType::kF32, {rows, b});
+      split_columns(r0.view(), r1.view(), r2.view(), x.view());
+      Tensor o0 = poisoned(dtype, {rows, a}), o1 = poisoned(dtype, {rows, b}), o2 = poisoned(dtype, {rows, b});
+      split_columns(o0.view(), o1.view(), o2.view(), upload(x, dtype).view());
+      for (auto [got, want] : {std::pair{&o0, &r0}, {&o1, &r1}, {&o2, &r2}}) {
+        const double err = relative_error(download_f32(*got), *want);
+        std::printf("PARITY split_columns      %-4s [%d, %d] rel_err %.3e\n", dtype_name(dtype).data(), rows,
+                    a + 2 * b, err);
+        EXPECT_EQ(err, 0.0);
       }
     }
   }
