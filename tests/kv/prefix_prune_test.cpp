@@ -7,37 +7,17 @@
 #include <numeric>
 
 #include "kv/radix_cache.h"
+#include "radix_cache_fixture.h"
 
 namespace se {
 namespace {
 
-// 2 layers x 2 KV heads = 4 streams, 4-token blocks.
-KvLayout small_layout() {
-  return KvLayout{
-      .num_layers = 2, .num_kv_heads = 2, .head_dim = 2, .page_size = 4, .dtype = DType::kF32};
-}
+using test::iota_tokens;
+using test::small_layout;
 constexpr int32_t kStreams = 4;
 
-std::vector<int32_t> iota_tokens(int32_t n, int32_t first = 0) {
-  std::vector<int32_t> t(static_cast<size_t>(n));
-  std::iota(t.begin(), t.end(), first);
-  return t;
-}
-
-class PrefixPruneTest : public ::testing::Test {
+class PrefixPruneTest : public test::RadixCacheFixture {
  protected:
-  void expect_intact() {
-    Status s = pool_.check_integrity();
-    EXPECT_TRUE(s.is_ok()) << s.to_string();
-    s = cache_.check_integrity();
-    EXPECT_TRUE(s.is_ok()) << s.to_string();
-  }
-  // Caches `tokens` through a table that is freed afterwards: the cache holds the only references.
-  void insert_and_free(const std::vector<int32_t>& tokens) {
-    PageTable table(&pool_, small_layout());
-    ASSERT_TRUE(table.append(static_cast<int32_t>(tokens.size())).is_ok());
-    ASSERT_TRUE(cache_.insert(tokens, table.view()).is_ok());
-  }
   // Prunes blocks [first, end) of `tokens` keeping `kept` blocks; returns the pages freed.
   int32_t prune(const std::vector<int32_t>& tokens, int32_t first, int32_t end, int32_t kept) {
     auto nodes = cache_.prunable_nodes(tokens, first, end);
@@ -49,9 +29,6 @@ class PrefixPruneTest : public ::testing::Test {
     expect_intact();
     return freed;
   }
-
-  BlockPool pool_{256};
-  RadixCache cache_{&pool_, small_layout()};
 };
 
 TEST(PrefixPruneRangeTest, NarrowsToWholeCachedBlocks) {
