@@ -23,9 +23,12 @@
 #include "backend/cuda/cuda_context.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/ops.h"
+#include "cuda_timing.h"
 
 namespace se {
 namespace {
+
+using bench::time_ms;
 
 constexpr int kHeads = 32, kKvHeads = 8, kHeadDim = 128;
 
@@ -50,35 +53,6 @@ __global__ void read_kernel(const uint4* p, size_t n, unsigned* sink) {
     acc ^= v.x ^ v.y ^ v.z ^ v.w;
   }
   if (acc == 0x12345678u) *sink = acc;
-}
-
-float median(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-// Median milliseconds of `reps` runs of fn(rep) after `warmup` runs, each timed with its own
-// events.
-template <typename Fn>
-float time_ms(int warmup, int reps, Fn&& fn) {
-  cudaStream_t stream = cuda::CudaContext::current().stream();
-  for (int i = 0; i < warmup; ++i) fn(i);
-  cudaEvent_t start, stop;
-  SE_CUDA_CHECK(cudaEventCreate(&start));
-  SE_CUDA_CHECK(cudaEventCreate(&stop));
-  std::vector<float> times;
-  for (int i = 0; i < reps; ++i) {
-    SE_CUDA_CHECK(cudaEventRecord(start, stream));
-    fn(warmup + i);
-    SE_CUDA_CHECK(cudaEventRecord(stop, stream));
-    SE_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    SE_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    times.push_back(ms);
-  }
-  SE_CUDA_CHECK(cudaEventDestroy(start));
-  SE_CUDA_CHECK(cudaEventDestroy(stop));
-  return median(times);
 }
 
 Tensor device_i32(const std::vector<int32_t>& v) {
