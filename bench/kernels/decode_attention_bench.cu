@@ -24,6 +24,7 @@
 #include "backend/cuda/cuda_ops.h"
 #include "backend/ops.h"
 #include "cuda_timing.h"
+#include "random_values.cuh"
 
 namespace se {
 namespace {
@@ -35,12 +36,7 @@ constexpr int kHeads = 32, kKvHeads = 8, kHeadDim = 128;
 __global__ void fill_random_bf16_kernel(__nv_bfloat16* p, size_t n, uint64_t seed) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    uint64_t z = (i + 1) * 0x9e3779b97f4a7c15ull ^ seed;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    p[i] = __float2bfloat16((static_cast<float>(z >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f) *
-                            1.7320508f);
+    p[i] = __float2bfloat16(bench::hashed_uniform(i, seed) * 1.7320508f);
   }
 }
 
