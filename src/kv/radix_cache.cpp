@@ -138,6 +138,7 @@ RadixCache::PrefixMatch RadixCache::match_prefix(std::span<const int32_t> tokens
   const size_t max_blocks =
       tokens.empty() ? 0 : (tokens.size() - 1) / static_cast<size_t>(layout_.page_size);
   PrefixMatch match = walk(tokens, max_blocks, /*whole_segments=*/true);
+  match.resident_positions = resident_positions(match);
   const uint64_t tick = ++clock_;
   for (NodeId id : match.nodes) touch(id, tick);
   num_query_tokens_ += static_cast<int64_t>(tokens.size());

@@ -60,9 +60,8 @@ class RadixCache final {
     // [num_streams][num_resident_blocks], stream-major: PageTable::attach_prefix's order.
     std::vector<int32_t> pages;
     std::vector<BlockRange> pruned_segments;  // the pruned segments on the path, in order
-    // peek_prefix only: the positions the resident pages hold, in page order (an attaching
-    // sequence's stream slot i holds position [i]): every position of a whole block, a pruned
-    // segment's kept ones.
+    // The positions the resident pages hold, in page order (an attaching sequence's stream slot i
+    // holds position [i]): every position of a whole block, a pruned segment's kept ones.
     std::vector<int32_t> resident_positions;
 
     int32_t num_blocks() const { return static_cast<int32_t>(nodes.size()); }

@@ -72,6 +72,9 @@ class CacheManager {
   // Tokens of `seq` ever appended (the absolute position of its next token) and one stream's physical length.
   virtual int32_t num_logical_tokens(int32_t seq) const = 0;
   virtual int32_t stream_length(int32_t seq, int layer, int kv_head) const = 0;
+  // The position map: the absolute position each slot of stream (layer, kv_head) of `seq` holds, slot order
+  // (stream_length of them). Valid until the sequence next changes.
+  virtual std::span<const int32_t> slot_positions(int32_t seq, int layer, int kv_head) const = 0;
   // Physical eviction: stream (layer, kv_head) of `seq` keeps only the tokens at the ascending indices
   // `kept`, compacted to the front of its pages in this order; the pages no longer needed return to the pool
   // now. The logical length is unchanged, so new tokens keep their absolute positions.

@@ -24,10 +24,12 @@ PagedCacheManager::PagedCacheManager(const KvLayout& layout, std::unique_ptr<Pag
 namespace {
 class PagedSnapshot final : public SequenceSnapshot {
  public:
-  explicit PagedSnapshot(PageTable table) : table(std::move(table)) {}
+  PagedSnapshot(PageTable table, SlotPositions positions)
+      : table(std::move(table)), positions(std::move(positions)) {}
   int32_t num_logical_tokens() const override { return table.num_logical_tokens(); }
   int64_t num_held_pages() const override { return table.num_held_pages(); }
   PageTable table;
+  SlotPositions positions;
 };
 }  // namespace
 
@@ -66,9 +68,15 @@ int32_t PagedCacheManager::stream_length(int32_t seq, int layer, int kv_head) co
   return sequence(seq).table.num_tokens(layer, kv_head);
 }
 
+std::span<const int32_t> PagedCacheManager::slot_positions(int32_t seq, int layer, int kv_head) const {
+  return sequence(seq).positions.of(layout().stream(layer, kv_head));
+}
+
 Result<int32_t> PagedCacheManager::open(int32_t seq, std::span<const int32_t> prompt) {
   if (sequences_.count(seq) != 0) return failed_precondition("sequence {} is already open", seq);
-  Sequence& s = sequences_.emplace(seq, Sequence{PageTable(&pool_, layout())}).first->second;
+  Sequence& s =
+      sequences_.emplace(seq, Sequence{PageTable(&pool_, layout()), SlotPositions(layout().num_streams())})
+          .first->second;
   if (!radix_) return 0;
   RadixCache::PrefixMatch match = radix_->match_prefix(prompt);
   if (match.num_blocks() == 0) return 0;
@@ -78,6 +86,7 @@ Result<int32_t> PagedCacheManager::open(int32_t seq, std::span<const int32_t> pr
   s.num_unresident_blocks = match.num_blocks() - match.num_resident_blocks;
   SE_RETURN_IF_ERROR(s.table.attach_prefix(match.pages, match.num_resident_blocks,
                                            s.num_unresident_blocks * layout().page_size));
+  s.positions.attach(match.resident_positions);
   return match.num_cached_tokens;
 }
 
@@ -85,7 +94,10 @@ Status PagedCacheManager::reserve(int32_t seq, int32_t num_new_tokens) {
   Sequence& s = sequence(seq);
   const int64_t needed = s.table.num_pages_for_append(num_new_tokens);
   if (needed > pool_.num_free_pages() && radix_) radix_->evict(static_cast<int32_t>(needed - pool_.num_free_pages()));
-  return s.table.append(num_new_tokens);
+  const int32_t first_position = s.table.num_logical_tokens();
+  SE_RETURN_IF_ERROR(s.table.append(num_new_tokens));
+  s.positions.append(first_position, num_new_tokens);
+  return Status::ok();
 }
 
 void PagedCacheManager::on_computed(int32_t seq, std::span<const int32_t> tokens, int32_t num_computed) {
@@ -112,7 +124,7 @@ void PagedCacheManager::close(int32_t seq) {
 
 std::unique_ptr<SequenceSnapshot> PagedCacheManager::snapshot(int32_t seq) {
   Sequence& s = sequence(seq);
-  auto snap = std::make_unique<PagedSnapshot>(std::move(s.table));
+  auto snap = std::make_unique<PagedSnapshot>(std::move(s.table), std::move(s.positions));
   close(seq);
   return snap;
 }
@@ -121,7 +133,7 @@ Status PagedCacheManager::restore(int32_t seq, std::unique_ptr<SequenceSnapshot>
   if (sequences_.count(seq) != 0) return failed_precondition("sequence {} is already open", seq);
   auto* paged = dynamic_cast<PagedSnapshot*>(snapshot.get());
   if (paged == nullptr) return invalid_argument("restore: the snapshot was not taken by a paged cache");
-  sequences_.emplace(seq, Sequence{std::move(paged->table)});
+  sequences_.emplace(seq, Sequence{std::move(paged->table), std::move(paged->positions)});
   return Status::ok();
 }
 
@@ -173,7 +185,9 @@ Status PagedCacheManager::evict(int32_t seq, int layer, int kv_head, const std::
   compact_kv(build_sequence_view(seq, layer), 0, kv_head, kept);
   const auto num_tokens = static_cast<int32_t>(kept.size());
   const std::vector<int32_t> first(pages.begin(), pages.begin() + layout().pages_per_stream(num_tokens));
-  return s.table.replace_stream(layer, kv_head, first, num_tokens);
+  SE_RETURN_IF_ERROR(s.table.replace_stream(layer, kv_head, first, num_tokens));
+  s.positions.keep(layout().stream(layer, kv_head), kept);
+  return Status::ok();
 }
 
 Status PagedCacheManager::truncate(int32_t seq, int32_t num_tokens) {
@@ -203,7 +217,9 @@ Status PagedCacheManager::truncate(int32_t seq, int32_t num_tokens) {
       SE_RETURN_IF_ERROR(s.table.replace_stream(layer, h, first, kept));
     }
   }
-  return s.table.truncate(num_tokens);
+  SE_RETURN_IF_ERROR(s.table.truncate(num_tokens));
+  s.positions.drop_last(num_dropped);
+  return Status::ok();
 }
 
 Result<RadixCache::PrefixMatch> PagedCacheManager::inspect_prefix(std::span<const int32_t> tokens) const {

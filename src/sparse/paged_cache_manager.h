@@ -13,6 +13,7 @@
 #include "kv/block_pool.h"
 #include "kv/page_table.h"
 #include "kv/radix_cache.h"
+#include "kv/slot_positions.h"
 #include "sparse/cache_manager.h"
 
 namespace se {
@@ -39,6 +40,7 @@ class PagedCacheManager final : public CacheManager {
   AttentionView build_sequence_view(int32_t seq, int layer) override;
   int32_t num_logical_tokens(int32_t seq) const override;
   int32_t stream_length(int32_t seq, int layer, int kv_head) const override;
+  std::span<const int32_t> slot_positions(int32_t seq, int layer, int kv_head) const override;
   Status evict(int32_t seq, int layer, int kv_head, const std::vector<int32_t>& kept) override;
   Status truncate(int32_t seq, int32_t num_tokens) override;
 
@@ -58,6 +60,7 @@ class PagedCacheManager final : public CacheManager {
  private:
   struct Sequence {
     PageTable table;
+    SlotPositions positions;
     RadixCache::NodeId locked_node = RadixCache::kRootNode;  // pins the cached blocks this sequence uses
     int32_t num_cached_blocks = 0;                            // leading blocks already in the radix cache
     // Blocks of the attached prefix whose KV was pruned away: later blocks sit that many pages earlier.

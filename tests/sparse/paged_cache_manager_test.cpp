@@ -129,5 +129,33 @@ TEST(PagedCacheManagerTest, PrefixCacheReusesFullBlocksAndFreesOnClose) {
   EXPECT_EQ((*cache)->num_available_pages(), (*cache)->num_total_pages());
 }
 
+std::vector<int32_t> positions_of(const CacheManager& cache, int32_t seq, int layer, int head) {
+  const std::span<const int32_t> p = cache.slot_positions(seq, layer, head);
+  return {p.begin(), p.end()};
+}
+
+TEST(PagedCacheManagerTest, PositionMapFollowsEvictionTruncationAndSnapshots) {
+  Model model = test::tiny_model();
+  auto cache = PagedCacheManager::create(layout_of(model.config(), 4), 512, cpu_allocator(), false);
+  ASSERT_TRUE(cache.is_ok());
+  CacheManager& c = **cache;
+  ASSERT_TRUE(c.open(0, {}).is_ok());
+  ASSERT_TRUE(c.reserve(0, 10).is_ok());
+  EXPECT_EQ(positions_of(c, 0, 1, 1), (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+  ASSERT_TRUE(c.evict(0, 1, 1, {0, 4, 8, 9}).is_ok());
+  ASSERT_TRUE(c.reserve(0, 2).is_ok());  // new tokens keep their absolute positions
+  EXPECT_EQ(positions_of(c, 0, 1, 1), (std::vector<int32_t>{0, 4, 8, 9, 10, 11}));
+  EXPECT_EQ(positions_of(c, 0, 0, 0).size(), 12u);
+  ASSERT_TRUE(c.truncate(0, 11).is_ok());
+  EXPECT_EQ(positions_of(c, 0, 1, 1), (std::vector<int32_t>{0, 4, 8, 9, 10}));
+  EXPECT_EQ(positions_of(c, 0, 0, 1).back(), 10);
+  // A snapshot carries the map: restored under another slot, the streams hold the same positions.
+  ASSERT_TRUE(c.restore(3, c.snapshot(0)).is_ok());
+  EXPECT_EQ(positions_of(c, 3, 1, 1), (std::vector<int32_t>{0, 4, 8, 9, 10}));
+  EXPECT_EQ(positions_of(c, 3, 1, 0).size(), 11u);
+  c.close(3);
+  EXPECT_TRUE(c.check_integrity().is_ok());
+}
+
 }  // namespace
 }  // namespace se

@@ -109,6 +109,8 @@ TEST_F(PagedPruneTest, KeptPositionsMoveInOrderAndThePrefixStillMatches) {
   for (int layer = 0; layer < kLayers; ++layer) {
     for (int h = 0; h < kKvHeads; ++h) {
       ASSERT_EQ(cache_->stream_length(1, layer, h), 16);
+      const std::span<const int32_t> positions = cache_->slot_positions(1, layer, h);
+      EXPECT_EQ(std::vector<int32_t>(positions.begin(), positions.end()), resident);
       for (int32_t slot = 0; slot < 16; ++slot)
         EXPECT_EQ(stored_tag(1, layer, h, slot), tag(layer, h, resident[static_cast<size_t>(slot)], 0))
             << "layer " << layer << " head " << h << " slot " << slot;
