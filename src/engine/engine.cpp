@@ -124,7 +124,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const ModelBundle& bundle, const 
   layout.num_kv_heads = model.num_kv_heads;
   layout.head_dim = model.head_dim;
   layout.page_size = config.page_size;
-  layout.dtype = config.device == Device::kCuda ? DType::kBF16 : DType::kF32;  // what each backend's attention reads
+  layout.dtype = kv_page_dtype(config.device);
   SE_RETURN_IF_ERROR(layout.validate());
   const int64_t pool_bytes = kv_pool_bytes(config);
   const int64_t num_pages =

@@ -157,15 +157,15 @@ Result<std::string> EngineLoop::submit_prune(PruneRequest request) {
   for (int32_t id : request.token_ids)
     if (id < 0 || id >= vocab_size)
       return invalid_argument("token id {} is outside the vocabulary (size {})", id, vocab_size);
+  if (!request.chain_id.empty() && !chains_)
+    return invalid_argument("chain_id given, but this server runs without Chain Cache (prefix cache mode {})",
+                            config_.prefix_cache_mode);
   std::string prune_id = prunes_.add_queued();
   SE_RETURN_IF_ERROR(post([this, prune_id, request = std::move(request)] {
-    PruneStatus status;
-    if (config_.device == Device::kCpu) {
-      status = run_prune(request, *cache_, *method_, *bundle_.model, method_environment(bundle_));
-    } else {
-      status.state = PruneState::kFailed;
-      status.reason = "prune scoring runs on the CPU backend only";
-    }
+    PruneStatus status =
+        request.chain_id.empty()
+            ? run_prune(request, *cache_, *method_, *bundle_.model, method_environment(bundle_))
+            : run_chain_prune(request, *chains_, controller_, *bundle_.model, method_environment(bundle_));
     status.prune_id = prune_id;
     prunes_.set(std::move(status));
   }));

@@ -4,12 +4,14 @@
 
 #include <algorithm>
 
+#include "base/check.h"
 #include "engine/prune_scoring.h"
 
 namespace se {
 
 Status validate_prune_request(const PruneRequest& r) {
-  const auto num_tokens = static_cast<int32_t>(r.token_ids.size());
+  const bool bounded = !r.token_ids.empty() || r.chain_id.empty();
+  const auto num_tokens = bounded ? static_cast<int32_t>(r.token_ids.size()) : INT32_MAX;
   if (num_tokens == 0) return invalid_argument("the token sequence is empty");
   if (r.ranges.empty()) return invalid_argument("no range to prune");
   if (r.window < 1) return invalid_argument("window must be at least 1, got {}", r.window);
@@ -63,6 +65,7 @@ PruneStatus run_prune(const PruneRequest& request, CacheManager& cache, MethodRu
     PrunedRange& pruned = status.ranges.emplace_back();
     pruned.requested = range;
     pruned.blocks = blocks_inside(range, page_size, cached->num_blocks());
+    pruned.effective = {pruned.blocks.first_block * page_size, pruned.blocks.end_block * page_size};
     if (pruned.blocks.first_block == pruned.blocks.end_block) continue;
     const Status prunable = cache.check_prunable(request.token_ids, pruned.blocks);
     if (prunable.code() == StatusCode::kUnavailable) return ended(PruneState::kBlocked, prunable);
@@ -92,7 +95,7 @@ PruneStatus run_prune(const PruneRequest& request, CacheManager& cache, MethodRu
     const int32_t num_blocks = pruned.blocks.end_block - pruned.blocks.first_block;
     if (num_blocks == 0) continue;
     const int32_t num_kept = num_kept_blocks(request.keep_tokens, num_blocks, page_size);
-    pruned.kept_positions = kept_positions(*scores, pruned.blocks, num_kept, page_size);
+    pruned.kept_positions = kept_positions(*scores, pruned.effective, num_kept * page_size);
     if (num_kept == num_blocks) continue;  // every block stays whole: nothing to drop
     Result<int32_t> freed = cache.prune_prefix(request.token_ids, pruned.blocks, pruned.kept_positions,
                                                pages_rewritten);
@@ -100,6 +103,99 @@ PruneStatus run_prune(const PruneRequest& request, CacheManager& cache, MethodRu
     pruned.num_freed_pages = *freed;
     status.num_freed_pages += *freed;
   }
+  status.state = PruneState::kCompleted;
+  return status;
+}
+
+namespace {
+
+// The slot a pruned chain's state is opened under (requests use slots >= 0, prune scoring -1).
+constexpr int32_t kChainPruneSeq = -2;
+
+// The slots of one stream (holding `positions`) that stay when `range` keeps `kept` (ascending positions): on a
+// full-attention layer every slot outside the range and the range's kept ones; on a sliding-window layer of
+// `window` tokens, a tail: the slots at positions >= min(range end, the oldest the next query sees).
+std::vector<int32_t> surviving_slots(std::span<const int32_t> positions, TokenRange range,
+                                     std::span<const int32_t> kept, int32_t window, int32_t num_logical_tokens) {
+  std::vector<int32_t> slots;
+  slots.reserve(positions.size());
+  const int32_t tail_start = std::min(range.end, num_logical_tokens - (window - 1));
+  for (size_t slot = 0; slot < positions.size(); ++slot) {
+    const int32_t p = positions[slot];
+    const bool stays = window > 0 ? p >= tail_start
+                                  : p < range.start || p >= range.end || std::binary_search(kept.begin(), kept.end(), p);
+    if (stays) slots.push_back(static_cast<int32_t>(slot));
+  }
+  return slots;
+}
+
+// Drops what `range` does not keep from every stream of the open sequence kChainPruneSeq; returns the pages
+// freed.
+int64_t prune_chain_range(SparseController& controller, const ModelConfig& model, TokenRange range,
+                          std::span<const int32_t> kept) {
+  CacheManager& cache = controller.cache();
+  const int64_t num_held = cache.num_held_pages(kChainPruneSeq);
+  const int32_t num_logical = cache.num_logical_tokens(kChainPruneSeq);
+  for (int layer = 0; layer < model.num_layers; ++layer) {
+    const int32_t window = model.layers[static_cast<size_t>(layer)].sliding ? model.sliding_window : 0;
+    for (int head = 0; head < model.num_kv_heads; ++head) {
+      const std::span<const int32_t> positions = cache.slot_positions(kChainPruneSeq, layer, head);
+      const std::vector<int32_t> slots = surviving_slots(positions, range, kept, window, num_logical);
+      if (slots.size() == positions.size()) continue;
+      const Status evicted = cache.evict(kChainPruneSeq, layer, head, slots);
+      SE_CHECK(evicted.is_ok(), "chain prune: {}", evicted.to_string());
+      controller.method().on_stream_compacted(kChainPruneSeq, layer, head, slots);
+    }
+  }
+  return num_held - cache.num_held_pages(kChainPruneSeq);
+}
+
+}  // namespace
+
+PruneStatus run_chain_prune(const PruneRequest& request, ChainCacheIndex& chains, SparseController& controller,
+                            const Model& model, const MethodEnvironment& environment) {
+  Result<ChainCacheIndex::IdleState> idle = chains.take_idle(request.chain_id);
+  if (!idle.is_ok())
+    return ended(idle.status().code() == StatusCode::kConflict ? PruneState::kBlocked : PruneState::kFailed,
+                 idle.status());
+  // The chain is pinned from here on: every path below gives its state back.
+  const int32_t num_logical = idle->state->num_logical_tokens();
+  const std::span<const int32_t> prefix(idle->tokens.data(), static_cast<size_t>(num_logical));
+  PruneRequest checked = request;
+  checked.token_ids.assign(prefix.begin(), prefix.end());
+  Status valid = validate_prune_request(checked);
+  if (valid.is_ok() && (request.token_ids.size() > prefix.size() ||
+                        !std::equal(request.token_ids.begin(), request.token_ids.end(), prefix.begin())))
+    valid = invalid_argument("the tokens ({}) are not the start of chain '{}''s prefix of {} tokens",
+                             request.token_ids.size(), request.chain_id, num_logical);
+  PruneScoringOptions scoring;
+  scoring.policy = request.policy;
+  scoring.window = request.window;
+  scoring.page_size = controller.cache().layout().page_size;
+  scoring.environment = environment;
+  Result<std::vector<float>> scores = valid;
+  if (valid.is_ok()) scores = score_positions(model, prefix, scoring);
+  if (!scores.is_ok()) {
+    chains.cancel_turn(request.chain_id, std::move(idle->state));
+    return ended(PruneState::kFailed, scores.status());
+  }
+
+  const Result<int32_t> resumed = controller.resume(kChainPruneSeq, std::move(idle->state));
+  if (!resumed.is_ok()) {  // the state was destroyed with the failure
+    chains.drop(request.chain_id);
+    return ended(PruneState::kFailed, resumed.status());
+  }
+  PruneStatus status;
+  for (const TokenRange& range : request.ranges) {
+    PrunedRange& pruned = status.ranges.emplace_back();
+    pruned.requested = range;
+    pruned.effective = range;
+    pruned.kept_positions = kept_positions(*scores, range, request.keep_tokens);
+    pruned.num_freed_pages =
+        static_cast<int32_t>(prune_chain_range(controller, model.config(), range, pruned.kept_positions));
+    status.num_freed_pages += pruned.num_freed_pages;
+  }
+  chains.cancel_turn(request.chain_id, controller.retain(kChainPruneSeq));
   status.state = PruneState::kCompleted;
   return status;
 }

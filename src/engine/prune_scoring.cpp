@@ -38,7 +38,7 @@ Result<MaybeScores> snapkv_global_scores_on_cache(const Model& model, std::span<
   if (!cached.is_ok()) return MaybeScores();
   SnapKvGlobalScorer scorer(options.window);
   scorer.set_attached_positions(cached->resident_positions);
-  SparseController controller(scorer, cache);
+  SparseController controller(scorer, cache, model.device());
   // A prompt one token longer matches exactly the blocks inspect_prefix found (the last token stays uncached).
   SE_ASSIGN_OR_RETURN(const int32_t num_cached,
                       controller.open(kScoringSeq, tokens.first(before_window.size() + 1)));

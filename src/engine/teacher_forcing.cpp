@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "backend/device_memory.h"
 #include "base/check.h"
 #include "sparse/method_registry.h"
 
@@ -25,7 +26,7 @@ Result<std::unique_ptr<TeacherForcedSequence>> TeacherForcedSequence::create(con
   layout.num_kv_heads = config.num_kv_heads;
   layout.head_dim = config.head_dim;
   layout.page_size = options.page_size;
-  layout.dtype = DType::kF32;  // the CPU backend keeps fp32 pages, as the engine does
+  layout.dtype = kv_page_dtype(model.device());
   SE_RETURN_IF_ERROR(layout.validate());
   // The dense sequence or the method's peak (its transient passes included), whichever is larger, plus a page
   // per stream of slack.
@@ -35,7 +36,8 @@ Result<std::unique_ptr<TeacherForcedSequence>> TeacherForcedSequence::create(con
   if (num_pages > INT32_MAX)
     return invalid_argument("teacher forcing: {} tokens need too many pages", options.max_tokens);
   SE_ASSIGN_OR_RETURN(std::unique_ptr<CacheManager> cache,
-                      method->create_cache(CacheSpec{layout, static_cast<int32_t>(num_pages), cpu_allocator(),
+                      method->create_cache(CacheSpec{layout, static_cast<int32_t>(num_pages),
+                                                     device_allocator(model.device()),
                                                      /*enable_prefix_caching=*/false}));
   auto sequence =
       std::unique_ptr<TeacherForcedSequence>(new TeacherForcedSequence(model, std::move(method), std::move(cache)));
@@ -48,7 +50,7 @@ TeacherForcedSequence::TeacherForcedSequence(const Model& model, std::unique_ptr
     : model_(model),
       method_(std::move(method)),
       cache_(std::move(cache)),
-      controller_(*method_, *cache_),
+      controller_(*method_, *cache_, model.device()),
       workspace_(model.make_workspace()) {
   // As ModelRunner does: methods may run transient passes (context reconstruction) from finish_step.
   controller_.set_pass_forward(
@@ -91,7 +93,10 @@ Result<Tensor> TeacherForcedSequence::step(int32_t begin, int32_t n) {
   // The engine's order (ModelRunner::execute, then MemoryOracle::commit): hooks around the forward, then the
   // cache learns what was computed.
   controller_.prepare_step(batch_);
-  Tensor logits = model_.forward(batch_, controller_, workspace_).clone();  // the caller keeps it past the next forward
+  // A host copy: the caller keeps it past the next forward.
+  const Tensor& out = model_.forward(batch_, controller_, workspace_);
+  Tensor logits = Tensor::empty(out.dtype(), out.shape());
+  copy_bytes(out.device(), logits.raw(), out.raw(), out.nbytes());
   controller_.finish_step(batch_);
   cache_->on_computed(kSeq, tokens_, begin + n);
   return logits;

@@ -18,6 +18,19 @@ Status ChainCacheIndex::create(const std::string& chain_id, const std::string& f
   return Status::ok();
 }
 
+Result<ChainCacheIndex::IdleState> ChainCacheIndex::take_idle(const std::string& chain_id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = chains_.find(chain_id);
+  if (it == chains_.end()) {
+    if (is_tombstoned(chain_id)) return gone("chain '{}' was reclaimed", chain_id);
+    return not_found("chain '{}' does not exist", chain_id);
+  }
+  Chain& chain = it->second;
+  if (!chain.state) return conflict("chain '{}' is busy: a turn is in flight", chain_id);
+  lru_.erase(chain.lru_it);
+  return IdleState{std::move(chain.state), chain.tokens};
+}
+
 Result<std::unique_ptr<ChainState>> ChainCacheIndex::begin_turn(const std::string& chain_id,
                                                                  const std::string& fingerprint,
                                                                  std::span<const int32_t> tokens) {

@@ -73,6 +73,14 @@ class ChainCacheIndex final {
   // Gives back the state begin_turn took, unchanged (the turn did not run): the chain is idle again with its
   // previous prefix, as the most recently used.
   void cancel_turn(const std::string& chain_id, std::unique_ptr<ChainState> state);
+  // Takes an idle chain's state out for work between turns (pruning it), with the logical prefix it stands for;
+  // the chain is pinned as during a turn until cancel_turn gives the state back (or drop, when it is lost).
+  // kNotFound, kGone, kConflict (a turn is in flight).
+  struct IdleState {
+    std::unique_ptr<ChainState> state;
+    std::vector<int32_t> tokens;
+  };
+  Result<IdleState> take_idle(const std::string& chain_id);
   // Removes a chain (its turn failed or its state was lost) and tombstones it. Unknown ids are ignored.
   void drop(const std::string& chain_id);
   // Reclaims idle chains, least recently used first, until their states held `num_pages` pages or none is

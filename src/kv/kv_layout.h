@@ -9,6 +9,7 @@
 
 #include "base/status.h"
 #include "tensor/dtype.h"
+#include "tensor/tensor.h"
 
 namespace se {
 
@@ -46,6 +47,9 @@ struct KvLayout {
     return num_streams() * pages_per_stream(num_tokens);
   }
 };
+
+// The element type of KV pages on `device`: what that backend's attention reads (fp32 on the CPU, bf16 on CUDA).
+inline DType kv_page_dtype(Device device) { return device == Device::kCuda ? DType::kBF16 : DType::kF32; }
 
 // Pages of `layout` that fit in `num_bytes` (capped at INT32_MAX since page ids are int32); an
 // invalid layout is reported as an error naming the bad field.

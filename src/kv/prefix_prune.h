@@ -33,10 +33,10 @@ int32_t num_kept_blocks(int32_t keep_tokens, int32_t num_blocks, int32_t page_si
 // The outcome of pruning one range.
 struct PrunedRange {
   TokenRange requested;
-  RadixCache::BlockRange blocks;  // the effective blocks (empty: nothing prunable in the range)
-  std::vector<int32_t>
-      kept_positions;           // ascending absolute positions, num_kept_blocks * page_size of them
-  int32_t num_freed_pages = 0;  // pages that went back to the pool
+  TokenRange effective;           // what was pruned: the whole cached blocks inside it (a chain: all of it)
+  RadixCache::BlockRange blocks;  // radix cache: the effective blocks (empty: nothing prunable in the range)
+  std::vector<int32_t> kept_positions;  // ascending absolute positions it keeps (radix cache: whole pages of them)
+  int32_t num_freed_pages = 0;         // pages that went back to the pool
 };
 
 }  // namespace se

@@ -46,13 +46,15 @@ ApiResult<std::vector<TokenRange>> body_ranges(const nlohmann::json& body) {
 ApiResult<PruneRequest> parse_prune_request(const ServerContext& ctx, const nlohmann::json& body) {
   if (!body.is_object()) return ApiError::bad_request("the body must be a JSON object");
   const FieldReader fields(body);
-  if (fields.find("chain_id") != nullptr)
-    return ApiError::from_status(unimplemented("pruning a chain's retained state is not supported; prune the radix "
-                                               "prefix cache (no chain_id)"),
-                                 "chain_id");
   PruneRequest request;
+  SE_API_ASSIGN_OR_RETURN(auto chain_id, fields.get_string("chain_id"));
+  if (chain_id) {
+    if (chain_id->empty()) return ApiError::bad_request("'chain_id' must not be empty", "chain_id");
+    request.chain_id = *chain_id;
+  }
   SE_API_ASSIGN_OR_RETURN(request.token_ids, body_tokens(ctx, body));
-  if (request.token_ids.empty()) return ApiError::bad_request("'token_ids' or 'text' is required", "token_ids");
+  if (request.token_ids.empty() && request.chain_id.empty())
+    return ApiError::bad_request("'token_ids', 'text' or 'chain_id' is required", "token_ids");
   SE_API_ASSIGN_OR_RETURN(request.ranges, body_ranges(body));
   SE_API_ASSIGN_OR_RETURN(auto keep, fields.get_int("keep_tokens", 0, INT32_MAX));
   if (!keep) return ApiError::bad_request("'keep_tokens' is required", "keep_tokens");
@@ -76,14 +78,14 @@ ApiResult<PruneRequest> parse_prune_request(const ServerContext& ctx, const nloh
   return request;
 }
 
-nlohmann::json status_json(const PruneStatus& status, int32_t page_size) {
+nlohmann::json status_json(const PruneStatus& status) {
   nlohmann::json out = {{"prune_id", status.prune_id}, {"status", prune_state_name(status.state)}};
   if (status.state == PruneState::kBlocked || status.state == PruneState::kFailed) out["reason"] = status.reason;
   if (status.state != PruneState::kCompleted) return out;
   nlohmann::json ranges = nlohmann::json::array();
   for (const PrunedRange& r : status.ranges) {
     ranges.push_back({{"range", {r.requested.start, r.requested.end}},
-                      {"effective_range", {r.blocks.first_block * page_size, r.blocks.end_block * page_size}},
+                      {"effective_range", {r.effective.start, r.effective.end}},
                       {"kept_tokens", r.kept_positions.size()},
                       {"kept_positions", r.kept_positions},
                       {"pages_freed", r.num_freed_pages}});
@@ -111,7 +113,7 @@ void handle_prefix_cache_prune_status(ServerContext& ctx, const std::string& pru
   if (!status)
     return send_error(res, ApiError{404, fmt::format("prune '{}' does not exist or was forgotten", prune_id),
                                     "prune_id"});
-  res.set_content(dump_json(status_json(*status, ctx.engine.config().page_size)), "application/json");
+  res.set_content(dump_json(status_json(*status)), "application/json");
 }
 
 }  // namespace se::server

@@ -122,6 +122,10 @@ class MethodRuntime {
   // Prefix pruning rewrote pages outside a forward: `view`'s new rows are their tokens, in layer `layer`.
   // Methods with per-page metadata (page_metadata_bytes) recompute it for those pages.
   virtual void on_pages_rewritten(int /*layer*/, const AttentionView& /*view*/) {}
+  // Stream (layer, kv_head) of `seq` was compacted from outside the method (a Chain Cache prune) to its slots
+  // `kept` (ascending): methods that keep metadata per slot compact it alike.
+  virtual void on_stream_compacted(int32_t /*seq*/, int /*layer*/, int /*kv_head*/,
+                                   std::span<const int32_t> /*kept*/) {}
   // The sequence left the cache (finished, aborted, preempted): drop what the method keeps for it.
   virtual void on_sequence_end(int32_t /*seq*/) {}
   // --- Chain Cache: metadata that must outlive the sequence with its retained KV ---

@@ -139,3 +139,51 @@ def test_inspect_and_match_show_what_a_chain_caches(server, client):
     assert edited["extends"] is False and edited["cached_tokens"] == 0
     assert post("/v1/prefix_cache/inspect", {"chain_id": "nope"}).status_code == 404
     assert post("/v1/prefix_cache/match", {"chain_id": chain_id, "token_ids": "x"}).status_code == 400
+
+
+def test_prune_of_a_chain_drops_a_tool_result_and_the_chain_resumes(server, client):
+    messages = [{"role": "system", "content": SYSTEM},
+                {"role": "user", "content": "Find the config parser."}]
+    _, r = call(client, messages, chain_id=None)
+    chain_id = r.model_extra["chain_id"]
+    messages += [{"role": "assistant", "content": r.choices[0].message.content},
+                 {"role": "user", "content": tool_result(20)}]
+    _, r = call(client, messages, chain_id=chain_id, chain_append_start=2)
+    assert r.model_extra["chain_status"] == "resumed"
+    post = lambda path, body: requests.post(server.base_url + path, json=body, timeout=120)
+    held = post("/v1/prefix_cache/inspect", {"chain_id": chain_id}).json()["num_held_pages"]
+    # The tool result's tokens: the last message, as the chat template renders it.
+    count = lambda m: post("/tokenize", {"messages": m, "add_generation_prompt": False}).json()["count"]
+    start, end = count(messages[:-1]), count(messages)
+    assert end - start > 64
+
+    accepted = post("/v1/prefix_cache/prune", {"chain_id": chain_id, "range_start": start, "range_end": end,
+                                               "keep_tokens": 16, "policy": "snapkv_global"})
+    assert accepted.status_code == 202, accepted.text
+    prune_id = accepted.json()["prune_id"]
+    for _ in range(600):
+        status = requests.get(server.base_url + f"/v1/prefix_cache/prune/{prune_id}", timeout=30).json()
+        if status["status"] != "queued":
+            break
+    assert status["status"] == "completed", status
+    (pruned,) = status["ranges"]
+    assert pruned["effective_range"] == [start, end] and pruned["kept_tokens"] == 16
+    assert all(start <= p < end for p in pruned["kept_positions"])
+    after = post("/v1/prefix_cache/inspect", {"chain_id": chain_id}).json()
+    assert status["pages_freed"] > 0 and after["num_held_pages"] == held - status["pages_freed"]
+
+    messages += [{"role": "assistant", "content": r.choices[0].message.content},
+                 {"role": "user", "content": "Summarize what you found."}]
+    _, r = call(client, messages, chain_id=chain_id, chain_append_start=4)
+    assert r.model_extra["chain_status"] == "resumed"
+    assert r.usage.prompt_tokens_details.cached_tokens > 0 and r.choices[0].message.content
+
+    unknown = post("/v1/prefix_cache/prune", {"chain_id": "no-such-chain", "range_start": 0, "range_end": 8,
+                                              "keep_tokens": 1, "policy": "snapkv_global"})
+    assert unknown.status_code == 202
+    failed = requests.get(server.base_url + f"/v1/prefix_cache/prune/{unknown.json()['prune_id']}", timeout=30)
+    for _ in range(600):
+        if failed.json()["status"] != "queued":
+            break
+        failed = requests.get(server.base_url + f"/v1/prefix_cache/prune/{unknown.json()['prune_id']}", timeout=30)
+    assert failed.json()["status"] == "failed" and "does not exist" in failed.json()["reason"]

@@ -6,12 +6,17 @@
 // and page accounting after every path.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <functional>
+#include <numeric>
 #include <random>
 #include <thread>
 
+#include "../support/prune_wait.h"
 #include "../support/tiny_model.h"
 #include "engine/engine.h"
 #include "engine/model_runner.h"
+#include "engine/prune_scoring.h"
 #include "engine/scheduler.h"
 #include "sparse/method_registry.h"
 
@@ -98,8 +103,11 @@ EngineConfig chain_config(const std::string& method, const nlohmann::json& metho
 
 // One sequence through two turns without leaving the cache: turn 1 generates `num_turn1` tokens, then its
 // request takes on turn 2's new tokens as more prompt and generates `num_turn2` more.
+// `between_turns` (if set) acts on the sequence (its slot) between the turns, as a prune of its chain would.
+using BetweenTurns = std::function<void(SparseController& controller, int32_t seq)>;
 TurnOutput replay_two_turns(const ModelBundle& bundle, const EngineConfig& config, const std::vector<int32_t>& prompt1,
-                            int num_turn1, const std::vector<int32_t>& suffix, int num_turn2) {
+                            int num_turn1, const std::vector<int32_t>& suffix, int num_turn2,
+                            const BetweenTurns& between_turns = {}) {
   const ModelConfig& c = bundle.model->config();
   auto method = create_method(config.sparse_method, config.sparse_config);
   SE_CHECK(method.is_ok(), "{}", method.status().to_string());
@@ -130,6 +138,7 @@ TurnOutput replay_two_turns(const ModelBundle& bundle, const EngineConfig& confi
     }
   };
   run_until(num_turn1, nullptr);
+  if (between_turns) between_turns(controller, request.seq);
   // Turn 2's new tokens become prompt: prefilled on top of what turn 1 left, as a resumed chain prefills them.
   request.token_ids.insert(request.token_ids.end(), suffix.begin(), suffix.end());
   request.num_prompt_tokens = request.num_tokens();
@@ -188,6 +197,102 @@ INSTANTIATE_TEST_SUITE_P(
                       MethodCase{"adakv", {{"budget", 32}, {"window", 8}}},
                       MethodCase{"chunkkv", {{"budget", 32}, {"window", 8}}},
                       MethodCase{"kvzip", {{"ratio", 0.5}, {"chunk_size", 24}}}),
+    [](const ::testing::TestParamInfo<MethodCase>& info) { return std::string(info.param.name); });
+
+// The `keep` best positions of [range.start, range.end) by `scores`, ties to the lower position, ascending.
+std::vector<int32_t> best_positions(const std::vector<float>& scores, TokenRange range, int32_t keep) {
+  std::vector<int32_t> order(static_cast<size_t>(range.end - range.start));
+  std::iota(order.begin(), order.end(), range.start);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return scores[static_cast<size_t>(a)] > scores[static_cast<size_t>(b)];
+  });
+  order.resize(static_cast<size_t>(keep));
+  std::sort(order.begin(), order.end());
+  return order;
+}
+
+class ChainPruneTest : public ::testing::TestWithParam<MethodCase> {};
+
+// A chain pruned between its turns resumes into exactly what one sequence gives that drops, between the same
+// turns, every slot of the range's positions but the policy's best ones (from every stream, the method's
+// per-slot metadata following).
+TEST_P(ChainPruneTest, ResumedPrunedTurnEqualsReplayWithTheRangeDropped) {
+  const MethodCase& m = GetParam();
+  const ModelBundle bundle = tiny_bundle();
+  const EngineConfig config = chain_config(m.name, m.config, 4096);
+  std::mt19937 rng(11);
+  const std::vector<int32_t> prompt1 = random_tokens(rng, 70);
+  const std::vector<int32_t> suffix = random_tokens(rng, 30);
+  constexpr int kTurn1 = 5, kTurn2 = 6;
+  const TokenRange range{8, 60};
+  constexpr int32_t kKeep = 5;
+
+  auto engine = Engine::create(bundle, config);
+  ASSERT_TRUE(engine.is_ok()) << engine.status().to_string();
+  auto first = (*engine)->submit({"t1", prompt1, greedy(kTurn1), ChainRequest{"c", /*create=*/true}});
+  ASSERT_TRUE(first.is_ok()) << first.status().to_string();
+  const TurnOutput turn1 = collect(**first);
+  std::vector<int32_t> computed = prompt1;  // what the retained state stands for: turn 1's last token is uncomputed
+  computed.insert(computed.end(), turn1.tokens.begin(), turn1.tokens.end() - 1);
+  const int64_t held_before = (*engine)->find_chain("c")->num_held_pages;
+
+  PruneRequest prune;
+  prune.chain_id = "c";
+  prune.token_ids = prompt1;  // the start of the chain's prefix, covering the range
+  prune.ranges = {range};
+  prune.keep_tokens = kKeep;
+  prune.window = 8;
+  auto prune_id = (*engine)->submit_prune(prune);
+  ASSERT_TRUE(prune_id.is_ok()) << prune_id.status().to_string();
+  const PruneStatus status = test::wait_for_prune(**engine, *prune_id);
+  ASSERT_EQ(status.state, PruneState::kCompleted) << status.reason;
+
+  PruneScoringOptions scoring;
+  scoring.window = 8;
+  scoring.page_size = kPageSize;
+  auto scores = score_positions(*bundle.model, computed, scoring);
+  ASSERT_TRUE(scores.is_ok()) << scores.status().to_string();
+  const std::vector<int32_t> kept = best_positions(*scores, range, kKeep);
+  ASSERT_EQ(status.ranges.size(), 1u);
+  EXPECT_EQ(status.ranges[0].kept_positions, kept);
+  const ChainInfo after = *(*engine)->find_chain("c");
+  EXPECT_FALSE(after.in_flight);
+  EXPECT_GT(status.num_freed_pages, 0);
+  EXPECT_EQ(status.num_freed_pages, held_before - after.num_held_pages);
+
+  std::vector<int32_t> prompt2 = prompt1;
+  prompt2.insert(prompt2.end(), turn1.tokens.begin(), turn1.tokens.end());
+  prompt2.insert(prompt2.end(), suffix.begin(), suffix.end());
+  auto second = (*engine)->submit({"t2", prompt2, greedy(kTurn2), ChainRequest{"c"}});
+  ASSERT_TRUE(second.is_ok()) << second.status().to_string();
+  const TurnOutput turn2 = collect(**second);
+  EXPECT_EQ(turn2.last.chain_status, ChainStatus::kResumed);
+
+  const auto drop_range = [&](SparseController& controller, int32_t seq) {
+    CacheManager& cache = controller.cache();
+    const ModelConfig& c = bundle.model->config();
+    for (int layer = 0; layer < c.num_layers; ++layer) {
+      for (int head = 0; head < c.num_kv_heads; ++head) {
+        const std::span<const int32_t> positions = cache.slot_positions(seq, layer, head);
+        std::vector<int32_t> slots;
+        for (int32_t slot = 0; slot < static_cast<int32_t>(positions.size()); ++slot) {
+          const int32_t p = positions[static_cast<size_t>(slot)];
+          if (p < range.start || p >= range.end || std::count(kept.begin(), kept.end(), p) == 1)
+            slots.push_back(slot);
+        }
+        ASSERT_TRUE(cache.evict(seq, layer, head, slots).is_ok());
+        controller.method().on_stream_compacted(seq, layer, head, slots);
+      }
+    }
+  };
+  expect_same_turn(turn2, replay_two_turns(bundle, config, prompt1, kTurn1, suffix, kTurn2, drop_range));
+  (*engine)->shutdown(/*drain=*/true);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    EvictionMethods, ChainPruneTest,
+    ::testing::Values(MethodCase{"streamingllm", {{"budget", 32}, {"sink_tokens", 4}}},
+                      MethodCase{"h2o", {{"budget", 32}}}, MethodCase{"snapkv", {{"budget", 32}, {"window", 8}}}),
     [](const ::testing::TestParamInfo<MethodCase>& info) { return std::string(info.param.name); });
 
 }  // namespace
@@ -317,6 +422,43 @@ TEST_F(ChainLifecycleTest, ChainIdsAreUniqueAndAnAbortedTurnDropsItsChain) {
   EXPECT_EQ(collect(**stream).last.finish_reason, FinishReason::kAbort);
   EXPECT_EQ(run("c3", extend(prompt1, *turn1, 10), ChainRequest{"c"}).status().code(), StatusCode::kGone);
   expect_pages_accounted({});
+}
+
+TEST_F(ChainLifecycleTest, PruneIsBlockedWhileATurnRunsAndFailsForAnUnknownChain) {
+  const std::vector<int32_t> prompt1 = random_tokens(rng_, 40);
+  auto turn1 = run("p1", prompt1, ChainRequest{"p", true});
+  ASSERT_TRUE(turn1.is_ok()) << turn1.status().to_string();
+  PruneRequest prune;
+  prune.chain_id = "p";
+  prune.ranges = {{4, 30}};
+  prune.keep_tokens = 2;
+  prune.window = 8;
+
+  auto stream = engine_->submit({"p2", extend(prompt1, *turn1, 10), greedy(200), ChainRequest{"p"}});
+  ASSERT_TRUE(stream.is_ok());
+  ASSERT_TRUE((*stream)->next(std::chrono::milliseconds(60000)).has_value());  // the turn runs
+  auto busy = engine_->submit_prune(prune);
+  ASSERT_TRUE(busy.is_ok());
+  EXPECT_EQ(test::wait_for_prune(*engine_, *busy).state, PruneState::kBlocked);
+  engine_->abort("p2");
+  collect(**stream);
+
+  prune.chain_id = "never-made";
+  auto unknown = engine_->submit_prune(prune);
+  ASSERT_TRUE(unknown.is_ok());
+  EXPECT_EQ(test::wait_for_prune(*engine_, *unknown).state, PruneState::kFailed);
+
+  // A range past the chain's prefix fails when the prune runs, and leaves the chain as it was.
+  auto idle = run("q1", prompt1, ChainRequest{"q", true});
+  ASSERT_TRUE(idle.is_ok());
+  const ChainInfo before = *engine_->find_chain("q");
+  prune.chain_id = "q";
+  prune.ranges = {{4, 400}};
+  auto outside = engine_->submit_prune(prune);
+  ASSERT_TRUE(outside.is_ok());
+  EXPECT_EQ(test::wait_for_prune(*engine_, *outside).state, PruneState::kFailed);
+  EXPECT_EQ(engine_->find_chain("q")->num_held_pages, before.num_held_pages);
+  expect_pages_accounted({"q"});
 }
 
 // Put back without computing (the scheduler admitted it, then found no room): the request keeps its restored

@@ -124,6 +124,27 @@ TEST_F(ChainCacheTest, CancelledTurnKeepsTheStateAndDropTombstones) {
   expect_intact();
 }
 
+TEST_F(ChainCacheTest, TakeIdlePinsTheChainUntilGivenBack) {
+  add_idle_chain("a", iota_tokens(8));
+  auto idle = index_.take_idle("a");
+  ASSERT_TRUE(idle.is_ok()) << idle.status().to_string();
+  EXPECT_EQ(idle->tokens, iota_tokens(8));
+  EXPECT_EQ(idle->state->num_logical_tokens(), 8);
+  // Pinned: busy to turns and to a second take, and not reclaimable.
+  EXPECT_EQ(index_.begin_turn("a", kFingerprint, iota_tokens(9)).status().code(), StatusCode::kConflict);
+  EXPECT_EQ(index_.take_idle("a").status().code(), StatusCode::kConflict);
+  EXPECT_EQ(index_.num_reclaimable_pages(), 0);
+  EXPECT_EQ(index_.reclaim(1), 0);
+  expect_intact();
+  index_.cancel_turn("a", std::move(idle->state));
+  EXPECT_EQ(index_.find("a")->num_prefix_tokens, 8);
+  EXPECT_TRUE(index_.begin_turn("a", kFingerprint, iota_tokens(9)).is_ok());
+  EXPECT_EQ(index_.take_idle("b").status().code(), StatusCode::kNotFound);
+  index_.drop("a");
+  EXPECT_EQ(index_.take_idle("a").status().code(), StatusCode::kGone);
+  expect_intact();
+}
+
 TEST_F(ChainCacheTest, TombstonesAreBounded) {
   for (const char* id : {"a", "b", "c", "d"}) {
     add_idle_chain(id, iota_tokens(4));

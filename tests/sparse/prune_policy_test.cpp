@@ -22,15 +22,15 @@ TEST(PrunePolicyTest, KvzipScoresAreTheHeadMeanSummedOverLayers) {
   EXPECT_EQ(got, (std::vector<float>{2 + 1, 2 + 2, 2 + 1}));
 }
 
-TEST(PrunePolicyTest, KeptPositionsFillWholePagesWithTheNextBest) {
-  // 4-token pages; blocks [1, 3) = positions [4, 12). Scores rank 9 > 5 > 11 > 6 > the rest (ties: lower).
+TEST(PrunePolicyTest, KeptPositionsAreTheBestOfTheRangeThenTheLowestTies) {
+  // Range [4, 12) (blocks [1, 3) of 4-token pages). Scores rank 9 > 5 > 11 > 6 > the rest (ties: lower).
   std::vector<float> scores(16, 0.0f);
   scores[9] = 5, scores[5] = 4, scores[11] = 3, scores[6] = 2;
-  scores[0] = 100, scores[12] = 100;  // outside the blocks: never kept
-  EXPECT_EQ(kept_positions(scores, {1, 3}, 1, 4), (std::vector<int32_t>{5, 6, 9, 11}));
+  scores[0] = 100, scores[12] = 100;  // outside the range: never kept
+  EXPECT_EQ(kept_positions(scores, {4, 12}, 4), (std::vector<int32_t>{5, 6, 9, 11}));
   // Two pages: the four best, then the lowest of the ties.
-  EXPECT_EQ(kept_positions(scores, {1, 3}, 2, 4), (std::vector<int32_t>{4, 5, 6, 7, 8, 9, 10, 11}));
-  EXPECT_TRUE(kept_positions(scores, {1, 3}, 0, 4).empty());
+  EXPECT_EQ(kept_positions(scores, {4, 12}, 8), (std::vector<int32_t>{4, 5, 6, 7, 8, 9, 10, 11}));
+  EXPECT_TRUE(kept_positions(scores, {4, 12}, 0).empty());
 }
 
 }  // namespace

@@ -128,12 +128,22 @@ void H2oMethod::finish_step(StepContext& ctx) {
         }
         const Status s = ctx.cache.evict(slice.seq_slot, layer, head, kept_);
         SE_CHECK(s.is_ok(), "h2o: {}", s.to_string());
-        // kept_ ascends, so compacting in place never overwrites a score before it moves.
-        for (size_t i = 0; i < kept_.size(); ++i) acc[i] = acc[static_cast<size_t>(kept_[i])];
-        acc.resize(kept_.size());
+        keep_scores(acc, kept_);
       }
     }
   }
+}
+
+void H2oMethod::keep_scores(std::vector<float>& acc, std::span<const int32_t> kept) {
+  // `kept` ascends, so compacting in place never overwrites a score before it moves.
+  for (size_t i = 0; i < kept.size(); ++i) acc[i] = acc[static_cast<size_t>(kept[i])];
+  acc.resize(kept.size());
+}
+
+void H2oMethod::on_stream_compacted(int32_t seq, int layer, int kv_head, std::span<const int32_t> kept) {
+  auto it = scores_.find(seq);
+  if (it == scores_.end()) return;
+  keep_scores(it->second.acc[static_cast<size_t>(layer * it->second.num_kv_heads + kv_head)], kept);
 }
 
 std::unique_ptr<MethodSequenceState> H2oMethod::export_sequence_state(int32_t seq) {

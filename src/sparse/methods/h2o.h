@@ -49,6 +49,8 @@ class H2oMethod final : public MethodRuntime {
   void on_attention_end(LayerContext& ctx) override;
   // Evicts every stream of the step's sequences that holds more than heavy + recent tokens.
   void finish_step(StepContext& ctx) override;
+  // A pruned stream's scores follow its kept slots.
+  void on_stream_compacted(int32_t seq, int layer, int kv_head, std::span<const int32_t> kept) override;
   void on_sequence_end(int32_t seq) override { scores_.erase(seq); }
   // The accumulated scores travel with a retained turn: the next turn evicts by them.
   std::unique_ptr<MethodSequenceState> export_sequence_state(int32_t seq) override;
@@ -58,6 +60,8 @@ class H2oMethod final : public MethodRuntime {
 
  private:
   H2oMethod(nlohmann::ordered_json config, int32_t num_heavy, int32_t num_recent, GqaAgg gqa_agg);
+  // A stream's scores after it kept slots `kept` (ascending).
+  static void keep_scores(std::vector<float>& acc, std::span<const int32_t> kept);
 
   MethodTraits traits_;
   nlohmann::ordered_json config_;

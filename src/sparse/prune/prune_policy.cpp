@@ -25,12 +25,9 @@ std::vector<float> kvzip_position_scores(std::span<const float> scores, int num_
   return out;
 }
 
-std::vector<int32_t> kept_positions(std::span<const float> scores, RadixCache::BlockRange blocks,
-                                    int32_t num_kept_blocks, int32_t page_size) {
-  const int32_t first = blocks.first_block * page_size;
-  const int32_t n = (blocks.end_block - blocks.first_block) * page_size;
-  std::vector<int32_t> kept = top_k_ascending(scores.data() + first, n, num_kept_blocks * page_size);
-  for (int32_t& position : kept) position += first;
+std::vector<int32_t> kept_positions(std::span<const float> scores, TokenRange range, int32_t num_kept) {
+  std::vector<int32_t> kept = top_k_ascending(scores.data() + range.start, range.end - range.start, num_kept);
+  for (int32_t& position : kept) position += range.start;
   return kept;
 }
 

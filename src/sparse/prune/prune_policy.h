@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "kv/radix_cache.h"
+#include "kv/prefix_prune.h"
 
 namespace se {
 
@@ -26,10 +26,9 @@ std::string_view prune_policy_name(PrunePolicy policy);
 std::vector<float> kvzip_position_scores(std::span<const float> scores, int num_layers, int num_kv_heads,
                                          int32_t num_tokens);
 
-// The positions blocks `blocks` keep: the top num_kept_blocks * page_size by `scores` (one per position of the
-// whole sequence) among the blocks' positions, ascending (ties: the lower position). The policy's own keep mask
-// is the top `keep_tokens` of the same ranking; the rest fill the last page.
-std::vector<int32_t> kept_positions(std::span<const float> scores, RadixCache::BlockRange blocks,
-                                    int32_t num_kept_blocks, int32_t page_size);
+// The positions range `range` keeps: the top `num_kept` by `scores` (one per position of the whole sequence)
+// among the range's positions, ascending (ties: the lower position). The policy's own keep mask is the top
+// `keep_tokens`; the radix cache keeps whole pages, so there the next-best positions fill the last page.
+std::vector<int32_t> kept_positions(std::span<const float> scores, TokenRange range, int32_t num_kept);
 
 }  // namespace se

@@ -17,6 +17,7 @@
 
 #include "../../backend/cuda/cuda_test_util.h"
 #include "../../loader/test_models.h"
+#include "../../support/prune_wait.h"
 #include "../../support/tiny_model.h"
 #include "backend/device_memory.h"
 #include "backend/ops.h"
@@ -475,6 +476,104 @@ TEST(GpuEngineTest, CudaGraphDecodeMatchesEager) {
     const auto graphs = engine_traces(gpu, Device::kCuda, method, config, prompts, 120);
     for (size_t i = 0; i < prompts.size(); ++i)
       EXPECT_EQ(graphs[i].tokens, eager[i].tokens) << method << " request " << i;
+  }
+}
+
+// Prefix pruning on the GPU engine: both policies on the radix cache (vanilla) and snapkv_global on a SnapKV
+// chain complete, free pages (on the radix cache as many as the CPU engine), keep mostly the same positions (the
+// scores carry bf16 noise, so near-ties may go the other way), and leave the prefix reusable.
+struct PruneRun {
+  PruneStatus status;
+  int32_t num_cached_after = 0;  // radix: the prefix's cached tokens after the prune; chain: the next turn's
+};
+PruneRun prune_on(const ModelBundle& bundle, Device device, const std::string& method, const nlohmann::json& config,
+                  const std::vector<int32_t>& prompt, PruneRequest prune) {
+  EngineConfig engine_config;
+  engine_config.device = device;
+  engine_config.max_model_len = 512;
+  engine_config.kv_cache_memory = int64_t{64} << 20;
+  engine_config.sparse_method = method;
+  engine_config.sparse_config = config;
+  auto engine = Engine::create(bundle, engine_config);
+  SE_CHECK(engine.is_ok(), "{}", engine.status().to_string());
+  SamplingParams params;
+  params.temperature = 0.0f;
+  params.max_tokens = 4;
+  params.ignore_eos = true;
+  const bool chain = !prune.chain_id.empty();
+  const auto run = [&](const std::string& id, const std::vector<int32_t>& tokens, std::optional<ChainRequest> turn) {
+    auto stream = (*engine)->submit({id, tokens, params, std::move(turn)});
+    SE_CHECK(stream.is_ok(), "{}", stream.status().to_string());
+    while (true) {
+      auto out = (*stream)->next(std::chrono::milliseconds(120000));
+      SE_CHECK(out.has_value() && out->finish_reason != FinishReason::kError, "request {} failed", id);
+      if (out->finished) return *out;
+    }
+  };
+  run("first", prompt, chain ? std::optional<ChainRequest>(ChainRequest{prune.chain_id, true}) : std::nullopt);
+  auto prune_id = (*engine)->submit_prune(std::move(prune));
+  SE_CHECK(prune_id.is_ok(), "{}", prune_id.status().to_string());
+  PruneRun result{test::wait_for_prune(**engine, *prune_id)};
+  if (chain) {
+    std::vector<int32_t> next = (*engine)->chain_prefix("c");
+    next.insert(next.end(), prompt.begin(), prompt.begin() + 10);
+    result.num_cached_after = run("second", next, ChainRequest{"c"}).num_cached_tokens;
+  } else {
+    auto inspected = (*engine)->inspect_prefix(prompt, /*as_prompt=*/true);
+    SE_CHECK(inspected.is_ok(), "{}", inspected.status().to_string());
+    result.num_cached_after = inspected->num_cached_tokens;
+    run("again", prompt, std::nullopt);
+  }
+  (*engine)->shutdown(/*drain=*/true);
+  return result;
+}
+
+TEST(GpuEngineTest, PrunesRunOnTheGpuLikeOnTheCpu) {
+  SE_SKIP_WITHOUT_CUDA_DEVICE();
+  auto normalized = normalize_hf_config(tiny_config("llama"), "tiny");
+  ASSERT_TRUE(normalized.is_ok());
+  const auto weights = bf16_dummy_weights(*normalized, 10.0f);
+  ModelBundle cpu, gpu;
+  cpu.name = gpu.name = "tiny";
+  cpu.model = std::make_unique<Model>(create_model(*normalized, weights, Device::kCpu));
+  gpu.model = std::make_unique<Model>(create_model(*normalized, weights, Device::kCuda));
+  const std::vector<int32_t> prompt = random_prompts(1, 96, 200, 200, 21)[0];
+  struct Case {
+    const char* name;
+    const char* method;
+    nlohmann::json config;
+    PrunePolicy policy;
+    const char* chain_id;
+  };
+  for (const Case& c : {Case{"radix snapkv_global", "vanilla", nullptr, PrunePolicy::kSnapKvGlobal, ""},
+                        Case{"radix kvzip_global", "vanilla", nullptr, PrunePolicy::kKvzipGlobal, ""},
+                        Case{"chain snapkv_global", "snapkv", {{"budget", 64}, {"window", 8}},
+                             PrunePolicy::kSnapKvGlobal, "c"}}) {
+    PruneRequest prune;
+    prune.chain_id = c.chain_id;
+    if (prune.chain_id.empty()) prune.token_ids = prompt;
+    prune.ranges = {{16, 160}};
+    prune.keep_tokens = 8;
+    prune.policy = c.policy;
+    prune.window = 8;
+    const PruneRun want = prune_on(cpu, Device::kCpu, c.method, c.config, prompt, prune);
+    const PruneRun got = prune_on(gpu, Device::kCuda, c.method, c.config, prompt, prune);
+    ASSERT_EQ(want.status.state, PruneState::kCompleted) << c.name << ": " << want.status.reason;
+    ASSERT_EQ(got.status.state, PruneState::kCompleted) << c.name << ": " << got.status.reason;
+    EXPECT_GT(got.status.num_freed_pages, 0) << c.name;
+    // The radix cache frees whole blocks by count; a chain frees what its streams held in the range, which
+    // SnapKV chose with bf16 noise of its own.
+    if (prune.chain_id.empty()) EXPECT_EQ(got.status.num_freed_pages, want.status.num_freed_pages) << c.name;
+    EXPECT_EQ(got.num_cached_after, want.num_cached_after) << c.name;
+    EXPECT_GT(got.num_cached_after, 0) << c.name;
+    const std::vector<int32_t>& w = want.status.ranges.at(0).kept_positions;
+    const std::vector<int32_t>& g = got.status.ranges.at(0).kept_positions;
+    ASSERT_EQ(g.size(), w.size()) << c.name;
+    std::vector<int32_t> common;
+    std::set_intersection(w.begin(), w.end(), g.begin(), g.end(), std::back_inserter(common));
+    std::printf("PRUNE %-20s %zu of %zu kept positions as on the CPU, %d pages freed\n", c.name, common.size(),
+                w.size(), got.status.num_freed_pages);
+    EXPECT_GE(common.size() * 4, w.size() * 3) << c.name;  // at least 75% the same
   }
 }
 
