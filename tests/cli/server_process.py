@@ -87,6 +87,17 @@ class ServerProcess:
                 return m
             time.sleep(0.2)
 
+    def wait_prune(self, prune_id: str, timeout_s: float = 300.0) -> dict:
+        """Polls GET /v1/prefix_cache/prune/{prune_id} until the prune is no longer queued; returns its status."""
+        deadline = time.time() + timeout_s
+        while time.time() < deadline:
+            r = requests.get(self.base_url + f"/v1/prefix_cache/prune/{prune_id}", timeout=30)
+            assert r.status_code == 200, r.text
+            if r.json()["status"] != "queued":
+                return r.json()
+            time.sleep(0.2)
+        pytest.fail(f"prune {prune_id} never finished")
+
     def terminate(self, timeout_s: float = 60.0) -> int:
         """SIGTERM, then waits for the exit code."""
         if self.proc.poll() is None:

@@ -148,7 +148,7 @@ def test_prune_of_a_chain_drops_a_tool_result_and_the_chain_resumes(server, clie
     chain_id = r.model_extra["chain_id"]
     messages += [{"role": "assistant", "content": r.choices[0].message.content},
                  {"role": "user", "content": tool_result(20)}]
-    _, r = call(client, messages, chain_id=chain_id, chain_append_start=2)
+    _, r = call(client, messages, chain_id=chain_id, chain_append_start=3)
     assert r.model_extra["chain_status"] == "resumed"
     post = lambda path, body: requests.post(server.base_url + path, json=body, timeout=120)
     held = post("/v1/prefix_cache/inspect", {"chain_id": chain_id}).json()["num_held_pages"]
@@ -160,11 +160,7 @@ def test_prune_of_a_chain_drops_a_tool_result_and_the_chain_resumes(server, clie
     accepted = post("/v1/prefix_cache/prune", {"chain_id": chain_id, "range_start": start, "range_end": end,
                                                "keep_tokens": 16, "policy": "snapkv_global"})
     assert accepted.status_code == 202, accepted.text
-    prune_id = accepted.json()["prune_id"]
-    for _ in range(600):
-        status = requests.get(server.base_url + f"/v1/prefix_cache/prune/{prune_id}", timeout=30).json()
-        if status["status"] != "queued":
-            break
+    status = server.wait_prune(accepted.json()["prune_id"])
     assert status["status"] == "completed", status
     (pruned,) = status["ranges"]
     assert pruned["effective_range"] == [start, end] and pruned["kept_tokens"] == 16
@@ -174,16 +170,12 @@ def test_prune_of_a_chain_drops_a_tool_result_and_the_chain_resumes(server, clie
 
     messages += [{"role": "assistant", "content": r.choices[0].message.content},
                  {"role": "user", "content": "Summarize what you found."}]
-    _, r = call(client, messages, chain_id=chain_id, chain_append_start=4)
+    _, r = call(client, messages, chain_id=chain_id, chain_append_start=5)
     assert r.model_extra["chain_status"] == "resumed"
     assert r.usage.prompt_tokens_details.cached_tokens > 0 and r.choices[0].message.content
 
     unknown = post("/v1/prefix_cache/prune", {"chain_id": "no-such-chain", "range_start": 0, "range_end": 8,
                                               "keep_tokens": 1, "policy": "snapkv_global"})
     assert unknown.status_code == 202
-    failed = requests.get(server.base_url + f"/v1/prefix_cache/prune/{unknown.json()['prune_id']}", timeout=30)
-    for _ in range(600):
-        if failed.json()["status"] != "queued":
-            break
-        failed = requests.get(server.base_url + f"/v1/prefix_cache/prune/{unknown.json()['prune_id']}", timeout=30)
-    assert failed.json()["status"] == "failed" and "does not exist" in failed.json()["reason"]
+    failed = server.wait_prune(unknown.json()["prune_id"])
+    assert failed["status"] == "failed" and "does not exist" in failed["reason"]

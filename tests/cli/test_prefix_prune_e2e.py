@@ -44,22 +44,11 @@ def complete(server, prompt, max_tokens=12):
     return r.json()
 
 
-def wait_prune(server, prune_id):
-    deadline = time.time() + 300
-    while time.time() < deadline:
-        r = requests.get(server.base_url + f"/v1/prefix_cache/prune/{prune_id}", timeout=30)
-        assert r.status_code == 200, r.text
-        if r.json()["status"] != "queued":
-            return r.json()
-        time.sleep(0.2)
-    pytest.fail(f"prune {prune_id} never finished")
-
-
 def prune(server, body):
     r = post(server, "/v1/prefix_cache/prune", body)
     assert r.status_code == 202, r.text
     assert r.json()["status"] == "queued"
-    return wait_prune(server, r.json()["prune_id"])
+    return server.wait_prune(r.json()["prune_id"])
 
 
 def test_pruned_prefix_is_reused(server):
