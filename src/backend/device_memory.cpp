@@ -5,6 +5,8 @@
 #include "base/check.h"
 
 #if SE_WITH_CUDA
+#include <cuda_runtime_api.h>
+
 #include "backend/cuda/cuda_allocator.h"
 #include "backend/cuda/cuda_context.h"
 #endif
@@ -32,6 +34,14 @@ bool device_built(Device device) {
 #else
   return device == Device::kCpu;
 #endif
+}
+
+Device default_device() {
+#if SE_WITH_CUDA
+  int count = 0;
+  if (cudaGetDeviceCount(&count) == cudaSuccess && count > 0) return Device::kCuda;
+#endif
+  return Device::kCpu;
 }
 
 Allocator* device_allocator(Device device) {

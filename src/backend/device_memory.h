@@ -18,6 +18,9 @@ Result<Device> parse_device(std::string_view name);
 
 // True when this build has the backend of `device`.
 bool device_built(Device device);
+// Where work goes when nobody says: CUDA when this build has it and a CUDA device is visible, else the CPU (what
+// vLLM does on a GPU machine).
+Device default_device();
 
 Allocator* device_allocator(Device device);
 // Host memory that copies to and from `device` are fastest with (page-locked for CUDA; plain on the CPU), for
