@@ -154,32 +154,39 @@ int64_t prune_chain_range(SparseController& controller, const ModelConfig& model
 
 PruneStatus run_chain_prune(const PruneRequest& request, ChainCacheIndex& chains, SparseController& controller,
                             const Model& model, const MethodEnvironment& environment) {
+  // The prefix is read and the state given back at once: the scoring pass runs with the chain idle, so a turn may
+  // still begin meanwhile (the prune is then blocked below). Turns end only on this thread, so a state taken
+  // again after scoring is the one scored.
   Result<ChainCacheIndex::IdleState> idle = chains.take_idle(request.chain_id);
   if (!idle.is_ok())
     return ended(idle.status().code() == StatusCode::kConflict ? PruneState::kBlocked : PruneState::kFailed,
                  idle.status());
-  // The chain is pinned from here on: every path below gives its state back.
   const int32_t num_logical = idle->state->num_logical_tokens();
-  const std::span<const int32_t> prefix(idle->tokens.data(), static_cast<size_t>(num_logical));
-  PruneRequest checked = request;
+  const std::vector<int32_t> stored = std::move(idle->tokens);  // may hold one more, uncomputed token
+  chains.cancel_turn(request.chain_id, std::move(idle->state));
+
+  const std::span<const int32_t> prefix(stored.data(), static_cast<size_t>(num_logical));
+  if (request.token_ids.size() > stored.size() ||
+      !std::equal(request.token_ids.begin(), request.token_ids.end(), stored.begin()))
+    return ended(PruneState::kFailed,
+                 invalid_argument("the tokens ({}) are not the start of chain '{}''s {} tokens",
+                                  request.token_ids.size(), request.chain_id, stored.size()));
+  PruneRequest checked = request;  // ranges inside the computed prefix
   checked.token_ids.assign(prefix.begin(), prefix.end());
-  Status valid = validate_prune_request(checked);
-  if (valid.is_ok() && (request.token_ids.size() > prefix.size() ||
-                        !std::equal(request.token_ids.begin(), request.token_ids.end(), prefix.begin())))
-    valid = invalid_argument("the tokens ({}) are not the start of chain '{}''s prefix of {} tokens",
-                             request.token_ids.size(), request.chain_id, num_logical);
+  if (Status valid = validate_prune_request(checked); !valid.is_ok()) return ended(PruneState::kFailed, valid);
   PruneScoringOptions scoring;
   scoring.policy = request.policy;
   scoring.window = request.window;
   scoring.page_size = controller.cache().layout().page_size;
   scoring.environment = environment;
-  Result<std::vector<float>> scores = valid;
-  if (valid.is_ok()) scores = score_positions(model, prefix, scoring);
-  if (!scores.is_ok()) {
-    chains.cancel_turn(request.chain_id, std::move(idle->state));
-    return ended(PruneState::kFailed, scores.status());
-  }
+  Result<std::vector<float>> scores = score_positions(model, prefix, scoring);
+  if (!scores.is_ok()) return ended(PruneState::kFailed, scores.status());
 
+  idle = chains.take_idle(request.chain_id);
+  if (!idle.is_ok())
+    return ended(idle.status().code() == StatusCode::kConflict ? PruneState::kBlocked : PruneState::kFailed,
+                 idle.status());
+  // Pinned from here on: every path below gives the state back or drops the chain.
   const Result<int32_t> resumed = controller.resume(kChainPruneSeq, std::move(idle->state));
   if (!resumed.is_ok()) {  // the state was destroyed with the failure
     chains.drop(request.chain_id);

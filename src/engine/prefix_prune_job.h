@@ -26,7 +26,7 @@ namespace se {
 struct PruneRequest {
   // The radix cache's prefix to prune, or with chain_id (optional there) the start of the chain's prefix.
   std::vector<int32_t> token_ids;
-  std::string chain_id;            // prune this Chain Cache chain's retained state (chain_prune_job.h)
+  std::string chain_id;            // prune this Chain Cache chain's retained state (run_chain_prune)
   std::vector<TokenRange> ranges;  // ascending, non-overlapping, inside token_ids (a chain: inside its prefix)
   int32_t keep_tokens = 0;         // positions each range keeps (before rounding up to whole pages)
   PrunePolicy policy = PrunePolicy::kSnapKvGlobal;

@@ -4,8 +4,9 @@
 // -inf) and computes only the tokens after it, the window among them, through a controller of its own (the
 // engine's method never sees it); its pages go back right after, nothing is inserted into the prefix cache.
 // Otherwise (too few free pages to take without evicting, kvzip_global's reconstruction passes) the tokens run
-// through the model in a scratch sequence with its own CPU KV pool (TeacherForcedSequence). Either way neither
-// running requests nor cached state change. Runs on the caller's thread (the engine thread, between steps).
+// through the model in a scratch sequence with a KV pool of its own on the model's device (TeacherForcedSequence;
+// kResourceExhausted when the device lacks the memory). Either way neither running requests nor cached state
+// change. Runs on the caller's thread (the engine thread, between steps).
 #pragma once
 
 #include <cstdint>

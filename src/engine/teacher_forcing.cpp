@@ -8,6 +8,11 @@
 
 namespace se {
 
+namespace {
+// Device memory left over beside a scratch sequence's pool and workspace (attention scratch, cuBLAS).
+constexpr int64_t kDeviceHeadroomBytes = int64_t{256} << 20;
+}  // namespace
+
 Result<std::unique_ptr<TeacherForcedSequence>> TeacherForcedSequence::create(const Model& model,
                                                                              const TeacherForcingOptions& options) {
   SE_ASSIGN_OR_RETURN(std::unique_ptr<MethodRuntime> method,
@@ -35,6 +40,16 @@ Result<std::unique_ptr<TeacherForcedSequence>> TeacherForcedSequence::create(con
       layout.num_streams();
   if (num_pages > INT32_MAX)
     return invalid_argument("teacher forcing: {} tokens need too many pages", options.max_tokens);
+  if (model.device() == Device::kCuda) {
+    // The engine's pool already took most of the device: refuse rather than fail an allocation mid-forward.
+    const int64_t needed = num_pages * static_cast<int64_t>(layout.page_bytes()) +
+                           ForwardWorkspace::bytes_for(config, model.make_workspace().matmul_dtype(),
+                                                       std::min(options.prefill_chunk, options.max_tokens), 1);
+    const int64_t free_bytes = static_cast<int64_t>(cuda_memory_info().free_bytes);
+    if (needed + kDeviceHeadroomBytes > free_bytes)
+      return resource_exhausted("a scratch sequence of {} tokens needs {} MiB of device memory, {} MiB are free",
+                                options.max_tokens, needed >> 20, free_bytes >> 20);
+  }
   SE_ASSIGN_OR_RETURN(std::unique_ptr<CacheManager> cache,
                       method->create_cache(CacheSpec{layout, static_cast<int32_t>(num_pages),
                                                      device_allocator(model.device()),

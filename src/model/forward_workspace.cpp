@@ -50,6 +50,19 @@ void ForwardWorkspace::reserve(int32_t num_tokens, int32_t num_logit_rows) {
   capacity_logit_rows_ = static_cast<int32_t>(r);
 }
 
+int64_t ForwardWorkspace::bytes_for(const ModelConfig& c, DType matmul_dtype, int32_t num_tokens,
+                                    int32_t num_logit_rows) {
+  const int64_t t = num_tokens, r = std::max(num_logit_rows, 1);
+  const int64_t qkv_width = c.q_size() + 2 * c.kv_size();
+  const int64_t f32_per_row = 2 * int64_t{c.hidden_size} + c.q_size() + 2 * c.kv_size() +
+                              2 * int64_t{c.intermediate_size} +
+                              (qkv_width <= 2 * int64_t{c.intermediate_size} ? 0 : qkv_width);
+  const int64_t matmul_per_row = int64_t{c.hidden_size} + c.q_size() + c.intermediate_size;
+  return 4 * (2 * t + r) + 4 * t * f32_per_row + static_cast<int64_t>(dtype_size(matmul_dtype)) * t * matmul_per_row +
+         r * (4 * int64_t{c.hidden_size} + static_cast<int64_t>(dtype_size(matmul_dtype)) * c.hidden_size +
+              4 * int64_t{c.vocab_size});
+}
+
 void ForwardWorkspace::upload_inputs(const ForwardBatch& batch) {
   const int32_t t = batch.num_tokens();
   const auto r = static_cast<int32_t>(batch.logit_rows.size());

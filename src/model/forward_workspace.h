@@ -24,10 +24,13 @@ class ForwardWorkspace final {
 
   // Makes room for a batch of `num_tokens` rows and `num_logit_rows` sampled rows (a no-op when it fits).
   void reserve(int32_t num_tokens, int32_t num_logit_rows);
+  // Bytes reserve(num_tokens, num_logit_rows) allocates from nothing.
+  static int64_t bytes_for(const ModelConfig& config, DType matmul_dtype, int32_t num_tokens, int32_t num_logit_rows);
   // Copies the batch's token ids, positions and logit rows to the device (reserving room first).
   void upload_inputs(const ForwardBatch& batch);
 
   Device device() const { return device_; }
+  DType matmul_dtype() const { return matmul_dtype_; }
   int32_t capacity_tokens() const { return capacity_tokens_; }
   // Counts reallocations: every buffer address changes with it (CUDA graphs captured before are stale).
   uint64_t generation() const { return generation_; }

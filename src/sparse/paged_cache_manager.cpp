@@ -276,7 +276,15 @@ Result<int32_t> PagedCacheManager::prune_prefix(std::span<const int32_t> tokens,
 Status PagedCacheManager::check_integrity() const {
   SE_RETURN_IF_ERROR(pool_.check_integrity());
   if (radix_) SE_RETURN_IF_ERROR(radix_->check_integrity());
-  for (const auto& [seq, s] : sequences_) SE_RETURN_IF_ERROR(s.table.check_integrity().with_context(fmt::format("sequence {}", seq)));
+  const KvLayout& l = layout();
+  for (const auto& [seq, s] : sequences_) {
+    SE_RETURN_IF_ERROR(s.table.check_integrity().with_context(fmt::format("sequence {}", seq)));
+    for (int layer = 0; layer < l.num_layers; ++layer)
+      for (int h = 0; h < l.num_kv_heads; ++h)
+        if (static_cast<int32_t>(s.positions.of(l.stream(layer, h)).size()) != s.table.num_tokens(layer, h))
+          return internal_error("sequence {} (layer {}, head {}): the position map holds {} slots, the stream {}",
+                                seq, layer, h, s.positions.of(l.stream(layer, h)).size(), s.table.num_tokens(layer, h));
+  }
   return Status::ok();
 }
 

@@ -6,6 +6,7 @@ started with an explicit method answers requests as before."""
 import json
 import pathlib
 import re
+import shutil
 import subprocess
 
 import openai
@@ -184,3 +185,16 @@ def test_serve_with_an_explicit_method_answers_as_before():
         assert "Paris" in r.choices[0].message.content
     finally:
         s.stop()
+
+
+def test_device_flag_falls_back_to_the_cpu_and_refuses_a_missing_gpu():
+    require_default_model()
+    if shutil.which("nvidia-smi") and subprocess.run(["nvidia-smi"], capture_output=True).returncode == 0:
+        pytest.skip("a GPU is visible: --device auto picks it")
+    for device in ([], ["--device", "auto"], ["--device", "cpu"]):
+        r = run("generate", "--model", "default", "--prompt", "Hi", "--max-tokens", "2", *device)
+        assert r.returncode == 0, r.stderr
+    r = run("generate", "--model", "default", "--prompt", "Hi", "--max-tokens", "2", "--device", "cuda")
+    assert r.returncode == 2
+    assert "no CUDA device is visible" in r.stderr or "no CUDA backend" in r.stderr, r.stderr
+    assert run("generate", "--model", "default", "--device", "tpu").returncode == 2

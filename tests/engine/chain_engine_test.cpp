@@ -82,12 +82,12 @@ std::vector<int32_t> random_tokens(std::mt19937& rng, int n) {
   return t;
 }
 
-ModelBundle tiny_bundle() {
+ModelBundle tiny_bundle(const std::string& model_type = "llama") {
   ModelBundle bundle;
   bundle.name = "tiny";
   bundle.path = "tiny";
   bundle.source_format = "dummy";
-  bundle.model = std::make_unique<Model>(test::tiny_model());
+  bundle.model = std::make_unique<Model>(test::tiny_model(model_type));
   return bundle;
 }
 
@@ -153,6 +153,7 @@ TurnOutput replay_two_turns(const ModelBundle& bundle, const EngineConfig& confi
 struct MethodCase {
   const char* name;
   nlohmann::json config;
+  const char* model_type = "llama";  // gemma3_text: every other layer a sliding window of 8
 };
 
 class ChainResumeTest : public ::testing::TestWithParam<MethodCase> {};
@@ -218,13 +219,13 @@ class ChainPruneTest : public ::testing::TestWithParam<MethodCase> {};
 // per-slot metadata following).
 TEST_P(ChainPruneTest, ResumedPrunedTurnEqualsReplayWithTheRangeDropped) {
   const MethodCase& m = GetParam();
-  const ModelBundle bundle = tiny_bundle();
+  const ModelBundle bundle = tiny_bundle(m.model_type);
   const EngineConfig config = chain_config(m.name, m.config, 4096);
   std::mt19937 rng(11);
   const std::vector<int32_t> prompt1 = random_tokens(rng, 70);
   const std::vector<int32_t> suffix = random_tokens(rng, 30);
   constexpr int kTurn1 = 5, kTurn2 = 6;
-  const TokenRange range{8, 60};
+  const TokenRange range{8, 72};  // ends within a sliding window (8) of the 74 computed tokens
   constexpr int32_t kKeep = 5;
 
   auto engine = Engine::create(bundle, config);
@@ -238,7 +239,7 @@ TEST_P(ChainPruneTest, ResumedPrunedTurnEqualsReplayWithTheRangeDropped) {
 
   PruneRequest prune;
   prune.chain_id = "c";
-  prune.token_ids = prompt1;  // the start of the chain's prefix, covering the range
+  prune.token_ids = computed;  // the chain's prefix, as a client may send it along
   prune.ranges = {range};
   prune.keep_tokens = kKeep;
   prune.window = 8;
@@ -274,11 +275,16 @@ TEST_P(ChainPruneTest, ResumedPrunedTurnEqualsReplayWithTheRangeDropped) {
     for (int layer = 0; layer < c.num_layers; ++layer) {
       for (int head = 0; head < c.num_kv_heads; ++head) {
         const std::span<const int32_t> positions = cache.slot_positions(seq, layer, head);
+        // A sliding-window layer keeps a tail: the positions from the range's end or the window's start on,
+        // whichever comes first (what the next query sees, position N, reaches back to N - (W - 1)).
+        const bool sliding = c.layers[static_cast<size_t>(layer)].sliding;
+        const int32_t tail_start = std::min(range.end, cache.num_logical_tokens(seq) - (c.sliding_window - 1));
         std::vector<int32_t> slots;
         for (int32_t slot = 0; slot < static_cast<int32_t>(positions.size()); ++slot) {
           const int32_t p = positions[static_cast<size_t>(slot)];
-          if (p < range.start || p >= range.end || std::count(kept.begin(), kept.end(), p) == 1)
-            slots.push_back(slot);
+          const bool stays = sliding ? p >= tail_start
+                                     : p < range.start || p >= range.end || std::count(kept.begin(), kept.end(), p) == 1;
+          if (stays) slots.push_back(slot);
         }
         ASSERT_TRUE(cache.evict(seq, layer, head, slots).is_ok());
         controller.method().on_stream_compacted(seq, layer, head, slots);
@@ -292,8 +298,15 @@ TEST_P(ChainPruneTest, ResumedPrunedTurnEqualsReplayWithTheRangeDropped) {
 INSTANTIATE_TEST_SUITE_P(
     EvictionMethods, ChainPruneTest,
     ::testing::Values(MethodCase{"streamingllm", {{"budget", 32}, {"sink_tokens", 4}}},
-                      MethodCase{"h2o", {{"budget", 32}}}, MethodCase{"snapkv", {{"budget", 32}, {"window", 8}}}),
-    [](const ::testing::TestParamInfo<MethodCase>& info) { return std::string(info.param.name); });
+                      MethodCase{"h2o", {{"budget", 32}}}, MethodCase{"snapkv", {{"budget", 32}, {"window", 8}}},
+                      // A budget above the prompt: turn 1 evicts nothing, so the sliding-window layers still
+                      // hold every position and the prune cuts them to their tail.
+                      MethodCase{"snapkv", {{"budget", 128}, {"window", 8}}, "gemma3_text"},
+                      MethodCase{"h2o", {{"budget", 32}}, "gemma3_text"}),
+    [](const ::testing::TestParamInfo<MethodCase>& info) {
+      const std::string model = info.param.model_type;
+      return std::string(info.param.name) + (model == "llama" ? "" : "_" + model);
+    });
 
 }  // namespace
 }  // namespace se
