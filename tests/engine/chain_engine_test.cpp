@@ -156,6 +156,17 @@ struct MethodCase {
   const char* model_type = "llama";  // gemma3_text: every other layer a sliding window of 8
 };
 
+// Turn 2 of chain "c": turn 1's prompt and output, then `suffix`, generating `num_tokens`.
+TurnOutput resume_turn(Engine& engine, const std::vector<int32_t>& prompt1, const TurnOutput& turn1,
+                       const std::vector<int32_t>& suffix, int num_tokens) {
+  std::vector<int32_t> prompt2 = prompt1;
+  prompt2.insert(prompt2.end(), turn1.tokens.begin(), turn1.tokens.end());
+  prompt2.insert(prompt2.end(), suffix.begin(), suffix.end());
+  auto second = engine.submit({"t2", prompt2, greedy(num_tokens), ChainRequest{"c"}});
+  EXPECT_TRUE(second.is_ok()) << second.status().to_string();
+  return second.is_ok() ? collect(**second) : TurnOutput{};
+}
+
 class ChainResumeTest : public ::testing::TestWithParam<MethodCase> {};
 
 TEST_P(ChainResumeTest, ResumedTurnEqualsReplayedTurns) {
@@ -175,12 +186,7 @@ TEST_P(ChainResumeTest, ResumedTurnEqualsReplayedTurns) {
   const TurnOutput turn1 = collect(**first);
   EXPECT_EQ(turn1.last.chain_status, ChainStatus::kCreated);
 
-  std::vector<int32_t> prompt2 = prompt1;
-  prompt2.insert(prompt2.end(), turn1.tokens.begin(), turn1.tokens.end());
-  prompt2.insert(prompt2.end(), suffix.begin(), suffix.end());
-  auto second = (*engine)->submit({"t2", prompt2, greedy(kTurn2), ChainRequest{"c"}});
-  ASSERT_TRUE(second.is_ok()) << second.status().to_string();
-  const TurnOutput turn2 = collect(**second);
+  const TurnOutput turn2 = resume_turn(**engine, prompt1, turn1, suffix, kTurn2);
   EXPECT_EQ(turn2.last.chain_status, ChainStatus::kResumed);
   // Turn 1's last sampled token was never computed: the state covers every token before it.
   EXPECT_EQ(turn2.last.num_cached_tokens, static_cast<int>(prompt1.size()) + kTurn1 - 1);
@@ -261,12 +267,7 @@ TEST_P(ChainPruneTest, ResumedPrunedTurnEqualsReplayWithTheRangeDropped) {
   EXPECT_GT(status.num_freed_pages, 0);
   EXPECT_EQ(status.num_freed_pages, held_before - after.num_held_pages);
 
-  std::vector<int32_t> prompt2 = prompt1;
-  prompt2.insert(prompt2.end(), turn1.tokens.begin(), turn1.tokens.end());
-  prompt2.insert(prompt2.end(), suffix.begin(), suffix.end());
-  auto second = (*engine)->submit({"t2", prompt2, greedy(kTurn2), ChainRequest{"c"}});
-  ASSERT_TRUE(second.is_ok()) << second.status().to_string();
-  const TurnOutput turn2 = collect(**second);
+  const TurnOutput turn2 = resume_turn(**engine, prompt1, turn1, suffix, kTurn2);
   EXPECT_EQ(turn2.last.chain_status, ChainStatus::kResumed);
 
   const auto drop_range = [&](SparseController& controller, int32_t seq) {

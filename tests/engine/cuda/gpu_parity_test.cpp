@@ -401,6 +401,21 @@ std::vector<EngineTrace> engine_traces(const ModelBundle& bundle, Device device,
   return traces;
 }
 
+// The tiny Llama on both devices, with the same bf16 weights.
+struct TinyBundles {
+  ModelBundle cpu, gpu;
+};
+TinyBundles tiny_cpu_and_gpu_bundles() {
+  auto normalized = normalize_hf_config(tiny_config("llama"), "tiny");
+  SE_CHECK(normalized.is_ok(), "{}", normalized.status().to_string());
+  const auto weights = bf16_dummy_weights(*normalized, 10.0f);
+  TinyBundles bundles;
+  bundles.cpu.name = bundles.gpu.name = "tiny";
+  bundles.cpu.model = std::make_unique<Model>(create_model(*normalized, weights, Device::kCpu));
+  bundles.gpu.model = std::make_unique<Model>(create_model(*normalized, weights, Device::kCuda));
+  return bundles;
+}
+
 // Every registered method runs on the GPU engine and continues the prompts as it does on the CPU, with budgets
 // small enough that each one evicts or selects (prompts of 40-90 tokens, 32 kept). The weights are bf16 values on
 // both devices, but the GPU keeps bf16 pages and the tiny random model sits at near-ties often (its dense model
@@ -410,13 +425,9 @@ std::vector<EngineTrace> engine_traces(const ModelBundle& bundle, Device device,
 // and KVzip, once or twice in 8); a wrong kernel leaves it on nearly every prompt, so at least 3 of 8 must agree.
 TEST(GpuEngineTest, EveryMethodRunsLikeOnTheCpu) {
   SE_SKIP_WITHOUT_CUDA_DEVICE();
-  auto normalized = normalize_hf_config(tiny_config("llama"), "tiny");
-  ASSERT_TRUE(normalized.is_ok());
-  const auto weights = bf16_dummy_weights(*normalized, 10.0f);
-  ModelBundle cpu, gpu;
-  cpu.name = gpu.name = "tiny";
-  cpu.model = std::make_unique<Model>(create_model(*normalized, weights, Device::kCpu));
-  gpu.model = std::make_unique<Model>(create_model(*normalized, weights, Device::kCuda));
+  const TinyBundles bundles = tiny_cpu_and_gpu_bundles();
+  const ModelBundle& cpu = bundles.cpu;
+  const ModelBundle& gpu = bundles.gpu;
   const auto prompts = random_prompts(8, 96, 40, 90, 12);
   const std::map<std::string, nlohmann::json> configs = {
       {"vanilla", nullptr},
@@ -530,13 +541,9 @@ PruneRun prune_on(const ModelBundle& bundle, Device device, const std::string& m
 
 TEST(GpuEngineTest, PrunesRunOnTheGpuLikeOnTheCpu) {
   SE_SKIP_WITHOUT_CUDA_DEVICE();
-  auto normalized = normalize_hf_config(tiny_config("llama"), "tiny");
-  ASSERT_TRUE(normalized.is_ok());
-  const auto weights = bf16_dummy_weights(*normalized, 10.0f);
-  ModelBundle cpu, gpu;
-  cpu.name = gpu.name = "tiny";
-  cpu.model = std::make_unique<Model>(create_model(*normalized, weights, Device::kCpu));
-  gpu.model = std::make_unique<Model>(create_model(*normalized, weights, Device::kCuda));
+  const TinyBundles bundles = tiny_cpu_and_gpu_bundles();
+  const ModelBundle& cpu = bundles.cpu;
+  const ModelBundle& gpu = bundles.gpu;
   const std::vector<int32_t> prompt = random_prompts(1, 96, 200, 200, 21)[0];
   struct Case {
     const char* name;
