@@ -4,8 +4,10 @@
 # cut to the tokenizer's 49,152). One fresh server per configuration, the same trace for each.
 #   bench/replay_device_run.sh BUNDLE TOKENIZER_DIR OUT CONFIGS [TRACE OPTIONS...]
 # BUNDLE holds sparse-engine (tools/device-bundle); TOKENIZER_DIR holds tokenizer.json and tokenizer_config.json;
-# CONFIGS names the configurations to run, comma-separated (vanilla, snapkv-chain, snapkv-nochain, h2o-chain).
-# Each replay stops after REPLAY_LIMIT seconds (default 240), its JSON then missing.
+# CONFIGS names the configurations to run, comma-separated (vanilla, vanilla-prune, snapkv-chain, snapkv-nochain,
+# h2o-chain); vanilla-prune prunes each tool result to 64 tokens one turn after it entered.
+# Each replay stops after REPLAY_LIMIT seconds (default 240), its JSON then missing; MAX_MODEL_LEN (default 65536)
+# bounds the servers' context.
 set -u
 bundle=$1 tokenizer_dir=$2 out=$3 configs=,$4,
 shift 4
@@ -25,7 +27,7 @@ run() {
   shift 2
   [[ $configs == *,$name,* ]] || return 0
   "$bundle"/sparse-engine serve --model "$model" --load-format dummy --device cuda --port $port \
-    --max-model-len 65536 $server_args > "$out/replay-$name.server.log" 2>&1 &
+    --max-model-len ${MAX_MODEL_LEN:-65536} $server_args > "$out/replay-$name.server.log" 2>&1 &
   local pid=$! started=$SECONDS
   for _ in $(seq 1 300); do
     curl -sf http://127.0.0.1:$port/health > /dev/null && break
@@ -40,6 +42,7 @@ run() {
   wait $pid
 }
 run vanilla ""
+run vanilla-prune "" --prune-tool-results-lag 1
 run snapkv-chain "--sparse-method snapkv --sparse-config {\"budget\":8192}" --chain
 run snapkv-nochain "--sparse-method snapkv --sparse-config {\"budget\":8192} --prefix-cache-mode off"
 run h2o-chain "--sparse-method h2o --sparse-config {\"budget\":8192}" --chain

@@ -376,19 +376,17 @@ void attention_scores(TensorView out, TensorView q, const AttentionView& view, i
   cpu::attention_scores(out, q, view, seq, params, reduce);
 }
 
-void compact_kv(const AttentionView& view, int32_t seq, int32_t kv_head, const std::vector<int32_t>& kept) {
-  SE_CHECK(seq >= 0 && seq < view.num_seqs && kv_head >= 0 && kv_head < view.num_kv_heads,
-           "compact_kv: sequence {} head {}", seq, kv_head);
-  const int32_t len = view.seqs[seq].num_tokens[kv_head];
-  for (size_t i = 0; i < kept.size(); ++i)
-    SE_CHECK(kept[i] >= 0 && kept[i] < len && (i == 0 || kept[i] > kept[i - 1]),
-             "compact_kv: kept indices must ascend within [0, {}), got {} at {}", len, kept[i], i);
-  if (pool_on_cuda(view, "compact_kv")) {
-    if constexpr (kCudaBuilt) cuda::compact_kv(view, seq, kv_head, kept);
+void compact_kv(const AttentionView& pool, std::span<const StreamCompaction> streams) {
+  for (const StreamCompaction& s : streams)
+    for (size_t i = 0; i < s.kept.size(); ++i)
+      SE_CHECK(s.kept[i] >= 0 && (i == 0 || s.kept[i] > s.kept[i - 1]),
+               "compact_kv: kept indices must ascend from 0, got {} at {}", s.kept[i], i);
+  if (pool_on_cuda(pool, "compact_kv")) {
+    if constexpr (kCudaBuilt) cuda::compact_kv(pool, streams);
     return;
   }
-  SE_CHECK(view.kv_dtype == DType::kF32, "compact_kv: the CPU backend keeps f32 pages");
-  cpu::compact_kv(view, seq, kv_head, kept);
+  SE_CHECK(pool.kv_dtype == DType::kF32, "compact_kv: the CPU backend keeps f32 pages");
+  cpu::compact_kv(pool, streams);
 }
 
 void update_page_key_bounds(TensorView bounds, const AttentionView& view) {

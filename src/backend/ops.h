@@ -128,10 +128,17 @@ enum class ScoreReduce : uint8_t { kSum, kMax };
 void attention_scores(TensorView out, TensorView q, const AttentionView& view, int32_t seq,
                       const AttentionParams& params, ScoreReduce reduce);
 
-// Physical eviction inside one stream: token kept[i] of (sequence `seq`, KV head `kv_head`) moves to slot i,
-// in place. `kept` must be strictly ascending (so no token is overwritten before it moves). The caller then
-// shortens the stream to kept.size() tokens.
-void compact_kv(const AttentionView& view, int32_t seq, int32_t kv_head, const std::vector<int32_t>& kept);
+// One stream of a compaction: its page list and the strictly ascending indices of the tokens it keeps.
+struct StreamCompaction {
+  const int32_t* pages = nullptr;
+  std::span<const int32_t> kept;
+};
+
+// Physical eviction in place, over any number of streams of one pool in one call: token kept[i] of each stream
+// moves to its slot i (strictly ascending, so no token is overwritten before it moves). `pool` gives the pool and
+// its page geometry (its sequences are not read); the streams share no page. The caller then shortens each
+// stream to its kept.size() tokens.
+void compact_kv(const AttentionView& pool, std::span<const StreamCompaction> streams);
 
 // Page key bounds (Quest): bounds [num_pool_pages, 2, D] F32 holds per page the elementwise min (row 0) and
 // max (row 1) of the keys it stores. Recomputes them for every page that received one of the batch's new

@@ -75,10 +75,21 @@ class CacheManager {
   // The position map: the absolute position each slot of stream (layer, kv_head) of `seq` holds, slot order
   // (stream_length of them). Valid until the sequence next changes.
   virtual std::span<const int32_t> slot_positions(int32_t seq, int layer, int kv_head) const = 0;
-  // Physical eviction: stream (layer, kv_head) of `seq` keeps only the tokens at the ascending indices
-  // `kept`, compacted to the front of its pages in this order; the pages no longer needed return to the pool
-  // now. The logical length is unchanged, so new tokens keep their absolute positions.
-  virtual Status evict(int32_t seq, int layer, int kv_head, const std::vector<int32_t>& kept) = 0;
+  // Physical eviction: each listed stream (layer, kv_head) of `seq` keeps only the tokens at its ascending
+  // indices `kept`, compacted to the front of its pages in this order; the pages no longer needed return to the
+  // pool now. The logical length is unchanged, so new tokens keep their absolute positions. Every stream is
+  // checked before any changes (an error leaves the sequence as it was); the moves then run as one batch, which
+  // is what makes evicting every stream at every decode step affordable on the GPU.
+  struct StreamEviction {
+    int layer = 0;
+    int kv_head = 0;
+    std::span<const int32_t> kept;
+  };
+  virtual Status evict_streams(int32_t seq, std::span<const StreamEviction> streams) = 0;
+  Status evict(int32_t seq, int layer, int kv_head, const std::vector<int32_t>& kept) {
+    const StreamEviction stream{layer, kv_head, kept};
+    return evict_streams(seq, {&stream, 1});
+  }
   // Drops the sequence's newest tokens (e.g. a transient pass): back to `num_tokens` logical tokens, removing
   // the last (logical length - num_tokens) tokens of every stream, whose pages return to the pool now. Those
   // tokens must have been appended after any eviction of the stream. kOutOfRange / kFailedPrecondition leave

@@ -171,22 +171,37 @@ AttentionView PagedCacheManager::build_sequence_view(int32_t seq, int layer) {
   return make_view(one_seq_view_, one_q_indptr_);
 }
 
-Status PagedCacheManager::evict(int32_t seq, int layer, int kv_head, const std::vector<int32_t>& kept) {
+Status PagedCacheManager::evict_streams(int32_t seq, std::span<const StreamEviction> streams) {
   Sequence& s = sequence(seq);
-  const std::span<const int32_t> pages = s.table.pages(layer, kv_head);
-  // Compaction rewrites pages in place, so none may be shared (eviction methods run without prefix caching).
-  for (int32_t page : pages)
-    if (pool_.ref_count(page) != 1)
-      return failed_precondition("evict: sequence {} (layer {}, head {}) shares page {}", seq, layer, kv_head, page);
-  const int32_t len = s.table.num_tokens(layer, kv_head);
-  for (size_t i = 0; i < kept.size(); ++i)
-    if (kept[i] < 0 || kept[i] >= len || (i > 0 && kept[i] <= kept[i - 1]))
-      return invalid_argument("evict: kept indices must ascend within [0, {}), got {} at {}", len, kept[i], i);
-  compact_kv(build_sequence_view(seq, layer), 0, kv_head, kept);
-  const auto num_tokens = static_cast<int32_t>(kept.size());
-  const std::vector<int32_t> first(pages.begin(), pages.begin() + layout().pages_per_stream(num_tokens));
-  SE_RETURN_IF_ERROR(s.table.replace_stream(layer, kv_head, first, num_tokens));
-  s.positions.keep(layout().stream(layer, kv_head), kept);
+  const KvLayout& l = layout();
+  stream_listed_.assign(static_cast<size_t>(l.num_streams()), 0);
+  for (const StreamEviction& e : streams) {
+    if (e.layer < 0 || e.layer >= l.num_layers || e.kv_head < 0 || e.kv_head >= l.num_kv_heads)
+      return invalid_argument("evict: sequence {} has no stream (layer {}, head {})", seq, e.layer, e.kv_head);
+    uint8_t& listed = stream_listed_[static_cast<size_t>(l.stream(e.layer, e.kv_head))];
+    if (listed != 0) return invalid_argument("evict: stream (layer {}, head {}) listed twice", e.layer, e.kv_head);
+    listed = 1;
+    // Compaction rewrites pages in place, so none may be shared (eviction methods run without prefix caching).
+    for (int32_t page : s.table.pages(e.layer, e.kv_head))
+      if (pool_.ref_count(page) != 1)
+        return failed_precondition("evict: sequence {} (layer {}, head {}) shares page {}", seq, e.layer, e.kv_head,
+                                   page);
+    const int32_t len = s.table.num_tokens(e.layer, e.kv_head);
+    for (size_t i = 0; i < e.kept.size(); ++i)
+      if (e.kept[i] < 0 || e.kept[i] >= len || (i > 0 && e.kept[i] <= e.kept[i - 1]))
+        return invalid_argument("evict: kept indices must ascend within [0, {}), got {} at {}", len, e.kept[i], i);
+  }
+  compactions_.clear();
+  for (const StreamEviction& e : streams)
+    compactions_.push_back(StreamCompaction{s.table.pages(e.layer, e.kv_head).data(), e.kept});
+  compact_kv(build_sequence_view(seq, 0), compactions_);
+  for (const StreamEviction& e : streams) {
+    const std::span<const int32_t> pages = s.table.pages(e.layer, e.kv_head);
+    const auto num_tokens = static_cast<int32_t>(e.kept.size());
+    const std::vector<int32_t> first(pages.begin(), pages.begin() + l.pages_per_stream(num_tokens));
+    SE_RETURN_IF_ERROR(s.table.replace_stream(e.layer, e.kv_head, first, num_tokens));
+    s.positions.keep(l.stream(e.layer, e.kv_head), e.kept);
+  }
   return Status::ok();
 }
 
@@ -252,23 +267,29 @@ Result<int32_t> PagedCacheManager::prune_prefix(std::span<const int32_t> tokens,
                               first_token + num_blocks * l.page_size, kept_positions[i], i);
   }
   // Per layer, one sequence over the segment's pages (every KV head a stream of num_blocks full pages); the
-  // kept tokens move to its front, in order, so they land in the pages of the first blocks. The same pages with
-  // the kept tokens as new rows tell the method which pages were rewritten.
-  std::vector<int32_t> pages(static_cast<size_t>(l.num_kv_heads) * static_cast<size_t>(num_blocks));  // [Hkv][n]
+  // kept tokens move to its front, in order, so they land in the pages of the first blocks (every stream of every
+  // layer in one compaction). The same pages with the kept tokens as new rows tell the method which pages were
+  // rewritten.
+  std::vector<int32_t> pages(static_cast<size_t>(l.num_streams()) * static_cast<size_t>(num_blocks));  // [stream][n]
+  compactions_.clear();
+  for (int32_t stream = 0; stream < l.num_streams(); ++stream) {
+    int32_t* stream_pages = pages.data() + static_cast<size_t>(stream) * num_blocks;
+    for (int32_t b = 0; b < num_blocks; ++b)
+      stream_pages[b] = radix_->node_page(nodes[static_cast<size_t>(b)], stream);
+    compactions_.push_back(StreamCompaction{stream_pages, kept});
+  }
   const std::vector<int32_t> segment_lengths(static_cast<size_t>(l.num_kv_heads), num_blocks * l.page_size);
-  const std::vector<int32_t> kept_lengths(static_cast<size_t>(l.num_kv_heads), num_kept);
-  const std::vector<SeqKvView> segment = {SeqKvView{pages.data(), num_blocks, segment_lengths.data()}};
-  const std::vector<SeqKvView> rewritten = {SeqKvView{pages.data(), num_blocks, kept_lengths.data()}};
-  const std::vector<int32_t> segment_q_indptr = {0, 0};
-  const std::vector<int32_t> rewritten_q_indptr = {0, num_kept};
-  for (int layer = 0; layer < l.num_layers; ++layer) {
-    for (int h = 0; h < l.num_kv_heads; ++h)
-      for (int32_t b = 0; b < num_blocks; ++b)
-        pages[static_cast<size_t>(h * num_blocks + b)] = radix_->node_page(nodes[static_cast<size_t>(b)],
-                                                                           l.stream(layer, h));
-    const AttentionView view = make_view(segment, segment_q_indptr);
-    for (int h = 0; h < l.num_kv_heads; ++h) compact_kv(view, 0, h, kept);
-    if (pages_rewritten && num_kept > 0) pages_rewritten(layer, make_view(rewritten, rewritten_q_indptr));
+  const std::vector<SeqKvView> pool_geometry = {SeqKvView{pages.data(), num_blocks, segment_lengths.data()}};
+  const std::vector<int32_t> no_rows = {0, 0};
+  compact_kv(make_view(pool_geometry, no_rows), compactions_);
+  if (pages_rewritten && num_kept > 0) {
+    const std::vector<int32_t> kept_lengths(static_cast<size_t>(l.num_kv_heads), num_kept);
+    const std::vector<int32_t> rewritten_q_indptr = {0, num_kept};
+    for (int layer = 0; layer < l.num_layers; ++layer) {
+      const std::vector<SeqKvView> rewritten = {
+          SeqKvView{pages.data() + static_cast<size_t>(l.stream(layer, 0)) * num_blocks, num_blocks, kept_lengths.data()}};
+      pages_rewritten(layer, make_view(rewritten, rewritten_q_indptr));
+    }
   }
   return radix_->commit_prune(nodes, kept);
 }

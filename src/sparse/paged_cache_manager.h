@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/attention_view.h"
+#include "backend/ops.h"
 #include "kv/block_pool.h"
 #include "kv/page_table.h"
 #include "kv/radix_cache.h"
@@ -41,7 +42,7 @@ class PagedCacheManager final : public CacheManager {
   int32_t num_logical_tokens(int32_t seq) const override;
   int32_t stream_length(int32_t seq, int layer, int kv_head) const override;
   std::span<const int32_t> slot_positions(int32_t seq, int layer, int kv_head) const override;
-  Status evict(int32_t seq, int layer, int kv_head, const std::vector<int32_t>& kept) override;
+  Status evict_streams(int32_t seq, std::span<const StreamEviction> streams) override;
   Status truncate(int32_t seq, int32_t num_tokens) override;
 
   Result<RadixCache::PrefixMatch> inspect_prefix(std::span<const int32_t> tokens) const override;
@@ -80,6 +81,8 @@ class PagedCacheManager final : public CacheManager {
   std::vector<SeqKvView> seq_views_;   // scratch of build_view
   std::vector<int32_t> one_q_indptr_ = {0, 0};  // scratch of build_sequence_view
   std::vector<SeqKvView> one_seq_view_;        // scratch of build_sequence_view
+  std::vector<StreamCompaction> compactions_;  // scratch of evict_streams
+  std::vector<uint8_t> stream_listed_;         // scratch of evict_streams: [num_streams]
 };
 
 }  // namespace se

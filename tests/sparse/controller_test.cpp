@@ -155,6 +155,39 @@ TEST_F(ControllerTest, EvictRejectsUnorderedOrOutOfRangeIndicesAndChangesNothing
   cache_->close(0);
 }
 
+TEST_F(ControllerTest, EvictStreamsChecksEveryStreamBeforeChangingAny) {
+  ASSERT_TRUE(cache_->open(0, {}).is_ok());
+  ASSERT_TRUE(cache_->reserve(0, 6).is_ok());
+  const int64_t free_before = cache_->num_free_pages();
+  const std::vector<int32_t> valid = {0, 5};
+  const std::vector<int32_t> unordered = {3, 1};
+  using Eviction = CacheManager::StreamEviction;
+  // A bad list, a stream listed twice or a stream the layout lacks fails the whole call: the valid first stream
+  // keeps its six tokens.
+  const std::vector<Eviction> bad_second = {{0, 0, valid}, {1, 1, unordered}};
+  const std::vector<Eviction> listed_twice = {{0, 0, valid}, {0, 0, valid}};
+  const std::vector<Eviction> no_such_layer = {{0, 0, valid}, {99, 0, valid}};
+  for (const auto& streams : {bad_second, listed_twice, no_such_layer}) {
+    EXPECT_EQ(cache_->evict_streams(0, streams).code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(cache_->stream_length(0, 0, 0), 6);
+    EXPECT_EQ(cache_->num_free_pages(), free_before);
+  }
+  // Several streams in one call each keep their own list, positions included.
+  const std::vector<int32_t> tail = {3, 4, 5};
+  const std::vector<Eviction> two = {{0, 0, valid}, {1, 1, tail}};
+  ASSERT_TRUE(cache_->evict_streams(0, two).is_ok());
+  EXPECT_EQ(cache_->stream_length(0, 0, 0), 2);
+  EXPECT_EQ(cache_->stream_length(0, 1, 1), 3);
+  EXPECT_EQ(cache_->stream_length(0, 0, 1), 6);
+  EXPECT_EQ(std::vector<int32_t>(cache_->slot_positions(0, 0, 0).begin(), cache_->slot_positions(0, 0, 0).end()),
+            valid);
+  EXPECT_EQ(std::vector<int32_t>(cache_->slot_positions(0, 1, 1).begin(), cache_->slot_positions(0, 1, 1).end()),
+            tail);
+  EXPECT_TRUE(cache_->check_integrity().is_ok());
+  cache_->close(0);
+  EXPECT_EQ(cache_->num_free_pages(), cache_->num_total_pages());
+}
+
 TEST_F(ControllerTest, SnapshotAndRestoreKeepTheSequenceState) {
   ASSERT_TRUE(cache_->open(0, {}).is_ok());
   ASSERT_TRUE(cache_->reserve(0, 9).is_ok());

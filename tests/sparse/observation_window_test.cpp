@@ -5,6 +5,9 @@
 // memory models.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <numeric>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -13,6 +16,7 @@
 #include "sparse/methods/chunkkv.h"
 #include "sparse/methods/observation_window_scores.h"
 #include "sparse/methods/pyramidkv.h"
+#include "sparse/top_k.h"
 
 namespace se {
 namespace {
@@ -148,13 +152,32 @@ TEST(ObservationWindowScores, PoolingPadsAndReducesInTheConfiguredOrder) {
   EXPECT_EQ(reduce_window_scores(heads.data(), 5, 2, 1, 5, c).values, (std::vector<float>{0.5f, 0.5f, 0}));
 }
 
-TEST(ObservationWindowScores, TopKBreaksTiesTowardsTheLowerIndex) {
+TEST(TopKAscending, BreaksTiesTowardsTheLowerIndex) {
   const std::vector<float> s = {1, 3, 3, 2, 3};
   EXPECT_EQ(top_k_ascending(s.data(), 5, 1), (std::vector<int32_t>{1}));
   EXPECT_EQ(top_k_ascending(s.data(), 5, 2), (std::vector<int32_t>{1, 2}));
   EXPECT_EQ(top_k_ascending(s.data(), 5, 4), (std::vector<int32_t>{1, 2, 3, 4}));
   EXPECT_EQ(top_k_ascending(s.data(), 5, 0), (std::vector<int32_t>{}));
   EXPECT_EQ(top_k_ascending(s.data(), 5, 9).size(), 5u);
+}
+
+TEST(TopKAscending, MatchesSortingByScoreThenIndex) {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> few_values(0, 9);  // many ties
+  std::vector<int32_t> out;
+  for (int32_t n : {1, 17, 300, 4097}) {
+    std::vector<float> s(static_cast<size_t>(n));
+    for (float& x : s) x = static_cast<float>(few_values(rng));
+    std::vector<int32_t> order(static_cast<size_t>(n));
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return s[a] > s[b]; });
+    for (int32_t k : {0, 1, n / 3, n - 1, n}) {
+      std::vector<int32_t> expected(order.begin(), order.begin() + std::max(k, 0));
+      std::sort(expected.begin(), expected.end());
+      top_k_ascending(s.data(), n, k, out);
+      EXPECT_EQ(out, expected) << "n " << n << " k " << k;
+    }
+  }
 }
 
 TEST(PyramidKvBudget, FollowsTheKvCacheFactorySchedule) {

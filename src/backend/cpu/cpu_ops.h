@@ -25,7 +25,7 @@ void write_kv(const AttentionView& view, TensorView k, TensorView v);
 void paged_attention(TensorView out, TensorView q, const AttentionView& view, const AttentionParams& params);
 void attention_scores(TensorView out, TensorView q, const AttentionView& view, int32_t seq,
                       const AttentionParams& params, ScoreReduce reduce);
-void compact_kv(const AttentionView& view, int32_t seq, int32_t kv_head, const std::vector<int32_t>& kept);
+void compact_kv(const AttentionView& pool, std::span<const StreamCompaction> streams);
 void update_page_key_bounds(TensorView bounds, const AttentionView& view);
 void page_key_bound_scores(TensorView out, TensorView q, TensorView bounds, const AttentionView& view,
                            int32_t seq);

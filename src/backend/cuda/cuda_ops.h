@@ -54,10 +54,9 @@ void paged_attention_simple(TensorView out, TensorView q, const AttentionView& v
 // over rows), fp32 throughout. head_dim 64, 128 or 256.
 void attention_scores(TensorView out, TensorView q, const AttentionView& view, int32_t seq,
                       const AttentionParams& params, ScoreReduce reduce);
-// Gathers the moved rows into scratch, then scatters them to their slots (an in-place parallel
-// move would race); bit-exact. Enqueued only: the call does not wait.
-void compact_kv(const AttentionView& view, int32_t seq, int32_t kv_head,
-                const std::vector<int32_t>& kept);
+// Gathers the moved rows of every stream into scratch, then scatters them to their slots (an in-place
+// parallel move would race); bit-exact. Enqueued only: the call does not wait.
+void compact_kv(const AttentionView& pool, std::span<const StreamCompaction> streams);
 void subset_attention_max_scores(TensorView out, TensorView q, const AttentionView& view,
                                  int32_t seq, int32_t num_sink, int32_t begin,
                                  const AttentionParams& params);

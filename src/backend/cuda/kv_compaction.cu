@@ -1,10 +1,15 @@
-// CUDA compact_kv (ops.h): physical eviction inside one stream, in place. Token kept[i] moves to
-// slot i (K and V). kept ascends, so no slot lies after its source, but one parallel in-place pass
-// would still race: slot i can be the source kept[j] of a later j. The moved rows are therefore
-// gathered into scratch by one kernel and scattered back by a second: bit-exact copies that touch
-// nothing but the stream's slots [first moved, kept.size()). The prefix already in place
-// (kept[i] == i) does not move. Enqueued on the context's stream (tables staged through
-// host_tables.h); the call does not wait.
+// CUDA compact_kv (ops.h): physical eviction in place, over many streams at once. Token kept[i] of a
+// stream moves to slot i (K and V). kept ascends, so no slot lies after its source, but one parallel
+// in-place pass would still race: slot i can be the source kept[j] of a later j. The moved rows are
+// therefore gathered into scratch by one kernel and scattered back by a second: bit-exact copies that
+// touch nothing but the streams' slots [first moved, kept.size()). The prefix already in place
+// (kept[i] == i) does not move.
+//
+// The moved rows travel as runs (consecutive sources to consecutive slots: H2O's one dropped token is
+// one run), so the tables stay small. When the rows outgrow the scratch cap they move in pieces, in
+// stream and slot order: a piece writes only slots below every source of the pieces after it, so the
+// pieces may run one after the other without a race. Enqueued on the context's stream (tables staged
+// through host_tables.h); the call does not wait.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -20,84 +25,126 @@ namespace se::cuda {
 
 namespace {
 constexpr int kThreads = 256;
+// Rows moved per gather/scatter pair: bounds the scratch (32 MiB at head_dim 128).
+constexpr int64_t kMaxRowsPerPiece = 65536;
+
+struct MoveRun {
+  int32_t pages_offset;  // where the stream's page list starts in the staged pages
+  int32_t dest;          // the first slot the run writes
+  int32_t source;        // the token that moves to `dest`
+  int32_t row;           // the run's first row in the order of all moved rows
+};
 
 struct CompactArgs {
   char* kv_base;
   size_t page_bytes;
   int32_t page_size, head_dim;
-  const int32_t* pages;    // the stream's page list
-  const int32_t* sources;  // [num_moved] the token that moves to slot first + i
-  int32_t first;           // the first slot that changes
-  int32_t num_moved;
-  uint4* rows;  // [num_moved][2 (K, V)][head_dim / 8] 16-byte pieces
+  const int32_t* pages;
+  const MoveRun* runs;
+  int32_t num_runs;
+  int64_t first_row, num_rows;  // this piece: rows [first_row, first_row + num_rows)
+  uint4* rows;                  // [num_rows][2 (K, V)][head_dim / 8] 16-byte pieces
 };
 
-__device__ __forceinline__ uint4* piece_of(const CompactArgs& a, int32_t token, int kv, int c) {
+__device__ __forceinline__ uint4* piece_of(const CompactArgs& a, const int32_t* pages, int32_t token,
+                                           int kv, int c) {
   const int32_t page_idx = token / a.page_size;
   const int32_t offset = token - page_idx * a.page_size;
   return reinterpret_cast<uint4*>(
-      a.kv_base + static_cast<size_t>(a.pages[page_idx]) * a.page_bytes +
+      a.kv_base + static_cast<size_t>(pages[page_idx]) * a.page_bytes +
       ((static_cast<size_t>(kv) * a.page_size + offset) * a.head_dim + c * 8) *
           sizeof(__nv_bfloat16));
 }
 
-// Gather: rows[i] = the pieces of token sources[i]. Scatter: slot first + i = rows[i].
+// The last run that starts at or before `row` (runs ascend by row).
+__device__ __forceinline__ const MoveRun& run_of(const CompactArgs& a, int64_t row) {
+  int32_t lo = 0, hi = a.num_runs - 1;
+  while (lo < hi) {
+    const int32_t mid = (lo + hi + 1) / 2;
+    if (a.runs[mid].row <= row) lo = mid; else hi = mid - 1;
+  }
+  return a.runs[lo];
+}
+
+// Gather: scratch row r = the pieces of the source of row first_row + r. Scatter: its slot = scratch row r.
 template <bool kGather>
 __global__ void compact_kv_move_kernel(const CompactArgs a) {
   const int pieces = a.head_dim / 8;
-  const int64_t total = int64_t{a.num_moved} * 2 * pieces;
+  const int64_t total = a.num_rows * 2 * pieces;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int32_t row = static_cast<int32_t>(i / (2 * pieces));
-    const int rest = static_cast<int>(i - int64_t{row} * 2 * pieces);
+    const int64_t r = i / (2 * pieces);
+    const int rest = static_cast<int>(i - r * 2 * pieces);
+    const MoveRun& run = run_of(a, a.first_row + r);
+    const auto step = static_cast<int32_t>(a.first_row + r - run.row);
+    const int32_t* pages = a.pages + run.pages_offset;
     if constexpr (kGather) {
-      a.rows[i] = *piece_of(a, a.sources[row], rest / pieces, rest % pieces);
+      a.rows[i] = *piece_of(a, pages, run.source + step, rest / pieces, rest % pieces);
     } else {
-      *piece_of(a, a.first + row, rest / pieces, rest % pieces) = a.rows[i];
+      *piece_of(a, pages, run.dest + step, rest / pieces, rest % pieces) = a.rows[i];
     }
   }
 }
 }  // namespace
 
-void compact_kv(const AttentionView& view, int32_t seq, int32_t kv_head,
-                const std::vector<int32_t>& kept) {
-  const auto num_kept = static_cast<int32_t>(kept.size());
-  int32_t first = 0;
-  while (first < num_kept && kept[static_cast<size_t>(first)] == first) ++first;
-  if (first == num_kept) return;  // nothing moves
-  SE_CHECK(view.head_dim % 8 == 0 && view.page_bytes % 16 == 0 &&
-               reinterpret_cast<uintptr_t>(view.kv_base) % 16 == 0,
+void compact_kv(const AttentionView& pool, std::span<const StreamCompaction> streams) {
+  SE_CHECK(pool.head_dim % 8 == 0 && pool.page_bytes % 16 == 0 &&
+               reinterpret_cast<uintptr_t>(pool.kv_base) % 16 == 0,
            "cuda::compact_kv: head_dim {} and page_bytes {} must allow 16-byte moves",
-           view.head_dim, view.page_bytes);
-  CudaContext& context = CudaContext::current();
-  const SeqKvView& sv = view.seqs[seq];
-  const int32_t num_pages = static_cast<int32_t>(launch::ceil_div(kept.back() + 1, view.page_size));
-  const int32_t num_moved = num_kept - first;
-
-  // Host tables [pages | sources], one copy; from pageable memory the copy returns once staged.
-  thread_local std::vector<int32_t> tables;
-  tables.resize(static_cast<size_t>(num_pages + num_moved));
-  std::copy_n(sv.page_ids + static_cast<int64_t>(kv_head) * sv.stride, num_pages, tables.begin());
-  std::copy(kept.begin() + first, kept.end(), tables.begin() + num_pages);
-  const size_t row_bytes = size_t{2} * view.head_dim * sizeof(__nv_bfloat16);
-  const StagedTables staged = stage_host_tables(tables.data(), tables.size() * sizeof(int32_t),
-                                                static_cast<size_t>(num_moved) * row_bytes);
+           pool.head_dim, pool.page_bytes);
+  // Host tables: [page lists | runs], one copy.
+  thread_local std::vector<int32_t> pages;
+  thread_local std::vector<MoveRun> runs;
+  thread_local std::vector<char> tables;
+  pages.clear();
+  runs.clear();
+  int64_t num_rows = 0;
+  for (const StreamCompaction& s : streams) {
+    const auto num_kept = static_cast<int32_t>(s.kept.size());
+    int32_t i = 0;
+    while (i < num_kept && s.kept[static_cast<size_t>(i)] == i) ++i;
+    if (i == num_kept) continue;  // nothing moves
+    const auto pages_offset = static_cast<int32_t>(pages.size());
+    const auto num_pages = launch::ceil_div(s.kept.back() + 1, pool.page_size);
+    pages.insert(pages.end(), s.pages, s.pages + num_pages);
+    for (; i < num_kept; ++i, ++num_rows) {
+      const int32_t source = s.kept[static_cast<size_t>(i)];
+      const bool continues = !runs.empty() && runs.back().pages_offset == pages_offset &&
+                             runs.back().source + (num_rows - runs.back().row) == source;
+      if (!continues)
+        runs.push_back(MoveRun{pages_offset, i, source, static_cast<int32_t>(num_rows)});
+    }
+  }
+  if (num_rows == 0) return;
+  SE_CHECK(num_rows <= INT32_MAX, "cuda::compact_kv: {} moved rows", num_rows);
+  const size_t pages_bytes = (pages.size() * sizeof(int32_t) + 15) / 16 * 16;
+  tables.resize(pages_bytes + runs.size() * sizeof(MoveRun));
+  std::copy_n(reinterpret_cast<const char*>(pages.data()), pages.size() * sizeof(int32_t), tables.data());
+  std::copy_n(reinterpret_cast<const char*>(runs.data()), runs.size() * sizeof(MoveRun),
+              tables.data() + pages_bytes);
+  const int64_t piece_rows = std::min(num_rows, kMaxRowsPerPiece);
+  const size_t row_bytes = size_t{2} * pool.head_dim * sizeof(__nv_bfloat16);
+  const StagedTables staged =
+      stage_host_tables(tables.data(), tables.size(), static_cast<size_t>(piece_rows) * row_bytes);
 
   CompactArgs a{};
-  a.kv_base = static_cast<char*>(view.kv_base);
-  a.page_bytes = view.page_bytes;
-  a.page_size = view.page_size;
-  a.head_dim = view.head_dim;
+  a.kv_base = static_cast<char*>(pool.kv_base);
+  a.page_bytes = pool.page_bytes;
+  a.page_size = pool.page_size;
+  a.head_dim = pool.head_dim;
   a.pages = static_cast<const int32_t*>(staged.tables);
-  a.sources = a.pages + num_pages;
-  a.first = first;
-  a.num_moved = num_moved;
+  a.runs = reinterpret_cast<const MoveRun*>(static_cast<const char*>(staged.tables) + pages_bytes);
+  a.num_runs = static_cast<int32_t>(runs.size());
   a.rows = static_cast<uint4*>(staged.results);
-  const unsigned grid = launch::grid_for(int64_t{num_moved} * 2 * (view.head_dim / 8), kThreads);
-  compact_kv_move_kernel<true><<<grid, kThreads, 0, context.stream()>>>(a);
-  SE_CUDA_CHECK_LAUNCH("compact_kv_move_kernel (gather)");
-  compact_kv_move_kernel<false><<<grid, kThreads, 0, context.stream()>>>(a);
-  SE_CUDA_CHECK_LAUNCH("compact_kv_move_kernel (scatter)");
+  CudaContext& context = CudaContext::current();
+  for (a.first_row = 0; a.first_row < num_rows; a.first_row += piece_rows) {
+    a.num_rows = std::min(piece_rows, num_rows - a.first_row);
+    const unsigned grid = launch::grid_for(a.num_rows * 2 * (pool.head_dim / 8), kThreads);
+    compact_kv_move_kernel<true><<<grid, kThreads, 0, context.stream()>>>(a);
+    SE_CUDA_CHECK_LAUNCH("compact_kv_move_kernel (gather)");
+    compact_kv_move_kernel<false><<<grid, kThreads, 0, context.stream()>>>(a);
+    SE_CUDA_CHECK_LAUNCH("compact_kv_move_kernel (scatter)");
+  }
 }
 
 }  // namespace se::cuda

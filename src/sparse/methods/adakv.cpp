@@ -4,6 +4,8 @@
 #include <cmath>
 #include <numeric>
 
+#include "sparse/top_k.h"
+
 namespace se {
 
 namespace {

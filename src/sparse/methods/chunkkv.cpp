@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "sparse/top_k.h"
+
 namespace se {
 
 namespace {

@@ -1,10 +1,10 @@
 #include "sparse/methods/h2o.h"
 
 #include <algorithm>
-#include <numeric>
 
 #include "base/check.h"
 #include "sparse/sliding_window_tail.h"
+#include "sparse/top_k.h"
 
 namespace se {
 
@@ -102,35 +102,34 @@ void H2oMethod::on_attention_end(LayerContext& ctx) {
 
 void H2oMethod::finish_step(StepContext& ctx) {
   const KvLayout& layout = ctx.cache.layout();
+  kept_.resize(static_cast<size_t>(layout.num_streams()));
   for (const SequenceSlice& slice : ctx.batch.sequences) {
     auto it = scores_.find(slice.seq_slot);
     SE_CHECK(it != scores_.end(), "h2o: no scores for seq {}", slice.seq_slot);
+    evictions_.clear();
     for (int layer = 0; layer < layout.num_layers; ++layer) {
       for (int head = 0; head < layout.num_kv_heads; ++head) {
         const int32_t len = ctx.cache.stream_length(slice.seq_slot, layer, head);
         if (len <= num_heavy_ + num_recent_) continue;
-        std::vector<float>& acc = it->second.acc[static_cast<size_t>(layout.stream(layer, head))];
+        const auto stream = static_cast<size_t>(layout.stream(layer, head));
+        const std::vector<float>& acc = it->second.acc[stream];
         SE_CHECK(static_cast<int32_t>(acc.size()) == len, "h2o: acc out of step with stream");
+        std::vector<int32_t>& kept = kept_[stream];
         if (const int32_t window = ctx.sliding_window(layer); window > 0) {
           // Heavy hitters the layer cannot see are no use to it.
-          keep_sliding_window_tail(len, window, num_heavy_ + num_recent_, kept_);
+          keep_sliding_window_tail(len, window, num_heavy_ + num_recent_, kept);
         } else {
           // Heavy hitters: the num_heavy_ largest acc among the rows older than the recent window.
-          order_.resize(static_cast<size_t>(len - num_recent_));
-          std::iota(order_.begin(), order_.end(), 0);
-          std::partial_sort(order_.begin(), order_.begin() + num_heavy_, order_.end(), [&](int32_t a, int32_t b) {
-            return acc[static_cast<size_t>(a)] > acc[static_cast<size_t>(b)] ||
-                   (acc[static_cast<size_t>(a)] == acc[static_cast<size_t>(b)] && a < b);
-          });
-          kept_.assign(order_.begin(), order_.begin() + num_heavy_);
-          std::sort(kept_.begin(), kept_.end());
-          for (int32_t j = len - num_recent_; j < len; ++j) kept_.push_back(j);
+          top_k_ascending(acc.data(), len - num_recent_, num_heavy_, kept);
+          for (int32_t j = len - num_recent_; j < len; ++j) kept.push_back(j);
         }
-        const Status s = ctx.cache.evict(slice.seq_slot, layer, head, kept_);
-        SE_CHECK(s.is_ok(), "h2o: {}", s.to_string());
-        keep_scores(acc, kept_);
+        evictions_.push_back({layer, head, kept});
       }
     }
+    const Status s = ctx.cache.evict_streams(slice.seq_slot, evictions_);
+    SE_CHECK(s.is_ok(), "h2o: {}", s.to_string());
+    for (const CacheManager::StreamEviction& e : evictions_)
+      keep_scores(it->second.acc[static_cast<size_t>(layout.stream(e.layer, e.kv_head))], e.kept);
   }
 }
 

@@ -75,10 +75,10 @@ class H2oMethod final : public MethodRuntime {
   struct ExportedScores final : MethodSequenceState {
     SequenceScores scores;
   };
-  std::unordered_map<int32_t, SequenceScores> scores_;  // by seq slot
-  std::vector<float> step_scores_;                      // scratch: [H, max_len] column sums of one sequence's step
-  std::vector<int32_t> order_;                          // scratch of finish_step: candidate rows by descending acc
-  std::vector<int32_t> kept_;                           // scratch of finish_step
+  std::unordered_map<int32_t, SequenceScores> scores_;   // by seq slot
+  std::vector<float> step_scores_;                       // scratch: [H, max_len] column sums of one sequence's step
+  std::vector<std::vector<int32_t>> kept_;               // scratch of finish_step: per stream
+  std::vector<CacheManager::StreamEviction> evictions_;  // scratch of finish_step
 };
 
 }  // namespace se

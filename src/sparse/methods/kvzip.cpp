@@ -184,18 +184,21 @@ bool KvzipMethod::compress(StepContext& ctx, int32_t seq, int32_t num_prefill_to
   }
 
   const std::vector<std::vector<int32_t>> kept = select(state, num_context, num_streams);
+  std::vector<std::vector<int32_t>> indices(static_cast<size_t>(num_streams));
+  std::vector<CacheManager::StreamEviction> evictions;
   for (int layer = 0; layer < layout.num_layers; ++layer) {
     for (int h = 0; h < layout.num_kv_heads; ++h) {
-      const std::vector<int32_t>& context = kept[static_cast<size_t>(layout.stream(layer, h))];
+      const auto stream = static_cast<size_t>(layout.stream(layer, h));
       const int32_t length = ctx.cache.stream_length(seq, layer, h);
-      std::vector<int32_t> indices;
-      for (int32_t j = first_visible_sink(state, layer, num_prefill_tokens); j < num_sink_; ++j) indices.push_back(j);
-      for (int32_t j : context) indices.push_back(num_sink_ + j);
-      for (int32_t j = num_prefill_tokens; j < length; ++j) indices.push_back(j);
-      const Status s = ctx.cache.evict(seq, layer, h, indices);
-      SE_CHECK(s.is_ok(), "kvzip: {}", s.to_string());
+      std::vector<int32_t>& slots = indices[stream];
+      for (int32_t j = first_visible_sink(state, layer, num_prefill_tokens); j < num_sink_; ++j) slots.push_back(j);
+      for (int32_t j : kept[stream]) slots.push_back(num_sink_ + j);
+      for (int32_t j = num_prefill_tokens; j < length; ++j) slots.push_back(j);
+      evictions.push_back({layer, h, slots});
     }
   }
+  const Status s = ctx.cache.evict_streams(seq, evictions);
+  SE_CHECK(s.is_ok(), "kvzip: {}", s.to_string());
   std::vector<int32_t>().swap(state.token_ids);
   return true;
 }

@@ -100,13 +100,14 @@ void ObservationWindowMethod::finish_step(StepContext& ctx) {
     if (!slice.completes_prefill(ctx.batch.positions)) continue;
     auto it = sequences_.find(slice.seq_slot);
     if (it == sequences_.end()) continue;
+    std::vector<CacheManager::StreamEviction> evictions;
     for (size_t layer = 0; layer < it->second.kept.size(); ++layer) {
       const auto& heads = it->second.kept[layer];
-      for (size_t h = 0; h < heads.size(); ++h) {
-        const Status s = ctx.cache.evict(slice.seq_slot, static_cast<int>(layer), static_cast<int>(h), heads[h]);
-        SE_CHECK(s.is_ok(), "{}: {}", name(), s.to_string());
-      }
+      for (size_t h = 0; h < heads.size(); ++h)
+        evictions.push_back({static_cast<int>(layer), static_cast<int>(h), heads[h]});
     }
+    const Status s = ctx.cache.evict_streams(slice.seq_slot, evictions);
+    SE_CHECK(s.is_ok(), "{}: {}", name(), s.to_string());
     sequences_.erase(it);
   }
 }

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <numeric>
 
 namespace se {
 
@@ -98,18 +97,6 @@ WindowScores reduce_window_scores(const float* probs, int64_t row_stride, int32_
     }
   }
   return s;
-}
-
-std::vector<int32_t> top_k_ascending(const float* scores, int32_t n, int32_t k) {
-  k = std::clamp(k, 0, n);
-  std::vector<int32_t> order(static_cast<size_t>(n));
-  std::iota(order.begin(), order.end(), 0);
-  std::nth_element(order.begin(), order.begin() + k, order.end(), [scores](int32_t a, int32_t b) {
-    return scores[a] > scores[b] || (scores[a] == scores[b] && a < b);
-  });
-  order.resize(static_cast<size_t>(k));
-  std::sort(order.begin(), order.end());
-  return order;
 }
 
 }  // namespace se

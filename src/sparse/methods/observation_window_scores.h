@@ -76,7 +76,4 @@ WindowScores reduce_window_scores(const float* probs, int64_t row_stride, int32_
 // Step 3 along one row: out[j] = pool of in[j - kernel/2 .. j + kernel/2] (n entries each; kernel odd).
 void pool_scores(const float* in, float* out, int32_t n, int32_t kernel, WindowPooling pooling);
 
-// The `k` indices with the largest scores[0 .. n), ascending (ties: the lower index wins).
-std::vector<int32_t> top_k_ascending(const float* scores, int32_t n, int32_t k);
-
 }  // namespace se

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "sparse/top_k.h"
+
 namespace se {
 
 Result<std::unique_ptr<MethodRuntime>> PyramidKvMethod::create(const nlohmann::json& config) {

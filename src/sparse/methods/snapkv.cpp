@@ -1,5 +1,7 @@
 #include "sparse/methods/snapkv.h"
 
+#include "sparse/top_k.h"
+
 namespace se {
 
 Result<std::unique_ptr<MethodRuntime>> SnapKvMethod::create(const nlohmann::json& config) {

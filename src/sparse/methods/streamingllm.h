@@ -46,9 +46,10 @@ class StreamingLlmMethod final : public MethodRuntime {
 
   MethodTraits traits_;
   nlohmann::ordered_json config_;
-  int32_t budget_ = 0;           // tokens per stream after eviction
-  int32_t num_sink_tokens_ = 0;  // leading tokens never evicted
-  std::vector<int32_t> kept_;    // scratch of finish_step
+  int32_t budget_ = 0;                                   // tokens per stream after eviction
+  int32_t num_sink_tokens_ = 0;                          // leading tokens never evicted
+  std::vector<std::vector<int32_t>> kept_;               // scratch of finish_step: per stream
+  std::vector<CacheManager::StreamEviction> evictions_;  // scratch of finish_step
 };
 
 }  // namespace se

@@ -355,6 +355,16 @@ std::vector<int32_t> kept_for(int32_t len, int shape, std::mt19937_64& rng) {
   return kept;
 }
 
+// The first kept.size() heads of sequence `seq` of `view`, head h keeping kept[h].
+std::vector<StreamCompaction> streams_of(const AttentionView& view, int32_t seq,
+                                         const std::vector<std::vector<int32_t>>& kept) {
+  std::vector<StreamCompaction> streams;
+  const SeqKvView& sv = view.seqs[seq];
+  for (size_t h = 0; h < kept.size(); ++h)
+    streams.push_back(StreamCompaction{sv.page_ids + static_cast<int64_t>(h) * sv.stride, kept[h]});
+  return streams;
+}
+
 struct CompactCase {
   std::string name;
   int32_t page_size, num_kv_heads, head_dim;
@@ -368,6 +378,7 @@ TEST(CudaEvictionOpsTest, CompactKvIsBitExactAndTouchesNothingElse) {
       {"ps64 d64 32K", 64, 2, 64, {32768, 30000}},
       {"ps16 d256", 16, 2, 256, {5000, 4097}},
       {"ps64 d128 short streams", 64, 5, 128, {64, 65, 2, 130, 200}},
+      {"ps16 d64 rows past one scratch piece", 16, 6, 64, {50000, 50000}},
   };
   uint64_t seed = 7000;
   int shape = 0;
@@ -376,25 +387,28 @@ TEST(CudaEvictionOpsTest, CompactKvIsBitExactAndTouchesNothingElse) {
     EvictionCache cache(c.page_size, c.num_kv_heads, c.head_dim, with_decoy(c.lens), seed += 10);
     std::mt19937_64 rng(seed);
     const Tensor before = cache.cpu_pool().to_f32();  // a copy of every page
+    // Every head of sequence 1 in one call, as the methods evict.
+    std::vector<std::vector<int32_t>> kept;
+    for (int32_t h = 0; h < c.num_kv_heads; ++h) kept.push_back(kept_for(cache.length(1, h), shape++, rng));
+    compact_kv(cache.cpu_view(), streams_of(cache.cpu_view(), 1, kept));
+    compact_kv(cache.gpu_view(), streams_of(cache.gpu_view(), 1, kept));
     for (int32_t h = 0; h < c.num_kv_heads; ++h) {
-      const int32_t len = cache.length(1, h);
-      const std::vector<int32_t> kept = kept_for(len, shape++, rng);
-      compact_kv(cache.cpu_view(), 1, h, kept);
-      compact_kv(cache.gpu_view(), 1, h, kept);
       // The reference did what the contract says: slot i holds what token kept[i] held.
-      for (size_t i = 0; i < kept.size(); ++i)
+      const std::vector<int32_t>& head = kept[static_cast<size_t>(h)];
+      for (size_t i = 0; i < head.size(); ++i)
         for (int kv = 0; kv < 2; ++kv)
           ASSERT_EQ(std::memcmp(cache.cpu_row(cache.cpu_pool(), 1, h, static_cast<int32_t>(i), kv),
-                                cache.cpu_row(before, 1, h, kept[i], kv), sizeof(float) * c.head_dim),
+                                cache.cpu_row(before, 1, h, head[i], kv), sizeof(float) * c.head_dim),
                     0)
               << "head " << h << " slot " << i;
-      cache.set_length(1, h, static_cast<int32_t>(kept.size()));
+      cache.set_length(1, h, static_cast<int32_t>(head.size()));
     }
     // One stream of the other sequence too (its first head, every third token).
     std::vector<int32_t> decoy_kept;
     for (int32_t j = 0; j < cache.length(0, 0); j += 3) decoy_kept.push_back(j);
-    compact_kv(cache.cpu_view(), 0, 0, decoy_kept);
-    compact_kv(cache.gpu_view(), 0, 0, decoy_kept);
+    const std::vector<std::vector<int32_t>> decoy = {decoy_kept};
+    compact_kv(cache.cpu_view(), streams_of(cache.cpu_view(), 0, decoy));
+    compact_kv(cache.gpu_view(), streams_of(cache.gpu_view(), 0, decoy));
     cache.set_length(0, 0, static_cast<int32_t>(decoy_kept.size()));
 
     // Bit-exact on every page: the moved slots, the slots past each new end, the other streams and free pages.
