@@ -355,7 +355,7 @@ void paged_attention(TensorView out, TensorView q, const AttentionView& view, co
 // The sparse-method ops take the cache's host tables on both backends; a GPU pool (view.kv_device) sends them to
 // the CUDA twins, with q (and Quest's bounds) on the device and the scores written to host memory.
 void attention_scores(TensorView out, TensorView q, const AttentionView& view, int32_t seq,
-                      const AttentionParams& params, ScoreReduce reduce) {
+                      const AttentionParams& params, ScoreReduce reduce, ScoresReady ready) {
   SE_CHECK(seq >= 0 && seq < view.num_seqs, "attention_scores: sequence {} of {}", seq, view.num_seqs);
   int32_t max_len = 0;
   for (int32_t h = 0; h < view.num_kv_heads; ++h) max_len = std::max(max_len, view.seqs[seq].num_tokens[h]);
@@ -367,7 +367,7 @@ void attention_scores(TensorView out, TensorView q, const AttentionView& view, i
   if (pool_on_cuda(view, "attention_scores")) {
     require_cuda_act(q, "attention_scores.q");
     require_host_scores(out, "attention_scores.out");
-    if constexpr (kCudaBuilt) cuda::attention_scores(out, q, view, seq, params, reduce);
+    if constexpr (kCudaBuilt) cuda::attention_scores(out, q, view, seq, params, reduce, ready);
     return;
   }
   require_cpu_f32(out, "attention_scores.out");

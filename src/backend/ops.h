@@ -119,14 +119,19 @@ void paged_attention(TensorView out, TensorView q, const AttentionView& view, co
 // F32 memory, filled when the call returns.
 
 enum class ScoreReduce : uint8_t { kSum, kMax };
+enum class ScoresReady : uint8_t { kOnReturn, kAfterSynchronize };
 
 // Attention probabilities of the last n = q.shape[0] query positions of sequence `seq` of `view` against its
 // stored keys, reduced over those rows: out[h, j] = reduce_r softmax_r(q[r, h] . k_j * scale)[j]. Row r sees the
 // keys paged_attention would show it (key j <= len - n + r, sliding window, selection); keys a row does not see
 // add 0. The softmax runs in fp32 over each row's visible keys. q [n, H, D]; out [H, max_len] F32, where
-// max_len = the longest KV head of the sequence; columns past a head's own length are 0.
+// max_len = the longest KV head of the sequence; columns past a head's own length are 0. `out` is host memory;
+// with kAfterSynchronize it must be staging memory (staging_allocator of the pool's device) and holds the result
+// once synchronize(device) returns: the call only enqueues, so a method that reads every layer's scores once per
+// step waits once, not once per layer.
 void attention_scores(TensorView out, TensorView q, const AttentionView& view, int32_t seq,
-                      const AttentionParams& params, ScoreReduce reduce);
+                      const AttentionParams& params, ScoreReduce reduce,
+                      ScoresReady ready = ScoresReady::kOnReturn);
 
 // One stream of a compaction: its page list and the strictly ascending indices of the tokens it keeps.
 struct StreamCompaction {

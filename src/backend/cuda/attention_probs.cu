@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "backend/cuda/attention_probs.h"
@@ -478,10 +479,12 @@ void run_attention_probs(const AttentionProbsJob& job, const AttentionView& view
   a.partial = num_chunks > 1 ? reinterpret_cast<float2*>(scratch + table_bytes) : a.stats;
   a.out = reinterpret_cast<float*>(scratch + table_bytes + partial_bytes + stats_bytes);
 
-  // From pageable memory the copy returns once `tables` is staged, so reusing it on the next call
-  // is safe.
-  SE_CUDA_CHECK(cudaMemcpyAsync(scratch, tables.data(), tables.size() * sizeof(int32_t),
-                                cudaMemcpyHostToDevice, context.stream()));
+  // Through the pinned ring: a copy from pageable memory would wait for the stream first.
+  const size_t tables_bytes = tables.size() * sizeof(int32_t);
+  void* pinned = context.host_staging(tables_bytes);
+  std::memcpy(pinned, tables.data(), tables_bytes);
+  SE_CUDA_CHECK(
+      cudaMemcpyAsync(scratch, pinned, tables_bytes, cudaMemcpyHostToDevice, context.stream()));
   switch (view.head_dim) {
     case 64:
       launch_passes<64>(a, static_cast<int>(num_chunks), num_items);
@@ -493,9 +496,10 @@ void run_attention_probs(const AttentionProbsJob& job, const AttentionView& view
       launch_passes<256>(a, static_cast<int>(num_chunks), num_items);
       break;
   }
+  // The scratch may serve the next op at once: stream order runs this copy before it is overwritten.
   SE_CUDA_CHECK(
       cudaMemcpyAsync(job.out, a.out, out_bytes, cudaMemcpyDeviceToHost, context.stream()));
-  context.synchronize();
+  if (job.ready == ScoresReady::kOnReturn) context.synchronize();
 }
 
 }  // namespace se::cuda

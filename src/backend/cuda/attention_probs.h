@@ -4,7 +4,8 @@
 // (split over key chunks, then merged); pass 2 recomputes every logit, turns it into
 // exp(logit - max) / sum and reduces it over rows (and, for the subset op, over the query group).
 // The caller passes the sequence's host tables; run_attention_probs packs them into device scratch
-// in one copy, launches, copies the result to host memory and waits for the stream.
+// in one copy, launches and copies the result to host memory; it waits for the stream unless the
+// job's results may arrive later.
 // Not thread-safe (uses CudaContext::current()'s stream and scratch).
 #pragma once
 
@@ -26,11 +27,13 @@ struct AttentionProbsJob {
   ScoreReduce reduce = ScoreReduce::kSum;  // over rows (kSubset: always max, over rows and heads)
   int32_t num_sink = 0, begin = 0, num_range = 0;  // kSubset
   float* out = nullptr;  // host memory: [H, out_cols] (kStream) or [Hkv, num_range] (kSubset)
+  // kAfterSynchronize: `out` is pinned memory and the copy into it is only enqueued.
+  ScoresReady ready = ScoresReady::kOnReturn;
   int32_t out_cols = 0;  // kStream: the longest stream of the sequence
 };
 
-// Runs `job` for sequence `seq` of `view` (host tables, device bf16 pool); returns when `out` holds
-// the result.
+// Runs `job` for sequence `seq` of `view` (host tables, device bf16 pool); with kOnReturn, returns
+// when `out` holds the result.
 void run_attention_probs(const AttentionProbsJob& job, const AttentionView& view, int32_t seq);
 
 }  // namespace se::cuda

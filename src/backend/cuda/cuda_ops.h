@@ -53,7 +53,7 @@ void paged_attention_simple(TensorView out, TensorView q, const AttentionView& v
 // Two passes over the keys (softmax max and sum per row and head, then the probabilities reduced
 // over rows), fp32 throughout. head_dim 64, 128 or 256.
 void attention_scores(TensorView out, TensorView q, const AttentionView& view, int32_t seq,
-                      const AttentionParams& params, ScoreReduce reduce);
+                      const AttentionParams& params, ScoreReduce reduce, ScoresReady ready);
 // Gathers the moved rows of every stream into scratch, then scatters them to their slots (an in-place
 // parallel move would race); bit-exact. Enqueued only: the call does not wait.
 void compact_kv(const AttentionView& pool, std::span<const StreamCompaction> streams);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "backend/device_memory.h"
 #include "base/check.h"
 #include "sparse/sliding_window_tail.h"
 #include "sparse/top_k.h"
@@ -54,53 +55,97 @@ int64_t H2oMethod::resident_pages(const KvLayout& layout, int32_t /*num_prefill_
   return layout.pages_for_tokens(std::min(num_tokens, num_heavy_ + num_recent_));
 }
 
+void H2oMethod::plan_step_scores(const LayerContext& ctx, int64_t num_heads) {
+  const KvLayout& layout = ctx.cache.layout();
+  const auto num_seqs = static_cast<size_t>(ctx.view.num_seqs);
+  step_.num_heads = num_heads;
+  step_.cols.assign(num_seqs, 0);
+  step_.offsets.assign(num_seqs, 0);
+  step_.layer_cols.assign(num_seqs * static_cast<size_t>(layout.num_layers), 0);
+  int64_t total = 0;
+  for (size_t i = 0; i < num_seqs; ++i) {
+    const int32_t seq = ctx.batch.sequences[i].seq_slot;
+    int32_t cols = 0;
+    for (int layer = 0; layer < layout.num_layers; ++layer)
+      for (int h = 0; h < layout.num_kv_heads; ++h) cols = std::max(cols, ctx.cache.stream_length(seq, layer, h));
+    step_.cols[i] = cols;
+    step_.offsets[i] = total;
+    total += int64_t{layout.num_layers} * num_heads * cols;
+  }
+  if (step_.scores.numel() < total || step_.device != ctx.view.kv_device) {
+    // Grown geometrically: a sequence's scores grow by one column per decode step.
+    const int64_t grown = std::max(total, step_.device == ctx.view.kv_device ? 2 * step_.scores.numel() : 0);
+    step_.scores = Tensor::empty(DType::kF32, {grown}, staging_allocator(ctx.view.kv_device));
+    step_.device = ctx.view.kv_device;
+  }
+}
+
+float* H2oMethod::StepScores::of(size_t slice, int layer) {
+  return scores.data<float>() + offsets[slice] + int64_t{layer} * num_heads * cols[slice];
+}
+
 void H2oMethod::on_attention_end(LayerContext& ctx) {
   const int64_t num_heads = ctx.q.shape[1];
   const int64_t head_dim = ctx.q.shape[2];
-  const int32_t num_kv_heads = ctx.view.num_kv_heads;
-  const int64_t group = num_heads / num_kv_heads;
+  const int32_t num_layers = ctx.cache.layout().num_layers;
+  if (ctx.layer == 0) plan_step_scores(ctx, num_heads);
   for (int32_t i = 0; i < ctx.view.num_seqs; ++i) {
     const SequenceSlice& slice = ctx.batch.sequences[static_cast<size_t>(i)];
-    const int32_t n = slice.num_tokens;
     int32_t max_len = 0;
-    for (int32_t h = 0; h < num_kv_heads; ++h)
+    for (int32_t h = 0; h < ctx.view.num_kv_heads; ++h)
       max_len = std::max(max_len, ctx.cache.stream_length(slice.seq_slot, ctx.layer, h));
-    // step_scores_ [H, max_len]: per query head, the softmax summed over this sequence's n query rows.
-    step_scores_.resize(static_cast<size_t>(num_heads * max_len));
-    const TensorView out{step_scores_.data(), DType::kF32, {num_heads, max_len}, Device::kCpu};
+    step_.layer_cols[static_cast<size_t>(i) * num_layers + ctx.layer] = max_len;
+    // [H, max_len]: per query head, the softmax summed over this sequence's n query rows; read in finish_step,
+    // so no layer waits for the device.
+    const TensorView out{step_.of(static_cast<size_t>(i), ctx.layer), DType::kF32, {num_heads, max_len},
+                         Device::kCpu};
     const TensorView q{ctx.q.ptr<float>() + static_cast<int64_t>(slice.token_begin) * num_heads * head_dim,
                        DType::kF32,
-                       {n, num_heads, head_dim},
+                       {slice.num_tokens, num_heads, head_dim},
                        ctx.q.device};  // [n, H, D]
-    attention_scores(out, q, ctx.view, i, ctx.params, ScoreReduce::kSum);
+    attention_scores(out, q, ctx.view, i, ctx.params, ScoreReduce::kSum, ScoresReady::kAfterSynchronize);
+  }
+}
 
+void H2oMethod::accumulate_step_scores(StepContext& ctx) {
+  synchronize(step_.device);
+  const KvLayout& layout = ctx.cache.layout();
+  const int64_t group = step_.num_heads / layout.num_kv_heads;
+  for (size_t i = 0; i < ctx.batch.sequences.size(); ++i) {
+    const SequenceSlice& slice = ctx.batch.sequences[i];
+    const int32_t n = slice.num_tokens;
     SequenceScores& scores = scores_[slice.seq_slot];
     if (scores.acc.empty()) {
-      scores.num_kv_heads = num_kv_heads;
-      scores.acc.resize(static_cast<size_t>(ctx.cache.layout().num_streams()));
+      scores.num_kv_heads = layout.num_kv_heads;
+      scores.acc.resize(static_cast<size_t>(layout.num_streams()));
     }
-    for (int32_t kvh = 0; kvh < num_kv_heads; ++kvh) {
-      std::vector<float>& acc = scores.acc[static_cast<size_t>(ctx.cache.layout().stream(ctx.layer, kvh))];
-      const int32_t len = ctx.cache.stream_length(slice.seq_slot, ctx.layer, kvh);
-      SE_CHECK(static_cast<int64_t>(acc.size()) == len - n,
-               "h2o: seq {} layer {} head {} has {} scores for {} resident rows (state not restored?)", slice.seq_slot,
-               ctx.layer, kvh, acc.size(), len - n);
-      acc.resize(static_cast<size_t>(len), 0.0f);
-      const float* head_scores = step_scores_.data() + kvh * group * max_len;  // [group, max_len]
-      for (int32_t j = 0; j < len; ++j) {
-        float reduced = head_scores[j];
-        for (int64_t g = 1; g < group; ++g) {
-          const float s = head_scores[g * max_len + j];
-          reduced = gqa_agg_ == GqaAgg::kMax ? std::max(reduced, s) : reduced + s;
+    for (int layer = 0; layer < layout.num_layers; ++layer) {
+      const int32_t max_len = step_.layer_cols[i * static_cast<size_t>(layout.num_layers) + layer];
+      const float* layer_scores = step_.of(i, layer);  // [H, max_len]
+      for (int32_t kvh = 0; kvh < layout.num_kv_heads; ++kvh) {
+        std::vector<float>& acc = scores.acc[static_cast<size_t>(layout.stream(layer, kvh))];
+        const int32_t len = ctx.cache.stream_length(slice.seq_slot, layer, kvh);
+        SE_CHECK(static_cast<int64_t>(acc.size()) == len - n,
+                 "h2o: seq {} layer {} head {} has {} scores for {} resident rows (state not restored?)",
+                 slice.seq_slot, layer, kvh, acc.size(), len - n);
+        acc.resize(static_cast<size_t>(len), 0.0f);
+        const float* head_scores = layer_scores + kvh * group * max_len;  // [group, max_len]
+        for (int32_t j = 0; j < len; ++j) {
+          float reduced = head_scores[j];
+          for (int64_t g = 1; g < group; ++g) {
+            const float s = head_scores[g * max_len + j];
+            reduced = gqa_agg_ == GqaAgg::kMax ? std::max(reduced, s) : reduced + s;
+          }
+          if (gqa_agg_ == GqaAgg::kMean) reduced /= static_cast<float>(group);
+          acc[static_cast<size_t>(j)] += reduced;
         }
-        if (gqa_agg_ == GqaAgg::kMean) reduced /= static_cast<float>(group);
-        acc[static_cast<size_t>(j)] += reduced;
       }
     }
   }
 }
 
 void H2oMethod::finish_step(StepContext& ctx) {
+  accumulate_step_scores(ctx);
   const KvLayout& layout = ctx.cache.layout();
   kept_.resize(static_cast<size_t>(layout.num_streams()));
   for (const SequenceSlice& slice : ctx.batch.sequences) {

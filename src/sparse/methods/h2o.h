@@ -9,6 +9,8 @@
 //     query head's softmax is summed over those n rows (backend attention_scores, ScoreReduce::kSum) and the
 //     query group is reduced to its KV head with `gqa_agg` (mean by default: our GQA choice, METHODS.md; the
 //     reference is MHA / per query head). acc[j] += that column sum; the n new rows start at their column sums.
+//     Each layer's sums are enqueued after its attention and added in finish_step, so the step waits for the
+//     device once, not once per layer.
 //   * Eviction, after every step (finish_step): a stream of T > heavy + recent tokens keeps top-`heavy` of
 //     acc[0 : T - recent] (ties: the lower index) plus the last `recent` rows; acc is compacted the same way.
 // This matches the reference, which updates and evicts inside each layer's attention right after the softmax:
@@ -45,9 +47,10 @@ class H2oMethod final : public MethodRuntime {
 
   // Every stream holds min(num_tokens, heavy + recent) tokens once a step is done.
   int64_t resident_pages(const KvLayout& layout, int32_t num_prefill_tokens, int32_t num_tokens) const override;
-  // Adds the step's column sums of every sequence to its acc (new rows appended).
+  // Enqueues the step's column sums of every sequence (copied to host memory as the device gets to them).
   void on_attention_end(LayerContext& ctx) override;
-  // Evicts every stream of the step's sequences that holds more than heavy + recent tokens.
+  // Adds the step's column sums to every sequence's acc (new rows appended), then evicts every stream of the
+  // step's sequences that holds more than heavy + recent tokens.
   void finish_step(StepContext& ctx) override;
   // A pruned stream's scores follow its kept slots.
   void on_stream_compacted(int32_t seq, int layer, int kv_head, std::span<const int32_t> kept) override;
@@ -62,6 +65,10 @@ class H2oMethod final : public MethodRuntime {
   H2oMethod(nlohmann::ordered_json config, int32_t num_heavy, int32_t num_recent, GqaAgg gqa_agg);
   // A stream's scores after it kept slots `kept` (ascending).
   static void keep_scores(std::vector<float>& acc, std::span<const int32_t> kept);
+  // Sizes step_ for the step's sequences (at layer 0, when every stream holds the step's new rows).
+  void plan_step_scores(const LayerContext& ctx, int64_t num_heads);
+  // Waits for the step's scores, then adds them to acc.
+  void accumulate_step_scores(StepContext& ctx);
 
   MethodTraits traits_;
   nlohmann::ordered_json config_;
@@ -75,8 +82,18 @@ class H2oMethod final : public MethodRuntime {
   struct ExportedScores final : MethodSequenceState {
     SequenceScores scores;
   };
-  std::unordered_map<int32_t, SequenceScores> scores_;   // by seq slot
-  std::vector<float> step_scores_;                       // scratch: [H, max_len] column sums of one sequence's step
+  std::unordered_map<int32_t, SequenceScores> scores_;  // by seq slot
+  // One step's column sums, every layer of every sequence of the batch, in staging memory of the pool's device.
+  struct StepScores {
+    Tensor scores;  // per sequence i: [num_layers][H][cols[i]], layer l's [H, layer_cols] at its start
+    Device device = Device::kCpu;
+    int64_t num_heads = 0;
+    std::vector<int32_t> cols;        // [num_seqs] the longest stream of the sequence
+    std::vector<int64_t> offsets;     // [num_seqs]
+    std::vector<int32_t> layer_cols;  // [num_seqs][num_layers] the longest stream of the layer
+    float* of(size_t slice, int layer);
+  };
+  StepScores step_;
   std::vector<std::vector<int32_t>> kept_;               // scratch of finish_step: per stream
   std::vector<CacheManager::StreamEviction> evictions_;  // scratch of finish_step
 };
