@@ -1,5 +1,7 @@
 #include <cblas.h>
 
+#include <algorithm>
+
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/vector_math.h"
 
@@ -19,8 +21,14 @@ inline float horizontal_sum(__m256 v) {
 // y = W x for a single row x: the decode step's matrix-vector products, which only stream W. Rows go four at a
 // time so each load of x (in L1) serves four rows, and the threads split the rows. OpenBLAS's sgemv read W at
 // 12.3-13.0 GB/s on the development machine, a fifth below what the decode floor allows.
+//
+// Each pass also prefetches the rows two blocks ahead, a cache line of each per line it reads: a row is a few KB,
+// so the hardware prefetcher, which stops at page boundaries, starts every block late. On the development
+// machine this took the model's GEMVs from 14.1 to 16.1 GB/s (best of 40) and 12.8 to 13.9 (median).
 void gemv(const float* w, const float* x, float* y, int64_t n, int64_t k) {
 #if defined(__AVX2__) && defined(__FMA__)
+  constexpr int64_t kPrefetchRows = 8;
+  constexpr int64_t kFloatsPerLine = 16;
   const int64_t k8 = k / 8 * 8;
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < n; r += 4) {
@@ -32,8 +40,12 @@ void gemv(const float* w, const float* x, float* y, int64_t n, int64_t k) {
     const float* w1 = w0 + k;
     const float* w2 = w1 + k;
     const float* w3 = w2 + k;
+    const float* ahead = w + std::min(r + kPrefetchRows, n - 4) * k;  // the last block prefetches itself
     __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
     for (int64_t i = 0; i < k8; i += 8) {
+      if (i % kFloatsPerLine == 0)
+        for (int64_t row = 0; row < 4; ++row)
+          _mm_prefetch(reinterpret_cast<const char*>(ahead + row * k + i), _MM_HINT_T0);
       const __m256 xv = _mm256_loadu_ps(x + i);
       a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + i), xv, a0);
       a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w1 + i), xv, a1);

@@ -129,10 +129,11 @@ void attend_tile(TensorView out, TensorView q, const AttentionView& view, const 
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, num_queries, num_keys, head_dim, params.scale,
                 scratch.q.data(), head_dim, scratch.k.data(), head_dim, 0.0f, scores.data(), num_keys);
   } else {
-    for (int32_t m = 0; m < num_queries; ++m) {
-      const float* qv = q.ptr<float>() + query_offset(m);
-      float* row = scores.data() + int64_t{m} * num_keys;
-      for (int32_t i = 0; i < num_keys; ++i) row[i] = dot(qv, key_row(0, keys[i]), head_dim) * params.scale;
+    // Few queries (decode: one row, the query group): each key row is located and read once for all of them.
+    for (int32_t i = 0; i < num_keys; ++i) {
+      const float* key = key_row(0, keys[i]);
+      for (int32_t m = 0; m < num_queries; ++m)
+        scores[int64_t{m} * num_keys + i] = dot(q.ptr<float>() + query_offset(m), key, head_dim) * params.scale;
     }
   }
 
@@ -148,11 +149,12 @@ void attend_tile(TensorView out, TensorView q, const AttentionView& view, const 
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, num_queries, head_dim, num_keys, 1.0f, scores.data(),
                 num_keys, scratch.v.data(), head_dim, 0.0f, result.data(), head_dim);
   } else {
-    for (int32_t m = 0; m < num_queries; ++m) {
-      const float* weights = scores.data() + int64_t{m} * num_keys;
-      float* o = result.data() + int64_t{m} * head_dim;
-      for (int32_t i = 0; i < num_keys; ++i)
-        if (weights[i] != 0.0f) axpy(weights[i], key_row(1, keys[i]), o, head_dim);
+    for (int32_t i = 0; i < num_keys; ++i) {
+      const float* value = key_row(1, keys[i]);
+      for (int32_t m = 0; m < num_queries; ++m) {
+        const float weight = scores[int64_t{m} * num_keys + i];
+        if (weight != 0.0f) axpy(weight, value, result.data() + int64_t{m} * head_dim, head_dim);
+      }
     }
   }
   for (int32_t m = 0; m < num_queries; ++m) {
