@@ -107,6 +107,7 @@ void compact_kv(const AttentionView& pool, std::span<const StreamCompaction> str
     const auto pages_offset = static_cast<int32_t>(pages.size());
     const auto num_pages = launch::ceil_div(s.kept.back() + 1, pool.page_size);
     pages.insert(pages.end(), s.pages, s.pages + num_pages);
+    SE_CHECK(num_rows + (num_kept - i) <= INT32_MAX, "cuda::compact_kv: more than 2^31 moved rows");
     for (; i < num_kept; ++i, ++num_rows) {
       const int32_t source = s.kept[static_cast<size_t>(i)];
       const bool continues = !runs.empty() && runs.back().pages_offset == pages_offset &&
@@ -116,7 +117,6 @@ void compact_kv(const AttentionView& pool, std::span<const StreamCompaction> str
     }
   }
   if (num_rows == 0) return;
-  SE_CHECK(num_rows <= INT32_MAX, "cuda::compact_kv: {} moved rows", num_rows);
   const size_t pages_bytes = (pages.size() * sizeof(int32_t) + 15) / 16 * 16;
   tables.resize(pages_bytes + runs.size() * sizeof(MoveRun));
   std::copy_n(reinterpret_cast<const char*>(pages.data()), pages.size() * sizeof(int32_t), tables.data());

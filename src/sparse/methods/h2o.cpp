@@ -76,8 +76,10 @@ void H2oMethod::plan_step_scores(const LayerContext& ctx, int64_t num_heads) {
     // Grown geometrically: a sequence's scores grow by one column per decode step.
     const int64_t grown = std::max(total, step_.device == ctx.view.kv_device ? 2 * step_.scores.numel() : 0);
     step_.scores = Tensor::empty(DType::kF32, {grown}, staging_allocator(ctx.view.kv_device));
+    SE_CHECK(step_.scores.raw() != nullptr, "h2o: no staging memory for {} scores", grown);
     step_.device = ctx.view.kv_device;
   }
+  step_.num_layers_scored = 0;
 }
 
 float* H2oMethod::StepScores::of(size_t slice, int layer) {
@@ -89,6 +91,7 @@ void H2oMethod::on_attention_end(LayerContext& ctx) {
   const int64_t head_dim = ctx.q.shape[2];
   const int32_t num_layers = ctx.cache.layout().num_layers;
   if (ctx.layer == 0) plan_step_scores(ctx, num_heads);
+  ++step_.num_layers_scored;
   for (int32_t i = 0; i < ctx.view.num_seqs; ++i) {
     const SequenceSlice& slice = ctx.batch.sequences[static_cast<size_t>(i)];
     int32_t max_len = 0;
@@ -108,8 +111,12 @@ void H2oMethod::on_attention_end(LayerContext& ctx) {
 }
 
 void H2oMethod::accumulate_step_scores(StepContext& ctx) {
-  synchronize(step_.device);
   const KvLayout& layout = ctx.cache.layout();
+  SE_CHECK(step_.num_layers_scored == layout.num_layers && step_.cols.size() == ctx.batch.sequences.size(),
+           "h2o: the step scored {} of {} layers for {} of {} sequences", step_.num_layers_scored, layout.num_layers,
+           step_.cols.size(), ctx.batch.sequences.size());
+  step_.num_layers_scored = 0;
+  synchronize(step_.device);
   const int64_t group = step_.num_heads / layout.num_kv_heads;
   for (size_t i = 0; i < ctx.batch.sequences.size(); ++i) {
     const SequenceSlice& slice = ctx.batch.sequences[i];

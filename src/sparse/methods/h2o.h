@@ -91,6 +91,7 @@ class H2oMethod final : public MethodRuntime {
     std::vector<int32_t> cols;        // [num_seqs] the longest stream of the sequence
     std::vector<int64_t> offsets;     // [num_seqs]
     std::vector<int32_t> layer_cols;  // [num_seqs][num_layers] the longest stream of the layer
+    int32_t num_layers_scored = 0;    // layers whose on_attention_end ran since the plan
     float* of(size_t slice, int layer);
   };
   StepScores step_;
