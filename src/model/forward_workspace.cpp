@@ -22,6 +22,35 @@ TensorView ForwardWorkspace::qkv(int64_t t) const {
 
 Tensor ForwardWorkspace::buffer(DType dtype, Shape shape) const { return empty_on(device_, dtype, shape); }
 
+Shape ForwardWorkspace::BufferSpec::shape_for(int64_t num_tokens, int64_t num_logit_rows) const {
+  Shape s = shape;
+  s[0] = per_logit_row ? num_logit_rows : num_tokens;
+  return s;
+}
+
+std::vector<ForwardWorkspace::BufferSpec> ForwardWorkspace::buffer_specs(const ModelConfig& c, DType matmul_dtype) {
+  const int64_t hidden = c.hidden_size, heads = c.num_heads, kv_heads = c.num_kv_heads, head_dim = c.head_dim;
+  const int64_t intermediate = c.intermediate_size;
+  std::vector<BufferSpec> specs = {
+      {&ForwardWorkspace::hidden_, DType::kF32, {0, hidden}},
+      {&ForwardWorkspace::normed_, matmul_dtype, {0, hidden}},
+      {&ForwardWorkspace::q_, DType::kF32, {0, heads, head_dim}},
+      {&ForwardWorkspace::k_, DType::kF32, {0, kv_heads, head_dim}},
+      {&ForwardWorkspace::v_, DType::kF32, {0, kv_heads, head_dim}},
+      {&ForwardWorkspace::attn_, matmul_dtype, {0, heads, head_dim}},
+      {&ForwardWorkspace::proj_, DType::kF32, {0, hidden}},
+      {&ForwardWorkspace::gate_up_, DType::kF32, {0, 2 * intermediate}},
+      {&ForwardWorkspace::act_, matmul_dtype, {0, intermediate}},
+      {&ForwardWorkspace::last_, DType::kF32, {0, hidden}, true},
+      {&ForwardWorkspace::last_normed_, matmul_dtype, {0, hidden}, true},
+      {&ForwardWorkspace::logits_, DType::kF32, {0, int64_t{c.vocab_size}}, true},
+  };
+  // The fused QKV projection shares gate_up_ when that is wide enough.
+  if (const int64_t qkv_width = c.q_size() + 2 * c.kv_size(); qkv_width > 2 * intermediate)
+    specs.push_back({&ForwardWorkspace::qkv_, DType::kF32, {0, qkv_width}});
+  return specs;
+}
+
 void ForwardWorkspace::reserve(int32_t num_tokens, int32_t num_logit_rows) {
   if (num_tokens <= capacity_tokens_ && num_logit_rows <= capacity_logit_rows_) return;
   const int64_t t = std::max(num_tokens, capacity_tokens_);
@@ -32,20 +61,9 @@ void ForwardWorkspace::reserve(int32_t num_tokens, int32_t num_logit_rows) {
   *this = ForwardWorkspace(c, device_, matmul_dtype_);
   generation_ = generation;
   inputs_ = buffer(DType::kI32, {2 * t + r});
-  hidden_ = buffer(DType::kF32, {t, c.hidden_size});
-  normed_ = buffer(matmul_dtype_, {t, c.hidden_size});
-  q_ = buffer(DType::kF32, {t, c.num_heads, c.head_dim});
-  k_ = buffer(DType::kF32, {t, c.num_kv_heads, c.head_dim});
-  v_ = buffer(DType::kF32, {t, c.num_kv_heads, c.head_dim});
-  attn_ = buffer(matmul_dtype_, {t, c.num_heads, c.head_dim});
-  proj_ = buffer(DType::kF32, {t, c.hidden_size});
-  gate_up_ = buffer(DType::kF32, {t, 2 * int64_t{c.intermediate_size}});
-  const int64_t qkv_width = c.q_size() + 2 * c.kv_size();
-  qkv_ = qkv_width <= 2 * int64_t{c.intermediate_size} ? gate_up_ : buffer(DType::kF32, {t, qkv_width});
-  act_ = buffer(matmul_dtype_, {t, c.intermediate_size});
-  last_ = buffer(DType::kF32, {r, c.hidden_size});
-  last_normed_ = buffer(matmul_dtype_, {r, c.hidden_size});
-  logits_ = buffer(DType::kF32, {r, c.vocab_size});
+  for (const BufferSpec& spec : buffer_specs(c, matmul_dtype_))
+    this->*spec.tensor = buffer(spec.dtype, spec.shape_for(t, r));
+  if (qkv_.raw() == nullptr) qkv_ = gate_up_;
   capacity_tokens_ = static_cast<int32_t>(t);
   capacity_logit_rows_ = static_cast<int32_t>(r);
 }
@@ -53,14 +71,10 @@ void ForwardWorkspace::reserve(int32_t num_tokens, int32_t num_logit_rows) {
 int64_t ForwardWorkspace::bytes_for(const ModelConfig& c, DType matmul_dtype, int32_t num_tokens,
                                     int32_t num_logit_rows) {
   const int64_t t = num_tokens, r = std::max(num_logit_rows, 1);
-  const int64_t qkv_width = c.q_size() + 2 * c.kv_size();
-  const int64_t f32_per_row = 2 * int64_t{c.hidden_size} + c.q_size() + 2 * c.kv_size() +
-                              2 * int64_t{c.intermediate_size} +
-                              (qkv_width <= 2 * int64_t{c.intermediate_size} ? 0 : qkv_width);
-  const int64_t matmul_per_row = int64_t{c.hidden_size} + c.q_size() + c.intermediate_size;
-  return 4 * (2 * t + r) + 4 * t * f32_per_row + static_cast<int64_t>(dtype_size(matmul_dtype)) * t * matmul_per_row +
-         r * (4 * int64_t{c.hidden_size} + static_cast<int64_t>(dtype_size(matmul_dtype)) * c.hidden_size +
-              4 * int64_t{c.vocab_size});
+  int64_t bytes = static_cast<int64_t>(sizeof(int32_t)) * (2 * t + r);  // inputs_
+  for (const BufferSpec& spec : buffer_specs(c, matmul_dtype))
+    bytes += spec.shape_for(t, r).numel() * static_cast<int64_t>(dtype_size(spec.dtype));
+  return bytes;
 }
 
 void ForwardWorkspace::upload_inputs(const ForwardBatch& batch) {

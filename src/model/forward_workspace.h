@@ -24,7 +24,7 @@ class ForwardWorkspace final {
 
   // Makes room for a batch of `num_tokens` rows and `num_logit_rows` sampled rows (a no-op when it fits).
   void reserve(int32_t num_tokens, int32_t num_logit_rows);
-  // Bytes reserve(num_tokens, num_logit_rows) allocates from nothing.
+  // Bytes reserve(num_tokens, num_logit_rows) allocates from nothing (the same buffer list, so never out of step).
   static int64_t bytes_for(const ModelConfig& config, DType matmul_dtype, int32_t num_tokens, int32_t num_logit_rows);
   // Copies the batch's token ids, positions and logit rows to the device (reserving room first).
   void upload_inputs(const ForwardBatch& batch);
@@ -56,6 +56,17 @@ class ForwardWorkspace final {
   Tensor logits(int64_t r) const { return logits_.slice_rows(0, r); }   // [r, vocab] F32
 
  private:
+  // One activation buffer: a row per batch token, or per sampled row, each row shaped like `shape` after its
+  // leading dimension (which the row count replaces).
+  struct BufferSpec {
+    Tensor ForwardWorkspace::*tensor;
+    DType dtype;
+    Shape shape;
+    bool per_logit_row = false;
+    Shape shape_for(int64_t num_tokens, int64_t num_logit_rows) const;
+  };
+  // Every buffer besides the inputs, for reserve() to allocate and bytes_for() to count.
+  static std::vector<BufferSpec> buffer_specs(const ModelConfig& config, DType matmul_dtype);
   static TensorView rows(const Tensor& buffer, int64_t n);
   TensorView i32_rows(int64_t offset, int64_t n) const;
   Tensor buffer(DType dtype, Shape shape) const;

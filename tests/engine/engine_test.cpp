@@ -85,6 +85,20 @@ void expect_engine_matches_reference(const EngineConfig& config, int num_request
   EXPECT_EQ(stats.preemptions_total > 0, expect_preemption) << stats.preemptions_total << " preemptions";
 }
 
+TEST(ForwardWorkspaceTest, BytesForCountsEveryBufferReserveAllocates) {
+  const Model model = test::tiny_model();
+  ForwardWorkspace w = model.make_workspace();
+  const int32_t t = 7, r = 3;
+  w.reserve(t, r);
+  int64_t viewed = 0;
+  for (const TensorView& v : {w.token_ids(t), w.positions(t), w.logit_rows(r), w.hidden(t), w.normed(t), w.q(t),
+                              w.k(t), w.v(t), w.attn(t), w.proj(t), w.gate_up(t), w.act(t), w.last(r),
+                              w.last_normed(r), w.logits(r).view()})
+    viewed += static_cast<int64_t>(v.nbytes());
+  if (w.qkv(t).data != w.gate_up(t).data) viewed += static_cast<int64_t>(w.qkv(t).nbytes());
+  EXPECT_EQ(ForwardWorkspace::bytes_for(model.config(), w.matmul_dtype(), t, r), viewed);
+}
+
 TEST(EngineTest, ConcurrentGreedyRequestsMatchSequentialReference) {
   EngineConfig config;
   config.max_num_batched_tokens = 32;  // forces chunked prefill and mixed steps
