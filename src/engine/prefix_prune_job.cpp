@@ -136,19 +136,19 @@ int64_t prune_chain_range(SparseController& controller, const ModelConfig& model
   CacheManager& cache = controller.cache();
   const int64_t num_held = cache.num_held_pages(kChainPruneSeq);
   const int32_t num_logical = cache.num_logical_tokens(kChainPruneSeq);
+  // Every stream's surviving slots (moving a list keeps its buffer, so the evictions' spans stay valid).
   std::vector<std::vector<int32_t>> slots;
   std::vector<CacheManager::StreamEviction> evictions;
   for (int layer = 0; layer < model.num_layers; ++layer) {
     const int32_t window = model.layers[static_cast<size_t>(layer)].sliding ? model.sliding_window : 0;
     for (int head = 0; head < model.num_kv_heads; ++head) {
       const std::span<const int32_t> positions = cache.slot_positions(kChainPruneSeq, layer, head);
-      std::vector<int32_t> surviving = surviving_slots(positions, range, kept, window, num_logical);
+      std::vector<int32_t>& surviving =
+          slots.emplace_back(surviving_slots(positions, range, kept, window, num_logical));
       if (surviving.size() == positions.size()) continue;
-      slots.push_back(std::move(surviving));
-      evictions.push_back({layer, head, {}});
+      evictions.push_back({layer, head, surviving});
     }
   }
-  for (size_t i = 0; i < evictions.size(); ++i) evictions[i].kept = slots[i];
   const Status evicted = cache.evict_streams(kChainPruneSeq, evictions);
   SE_CHECK(evicted.is_ok(), "chain prune: {}", evicted.to_string());
   for (const CacheManager::StreamEviction& e : evictions)

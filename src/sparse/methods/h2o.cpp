@@ -66,8 +66,12 @@ void H2oMethod::plan_step_scores(const LayerContext& ctx, int64_t num_heads) {
   for (size_t i = 0; i < num_seqs; ++i) {
     const int32_t seq = ctx.batch.sequences[i].seq_slot;
     int32_t cols = 0;
-    for (int layer = 0; layer < layout.num_layers; ++layer)
-      for (int h = 0; h < layout.num_kv_heads; ++h) cols = std::max(cols, ctx.cache.stream_length(seq, layer, h));
+    for (int layer = 0; layer < layout.num_layers; ++layer) {
+      int32_t& layer_cols = step_.layer_cols[i * static_cast<size_t>(layout.num_layers) + layer];
+      for (int h = 0; h < layout.num_kv_heads; ++h)
+        layer_cols = std::max(layer_cols, ctx.cache.stream_length(seq, layer, h));
+      cols = std::max(cols, layer_cols);
+    }
     step_.cols[i] = cols;
     step_.offsets[i] = total;
     total += int64_t{layout.num_layers} * num_heads * cols;
@@ -94,10 +98,7 @@ void H2oMethod::on_attention_end(LayerContext& ctx) {
   ++step_.num_layers_scored;
   for (int32_t i = 0; i < ctx.view.num_seqs; ++i) {
     const SequenceSlice& slice = ctx.batch.sequences[static_cast<size_t>(i)];
-    int32_t max_len = 0;
-    for (int32_t h = 0; h < ctx.view.num_kv_heads; ++h)
-      max_len = std::max(max_len, ctx.cache.stream_length(slice.seq_slot, ctx.layer, h));
-    step_.layer_cols[static_cast<size_t>(i) * num_layers + ctx.layer] = max_len;
+    const int32_t max_len = step_.layer_cols[static_cast<size_t>(i) * num_layers + ctx.layer];
     // [H, max_len]: per query head, the softmax summed over this sequence's n query rows; read in finish_step,
     // so no layer waits for the device.
     const TensorView out{step_.of(static_cast<size_t>(i), ctx.layer), DType::kF32, {num_heads, max_len},

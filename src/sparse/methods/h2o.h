@@ -65,7 +65,8 @@ class H2oMethod final : public MethodRuntime {
   H2oMethod(nlohmann::ordered_json config, int32_t num_heavy, int32_t num_recent, GqaAgg gqa_agg);
   // A stream's scores after it kept slots `kept` (ascending).
   static void keep_scores(std::vector<float>& acc, std::span<const int32_t> kept);
-  // Sizes step_ for the step's sequences (at layer 0, when every stream holds the step's new rows).
+  // Sizes step_ for the step's sequences and measures every layer's longest stream (at layer 0, when every stream
+  // already holds the step's new rows; nothing changes their lengths before finish_step).
   void plan_step_scores(const LayerContext& ctx, int64_t num_heads);
   // Waits for the step's scores, then adds them to acc.
   void accumulate_step_scores(StepContext& ctx);
