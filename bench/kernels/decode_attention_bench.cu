@@ -29,16 +29,11 @@
 namespace se {
 namespace {
 
+using bench::device_i32;
+using bench::fill_random_bf16_kernel;
 using bench::time_ms;
 
 constexpr int kHeads = 32, kKvHeads = 8, kHeadDim = 128;
-
-__global__ void fill_random_bf16_kernel(__nv_bfloat16* p, size_t n, uint64_t seed) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    p[i] = __float2bfloat16(bench::hashed_uniform(i, seed) * 1.7320508f);
-  }
-}
 
 // Reads every 16-byte vector once (the read-only floor); the sum keeps the loads alive.
 __global__ void read_kernel(const uint4* p, size_t n, unsigned* sink) {
@@ -49,12 +44,6 @@ __global__ void read_kernel(const uint4* p, size_t n, unsigned* sink) {
     acc ^= v.x ^ v.y ^ v.z ^ v.w;
   }
   if (acc == 0x12345678u) *sink = acc;
-}
-
-Tensor device_i32(const std::vector<int32_t>& v) {
-  Tensor host = Tensor::empty(DType::kI32, {static_cast<int64_t>(v.size())});
-  std::copy(v.begin(), v.end(), host.data<int32_t>());
-  return cuda::to_device(host);
 }
 
 // One decode batch: B sequences of `context` tokens per KV head, pages drawn from a shuffled pool;

@@ -1,14 +1,23 @@
 #!/usr/bin/env bash
-# One device call: CUDA parity tests (one process per suite, so a crash in one leaves the others' results), a
-# memcheck pass over the short tiled-attention cases, then the decode-attention benchmark and its PyTorch SDPA
-# peer. Binaries come from a bundle built here with shared/tools/device-bundle:
-#   bench/kernels/device_run.sh BUNDLE_DIR OUT_DIR [--quick]
+# One device call. The default stage: CUDA parity tests (one process per suite, so a crash in one leaves the
+# others' results), a memcheck pass over the short tiled-attention cases, then the decode-attention benchmark and
+# its PyTorch SDPA peer. The `prefill` stage: the prefill-attention benchmark and its SDPA peer. Binaries come
+# from a bundle built here with shared/tools/device-bundle:
+#   bench/kernels/device_run.sh BUNDLE_DIR OUT_DIR [--quick | prefill [--quick]]
 set -uo pipefail
 bundle=$1
 out=$2
-quick=${3:-}
+stage=${3:-}
 export LD_LIBRARY_PATH=$PWD/$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$out/gpu.txt"
+if [ "$stage" = prefill ]; then
+  quick=${4:-}
+  "$bundle/prefill_attention_bench" $quick --csv "$out/prefill.csv" 2>&1 | tee "$out/prefill.log"
+  PYTHONUNBUFFERED=1 python3 -W ignore::UserWarning bench/kernels/sdpa_prefill_bench.py $quick \
+    --csv "$out/sdpa_prefill.csv" 2>&1 | tee "$out/sdpa_prefill.log"
+  exit 0
+fi
+quick=$stage
 for suite in 'CudaOpsTest.*' 'CudaLinearTest.*' '*Simple*' '*Tiled*'; do
   "$bundle/backend_cuda_test" --gtest_filter="$suite" >> "$out/tests.log" 2>&1
   echo "suite $suite exit $?"

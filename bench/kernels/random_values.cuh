@@ -1,8 +1,16 @@
-// Reproducible random fill values for the kernel benchmarks: a splitmix64 hash of the element index.
+// Device buffers for the kernel benchmarks: reproducible random fills (a splitmix64 hash of the element
+// index) and small int32 tables uploaded from the host.
 #pragma once
 
+#include <cuda_bf16.h>
+
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
+
+#include "backend/cuda/cuda_allocator.h"
+#include "tensor/tensor.h"
 
 namespace se::bench {
 
@@ -13,6 +21,20 @@ __device__ __forceinline__ float hashed_uniform(size_t i, uint64_t seed) {
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   z ^= z >> 31;
   return static_cast<float>(z >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f;
+}
+
+// Unit-variance uniform bf16 values.
+__global__ void fill_random_bf16_kernel(__nv_bfloat16* p, size_t n, uint64_t seed) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    p[i] = __float2bfloat16(hashed_uniform(i, seed) * 1.7320508f);
+  }
+}
+
+inline Tensor device_i32(const std::vector<int32_t>& v) {
+  Tensor host = Tensor::empty(DType::kI32, {static_cast<int64_t>(v.size())});
+  std::copy(v.begin(), v.end(), host.data<int32_t>());
+  return cuda::to_device(host);
 }
 
 }  // namespace se::bench

@@ -1,5 +1,5 @@
 // Host side of the tiled paged attention: splits the batch into a decode launch (sequences with few
-// query rows, 16 query vectors per CTA) and a prefill launch (the rest, 64 per CTA), picks a
+// query rows, 16 query vectors per CTA) and a prefill launch (the rest, 128 per CTA, 64 at head_dim 256), picks a
 // split-KV factor that fills the GPU, and merges the splits' partial results. Only host-known sizes
 // are used (T, num_seqs): the per-sequence counts stay on the device and each CTA finds its tile
 // there. A view with a selection runs the kernels' selection variant, whose CTAs split their
@@ -113,13 +113,13 @@ void paged_attention(TensorView out, TensorView q, const AttentionView& view,
   // Decode launch: sequences with n <= decode_rows, one tile each. Prefill launch: the longer ones.
   // A batch of exactly one row per sequence (every sequence has at least one) needs no prefill
   // launch.
-  const int decode_qv = tiled_query_vectors(false);
+  const int decode_qv = tiled_query_vectors(head_dim, false);
   const int decode_rows = std::max(1, decode_qv / group);
   const int decode_blocks =
       static_cast<int>(launch::ceil_div(int64_t{decode_rows} * group, decode_qv));
   const int decode_grid = view.num_seqs;
   const bool pure_decode = num_rows == view.num_seqs;
-  const int prefill_qv = tiled_query_vectors(true);
+  const int prefill_qv = tiled_query_vectors(head_dim, true);
   const int prefill_rows = std::max(1, prefill_qv / group);
   const int prefill_blocks =
       static_cast<int>(launch::ceil_div(int64_t{prefill_rows} * group, prefill_qv));

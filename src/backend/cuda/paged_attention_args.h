@@ -47,8 +47,9 @@ struct PagedAttentionArgs {
   int32_t max_rows;  // inclusive
 };
 
-// The tiled kernel's query vectors per CTA: 16 for the decode shape, 64 for the prefill shape.
-int tiled_query_vectors(bool prefill);
+// The tiled kernel's query vectors per CTA: 16 for the decode shape, 128 for the prefill shape (64
+// at head_dim 256).
+int tiled_query_vectors(int head_dim, bool prefill);
 // Enqueues the tiled kernel for head_dim in {64, 128, 256}; grid_x bounds the number of tiles. The
 // selection variant runs when args.select_unit > 0.
 void launch_paged_attention_tiled(const PagedAttentionArgs& args, int head_dim, bool prefill,

@@ -1,13 +1,18 @@
-// The tiled paged-attention kernel (flash-decoding style, bf16 tensor cores through mma.sync
-// m16n8k16). A CTA of 4 warps takes one tile of query vectors (rows of one sequence x the query
-// heads of one KV head) and one split of that tile's visible keys. Keys stream through shared
-// memory 64 at a time with cp.async (one 16-byte chunk per K or V row piece, gathered page by
-// page), two stages deep. Each warp computes S = Q K^T for its 16 query vectors, an online softmax
-// in registers (log2 domain) and O += P V with P reused from the score registers. Decode shape (MW
-// = 1): 16 query vectors, the 4 warps split every key tile and merge at the end; prefill shape (MW
-// = 4): 64 query vectors, one 16-row block per warp over the whole key tile. Shared tiles are
-// XOR-swizzled by 16-byte chunk (chunk ^ row % 8), so cp.async writes and ldmatrix reads are free
-// of bank conflicts. A view with a selection runs the kernel's selection variant: a CTA walks the
+// The tiled paged-attention kernel (flash-decoding style, bf16 tensor cores, fp32 accumulation). A
+// CTA of 4 or 8 warps takes one tile of query vectors (rows of one sequence x the query heads of
+// one KV head) and one split of that tile's visible keys. Keys stream through shared memory 64 at a
+// time with cp.async (one 16-byte chunk per K or V row piece, gathered page by page), two stages
+// deep. Each warp computes S = Q K^T for its 16 query vectors, an online softmax in registers (log2
+// domain) and O += P V with P reused from the score registers.
+// - Decode shape (MW = 1): 16 query vectors; the 4 warps split every key tile (mma.sync m16n8k16)
+//   and merge at the end.
+// - Prefill shape (MW = 8): 128 query vectors, one 16-row block per warp over the whole key tile;
+//   both products run as Hopper warpgroup MMAs (wgmma, sm_90a), one per 64 query vectors, reading
+//   K and V straight from shared memory. At head_dim 256 the prefill shape has 4 warps (registers);
+//   there and in the selection variant it runs mma.sync.
+// Shared tiles are XOR-swizzled by 16-byte chunk (chunk ^ row % 8): cp.async writes and ldmatrix
+// reads are free of bank conflicts, and in [64][64] column blocks this is the 128-byte swizzle the
+// warpgroup MMAs read. A view with a selection runs the kernel's selection variant: a CTA walks the
 // selected tokens of its stream in order (the "logical" keys), gathering each 64-key tile row by
 // row (whole pages for a page selection) and masking by the rows' token positions, which the tile
 // keeps beside its K and V rows; the dense variant is unchanged.
@@ -24,7 +29,6 @@ namespace se::cuda {
 namespace {
 using bf16 = __nv_bfloat16;
 
-constexpr int kThreads = 128;
 constexpr int kTileKeys = 64;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr unsigned kFullMask = 0xffffffffu;
@@ -72,10 +76,95 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
+// Hopper warpgroup MMA (sm_90a): d (64 x N, fp32) += a (64 x 16, bf16, this warp's 16 rows in
+// registers, laid out as mma.sync's A fragment) * b (16 x N, bf16, shared memory through a
+// descriptor). The accumulator holds, per warp, the same fragments as N / 8 mma.sync n8 tiles.
+// kTransB = false reads b K-major (rows of 16 contiguous k), true reads it MN-major.
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_wait_all() {
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
+// Keeps the compiler from moving reads or writes of the accumulators across an async MMA.
+template <int kTiles>
+__device__ __forceinline__ void fence_accumulators(float (&d)[kTiles][4]) {
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i)
+    asm volatile("" : "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3])::"memory");
+}
+
+// Shared-memory matrix descriptor of a 128-byte-swizzled operand (rows of 64 bf16, 8-row atoms of
+// 1024 bytes): `leading` bytes between 64-column blocks (MN-major only), `stride` between atoms.
+__device__ __forceinline__ uint64_t wgmma_descriptor(const void* p, uint32_t leading,
+                                                     uint32_t stride) {
+  return static_cast<uint64_t>((smem_address(p) & 0x3FFFF) >> 4) |
+         static_cast<uint64_t>(leading >> 4) << 16 | static_cast<uint64_t>(stride >> 4) << 32 |
+         uint64_t{1} << 62;
+}
+
+template <int N, bool kTransB>
+__device__ __forceinline__ void wgmma_bf16(float (&d)[N / 8][4], const uint32_t (&a)[4],
+                                           uint64_t b_desc) {
+  static_assert(N == 64 || N == 128);
+  if constexpr (N == 64) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "{%32, %33, %34, %35}, "
+        "%36, 1, 1, 1, %37;\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+          "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+          "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+          "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+          "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "n"(kTransB ? 1 : 0));
+  } else {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "{%64, %65, %66, %67}, "
+        "%68, 1, 1, 1, %69;\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+          "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+          "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+          "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+          "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]),
+          "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),
+          "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]),
+          "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]),
+          "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
+          "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]),
+          "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
+          "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
+          "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "n"(kTransB ? 1 : 0));
+  }
+}
+
 // Element offset of 16-byte chunk `chunk` of row `row` in a swizzled [rows][D] bf16 tile.
 template <int D>
 __device__ __forceinline__ int swizzled(int row, int chunk) {
   return row * D + ((chunk ^ (row & 7)) << 3);
+}
+
+// The same swizzle in the warpgroup-MMA layout of a [64][D] K or V tile: D / 64 column blocks of
+// [64][64], each row 128 bytes, so every 8 rows form one 1024-byte atom of the 128-byte swizzle.
+__device__ __forceinline__ int swizzled_blocks(int row, int chunk) {
+  return (chunk >> 3) * (kTileKeys * 64) + row * 64 + (((chunk & 7) ^ (row & 7)) << 3);
 }
 
 // The keys one (sequence, KV head) shows a CTA, in ascending token order: without a selection,
@@ -148,8 +237,16 @@ __device__ bool find_tile(const PagedAttentionArgs& a, int tile, int& seq, int& 
 
 template <int D, int MW, bool kSel>
 struct TiledConfig {
-  static constexpr int kKeyGroups = 4 / MW;  // warps that share query rows and split each key tile
+  // Warps that share query rows and split each key tile (the decode shape's 16 rows: 4 of them).
+  static constexpr int kKeyGroups = MW >= 4 ? 1 : 4 / MW;
+  static constexpr int kWarps = MW * kKeyGroups;
+  static constexpr int kThreads = 32 * kWarps;
   static constexpr int kQueryVectors = 16 * MW;  // per CTA
+  // The 8-warp prefill shape computes both products with warpgroup MMAs (two warpgroups of 64
+  // query vectors); its K/V tiles use the swizzled_blocks layout those read. The selection variant
+  // keeps mma.sync: with warpgroup MMAs it failed two head_dim-64 token-selection parity cases
+  // (docs/perf-notes.md).
+  static constexpr bool kWgmma = MW == 8 && !kSel;
   static constexpr int kKeysPerWarp = kTileKeys / kKeyGroups;
   static constexpr int kScoreTiles = kKeysPerWarp / 8;  // n8 tiles of S per warp
   static constexpr int kChunks = D / 8;                 // 16-byte chunks per row
@@ -161,10 +258,13 @@ struct TiledConfig {
   // The selection variant adds each stage's token positions ([kStages][64] int32) after the K/V
   // stages.
   static constexpr size_t kTokenBytes = kSel ? kStages * kTileKeys * sizeof(int32_t) : 0;
+  // The warpgroup MMAs' swizzle atoms must start on 1024-byte boundaries, which the dynamic
+  // shared memory of a second CTA on the SM need not: the kernel aligns its base in this slack.
+  static constexpr size_t kAlignSlack = kWgmma ? 1024 : 0;
   static constexpr size_t kSmemBytes =
       (static_cast<size_t>(kQueryVectors) * D + kStages * 2 * static_cast<size_t>(kTileElems)) *
           sizeof(bf16) +
-      kTokenBytes;
+      kTokenBytes + kAlignSlack;
   // The decode shape's end-of-CTA merge reuses the K/V stages.
   static_assert(MW != 1 ||
                 (kKeyGroups * 16 * D * 4 + kKeyGroups * 16 * 8) <= kStages * 2 * kTileElems * 2);
@@ -173,7 +273,7 @@ struct TiledConfig {
 // Gathers keys [tile_start, tile_start + 64) of one KV head into a stage: K rows at k_s, V rows
 // after them. The selection variant maps logical keys to tokens through `map` and records each
 // row's token in tok_s (-1 past the split or the stream, whose rows are zero-filled).
-template <int D, bool kSel>
+template <int D, int kThreads, bool kSel, bool kBlocks>
 __device__ __forceinline__ void load_kv_tile(bf16* k_s, int32_t* tok_s, int tile_start,
                                              int split_end, const int32_t* pages,
                                              const KeyMap& map, int32_t len,
@@ -183,6 +283,7 @@ __device__ __forceinline__ void load_kv_tile(bf16* k_s, int32_t* tok_s, int tile
   bf16* v_s = k_s + kTileKeys * D;
   const int chunk = threadIdx.x % kChunks;
   const int row0 = threadIdx.x / kChunks;
+  const int page_shift = (a.page_size & (a.page_size - 1)) == 0 ? __ffs(a.page_size) - 1 : -1;
 #pragma unroll
   for (int pass = 0; pass < kTileKeys / kRowsPerPass; ++pass) {
     const int row = row0 + pass * kRowsPerPass;
@@ -196,22 +297,25 @@ __device__ __forceinline__ void load_kv_tile(bf16* k_s, int32_t* tok_s, int tile
     const char* k_src = a.kv_base;
     const char* v_src = a.kv_base;
     if (in_split) {
-      const int32_t page_idx = token / a.page_size;
+      // Page sizes are powers of two in practice; a shift spares the division per row.
+      const int32_t page_idx =
+          page_shift >= 0 ? token >> page_shift : token / a.page_size;
       const int32_t offset = token - page_idx * a.page_size;
       k_src = a.kv_base + static_cast<size_t>(pages[page_idx]) * a.page_bytes +
               (static_cast<size_t>(offset) * D + chunk * 8) * sizeof(bf16);
       v_src = k_src + static_cast<size_t>(a.page_size) * D * sizeof(bf16);
     }
-    const int dst = swizzled<D>(row, chunk);
+    const int dst = kBlocks ? swizzled_blocks(row, chunk) : swizzled<D>(row, chunk);
     cp_async_16(k_s + dst, k_src, in_split ? 16 : 0);
     cp_async_16(v_s + dst, v_src, in_split ? 16 : 0);
   }
 }
 
 template <int D, int MW, bool kSel>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(TiledConfig<D, MW, kSel>::kThreads)
     paged_attention_tiled_kernel(const PagedAttentionArgs a) {
   using Cfg = TiledConfig<D, MW, kSel>;
+  constexpr int kThreads = Cfg::kThreads;
   constexpr int kM = Cfg::kQueryVectors;
   constexpr int kKG = Cfg::kKeyGroups;
   constexpr int kKPW = Cfg::kKeysPerWarp;
@@ -219,13 +323,19 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int kDT = D / 8;  // n8 tiles of O per warp
 
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  bf16* q_s = reinterpret_cast<bf16*>(smem_raw);  // [kM][D]
+  // Q and every K/V stage are whole KB, so an aligned base puts each stage on a 1024-byte boundary.
+  unsigned char* smem = smem_raw;
+  if constexpr (Cfg::kWgmma) smem += (1024 - smem_address(smem_raw) % 1024) % 1024;
+  bf16* q_s = reinterpret_cast<bf16*>(smem);  // [kM][D]
   bf16* kv_s = q_s + kM * D;                      // [kStages][K, V][64][D]
   // [kStages][64] token of each K/V row (selection variant only)
   int32_t* tok_s = reinterpret_cast<int32_t*>(kv_s + Cfg::kStages * 2 * Cfg::kTileElems);
 
+  // Prefill tiles later in a sequence see more keys under the causal mask: the grid runs them
+  // first, so the light ones fill the last wave instead of leaving a tail of heavy ones.
+  const int grid_tile = MW == 1 ? blockIdx.x : gridDim.x - 1 - blockIdx.x;
   int seq = 0, tile_in_seq = 0;
-  if (!find_tile(a, blockIdx.x, seq, tile_in_seq)) return;  // past the launch's real tiles
+  if (!find_tile(a, grid_tile, seq, tile_in_seq)) return;  // past the launch's real tiles
 
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
@@ -302,8 +412,9 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int st = 0; st < kStages - 1; ++st) {
     if (st < num_tiles)
-      load_kv_tile<D, kSel>(kv_s + st * 2 * Cfg::kTileElems, tok_s + st * kTileKeys,
-                            split_begin + st * kTileKeys, split_end, pages, map, len, a);
+      load_kv_tile<D, kThreads, kSel, Cfg::kWgmma>(
+          kv_s + st * 2 * Cfg::kTileElems, tok_s + st * kTileKeys, split_begin + st * kTileKeys,
+          split_end, pages, map, len, a);
     cp_async_commit();
   }
   __syncthreads();  // Q visible to every warp
@@ -336,6 +447,15 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
 
+  // Keys every row of this warp sees: a key tile inside them (and inside the split) needs no mask.
+  int32_t all_lo = max(vis_lo[0], vis_lo[1]), all_hi = min(vis_hi[0], vis_hi[1]);
+#pragma unroll
+  for (int offset = 4; offset < 32; offset <<= 1) {
+    all_lo = max(all_lo, __shfl_xor_sync(kFullMask, all_lo, offset));
+    all_hi = min(all_hi, __shfl_xor_sync(kFullMask, all_hi, offset));
+  }
+  all_hi = min(all_hi, split_end - 1);
+
   float m_run[2] = {-INFINITY, -INFINITY};  // running max, log2 units
   float l_run[2] = {0.0f, 0.0f};            // this thread's share of the denominator
   float o_acc[kDT][4];
@@ -346,11 +466,13 @@ __global__ void __launch_bounds__(kThreads)
     // Refill the stage consumed in the previous iteration (the barrier at its end made that safe).
     const int next = it + kStages - 1;
     if (next < num_tiles)
-      load_kv_tile<D, kSel>(kv_s + (next % kStages) * 2 * Cfg::kTileElems,
-                            tok_s + (next % kStages) * kTileKeys, split_begin + next * kTileKeys,
-                            split_end, pages, map, len, a);
+      load_kv_tile<D, kThreads, kSel, Cfg::kWgmma>(
+          kv_s + (next % kStages) * 2 * Cfg::kTileElems, tok_s + (next % kStages) * kTileKeys,
+          split_begin + next * kTileKeys, split_end, pages, map, len, a);
     cp_async_commit();
     cp_async_wait<kStages - 1>();  // tile `it` has landed
+    // The warpgroup MMAs read shared memory through the async proxy: make the copies visible to it.
+    if constexpr (Cfg::kWgmma) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     __syncthreads();
 
     const bf16* k_s = kv_s + (it % kStages) * 2 * Cfg::kTileElems;
@@ -362,25 +484,41 @@ __global__ void __launch_bounds__(kThreads)
     float s[kNT][4];
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+    if constexpr (Cfg::kWgmma) {
+      // K-major B: k step ks reads 16 columns of column block ks / 4 (32 bytes into each row).
+      fence_accumulators(s);
+      wgmma_fence();
 #pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks) {
-      uint32_t qa[4];
-      if constexpr (Cfg::kQInRegisters) {
-        qa[0] = q_frag[ks][0], qa[1] = q_frag[ks][1], qa[2] = q_frag[ks][2], qa[3] = q_frag[ks][3];
-      } else {
-        load_q_fragment(ks, qa);
-      }
+      for (int ks = 0; ks < D / 16; ++ks)
+        wgmma_bf16<kTileKeys, false>(
+            s, q_frag[ks],
+            wgmma_descriptor(k_s + (ks >> 2) * (kTileKeys * 64) + (ks & 3) * 16, 16, 1024));
+      wgmma_commit();
+      wgmma_wait_all();
+      fence_accumulators(s);
+    } else {
 #pragma unroll
-      for (int np = 0; np < kNT / 2; ++np) {
-        const int key = kg * kKPW + np * 16 + ri + 8 * (mi >> 1);
-        uint32_t kb[4];
-        ldmatrix_x4(kb, k_s + swizzled<D>(key, 2 * ks + (mi & 1)));
-        mma_bf16(s[2 * np], qa, kb[0], kb[1]);
-        mma_bf16(s[2 * np + 1], qa, kb[2], kb[3]);
+      for (int ks = 0; ks < D / 16; ++ks) {
+        uint32_t qa[4];
+        if constexpr (Cfg::kQInRegisters) {
+          for (int i = 0; i < 4; ++i) qa[i] = q_frag[ks][i];
+        } else {
+          load_q_fragment(ks, qa);
+        }
+#pragma unroll
+        for (int np = 0; np < kNT / 2; ++np) {
+          const int key = kg * kKPW + np * 16 + ri + 8 * (mi >> 1);
+          uint32_t kb[4];
+          ldmatrix_x4(kb, k_s + swizzled<D>(key, 2 * ks + (mi & 1)));
+          mma_bf16(s[2 * np], qa, kb[0], kb[1]);
+          mma_bf16(s[2 * np + 1], qa, kb[2], kb[3]);
+        }
       }
     }
 
     // Scale, cap, mask; online softmax per fragment row (the 4 lanes of a quad share a row).
+    const int warp_keys = tile_start + kg * kKPW;
+    const bool masked = kSel || warp_keys < all_lo || warp_keys + kKPW - 1 > all_hi;
     float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt) {
@@ -390,15 +528,18 @@ __global__ void __launch_bounds__(kThreads)
         const int local = kg * kKPW + nt * 8 + 2 * t4 + (e & 1);
         float x = s[nt][e] * a.scale;
         if (a.softcap > 0.0f) x = a.softcap * tanhf(x / a.softcap);
-        bool visible;
-        if constexpr (kSel) {
-          const int32_t token = tok_stage[local];  // -1 past the split: below every vis_lo
-          visible = token >= vis_lo[rr] && token <= vis_hi[rr];
-        } else {
-          const int key = tile_start + local;
-          visible = key >= vis_lo[rr] && key <= vis_hi[rr] && key < split_end;
+        x *= kLog2e;
+        if (masked) {
+          bool visible;
+          if constexpr (kSel) {
+            const int32_t token = tok_stage[local];  // -1 past the split: below every vis_lo
+            visible = token >= vis_lo[rr] && token <= vis_hi[rr];
+          } else {
+            const int key = tile_start + local;
+            visible = key >= vis_lo[rr] && key <= vis_hi[rr] && key < split_end;
+          }
+          if (!visible) x = -INFINITY;
         }
-        x = visible ? x * kLog2e : -INFINITY;
         s[nt][e] = x;
         tile_max[rr] = fmaxf(tile_max[rr], x);
       }
@@ -432,19 +573,40 @@ __global__ void __launch_bounds__(kThreads)
 
     // O += P V: the score accumulators of two adjacent n8 tiles are exactly one A fragment (k = 16
     // keys).
+    if constexpr (Cfg::kWgmma) {
+      // MN-major B: keys 16 kk.. are two whole atoms; the column blocks lie a K/V block apart.
+      uint32_t pa[kKPW / 16][4];
 #pragma unroll
-    for (int kk = 0; kk < kKPW / 16; ++kk) {
-      const uint32_t pa[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]),
-                              pack_bf16(s[2 * kk][2], s[2 * kk][3]),
-                              pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                              pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-      const int key = kg * kKPW + kk * 16 + ri + 8 * (mi & 1);
+      for (int kk = 0; kk < kKPW / 16; ++kk) {
+        pa[kk][0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
+        pa[kk][1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
+        pa[kk][2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        pa[kk][3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      }
+      fence_accumulators(o_acc);
+      wgmma_fence();
 #pragma unroll
-      for (int dp = 0; dp < D / 16; ++dp) {
-        uint32_t vb[4];
-        ldmatrix_x4_trans(vb, v_s + swizzled<D>(key, 2 * dp + (mi >> 1)));
-        mma_bf16(o_acc[2 * dp], pa, vb[0], vb[1]);
-        mma_bf16(o_acc[2 * dp + 1], pa, vb[2], vb[3]);
+      for (int kk = 0; kk < kKPW / 16; ++kk)
+        wgmma_bf16<D, true>(o_acc, pa[kk],
+                            wgmma_descriptor(v_s + kk * 16 * 64, kTileKeys * 64 * 2, 1024));
+      wgmma_commit();
+      wgmma_wait_all();
+      fence_accumulators(o_acc);
+    } else {
+#pragma unroll
+      for (int kk = 0; kk < kKPW / 16; ++kk) {
+        const uint32_t pa[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]),
+                                pack_bf16(s[2 * kk][2], s[2 * kk][3]),
+                                pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+        const int key = kg * kKPW + kk * 16 + ri + 8 * (mi & 1);
+#pragma unroll
+        for (int dp = 0; dp < D / 16; ++dp) {
+          uint32_t vb[4];
+          ldmatrix_x4_trans(vb, v_s + swizzled<D>(key, 2 * dp + (mi >> 1)));
+          mma_bf16(o_acc[2 * dp], pa, vb[0], vb[1]);
+          mma_bf16(o_acc[2 * dp + 1], pa, vb[2], vb[3]);
+        }
       }
     }
     __syncthreads();  // this stage is refilled by the next iteration's prefetch
@@ -541,7 +703,7 @@ void launch_config(const PagedAttentionArgs& args, int grid_x) {
                   static_cast<unsigned>(args.num_kv_heads * args.q_blocks),
                   static_cast<unsigned>(args.num_splits));
   paged_attention_tiled_kernel<D, MW, kSel>
-      <<<grid, kThreads, Cfg::kSmemBytes, CudaContext::current().stream()>>>(args);
+      <<<grid, Cfg::kThreads, Cfg::kSmemBytes, CudaContext::current().stream()>>>(args);
   SE_CUDA_CHECK_LAUNCH("paged_attention_tiled_kernel");
 }
 
@@ -554,17 +716,24 @@ int blocks_per_sm() {
                                        static_cast<int>(Cfg::kSmemBytes)));
     int n = 0;
     SE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &n, paged_attention_tiled_kernel<D, MW, kSel>, kThreads, Cfg::kSmemBytes));
+        &n, paged_attention_tiled_kernel<D, MW, kSel>, Cfg::kThreads, Cfg::kSmemBytes));
     return n;
   }();
   return blocks;
 }
 
+// The prefill shape's 16-row blocks per CTA: 8 warps share each K/V tile where the registers
+// allow (halving the key traffic per query of a 4-warp CTA), 4 at head_dim 256.
+template <int D>
+constexpr int kPrefillMW = D <= 128 ? 8 : 4;
+
 template <int D>
 void launch_head_dim(const PagedAttentionArgs& args, bool prefill, int grid_x) {
   const bool selection = args.select_unit > 0;
+  constexpr int MW = kPrefillMW<D>;
   if (prefill) {
-    selection ? launch_config<D, 4, true>(args, grid_x) : launch_config<D, 4, false>(args, grid_x);
+    selection ? launch_config<D, MW, true>(args, grid_x)
+              : launch_config<D, MW, false>(args, grid_x);
   } else {
     selection ? launch_config<D, 1, true>(args, grid_x) : launch_config<D, 1, false>(args, grid_x);
   }
@@ -572,12 +741,16 @@ void launch_head_dim(const PagedAttentionArgs& args, bool prefill, int grid_x) {
 
 template <int D>
 int blocks_per_sm_head_dim(bool prefill, bool selection) {
-  if (prefill) return selection ? blocks_per_sm<D, 4, true>() : blocks_per_sm<D, 4, false>();
+  constexpr int MW = kPrefillMW<D>;
+  if (prefill) return selection ? blocks_per_sm<D, MW, true>() : blocks_per_sm<D, MW, false>();
   return selection ? blocks_per_sm<D, 1, true>() : blocks_per_sm<D, 1, false>();
 }
 }  // namespace
 
-int tiled_query_vectors(bool prefill) { return prefill ? 64 : 16; }
+int tiled_query_vectors(int head_dim, bool prefill) {
+  if (!prefill) return 16;
+  return 16 * (head_dim <= 128 ? kPrefillMW<128> : kPrefillMW<256>);
+}
 
 void launch_paged_attention_tiled(const PagedAttentionArgs& args, int head_dim, bool prefill,
                                   int grid_x) {
