@@ -4,7 +4,6 @@
 
 #include "backend/device_memory.h"
 #include "base/check.h"
-#include "sparse/sliding_window_tail.h"
 #include "sparse/top_k.h"
 
 namespace se {
@@ -137,16 +136,23 @@ void H2oMethod::accumulate_step_scores(StepContext& ctx) {
                  "h2o: seq {} layer {} head {} has {} scores for {} resident rows (state not restored?)",
                  slice.seq_slot, layer, kvh, acc.size(), len - n);
         acc.resize(static_cast<size_t>(len), 0.0f);
+        // The group's rows reduced head by head, each pass one contiguous (vectorizable) sweep; per row the
+        // same order of operations as reducing each column across the group.
         const float* head_scores = layer_scores + kvh * group * max_len;  // [group, max_len]
-        for (int32_t j = 0; j < len; ++j) {
-          float reduced = head_scores[j];
-          for (int64_t g = 1; g < group; ++g) {
-            const float s = head_scores[g * max_len + j];
-            reduced = gqa_agg_ == GqaAgg::kMax ? std::max(reduced, s) : reduced + s;
+        reduced_.assign(head_scores, head_scores + len);
+        float* reduced = reduced_.data();
+        for (int64_t g = 1; g < group; ++g) {
+          const float* row = head_scores + g * max_len;
+          if (gqa_agg_ == GqaAgg::kMax) {
+            for (int32_t j = 0; j < len; ++j) reduced[j] = std::max(reduced[j], row[j]);
+          } else {
+            for (int32_t j = 0; j < len; ++j) reduced[j] += row[j];
           }
-          if (gqa_agg_ == GqaAgg::kMean) reduced /= static_cast<float>(group);
-          acc[static_cast<size_t>(j)] += reduced;
         }
+        if (gqa_agg_ == GqaAgg::kMean)
+          for (int32_t j = 0; j < len; ++j) reduced[j] /= static_cast<float>(group);
+        float* sums = acc.data();
+        for (int32_t j = 0; j < len; ++j) sums[j] += reduced[j];
       }
     }
   }
@@ -155,34 +161,22 @@ void H2oMethod::accumulate_step_scores(StepContext& ctx) {
 void H2oMethod::finish_step(StepContext& ctx) {
   accumulate_step_scores(ctx);
   const KvLayout& layout = ctx.cache.layout();
-  kept_.resize(static_cast<size_t>(layout.num_streams()));
   for (const SequenceSlice& slice : ctx.batch.sequences) {
     auto it = scores_.find(slice.seq_slot);
     SE_CHECK(it != scores_.end(), "h2o: no scores for seq {}", slice.seq_slot);
-    evictions_.clear();
-    for (int layer = 0; layer < layout.num_layers; ++layer) {
-      for (int head = 0; head < layout.num_kv_heads; ++head) {
-        const int32_t len = ctx.cache.stream_length(slice.seq_slot, layer, head);
-        if (len <= num_heavy_ + num_recent_) continue;
-        const auto stream = static_cast<size_t>(layout.stream(layer, head));
-        const std::vector<float>& acc = it->second.acc[stream];
-        SE_CHECK(static_cast<int32_t>(acc.size()) == len, "h2o: acc out of step with stream");
-        std::vector<int32_t>& kept = kept_[stream];
-        if (const int32_t window = ctx.sliding_window(layer); window > 0) {
-          // Heavy hitters the layer cannot see are no use to it.
-          keep_sliding_window_tail(len, window, num_heavy_ + num_recent_, kept);
-        } else {
-          // Heavy hitters: the num_heavy_ largest acc among the rows older than the recent window.
-          top_k_ascending(acc.data(), len - num_recent_, num_heavy_, kept);
+    std::vector<std::vector<float>>& acc = it->second.acc;
+    // Heavy hitters: the num_heavy_ largest acc among the rows older than the recent window (on a sliding-window
+    // layer, heavy hitters the layer cannot see are no use to it: it keeps the tail).
+    const auto evicted = evict_to_budget(
+        ctx, slice.seq_slot, num_heavy_ + num_recent_, "h2o", scratch_,
+        [&](int layer, int kv_head, int32_t len, std::vector<int32_t>& kept) {
+          const std::vector<float>& stream_acc = acc[static_cast<size_t>(layout.stream(layer, kv_head))];
+          SE_CHECK(static_cast<int32_t>(stream_acc.size()) == len, "h2o: acc out of step with stream");
+          top_k_ascending(stream_acc.data(), len - num_recent_, num_heavy_, kept);
           for (int32_t j = len - num_recent_; j < len; ++j) kept.push_back(j);
-        }
-        evictions_.push_back({layer, head, kept});
-      }
-    }
-    const Status s = ctx.cache.evict_streams(slice.seq_slot, evictions_);
-    SE_CHECK(s.is_ok(), "h2o: {}", s.to_string());
-    for (const CacheManager::StreamEviction& e : evictions_)
-      keep_scores(it->second.acc[static_cast<size_t>(layout.stream(e.layer, e.kv_head))], e.kept);
+        });
+    for (const CacheManager::StreamEviction& e : evicted)
+      keep_scores(acc[static_cast<size_t>(layout.stream(e.layer, e.kv_head))], e.kept);
   }
 }
 

@@ -30,6 +30,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "sparse/budget_eviction.h"
 #include "sparse/method_config.h"
 #include "sparse/method_runtime.h"
 
@@ -96,8 +97,8 @@ class H2oMethod final : public MethodRuntime {
     float* of(size_t slice, int layer);
   };
   StepScores step_;
-  std::vector<std::vector<int32_t>> kept_;               // scratch of finish_step: per stream
-  std::vector<CacheManager::StreamEviction> evictions_;  // scratch of finish_step
+  BudgetEvictionScratch scratch_;  // of finish_step
+  std::vector<float> reduced_;     // of accumulate_step_scores: one stream's scores reduced over its query group
 };
 
 }  // namespace se

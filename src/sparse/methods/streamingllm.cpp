@@ -4,7 +4,7 @@
 #include <numeric>
 
 #include "base/check.h"
-#include "sparse/sliding_window_tail.h"
+#include "sparse/budget_eviction.h"
 
 namespace se {
 
@@ -34,29 +34,16 @@ int64_t StreamingLlmMethod::resident_pages(const KvLayout& layout, int32_t /*num
 }
 
 void StreamingLlmMethod::finish_step(StepContext& ctx) {
-  const KvLayout& layout = ctx.cache.layout();
   const int32_t num_recent = budget_ - num_sink_tokens_;
-  kept_.resize(static_cast<size_t>(layout.num_streams()));
   for (const SequenceSlice& slice : ctx.batch.sequences) {
-    evictions_.clear();
-    for (int layer = 0; layer < layout.num_layers; ++layer) {
-      for (int head = 0; head < layout.num_kv_heads; ++head) {
-        const int32_t len = ctx.cache.stream_length(slice.seq_slot, layer, head);
-        if (len <= budget_) continue;
-        std::vector<int32_t>& kept = kept_[static_cast<size_t>(layout.stream(layer, head))];
-        if (const int32_t window = ctx.sliding_window(layer); window > 0) {
-          keep_sliding_window_tail(len, window, budget_, kept);  // no sinks: the layer cannot see them
-        } else {
-          // kept = [0, sinks) ++ [len - recent, len), ascending and disjoint since len > sinks + recent.
-          kept.resize(static_cast<size_t>(budget_));
-          std::iota(kept.begin(), kept.begin() + num_sink_tokens_, 0);
-          std::iota(kept.begin() + num_sink_tokens_, kept.end(), len - num_recent);
-        }
-        evictions_.push_back({layer, head, kept});
-      }
-    }
-    const Status s = ctx.cache.evict_streams(slice.seq_slot, evictions_);
-    SE_CHECK(s.is_ok(), "streamingllm: {}", s.to_string());
+    // kept = [0, sinks) ++ [len - recent, len), ascending and disjoint since len > sinks + recent. A
+    // sliding-window layer keeps no sinks: it cannot see them.
+    evict_to_budget(ctx, slice.seq_slot, budget_, "streamingllm", scratch_,
+                    [&](int /*layer*/, int /*kv_head*/, int32_t len, std::vector<int32_t>& kept) {
+                      kept.resize(static_cast<size_t>(budget_));
+                      std::iota(kept.begin(), kept.begin() + num_sink_tokens_, 0);
+                      std::iota(kept.begin() + num_sink_tokens_, kept.end(), len - num_recent);
+                    });
   }
 }
 

@@ -23,6 +23,7 @@
 
 #include <vector>
 
+#include "sparse/budget_eviction.h"
 #include "sparse/method_config.h"
 #include "sparse/method_runtime.h"
 
@@ -48,8 +49,7 @@ class StreamingLlmMethod final : public MethodRuntime {
   nlohmann::ordered_json config_;
   int32_t budget_ = 0;                                   // tokens per stream after eviction
   int32_t num_sink_tokens_ = 0;                          // leading tokens never evicted
-  std::vector<std::vector<int32_t>> kept_;               // scratch of finish_step: per stream
-  std::vector<CacheManager::StreamEviction> evictions_;  // scratch of finish_step
+  BudgetEvictionScratch scratch_;  // of finish_step
 };
 
 }  // namespace se
