@@ -38,8 +38,12 @@ bool device_built(Device device) {
 
 Device default_device() {
 #if SE_WITH_CUDA
+  // A GPU the kernels were not built for leaves `auto` on the CPU (`--device cuda` says why it cannot).
   int count = 0;
-  if (cudaGetDeviceCount(&count) == cudaSuccess && count > 0) return Device::kCuda;
+  cudaDeviceProp props{};
+  if (cudaGetDeviceCount(&count) == cudaSuccess && count > 0 &&
+      cudaGetDeviceProperties(&props, 0) == cudaSuccess && cuda::kernels_run_on(props))
+    return Device::kCuda;
 #endif
   return Device::kCpu;
 }

@@ -17,6 +17,10 @@ namespace se::cuda {
 struct LinearPlanCache;  // defined in linear.cu
 void destroy_linear_plans(LinearPlanCache* cache);
 
+// Whether the kernels can run on this device: they are built for Hopper's sm_90a (compute
+// capability 9.0), whose warpgroup MMAs the prefill attention uses.
+inline bool kernels_run_on(const cudaDeviceProp& props) { return props.major == 9 && props.minor == 0; }
+
 class CudaContext final {
  public:
   explicit CudaContext(int device = 0);
