@@ -36,17 +36,25 @@ bool device_built(Device device) {
 #endif
 }
 
-Device default_device() {
+Status cuda_device_status() {
 #if SE_WITH_CUDA
-  // A GPU the kernels were not built for leaves `auto` on the CPU (`--device cuda` says why it cannot).
   int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0)
+    return unavailable("no CUDA device is visible on this machine");
   cudaDeviceProp props{};
-  if (cudaGetDeviceCount(&count) == cudaSuccess && count > 0 &&
-      cudaGetDeviceProperties(&props, 0) == cudaSuccess && cuda::kernels_run_on(props))
-    return Device::kCuda;
+  if (cudaGetDeviceProperties(&props, 0) != cudaSuccess)
+    return unavailable("the properties of CUDA device 0 cannot be read");
+  if (!cuda::kernels_run_on(props))
+    return failed_precondition(
+        "CUDA device 0 ({}) has compute capability {}.{}; SparseEngine's CUDA kernels are built for Hopper (sm_90a)",
+        props.name, props.major, props.minor);
+  return Status::ok();
+#else
+  return unavailable("this build has no CUDA backend (configure with -DSE_CUDA=ON)");
 #endif
-  return Device::kCpu;
 }
+
+Device default_device() { return cuda_device_status().is_ok() ? Device::kCuda : Device::kCpu; }
 
 Allocator* device_allocator(Device device) {
   if (device == Device::kCpu) return cpu_allocator();

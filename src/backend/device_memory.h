@@ -18,8 +18,10 @@ Result<Device> parse_device(std::string_view name);
 
 // True when this build has the backend of `device`.
 bool device_built(Device device);
-// Where work goes when nobody says: CUDA when this build has it and a CUDA device is visible, else the CPU (what
-// vLLM does on a GPU machine).
+// Ok when this build has CUDA and device 0 is one its kernels run on (Hopper, sm_90a); else why not.
+Status cuda_device_status();
+// Where work goes when nobody says: CUDA when cuda_device_status() is ok, else the CPU (what vLLM does on a GPU
+// machine).
 Device default_device();
 
 Allocator* device_allocator(Device device);

@@ -55,11 +55,12 @@ void add_engine_options(CLI::App& command, EngineConfig& config) {
             if (!device.is_ok()) throw CLI::ValidationError("--device", device.status().message());
             if (!device_built(*device))
               throw CLI::ValidationError("--device", "this build has no CUDA backend (configure with -DSE_CUDA=ON)");
-            if (*device == Device::kCuda && default_device() != Device::kCuda)
-              throw CLI::ValidationError("--device", "no CUDA device is visible on this machine");
+            if (*device == Device::kCuda)
+              if (const Status usable = cuda_device_status(); !usable.is_ok())
+                throw CLI::ValidationError("--device", std::string(usable.message()));
             config.device = *device;
           },
-          "where the model and its KV cache live: cpu, cuda, or auto (cuda when a CUDA device is visible)")
+          "where the model and its KV cache live: cpu, cuda, or auto (cuda when a Hopper GPU is visible)")
       ->default_str("auto");
   // Once the command line is read, so that commands which never run never load the GPU driver.
   command.parse_complete_callback([&config, device_option] {

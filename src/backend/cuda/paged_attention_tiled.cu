@@ -7,9 +7,9 @@
 // - Decode shape (MW = 1): 16 query vectors; the 4 warps split every key tile (mma.sync m16n8k16)
 //   and merge at the end.
 // - Prefill shape (MW = 8): 128 query vectors, one 16-row block per warp over the whole key tile;
-//   both products run as Hopper warpgroup MMAs (wgmma, sm_90a), one per 64 query vectors, reading
-//   K and V straight from shared memory. At head_dim 256 the prefill shape has 4 warps (registers);
-//   there and in the selection variant it runs mma.sync.
+//   at head_dim 128 both products run as Hopper warpgroup MMAs (wgmma, sm_90a), one per 64 query
+//   vectors, reading K and V straight from shared memory. At head_dim 256 the prefill shape has 4
+//   warps (registers); there, at head_dim 64 and in the selection variant it runs mma.sync.
 // Shared tiles are XOR-swizzled by 16-byte chunk (chunk ^ row % 8): cp.async writes and ldmatrix
 // reads are free of bank conflicts, and in [64][64] column blocks this is the 128-byte swizzle the
 // warpgroup MMAs read. A view with a selection runs the kernel's selection variant: a CTA walks the
@@ -242,11 +242,11 @@ struct TiledConfig {
   static constexpr int kWarps = MW * kKeyGroups;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kQueryVectors = 16 * MW;  // per CTA
-  // The 8-warp prefill shape computes both products with warpgroup MMAs (two warpgroups of 64
-  // query vectors); its K/V tiles use the swizzled_blocks layout those read. The selection variant
-  // keeps mma.sync: with warpgroup MMAs it failed two head_dim-64 token-selection parity cases
-  // (docs/perf-notes.md).
-  static constexpr bool kWgmma = MW == 8 && !kSel;
+  // The 8-warp prefill shape at head_dim 128 computes both products with warpgroup MMAs (two
+  // warpgroups of 64 query vectors); its K/V tiles use the swizzled_blocks layout those read. Head
+  // dim 64 and the selection variant keep mma.sync: with warpgroup MMAs two head_dim-64 selection
+  // parity cases failed, for a reason not yet found (docs/perf-notes.md).
+  static constexpr bool kWgmma = MW == 8 && !kSel && D == 128;
   static constexpr int kKeysPerWarp = kTileKeys / kKeyGroups;
   static constexpr int kScoreTiles = kKeysPerWarp / 8;  // n8 tiles of S per warp
   static constexpr int kChunks = D / 8;                 // 16-byte chunks per row
@@ -258,8 +258,8 @@ struct TiledConfig {
   // The selection variant adds each stage's token positions ([kStages][64] int32) after the K/V
   // stages.
   static constexpr size_t kTokenBytes = kSel ? kStages * kTileKeys * sizeof(int32_t) : 0;
-  // The warpgroup MMAs' swizzle atoms must start on 1024-byte boundaries, which the dynamic
-  // shared memory of a second CTA on the SM need not: the kernel aligns its base in this slack.
+  // The warpgroup MMAs' swizzle atoms must start on 1024-byte boundaries, and the dynamic shared
+  // memory's base is only promised a smaller alignment: the kernel aligns it within this slack.
   static constexpr size_t kAlignSlack = kWgmma ? 1024 : 0;
   static constexpr size_t kSmemBytes =
       (static_cast<size_t>(kQueryVectors) * D + kStages * 2 * static_cast<size_t>(kTileElems)) *

@@ -12,6 +12,7 @@
 #include <limits>
 
 #include "backend/cuda/cuda_allocator.h"
+#include "backend/device_memory.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_context.h"
 #include "tensor/tensor.h"
@@ -85,13 +86,11 @@ inline double relative_error(const Tensor& got, const Tensor& ref) {
   return std::sqrt(num / (den + 1e-30));
 }
 
-// True when a CUDA device is visible: the `cuda` tests skip on machines without one (CI builds them only).
-inline bool has_cuda_device() {
-  int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-}
+// True when a CUDA device the kernels run on is visible: the `cuda` tests skip on machines without one (CI builds
+// them only).
+inline bool has_cuda_device() { return cuda_device_status().is_ok(); }
 #define SE_SKIP_WITHOUT_CUDA_DEVICE() \
-  if (!::se::test::has_cuda_device()) GTEST_SKIP() << "no CUDA device on this machine"
+  if (!::se::test::has_cuda_device()) GTEST_SKIP() << ::se::cuda_device_status().message()
 
 // Tolerances (METHOD.md): fp32 arithmetic ~1e-5; a bf16 store or bf16 operands ~1e-2.
 inline double tolerance(DType dtype) { return dtype == DType::kBF16 ? 1e-2 : 1e-5; }

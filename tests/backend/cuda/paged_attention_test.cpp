@@ -54,6 +54,12 @@ std::vector<PagedCase> short_cases() {
   cases.push_back(
       {"per-head lengths ps16 g4", 16, 4, 4, 128, {{900, 3}, {260, 1}, {129, 40}}, 0, 0.0f, 9});
   cases.push_back({"window 100 prefill ps64", 64, 2, 4, 64, {{777, 300}, {65, 1}}, 100});
+  // Head dim 64 with several KV heads, ragged multi-tile prefill and per-head lengths (the dense twins of two
+  // selection cases).
+  cases.push_back(
+      {"ragged ps64 g1 d64", 64, 4, 1, 64, {{5000, 1}, {700, 64}, {300, 300}, {64, 1}, {2000, 7}}});
+  cases.push_back(
+      {"per-head lengths ps16 g8 d64", 16, 4, 8, 64, {{2000, 3}, {260, 1}, {129, 40}}, 0, 0.0f, 9});
   cases.push_back({"decode f32 out d256",
                    16,
                    2,
