@@ -24,7 +24,7 @@
 #include "backend/cuda/cuda_ops.h"
 #include "backend/ops.h"
 #include "cuda_timing.h"
-#include "random_values.cuh"
+#include "device_buffers.cuh"
 
 namespace se {
 namespace {
@@ -81,18 +81,7 @@ DecodeBatch make_batch(void* pool, int page_size, int batch, int context, const 
       seqs.back().num_selected = b.num_selected.data<int32_t>() + static_cast<int64_t>(s) * kKvHeads;
     }
   }
-  b.seqs = Tensor::empty(DType::kU8, {static_cast<int64_t>(sizeof(SeqKvView) * seqs.size())},
-                         cuda::cuda_allocator());
-  cuda::copy_bytes(b.seqs.raw(), seqs.data(), sizeof(SeqKvView) * seqs.size());
-  b.view.kv_base = pool;
-  b.view.kv_dtype = DType::kBF16;
-  b.view.page_bytes = size_t{2} * page_size * kHeadDim * 2;
-  b.view.page_size = page_size;
-  b.view.head_dim = kHeadDim;
-  b.view.num_kv_heads = kKvHeads;
-  b.view.num_seqs = batch;
-  b.view.q_indptr = b.q_indptr.data<int32_t>();
-  b.view.seqs = static_cast<const SeqKvView*>(b.seqs.raw());
+  b.view = bench::bf16_paged_view(pool, page_size, kHeadDim, kKvHeads, b.q_indptr, seqs, b.seqs);
   b.view.has_selection = selected != nullptr;
   b.view.selection_unit = unit;
   return b;

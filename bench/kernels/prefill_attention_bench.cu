@@ -21,7 +21,7 @@
 #include "backend/cuda/cuda_ops.h"
 #include "backend/ops.h"
 #include "cuda_timing.h"
-#include "random_values.cuh"
+#include "device_buffers.cuh"
 
 namespace se {
 namespace {
@@ -43,18 +43,8 @@ Chunk make_chunk(void* pool, const Tensor& page_ids, int32_t stride, int begin, 
   c.rows = end - begin;
   c.num_tokens = device_i32(std::vector<int32_t>(kKvHeads, end));
   c.q_indptr = device_i32({0, end - begin});
-  const SeqKvView seq{page_ids.data<int32_t>(), stride, c.num_tokens.data<int32_t>()};
-  c.seqs = Tensor::empty(DType::kU8, {sizeof(SeqKvView)}, cuda::cuda_allocator());
-  cuda::copy_bytes(c.seqs.raw(), &seq, sizeof(SeqKvView));
-  c.view.kv_base = pool;
-  c.view.kv_dtype = DType::kBF16;
-  c.view.page_bytes = size_t{2} * kPageSize * kHeadDim * 2;
-  c.view.page_size = kPageSize;
-  c.view.head_dim = kHeadDim;
-  c.view.num_kv_heads = kKvHeads;
-  c.view.num_seqs = 1;
-  c.view.q_indptr = c.q_indptr.data<int32_t>();
-  c.view.seqs = static_cast<const SeqKvView*>(c.seqs.raw());
+  const std::vector<SeqKvView> seqs{{page_ids.data<int32_t>(), stride, c.num_tokens.data<int32_t>()}};
+  c.view = bench::bf16_paged_view(pool, kPageSize, kHeadDim, kKvHeads, c.q_indptr, seqs, c.seqs);
   return c;
 }
 

@@ -14,7 +14,7 @@
 #include "backend/device_memory.h"
 #include "backend/ops.h"
 #include "cuda_timing.h"
-#include "random_values.cuh"
+#include "device_buffers.cuh"
 
 namespace se {
 namespace {

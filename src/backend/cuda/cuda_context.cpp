@@ -13,10 +13,8 @@ thread_local CudaContext* tls_current = nullptr;
 CudaContext::CudaContext(int device) : device_(device) {
   SE_CUDA_CHECK(cudaSetDevice(device_));
   SE_CUDA_CHECK(cudaGetDeviceProperties(&props_, device_));
-  SE_CHECK(kernels_run_on(props_),
-           "CUDA device {} ({}) has compute capability {}.{}; SparseEngine's CUDA kernels are built for "
-           "Hopper (sm_90a). Use --device cpu.",
-           device_, props_.name, props_.major, props_.minor);
+  const Status runs = kernels_run_on(props_, device_);
+  SE_CHECK(runs.is_ok(), "{} Use --device cpu.", runs.message());
   // A blocking stream: work a caller puts on the legacy default stream (plain cudaMemcpy) stays
   // ordered with ours.
   SE_CUDA_CHECK(cudaStreamCreate(&stream_));

@@ -12,14 +12,21 @@
 #include <cstdint>
 #include <memory>
 
+#include "base/status.h"
+
 namespace se::cuda {
 
 struct LinearPlanCache;  // defined in linear.cu
 void destroy_linear_plans(LinearPlanCache* cache);
 
-// Whether the kernels can run on this device: they are built for Hopper's sm_90a (compute
-// capability 9.0), whose warpgroup MMAs the prefill attention uses.
-inline bool kernels_run_on(const cudaDeviceProp& props) { return props.major == 9 && props.minor == 0; }
+// Ok when the kernels can run on CUDA device `device` (its properties `props`): they are built for
+// Hopper's sm_90a (compute capability 9.0), whose warpgroup MMAs the prefill attention uses.
+inline Status kernels_run_on(const cudaDeviceProp& props, int device) {
+  if (props.major == 9 && props.minor == 0) return Status::ok();
+  return failed_precondition(
+      "CUDA device {} ({}) has compute capability {}.{}; SparseEngine's CUDA kernels are built for Hopper (sm_90a)",
+      device, props.name, props.major, props.minor);
+}
 
 class CudaContext final {
  public:

@@ -1,5 +1,5 @@
 // Device buffers for the kernel benchmarks: reproducible random fills (a splitmix64 hash of the element
-// index) and small int32 tables uploaded from the host.
+// index), small int32 tables uploaded from the host, and attention views over a pool of bf16 pages.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend/attention_view.h"
 #include "backend/cuda/cuda_allocator.h"
 #include "tensor/tensor.h"
 
@@ -35,6 +36,27 @@ inline Tensor device_i32(const std::vector<int32_t>& v) {
   Tensor host = Tensor::empty(DType::kI32, {static_cast<int64_t>(v.size())});
   std::copy(v.begin(), v.end(), host.data<int32_t>());
   return cuda::to_device(host);
+}
+
+// A view of `seqs` (page tables already on the device) over `pool`'s bf16 pages; the SeqKvView entries go to
+// the device into `seqs_storage`, which keeps them alive. No selection.
+inline AttentionView bf16_paged_view(void* pool, int page_size, int head_dim, int num_kv_heads,
+                                     const Tensor& q_indptr, const std::vector<SeqKvView>& seqs,
+                                     Tensor& seqs_storage) {
+  const size_t bytes = sizeof(SeqKvView) * seqs.size();
+  seqs_storage = Tensor::empty(DType::kU8, {static_cast<int64_t>(bytes)}, cuda::cuda_allocator());
+  cuda::copy_bytes(seqs_storage.raw(), seqs.data(), bytes);
+  AttentionView view;
+  view.kv_base = pool;
+  view.kv_dtype = DType::kBF16;
+  view.page_bytes = size_t{2} * page_size * head_dim * 2;  // K and V
+  view.page_size = page_size;
+  view.head_dim = head_dim;
+  view.num_kv_heads = num_kv_heads;
+  view.num_seqs = static_cast<int32_t>(seqs.size());
+  view.q_indptr = q_indptr.data<int32_t>();
+  view.seqs = static_cast<const SeqKvView*>(seqs_storage.raw());
+  return view;
 }
 
 }  // namespace se::bench
