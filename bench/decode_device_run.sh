@@ -9,7 +9,10 @@
 #   bench/decode_device_run.sh BUNDLE_DIR OUT_DIR hf CONTEXT BATCHES   HF transformers dense decode, same shape
 #   bench/decode_device_run.sh BUNDLE_DIR OUT_DIR profile CONTEXT BATCH [ARGS...]
 #                                                               ncu kernel times of eager decode steps
-#                                                               (profile_decode.py), extra bench decode ARGS
+#                                                               (profile_decode.py), extra bench decode ARGS;
+#                                                               NCU_CONTROL=none keeps the real clocks and warm
+#                                                               caches (ncu's default locks base clocks and
+#                                                               flushes the caches before every kernel)
 # The model is bench/models/llama-3.1-8b (dummy bf16 weights).
 set -uo pipefail
 bundle=$1
@@ -39,7 +42,9 @@ case $stage in
       | grep -vE "^\s*$"
     ;;
   profile)
-    ncu --csv --page raw --metrics gpu__time_duration.sum --launch-count 20000 \
+    control=${NCU_CONTROL:-all}
+    [[ $control == none ]] && control_flags=(--cache-control none --clock-control none) || control_flags=()
+    ncu --csv --page raw --metrics gpu__time_duration.sum --launch-count 20000 "${control_flags[@]}" \
       "$bundle/sparse-engine" bench decode --model $model/config.json --load-format dummy --device cuda --input-len "$4" \
       --batch "$5" --warmup-steps 1 --steps 3 --enforce-eager --gpu-memory-utilization 0.92 "${@:6}" \
       > "$out/ncu_$4_$5.csv" 2> "$out/ncu_$4_$5.log"

@@ -150,46 +150,39 @@ void rope(TensorView x, TensorView positions, const RopeParams& params) {
   if (on_cuda(x, "rope")) {
     require_cuda_act(x, "rope.x");
     SE_CHECK(positions.device == Device::kCuda && positions.dtype == DType::kI32, "rope: positions i32 on the GPU");
-    if constexpr (kCudaBuilt) cuda::rope(x, TensorView{}, positions, params);
+    if constexpr (kCudaBuilt) cuda::rope(x, positions, params);
     return;
   }
   require_cpu_f32(x, "rope.x");
   cpu::rope(x, positions, params);
 }
 
-void rope(TensorView q, TensorView k, TensorView positions, const RopeParams& params) {
-  check_rope(q, positions, params);
-  check_rope(k, positions, params);
-  SE_CHECK(q.dtype == k.dtype && q.device == k.device && q.shape[2] == k.shape[2], "rope: q {} {} and k {} {}",
-           dtype_name(q.dtype), q.shape.to_string(), dtype_name(k.dtype), k.shape.to_string());
-  if (on_cuda(q, "rope")) {
-    require_cuda_act(q, "rope.q");
-    SE_CHECK(positions.device == Device::kCuda && positions.dtype == DType::kI32, "rope: positions i32 on the GPU");
-    if constexpr (kCudaBuilt) cuda::rope(q, k, positions, params);
+void split_qkv_rope(TensorView q, TensorView k, TensorView v, TensorView qkv, TensorView positions,
+                    const RopeParams& rope_params, const QkNorm* qk_norm) {
+  check_rope(q, positions, rope_params);
+  check_rope(k, positions, rope_params);
+  const int64_t head_dim = q.shape[2];
+  SE_CHECK(qkv.shape.rank() == 2 && qkv.shape[0] == q.shape[0] && k.shape == v.shape && k.shape[0] == q.shape[0] &&
+               k.shape[2] == head_dim && qkv.shape[1] == (q.shape[1] + 2 * k.shape[1]) * head_dim,
+           "split_qkv_rope: qkv {} into q {}, k {}, v {}", qkv.shape.to_string(), q.shape.to_string(),
+           k.shape.to_string(), v.shape.to_string());
+  SE_CHECK(q.dtype == qkv.dtype && k.dtype == qkv.dtype && v.dtype == qkv.dtype && q.device == qkv.device &&
+               k.device == qkv.device && v.device == qkv.device,
+           "split_qkv_rope: q, k, v and qkv must share a dtype and device");
+  SE_CHECK(qk_norm == nullptr ||
+               (qk_norm->q_weight.numel() == head_dim && qk_norm->k_weight.numel() == head_dim &&
+                qk_norm->q_weight.device == qkv.device && qk_norm->k_weight.device == qkv.device),
+           "split_qkv_rope: q/k norm weights of {} elements on the activations' device", head_dim);
+  if (q.shape[0] == 0) return;
+  if (on_cuda(qkv, "split_qkv_rope")) {
+    require_cuda_act(qkv, "split_qkv_rope.qkv");
+    SE_CHECK(positions.device == Device::kCuda && positions.dtype == DType::kI32,
+             "split_qkv_rope: positions i32 on the GPU");
+    if constexpr (kCudaBuilt) cuda::split_qkv_rope(q, k, v, qkv, positions, rope_params, qk_norm);
     return;
   }
-  require_cpu_f32(q, "rope.q");
-  cpu::rope(q, positions, params);
-  cpu::rope(k, positions, params);
-}
-
-void split_columns(TensorView out0, TensorView out1, TensorView out2, TensorView x) {
-  const int64_t rows = x.shape.rank() == 2 ? x.shape[0] : -1;
-  if (rows == 0) return;
-  const auto columns = [rows](const TensorView& t) { return rows > 0 ? t.numel() / rows : -1; };
-  SE_CHECK(rows > 0 && out0.dtype == x.dtype && out1.dtype == x.dtype && out2.dtype == x.dtype &&
-               columns(out0) * rows == out0.numel() && columns(out1) * rows == out1.numel() &&
-               columns(out2) * rows == out2.numel() &&
-               columns(out0) + columns(out1) + columns(out2) == x.shape[1],
-           "split_columns: x {} into {}, {}, {}", x.shape.to_string(), out0.shape.to_string(),
-           out1.shape.to_string(), out2.shape.to_string());
-  if (on_cuda(x, "split_columns")) {
-    require_cuda_act(x, "split_columns.x");
-    if constexpr (kCudaBuilt) cuda::split_columns(out0, out1, out2, x);
-    return;
-  }
-  require_cpu_f32(x, "split_columns.x");
-  cpu::split_columns(out0, out1, out2, x);
+  require_cpu_f32(qkv, "split_qkv_rope.qkv");
+  cpu::split_qkv_rope(q, k, v, qkv, positions, rope_params, qk_norm);
 }
 
 void gated_activation(TensorView out, TensorView gate_up, Activation act) {
@@ -282,8 +275,7 @@ bool cuda_implements(std::string_view op) {
   // The ops with a twin in backend/cuda/cuda_ops.h.
   static constexpr std::string_view kCudaOps[] = {
       "embedding", "rms_norm",        "add_rms_norm", "linear",      "rope",    "gated_activation",
-      "split_columns",
-      "add_inplace", "scale_inplace", "softcap_inplace", "argmax_rows", "sample_rows", "write_kv",
+      "split_qkv_rope", "add_inplace", "scale_inplace", "softcap_inplace", "argmax_rows", "sample_rows", "write_kv",
       "paged_attention",
       "paged_attention over a selection", "update_page_key_bounds", "page_key_bound_scores",
       "select_pages_by_key_bounds",

@@ -45,13 +45,20 @@ void linear(TensorView out, TensorView x, TensorView w, const TensorView* bias =
 
 // x [T, heads, head_dim] rotated in place at positions[T] (I32).
 void rope(TensorView x, TensorView positions, const RopeParams& params);
-// q [T, Hq, head_dim] and k [T, Hk, head_dim] (same dtype) rotated in place at the same positions: one pass over
-// both, one launch on the GPU.
-void rope(TensorView q, TensorView k, TensorView positions, const RopeParams& params);
 
-// Splits the columns of x [T, A + B + C] into out0 [T, A], out1 [T, B] and out2 [T, C] (each contiguous): the
-// fused QKV projection's output into q, k and v. Same dtype on both sides.
-void split_columns(TensorView out0, TensorView out1, TensorView out2, TensorView x);
+// The per-head RMS norm some models apply to q and k before RoPE (Qwen3, Gemma 3): weights of head_dim elements.
+struct QkNorm {
+  TensorView q_weight;
+  TensorView k_weight;
+  float eps = 1e-6f;
+};
+
+// The attention inputs from the fused projection qkv [T, (Hq + 2 Hk) * head_dim] (columns q | k | v): q [T, Hq,
+// head_dim], k and v [T, Hk, head_dim] take their columns, then q and k are RMS-normed per head (when `qk_norm` is
+// given) and rotated at positions[T]. What a split, two norms and rope would do in turn, in one pass (one launch on
+// the GPU). q, k, v and qkv share a dtype.
+void split_qkv_rope(TensorView q, TensorView k, TensorView v, TensorView qkv, TensorView positions,
+                    const RopeParams& rope, const QkNorm* qk_norm = nullptr);
 
 // out[T, F] = act(gate) * up, where gate_up is [T, 2F] with the gate in the first F columns.
 void gated_activation(TensorView out, TensorView gate_up, Activation act);

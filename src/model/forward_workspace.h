@@ -41,7 +41,7 @@ class ForwardWorkspace final {
   TensorView logit_rows(int64_t r) const { return i32_rows(2 * int64_t{capacity_tokens_}, r); }  // [r]
   TensorView hidden(int64_t t) const { return rows(hidden_, t); }       // [t, hidden] residual stream, F32
   TensorView normed(int64_t t) const { return rows(normed_, t); }       // [t, hidden] matmul input
-  // [t, q_size + 2 * kv_size] F32: the fused QKV projection before split_columns. It lives in the gate_up
+  // [t, q_size + 2 * kv_size] F32: the fused QKV projection before split_qkv_rope. It lives in the gate_up
   // buffer, which nothing reads until the MLP.
   TensorView qkv(int64_t t) const;
   TensorView q(int64_t t) const { return rows(q_, t); }                 // [t, num_heads, head_dim] F32

@@ -33,9 +33,9 @@ void Model::run_layer(int layer, const ForwardBatch& batch, int64_t t, ForwardHo
   const TensorView x = ws.normed(t);
   const TensorView positions = ws.positions(t);
 
-  // Attention: norm -> one GEMM over the stacked q, k, v weight -> split into q, k, v -> (q/k norm) -> RoPE ->
-  // hooks.attend -> o_proj. One GEMM instead of three: the narrow k and v projections were small GEMMs far from
-  // the memory bandwidth the wide one reaches.
+  // Attention: norm -> one GEMM over the stacked q, k, v weight -> q, k, v split off, (q/k norm,) rotated in one
+  // pass -> hooks.attend -> o_proj. One GEMM instead of three: the narrow k and v projections were small GEMMs far
+  // from the memory bandwidth the wide one reaches.
   rms_norm(x, h, w.input_norm.view(), c.rms_norm_eps);
   const TensorView q = ws.q(t);
   const TensorView k = ws.k(t);
@@ -43,12 +43,8 @@ void Model::run_layer(int layer, const ForwardBatch& batch, int64_t t, ForwardHo
   const TensorView qkv_bias = w.qkv_bias.defined() ? w.qkv_bias.view() : TensorView{};
   const TensorView qkv = ws.qkv(t);
   linear(qkv, x, w.qkv.view(), w.qkv_bias.defined() ? &qkv_bias : nullptr);
-  split_columns(q, k, v, qkv);
-  if (c.qk_norm) {
-    rms_norm(q, q, w.q_norm.view(), c.rms_norm_eps);
-    rms_norm(k, k, w.k_norm.view(), c.rms_norm_eps);
-  }
-  rope(q, k, positions, lc.rope);
+  const QkNorm qk_norm = c.qk_norm ? QkNorm{w.q_norm.view(), w.k_norm.view(), c.rms_norm_eps} : QkNorm{};
+  split_qkv_rope(q, k, v, qkv, positions, lc.rope, c.qk_norm ? &qk_norm : nullptr);
   AttentionParams params;
   params.scale = c.attention_scale;
   params.logit_softcap = c.attn_logit_softcap;

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 #include <vector>
@@ -60,6 +61,42 @@ TEST(RopeTest, Llama3ScalingKeepsHighAndDividesLowFrequencies) {
       EXPECT_LT(scaled[i], plain[i]);
       EXPECT_GT(scaled[i], plain[i] / 8.0f);
     }
+  }
+}
+
+// split_qkv_rope: each head of the fused row lands in its output, q and k normed per head and rotated as the
+// single ops would, v copied untouched; rows are independent of each other.
+TEST(SplitQkvRopeTest, EqualsSplitThenNormThenRope) {
+  const int T = 3, Hq = 4, Hk = 2, D = 16;
+  const Tensor qkv = test::random_tensor({T, (Hq + 2 * Hk) * D}, 7);
+  const Tensor q_weight = test::random_tensor({D}, 8), k_weight = test::random_tensor({D}, 9);
+  std::vector<int32_t> pos = {0, 5, 4099};
+  const TensorView positions{pos.data(), DType::kI32, {T}};
+  RopeParams p;
+  p.theta = 500000.0f;
+  p.rotary_dim = D / 2;  // a partial rotation: the upper half of each head passes through
+  for (bool with_norm : {false, true}) {
+    Tensor q = Tensor::empty(DType::kF32, {T, Hq, D}), k = Tensor::empty(DType::kF32, {T, Hk, D}),
+           v = Tensor::empty(DType::kF32, {T, Hk, D});
+    const QkNorm norm{q_weight.view(), k_weight.view(), 1e-6f};
+    split_qkv_rope(q.view(), k.view(), v.view(), qkv.view(), positions, p, with_norm ? &norm : nullptr);
+    // The reference, head by head from the row: copy, norm, rotate.
+    for (int t = 0; t < T; ++t)
+      for (int h = 0; h < Hq + 2 * Hk; ++h) {
+        Tensor head = Tensor::empty(DType::kF32, {1, 1, D});
+        std::copy_n(qkv.data<float>() + (t * (Hq + 2 * Hk) + h) * D, D, head.data<float>());
+        const bool is_v = h >= Hq + Hk;
+        if (!is_v) {
+          if (with_norm) rms_norm(head.view(), head.view(), h < Hq ? q_weight.view() : k_weight.view(), 1e-6f);
+          rope(head.view(), TensorView{&pos[static_cast<size_t>(t)], DType::kI32, {1}}, p);
+        }
+        const float* got = h < Hq        ? q.data<float>() + (t * Hq + h) * D
+                            : h < Hq + Hk ? k.data<float>() + (t * Hk + h - Hq) * D
+                                          : v.data<float>() + (t * Hk + h - Hq - Hk) * D;
+        for (int i = 0; i < D; ++i)
+          EXPECT_EQ(got[i], head.data<float>()[i]) << "norm " << with_norm << " token " << t << " head " << h
+                                                   << " element " << i;
+      }
   }
 }
 

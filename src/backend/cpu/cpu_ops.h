@@ -11,8 +11,9 @@ void rms_norm(TensorView out, TensorView x, TensorView weight, float eps);
 void add_rms_norm(TensorView out, TensorView residual, TensorView x, TensorView weight, float eps);
 void linear(TensorView out, TensorView x, TensorView w, const TensorView* bias);
 void rope(TensorView x, TensorView positions, const RopeParams& params);
+void split_qkv_rope(TensorView q, TensorView k, TensorView v, TensorView qkv, TensorView positions,
+                    const RopeParams& rope, const QkNorm* qk_norm);
 void gated_activation(TensorView out, TensorView gate_up, Activation act);
-void split_columns(TensorView out0, TensorView out1, TensorView out2, TensorView x);
 void add_inplace(TensorView x, TensorView y);
 void scale_inplace(TensorView x, float s);
 void softcap_inplace(TensorView x, float cap);

@@ -30,21 +30,6 @@ void gated_activation(TensorView out, TensorView gate_up, Activation act) {
   }
 }
 
-void split_columns(TensorView out0, TensorView out1, TensorView out2, TensorView x) {
-  const int64_t rows = x.shape[0];
-  const int64_t width = x.shape[1];
-  const TensorView outs[] = {out0, out1, out2};
-#pragma omp parallel for if (rows > 1)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* src = x.ptr<float>() + r * width;
-    for (const TensorView& out : outs) {
-      const int64_t n = out.numel() / rows;
-      std::copy_n(src, n, out.ptr<float>() + r * n);
-      src += n;
-    }
-  }
-}
-
 void add_inplace(TensorView x, TensorView y) {
   const int64_t n = x.numel();
   float* a = x.ptr<float>();

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 #include <vector>
@@ -59,6 +60,28 @@ void rope(TensorView x, TensorView positions, const RopeParams& p) {
       }
     }
   }
+}
+
+void split_qkv_rope(TensorView q, TensorView k, TensorView v, TensorView qkv, TensorView positions,
+                    const RopeParams& rope_params, const QkNorm* qk_norm) {
+  const int64_t rows = qkv.shape[0];
+  const int64_t width = qkv.shape[1];
+  const TensorView outs[] = {q, k, v};
+#pragma omp parallel for if (rows > 1)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* src = qkv.ptr<float>() + r * width;
+    for (const TensorView& out : outs) {
+      const int64_t n = out.numel() / rows;
+      std::copy_n(src, n, out.ptr<float>() + r * n);
+      src += n;
+    }
+  }
+  if (qk_norm != nullptr) {
+    cpu::rms_norm(q, q, qk_norm->q_weight, qk_norm->eps);
+    cpu::rms_norm(k, k, qk_norm->k_weight, qk_norm->eps);
+  }
+  cpu::rope(q, positions, rope_params);
+  cpu::rope(k, positions, rope_params);
 }
 
 }  // namespace se::cpu

@@ -18,14 +18,16 @@ void add_rms_norm(TensorView out, TensorView residual, TensorView x, TensorView 
 // cuBLASLt; plans (descriptors + algorithm) cached per shape, dtypes and alignment; one shared
 // workspace.
 void linear(TensorView out, TensorView x, TensorView w, const TensorView* bias);
-// Rotates x0 and, when defined, x1 (same dtype and head_dim) in one launch.
-void rope(TensorView x0, TensorView x1, TensorView positions, const RopeParams& params);
+// One warp per (token, head), the head in registers: rope is split_qkv_rope's kernel run in place.
+void rope(TensorView x, TensorView positions, const RopeParams& params);
+void split_qkv_rope(TensorView q, TensorView k, TensorView v, TensorView qkv, TensorView positions,
+                    const RopeParams& rope, const QkNorm* qk_norm);
 void gated_activation(TensorView out, TensorView gate_up, Activation act);
-void split_columns(TensorView out0, TensorView out1, TensorView out2, TensorView x);
 void add_inplace(TensorView x, TensorView y);
 void scale_inplace(TensorView x, float s);
 void softcap_inplace(TensorView x, float cap);
-// One block per row (an online max and exp-sum); ties go to the lowest index, as on the CPU.
+// Two passes (chunks of each row, then one block per row merging the chunks: an online max and exp-sum);
+// ties go to the lowest index, as on the CPU. The chunk states live in the context scratch.
 void argmax_rows(TensorView ids, TensorView logprobs, TensorView x);
 // A segmented radix sort of each row (stable, so ties keep the lower id first, as on the CPU), then one block
 // per row walks the sorted prefix in fp64.

@@ -50,6 +50,54 @@ __device__ __forceinline__ float round_to(DType dtype, float v) {
   }
 }
 
+// A thread's fragment of one row: v[j] = p[base + first + j * step] as float, 0 past `end`. The dtype
+// switch sits outside the loop, so all N loads are in flight before the first is used (a loop of
+// dependent load_as_float calls would wait out one memory latency per element).
+template <int N>
+__device__ __forceinline__ void load_fragment(float (&v)[N], const void* p, DType dtype, int64_t base,
+                                              int first, int step, int end) {
+  switch (dtype) {
+    case DType::kBF16: {
+      const auto* src = static_cast<const __nv_bfloat16*>(p) + base;
+#pragma unroll
+      for (int j = 0; j < N; ++j) {
+        const int i = first + j * step;
+        v[j] = i < end ? __bfloat162float(src[i]) : 0.0f;
+      }
+      break;
+    }
+    case DType::kF16: {
+      const auto* src = static_cast<const __half*>(p) + base;
+#pragma unroll
+      for (int j = 0; j < N; ++j) {
+        const int i = first + j * step;
+        v[j] = i < end ? __half2float(src[i]) : 0.0f;
+      }
+      break;
+    }
+    default: {
+      const auto* src = static_cast<const float*>(p) + base;
+#pragma unroll
+      for (int j = 0; j < N; ++j) {
+        const int i = first + j * step;
+        v[j] = i < end ? src[i] : 0.0f;
+      }
+      break;
+    }
+  }
+}
+
+// The store twin of load_fragment: p[base + first + j * step] = v[j] for the elements before `end`.
+template <int N>
+__device__ __forceinline__ void store_fragment(void* p, DType dtype, int64_t base, int first, int step, int end,
+                                               const float (&v)[N]) {
+#pragma unroll
+  for (int j = 0; j < N; ++j) {
+    const int i = first + j * step;
+    if (i < end) store_from_float(p, dtype, base + i, v[j]);
+  }
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);

@@ -52,28 +52,6 @@ void launch_unary(TensorView x, Unary op, float s) {
   SE_CUDA_CHECK_LAUNCH("unary_kernel");
 }
 
-// Element i of x [rows, width] goes to the output its column falls in: columns [0, a) to out0, [a, a + b) to
-// out1, the rest to out2 (each [rows, its width]). Same dtype on both sides, copied as bytes of that size.
-__global__ void split_columns_kernel(void* out0, void* out1, void* out2, const void* x, DType dtype, int64_t a,
-                                     int64_t b, int64_t width, int64_t n) {
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t row = i / width;
-    int64_t col = i - row * width;
-    void* out = out0;
-    int64_t out_width = a;
-    if (col >= a + b) {
-      out = out2;
-      col -= a + b;
-      out_width = width - a - b;
-    } else if (col >= a) {
-      out = out1;
-      col -= a;
-      out_width = b;
-    }
-    store_from_float(out, dtype, row * out_width + col, load_as_float(x, dtype, i));
-  }
-}
 }  // namespace
 
 void gated_activation(TensorView out, TensorView gate_up, Activation act) {
@@ -84,14 +62,6 @@ void gated_activation(TensorView out, TensorView gate_up, Activation act) {
                             CudaContext::current().stream()>>>(out.data, out.dtype, gate_up.data,
                                                                gate_up.dtype, width, n, act);
   SE_CUDA_CHECK_LAUNCH("gated_activation_kernel");
-}
-
-void split_columns(TensorView out0, TensorView out1, TensorView out2, TensorView x) {
-  const int64_t rows = x.shape[0];
-  const int64_t n = x.numel();
-  split_columns_kernel<<<launch::grid_for(n, kThreads), kThreads, 0, CudaContext::current().stream()>>>(
-      out0.data, out1.data, out2.data, x.data, x.dtype, out0.numel() / rows, out1.numel() / rows, x.shape[1], n);
-  SE_CUDA_CHECK_LAUNCH("split_columns_kernel");
 }
 
 void add_inplace(TensorView x, TensorView y) {

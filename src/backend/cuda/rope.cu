@@ -7,52 +7,150 @@
 namespace se::cuda {
 
 namespace {
-constexpr int kMaxHalf = 256;  // rotary_dim <= 512
+constexpr int kMaxHeadDim = 512;
+constexpr int kWarps = 8;
 
 // The inverse frequencies travel as a kernel parameter: no device table to keep in sync with
 // RopeParams.
 struct InvFreq {
-  float value[kMaxHalf];
+  float value[kMaxHeadDim / 2];
 };
 
-// One block per token: cos/sin of each frequency once into shared memory, then every head of x0 and of x1
-// rotated with them. The angle is fp32 position * inv_freq, as the CPU reference (and HF) compute it.
-__global__ void rope_kernel(void* x0, int64_t heads0, void* x1, int64_t heads1, DType dtype,
-                            const int32_t* positions, int64_t head_dim, int half, InvFreq inv_freq) {
-  __shared__ float cos_v[kMaxHalf];
-  __shared__ float sin_v[kMaxHalf];
-  const int64_t t = blockIdx.x;
-  const float pos = static_cast<float>(positions[t]);
-  for (int i = threadIdx.x; i < half; i += blockDim.x)
-    sincosf(pos * inv_freq.value[i], &sin_v[i], &cos_v[i]);
-  __syncthreads();
-  for (int64_t j = threadIdx.x; j < (heads0 + heads1) * half; j += blockDim.x) {
-    int64_t h = j / half;
-    const int i = static_cast<int>(j - h * half);
-    const bool first = h < heads0;
-    void* x = first ? x0 : x1;
-    const int64_t heads = first ? heads0 : heads1;
-    if (!first) h -= heads0;
-    const int64_t base = (t * heads + h) * head_dim;
-    const float a = load_as_float(x, dtype, base + i);
-    const float b = load_as_float(x, dtype, base + i + half);
-    store_from_float(x, dtype, base + i, a * cos_v[i] - b * sin_v[i]);
-    store_from_float(x, dtype, base + i + half, b * cos_v[i] + a * sin_v[i]);
+// One token's heads laid out q | k | v in a row of `src` (heads of head_dim elements), copied to q, k and v
+// ([T, heads, head_dim] each); q and k heads optionally RMS-normed, then rotated. v_heads = 0 and src == q is
+// plain in-place RoPE.
+struct HeadsArgs {
+  const void* src;
+  int64_t src_row;  // elements per token row of src
+  void* q;
+  void* k;
+  void* v;
+  DType dtype;  // of src, q, k and v
+  int q_heads;
+  int kv_heads;
+  int v_heads;
+  int head_dim;
+  int half;  // rotary_dim / 2
+  int64_t num_tokens;
+  const int32_t* positions;
+  const void* q_norm;  // nullptr: no per-head norm
+  const void* k_norm;
+  DType norm_dtype;
+  float eps;
+  InvFreq inv_freq;
+};
+
+// One warp per (token, head), the head in registers (kPerLane elements a lane, all loads in flight at once):
+// a decode step's few hundred heads cost one memory latency. The rotation pairs element i with i + half, which
+// another lane holds, so the warp exchanges the head through shared memory. Same arithmetic as the CPU's
+// rms_norm and rope: fp32 angle position * inv_freq, (a cos - b sin, b cos + a sin).
+template <int kPerLane>
+__global__ void __launch_bounds__(kWarps * 32) split_heads_rope_kernel(HeadsArgs a) {
+  __shared__ float rows[kWarps][kPerLane * 32];
+  const int warp = static_cast<int>(threadIdx.x) >> 5;
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const int heads = a.q_heads + a.kv_heads + a.v_heads;
+  const int64_t item = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
+  if (item >= a.num_tokens * heads) return;  // whole warps leave; no block-wide barrier follows
+  const int64_t t = item / heads;
+  const int h = static_cast<int>(item - t * heads);
+  const int d = a.head_dim;
+  float x[kPerLane];
+  load_fragment(x, a.src, a.dtype, t * a.src_row + static_cast<int64_t>(h) * d, lane, 32, d);
+
+  const bool is_q = h < a.q_heads;
+  const bool is_k = !is_q && h < a.q_heads + a.kv_heads;
+  void* dst = is_q ? a.q : is_k ? a.k : a.v;
+  const int dst_heads = is_q ? a.q_heads : is_k ? a.kv_heads : a.v_heads;
+  const int dst_head = is_q ? h : is_k ? h - a.q_heads : h - a.q_heads - a.kv_heads;
+  const int64_t dst_base = (t * dst_heads + dst_head) * d;
+  if (is_q || is_k) {
+    const void* norm = is_q ? a.q_norm : a.k_norm;
+    if (norm != nullptr) {
+      float w[kPerLane];
+      load_fragment(w, norm, a.norm_dtype, 0, lane, 32, d);
+      float sum_sq = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j) sum_sq += x[j] * x[j];
+      const float inv = rsqrtf(warp_sum(sum_sq) / static_cast<float>(d) + a.eps);
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j) x[j] = x[j] * inv * w[j];
+    }
+    float* row = rows[warp];
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) row[lane + 32 * j] = x[j];
+    __syncwarp();
+    const float pos = static_cast<float>(a.positions[t]);
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) {
+      const int i = lane + 32 * j;
+      if (i >= 2 * a.half) continue;
+      const bool low = i < a.half;
+      float sin_v, cos_v;
+      sincosf(pos * a.inv_freq.value[low ? i : i - a.half], &sin_v, &cos_v);
+      x[j] = low ? x[j] * cos_v - row[i + a.half] * sin_v : x[j] * cos_v + row[i - a.half] * sin_v;
+    }
   }
+  store_fragment(dst, a.dtype, dst_base, lane, 32, d, x);
+}
+
+void launch_heads(HeadsArgs& a, const RopeParams& params) {
+  SE_CHECK(a.head_dim <= kMaxHeadDim, "cuda::rope: head_dim {} over {}", a.head_dim, kMaxHeadDim);
+  a.half = params.rotary_dim / 2;
+  cpu::rope_inv_freq(params, a.inv_freq.value);
+  const int64_t items = a.num_tokens * (a.q_heads + a.kv_heads + a.v_heads);
+  if (items == 0) return;
+  const auto blocks = static_cast<unsigned>(launch::ceil_div(items, kWarps));
+  cudaStream_t stream = CudaContext::current().stream();
+  if (a.head_dim <= 64) {
+    split_heads_rope_kernel<2><<<blocks, kWarps * 32, 0, stream>>>(a);
+  } else if (a.head_dim <= 128) {
+    split_heads_rope_kernel<4><<<blocks, kWarps * 32, 0, stream>>>(a);
+  } else if (a.head_dim <= 256) {
+    split_heads_rope_kernel<8><<<blocks, kWarps * 32, 0, stream>>>(a);
+  } else {
+    split_heads_rope_kernel<16><<<blocks, kWarps * 32, 0, stream>>>(a);
+  }
+  SE_CUDA_CHECK_LAUNCH("split_heads_rope_kernel");
 }
 }  // namespace
 
-void rope(TensorView x0, TensorView x1, TensorView positions, const RopeParams& params) {
-  const int half = params.rotary_dim / 2;
-  SE_CHECK(half <= kMaxHalf, "cuda::rope: rotary_dim {} over {}", params.rotary_dim, 2 * kMaxHalf);
-  const int64_t num_tokens = x0.shape[0];
-  if (num_tokens == 0) return;
-  InvFreq inv_freq{};
-  cpu::rope_inv_freq(params, inv_freq.value);
-  const int64_t heads1 = x1.data != nullptr ? x1.shape[1] : 0;
-  rope_kernel<<<static_cast<unsigned>(num_tokens), 128, 0, CudaContext::current().stream()>>>(
-      x0.data, x0.shape[1], x1.data, heads1, x0.dtype, positions.ptr<int32_t>(), x0.shape[2], half, inv_freq);
-  SE_CUDA_CHECK_LAUNCH("rope_kernel");
+void rope(TensorView x, TensorView positions, const RopeParams& params) {
+  HeadsArgs a{};
+  a.src = x.data;
+  a.src_row = x.shape[1] * x.shape[2];
+  a.q = x.data;
+  a.dtype = x.dtype;
+  a.q_heads = static_cast<int>(x.shape[1]);
+  a.head_dim = static_cast<int>(x.shape[2]);
+  a.num_tokens = x.shape[0];
+  a.positions = positions.ptr<int32_t>();
+  launch_heads(a, params);
+}
+
+void split_qkv_rope(TensorView q, TensorView k, TensorView v, TensorView qkv, TensorView positions,
+                    const RopeParams& params, const QkNorm* qk_norm) {
+  HeadsArgs a{};
+  a.src = qkv.data;
+  a.src_row = qkv.shape[1];
+  a.q = q.data;
+  a.k = k.data;
+  a.v = v.data;
+  a.dtype = qkv.dtype;
+  a.q_heads = static_cast<int>(q.shape[1]);
+  a.kv_heads = static_cast<int>(k.shape[1]);
+  a.v_heads = static_cast<int>(v.shape[1]);
+  a.head_dim = static_cast<int>(q.shape[2]);
+  a.num_tokens = q.shape[0];
+  a.positions = positions.ptr<int32_t>();
+  if (qk_norm != nullptr) {
+    SE_CHECK(qk_norm->q_weight.dtype == qk_norm->k_weight.dtype, "cuda::split_qkv_rope: q and k norm dtypes");
+    a.q_norm = qk_norm->q_weight.data;
+    a.k_norm = qk_norm->k_weight.data;
+    a.norm_dtype = qk_norm->q_weight.dtype;
+    a.eps = qk_norm->eps;
+  }
+  launch_heads(a, params);
 }
 
 }  // namespace se::cuda

@@ -124,15 +124,6 @@ TEST(CudaOpsTest, RopeMatchesCpuForEveryScaling) {
       Tensor x_dev = upload(x, dtype);
       rope(x_dev.view(), cuda::to_device(pos_host).view(), p);
       report("rope", dtype, x.shape(), relative_error(download_f32(x_dev), ref));
-      // q and k in one launch: k with a quarter of the heads (GQA), each rotated as on its own.
-      const int64_t kv_heads = std::max(1, c.heads / 4);
-      const Tensor k = random_host({c.tokens, kv_heads, c.head_dim}, seed++, dtype);
-      Tensor k_ref = k.clone();
-      rope(k_ref.view(), pos_host.view(), p);
-      Tensor q_dev = upload(x, dtype), k_dev = upload(k, dtype);
-      rope(q_dev.view(), k_dev.view(), cuda::to_device(pos_host).view(), p);
-      report("rope q", dtype, x.shape(), relative_error(download_f32(q_dev), ref));
-      report("rope k", dtype, k.shape(), relative_error(download_f32(k_dev), k_ref));
     }
   }
 }
@@ -155,24 +146,51 @@ TEST(CudaOpsTest, GatedActivationsMatchCpu) {
   }
 }
 
-TEST(CudaOpsTest, SplitColumnsMatchesCpuExactly) {
+TEST(CudaOpsTest, SplitQkvRopeMatchesCpu) {
   SE_SKIP_WITHOUT_CUDA_DEVICE();
   uint64_t seed = 450;
+  struct Case {
+    int tokens, q_heads, kv_heads, head_dim, rotary_dim;
+    bool qk_norm;
+  };
+  // Llama-3.1-8B (decode and a chunk), Qwen3-8B (q/k norm), Gemma 3 270M (head_dim 256, norm), SmolLM2
+  // (head_dim 64) and a partial rotation.
+  const Case cases[] = {{1, 32, 8, 128, 128, false}, {37, 32, 8, 128, 128, false}, {5, 32, 8, 128, 128, true},
+                        {9, 4, 1, 256, 256, true},    {3, 9, 3, 64, 64, false},      {16, 8, 2, 128, 64, true}};
   for (DType dtype : kActs) {
-    // Llama-3.1-8B's fused q, k, v (4096 + 1024 + 1024) and Gemma 3 270M's (1024 + 256 + 256).
-    for (auto [rows, a, b] : {std::tuple{1, 4096, 1024}, {37, 4096, 1024}, {5, 1024, 256}}) {
-      const Tensor x = random_host({rows, a + 2 * b}, seed++, dtype);
-      Tensor r0 = Tensor::empty(DType::kF32, {rows, a}), r1 = Tensor::empty(DType::kF32, {rows, b}),
-             r2 = Tensor::empty(DType::kF32, {rows, b});
-      split_columns(r0.view(), r1.view(), r2.view(), x.view());
-      Tensor o0 = poisoned(dtype, {rows, a}), o1 = poisoned(dtype, {rows, b}), o2 = poisoned(dtype, {rows, b});
-      split_columns(o0.view(), o1.view(), o2.view(), upload(x, dtype).view());
-      for (auto [got, want] : {std::pair{&o0, &r0}, {&o1, &r1}, {&o2, &r2}}) {
-        const double err = relative_error(download_f32(*got), *want);
-        std::printf("PARITY split_columns      %-4s [%d, %d] rel_err %.3e\n", dtype_name(dtype).data(), rows,
-                    a + 2 * b, err);
-        EXPECT_EQ(err, 0.0);
-      }
+    for (const Case& c : cases) {
+      RopeParams p;
+      p.theta = 500000.0f;
+      p.rotary_dim = c.rotary_dim;
+      p.scaling = RopeScaling::kLlama3;
+      p.factor = 8.0f;
+      test::FastRng rng(seed++);
+      std::vector<int32_t> pos(static_cast<size_t>(c.tokens));
+      for (auto& v : pos) v = static_cast<int32_t>(rng.next() % 131072);
+      const Tensor pos_host = host_i32(pos);
+      const int width = (c.q_heads + 2 * c.kv_heads) * c.head_dim;
+      const Tensor qkv = random_host({c.tokens, width}, seed++, dtype, 3.0f);
+      const Tensor q_weight = random_host({c.head_dim}, seed++, dtype), k_weight = random_host({c.head_dim}, seed++, dtype);
+      const Shape q_shape{c.tokens, c.q_heads, c.head_dim}, kv_shape{c.tokens, c.kv_heads, c.head_dim};
+      Tensor q_ref = Tensor::empty(DType::kF32, q_shape), k_ref = Tensor::empty(DType::kF32, kv_shape),
+             v_ref = Tensor::empty(DType::kF32, kv_shape);
+      const QkNorm norm_ref{q_weight.view(), k_weight.view(), 1e-6f};
+      split_qkv_rope(q_ref.view(), k_ref.view(), v_ref.view(), qkv.view(), pos_host.view(), p,
+                     c.qk_norm ? &norm_ref : nullptr);
+      Tensor q = poisoned(dtype, q_shape), k = poisoned(dtype, kv_shape), v = poisoned(dtype, kv_shape);
+      const Tensor q_weight_dev = upload(q_weight, dtype), k_weight_dev = upload(k_weight, dtype);
+      const QkNorm norm{q_weight_dev.view(), k_weight_dev.view(), 1e-6f};
+      split_qkv_rope(q.view(), k.view(), v.view(), upload(qkv, dtype).view(), cuda::to_device(pos_host).view(), p,
+                     c.qk_norm ? &norm : nullptr);
+      report(c.qk_norm ? "split_qkv_rope q+n" : "split_qkv_rope q", dtype, q_shape,
+             relative_error(download_f32(q), q_ref));
+      report(c.qk_norm ? "split_qkv_rope k+n" : "split_qkv_rope k", dtype, kv_shape,
+             relative_error(download_f32(k), k_ref));
+      // v is a copy: exact.
+      const double v_err = relative_error(download_f32(v), v_ref);
+      std::printf("PARITY split_qkv_rope v   %-4s %-18s rel_err %.3e\n", dtype_name(dtype).data(),
+                  kv_shape.to_string().c_str(), v_err);
+      EXPECT_EQ(v_err, 0.0);
     }
   }
 }
