@@ -20,41 +20,57 @@ namespace {
 constexpr int kMaxSplits = 64;
 constexpr int64_t kPartialBudgetBytes = int64_t{256} << 20;
 
-// One block of head_dim threads per (row, head): the first warp turns the splits' (m, l) into
-// weights 2^(m_s - M) (M the largest m), then every thread sums its dimension over the splits with
-// independent loads, out = sum_s w_s o_s / sum_s w_s l_s.
+// One block of head_dim threads per (row, head), one thread per dimension: the first warp turns the splits'
+// (m, l) into weights 2^(m_s - M) (M the largest m), and every thread sums its dimension over the splits, out =
+// sum_s w_s o_s / sum_s w_s l_s. The loads go out 32 splits at a time, the first 32 before the weights are known,
+// so a decode step's combine waits out about one memory latency instead of one per few splits.
+constexpr int kSplitGroup = 32;
+static_assert(kMaxSplits == 2 * kSplitGroup, "the first warp reads two splits' (m, l) per lane");
+
+__device__ __forceinline__ void load_split_group(float (&v)[kSplitGroup], const float* part_o, int first,
+                                                 int num_splits, int64_t num_items, int64_t item, int head_dim,
+                                                 int d) {
+#pragma unroll
+  for (int j = 0; j < kSplitGroup; ++j) {
+    const int s = first + j;
+    v[j] = s < num_splits ? part_o[(s * num_items + item) * head_dim + d] : 0.0f;
+  }
+}
+
 __global__ void combine_splits_kernel(const float* part_o, const float2* part_ml, void* out,
                                       DType out_dtype, int num_splits, int64_t num_items,
                                       int head_dim) {
   __shared__ float weight[kMaxSplits];
   __shared__ float inv_l;
   const int64_t item = blockIdx.x;
+  const int d = static_cast<int>(threadIdx.x);
+  float v[kSplitGroup];
+  load_split_group(v, part_o, 0, num_splits, num_items, item, head_dim, d);
   if (threadIdx.x < 32) {
-    const int lane = threadIdx.x;
-    float m = -INFINITY;
-    for (int s = lane; s < num_splits; s += 32) m = fmaxf(m, part_ml[s * num_items + item].x);
+    const int lane = static_cast<int>(threadIdx.x);
+    const float2 none = make_float2(-INFINITY, 0.0f);
+    const float2 lo = lane < num_splits ? part_ml[lane * num_items + item] : none;
+    const float2 hi = lane + 32 < num_splits ? part_ml[(lane + 32) * num_items + item] : none;
+    float m = fmaxf(lo.x, hi.x);
 #pragma unroll
     for (int offset = 16; offset > 0; offset >>= 1)
       m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, offset));
     const float m_ref = m == -INFINITY ? 0.0f : m;
-    float l = 0.0f;
-    for (int s = lane; s < num_splits; s += 32) {
-      const float2 ml = part_ml[s * num_items + item];
-      const float w = exp2f(ml.x - m_ref);  // 0 for an empty split (m = -inf)
-      weight[s] = w;
-      l += w * ml.y;
-    }
-    l = warp_sum(l);
+    const float w_lo = exp2f(lo.x - m_ref);  // 0 for an empty split (m = -inf)
+    const float w_hi = exp2f(hi.x - m_ref);
+    weight[lane] = w_lo;
+    weight[lane + 32] = w_hi;
+    const float l = warp_sum(w_lo * lo.y + w_hi * hi.y);
     if (lane == 0) inv_l = l > 0.0f ? 1.0f / l : 0.0f;
   }
   __syncthreads();
-  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
-    float o = 0.0f;
-#pragma unroll 8
-    for (int s = 0; s < num_splits; ++s)
-      o += weight[s] * part_o[(s * num_items + item) * head_dim + d];
-    store_from_float(out, out_dtype, item * head_dim + d, o * inv_l);
+  float o = 0.0f;
+  for (int first = 0; first < num_splits; first += kSplitGroup) {
+    if (first > 0) load_split_group(v, part_o, first, num_splits, num_items, item, head_dim, d);
+#pragma unroll
+    for (int j = 0; j < kSplitGroup; ++j) o += weight[min(first + j, kMaxSplits - 1)] * v[j];
   }
+  store_from_float(out, out_dtype, item * head_dim + d, o * inv_l);
 }
 
 // Smallest split factor whose CTAs fill the resident slots in near-whole waves (>= 90% busy),
