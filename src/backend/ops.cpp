@@ -109,31 +109,46 @@ void add_rms_norm(TensorView out, TensorView residual, TensorView x, TensorView 
   cpu::add_rms_norm(out, residual, x, weight, eps);
 }
 
-void linear(TensorView out, TensorView x, TensorView w, const TensorView* bias) {
-  if (on_cuda(out, "linear")) {
-    require_cuda_act(out, "linear.out");
-    require_cuda_act(x, "linear.x");
-    require_cuda_act(w, "linear.w");
+namespace {
+// The shape and dtype checks of linear and linear_add; true when the op runs on the GPU.
+bool check_linear(const TensorView& out, const TensorView& x, const TensorView& w, const TensorView* bias,
+                  const char* what) {
+  SE_CHECK(w.shape.rank() == 2 && last_dim(x) == w.shape[1], "{}: x {} w {}", what, x.shape.to_string(),
+           w.shape.to_string());
+  SE_CHECK(out.numel() == x.numel() / w.shape[1] * w.shape[0], "{}: out {} for x {} w {}", what,
+           out.shape.to_string(), x.shape.to_string(), w.shape.to_string());
+  if (on_cuda(out, what)) {
+    require_cuda_act(out, what);
+    require_cuda_act(x, what);
+    require_cuda_act(w, what);
     SE_CHECK(x.dtype == w.dtype && (x.dtype == DType::kBF16 || out.dtype == DType::kF32),
-             "linear: x {} w {} out {} (CUDA: bf16 x and w with bf16 or f32 out, or all f32)",
+             "{}: x {} w {} out {} (CUDA: bf16 x and w with bf16 or f32 out, or all f32)", what,
              dtype_name(x.dtype), dtype_name(w.dtype), dtype_name(out.dtype));
-    SE_CHECK(w.shape.rank() == 2 && last_dim(x) == w.shape[1], "linear: x {} w {}", x.shape.to_string(),
-             w.shape.to_string());
-    SE_CHECK(out.numel() == x.numel() / w.shape[1] * w.shape[0], "linear: out {} for x {} w {}",
-             out.shape.to_string(), x.shape.to_string(), w.shape.to_string());
-    SE_CHECK(bias == nullptr || (bias->numel() == w.shape[0] && bias->device == Device::kCuda),
-             "linear: bias");
+    SE_CHECK(bias == nullptr || (bias->numel() == w.shape[0] && bias->device == Device::kCuda), "{}: bias", what);
+    return true;
+  }
+  require_cpu_f32(out, what);
+  require_cpu_f32(w, what);
+  SE_CHECK(bias == nullptr || bias->numel() == w.shape[0], "{}: bias size", what);
+  return false;
+}
+}  // namespace
+
+void linear(TensorView out, TensorView x, TensorView w, const TensorView* bias) {
+  if (check_linear(out, x, w, bias, "linear")) {
     if constexpr (kCudaBuilt) cuda::linear(out, x, w, bias);
     return;
   }
-  require_cpu_f32(out, "linear.out");
-  require_cpu_f32(w, "linear.w");
-  SE_CHECK(w.shape.rank() == 2 && last_dim(x) == w.shape[1], "linear: x {} w {}", x.shape.to_string(),
-           w.shape.to_string());
-  SE_CHECK(out.numel() == x.numel() / w.shape[1] * w.shape[0], "linear: out {} for x {} w {}",
-           out.shape.to_string(), x.shape.to_string(), w.shape.to_string());
-  SE_CHECK(bias == nullptr || bias->numel() == w.shape[0], "linear: bias size");
   cpu::linear(out, x, w, bias);
+}
+
+void linear_add(TensorView out, TensorView x, TensorView w) {
+  SE_CHECK(out.dtype == DType::kF32, "linear_add: the residual stream is f32, got {}", dtype_name(out.dtype));
+  if (check_linear(out, x, w, nullptr, "linear_add")) {
+    if constexpr (kCudaBuilt) cuda::linear_add(out, x, w);
+    return;
+  }
+  cpu::linear_add(out, x, w);
 }
 
 namespace {

@@ -42,6 +42,9 @@ void add_rms_norm(TensorView out, TensorView residual, TensorView x, TensorView 
 
 // out[M, N] = x[M, K] @ w[N, K]^T (+ bias[N]); w F32 (CPU). The linear layer of every projection.
 void linear(TensorView out, TensorView x, TensorView w, const TensorView* bias = nullptr);
+// out[M, N] += x[M, K] @ w[N, K]^T: a projection whose result joins the residual stream (o_proj, down_proj), with
+// the addition in the GEMM (cuBLASLt's beta = 1) instead of a pass of its own. out F32.
+void linear_add(TensorView out, TensorView x, TensorView w);
 
 // x [T, heads, head_dim] rotated in place at positions[T] (I32).
 void rope(TensorView x, TensorView positions, const RopeParams& params);

@@ -51,24 +51,31 @@ void Model::run_layer(int layer, const ForwardBatch& batch, int64_t t, ForwardHo
   params.sliding_window = lc.sliding ? c.sliding_window : 0;
   const TensorView attn = ws.attn(t);
   hooks.attend(layer, lc, batch, q, k, v, attn, params);
-  const TensorView o = ws.proj(t);
-  linear(o, reshaped(attn, {t, c.q_size()}), w.o_proj.view());
+  const TensorView attn_rows = reshaped(attn, {t, c.q_size()});
 
-  // MLP: (sandwich) norm -> fused gate/up -> gated activation -> down -> (sandwich) norm.
+  // o_proj, then the MLP: (sandwich) norm -> fused gate/up -> gated activation -> down -> (sandwich) norm. Without
+  // sandwich norms, o_proj and down add straight into the residual stream h (in the GEMM, not a pass of their own).
   if (c.sandwich_norm) {
+    const TensorView o = ws.proj(t);
+    linear(o, attn_rows, w.o_proj.view());
     rms_norm(o, o, w.post_attention_norm.view(), c.rms_norm_eps);
     add_rms_norm(x, h, o, w.pre_feedforward_norm.view(), c.rms_norm_eps);
   } else {
-    add_rms_norm(x, h, o, w.post_attention_norm.view(), c.rms_norm_eps);
+    linear_add(h, attn_rows, w.o_proj.view());
+    rms_norm(x, h, w.post_attention_norm.view(), c.rms_norm_eps);
   }
   const TensorView gate_up = ws.gate_up(t);
   linear(gate_up, x, w.gate_up.view());
   const TensorView act = ws.act(t);
   gated_activation(act, gate_up, c.activation);
-  const TensorView mlp = ws.proj(t);  // o is consumed: the down projection reuses its buffer
-  linear(mlp, act, w.down.view());
-  if (c.sandwich_norm) rms_norm(mlp, mlp, w.post_feedforward_norm.view(), c.rms_norm_eps);
-  add_inplace(h, mlp);
+  if (c.sandwich_norm) {
+    const TensorView mlp = ws.proj(t);
+    linear(mlp, act, w.down.view());
+    rms_norm(mlp, mlp, w.post_feedforward_norm.view(), c.rms_norm_eps);
+    add_inplace(h, mlp);
+  } else {
+    linear_add(h, act, w.down.view());
+  }
   hooks.on_layer_end(layer, batch, h);
 }
 

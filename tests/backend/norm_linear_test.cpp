@@ -71,5 +71,22 @@ TEST(ActivationTest, GatedSiluAndGelu) {
     }
 }
 
+// linear_add adds the projection into out, for one row (the decode GEMV) and several (GEMM).
+TEST(LinearAddTest, AddsTheProjectionToOut) {
+  for (int64_t m : {1, 5}) {
+    const Tensor x = test::random_tensor({m, 70}, 21);
+    const Tensor w = test::random_tensor({33, 70}, 22);
+    const Tensor residual = test::random_tensor({m, 33}, 23);
+    Tensor want = Tensor::empty(DType::kF32, {m, 33});
+    linear(want.view(), x.view(), w.view());
+    add_inplace(want.view(), residual.view());
+    Tensor got = residual.clone();
+    linear_add(got.view(), x.view(), w.view());
+    for (int64_t i = 0; i < want.numel(); ++i)
+      EXPECT_NEAR(got.data<float>()[i], want.data<float>()[i], 1e-5f * (1.0f + std::abs(want.data<float>()[i])))
+          << "m " << m << " element " << i;
+  }
+}
+
 }  // namespace
 }  // namespace se

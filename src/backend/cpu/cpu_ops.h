@@ -10,6 +10,7 @@ void embedding(TensorView out, TensorView table, TensorView ids);
 void rms_norm(TensorView out, TensorView x, TensorView weight, float eps);
 void add_rms_norm(TensorView out, TensorView residual, TensorView x, TensorView weight, float eps);
 void linear(TensorView out, TensorView x, TensorView w, const TensorView* bias);
+void linear_add(TensorView out, TensorView x, TensorView w);
 void rope(TensorView x, TensorView positions, const RopeParams& params);
 void split_qkv_rope(TensorView q, TensorView k, TensorView v, TensorView qkv, TensorView positions,
                     const RopeParams& rope, const QkNorm* qk_norm);

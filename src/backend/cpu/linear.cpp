@@ -25,7 +25,8 @@ inline float horizontal_sum(__m256 v) {
 // Each pass also prefetches the rows two blocks ahead, a cache line of each per line it reads: a row is a few KB,
 // so the hardware prefetcher, which stops at page boundaries, starts every block late. On the development
 // machine this took the model's GEMVs from 14.1 to 16.1 GB/s (best of 40) and 12.8 to 13.9 (median).
-void gemv(const float* w, const float* x, float* y, int64_t n, int64_t k) {
+// With `accumulate`, y += W x.
+void gemv(const float* w, const float* x, float* y, int64_t n, int64_t k, bool accumulate) {
 #if defined(__AVX2__) && defined(__FMA__)
   constexpr int64_t kPrefetchRows = 8;
   constexpr int64_t kFloatsPerLine = 16;
@@ -33,7 +34,7 @@ void gemv(const float* w, const float* x, float* y, int64_t n, int64_t k) {
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < n; r += 4) {
     if (n - r < 4) {
-      for (int64_t i = r; i < n; ++i) y[i] = dot(w + i * k, x, static_cast<int32_t>(k));
+      for (int64_t i = r; i < n; ++i) y[i] = (accumulate ? y[i] : 0.0f) + dot(w + i * k, x, static_cast<int32_t>(k));
       continue;
     }
     const float* w0 = w + r * k;
@@ -59,30 +60,29 @@ void gemv(const float* w, const float* x, float* y, int64_t n, int64_t k) {
       s2 += w2[i] * x[i];
       s3 += w3[i] * x[i];
     }
-    y[r] = s0;
-    y[r + 1] = s1;
-    y[r + 2] = s2;
-    y[r + 3] = s3;
+    y[r] = (accumulate ? y[r] : 0.0f) + s0;
+    y[r + 1] = (accumulate ? y[r + 1] : 0.0f) + s1;
+    y[r + 2] = (accumulate ? y[r + 2] : 0.0f) + s2;
+    y[r + 3] = (accumulate ? y[r + 3] : 0.0f) + s3;
   }
 #else
   cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(n), static_cast<int>(k), 1.0f, w, static_cast<int>(k), x,
-              1, 0.0f, y, 1);
+              1, accumulate ? 1.0f : 0.0f, y, 1);
 #endif
 }
 
-}  // namespace
-
-void linear(TensorView out, TensorView x, TensorView w, const TensorView* bias) {
+// out = x w^T (+ bias), or out += x w^T with `accumulate`.
+void project(TensorView out, TensorView x, TensorView w, const TensorView* bias, bool accumulate) {
   const int64_t k = w.shape[1];
   const int64_t n = w.shape[0];
   const int64_t m = x.numel() / k;
   float* y = out.ptr<float>();
   if (m == 1) {
-    gemv(w.ptr<float>(), x.ptr<float>(), y, n, k);
+    gemv(w.ptr<float>(), x.ptr<float>(), y, n, k, accumulate);
   } else {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(n),
                 static_cast<int>(k), 1.0f, x.ptr<float>(), static_cast<int>(k), w.ptr<float>(),
-                static_cast<int>(k), 0.0f, y, static_cast<int>(n));
+                static_cast<int>(k), accumulate ? 1.0f : 0.0f, y, static_cast<int>(n));
   }
   if (bias != nullptr) {
     const float* b = bias->ptr<float>();
@@ -90,5 +90,13 @@ void linear(TensorView out, TensorView x, TensorView w, const TensorView* bias) 
       for (int64_t c = 0; c < n; ++c) y[r * n + c] += b[c];
   }
 }
+
+}  // namespace
+
+void linear(TensorView out, TensorView x, TensorView w, const TensorView* bias) {
+  project(out, x, w, bias, false);
+}
+
+void linear_add(TensorView out, TensorView x, TensorView w) { project(out, x, w, nullptr, true); }
 
 }  // namespace se::cpu

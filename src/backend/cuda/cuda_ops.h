@@ -18,6 +18,7 @@ void add_rms_norm(TensorView out, TensorView residual, TensorView x, TensorView 
 // cuBLASLt; plans (descriptors + algorithm) cached per shape, dtypes and alignment; one shared
 // workspace.
 void linear(TensorView out, TensorView x, TensorView w, const TensorView* bias);
+void linear_add(TensorView out, TensorView x, TensorView w);
 // One warp per (token, head), the head in registers: rope is split_qkv_rope's kernel run in place.
 void rope(TensorView x, TensorView positions, const RopeParams& params);
 void split_qkv_rope(TensorView q, TensorView k, TensorView v, TensorView qkv, TensorView positions,

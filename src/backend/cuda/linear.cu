@@ -104,7 +104,9 @@ struct LinearPlanCache {
 
 void destroy_linear_plans(LinearPlanCache* cache) { delete cache; }
 
-void linear(TensorView out, TensorView x, TensorView w, const TensorView* bias) {
+namespace {
+// out = x w^T (+ bias), or out += x w^T with `accumulate` (beta = 1, out read as cuBLASLt's C).
+void project(TensorView out, TensorView x, TensorView w, const TensorView* bias, bool accumulate) {
   CudaContext& context = CudaContext::current();
   const int64_t k = w.shape[1];
   const int64_t n = w.shape[0];
@@ -116,7 +118,7 @@ void linear(TensorView out, TensorView x, TensorView w, const TensorView* bias) 
   auto it = cache->plans.find(key);
   if (it == cache->plans.end()) it = cache->plans.emplace(key, make_plan(key, context)).first;
   const LinearPlan& plan = it->second;
-  const float alpha = 1.0f, beta = 0.0f;
+  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   SE_CUBLAS_CHECK(cublasLtMatmul(context.lt(), plan.desc, &alpha, w.data, plan.w_layout, x.data,
                                  plan.x_layout, &beta, out.data, plan.out_layout, out.data,
                                  plan.out_layout, &plan.algo, context.workspace(),
@@ -128,5 +130,12 @@ void linear(TensorView out, TensorView x, TensorView w, const TensorView* bias) 
     SE_CUDA_CHECK_LAUNCH("add_bias_kernel");
   }
 }
+}  // namespace
+
+void linear(TensorView out, TensorView x, TensorView w, const TensorView* bias) {
+  project(out, x, w, bias, false);
+}
+
+void linear_add(TensorView out, TensorView x, TensorView w) { project(out, x, w, nullptr, true); }
 
 }  // namespace se::cuda

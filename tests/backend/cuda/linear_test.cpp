@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <tuple>
 
 #include "backend/ops.h"
 #include "cuda_test_util.h"
@@ -60,6 +61,25 @@ TEST(CudaLinearTest, MatchesCpuAcrossShapesAndDtypes) {
         EXPECT_LT(err, tol) << "M=" << c.m << " N=" << c.n << " K=" << c.k;
       }
     }
+  }
+}
+
+// linear_add on the GPU: cuBLASLt's beta = 1 into an f32 residual, against the CPU's linear_add.
+TEST(CudaLinearTest, LinearAddMatchesCpu) {
+  SE_SKIP_WITHOUT_CUDA_DEVICE();
+  uint64_t seed = 900;
+  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 4096, 4096}, {8, 4096, 14336}, {37, 576, 1536}}) {
+    const Tensor x = random_host({m, k}, seed++, DType::kBF16);
+    const Tensor w = random_host({n, k}, seed++, DType::kBF16, 0.05f);
+    const Tensor residual = random_host({m, n}, seed++, DType::kF32, 4.0f);
+    Tensor ref = residual.clone();
+    linear_add(ref.view(), x.view(), w.view());
+    Tensor out = upload(residual, DType::kF32);
+    linear_add(out.view(), upload(x, DType::kBF16).view(), upload(w, DType::kBF16).view());
+    const double err = relative_error(download_f32(out), ref);
+    std::printf("PARITY linear_add bf16->f32 M=%-4lld N=%-6lld K=%-5lld rel_err %.3e\n", static_cast<long long>(m),
+                static_cast<long long>(n), static_cast<long long>(k), err);
+    EXPECT_LT(err, 1e-5) << "M=" << m << " N=" << n << " K=" << k;
   }
 }
 
