@@ -456,6 +456,8 @@ TEST_F(ChainLifecycleTest, PruneIsBlockedWhileATurnRunsAndFailsForAnUnknownChain
   EXPECT_EQ(test::wait_for_prune(*engine_, *busy).state, PruneState::kBlocked);
   engine_->abort("p2");
   collect(**stream);
+  // On a loaded machine p2 can finish its tokens before the abort arrives; then "p" stays, idle, with its pages.
+  const bool p_kept = engine_->find_chain("p").has_value();
 
   prune.chain_id = "never-made";
   auto unknown = engine_->submit_prune(prune);
@@ -472,7 +474,11 @@ TEST_F(ChainLifecycleTest, PruneIsBlockedWhileATurnRunsAndFailsForAnUnknownChain
   ASSERT_TRUE(outside.is_ok());
   EXPECT_EQ(test::wait_for_prune(*engine_, *outside).state, PruneState::kFailed);
   EXPECT_EQ(engine_->find_chain("q")->num_held_pages, before.num_held_pages);
-  expect_pages_accounted({"q"});
+  if (p_kept) {
+    expect_pages_accounted({"p", "q"});
+  } else {
+    expect_pages_accounted({"q"});
+  }
 }
 
 // Put back without computing (the scheduler admitted it, then found no room): the request keeps its restored
