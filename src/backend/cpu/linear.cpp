@@ -1,6 +1,11 @@
 #include <cblas.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstring>
+#include <string_view>
+#include <vector>
 
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/vector_math.h"
@@ -8,6 +13,33 @@
 namespace se::cpu {
 
 namespace {
+
+// OpenBLAS picks its kernels for the CPU when it loads, and on a CPU newer than its tables falls back to its
+// slowest, SSE3-only ones ("Prescott"): Debian 12's 0.3.21 does so on an Emerald Rapids Xeon, where prefill then
+// ran 3.4x slower than with its AVX-512 kernels. Unless the user chose (OPENBLAS_CORETYPE is set), the process
+// names the kernel family from the CPU's features and starts over with it in its environment: OpenBLAS reads the
+// variable while it loads, before main, and libc's start-up resets the environment after an executable's
+// .preinit_array (the earliest code a program runs), so re-executing is the one way to hand it over. Every
+// executable that links this file's linear does this once; if the exec fails, OpenBLAS keeps its own choice.
+void choose_openblas_core(int /*argc*/, char** argv, char** envp) {
+  constexpr std::string_view kVariable = "OPENBLAS_CORETYPE=";
+  size_t num_env = 0;
+  for (; envp[num_env] != nullptr; ++num_env)
+    if (std::string_view(envp[num_env]).starts_with(kVariable)) return;
+  __builtin_cpu_init();  // nothing has run the CPU-feature constructor yet
+  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (!avx512 && !avx2) return;
+  static char setting[] = "OPENBLAS_CORETYPE=SkylakeX";
+  if (!avx512) std::strcpy(setting + kVariable.size(), "Haswell");
+  std::vector<char*> env(envp, envp + num_env);
+  env.push_back(setting);
+  env.push_back(nullptr);
+  execve("/proc/self/exe", argv, env.data());
+}
+__attribute__((section(".preinit_array"), used)) void (*const kChooseOpenblasCore)(int, char**, char**) =
+    choose_openblas_core;
 
 #if defined(__AVX2__) && defined(__FMA__)
 // Sum of the 8 lanes.
