@@ -289,7 +289,7 @@ void sample_rows(TensorView ids, TensorView logprobs, TensorView x, std::span<co
 bool cuda_implements(std::string_view op) {
   // The ops with a twin in backend/cuda/cuda_ops.h.
   static constexpr std::string_view kCudaOps[] = {
-      "embedding", "rms_norm",        "add_rms_norm", "linear",      "rope",    "gated_activation",
+      "embedding", "rms_norm",        "add_rms_norm", "linear",      "linear_add", "rope",    "gated_activation",
       "split_qkv_rope", "add_inplace", "scale_inplace", "softcap_inplace", "argmax_rows", "sample_rows", "write_kv",
       "paged_attention",
       "paged_attention over a selection", "update_page_key_bounds", "page_key_bound_scores",

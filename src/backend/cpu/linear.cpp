@@ -1,11 +1,11 @@
 #include <cblas.h>
 
+#include <sys/auxv.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstring>
+#include <cstdlib>
 #include <string_view>
-#include <vector>
 
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/vector_math.h"
@@ -16,30 +16,27 @@ namespace {
 
 // OpenBLAS picks its kernels for the CPU when it loads, and on a CPU newer than its tables falls back to its
 // slowest, SSE3-only ones ("Prescott"): Debian 12's 0.3.21 does so on an Emerald Rapids Xeon, where prefill then
-// ran 3.4x slower than with its AVX-512 kernels. Unless the user chose (OPENBLAS_CORETYPE is set), the process
-// names the kernel family from the CPU's features and starts over with it in its environment: OpenBLAS reads the
-// variable while it loads, before main, and libc's start-up resets the environment after an executable's
-// .preinit_array (the earliest code a program runs), so re-executing is the one way to hand it over. Every
-// executable that links this file's linear does this once; if the exec fails, OpenBLAS keeps its own choice.
-void choose_openblas_core(int /*argc*/, char** argv, char** envp) {
-  constexpr std::string_view kVariable = "OPENBLAS_CORETYPE=";
-  size_t num_env = 0;
-  for (; envp[num_env] != nullptr; ++num_env)
-    if (std::string_view(envp[num_env]).starts_with(kVariable)) return;
-  __builtin_cpu_init();  // nothing has run the CPU-feature constructor yet
+// ran 3.4x slower than with its AVX-512 kernels. OpenBLAS reads OPENBLAS_CORETYPE only while it loads, so when it
+// fell back and the user did not choose, the process starts over once with the kernel family the CPU supports
+// (AVX-512: SkylakeX; else Haswell, since the build requires AVX2). This runs as a constructor of the executable:
+// after the libraries initialized (OpenBLAS has made its choice), before main. Setting OPENBLAS_CORETYPE keeps
+// OpenBLAS's own choice; if the exec fails, the process goes on with it.
+__attribute__((constructor)) void restart_if_openblas_fell_back(int /*argc*/, char** argv, char** /*envp*/) {
+  if (std::getenv("OPENBLAS_CORETYPE") != nullptr || std::string_view(openblas_get_corename()) != "Prescott") return;
+  // AT_BASE is 0 when the dynamic loader itself was run as the program (`ld.so ./sparse-engine ...`): then
+  // /proc/self/exe names the loader, which this argv would not start the program with.
+  if (getauxval(AT_BASE) == 0) return;
+  char path[4096];
+  const ssize_t length = readlink("/proc/self/exe", path, sizeof(path) - 1);
+  if (length <= 0) return;
+  path[length] = '\0';
+  __builtin_cpu_init();  // constructors may run before the CPU-feature one
   const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                       __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  if (!avx512 && !avx2) return;
-  static char setting[] = "OPENBLAS_CORETYPE=SkylakeX";
-  if (!avx512) std::strcpy(setting + kVariable.size(), "Haswell");
-  std::vector<char*> env(envp, envp + num_env);
-  env.push_back(setting);
-  env.push_back(nullptr);
-  execve("/proc/self/exe", argv, env.data());
+  setenv("OPENBLAS_CORETYPE", avx512 ? "SkylakeX" : "Haswell", 0);
+  execv(path, argv);  // the executable's real path, so the process keeps its name
+  unsetenv("OPENBLAS_CORETYPE");
 }
-__attribute__((section(".preinit_array"), used)) void (*const kChooseOpenblasCore)(int, char**, char**) =
-    choose_openblas_core;
 
 #if defined(__AVX2__) && defined(__FMA__)
 // Sum of the 8 lanes.
