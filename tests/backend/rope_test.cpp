@@ -1,6 +1,5 @@
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
 #include <numbers>
 #include <vector>
@@ -64,38 +63,50 @@ TEST(RopeTest, Llama3ScalingKeepsHighAndDividesLowFrequencies) {
   }
 }
 
-// split_qkv_rope: each head of the fused row lands in its output, q and k normed per head and rotated as the
-// single ops would, v copied untouched; rows are independent of each other.
-TEST(SplitQkvRopeTest, EqualsSplitThenNormThenRope) {
-  const int T = 3, Hq = 4, Hk = 2, D = 16;
-  const Tensor qkv = test::random_tensor({T, (Hq + 2 * Hk) * D}, 7);
+// split_qkv_rope against the formulas written out here: each head of the fused row lands in its output, q and k
+// heads are RMS-normed (x / sqrt(mean(x^2) + eps) * w) and rotated (NeoX pairs i, i + rotary_dim / 2; the angle is
+// the fp32 product position * inv_freq, inv_freq = theta^(-2i / rotary_dim)), v is copied untouched.
+TEST(SplitQkvRopeTest, MatchesTheFormulas) {
+  const int T = 3, Hq = 4, Hk = 2, D = 16, heads = Hq + 2 * Hk;
+  const Tensor qkv = test::random_tensor({T, heads * D}, 7);
   const Tensor q_weight = test::random_tensor({D}, 8), k_weight = test::random_tensor({D}, 9);
   std::vector<int32_t> pos = {0, 5, 4099};
   const TensorView positions{pos.data(), DType::kI32, {T}};
   RopeParams p;
   p.theta = 500000.0f;
   p.rotary_dim = D / 2;  // a partial rotation: the upper half of each head passes through
+  const int half = p.rotary_dim / 2;
   for (bool with_norm : {false, true}) {
     Tensor q = Tensor::empty(DType::kF32, {T, Hq, D}), k = Tensor::empty(DType::kF32, {T, Hk, D}),
            v = Tensor::empty(DType::kF32, {T, Hk, D});
     const QkNorm norm{q_weight.view(), k_weight.view(), 1e-6f};
     split_qkv_rope(q.view(), k.view(), v.view(), qkv.view(), positions, p, with_norm ? &norm : nullptr);
-    // The reference, head by head from the row: copy, norm, rotate.
     for (int t = 0; t < T; ++t)
-      for (int h = 0; h < Hq + 2 * Hk; ++h) {
-        Tensor head = Tensor::empty(DType::kF32, {1, 1, D});
-        std::copy_n(qkv.data<float>() + (t * (Hq + 2 * Hk) + h) * D, D, head.data<float>());
+      for (int h = 0; h < heads; ++h) {
+        std::vector<double> x(qkv.data<float>() + (t * heads + h) * D, qkv.data<float>() + (t * heads + h + 1) * D);
         const bool is_v = h >= Hq + Hk;
+        if (!is_v && with_norm) {
+          double sum_sq = 0;
+          for (double e : x) sum_sq += e * e;
+          const float* w = (h < Hq ? q_weight : k_weight).data<float>();
+          for (int i = 0; i < D; ++i) x[static_cast<size_t>(i)] *= w[i] / std::sqrt(sum_sq / D + 1e-6);
+        }
+        std::vector<double> want = x;
         if (!is_v) {
-          if (with_norm) rms_norm(head.view(), head.view(), h < Hq ? q_weight.view() : k_weight.view(), 1e-6f);
-          rope(head.view(), TensorView{&pos[static_cast<size_t>(t)], DType::kI32, {1}}, p);
+          for (int i = 0; i < half; ++i) {
+            const auto inv_freq = static_cast<float>(std::pow(500000.0, -2.0 * i / p.rotary_dim));
+            const double angle = static_cast<float>(pos[static_cast<size_t>(t)]) * inv_freq;
+            const double a = x[static_cast<size_t>(i)], b = x[static_cast<size_t>(i + half)];
+            want[static_cast<size_t>(i)] = a * std::cos(angle) - b * std::sin(angle);
+            want[static_cast<size_t>(i + half)] = b * std::cos(angle) + a * std::sin(angle);
+          }
         }
         const float* got = h < Hq        ? q.data<float>() + (t * Hq + h) * D
                             : h < Hq + Hk ? k.data<float>() + (t * Hk + h - Hq) * D
                                           : v.data<float>() + (t * Hk + h - Hq - Hk) * D;
         for (int i = 0; i < D; ++i)
-          EXPECT_EQ(got[i], head.data<float>()[i]) << "norm " << with_norm << " token " << t << " head " << h
-                                                   << " element " << i;
+          EXPECT_NEAR(got[i], want[static_cast<size_t>(i)], 1e-5 * (1 + std::abs(want[static_cast<size_t>(i)])))
+              << "norm " << with_norm << " token " << t << " head " << h << " element " << i;
       }
   }
 }
