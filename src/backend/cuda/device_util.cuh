@@ -50,6 +50,19 @@ __device__ __forceinline__ float round_to(DType dtype, float v) {
   }
 }
 
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
+__device__ __forceinline__ float to_float(float x) { return x; }
+
+template <typename T, int N>
+__device__ __forceinline__ void load_fragment_of(float (&v)[N], const T* src, int first, int step, int end) {
+#pragma unroll
+  for (int j = 0; j < N; ++j) {
+    const int i = first + j * step;
+    v[j] = i < end ? to_float(src[i]) : 0.0f;
+  }
+}
+
 // A thread's fragment of one row: v[j] = p[base + first + j * step] as float, 0 past `end`. The dtype
 // switch sits outside the loop, so all N loads are in flight before the first is used (a loop of
 // dependent load_as_float calls would wait out one memory latency per element).
@@ -57,33 +70,12 @@ template <int N>
 __device__ __forceinline__ void load_fragment(float (&v)[N], const void* p, DType dtype, int64_t base,
                                               int first, int step, int end) {
   switch (dtype) {
-    case DType::kBF16: {
-      const auto* src = static_cast<const __nv_bfloat16*>(p) + base;
-#pragma unroll
-      for (int j = 0; j < N; ++j) {
-        const int i = first + j * step;
-        v[j] = i < end ? __bfloat162float(src[i]) : 0.0f;
-      }
-      break;
-    }
-    case DType::kF16: {
-      const auto* src = static_cast<const __half*>(p) + base;
-#pragma unroll
-      for (int j = 0; j < N; ++j) {
-        const int i = first + j * step;
-        v[j] = i < end ? __half2float(src[i]) : 0.0f;
-      }
-      break;
-    }
-    default: {
-      const auto* src = static_cast<const float*>(p) + base;
-#pragma unroll
-      for (int j = 0; j < N; ++j) {
-        const int i = first + j * step;
-        v[j] = i < end ? src[i] : 0.0f;
-      }
-      break;
-    }
+    case DType::kBF16:
+      return load_fragment_of(v, static_cast<const __nv_bfloat16*>(p) + base, first, step, end);
+    case DType::kF16:
+      return load_fragment_of(v, static_cast<const __half*>(p) + base, first, step, end);
+    default:
+      return load_fragment_of(v, static_cast<const float*>(p) + base, first, step, end);
   }
 }
 

@@ -68,7 +68,7 @@ __global__ void combine_splits_kernel(const float* part_o, const float2* part_ml
   for (int first = 0; first < num_splits; first += kSplitGroup) {
     if (first > 0) load_split_group(v, part_o, first, num_splits, num_items, item, head_dim, d);
 #pragma unroll
-    for (int j = 0; j < kSplitGroup; ++j) o += weight[min(first + j, kMaxSplits - 1)] * v[j];
+    for (int j = 0; j < kSplitGroup; ++j) o += weight[first + j] * v[j];  // first + j < kMaxSplits
   }
   store_from_float(out, out_dtype, item * head_dim + d, o * inv_l);
 }
