@@ -121,6 +121,19 @@ void copy_bytes_async(Device device, void* dst, const void* src, size_t nbytes) 
 #endif
 }
 
+void copy_rows_async(Device device, void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
+                     size_t rows) {
+  if (device == Device::kCpu) {
+    for (size_t r = 0; r < rows; ++r)
+      std::memcpy(static_cast<char*>(dst) + r * dst_pitch, static_cast<const char*>(src) + r * src_pitch, width);
+    return;
+  }
+  require_built(device);
+#if SE_WITH_CUDA
+  cuda::copy_rows_async(dst, dst_pitch, src, src_pitch, width, rows);
+#endif
+}
+
 void synchronize(Device device) {
   if (device == Device::kCpu) return;
   require_built(device);

@@ -1,13 +1,23 @@
 #include "kv/page_table.h"
 
 #include <algorithm>
+#include <atomic>
 #include <limits>
 
 #include "base/check.h"
 
 namespace se {
 
-PageTable::PageTable(BlockPool* pool, const KvLayout& layout) : pool_(pool), layout_(layout) {
+namespace {
+// A fresh PageTable epoch: one counter for every table of the process.
+uint64_t next_epoch() {
+  static std::atomic<uint64_t> counter{0};
+  return ++counter;
+}
+}  // namespace
+
+PageTable::PageTable(BlockPool* pool, const KvLayout& layout)
+    : pool_(pool), layout_(layout), epoch_(next_epoch()) {
   SE_CHECK(pool != nullptr, "page table: no pool");
   const Status valid = layout.validate();
   SE_CHECK(valid.is_ok(), "page table: {}", valid.message());
@@ -24,8 +34,10 @@ PageTable::PageTable(PageTable&& other) noexcept
       num_logical_tokens_(other.num_logical_tokens_),
       stride_(other.stride_),
       page_ids_(std::move(other.page_ids_)),
-      num_tokens_(std::move(other.num_tokens_)) {
+      num_tokens_(std::move(other.num_tokens_)),
+      epoch_(other.epoch_) {
   // The moved-from table holds nothing, so its destructor releases nothing.
+  other.epoch_ = next_epoch();
   other.pool_ = nullptr;
   other.num_logical_tokens_ = 0;
   other.stride_ = 0;
@@ -42,6 +54,8 @@ PageTable& PageTable::operator=(PageTable&& other) noexcept {
     stride_ = other.stride_;
     page_ids_ = std::move(other.page_ids_);
     num_tokens_ = std::move(other.num_tokens_);
+    epoch_ = other.epoch_;
+    other.epoch_ = next_epoch();
     other.pool_ = nullptr;
     other.num_logical_tokens_ = 0;
     other.stride_ = 0;
@@ -180,6 +194,7 @@ Status PageTable::attach_prefix(std::span<const int32_t> pages, int32_t num_bloc
     }
   }
   ensure_stride(num_blocks);
+  epoch_ = next_epoch();
   const int32_t num_tokens = num_blocks * layout_.page_size;
   for (size_t s = 0; s < num_streams; ++s) {
     for (int32_t b = 0; b < num_blocks; ++b) {
@@ -206,6 +221,7 @@ Status PageTable::truncate(int32_t num_tokens) {
           num_tokens, row(s)[num_tokens / layout_.page_size]);
     }
   }
+  epoch_ = next_epoch();
   for (size_t s = 0; s < num_streams; ++s) {
     if (num_tokens >= num_tokens_[s]) continue;
     // Release from the tail so the most recent pages are the first to be reused.
@@ -244,6 +260,7 @@ Status PageTable::replace_stream(int32_t layer, int32_t head, std::span<const in
       return invalid_argument("page table: replacement page {} listed twice", sorted[i]);
     }
   }
+  epoch_ = next_epoch();
   // Retain first: a page kept from the old list must not pass through ref count 0.
   for (int32_t id : pages) pool_->retain(id);
   for (int32_t p = pages_for(num_tokens_[s]) - 1; p >= 0; --p) pool_->release(row(s)[p]);
@@ -265,6 +282,7 @@ PageTable PageTable::clone() const {
 }
 
 void PageTable::free_all() {
+  epoch_ = next_epoch();
   const auto num_streams = static_cast<size_t>(layout_.num_streams());
   for (size_t s = 0; s < num_streams; ++s) {
     for (int32_t p = pages_for(num_tokens_[s]) - 1; p >= 0; --p) pool_->release(row(s)[p]);

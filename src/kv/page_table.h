@@ -78,6 +78,10 @@ class PageTable final {
   int64_t num_held_pages() const;
   // Bytes of page-table metadata this sequence holds (the flat buffer and lengths).
   size_t metadata_bytes() const;
+  // Changes whenever a page id already listed may have changed (everything but appends, which only add pages
+  // at the ends of the streams); unique across tables, so a copy of the lists can tell whether its prefix of
+  // each stream still holds.
+  uint64_t epoch() const { return epoch_; }
 
   // Where token `token_idx` of one stream lives. Precondition: 0 <= token_idx < num_tokens(layer,
   // head).
@@ -142,6 +146,7 @@ class PageTable final {
   int32_t stride_ = 0;
   std::vector<int32_t> page_ids_;    // [num_streams][stride_]
   std::vector<int32_t> num_tokens_;  // [num_streams]
+  uint64_t epoch_;
 };
 
 }  // namespace se

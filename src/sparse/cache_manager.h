@@ -69,6 +69,10 @@ class CacheManager {
   virtual AttentionView build_view(int layer, const ForwardBatch& batch) = 0;
   // Layer `layer` of one sequence with no new rows (q_indptr = {0, 0}), for work between forwards.
   virtual AttentionView build_sequence_view(int32_t seq, int layer) = 0;
+  // Changes whenever a page already listed in one of `seq`'s views may have changed (anything but pages added at
+  // the ends of its streams); never repeats, even across sequences, so a copy of the views' page lists (the
+  // device mirror) can tell which of its lists still hold and only add the new pages.
+  virtual uint64_t table_epoch(int32_t seq) const = 0;
   // Tokens of `seq` ever appended (the absolute position of its next token) and one stream's physical length.
   virtual int32_t num_logical_tokens(int32_t seq) const = 0;
   virtual int32_t stream_length(int32_t seq, int layer, int kv_head) const = 0;

@@ -39,6 +39,7 @@ class PagedCacheManager final : public CacheManager {
 
   AttentionView build_view(int layer, const ForwardBatch& batch) override;
   AttentionView build_sequence_view(int32_t seq, int layer) override;
+  uint64_t table_epoch(int32_t seq) const override { return sequence(seq).table.epoch(); }
   int32_t num_logical_tokens(int32_t seq) const override;
   int32_t stream_length(int32_t seq, int layer, int kv_head) const override;
   std::span<const int32_t> slot_positions(int32_t seq, int layer, int kv_head) const override;

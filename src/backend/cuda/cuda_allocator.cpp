@@ -93,6 +93,12 @@ void copy_bytes(void* dst, const void* src, size_t nbytes) {
 
 void copy_bytes_async(void* dst, const void* src, size_t nbytes) { copy_on_stream(dst, src, nbytes, false); }
 
+void copy_rows_async(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width, size_t rows) {
+  if (width == 0 || rows == 0) return;
+  SE_CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, rows, cudaMemcpyDefault,
+                                  CudaContext::current().stream()));
+}
+
 void memory_info(size_t* free_bytes, size_t* total_bytes) {
   SE_CUDA_CHECK(cudaSetDevice(CudaContext::current().device()));
   SE_CUDA_CHECK(cudaMemGetInfo(free_bytes, total_bytes));

@@ -27,6 +27,10 @@ void copy_bytes(void* dst, const void* src, size_t nbytes);
 // The same, enqueued without waiting for the stream: host memory must be pinned and left alone until it ran.
 void copy_bytes_async(void* dst, const void* src, size_t nbytes);
 
+// A strided copy of `rows` rows of `width` bytes, enqueued without waiting (cudaMemcpy2DAsync); host memory as
+// for copy_bytes_async.
+void copy_rows_async(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width, size_t rows);
+
 // Free and total bytes of the current context's device (cudaMemGetInfo).
 void memory_info(size_t* free_bytes, size_t* total_bytes);
 
