@@ -12,7 +12,9 @@
 //
 // Selection (dynamic sparse methods): a sequence may restrict what each KV head exposes to a sorted list of
 // token indices or page indices (into that head's page list). Attention then reads the selected entries that
-// are also causally visible; a null list means every visible token.
+// are also causally visible; a null list means every visible token. An op that ranks every sequence at once
+// writes its lists in one batch-wide layout (ProducedSelection), which a device view carries by value, so a
+// step whose kernels read it copies no per-sequence views (what lets a CUDA graph replay it).
 #pragma once
 
 #include <cstddef>
@@ -66,9 +68,21 @@ struct LatentKvView {
   const int32_t* positions_base = nullptr;  // [num_pool_pages, page_size]
 };
 
+// Lists produced for a whole batch in one layout: sequence s, KV head h reads the ascending entries at
+// lists + s * seq_stride + h * head_stride, counts[s * num_kv_heads + h] of them.
+struct ProducedSelection {
+  const int32_t* lists = nullptr;  // null: none
+  int64_t seq_stride = 0;
+  int32_t head_stride = 0;
+  const int32_t* counts = nullptr;
+};
+
 struct AttentionView {
   void* kv_base = nullptr;
-  Device kv_device = Device::kCpu;  // where the pool (kv_base) lives; the tables may live elsewhere (ops.h says)
+  Device kv_device = Device::kCpu;  // where the pool (kv_base) lives
+  // Where q_indptr, seqs and the tables they point to live: the host for a cache's view, the pool's device for
+  // its mirror (ops.h says which ops take which).
+  Device tables_device = Device::kCpu;
   DType kv_dtype = DType::kF32;
   size_t page_bytes = 0;
   int32_t page_size = 0;
@@ -81,6 +95,9 @@ struct AttentionView {
   bool has_selection = false;  // some sequence has a selected list (lets kernels pick the sparse path)
   // The selected lists are an op's output where the pool lives (device memory for a GPU pool), not host tables.
   bool selection_produced = false;
+  // Set when every sequence's lists are one op's output in one layout; it then describes the same lists as the
+  // SeqKvViews' selected pointers, and a device view may carry it alone (its SeqKvViews unselected).
+  ProducedSelection produced;
   KvPayload payload = KvPayload::kExplicit;
   QuantizedKvView quantized;  // payload == kQuantized
   LatentKvView latent;        // payload == kLowRankLatent

@@ -396,23 +396,24 @@ void compact_kv(const AttentionView& pool, std::span<const StreamCompaction> str
   cpu::compact_kv(pool, streams);
 }
 
-void update_page_key_bounds(TensorView bounds, const AttentionView& view) {
+void update_page_key_bounds(TensorView bounds, const AttentionView& view, int32_t max_new_tokens) {
   SE_CHECK(bounds.shape.rank() == 3 && bounds.shape[1] == 2 && bounds.shape[2] == view.head_dim,
            "update_page_key_bounds: bounds {} for head_dim {}", bounds.shape.to_string(), view.head_dim);
   if (pool_on_cuda(view, "update_page_key_bounds")) {
-    SE_CHECK(bounds.device == Device::kCuda && bounds.dtype == DType::kF32,
-             "update_page_key_bounds: a GPU KV pool needs f32 bounds on the GPU, got {} on {}",
+    SE_CHECK(bounds.device == Device::kCuda && bounds.dtype == DType::kBF16,
+             "update_page_key_bounds: a GPU KV pool needs bf16 bounds on the GPU, got {} on {}",
              dtype_name(bounds.dtype), bounds.device == Device::kCuda ? "the GPU" : "the host");
-    if constexpr (kCudaBuilt) cuda::update_page_key_bounds(bounds, view);
+    if constexpr (kCudaBuilt) cuda::update_page_key_bounds(bounds, view, max_new_tokens);
     return;
   }
   require_cpu_f32(bounds, "update_page_key_bounds.bounds");
-  cpu::update_page_key_bounds(bounds, view);
+  cpu::update_page_key_bounds(bounds, view, max_new_tokens);
 }
 
 void page_key_bound_scores(TensorView out, TensorView q, TensorView bounds, const AttentionView& view,
                            int32_t seq) {
   SE_CHECK(seq >= 0 && seq < view.num_seqs, "page_key_bound_scores: sequence {} of {}", seq, view.num_seqs);
+  SE_CHECK(view.tables_device == Device::kCpu, "page_key_bound_scores: takes a view with host tables");
   SE_CHECK(q.shape.rank() == 2 && q.shape[1] == view.head_dim && q.shape[0] % view.num_kv_heads == 0 &&
                out.shape.rank() == 2 && out.shape[0] == q.shape[0] && bounds.shape.rank() == 3,
            "page_key_bound_scores: q {} out {} bounds {}", q.shape.to_string(), out.shape.to_string(),
@@ -420,9 +421,9 @@ void page_key_bound_scores(TensorView out, TensorView q, TensorView bounds, cons
   if (pool_on_cuda(view, "page_key_bound_scores")) {
     require_host_scores(out, "page_key_bound_scores.out");
     require_cuda_act(q, "page_key_bound_scores.q");
-    SE_CHECK(bounds.device == Device::kCuda && bounds.dtype == DType::kF32 && bounds.shape[1] == 2 &&
+    SE_CHECK(bounds.device == Device::kCuda && bounds.dtype == DType::kBF16 && bounds.shape[1] == 2 &&
                  bounds.shape[2] == view.head_dim,
-             "page_key_bound_scores: a GPU KV pool needs f32 bounds [pages, 2, {}] on the GPU, got {} {} on {}",
+             "page_key_bound_scores: a GPU KV pool needs bf16 bounds [pages, 2, {}] on the GPU, got {} {} on {}",
              view.head_dim, dtype_name(bounds.dtype), bounds.shape.to_string(),
              bounds.device == Device::kCuda ? "the GPU" : "the host");
     if constexpr (kCudaBuilt) cuda::page_key_bound_scores(out, q, bounds, view, seq);
@@ -434,26 +435,39 @@ void page_key_bound_scores(TensorView out, TensorView q, TensorView bounds, cons
 }
 
 void select_pages_by_key_bounds(TensorView selected, TensorView num_selected, TensorView q, TensorView bounds,
-                                const AttentionView& view, int32_t seq, int32_t page_budget, GroupReduce reduce) {
-  SE_CHECK(seq >= 0 && seq < view.num_seqs, "select_pages_by_key_bounds: sequence {} of {}", seq, view.num_seqs);
-  SE_CHECK(q.shape.rank() == 2 && q.shape[1] == view.head_dim && q.shape[0] % view.num_kv_heads == 0 &&
+                                const AttentionView& view, int32_t page_budget, int32_t max_pages_per_stream,
+                                GroupReduce reduce) {
+  SE_CHECK(q.shape.rank() == 3 && q.shape[2] == view.head_dim && q.shape[1] % view.num_kv_heads == 0 &&
                page_budget >= 1 && selected.dtype == DType::kI32 && num_selected.dtype == DType::kI32 &&
-               selected.shape.rank() == 2 && selected.shape[0] == view.num_kv_heads &&
-               selected.shape[1] >= page_budget && num_selected.numel() == view.num_kv_heads &&
-               bounds.shape.rank() == 3 && bounds.shape[1] == 2 && bounds.shape[2] == view.head_dim,
-           "select_pages_by_key_bounds: q {} selected {} num_selected {} bounds {} for budget {}",
+               selected.shape.rank() == 3 && selected.shape[0] >= view.num_seqs &&
+               selected.shape[1] == view.num_kv_heads && selected.shape[2] >= page_budget &&
+               num_selected.shape.rank() == 2 && num_selected.shape[0] >= view.num_seqs &&
+               num_selected.shape[1] == view.num_kv_heads && bounds.shape.rank() == 3 && bounds.shape[1] == 2 &&
+               bounds.shape[2] == view.head_dim,
+           "select_pages_by_key_bounds: q {} selected {} num_selected {} bounds {} for {} sequences, budget {}",
            q.shape.to_string(), selected.shape.to_string(), num_selected.shape.to_string(),
-           bounds.shape.to_string(), page_budget);
+           bounds.shape.to_string(), view.num_seqs, page_budget);
+  if (view.tables_device == Device::kCpu) {
+    for (int32_t s = 0; s < view.num_seqs; ++s)
+      for (int32_t h = 0; h < view.num_kv_heads; ++h)
+        SE_CHECK((view.seqs[s].num_tokens[h] + view.page_size - 1) / view.page_size <= max_pages_per_stream,
+                 "select_pages_by_key_bounds: sequence {} head {} holds {} tokens, past {} pages", s, h,
+                 view.seqs[s].num_tokens[h], max_pages_per_stream);
+  }
   const Device pool = view.kv_device;
   SE_CHECK(selected.device == pool && num_selected.device == pool && bounds.device == pool,
            "select_pages_by_key_bounds: the lists and the bounds live where the pool lives");
+  SE_CHECK(bounds.dtype == view.kv_dtype, "select_pages_by_key_bounds: bounds of {} for {} pages",
+           dtype_name(bounds.dtype), dtype_name(view.kv_dtype));
   if (pool_on_cuda(view, "select_pages_by_key_bounds")) {
     require_cuda_act(q, "select_pages_by_key_bounds.q");
-    if constexpr (kCudaBuilt) cuda::select_pages_by_key_bounds(selected, num_selected, q, bounds, view, seq, page_budget, reduce);
+    if constexpr (kCudaBuilt)
+      cuda::select_pages_by_key_bounds(selected, num_selected, q, bounds, view, page_budget, max_pages_per_stream,
+                                       reduce);
     return;
   }
   require_cpu_f32(q, "select_pages_by_key_bounds.q");
-  cpu::select_pages_by_key_bounds(selected, num_selected, q, bounds, view, seq, page_budget, reduce);
+  cpu::select_pages_by_key_bounds(selected, num_selected, q, bounds, view, page_budget, max_pages_per_stream, reduce);
 }
 
 void attention_logits_max_over_heads(TensorView out, TensorView q, const AttentionView& view, int32_t seq,

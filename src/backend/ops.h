@@ -155,28 +155,34 @@ struct StreamCompaction {
 // stream to its kept.size() tokens.
 void compact_kv(const AttentionView& pool, std::span<const StreamCompaction> streams);
 
-// Page key bounds (Quest): bounds [num_pool_pages, 2, D] F32 holds per page the elementwise min (row 0) and
-// max (row 1) of the keys it stores. Recomputes them for every page that received one of the batch's new
-// tokens (the last n slots of each sequence's streams).
-void update_page_key_bounds(TensorView bounds, const AttentionView& view);
+// Page key bounds (Quest): bounds [num_pool_pages, 2, D], of the pool's dtype (so exact), holds per page the
+// elementwise min (row 0) and max (row 1) of the keys it stores. Recomputes them for every page that received one of the batch's new
+// tokens (the last n slots of each sequence's streams), n <= max_new_tokens. The view's tables may live on the
+// host or where the pool lives (the CUDA twin then reads them as they are; max_new_tokens sizes its launch).
+void update_page_key_bounds(TensorView bounds, const AttentionView& view, int32_t max_new_tokens);
 
 // Upper bounds of q . k over each page of sequence `seq` (Quest): out[h, p] = sum_d max(q[h,d] * min[p,d],
 // q[h,d] * max[p,d]) for query head h and page p of h's KV head. q [H, D] (one query row); out [H, max_pages]
 // F32, where max_pages = the most pages of any KV head of the sequence; entries past a head's pages are -inf.
+// Host tables.
 void page_key_bound_scores(TensorView out, TensorView q, TensorView bounds, const AttentionView& view,
                            int32_t seq);
 
 // How a KV head reduces its query group's per-head scores: mean, max or sum over the group.
 enum class GroupReduce : uint8_t { kMean, kMax, kSum };
 
-// Quest's page choice for sequence `seq` from its last query row q [H, D], without a round trip to the host: per
-// KV head h, the pages of h's stream but the last are ranked by page_key_bound_scores reduced over h's query group
-// (`reduce`); the best (page_budget - 1) of them (the lower page first on a tie) and the last page go to
-// selected[h] in ascending order, with num_selected[h] = page_budget. A stream of at most page_budget pages lists
-// all its pages. selected [num_kv_heads, page_budget] and num_selected [num_kv_heads] I32 live where the pool
-// lives (the device on CUDA), as do the bounds.
+// Quest's page choice for every sequence of `view` from its last query row, without a round trip to the host:
+// per sequence s and KV head h, the pages of h's stream but the last are ranked by page_key_bound_scores reduced
+// over h's query group (`reduce`); the best (page_budget - 1) of them (the lower page first on a tie) and the
+// last page go to selected[s, h] in ascending order, with num_selected[s, h] = page_budget. A stream of at most
+// page_budget pages lists all its pages. q [T, H, D] holds the batch's query rows; selected [num_seqs,
+// num_kv_heads, >= page_budget] and num_selected [num_seqs, num_kv_heads] I32 live where the pool lives (the
+// device on CUDA), as do the bounds. max_pages_per_stream must cover every stream of the view: it is the stride
+// of the ranking's scratch, which a caller that replays the step (a CUDA graph) keeps fixed. The tables may live
+// on the host or where the pool lives, as for update_page_key_bounds.
 void select_pages_by_key_bounds(TensorView selected, TensorView num_selected, TensorView q, TensorView bounds,
-                                const AttentionView& view, int32_t seq, int32_t page_budget, GroupReduce reduce);
+                                const AttentionView& view, int32_t page_budget, int32_t max_pages_per_stream,
+                                GroupReduce reduce);
 
 // Raw attention logits of one query row against a sequence's leading keys, reduced by max over every query head
 // (OmniKV's "last" token filter): out[j] = max_h scale * q[h] . k_j, where k_j is token j of head h's KV head

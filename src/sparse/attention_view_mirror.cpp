@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "backend/device_memory.h"
 #include "base/check.h"
@@ -23,56 +24,113 @@ void AttentionViewMirror::reserve(size_t num_bytes) {
   SE_CHECK(host_.raw() != nullptr, "no host memory to stage {} bytes of page tables", grown);
 }
 
-void AttentionViewMirror::upload(CacheManager& cache, const ForwardBatch& batch) {
-  const KvLayout& l = cache.layout();
-  num_seqs_ = static_cast<int32_t>(batch.sequences.size());
-  selection_used_ = 0;
-  retired_selection_buffers_.clear();  // the previous forward has finished with them
-  const size_t num_views = static_cast<size_t>(l.num_layers) * static_cast<size_t>(num_seqs_);
-  q_indptr_offset_ = num_views * sizeof(SeqKvView);
-  const size_t tables_offset = align8(q_indptr_offset_ + (static_cast<size_t>(num_seqs_) + 1) * sizeof(int32_t));
-
-  // First pass: every (layer, sequence)'s host view (its pointers reach the cache's page tables, which stay put)
-  // and table size, so the device buffer is sized before addresses are known.
-  host_views_.clear();
-  strides_.clear();
-  size_t num_bytes = tables_offset;
-  for (int layer = 0; layer < l.num_layers; ++layer) {
-    const AttentionView view = cache.build_view(layer, batch);
-    if (layer == 0) q_indptr_.assign(view.q_indptr, view.q_indptr + num_seqs_ + 1);
-    for (int32_t s = 0; s < num_seqs_; ++s) {
-      const int32_t* num_tokens = view.seqs[s].num_tokens;
-      const auto stride =
-          static_cast<int32_t>(l.pages_per_stream(*std::max_element(num_tokens, num_tokens + l.num_kv_heads)));
-      host_views_.push_back(view.seqs[s]);
-      strides_.push_back(stride);
-      num_bytes += align8(static_cast<size_t>(l.num_kv_heads) * static_cast<size_t>(1 + stride) * sizeof(int32_t));
+void AttentionViewMirror::lay_out(const KvLayout& l, int32_t num_seqs) {
+  const int32_t L = l.num_layers, H = l.num_kv_heads;
+  num_seqs_ = num_seqs;
+  q_indptr_offset_ = static_cast<size_t>(L) * static_cast<size_t>(num_seqs) * sizeof(SeqKvView);
+  num_tokens_offset_ = align8(q_indptr_offset_ + (static_cast<size_t>(num_seqs) + 1) * sizeof(int32_t));
+  header_bytes_ = align8(num_tokens_offset_ + static_cast<size_t>(num_seqs) * L * H * sizeof(int32_t));
+  regions_.assign(static_cast<size_t>(num_seqs), Region{});
+  size_t offset = header_bytes_;
+  for (int32_t s = 0; s < num_seqs; ++s) {
+    Region& r = regions_[static_cast<size_t>(s)];
+    const int32_t longest = longest_[static_cast<size_t>(s)];
+    r.capacity = longest + longest / 4 + 16;
+    r.offset = offset;
+    offset += align8(static_cast<size_t>(L) * H * static_cast<size_t>(r.capacity) * sizeof(int32_t));
+  }
+  reserve(offset);
+  uploaded_.assign(static_cast<size_t>(num_seqs) * L * H, 0);
+  const char* device = static_cast<const char*>(device_buffer_.raw());
+  auto* views = reinterpret_cast<SeqKvView*>(host_.raw());
+  for (int32_t layer = 0; layer < L; ++layer) {
+    for (int32_t s = 0; s < num_seqs; ++s) {
+      const Region& r = regions_[static_cast<size_t>(s)];
+      SeqKvView& v = views[static_cast<size_t>(layer) * num_seqs + s];
+      v = SeqKvView{};
+      v.page_ids = reinterpret_cast<const int32_t*>(device + r.offset) + static_cast<int64_t>(layer) * H * r.capacity;
+      v.stride = r.capacity;
+      v.num_tokens = reinterpret_cast<const int32_t*>(device + num_tokens_offset_) +
+                     (static_cast<int64_t>(s) * L + layer) * H;
     }
   }
-  reserve(num_bytes);
-  char* const host = static_cast<char*>(host_.raw());
-  char* device_base = static_cast<char*>(device_buffer_.raw());
+  views_sent_ = false;
+}
 
-  std::memcpy(host + q_indptr_offset_, q_indptr_.data(), q_indptr_.size() * sizeof(int32_t));
-  auto* views = reinterpret_cast<SeqKvView*>(host);
-  size_t offset = tables_offset;
-  for (size_t i = 0; i < num_views; ++i) {
-    const SeqKvView& seq = host_views_[i];
-    const int32_t stride = strides_[i];
-    auto* num_tokens = reinterpret_cast<int32_t*>(host + offset);
-    int32_t* page_ids = num_tokens + l.num_kv_heads;
-    std::memcpy(num_tokens, seq.num_tokens, static_cast<size_t>(l.num_kv_heads) * sizeof(int32_t));
-    for (int32_t h = 0; h < l.num_kv_heads; ++h)
-      std::memcpy(page_ids + static_cast<int64_t>(h) * stride, seq.page_ids + static_cast<int64_t>(h) * seq.stride,
-                  static_cast<size_t>(l.pages_per_stream(seq.num_tokens[h])) * sizeof(int32_t));
-    SeqKvView& mirrored = views[i];  // [layer][seq], the order of the first pass
-    mirrored = SeqKvView{};  // no selection: the staging memory is not cleared between steps
-    mirrored.num_tokens = reinterpret_cast<const int32_t*>(device_base + offset);
-    mirrored.page_ids = reinterpret_cast<const int32_t*>(device_base + offset) + l.num_kv_heads;
-    mirrored.stride = stride;
-    offset += align8(static_cast<size_t>(l.num_kv_heads) * static_cast<size_t>(1 + stride) * sizeof(int32_t));
+void AttentionViewMirror::upload(CacheManager& cache, const ForwardBatch& batch) {
+  const KvLayout& l = cache.layout();
+  const int32_t L = l.num_layers, H = l.num_kv_heads;
+  const auto num_seqs = static_cast<int32_t>(batch.sequences.size());
+  selection_used_ = 0;
+  retired_selection_buffers_.clear();  // the previous forward has finished with them
+
+  // Every (layer, sequence)'s host view (its pointers reach the cache's page tables, which stay put) and each
+  // sequence's longest stream.
+  host_views_.clear();
+  longest_.assign(static_cast<size_t>(num_seqs), 0);
+  for (int32_t layer = 0; layer < L; ++layer) {
+    const AttentionView view = cache.build_view(layer, batch);
+    if (layer == 0) q_indptr_.assign(view.q_indptr, view.q_indptr + num_seqs + 1);
+    for (int32_t s = 0; s < num_seqs; ++s) {
+      const SeqKvView& v = view.seqs[s];
+      host_views_.push_back(v);
+      for (int32_t h = 0; h < H; ++h)
+        longest_[static_cast<size_t>(s)] =
+            std::max(longest_[static_cast<size_t>(s)], static_cast<int32_t>(l.pages_per_stream(v.num_tokens[h])));
+    }
   }
-  copy_bytes(device_, device_base, host, num_bytes);
+  bool fits = device_buffer_.defined() && num_seqs == num_seqs_;
+  for (int32_t s = 0; fits && s < num_seqs; ++s)
+    fits = longest_[static_cast<size_t>(s)] <= regions_[static_cast<size_t>(s)].capacity;
+  if (!fits) lay_out(l, num_seqs);
+
+  char* const host = static_cast<char*>(host_.raw());
+  char* const device = static_cast<char*>(device_buffer_.raw());
+  std::memcpy(host + q_indptr_offset_, q_indptr_.data(), q_indptr_.size() * sizeof(int32_t));
+  auto* num_tokens = reinterpret_cast<int32_t*>(host + num_tokens_offset_);
+  for (int32_t s = 0; s < num_seqs; ++s)
+    for (int32_t layer = 0; layer < L; ++layer)
+      std::memcpy(num_tokens + (static_cast<int64_t>(s) * L + layer) * H,
+                  host_views_[static_cast<size_t>(layer) * num_seqs + s].num_tokens, static_cast<size_t>(H) * sizeof(int32_t));
+
+  // Page lists: the device keeps a sequence's leading pages while its table epoch holds, so only the pages after
+  // them travel, as one strided copy of the columns any stream gained (streams grow in step).
+  for (int32_t s = 0; s < num_seqs; ++s) {
+    Region& r = regions_[static_cast<size_t>(s)];
+    const int32_t seq = batch.sequences[static_cast<size_t>(s)].seq_slot;
+    const uint64_t epoch = cache.table_epoch(seq);
+    int32_t* uploaded = uploaded_.data() + static_cast<int64_t>(s) * L * H;
+    if (r.seq != seq || r.epoch != epoch) std::fill(uploaded, uploaded + static_cast<int64_t>(L) * H, 0);
+    r.seq = seq;
+    r.epoch = epoch;
+    auto* rows = reinterpret_cast<int32_t*>(host + r.offset);
+    int32_t first = std::numeric_limits<int32_t>::max(), last = 0;  // the columns to send
+    for (int32_t layer = 0; layer < L; ++layer) {
+      const SeqKvView& v = host_views_[static_cast<size_t>(layer) * num_seqs + s];
+      for (int32_t h = 0; h < H; ++h) {
+        const int64_t row = static_cast<int64_t>(layer) * H + h;
+        const auto num_pages = static_cast<int32_t>(l.pages_per_stream(v.num_tokens[h]));
+        const int32_t held = std::min(uploaded[row], num_pages);
+        uploaded[row] = num_pages;
+        if (num_pages == held) continue;
+        std::memcpy(rows + row * r.capacity + held, v.page_ids + static_cast<int64_t>(h) * v.stride + held,
+                    static_cast<size_t>(num_pages - held) * sizeof(int32_t));
+        first = std::min(first, held);
+        last = std::max(last, num_pages);
+      }
+    }
+    // Columns a stream did not gain are resent as the device already holds them.
+    if (last > first) {
+      const size_t pitch = static_cast<size_t>(r.capacity) * sizeof(int32_t);
+      const size_t at = r.offset + static_cast<size_t>(first) * sizeof(int32_t);
+      copy_rows_async(device_, device + at, pitch, host + at, pitch, static_cast<size_t>(last - first) * sizeof(int32_t),
+                      static_cast<size_t>(L) * H);
+    }
+  }
+  // The header last: copy_bytes waits for the stream, so the staging memory is free to change at the next upload.
+  const size_t header_from = views_sent_ ? q_indptr_offset_ : 0;
+  copy_bytes(device_, device + header_from, host + header_from, header_bytes_ - header_from);
+  views_sent_ = true;
 }
 
 AttentionView AttentionViewMirror::device_view(int layer, const AttentionView& host_view) {
@@ -82,7 +140,9 @@ AttentionView AttentionViewMirror::device_view(int layer, const AttentionView& h
   view.q_indptr = reinterpret_cast<const int32_t*>(device_base + q_indptr_offset_);
   const size_t first = static_cast<size_t>(layer) * static_cast<size_t>(num_seqs_);
   view.seqs = reinterpret_cast<const SeqKvView*>(device_base) + first;
-  if (host_view.has_selection)
+  view.tables_device = device_;
+  // A batch-wide produced selection travels by value in the view: the dense device views serve as they are.
+  if (host_view.has_selection && host_view.produced.lists == nullptr)
     view.seqs = upload_selection(host_view, reinterpret_cast<const SeqKvView*>(host_.raw()) + first);
   return view;
 }

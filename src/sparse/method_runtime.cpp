@@ -13,6 +13,16 @@ Result<std::unique_ptr<CacheManager>> MethodRuntime::create_cache(const CacheSpe
   return std::unique_ptr<CacheManager>(std::move(cache));
 }
 
+void MethodRuntime::build_layer_selection(LayerContext& ctx, Selection& selection) {
+  for (int32_t i = 0; i < ctx.view.num_seqs; ++i) {
+    if (ctx.batch.sequences[static_cast<size_t>(i)].is_decode(ctx.batch.positions)) {
+      build_decode_selection(ctx, i, selection);
+    } else {
+      build_prefill_selection(ctx, i, selection);
+    }
+  }
+}
+
 int64_t MethodRuntime::resident_pages(const KvLayout& layout, int32_t /*num_prefill_tokens*/,
                                       int32_t num_tokens) const {
   return layout.pages_for_tokens(num_tokens);

@@ -4,13 +4,15 @@
 // answers how many pages a sequence needs, so the scheduler can plan without knowing which method runs.
 //
 // Hook order in one step (sparse_controller.h): prepare_step; then per layer, in layer order: write of the new
-// K/V, build_prefill_selection / build_decode_selection per sequence of that kind, attention,
-// on_attention_end, on_layer_end; after sampling, finish_step. Hooks see only the step's sequences.
+// K/V, build_layer_selection (by default build_prefill_selection / build_decode_selection per sequence of that
+// kind), attention, on_attention_end, on_layer_end; after sampling, finish_step. Hooks see only the step's
+// sequences.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -55,13 +57,15 @@ struct StepContext {
 
 // One layer of one step. q, k, v are the batch's new rows after RoPE (q [T, H, D], k/v [T, Hkv, D]); `view` is
 // the dense view of the layer with the new K/V already stored; `out` [T, H, D] holds attention's output once
-// on_attention_end runs.
+// on_attention_end runs. `kernel_view` is the same view with its tables where the pool lives (the device mirror
+// on a GPU, `view` itself on the CPU): ops that read it enqueue no host copy.
 struct LayerContext {
   int layer = 0;
   const LayerConfig& layer_config;
   const ForwardBatch& batch;
   TensorView q, k, v, out;
   const AttentionView& view;
+  const AttentionView& kernel_view;
   const AttentionParams& params;
   CacheManager& cache;
 
@@ -113,9 +117,22 @@ class MethodRuntime {
 
   // --- hooks ---
   virtual void prepare_step(StepContext& /*ctx*/) {}
+  // Narrow what attention reads in one layer for every sequence of the batch. The default asks the per-sequence
+  // hooks below; a method that ranks the whole batch in one op overrides this instead.
+  virtual void build_layer_selection(LayerContext& ctx, Selection& selection);
   // Narrow what attention reads for batch sequence `slice` (an index into ctx.batch.sequences).
   virtual void build_prefill_selection(LayerContext& /*ctx*/, int32_t /*slice*/, Selection& /*selection*/) {}
   virtual void build_decode_selection(LayerContext& /*ctx*/, int32_t /*slice*/, Selection& /*selection*/) {}
+  // Tokens the last query row of decode sequence `slice` of `view` (layer `layer`, a `sliding_window` of 0 =
+  // none) reads over all KV heads under the method's selection, for a decode forward replayed without running
+  // the hooks (decode_forward_is_static); nullopt when the method leaves the layer dense.
+  virtual std::optional<int64_t> replayed_tokens_read(int /*layer*/, int32_t /*sliding_window*/,
+                                                      const AttentionView& /*view*/, int32_t /*slice*/) const {
+    return std::nullopt;
+  }
+  // Changes when a device buffer the method's decode hooks enqueue work on moves, or a launch size they fix
+  // changes: decode forwards captured before (CUDA graphs) are then stale.
+  virtual uint64_t device_buffers_generation() const { return 0; }
   virtual void on_attention_end(LayerContext& /*ctx*/) {}
   virtual void on_layer_end(int /*layer*/, const ForwardBatch& /*batch*/, TensorView /*hidden*/) {}
   virtual void finish_step(StepContext& /*ctx*/) {}

@@ -12,7 +12,9 @@ std::vector<std::string_view> method_ops(const MethodTraits& traits) {
     case ScoreNeeds::kObservationWindow:
     case ScoreNeeds::kColumnSums: ops.push_back("attention_scores"); break;
     case ScoreNeeds::kReconstruction: ops.push_back("subset_attention_max_scores"); break;
-    case ScoreNeeds::kQueryKeyBounds: ops.insert(ops.end(), {"update_page_key_bounds", "page_key_bound_scores"}); break;
+    case ScoreNeeds::kQueryKeyBounds:
+      ops.insert(ops.end(), {"update_page_key_bounds", "select_pages_by_key_bounds"});
+      break;
     case ScoreNeeds::kFilterLogits: ops.push_back("attention_logits_max_over_heads"); break;
   }
   if (traits.family == MethodFamily::kEviction) ops.push_back("compact_kv");
@@ -35,6 +37,9 @@ bool decode_forward_is_static(const MethodTraits& traits) {
     case MethodFamily::kDense: return true;
     // Column-sum scores (H2O) accumulate every decode step; the other eviction scores come from the prompt.
     case MethodFamily::kEviction: return traits.score_needs != ScoreNeeds::kColumnSums;
+    // Key-bound ranking (Quest) runs as ops over the device tables, its lists in the batch-wide layout that
+    // attention reads by value.
+    case MethodFamily::kDynamicSelection: return traits.score_needs == ScoreNeeds::kQueryKeyBounds;
     default: return false;
   }
 }

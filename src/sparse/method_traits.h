@@ -50,9 +50,10 @@ std::vector<std::string_view> method_ops(const MethodTraits& traits);
 // device and the missing ops.
 Status check_runs_on(Device device, const MethodTraits& traits, std::string_view name);
 
-// Whether a decode step's forward runs none of the method's work: no selection and no scoring inside it (what the
-// method does at step boundaries, such as evicting in finish_step, does not count). Such a forward enqueues the
-// same kernels every step, so the engine may replay it as a CUDA graph.
+// Whether a decode step's forward enqueues the same device work every step: none of the method's work inside it
+// (what it does at step boundaries, such as evicting in finish_step, does not count), or only ops whose launches
+// depend on the batch shape alone and that read and write device buffers in place (Quest's ranking). The engine
+// may then replay it as a CUDA graph.
 bool decode_forward_is_static(const MethodTraits& traits);
 
 std::string_view family_name(MethodFamily family);

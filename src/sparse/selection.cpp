@@ -57,6 +57,19 @@ std::optional<int64_t> Selection::produced_tokens_read(int32_t seq) const {
   return produced.tokens_read;
 }
 
+ProducedSelection Selection::uniform_layout() const {
+  if (num_selected_seqs_ != num_seqs_) return {};
+  const ProducedLists& first = produced_.front();
+  const int64_t seq_stride = num_seqs_ > 1 ? produced_[1].lists - first.lists : 0;
+  for (int32_t s = 0; s < num_seqs_; ++s) {
+    const ProducedLists& p = produced_[static_cast<size_t>(s)];
+    if (p.stride != first.stride || p.lists != first.lists + s * seq_stride ||
+        p.counts != first.counts + int64_t{s} * num_kv_heads_)
+      return {};
+  }
+  return ProducedSelection{first.lists, seq_stride, first.stride, first.counts};
+}
+
 AttentionView Selection::apply(const AttentionView& dense) {
   SE_CHECK(dense.num_seqs == num_seqs_ && dense.num_kv_heads == num_kv_heads_, "selection for another batch");
   AttentionView view = dense;
@@ -100,6 +113,7 @@ AttentionView Selection::apply(const AttentionView& dense) {
     count_at += static_cast<size_t>(num_kv_heads_);
   }
   SE_CHECK(!view.selection_produced || flat_at == 0, "a selection mixes host and produced lists in one batch");
+  if (view.selection_produced) view.produced = uniform_layout();
   view.seqs = seqs_.data();
   view.selection_unit = unit_;
   view.has_selection = true;

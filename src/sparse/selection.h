@@ -34,7 +34,8 @@ class Selection {
   // Tokens sequence `seq`'s produced lists let its last query row read; nullopt for host lists or no selection.
   std::optional<int64_t> produced_tokens_read(int32_t seq) const;
 
-  // `dense` narrowed to this selection; valid while both this selection and `dense`'s tables are.
+  // `dense` narrowed to this selection; valid while both this selection and `dense`'s tables are. Produced lists
+  // in one batch-wide layout are also described by the view's `produced`.
   AttentionView apply(const AttentionView& dense);
 
  private:
@@ -50,6 +51,9 @@ class Selection {
   };
   // Marks `seq` selected, counting it once.
   void mark_selected(int32_t seq);
+  // The batch-wide layout of the produced lists when every sequence has them and they form one (sequence s at a
+  // fixed stride from sequence 0, its counts num_kv_heads after the previous one's); else an empty one.
+  ProducedSelection uniform_layout() const;
 
   std::vector<std::vector<int32_t>> lists_;  // [num_seqs][num_kv_heads]
   std::vector<ProducedLists> produced_;      // [num_seqs]

@@ -82,16 +82,11 @@ void SparseController::begin_forward(const ForwardBatch& batch) {
 void SparseController::attend(int layer, const LayerConfig& layer_config, const ForwardBatch& batch, TensorView q,
                               TensorView k, TensorView v, TensorView out, const AttentionParams& params) {
   const AttentionView dense = cache_.build_view(layer, batch);
-  write_kv(device_views_ ? device_views_->device_view(layer, dense) : dense, k, v);
-  LayerContext ctx{layer, layer_config, batch, q, k, v, out, dense, params, cache_};
+  const AttentionView dense_device = device_views_ ? device_views_->device_view(layer, dense) : dense;
+  write_kv(dense_device, k, v);
+  LayerContext ctx{layer, layer_config, batch, q, k, v, out, dense, dense_device, params, cache_};
   selection_.reset(dense.num_seqs, dense.num_kv_heads, method_.selection_unit());
-  for (int32_t i = 0; i < dense.num_seqs; ++i) {
-    if (batch.sequences[static_cast<size_t>(i)].is_decode(batch.positions)) {
-      method_.build_decode_selection(ctx, i, selection_);
-    } else {
-      method_.build_prefill_selection(ctx, i, selection_);
-    }
-  }
+  method_.build_layer_selection(ctx, selection_);
   const AttentionView attended = selection_.apply(dense);
   num_attended_kv_tokens_ += tokens_read_by_last_rows(attended, &selection_, params.sliding_window);
   if (layer >= static_cast<int>(layer_windows_.size())) layer_windows_.resize(static_cast<size_t>(layer) + 1, 0);
@@ -101,9 +96,19 @@ void SparseController::attend(int layer, const LayerConfig& layer_config, const 
 }
 
 void SparseController::count_replayed_forward(const ForwardBatch& batch) {
-  for (size_t layer = 0; layer < layer_windows_.size(); ++layer)
-    num_attended_kv_tokens_ +=
-        tokens_read_by_last_rows(cache_.build_view(static_cast<int>(layer), batch), nullptr, layer_windows_[layer]);
+  for (size_t layer = 0; layer < layer_windows_.size(); ++layer) {
+    const AttentionView view = cache_.build_view(static_cast<int>(layer), batch);
+    const int32_t window = layer_windows_[layer];
+    for (int32_t s = 0; s < view.num_seqs; ++s) {
+      const std::optional<int64_t> selected = method_.replayed_tokens_read(static_cast<int>(layer), window, view, s);
+      if (selected) {
+        num_attended_kv_tokens_ += *selected;
+        continue;
+      }
+      for (int32_t h = 0; h < view.num_kv_heads; ++h)
+        num_attended_kv_tokens_ += tokens_read_by_last_row(view, s, h, window);
+    }
+  }
 }
 
 void SparseController::on_layer_end(int layer, const ForwardBatch& batch, TensorView hidden) {

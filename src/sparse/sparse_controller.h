@@ -50,13 +50,17 @@ class SparseController final : public ForwardHooks {
   // row sees (EngineStats::attended_kv_tokens_total).
   int64_t num_attended_kv_tokens() const { return num_attended_kv_tokens_; }
   // Counts a forward of `batch` that ran without calling attend (a CUDA graph replay of a static decode step):
-  // the dense tokens of every layer, windowed as that layer's last attend was.
+  // the tokens the method's selection reads in every layer (replayed_tokens_read), else the dense tokens,
+  // windowed as that layer's last attend was.
   void count_replayed_forward(const ForwardBatch& batch);
 
   // decode_forward_is_static() of the method (method_traits.h).
   bool decode_forward_is_static() const { return se::decode_forward_is_static(method_.traits()); }
-  // Changes when the device page tables move (0 on the CPU); CUDA graphs captured before are stale.
-  uint64_t device_tables_generation() const { return device_views_ ? device_views_->generation() : 0; }
+  // Changes when the device page tables or a device buffer of the method move (0 on the CPU); CUDA graphs
+  // captured before are stale.
+  uint64_t device_tables_generation() const {
+    return (device_views_ ? device_views_->generation() : 0) + method_.device_buffers_generation();
+  }
 
   void begin_forward(const ForwardBatch& batch) override;
   void attend(int layer, const LayerConfig& layer_config, const ForwardBatch& batch, TensorView q, TensorView k,

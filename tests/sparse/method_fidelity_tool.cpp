@@ -49,13 +49,9 @@ class RecordingMethod final : public MethodRuntime {
   }
   int32_t transient_extra_tokens(int32_t p) const override { return inner_.transient_extra_tokens(p); }
   void prepare_step(StepContext& ctx) override { inner_.prepare_step(ctx); }
-  void build_prefill_selection(LayerContext& ctx, int32_t slice, Selection& sel) override {
-    inner_.build_prefill_selection(ctx, slice, sel);
-    record(ctx, slice, sel);
-  }
-  void build_decode_selection(LayerContext& ctx, int32_t slice, Selection& sel) override {
-    inner_.build_decode_selection(ctx, slice, sel);
-    record(ctx, slice, sel);
+  void build_layer_selection(LayerContext& ctx, Selection& sel) override {
+    inner_.build_layer_selection(ctx, sel);
+    for (int32_t slice = 0; slice < ctx.view.num_seqs; ++slice) record(ctx, slice, sel);
   }
   void on_attention_end(LayerContext& ctx) override { inner_.on_attention_end(ctx); }
   void on_layer_end(int layer, const ForwardBatch& batch, TensorView hidden) override {

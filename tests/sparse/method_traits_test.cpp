@@ -12,13 +12,29 @@ TEST(MethodTraitsTest, OpsFollowFamilyAndScoreNeeds) {
   MethodTraits quest;
   quest.family = MethodFamily::kDynamicSelection;
   quest.score_needs = ScoreNeeds::kQueryKeyBounds;
-  EXPECT_EQ(method_ops(quest), (std::vector<std::string_view>{"update_page_key_bounds", "page_key_bound_scores",
+  EXPECT_EQ(method_ops(quest), (std::vector<std::string_view>{"update_page_key_bounds", "select_pages_by_key_bounds",
                                                                "paged_attention over a selection"}));
   MethodTraits h2o;
   h2o.family = MethodFamily::kEviction;
   h2o.score_needs = ScoreNeeds::kColumnSums;
   EXPECT_EQ(method_ops(h2o), (std::vector<std::string_view>{"attention_scores", "compact_kv"}));
   EXPECT_TRUE(method_ops(MethodTraits{}).empty());
+}
+
+// Decode forwards replay as CUDA graphs for dense, prompt-scored eviction and device-ranked selection (Quest);
+// methods that score every step on the host (H2O, OmniKV) run them eagerly.
+TEST(MethodTraitsTest, StaticDecodeForwards) {
+  const auto is_static = [](const char* name) {
+    auto method = create_method(name, nullptr);
+    SE_CHECK(method.is_ok(), "{}", name);
+    return decode_forward_is_static((*method)->traits());
+  };
+  EXPECT_TRUE(is_static("vanilla"));
+  EXPECT_TRUE(is_static("snapkv"));
+  EXPECT_TRUE(is_static("streamingllm"));
+  EXPECT_TRUE(is_static("quest"));
+  EXPECT_FALSE(is_static("h2o"));
+  EXPECT_FALSE(is_static("omnikv"));
 }
 
 // A method runs on CUDA exactly when every op it calls has a CUDA kernel in this build; a refusal names the
@@ -50,7 +66,7 @@ TEST(MethodTraitsTest, MethodsRunOnCudaWhenTheirOpsHaveKernels) {
 TEST(MethodTraitsTest, CudaKernelsOfTheMethodOps) {
   const bool cuda_built = cuda_implements("paged_attention");
   for (std::string_view op : {"attention_scores", "compact_kv", "subset_attention_max_scores", "update_page_key_bounds",
-                              "page_key_bound_scores", "attention_logits_max_over_heads",
+                              "select_pages_by_key_bounds", "attention_logits_max_over_heads",
                               "paged_attention over a selection"})
     EXPECT_EQ(cuda_implements(op), cuda_built) << op;
 }

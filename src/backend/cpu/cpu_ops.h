@@ -28,11 +28,12 @@ void paged_attention(TensorView out, TensorView q, const AttentionView& view, co
 void attention_scores(TensorView out, TensorView q, const AttentionView& view, int32_t seq,
                       const AttentionParams& params, ScoreReduce reduce);
 void compact_kv(const AttentionView& pool, std::span<const StreamCompaction> streams);
-void update_page_key_bounds(TensorView bounds, const AttentionView& view);
+void update_page_key_bounds(TensorView bounds, const AttentionView& view, int32_t max_new_tokens);
 void page_key_bound_scores(TensorView out, TensorView q, TensorView bounds, const AttentionView& view,
                            int32_t seq);
 void select_pages_by_key_bounds(TensorView selected, TensorView num_selected, TensorView q, TensorView bounds,
-                                const AttentionView& view, int32_t seq, int32_t page_budget, GroupReduce reduce);
+                                const AttentionView& view, int32_t page_budget, int32_t max_pages_per_stream,
+                                GroupReduce reduce);
 void attention_logits_max_over_heads(TensorView out, TensorView q, const AttentionView& view, int32_t seq,
                                      float scale);
 void subset_attention_max_scores(TensorView out, TensorView q, const AttentionView& view, int32_t seq,

@@ -7,7 +7,7 @@
 
 namespace se::cpu {
 
-void update_page_key_bounds(TensorView bounds, const AttentionView& view) {
+void update_page_key_bounds(TensorView bounds, const AttentionView& view, int32_t /*max_new_tokens*/) {
   const int32_t head_dim = view.head_dim;
   for_each_page_with_new_tokens(view, [&](int32_t page, int32_t num_stored) {
     float* lo = bounds.ptr<float>() + static_cast<int64_t>(page) * 2 * head_dim;
@@ -52,46 +52,53 @@ void page_key_bound_scores(TensorView out, TensorView q, TensorView bounds, cons
 }
 
 void select_pages_by_key_bounds(TensorView selected, TensorView num_selected, TensorView q, TensorView bounds,
-                                const AttentionView& view, int32_t seq, int32_t page_budget, GroupReduce reduce) {
-  const SeqKvView& sv = view.seqs[seq];
-  const int64_t num_heads = q.shape[0];
+                                const AttentionView& view, int32_t page_budget, int32_t /*max_pages_per_stream*/,
+                                GroupReduce reduce) {
+  const int64_t num_heads = q.shape[1];
   const int64_t group = num_heads / view.num_kv_heads;
-  int32_t max_pages = 0;
-  for (int32_t h = 0; h < view.num_kv_heads; ++h)
-    max_pages = std::max(max_pages, (sv.num_tokens[h] + view.page_size - 1) / view.page_size);
-  std::vector<float> head_scores(static_cast<size_t>(num_heads * max_pages));
-  cpu::page_key_bound_scores(TensorView{head_scores.data(), DType::kF32, Shape{num_heads, max_pages}}, q, bounds,
-                             view, seq);
-  std::vector<float> group_scores;
-  std::vector<int32_t> order;
-  for (int32_t h = 0; h < view.num_kv_heads; ++h) {
-    const int32_t num_pages = (sv.num_tokens[h] + view.page_size - 1) / view.page_size;
-    order.resize(static_cast<size_t>(num_pages));
-    std::iota(order.begin(), order.end(), 0);
-    if (num_pages > page_budget) {
-      // Reduce the group's bounds of every page but the last, then keep the best (budget - 1) and the last.
-      const int32_t num_candidates = num_pages - 1;
-      group_scores.assign(static_cast<size_t>(num_candidates), 0.0f);
-      for (int32_t p = 0; p < num_candidates; ++p) {
-        float acc = head_scores[static_cast<size_t>(h * group * max_pages + p)];
-        for (int64_t g = 1; g < group; ++g) {
-          const float v = head_scores[static_cast<size_t>((h * group + g) * max_pages + p)];
-          acc = reduce == GroupReduce::kMax ? std::max(acc, v) : acc + v;
+  for (int32_t s = 0; s < view.num_seqs; ++s) {
+    const SeqKvView& sv = view.seqs[s];
+    const TensorView last_row{q.ptr<float>() + static_cast<int64_t>(view.q_indptr[s + 1] - 1) * num_heads * view.head_dim,
+                              DType::kF32, Shape{num_heads, view.head_dim}, Device::kCpu};
+    int32_t max_pages = 0;
+    for (int32_t h = 0; h < view.num_kv_heads; ++h)
+      max_pages = std::max(max_pages, (sv.num_tokens[h] + view.page_size - 1) / view.page_size);
+    std::vector<float> head_scores(static_cast<size_t>(num_heads * max_pages));
+    cpu::page_key_bound_scores(TensorView{head_scores.data(), DType::kF32, Shape{num_heads, max_pages}}, last_row,
+                               bounds, view, s);
+    int32_t* seq_lists = selected.ptr<int32_t>() + static_cast<int64_t>(s) * selected.shape[1] * selected.shape[2];
+    int32_t* seq_counts = num_selected.ptr<int32_t>() + static_cast<int64_t>(s) * view.num_kv_heads;
+    std::vector<float> group_scores;
+    std::vector<int32_t> order;
+    for (int32_t h = 0; h < view.num_kv_heads; ++h) {
+      const int32_t num_pages = (sv.num_tokens[h] + view.page_size - 1) / view.page_size;
+      order.resize(static_cast<size_t>(num_pages));
+      std::iota(order.begin(), order.end(), 0);
+      if (num_pages > page_budget) {
+        // Reduce the group's bounds of every page but the last, then keep the best (budget - 1) and the last.
+        const int32_t num_candidates = num_pages - 1;
+        group_scores.assign(static_cast<size_t>(num_candidates), 0.0f);
+        for (int32_t p = 0; p < num_candidates; ++p) {
+          float acc = head_scores[static_cast<size_t>(h * group * max_pages + p)];
+          for (int64_t g = 1; g < group; ++g) {
+            const float v = head_scores[static_cast<size_t>((h * group + g) * max_pages + p)];
+            acc = reduce == GroupReduce::kMax ? std::max(acc, v) : acc + v;
+          }
+          group_scores[static_cast<size_t>(p)] = reduce == GroupReduce::kMean ? acc / static_cast<float>(group) : acc;
         }
-        group_scores[static_cast<size_t>(p)] = reduce == GroupReduce::kMean ? acc / static_cast<float>(group) : acc;
+        const auto better = [&](int32_t a, int32_t b) {
+          const float sa = group_scores[static_cast<size_t>(a)], sb = group_scores[static_cast<size_t>(b)];
+          return sa > sb || (sa == sb && a < b);
+        };
+        const auto keep_end = order.begin() + (page_budget - 1);
+        std::nth_element(order.begin(), keep_end, order.begin() + num_candidates, better);
+        *keep_end = num_pages - 1;
+        order.resize(static_cast<size_t>(page_budget));
+        std::sort(order.begin(), order.end());
       }
-      const auto better = [&](int32_t a, int32_t b) {
-        const float sa = group_scores[static_cast<size_t>(a)], sb = group_scores[static_cast<size_t>(b)];
-        return sa > sb || (sa == sb && a < b);
-      };
-      const auto keep_end = order.begin() + (page_budget - 1);
-      std::nth_element(order.begin(), keep_end, order.begin() + num_candidates, better);
-      *keep_end = num_pages - 1;
-      order.resize(static_cast<size_t>(page_budget));
-      std::sort(order.begin(), order.end());
+      std::copy(order.begin(), order.end(), seq_lists + static_cast<int64_t>(h) * selected.shape[2]);
+      seq_counts[h] = static_cast<int32_t>(order.size());
     }
-    std::copy(order.begin(), order.end(), selected.ptr<int32_t>() + static_cast<int64_t>(h) * selected.shape[1]);
-    num_selected.ptr<int32_t>()[h] = static_cast<int32_t>(order.size());
   }
 }
 

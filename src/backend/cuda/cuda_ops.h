@@ -63,12 +63,14 @@ void compact_kv(const AttentionView& pool, std::span<const StreamCompaction> str
 void subset_attention_max_scores(TensorView out, TensorView q, const AttentionView& view,
                                  int32_t seq, int32_t num_sink, int32_t begin,
                                  const AttentionParams& params);
-void update_page_key_bounds(TensorView bounds, const AttentionView& view);
+void update_page_key_bounds(TensorView bounds, const AttentionView& view, int32_t max_new_tokens);
 void page_key_bound_scores(TensorView out, TensorView q, TensorView bounds,
                            const AttentionView& view, int32_t seq);
-// The bound scores go to scratch; one block per KV head then radix-selects its top pages there.
+// The group-reduced bound scores of every sequence go to scratch; one block per (KV head, sequence) then
+// radix-selects its top pages there.
 void select_pages_by_key_bounds(TensorView selected, TensorView num_selected, TensorView q, TensorView bounds,
-                                const AttentionView& view, int32_t seq, int32_t page_budget, GroupReduce reduce);
+                                const AttentionView& view, int32_t page_budget, int32_t max_pages_per_stream,
+                                GroupReduce reduce);
 // head_dim 64, 128 or 256.
 void attention_logits_max_over_heads(TensorView out, TensorView q, const AttentionView& view,
                                      int32_t seq, float scale);

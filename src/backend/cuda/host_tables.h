@@ -8,6 +8,8 @@
 
 #include <cstddef>
 
+#include "backend/attention_view.h"
+
 namespace se::cuda {
 
 struct StagedTables {
@@ -17,6 +19,14 @@ struct StagedTables {
 
 // Enqueues the copy of host[0, table_bytes) on the current stream; `host` may be reused on return.
 StagedTables stage_host_tables(const void* host, size_t table_bytes, size_t result_bytes);
+
+// Stages a host view's tables the same way: q_indptr, the sequences' views and their page lists (cut to the pages
+// each stream holds; the selection is not copied). The returned view reads them on the device.
+struct StagedView {
+  AttentionView view;
+  void* results;  // result_bytes of uninitialized device memory, 16-byte aligned
+};
+StagedView stage_view_tables(const AttentionView& host_view, size_t result_bytes);
 
 // Copies `nbytes` of device results into host memory and waits for the stream (so the caller may
 // read them and execution errors of the op's kernels surface here).

@@ -1,14 +1,17 @@
-// CUDA twins of Quest's page-bound ops (the CPU reference is backend/cpu/page_key_bounds.cpp). Both
-// take the cache's host view over the device pool: the host walks the tables and stages what the
-// kernel reads (host_tables.h). Bounds are the exact fp32 min / max of the bf16 keys, so they equal
-// the CPU's over the same values; the scores differ from the CPU's only in summation order.
+// CUDA twins of Quest's page-bound ops (the CPU reference is backend/cpu/page_key_bounds.cpp). The
+// kernels read the view's tables on the device: the cache's mirror as it is, a host view through a
+// staged copy (host_tables.h). Launch sizes depend only on the batch shape and the caller's page
+// capacity, never on the tables, so a decode step that ranks its pages can be replayed as a CUDA
+// graph. Bounds are the min / max of the bf16 keys, kept in bf16 (exact, and half the bytes the ranking
+// reads), so they equal the CPU's over the same values; the scores differ from the CPU's only in
+// summation order.
 #include <cuda_bf16.h>
 
 #include <cub/cub.cuh>
 
 #include <algorithm>
 #include <cmath>
-#include <vector>
+#include <optional>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_context.h"
@@ -23,61 +26,139 @@ constexpr int kScoreWarps = 4;
 constexpr int kPagesPerWarp = 8;
 constexpr int kSelectThreads = 512;
 
-// One block per updated page: thread d folds dimension d of the page's first `count` keys.
-// items [num_items] of (page id, tokens stored in it); bounds [num_pool_pages, 2, D].
-__global__ void update_page_key_bounds_kernel(float* bounds, const int2* items, const char* kv_base,
-                                              size_t page_bytes, int head_dim) {
-  const int2 item = items[blockIdx.x];
-  const auto* k =
-      reinterpret_cast<const __nv_bfloat16*>(kv_base + static_cast<size_t>(item.x) * page_bytes);
-  float* lo = bounds + static_cast<int64_t>(item.x) * 2 * head_dim;
-  float* hi = lo + head_dim;
-  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
-    float mn = INFINITY, mx = -INFINITY;
+// grid (page chunks, num_kv_heads, num_seqs): the block walks the pages of its stream that hold one of the
+// sequence's n new tokens (the last n slots), a chunk apart; thread d folds dimension d of each page's keys.
+// bounds [num_pool_pages, 2, D] bf16, the keys' own type, so min and max stay exact.
+__global__ void update_page_key_bounds_kernel(__nv_bfloat16* bounds, const int32_t* q_indptr, const SeqKvView* seqs,
+                                              const char* kv_base, size_t page_bytes, int page_size, int head_dim) {
+  const int s = blockIdx.z;
+  const int h = blockIdx.y;
+  const int32_t n = q_indptr[s + 1] - q_indptr[s];
+  const SeqKvView sv = seqs[s];
+  const int32_t len = sv.num_tokens[h];
+  if (n == 0 || len == 0) return;
+  const int32_t last = (len - 1) / page_size;
+  for (int32_t p = (len > n ? len - n : 0) / page_size + static_cast<int32_t>(blockIdx.x); p <= last;
+       p += static_cast<int32_t>(gridDim.x)) {
+    const int32_t page = sv.page_ids[static_cast<int64_t>(h) * sv.stride + p];
+    const int32_t count = min(page_size, len - p * page_size);
+    const auto* k = reinterpret_cast<const __nv_bfloat16*>(kv_base + static_cast<size_t>(page) * page_bytes);
+    __nv_bfloat16* lo = bounds + static_cast<int64_t>(page) * 2 * head_dim;
+    __nv_bfloat16* hi = lo + head_dim;
+    for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+      float mn = INFINITY, mx = -INFINITY;
 #pragma unroll 8
-    for (int t = 0; t < item.y; ++t) {
-      const float x = __bfloat162float(k[static_cast<int64_t>(t) * head_dim + d]);
-      mn = fminf(mn, x);
-      mx = fmaxf(mx, x);
+      for (int t = 0; t < count; ++t) {
+        const float x = __bfloat162float(k[static_cast<int64_t>(t) * head_dim + d]);
+        mn = fminf(mn, x);
+        mx = fmaxf(mx, x);
+      }
+      lo[d] = __float2bfloat16(mn);
+      hi[d] = __float2bfloat16(mx);
     }
-    lo[d] = mn;
-    hi[d] = mx;
   }
 }
 
-// grid (page blocks, num_kv_heads), kScoreWarps warps. The block stages its KV head's query group
-// in shared memory; each warp takes pages of that head and reduces sum_d max(q*min, q*max) over the
-// dimensions for every head of the group. tables: page_offset [num_kv_heads + 1] then the heads'
-// page ids, concatenated. q [H, D]; out [H, max_pages].
-__global__ void page_key_bound_scores_kernel(float* out, const void* q, DType q_dtype,
-                                             const float* bounds, const int32_t* tables,
-                                             int num_kv_heads, int group, int head_dim,
-                                             int max_pages) {
-  extern __shared__ float q_s[];  // [group][head_dim]
+// Pages of the longest stream of a sequence.
+__device__ __forceinline__ int32_t longest_stream_pages(const SeqKvView& sv, int num_kv_heads, int page_size) {
+  int32_t most = 0;
+  for (int h = 0; h < num_kv_heads; ++h) most = max(most, sv.num_tokens[h]);
+  return (most + page_size - 1) / page_size;
+}
+
+// x[i] = p[i] for V consecutive bf16 (V even, p 4-byte aligned).
+template <int V>
+__device__ __forceinline__ void load_bf16_run(float (&x)[V], const __nv_bfloat16* p) {
+#pragma unroll
+  for (int i = 0; i < V; i += 2) {
+    const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p + i));
+    x[i] = f.x;
+    x[i + 1] = f.y;
+  }
+}
+
+// grid (page blocks, num_kv_heads, num_seqs), kScoreWarps warps. The block stages the query group of its KV head
+// from the sequence's last query row in shared memory. A warp takes kPagesPerWarp pages of that head at a time:
+// lane l holds dimensions [l * V, l * V + V) of every page's min and max, all loaded before any is used, and the
+// warp reduces sum_d max(q*min, q*max) for every head of the group. With kReduce the group is reduced as the CPU
+// does into out [num_seqs, num_kv_heads, stride]; else out [num_seqs, H, stride] takes each head's bound. Pages
+// past the head's stream (up to the sequence's longest) score -inf. q [T, H, D].
+template <int D, bool kReduce>
+__global__ void __launch_bounds__(kScoreWarps * 32)
+    page_key_bound_scores_kernel(float* out, int64_t stride, const void* q, DType q_dtype, const int32_t* q_indptr,
+                                 const SeqKvView* seqs, const __nv_bfloat16* bounds, int num_kv_heads, int group,
+                                 int page_size, GroupReduce reduce) {
+  constexpr int V = D / 32;
+  extern __shared__ float q_s[];  // [group][D]
+  const int s = blockIdx.z;
   const int kv_head = blockIdx.y;
-  for (int i = threadIdx.x; i < group * head_dim; i += blockDim.x)
-    q_s[i] = load_as_float(q, q_dtype, static_cast<int64_t>(kv_head) * group * head_dim + i);
+  const SeqKvView sv = seqs[s];
+  // The caller's stride covers every stream; the clamp only keeps a wrong one inside the buffer.
+  const auto seq_pages =
+      static_cast<int32_t>(min(static_cast<int64_t>(longest_stream_pages(sv, num_kv_heads, page_size)), stride));
+  const int32_t pages_per_block = kScoreWarps * kPagesPerWarp;
+  if (static_cast<int32_t>(blockIdx.x) * pages_per_block >= seq_pages) return;
+  const int num_heads = num_kv_heads * group;
+  const int64_t row = q_indptr[s + 1] - 1;
+  for (int i = threadIdx.x; i < group * D; i += blockDim.x)
+    q_s[i] = load_as_float(q, q_dtype, (row * num_heads + static_cast<int64_t>(kv_head) * group) * D + i);
   __syncthreads();
-  const int32_t begin = tables[kv_head];
-  const int32_t num_pages = tables[kv_head + 1] - begin;
-  const int32_t* page_ids = tables + num_kv_heads + 1 + begin;
+  const int32_t num_pages = (sv.num_tokens[kv_head] + page_size - 1) / page_size;
+  const int32_t* page_ids = sv.page_ids + static_cast<int64_t>(kv_head) * sv.stride;
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
-  const int first = (blockIdx.x * kScoreWarps + warp) * kPagesPerWarp;
-  for (int p = first; p < min(first + kPagesPerWarp, max_pages); ++p) {
-    float* dst = out + static_cast<int64_t>(kv_head) * group * max_pages + p;
-    if (p >= num_pages) {
-      for (int g = lane; g < group; g += 32) dst[static_cast<int64_t>(g) * max_pages] = -INFINITY;
-      continue;
+  const int64_t out_row = kReduce ? static_cast<int64_t>(s) * num_kv_heads + kv_head
+                                  : static_cast<int64_t>(s) * num_heads + static_cast<int64_t>(kv_head) * group;
+  for (int32_t first = (static_cast<int32_t>(blockIdx.x) * kScoreWarps + warp) * kPagesPerWarp; first < seq_pages;
+       first += static_cast<int32_t>(gridDim.x) * pages_per_block) {
+    const int32_t mine = first + lane;
+    const int32_t my_page = lane < kPagesPerWarp && mine < num_pages ? page_ids[mine] : -1;
+    float lo[kPagesPerWarp][V], hi[kPagesPerWarp][V];
+#pragma unroll
+    for (int i = 0; i < kPagesPerWarp; ++i) {
+      const int32_t page = __shfl_sync(0xFFFFFFFFu, my_page, i);
+      if (page < 0) {  // past the stream: scored, never kept
+#pragma unroll
+        for (int v = 0; v < V; ++v) lo[i][v] = hi[i][v] = 0.0f;
+        continue;
+      }
+      const __nv_bfloat16* b = bounds + static_cast<int64_t>(page) * 2 * D + lane * V;
+      load_bf16_run(lo[i], b);
+      load_bf16_run(hi[i], b + D);
     }
-    const float* lo = bounds + static_cast<int64_t>(page_ids[p]) * 2 * head_dim;
-    const float* hi = lo + head_dim;
+    float acc[kPagesPerWarp];
     for (int g = 0; g < group; ++g) {
-      const float* qg = q_s + g * head_dim;
-      float sum = 0.0f;
-      for (int d = lane; d < head_dim; d += 32) sum += fmaxf(qg[d] * lo[d], qg[d] * hi[d]);
-      sum = warp_sum(sum);
-      if (lane == 0) dst[static_cast<int64_t>(g) * max_pages] = sum;
+      float qg[V];
+#pragma unroll
+      for (int v = 0; v < V; ++v) qg[v] = q_s[g * D + lane * V + v];
+      float part[kPagesPerWarp];
+#pragma unroll
+      for (int i = 0; i < kPagesPerWarp; ++i) {
+        part[i] = 0.0f;
+#pragma unroll
+        for (int v = 0; v < V; ++v) part[i] += fmaxf(qg[v] * lo[i][v], qg[v] * hi[i][v]);
+      }
+#pragma unroll
+      for (int offset = 16; offset > 0; offset >>= 1) {
+#pragma unroll
+        for (int i = 0; i < kPagesPerWarp; ++i) part[i] += __shfl_xor_sync(0xFFFFFFFFu, part[i], offset);
+      }
+#pragma unroll
+      for (int i = 0; i < kPagesPerWarp; ++i) {
+        if constexpr (kReduce) {
+          acc[i] = g == 0 ? part[i] : reduce == GroupReduce::kMax ? fmaxf(acc[i], part[i]) : acc[i] + part[i];
+        } else if (lane == i && first + i < seq_pages) {
+          out[(out_row + g) * stride + first + i] = first + i < num_pages ? part[i] : -INFINITY;
+        }
+      }
+    }
+    if constexpr (kReduce) {
+#pragma unroll
+      for (int i = 0; i < kPagesPerWarp; ++i) {
+        if (lane != i || first + i >= seq_pages) continue;
+        const float reduced = reduce == GroupReduce::kMean ? acc[i] / static_cast<float>(group) : acc[i];
+        out[out_row * stride + first + i] = first + i < num_pages ? reduced : -INFINITY;
+      }
     }
   }
 }
@@ -88,62 +169,80 @@ __device__ __forceinline__ uint32_t order_key(float f) {
   return (u & 0x80000000u) != 0 ? ~u : (u | 0x80000000u);
 }
 
-// One block per KV head. keys (scratch [num_kv_heads][max_pages]) takes the group-reduced score of every page but
-// the last; a most-significant-digit radix select (four 8-bit passes of a shared histogram) finds the key of the
-// (budget - 1)-th best; a block scan in page order then writes the pages above it and the lowest-numbered of those
-// equal to it, so the list comes out ascending, and the last page closes it.
-__global__ void select_top_pages_kernel(int32_t* selected, int selected_stride, int32_t* num_selected, uint32_t* keys,
-                                        const float* head_scores, const int32_t* tables, int group, int max_pages,
-                                        int page_budget, GroupReduce reduce) {
-  using BlockScan = cub::BlockScan<int, kSelectThreads>;
+// grid (num_kv_heads, num_seqs). From the group-reduced score of every page of the stream but the last (scores
+// [num_seqs][num_kv_heads][stride]), a most-significant-digit radix select over their order keys (four 8-bit
+// passes of a shared histogram) finds the key of the (budget - 1)-th best; the pages above it and the
+// lowest-numbered of those equal to it then go to the list in ascending order, and the last page closes it.
+// selected [num_seqs][num_kv_heads] lists at seq_stride / head_stride.
+__global__ void select_top_pages_kernel(int32_t* selected, int64_t seq_stride, int head_stride,
+                                        int32_t* num_selected, const float* scores, int64_t stride,
+                                        const SeqKvView* seqs, int num_kv_heads, int page_size, int page_budget) {
+  using BlockScan = cub::BlockScan<long long, kSelectThreads>;
   __shared__ typename BlockScan::TempStorage scan;
   __shared__ int histogram[256];
   __shared__ uint32_t threshold_s;
   __shared__ int remaining_s;
   const int h = blockIdx.x;
-  const int32_t num_pages = tables[h + 1] - tables[h];
-  int32_t* out = selected + static_cast<int64_t>(h) * selected_stride;
+  const int s = blockIdx.y;
+  const int32_t num_pages = (seqs[s].num_tokens[h] + page_size - 1) / page_size;
+  int32_t* out = selected + s * seq_stride + static_cast<int64_t>(h) * head_stride;
+  int32_t* count = num_selected + static_cast<int64_t>(s) * num_kv_heads + h;
   if (num_pages <= page_budget) {
     for (int p = threadIdx.x; p < num_pages; p += kSelectThreads) out[p] = p;
-    if (threadIdx.x == 0) num_selected[h] = num_pages;
+    if (threadIdx.x == 0) *count = num_pages;
     return;
   }
   if (page_budget == 1) {  // the last page alone
     if (threadIdx.x == 0) {
       out[0] = num_pages - 1;
-      num_selected[h] = 1;
+      *count = 1;
     }
     return;
   }
-  const int32_t num_candidates = num_pages - 1;
-  uint32_t* key = keys + static_cast<int64_t>(h) * max_pages;
-  for (int p = threadIdx.x; p < num_candidates; p += kSelectThreads) {
-    const float* score = head_scores + static_cast<int64_t>(h) * group * max_pages + p;
-    float acc = score[0];
-    for (int g = 1; g < group; ++g) {
-      const float v = score[static_cast<int64_t>(g) * max_pages];
-      acc = reduce == GroupReduce::kMax ? fmaxf(acc, v) : acc + v;
-    }
-    key[p] = order_key(reduce == GroupReduce::kMean ? acc / static_cast<float>(group) : acc);
-  }
+  const auto num_candidates =
+      static_cast<int32_t>(min(static_cast<int64_t>(num_pages - 1), stride));  // (as in the scores kernel)
+  const float* score = scores + (static_cast<int64_t>(s) * num_kv_heads + h) * stride;
+  const auto key_of = [score](int p) { return order_key(score[p]); };
   uint32_t prefix = 0;
   uint32_t mask = 0;
   int remaining = page_budget - 1;  // keys still to take at or below the prefix found so far
   for (int shift = 24; shift >= 0; shift -= 8) {
     for (int d = threadIdx.x; d < 256; d += kSelectThreads) histogram[d] = 0;
     __syncthreads();
-    for (int p = threadIdx.x; p < num_candidates; p += kSelectThreads)
-      if ((key[p] & mask) == prefix) atomicAdd(&histogram[(key[p] >> shift) & 0xFFu], 1);
+    // Scores of one stream share their top bits, so most keys hit a few digits: lanes with the same digit add
+    // their count through one atomic (the trip count is uniform, so every lane takes part in the match).
+    for (int first = 0; first < num_candidates; first += kSelectThreads) {
+      const int p = first + static_cast<int>(threadIdx.x);
+      const uint32_t k = p < num_candidates ? key_of(p) : 0u;
+      const uint32_t digit = p < num_candidates && (k & mask) == prefix ? (k >> shift) & 0xFFu : 256u;
+      const unsigned peers = __match_any_sync(0xFFFFFFFFu, digit);
+      if (digit < 256u && (threadIdx.x & 31) == __ffs(peers) - 1) atomicAdd(&histogram[digit], __popc(peers));
+    }
     __syncthreads();
-    if (threadIdx.x == 0) {
-      int above = 0;
-      for (int d = 255; d >= 0; --d) {
-        if (above + histogram[d] >= remaining) {
-          threshold_s = prefix | (static_cast<uint32_t>(d) << shift);
-          remaining_s = remaining - above;
-          break;
+    if (threadIdx.x < 32) {
+      // The digit where the count from the top reaches `remaining`: lane l sums digits 255 - 8l down to 248 - 8l,
+      // a warp scan gives each lane the keys above its digits, and the one lane whose digits cross walks them.
+      const int lane = threadIdx.x;
+      int counts[8];
+      int sum = 0;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) sum += counts[i] = histogram[255 - 8 * lane - i];
+      int through = sum;
+#pragma unroll
+      for (int offset = 1; offset < 32; offset <<= 1) {
+        const int v = __shfl_up_sync(0xFFFFFFFFu, through, offset);
+        if (lane >= offset) through += v;
+      }
+      int above = through - sum;
+      if (above < remaining && through >= remaining) {
+        for (int i = 0; i < 8; ++i) {
+          if (above + counts[i] >= remaining) {
+            threshold_s = prefix | (static_cast<uint32_t>(255 - 8 * lane - i) << shift);
+            remaining_s = remaining - above;
+            break;
+          }
+          above += counts[i];
         }
-        above += histogram[d];
       }
     }
     __syncthreads();
@@ -151,117 +250,123 @@ __global__ void select_top_pages_kernel(int32_t* selected, int selected_stride, 
     remaining = remaining_s;
     mask |= 0xFFu << shift;
   }
-  int written = 0;
-  int equal_seen = 0;
-  for (int first = 0; first < num_candidates; first += kSelectThreads) {
-    const int p = first + static_cast<int>(threadIdx.x);
-    const uint32_t k = p < num_candidates ? key[p] : 0u;
-    const int equal = p < num_candidates && k == prefix ? 1 : 0;
-    int equal_rank = 0, equal_total = 0;
-    BlockScan(scan).ExclusiveSum(equal, equal_rank, equal_total);
-    __syncthreads();
-    const int take = (p < num_candidates && k > prefix) || (equal && equal_seen + equal_rank < remaining) ? 1 : 0;
-    int position = 0, taken = 0;
-    BlockScan(scan).ExclusiveSum(take, position, taken);
-    __syncthreads();
-    if (take) out[written + position] = p;
-    written += taken;
-    equal_seen += equal_total;
+  // Thread t owns the candidates [t * span, (t + 1) * span): one scan of its counts of keys above the threshold
+  // and equal to it places its pages in the list, the equals going to the lowest-numbered first.
+  const int span = (num_candidates + kSelectThreads - 1) / kSelectThreads;
+  const int begin = min(static_cast<int>(threadIdx.x) * span, num_candidates);
+  const int end = min(begin + span, num_candidates);
+  int above = 0, equal = 0;
+  for (int p = begin; p < end; ++p) {
+    const uint32_t k = key_of(p);
+    above += k > prefix;
+    equal += k == prefix;
+  }
+  long long packed = (static_cast<long long>(above) << 32) | equal;  // both scanned at once
+  BlockScan(scan).ExclusiveSum(packed, packed);
+  int equal_before = static_cast<int>(packed & 0xFFFFFFFF);
+  int position = static_cast<int>(packed >> 32) + min(equal_before, remaining);  // this span's first list slot
+  for (int p = begin; p < end; ++p) {
+    const uint32_t k = key_of(p);
+    if (k > prefix || (k == prefix && equal_before < remaining)) out[position++] = p;
+    equal_before += k == prefix;
   }
   if (threadIdx.x == 0) {
     out[page_budget - 1] = num_pages - 1;
-    num_selected[h] = page_budget;
+    *count = page_budget;
   }
 }
-}  // namespace
 
-void update_page_key_bounds(TensorView bounds, const AttentionView& view) {
-  // The pages that received one of the batch's new tokens: the last n slots of every stream.
-  thread_local std::vector<int32_t> items;  // (page id, tokens in it) pairs
-  items.clear();
-  for_each_page_with_new_tokens(view, [](int32_t page, int32_t num_stored) {
-    items.push_back(page);
-    items.push_back(num_stored);
-  });
-  const int64_t num_items = static_cast<int64_t>(items.size()) / 2;
-  if (num_items == 0) return;
-  SE_CHECK(num_items < (int64_t{1} << 31), "cuda::update_page_key_bounds: {} pages", num_items);
-  const StagedTables staged = stage_host_tables(items.data(), items.size() * sizeof(int32_t), 0);
-  const int threads = std::min(256, (view.head_dim + 31) / 32 * 32);
-  update_page_key_bounds_kernel<<<static_cast<unsigned>(num_items), threads, 0,
-                                  CudaContext::current().stream()>>>(
-      bounds.ptr<float>(), static_cast<const int2*>(staged.tables),
-      static_cast<const char*>(view.kv_base), view.page_bytes, view.head_dim);
-  SE_CUDA_CHECK_LAUNCH("update_page_key_bounds_kernel");
+// The view as the kernels read it, with result_bytes of scratch: itself when its tables are on the device, else
+// a staged copy of them.
+StagedView device_tables(const AttentionView& view, size_t result_bytes) {
+  if (view.tables_device == Device::kCuda)
+    return {view, result_bytes > 0 ? CudaContext::current().scratch(result_bytes) : nullptr};
+  return stage_view_tables(view, result_bytes);
 }
 
-namespace {
-
-// Enqueues the bound scores of sequence `seq` into scratch: [H, max_pages] F32 after the staged tables (page_offset
-// [num_kv_heads + 1], then each head's page ids), with extra_bytes of further scratch after the scores.
-struct StagedBoundScores {
-  float* scores;
-  const int32_t* tables;
-  void* extra;
-};
-StagedBoundScores enqueue_bound_scores(TensorView q, TensorView bounds, const AttentionView& view, int32_t seq,
-                                       int max_pages, size_t extra_bytes) {
-  const SeqKvView& sv = view.seqs[seq];
-  const int32_t num_kv_heads = view.num_kv_heads;
-  const int group = static_cast<int>(q.shape[0] / num_kv_heads);
-  thread_local std::vector<int32_t> tables;
-  tables.assign(static_cast<size_t>(num_kv_heads) + 1, 0);
-  for (int32_t h = 0; h < num_kv_heads; ++h) {
-    const int32_t num_pages =
-        std::min((sv.num_tokens[h] + view.page_size - 1) / view.page_size, max_pages);
-    const int32_t* pages = sv.page_ids + static_cast<int64_t>(h) * sv.stride;
-    tables.insert(tables.end(), pages, pages + num_pages);
-    tables[static_cast<size_t>(h) + 1] = tables[static_cast<size_t>(h)] + num_pages;
-  }
-  const size_t score_bytes = (static_cast<size_t>(q.shape[0]) * max_pages * sizeof(float) + 15) / 16 * 16;
-  const StagedTables staged =
-      stage_host_tables(tables.data(), tables.size() * sizeof(int32_t), score_bytes + extra_bytes);
+// Enqueues the bound scores of every sequence of `view` (tables on the device) into out [num_seqs, rows, stride]:
+// per KV head reduced over its group (rows = num_kv_heads), or per query head (reduce = nullopt, rows = H).
+void enqueue_bound_scores(float* out, int64_t stride, TensorView q, TensorView bounds, const AttentionView& view,
+                          std::optional<GroupReduce> reduce) {
+  const int group = static_cast<int>(q.shape[q.shape.rank() - 2] / view.num_kv_heads);
   const size_t smem = static_cast<size_t>(group) * view.head_dim * sizeof(float);
   SE_CHECK(smem <= 48 * 1024, "cuda page-bound scores: a query group of {} x {} exceeds 48 KB", group,
            view.head_dim);
-  const dim3 grid(static_cast<unsigned>((max_pages + kScoreWarps * kPagesPerWarp - 1) /
-                                        (kScoreWarps * kPagesPerWarp)),
-                  static_cast<unsigned>(num_kv_heads));
-  auto* scores = static_cast<float*>(staged.results);
-  page_key_bound_scores_kernel<<<grid, kScoreWarps * 32, smem, CudaContext::current().stream()>>>(
-      scores, q.data, q.dtype, bounds.ptr<float>(), static_cast<const int32_t*>(staged.tables), num_kv_heads,
-      group, view.head_dim, max_pages);
+  const dim3 grid(static_cast<unsigned>(launch::ceil_div(stride, int64_t{kScoreWarps} * kPagesPerWarp)),
+                  static_cast<unsigned>(view.num_kv_heads), static_cast<unsigned>(view.num_seqs));
+  const auto launch = [&](auto kernel) {
+    kernel<<<grid, kScoreWarps * 32, smem, CudaContext::current().stream()>>>(
+        out, stride, q.data, q.dtype, view.q_indptr, view.seqs, bounds.ptr<__nv_bfloat16>(), view.num_kv_heads,
+        group, view.page_size, reduce.value_or(GroupReduce::kSum));
+  };
+  const bool reduced = reduce.has_value();
+  switch (view.head_dim) {
+    case 64:
+      reduced ? launch(page_key_bound_scores_kernel<64, true>) : launch(page_key_bound_scores_kernel<64, false>);
+      break;
+    case 128:
+      reduced ? launch(page_key_bound_scores_kernel<128, true>) : launch(page_key_bound_scores_kernel<128, false>);
+      break;
+    case 256:
+      reduced ? launch(page_key_bound_scores_kernel<256, true>) : launch(page_key_bound_scores_kernel<256, false>);
+      break;
+    default:
+      SE_CHECK(false, "cuda page-bound scores: head_dim {} (64, 128 or 256)", view.head_dim);
+  }
   SE_CUDA_CHECK_LAUNCH("page_key_bound_scores_kernel");
-  return {scores, static_cast<const int32_t*>(staged.tables), static_cast<char*>(staged.results) + score_bytes};
 }
-
 }  // namespace
+
+void update_page_key_bounds(TensorView bounds, const AttentionView& view, int32_t max_new_tokens) {
+  if (view.num_seqs == 0 || max_new_tokens <= 0) return;
+  const StagedView staged = device_tables(view, 0);
+  // n new tokens span at most ceil((n - 1) / page_size) + 1 pages of a stream.
+  const int32_t chunks = std::min<int32_t>((max_new_tokens - 1 + view.page_size - 1) / view.page_size + 1, 1024);
+  const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(view.num_kv_heads),
+                  static_cast<unsigned>(view.num_seqs));
+  const int threads = std::min(256, (view.head_dim + 31) / 32 * 32);
+  update_page_key_bounds_kernel<<<grid, threads, 0, CudaContext::current().stream()>>>(
+      bounds.ptr<__nv_bfloat16>(), staged.view.q_indptr, staged.view.seqs, static_cast<const char*>(view.kv_base),
+      view.page_bytes, view.page_size, view.head_dim);
+  SE_CUDA_CHECK_LAUNCH("update_page_key_bounds_kernel");
+}
 
 void page_key_bound_scores(TensorView out, TensorView q, TensorView bounds, const AttentionView& view,
                            int32_t seq) {
   if (out.numel() == 0) return;
-  const auto max_pages = static_cast<int>(out.shape[1]);
-  const StagedBoundScores staged = enqueue_bound_scores(q, bounds, view, seq, max_pages, 0);
-  fetch_results(out.data, staged.scores, static_cast<size_t>(out.numel()) * sizeof(float));
+  // The one-sequence view of `seq`, its single query row being q's only row.
+  const int32_t one_row[2] = {0, 1};
+  AttentionView one = view;
+  one.seqs = view.seqs + seq;
+  one.q_indptr = one_row;
+  one.num_seqs = 1;
+  const int64_t stride = out.shape[1];
+  const StagedView staged = stage_view_tables(one, static_cast<size_t>(out.numel()) * sizeof(float));
+  auto* scores = static_cast<float*>(staged.results);
+  enqueue_bound_scores(scores, stride, q, bounds, staged.view, std::nullopt);
+  fetch_results(out.data, scores, static_cast<size_t>(out.numel()) * sizeof(float));
+  // The kernel scores up to the sequence's longest stream; wider columns are -inf too.
+  int32_t longest = 0;
+  for (int32_t h = 0; h < view.num_kv_heads; ++h)
+    longest = std::max(longest, (view.seqs[seq].num_tokens[h] + view.page_size - 1) / view.page_size);
+  for (int64_t row = 0; row < out.shape[0]; ++row)
+    std::fill(out.ptr<float>() + row * stride + std::min<int64_t>(longest, stride), out.ptr<float>() + (row + 1) * stride,
+              -INFINITY);
 }
 
 void select_pages_by_key_bounds(TensorView selected, TensorView num_selected, TensorView q, TensorView bounds,
-                                const AttentionView& view, int32_t seq, int32_t page_budget, GroupReduce reduce) {
-  const SeqKvView& sv = view.seqs[seq];
-  int32_t max_pages = 0;
-  for (int32_t h = 0; h < view.num_kv_heads; ++h)
-    max_pages = std::max(max_pages, (sv.num_tokens[h] + view.page_size - 1) / view.page_size);
-  if (max_pages == 0) {
-    SE_CUDA_CHECK(cudaMemsetAsync(num_selected.data, 0, num_selected.nbytes(), CudaContext::current().stream()));
-    return;
-  }
-  const size_t key_bytes = static_cast<size_t>(view.num_kv_heads) * max_pages * sizeof(uint32_t);
-  const StagedBoundScores staged = enqueue_bound_scores(q, bounds, view, seq, max_pages, key_bytes);
-  select_top_pages_kernel<<<static_cast<unsigned>(view.num_kv_heads), kSelectThreads, 0,
-                            CudaContext::current().stream()>>>(
-      selected.ptr<int32_t>(), static_cast<int>(selected.shape[1]), num_selected.ptr<int32_t>(),
-      static_cast<uint32_t*>(staged.extra), staged.scores, staged.tables,
-      static_cast<int>(q.shape[0] / view.num_kv_heads), max_pages, page_budget, reduce);
+                                const AttentionView& view, int32_t page_budget, int32_t max_pages_per_stream,
+                                GroupReduce reduce) {
+  if (view.num_seqs == 0) return;
+  const int64_t stride = std::max(max_pages_per_stream, 1);
+  const size_t score_bytes = static_cast<size_t>(int64_t{view.num_seqs} * view.num_kv_heads * stride) * sizeof(float);
+  const StagedView staged = device_tables(view, score_bytes);
+  auto* scores = static_cast<float*>(staged.results);
+  enqueue_bound_scores(scores, stride, q, bounds, staged.view, reduce);
+  const dim3 grid(static_cast<unsigned>(view.num_kv_heads), static_cast<unsigned>(view.num_seqs));
+  select_top_pages_kernel<<<grid, kSelectThreads, 0, CudaContext::current().stream()>>>(
+      selected.ptr<int32_t>(), selected.shape[1] * selected.shape[2], static_cast<int>(selected.shape[2]),
+      num_selected.ptr<int32_t>(), scores, stride, staged.view.seqs, view.num_kv_heads, view.page_size, page_budget);
   SE_CUDA_CHECK_LAUNCH("select_top_pages_kernel");
 }
 

@@ -122,6 +122,7 @@ void paged_attention(TensorView out, TensorView q, const AttentionView& view,
   args.seqs = view.seqs;
   args.select_unit =
       !view.has_selection ? 0 : (view.selection_unit == SelectionUnit::kPage ? view.page_size : 1);
+  args.produced = view.produced;
   args.scale = params.scale;
   args.softcap = params.logit_softcap;
   args.window = params.sliding_window;

@@ -36,6 +36,7 @@ struct PagedAttentionArgs {
 
   // 0: the view has no selection; else tokens per selected entry (1, or page_size for pages)
   int32_t select_unit;
+  ProducedSelection produced;  // the batch-wide selected lists, when the view carries them
 
   float scale;
   float softcap;   // 0 = off

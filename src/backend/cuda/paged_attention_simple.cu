@@ -30,6 +30,7 @@ struct SimpleArgs {
   float scale, softcap;
   int32_t window;
   int32_t select_unit;  // 0: no selection in the view; else tokens per selected entry
+  ProducedSelection produced;
 };
 
 template <int D>
@@ -97,14 +98,14 @@ __global__ void paged_attention_simple_kernel(const SimpleArgs a) {
       m[gg] = m_new;
     }
   };
-  if (a.select_unit == 0 || sv.selected == nullptr) {
+  const SelectedEntries sel = a.select_unit == 0 ? SelectedEntries{nullptr, 0}
+                                                 : selected_entries(a.produced, sv, lo, kv_head, a.num_kv_heads);
+  if (sel.entries == nullptr) {
     for (int32_t j = first; j <= last; ++j) attend(j);
   } else {
-    // Entry i covers tokens [sel[i] * unit, sel[i] * unit + unit), clipped to the visible range.
-    const int32_t* sel = sv.selected + static_cast<int64_t>(kv_head) * sv.selected_stride;
-    const int32_t num_entries = sv.num_selected[kv_head];
-    for (int32_t i = 0; i < num_entries; ++i) {
-      const int32_t begin = sel[i] * a.select_unit;
+    // Entry i covers tokens [entries[i] * unit, entries[i] * unit + unit), clipped to the visible range.
+    for (int32_t i = 0; i < sel.count; ++i) {
+      const int32_t begin = sel.entries[i] * a.select_unit;
       const int32_t end = min(begin + a.select_unit - 1, last);
       for (int32_t j = max(begin, first); j <= end; ++j) attend(j);
     }
@@ -146,7 +147,8 @@ void paged_attention_simple(TensorView out, TensorView q, const AttentionView& v
                         params.sliding_window,
                         !view.has_selection ? 0
                         : view.selection_unit == SelectionUnit::kPage ? view.page_size
-                                                                      : 1};
+                                                                      : 1,
+                        view.produced};
   const dim3 grid(static_cast<unsigned>(num_rows), static_cast<unsigned>(view.num_kv_heads),
                   static_cast<unsigned>((group + kHeadsPerWarp - 1) / kHeadsPerWarp));
   cudaStream_t stream = CudaContext::current().stream();

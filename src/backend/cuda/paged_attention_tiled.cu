@@ -22,6 +22,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_context.h"
+#include "backend/cuda/device_util.cuh"
 #include "backend/cuda/paged_attention_args.h"
 
 namespace se::cuda {
@@ -360,10 +361,11 @@ __global__ void __launch_bounds__(TiledConfig<D, MW, kSel>::kThreads)
   KeyMap map{nullptr, 1};
   if constexpr (kSel) {
     // [kv_begin, kv_end) becomes the logical keys whose tokens fall in it; splits divide those.
-    if (sv.selected != nullptr) {
-      map.selected = sv.selected + static_cast<int64_t>(kv_head) * sv.selected_stride;
+    const SelectedEntries sel = selected_entries(a.produced, sv, seq, kv_head, a.num_kv_heads);
+    if (sel.entries != nullptr) {
+      map.selected = sel.entries;
       map.unit = a.select_unit;
-      const int32_t num_keys = sv.num_selected[kv_head] * a.select_unit;
+      const int32_t num_keys = sel.count * a.select_unit;
       const int32_t end = warp_lower_bound(map, num_keys, kv_end);
       kv_begin = min(warp_lower_bound(map, num_keys, kv_begin), end);
       kv_end = end;

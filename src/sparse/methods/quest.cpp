@@ -34,66 +34,93 @@ Result<std::unique_ptr<CacheManager>> QuestMethod::create_cache(const CacheSpec&
   SE_ASSIGN_OR_RETURN(std::unique_ptr<CacheManager> cache, MethodRuntime::create_cache(spec));
   // NOTE: every page's bounds are recomputed when a token lands in it, before any score reads them, so the
   // tensor needs no initialization.
-  bounds_ = Tensor::empty(DType::kF32, {spec.num_pages, 2, spec.layout.head_dim}, spec.allocator);
+  bounds_ = Tensor::empty(spec.layout.dtype, {spec.num_pages, 2, spec.layout.head_dim}, spec.allocator);
   if (!bounds_.defined())
     return resource_exhausted("quest: no memory for the key bounds of {} pages ({} bytes each)", spec.num_pages,
                               page_metadata_bytes(spec.layout));
   page_lists_ = page_counts_ = Tensor();
+  list_capacity_seqs_ = list_budget_ = ranking_capacity_pages_ = 0;
+  ++buffers_generation_;
   return cache;
 }
 
-void QuestMethod::refresh_bounds(const LayerContext& ctx, int32_t slice) {
-  SE_CHECK(bounds_.defined(), "quest: its page bounds come with the cache its create_cache builds");
-  // The one-sequence view of `slice`: its SeqKvView and its two q_indptr entries (only their difference is read).
-  AttentionView one = ctx.view;
-  one.seqs = ctx.view.seqs + slice;
-  one.q_indptr = ctx.view.q_indptr + slice;
-  one.num_seqs = 1;
-  update_page_key_bounds(bounds_.view(), one);
-}
-
-void QuestMethod::build_prefill_selection(LayerContext& ctx, int32_t slice, Selection& /*selection*/) {
-  // Prefill attends densely; the bounds of the prompt's pages are kept for the decode steps.
-  if (ctx.layer >= dense_layers_) refresh_bounds(ctx, slice);
-}
-
-void QuestMethod::build_decode_selection(LayerContext& ctx, int32_t slice, Selection& selection) {
-  if (ctx.layer < dense_layers_) return;
-  refresh_bounds(ctx, slice);  // the last page now bounds the new token too
-  // A sliding-window layer already reads a bounded window; ranking pages it cannot see would only waste budget.
-  if (ctx.params.sliding_window > 0) return;
-  const AttentionView& view = ctx.view;
-  const SeqKvView& sv = view.seqs[slice];
-  const int32_t page_size = view.page_size;
+int64_t QuestMethod::tokens_read(const SeqKvView& sv, int32_t num_kv_heads, int32_t page_size) const {
   const int32_t page_budget = std::max(1, token_budget_ / page_size);
-  int32_t max_pages = 0;
-  for (int32_t h = 0; h < view.num_kv_heads; ++h)
-    max_pages = std::max(max_pages, (sv.num_tokens[h] + page_size - 1) / page_size);
-  if (max_pages <= page_budget) return;  // every stream fits the budget: dense
-
-  const int64_t lists_per_seq = int64_t{view.num_kv_heads} * page_budget;
-  if (!page_lists_.defined() || page_lists_.numel() < view.num_seqs * lists_per_seq) {
-    page_lists_ = empty_on(view.kv_device, DType::kI32, {view.num_seqs * lists_per_seq});
-    page_counts_ = empty_on(view.kv_device, DType::kI32, {int64_t{view.num_seqs} * view.num_kv_heads});
-  }
-  TensorView lists{page_lists_.data<int32_t>() + slice * lists_per_seq, DType::kI32,
-                   Shape{view.num_kv_heads, page_budget}, view.kv_device};
-  TensorView counts{page_counts_.data<int32_t>() + int64_t{slice} * view.num_kv_heads, DType::kI32,
-                    Shape{view.num_kv_heads}, view.kv_device};
-  select_pages_by_key_bounds(lists, counts, ctx.last_query_row(slice), bounds_.view(), view, slice, page_budget,
-                             gqa_agg_);
-  // Every selected page but the last is full.
-  int64_t tokens_read = 0;
-  for (int32_t h = 0; h < view.num_kv_heads; ++h) {
+  int64_t n = 0;
+  for (int32_t h = 0; h < num_kv_heads; ++h) {
     const int32_t stored = sv.num_tokens[h];
     const int32_t num_pages = (stored + page_size - 1) / page_size;
-    tokens_read += num_pages <= page_budget ? stored : (page_budget - 1) * page_size + stored - (num_pages - 1) * page_size;
+    // Every selected page but the last is full.
+    n += num_pages <= page_budget ? stored : (page_budget - 1) * page_size + stored - (num_pages - 1) * page_size;
   }
-  selection.set_produced(slice, lists.ptr<int32_t>(), page_budget, counts.ptr<int32_t>(), tokens_read);
+  return n;
+}
+
+void QuestMethod::reserve_ranking(Device device, int32_t num_seqs, int32_t num_kv_heads, int32_t page_budget,
+                                  int32_t longest_stream_pages) {
+  if (num_seqs > list_capacity_seqs_ || page_budget != list_budget_) {
+    list_capacity_seqs_ = std::max(num_seqs, 2 * list_capacity_seqs_);
+    list_budget_ = page_budget;
+    page_lists_ = empty_on(device, DType::kI32, {list_capacity_seqs_, num_kv_heads, page_budget});
+    page_counts_ = empty_on(device, DType::kI32, {list_capacity_seqs_, num_kv_heads});
+    ++buffers_generation_;
+  }
+  if (longest_stream_pages > ranking_capacity_pages_) {
+    // An eighth of headroom, so a decoding batch changes the ranking's stride (and so its captured launches)
+    // only every few thousand tokens.
+    ranking_capacity_pages_ = (longest_stream_pages + longest_stream_pages / 8 + 255) / 256 * 256;
+    ++buffers_generation_;
+  }
+}
+
+void QuestMethod::build_layer_selection(LayerContext& ctx, Selection& selection) {
+  if (ctx.layer < dense_layers_) return;
+  const AttentionView& view = ctx.view;
+  int32_t max_new_tokens = 0;
+  for (const SequenceSlice& slice : ctx.batch.sequences) max_new_tokens = std::max(max_new_tokens, slice.num_tokens);
+  // Prefill and decode alike: the pages that took this step's tokens bound them, partial last pages included.
+  update_page_key_bounds(bounds_.view(), ctx.kernel_view, max_new_tokens);
+  // A sliding-window layer already reads a bounded window; ranking pages it cannot see would only waste budget.
+  if (ctx.params.sliding_window > 0) return;
+  bool any_decode = false;
+  int32_t longest = 0;
+  for (int32_t s = 0; s < view.num_seqs; ++s) {
+    any_decode |= ctx.batch.sequences[static_cast<size_t>(s)].is_decode(ctx.batch.positions);
+    for (int32_t h = 0; h < view.num_kv_heads; ++h)
+      longest = std::max(longest, (view.seqs[s].num_tokens[h] + view.page_size - 1) / view.page_size);
+  }
+  if (!any_decode) return;  // prefill attends densely
+  // Every decode sequence is ranked, also one whose streams fit the budget (its lists then hold all its pages),
+  // so a decode step enqueues the same work whatever the sequences' lengths.
+  const int32_t page_budget = std::max(1, token_budget_ / view.page_size);
+  reserve_ranking(view.kv_device, view.num_seqs, view.num_kv_heads, page_budget, longest);
+  TensorView lists = page_lists_.view();
+  TensorView counts = page_counts_.view();
+  lists.shape = {view.num_seqs, view.num_kv_heads, page_budget};
+  counts.shape = {view.num_seqs, view.num_kv_heads};
+  select_pages_by_key_bounds(lists, counts, ctx.q, bounds_.view(), ctx.kernel_view, page_budget,
+                             ranking_capacity_pages_, gqa_agg_);
+  const int64_t lists_per_seq = int64_t{view.num_kv_heads} * page_budget;
+  for (int32_t s = 0; s < view.num_seqs; ++s) {
+    if (!ctx.batch.sequences[static_cast<size_t>(s)].is_decode(ctx.batch.positions)) continue;
+    selection.set_produced(s, lists.ptr<int32_t>() + s * lists_per_seq, page_budget,
+                           counts.ptr<int32_t>() + int64_t{s} * view.num_kv_heads,
+                           tokens_read(view.seqs[s], view.num_kv_heads, view.page_size));
+  }
+}
+
+std::optional<int64_t> QuestMethod::replayed_tokens_read(int layer, int32_t sliding_window, const AttentionView& view,
+                                                         int32_t slice) const {
+  if (layer < dense_layers_ || sliding_window > 0) return std::nullopt;
+  return tokens_read(view.seqs[slice], view.num_kv_heads, view.page_size);
 }
 
 void QuestMethod::on_pages_rewritten(int layer, const AttentionView& view) {
-  if (layer >= dense_layers_ && bounds_.defined()) update_page_key_bounds(bounds_.view(), view);
+  if (layer < dense_layers_ || !bounds_.defined()) return;
+  int32_t max_new_tokens = 0;
+  for (int32_t s = 0; s < view.num_seqs; ++s)
+    max_new_tokens = std::max(max_new_tokens, view.q_indptr[s + 1] - view.q_indptr[s]);
+  update_page_key_bounds(bounds_.view(), view, max_new_tokens);
 }
 
 }  // namespace se

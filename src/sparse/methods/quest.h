@@ -4,10 +4,11 @@
 // stores (refreshed as tokens land, so a partial last page bounds the keys it has so far); a page's score is the
 // upper bound sum_d max(q_d * min_d, q_d * max_d), reduced over each KV head's query group (gqa_agg). Page budget
 // = token_budget / page_size and includes the last page, which is always read; the top (budget - 1) of the other
-// pages join it; a stream of at most `budget` pages is read densely. Prefill is dense.
+// pages join it; a stream of at most `budget` pages is read whole. Prefill is dense.
 //
-// Ranking runs where the pool lives (select_pages_by_key_bounds): on a GPU the page lists go from the scoring
-// kernels to attention without visiting the host, so a layer costs no synchronization.
+// Ranking runs where the pool lives, for the whole batch in one op (select_pages_by_key_bounds): on a GPU the page
+// lists go from the scoring kernels to attention without visiting the host, in one batch-wide layout that
+// attention reads by value, so a decode step enqueues no host copy and replays as a CUDA graph.
 //
 // Ownership: the bounds tensor is indexed by pool page id, so it is sized in create_cache from the pool. Pages
 // shared through the radix cache are full and immutable, so the bounds their writer computed stay valid.
@@ -28,22 +29,30 @@ class QuestMethod final : public MethodRuntime {
   const MethodTraits& traits() const override { return traits_; }
   const nlohmann::ordered_json& config() const override { return config_; }
 
-  // The paged cache, plus a bounds tensor [num_pages, 2, head_dim] for its pool.
+  // The paged cache, plus a bounds tensor [num_pages, 2, head_dim] of the pool's dtype for its pool.
   Result<std::unique_ptr<CacheManager>> create_cache(const CacheSpec& spec) override;
   size_t page_metadata_bytes(const KvLayout& layout) const override {
-    return 2 * static_cast<size_t>(layout.head_dim) * sizeof(float);
+    return 2 * static_cast<size_t>(layout.head_dim) * dtype_size(layout.dtype);
   }
 
-  void build_prefill_selection(LayerContext& ctx, int32_t slice, Selection& selection) override;
-  void build_decode_selection(LayerContext& ctx, int32_t slice, Selection& selection) override;
+  // Every layer from dense_layers on: the bounds of the pages that took new tokens, then (full-attention layers,
+  // decode sequences) the page ranking of the whole batch in one op.
+  void build_layer_selection(LayerContext& ctx, Selection& selection) override;
+  std::optional<int64_t> replayed_tokens_read(int layer, int32_t sliding_window, const AttentionView& view,
+                                              int32_t slice) const override;
+  uint64_t device_buffers_generation() const override { return buffers_generation_; }
   SelectionUnit selection_unit() const override { return SelectionUnit::kPage; }
   // Prefix pruning compacted kept keys into these pages: their bounds are recomputed.
   void on_pages_rewritten(int layer, const AttentionView& view) override;
 
  private:
   QuestMethod(nlohmann::ordered_json config, int token_budget, int dense_layers, GroupReduce gqa_agg);
-  // Recomputes the bounds of the pages of `slice` that received this step's new tokens.
-  void refresh_bounds(const LayerContext& ctx, int32_t slice);
+  // Tokens the last query row of a decode sequence with tables `sv` reads over its KV heads.
+  int64_t tokens_read(const SeqKvView& sv, int32_t num_kv_heads, int32_t page_size) const;
+  // Lists for num_seqs sequences and a ranking stride covering streams of longest_stream_pages pages; a move
+  // or a new stride bumps buffers_generation_.
+  void reserve_ranking(Device device, int32_t num_seqs, int32_t num_kv_heads, int32_t page_budget,
+                       int32_t longest_stream_pages);
 
   MethodTraits traits_;
   nlohmann::ordered_json config_;
@@ -51,12 +60,16 @@ class QuestMethod final : public MethodRuntime {
   int dense_layers_ = 0;
   GroupReduce gqa_agg_ = GroupReduce::kMean;
 
-  Tensor bounds_;  // [num_pool_pages, 2 (min, max), head_dim] F32, where the pool lives
-  // One layer's page lists, where the pool lives: [max_seqs][num_kv_heads][page_budget] and their counts
-  // [max_seqs][num_kv_heads]. Attention reads a layer's lists before the next layer's ranking overwrites them
-  // (stream order on a GPU).
+  Tensor bounds_;  // [num_pool_pages, 2 (min, max), head_dim] of the pool's dtype, where the pool lives
+  // One layer's page lists, where the pool lives: [list_capacity_seqs_][num_kv_heads][page budget] and their
+  // counts [list_capacity_seqs_][num_kv_heads], batch sequence s at row s. Attention reads a layer's lists before
+  // the next layer's ranking overwrites them (stream order on a GPU).
   Tensor page_lists_;
   Tensor page_counts_;
+  int32_t list_capacity_seqs_ = 0;
+  int32_t list_budget_ = 0;
+  int32_t ranking_capacity_pages_ = 0;  // max_pages_per_stream of the ranking; grows with the longest stream
+  uint64_t buffers_generation_ = 0;
 };
 
 }  // namespace se

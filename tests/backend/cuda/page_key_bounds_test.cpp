@@ -1,7 +1,8 @@
-// Parity of the CUDA twins of Quest's page-bound ops with the CPU reference, on the sparse methods'
-// contract: the cache's host tables over the device pool, bounds and q on the device, scores in
-// host memory. Bounds must be exact (min / max of the same bf16 values); scores differ only in the
-// order of D fp32 additions (1e-5). Page sizes 16 and 64, head_dim 64/128/256, GQA groups 1/4/8,
+// Parity of the CUDA twins of Quest's page-bound ops with the CPU reference, on both table placements
+// the ops take: the cache's host tables over the device pool (staged by the op) and device tables (the
+// mirror a decode step passes); bounds (bf16, the pool's type) and q on the device, scores in host
+// memory. Bounds must be exact (min / max of the same bf16 values); scores differ only in the order of
+// D fp32 additions (1e-5). Page sizes 16 and 64, head_dim 64/128/256, GQA groups 1/4/8,
 // ragged batches of new rows (pages a step touches only partly, pages it fills from scratch),
 // unequal per-head stream lengths, streams up to 32K. The device page choice (select_pages_by_key_bounds) must
 // pick the CPU's pages: exactly on planted ties (the lower page wins on both), and elsewhere up to pages whose
@@ -28,18 +29,23 @@ using test::upload;
 
 constexpr float kUnwritten = 7.0f;  // bounds of pages no step touched stay at this sentinel
 
-// The bounds of every pool page on both sides, after one update_page_key_bounds of `cache`'s step.
+// The bounds of every pool page on the CPU and on the GPU (from host tables, and from device tables), after one
+// update_page_key_bounds of `cache`'s step.
 struct BoundsPair {
-  Tensor cpu, gpu;
+  Tensor cpu, gpu, gpu_device_tables;
 };
 
 BoundsPair update_both(const PagedCacheFixture& cache, const PagedCase& c) {
   BoundsPair b;
   b.cpu = Tensor::empty(DType::kF32, {cache.num_pool_pages(), 2, c.head_dim});
   std::fill_n(b.cpu.data<float>(), b.cpu.numel(), kUnwritten);
-  b.gpu = upload(b.cpu, DType::kF32);
-  update_page_key_bounds(b.cpu.view(), cache.cpu_view());
-  update_page_key_bounds(b.gpu.view(), cache.host_tables_gpu_view());
+  b.gpu = upload(b.cpu, DType::kBF16);
+  b.gpu_device_tables = upload(b.cpu, DType::kBF16);
+  int32_t max_new = 0;
+  for (const SeqSpec& seq : c.seqs) max_new = std::max(max_new, seq.num_new);
+  update_page_key_bounds(b.cpu.view(), cache.cpu_view(), max_new);
+  update_page_key_bounds(b.gpu.view(), cache.host_tables_gpu_view(), max_new);
+  update_page_key_bounds(b.gpu_device_tables.view(), cache.gpu_view(), max_new);
   return b;
 }
 
@@ -64,9 +70,11 @@ TEST(CudaPageKeyBoundsTest, UpdateMatchesCpuExactly) {
     PagedCacheFixture cache(c, seed += 10);
     const BoundsPair b = update_both(cache, c);
     const Tensor got = test::download_f32(b.gpu);
+    const Tensor got_device_tables = test::download_f32(b.gpu_device_tables);
     int64_t mismatches = 0, updated = 0;
     for (int64_t i = 0; i < got.numel(); ++i) {
       mismatches += got.data<float>()[i] != b.cpu.data<float>()[i];
+      mismatches += got_device_tables.data<float>()[i] != b.cpu.data<float>()[i];
       updated += b.cpu.data<float>()[i] != kUnwritten;
     }
     std::printf(
@@ -161,57 +169,74 @@ TEST(CudaPageKeyBoundsTest, DeviceSelectionPicksTheCpuPages) {
     PagedCacheFixture cache(c, seed += 10);
     BoundsPair b = update_both(cache, c);
     const int64_t heads = int64_t{c.num_kv_heads} * c.group;
-    for (size_t s = 0; s < c.seqs.size(); ++s) {
-      const AttentionView cpu_view = cache.cpu_view();
-      const SeqKvView& sv = cpu_view.seqs[s];
-      int32_t max_pages = 0;
+    const auto num_seqs = static_cast<int32_t>(c.seqs.size());
+    const AttentionView cpu_view = cache.cpu_view();
+    int32_t max_pages = 0;
+    for (int32_t s = 0; s < num_seqs; ++s)
       for (int32_t h = 0; h < c.num_kv_heads; ++h)
-        max_pages = std::max(max_pages, (cache.num_tokens(s, h) + c.page_size - 1) / c.page_size);
-      for (const bool planted_tie : {false, true}) {
-        if (planted_tie) {
-          // Every page of KV head 0 gets the bounds of its first page: all its candidates tie.
-          const int32_t* pages = sv.page_ids;
+        max_pages = std::max(max_pages, (cache.num_tokens(static_cast<size_t>(s), h) + c.page_size - 1) / c.page_size);
+    for (const bool planted_tie : {false, true}) {
+      if (planted_tie) {
+        // Every page of KV head 0 of every sequence gets the bounds of its first page: all its candidates tie.
+        for (int32_t s = 0; s < num_seqs; ++s) {
+          const int32_t* pages = cpu_view.seqs[s].page_ids;
           const int64_t row = 2 * c.head_dim;
-          for (int32_t p = 1; p < (cache.num_tokens(s, 0) + c.page_size - 1) / c.page_size; ++p)
+          for (int32_t p = 1; p < (cache.num_tokens(static_cast<size_t>(s), 0) + c.page_size - 1) / c.page_size; ++p)
             std::copy_n(b.cpu.data<float>() + pages[0] * row, row, b.cpu.data<float>() + pages[p] * row);
-          b.gpu = upload(b.cpu, DType::kF32);
         }
-        for (int32_t budget : {1, 8, 128}) {
-          for (GroupReduce reduce : {GroupReduce::kMean, GroupReduce::kMax, GroupReduce::kSum}) {
-            const Tensor q = random_host({heads, c.head_dim}, seed + 100 * s + static_cast<uint64_t>(budget), DType::kF32);
-            Tensor ref = Tensor::empty(DType::kI32, {c.num_kv_heads, budget});
-            Tensor ref_counts = Tensor::empty(DType::kI32, {c.num_kv_heads});
-            select_pages_by_key_bounds(ref.view(), ref_counts.view(), q.view(), b.cpu.view(), cpu_view,
-                                       static_cast<int32_t>(s), budget, reduce);
-            Tensor lists = test::poisoned(DType::kI32, {c.num_kv_heads, budget});
-            Tensor counts = test::poisoned(DType::kI32, {c.num_kv_heads});
-            select_pages_by_key_bounds(lists.view(), counts.view(), upload(q, DType::kF32).view(), b.gpu.view(),
-                                       cache.host_tables_gpu_view(), static_cast<int32_t>(s), budget, reduce);
+        b.gpu = upload(b.cpu, DType::kBF16);
+      }
+      for (int32_t budget : {1, 8, 128}) {
+        for (GroupReduce reduce : {GroupReduce::kMean, GroupReduce::kMax, GroupReduce::kSum}) {
+          const Tensor q = random_host({cache.num_rows(), heads, c.head_dim}, seed + static_cast<uint64_t>(budget),
+                                       DType::kF32);
+          const Tensor q_dev = upload(q, DType::kF32);
+          Tensor ref = Tensor::empty(DType::kI32, {num_seqs, c.num_kv_heads, budget});
+          Tensor ref_counts = Tensor::empty(DType::kI32, {num_seqs, c.num_kv_heads});
+          select_pages_by_key_bounds(ref.view(), ref_counts.view(), q.view(), b.cpu.view(), cpu_view, budget,
+                                     max_pages, reduce);
+          // Both table placements, the device-tables one with a stride past the longest stream (a decode step's
+          // stable capacity).
+          for (const bool device_tables : {false, true}) {
+            Tensor lists = test::poisoned(DType::kI32, {num_seqs, c.num_kv_heads, budget});
+            Tensor counts = test::poisoned(DType::kI32, {num_seqs, c.num_kv_heads});
+            select_pages_by_key_bounds(lists.view(), counts.view(), q_dev.view(), b.gpu.view(),
+                                       device_tables ? cache.gpu_view() : cache.host_tables_gpu_view(), budget,
+                                       device_tables ? max_pages + 300 : max_pages, reduce);
             const Tensor got = cuda::to_host(lists);
             const Tensor got_counts = cuda::to_host(counts);
-            Tensor scores = Tensor::empty(DType::kF32, {heads, max_pages});
-            page_key_bound_scores(scores.view(), q.view(), b.cpu.view(), cpu_view, static_cast<int32_t>(s));
-            for (int32_t h = 0; h < c.num_kv_heads; ++h) {
-              const int32_t n = ref_counts.data<int32_t>()[h];
-              ASSERT_EQ(got_counts.data<int32_t>()[h], n) << "seq " << s << " head " << h;
-              const int32_t* want = ref.data<int32_t>() + h * budget;
-              const int32_t* have = got.data<int32_t>() + h * budget;
-              ASSERT_TRUE(std::is_sorted(have, have + n) && std::adjacent_find(have, have + n) == have + n);
-              const int32_t num_pages = (cache.num_tokens(s, h) + c.page_size - 1) / c.page_size;
-              if (n > 0) ASSERT_EQ(have[n - 1], num_pages - 1) << "the last page closes every list";
-              ++num_lists;
-              if (std::equal(want, want + n, have)) continue;
-              ASSERT_FALSE(planted_tie && h == 0) << "a tie must go to the lower page on both backends";
-              // Pages chosen by one side only must sit within rounding of the cut.
-              ASSERT_GE(budget, 2);
-              const std::vector<float> r = reduced_bounds(scores, h, c.group, num_pages - 1, reduce);
-              std::vector<float> sorted = r;
-              std::sort(sorted.begin(), sorted.end(), std::greater<float>());
-              const float cut = sorted[static_cast<size_t>(budget - 2)];
-              std::set<int32_t> a(want, want + n - 1), g(have, have + n - 1);
-              for (int32_t p : a) if (!g.count(p)) EXPECT_NEAR(r[static_cast<size_t>(p)], cut, 1e-4 * std::max(1.0f, std::abs(cut)));
-              for (int32_t p : g) if (!a.count(p)) EXPECT_NEAR(r[static_cast<size_t>(p)], cut, 1e-4 * std::max(1.0f, std::abs(cut)));
-              ++num_near_tie_swaps;
+            for (int32_t s = 0; s < num_seqs; ++s) {
+              const auto seq = static_cast<size_t>(s);
+              const TensorView last_row{q.data<float>() + (cpu_view.q_indptr[s + 1] - 1) * heads * c.head_dim,
+                                        DType::kF32, Shape{heads, c.head_dim}, Device::kCpu};
+              int32_t seq_pages = 0;
+              for (int32_t h = 0; h < c.num_kv_heads; ++h)
+                seq_pages = std::max(seq_pages, (cache.num_tokens(seq, h) + c.page_size - 1) / c.page_size);
+              Tensor scores = Tensor::empty(DType::kF32, {heads, seq_pages});
+              page_key_bound_scores(scores.view(), last_row, b.cpu.view(), cpu_view, s);
+              for (int32_t h = 0; h < c.num_kv_heads; ++h) {
+                const int64_t at = int64_t{s} * c.num_kv_heads + h;
+                const int32_t n = ref_counts.data<int32_t>()[at];
+                ASSERT_EQ(got_counts.data<int32_t>()[at], n) << "seq " << s << " head " << h;
+                const int32_t* want = ref.data<int32_t>() + at * budget;
+                const int32_t* have = got.data<int32_t>() + at * budget;
+                ASSERT_TRUE(std::is_sorted(have, have + n) && std::adjacent_find(have, have + n) == have + n);
+                const int32_t num_pages = (cache.num_tokens(seq, h) + c.page_size - 1) / c.page_size;
+                if (n > 0) ASSERT_EQ(have[n - 1], num_pages - 1) << "the last page closes every list";
+                ++num_lists;
+                if (std::equal(want, want + n, have)) continue;
+                ASSERT_FALSE(planted_tie && h == 0) << "a tie must go to the lower page on both backends";
+                // Pages chosen by one side only must sit within rounding of the cut.
+                ASSERT_GE(budget, 2);
+                const std::vector<float> r = reduced_bounds(scores, h, c.group, num_pages - 1, reduce);
+                std::vector<float> sorted = r;
+                std::sort(sorted.begin(), sorted.end(), std::greater<float>());
+                const float cut = sorted[static_cast<size_t>(budget - 2)];
+                std::set<int32_t> a(want, want + n - 1), g(have, have + n - 1);
+                for (int32_t p : a) if (!g.count(p)) EXPECT_NEAR(r[static_cast<size_t>(p)], cut, 1e-4 * std::max(1.0f, std::abs(cut)));
+                for (int32_t p : g) if (!a.count(p)) EXPECT_NEAR(r[static_cast<size_t>(p)], cut, 1e-4 * std::max(1.0f, std::abs(cut)));
+                ++num_near_tie_swaps;
+              }
             }
           }
         }

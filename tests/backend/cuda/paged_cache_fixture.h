@@ -122,6 +122,7 @@ class PagedCacheFixture {
     AttentionView v = host_tables_gpu_view();
     v.q_indptr = d_q_indptr_.data<int32_t>();
     v.seqs = static_cast<const SeqKvView*>(d_seqs_.raw());
+    v.tables_device = Device::kCuda;
     return v;
   }
   AttentionView host_tables_gpu_view() const {

@@ -471,8 +471,8 @@ TEST(GpuEngineTest, EveryMethodRunsLikeOnTheCpu) {
 }
 
 // A decode step replayed from a CUDA graph computes what the eager step computes: the same greedy tokens for a
-// dense and an eviction method, over batch sizes that change as requests finish (several graphs, re-captured as
-// the page tables grow).
+// dense, an eviction and a selection method (Quest ranks on the device inside the graph), over batch sizes that
+// change as requests finish (several graphs, re-captured as the page tables grow).
 TEST(GpuEngineTest, CudaGraphDecodeMatchesEager) {
   SE_SKIP_WITHOUT_CUDA_DEVICE();
   auto normalized = normalize_hf_config(tiny_config("llama"), "tiny");
@@ -482,7 +482,9 @@ TEST(GpuEngineTest, CudaGraphDecodeMatchesEager) {
   gpu.model = std::make_unique<Model>(create_model(*normalized, bf16_dummy_weights(*normalized, 10.0f), Device::kCuda));
   const auto prompts = random_prompts(10, 96, 3, 90, 13);
   for (const auto& [method, config] : std::map<std::string, nlohmann::json>{
-           {"vanilla", nullptr}, {"streamingllm", {{"budget", 48}}}}) {
+           {"vanilla", nullptr},
+           {"streamingllm", {{"budget", 48}}},
+           {"quest", {{"token_budget", 32}, {"dense_layers", 1}}}}) {
     const auto eager = engine_traces(gpu, Device::kCuda, method, config, prompts, 120, /*enforce_eager=*/true);
     const auto graphs = engine_traces(gpu, Device::kCuda, method, config, prompts, 120);
     for (size_t i = 0; i < prompts.size(); ++i)

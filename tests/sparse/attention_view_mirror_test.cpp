@@ -1,0 +1,102 @@
+// The device mirror of a forward's views, run with the CPU as its device (its copies are plain memcpys there):
+// after every upload each layer's mirrored view holds the cache's token counts and page lists, while a batch
+// decodes across page boundaries and past its regions' room, a table is rewritten by eviction and by
+// truncation, sequences trade places, the batch size changes, and a slot starts a new sequence. A steady decode
+// keeps the buffer in place.
+#include "sparse/attention_view_mirror.h"
+
+#include <gtest/gtest.h>
+
+#include <utility>
+#include <vector>
+
+#include "sparse/paged_cache_manager.h"
+
+namespace se {
+namespace {
+
+class MirrorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    layout_.num_layers = 3;
+    layout_.num_kv_heads = 2;
+    layout_.head_dim = 4;
+    layout_.page_size = 4;
+    layout_.dtype = DType::kF32;
+    auto cache = PagedCacheManager::create(layout_, 2048, cpu_allocator(), /*enable_prefix_caching=*/false);
+    ASSERT_TRUE(cache.is_ok()) << cache.status().to_string();
+    cache_ = std::move(*cache);
+    for (int32_t seq = 0; seq < 3; ++seq) ASSERT_TRUE(cache_->open(seq, {}).is_ok());
+  }
+
+  // One forward of `slices` (sequence, new tokens): reserve, upload, then compare every layer's views.
+  void step(const std::vector<std::pair<int32_t, int32_t>>& slices) {
+    ForwardBatch batch;
+    for (const auto& [seq, n] : slices) {
+      ASSERT_TRUE(cache_->reserve(seq, n).is_ok());
+      const int32_t begin = cache_->num_logical_tokens(seq) - n;
+      batch.sequences.push_back({seq, batch.num_tokens(), n, 0});
+      for (int32_t i = 0; i < n; ++i) {
+        batch.token_ids.push_back(0);
+        batch.positions.push_back(begin + i);
+      }
+    }
+    mirror_.upload(*cache_, batch);
+    for (int layer = 0; layer < layout_.num_layers; ++layer) {
+      const AttentionView host = cache_->build_view(layer, batch);
+      const AttentionView mirrored = mirror_.device_view(layer, host);
+      for (int32_t s = 0; s < host.num_seqs; ++s) {
+        EXPECT_EQ(mirrored.q_indptr[s + 1], host.q_indptr[s + 1]);
+        for (int32_t h = 0; h < layout_.num_kv_heads; ++h) {
+          const SeqKvView& want = host.seqs[s];
+          const SeqKvView& got = mirrored.seqs[s];
+          ASSERT_EQ(got.num_tokens[h], want.num_tokens[h]) << "layer " << layer << " seq " << s << " head " << h;
+          for (int64_t p = 0; p < layout_.pages_per_stream(want.num_tokens[h]); ++p)
+            ASSERT_EQ(got.page_ids[h * got.stride + p], want.page_ids[h * want.stride + p])
+                << "layer " << layer << " seq " << s << " head " << h << " page " << p;
+        }
+      }
+    }
+  }
+
+  KvLayout layout_;
+  std::unique_ptr<PagedCacheManager> cache_;
+  AttentionViewMirror mirror_{Device::kCpu};
+};
+
+TEST_F(MirrorTest, FollowsTheCacheThroughGrowthRewritesAndReordering) {
+  step({{0, 10}, {1, 3}});
+  const uint64_t laid_out = mirror_.generation();
+  for (int i = 0; i < 20; ++i) step({{0, 1}, {1, 1}});  // page boundaries inside the first regions' room
+  EXPECT_EQ(mirror_.generation(), laid_out) << "a steady decode moved the buffer";
+  for (int i = 0; i < 60; ++i) step({{0, 1}, {1, 1}});  // past it: the regions are laid out anew
+
+  // Eviction rewrites sequence 1's lists (every other token of every stream).
+  std::vector<std::vector<int32_t>> kept;
+  std::vector<CacheManager::StreamEviction> evictions;
+  for (int layer = 0; layer < layout_.num_layers; ++layer) {
+    for (int h = 0; h < layout_.num_kv_heads; ++h) {
+      kept.emplace_back();
+      for (int32_t t = 0; t < cache_->stream_length(1, layer, h); t += 2) kept.back().push_back(t);
+    }
+  }
+  for (int layer = 0, i = 0; layer < layout_.num_layers; ++layer)
+    for (int h = 0; h < layout_.num_kv_heads; ++h, ++i) evictions.push_back({layer, h, kept[static_cast<size_t>(i)]});
+  ASSERT_TRUE(cache_->evict_streams(1, evictions).is_ok());
+  for (int i = 0; i < 6; ++i) step({{0, 1}, {1, 1}});
+
+  step({{1, 1}, {0, 1}});            // the sequences trade places
+  step({{0, 1}, {1, 1}, {2, 9}});    // a third joins
+  ASSERT_TRUE(cache_->truncate(0, cache_->num_logical_tokens(0) - 7).is_ok());
+  for (int i = 0; i < 5; ++i) step({{0, 1}, {1, 1}, {2, 1}});
+  step({{2, 1}});                    // the batch shrinks
+  step({{2, 1}, {0, 1}});
+  // Sequence 0 ends and its slot starts over: shorter lists over other pages, at the same batch position.
+  cache_->close(0);
+  ASSERT_TRUE(cache_->open(0, {}).is_ok());
+  step({{2, 1}, {0, 20}});
+  for (int i = 0; i < 5; ++i) step({{2, 1}, {0, 1}});
+}
+
+}  // namespace
+}  // namespace se
