@@ -42,6 +42,8 @@ struct EngineStats {
   // KV tokens attention read: per step, layer, sequence and KV head, what its last query row sees (after
   // selection, eviction and sliding windows). Decode steps read each of them once, so this is their KV traffic.
   uint64_t attended_kv_tokens_total = 0;
+  // Bytes of per-page method metadata decode selections read (Quest's key bounds), on top of that KV.
+  uint64_t method_metadata_bytes_total = 0;
   std::chrono::steady_clock::time_point published_at;  // when this snapshot was taken (right after a step)
   LatencyHistogram time_to_first_token;
   LatencyHistogram inter_token_latency;

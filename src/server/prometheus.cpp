@@ -86,6 +86,9 @@ std::string render_prometheus(const EngineStats& s, std::string_view model_name)
   e.scalar("attended_kv_tokens_total", "counter",
            "KV tokens attention read (per step, layer, sequence and KV head, after eviction and selection).",
            s.attended_kv_tokens_total);
+  e.scalar("method_metadata_bytes_total", "counter",
+           "Bytes of per-page method metadata decode selections read (e.g. Quest's key bounds).",
+           s.method_metadata_bytes_total);
   e.histogram("time_to_first_token_seconds", "Time from arrival to the first generated token.",
               s.time_to_first_token);
   e.histogram("inter_token_latency_seconds", "Time between consecutive generated tokens.", s.inter_token_latency);

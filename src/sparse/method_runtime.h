@@ -130,6 +130,12 @@ class MethodRuntime {
                                                       const AttentionView& /*view*/, int32_t /*slice*/) const {
     return std::nullopt;
   }
+  // Bytes of the method's per-page metadata (page_metadata_bytes) its selection reads for decode sequence `slice`
+  // of `view` in layer `layer` (Quest's key bounds): counted with the KV the step reads, for its roofline.
+  virtual int64_t decode_metadata_bytes(int /*layer*/, int32_t /*sliding_window*/, const AttentionView& /*view*/,
+                                        int32_t /*slice*/) const {
+    return 0;
+  }
   // Changes when a device buffer the method's decode hooks enqueue work on moves, or a launch size they fix
   // changes: decode forwards captured before (CUDA graphs) are then stale.
   virtual uint64_t device_buffers_generation() const { return 0; }

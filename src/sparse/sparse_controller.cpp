@@ -89,6 +89,9 @@ void SparseController::attend(int layer, const LayerConfig& layer_config, const 
   method_.build_layer_selection(ctx, selection_);
   const AttentionView attended = selection_.apply(dense);
   num_attended_kv_tokens_ += tokens_read_by_last_rows(attended, &selection_, params.sliding_window);
+  for (int32_t s = 0; s < dense.num_seqs; ++s)
+    if (batch.sequences[static_cast<size_t>(s)].is_decode(batch.positions))
+      num_method_metadata_bytes_ += method_.decode_metadata_bytes(layer, params.sliding_window, dense, s);
   if (layer >= static_cast<int>(layer_windows_.size())) layer_windows_.resize(static_cast<size_t>(layer) + 1, 0);
   layer_windows_[static_cast<size_t>(layer)] = params.sliding_window;
   paged_attention(out, q, device_views_ ? device_views_->device_view(layer, attended) : attended, params);
@@ -100,6 +103,7 @@ void SparseController::count_replayed_forward(const ForwardBatch& batch) {
     const AttentionView view = cache_.build_view(static_cast<int>(layer), batch);
     const int32_t window = layer_windows_[layer];
     for (int32_t s = 0; s < view.num_seqs; ++s) {
+      num_method_metadata_bytes_ += method_.decode_metadata_bytes(static_cast<int>(layer), window, view, s);
       const std::optional<int64_t> selected = method_.replayed_tokens_read(static_cast<int>(layer), window, view, s);
       if (selected) {
         num_attended_kv_tokens_ += *selected;

@@ -49,9 +49,11 @@ class SparseController final : public ForwardHooks {
   // KV tokens attention has read, counted per layer, sequence and KV head as what the sequence's last query
   // row sees (EngineStats::attended_kv_tokens_total).
   int64_t num_attended_kv_tokens() const { return num_attended_kv_tokens_; }
+  // Bytes of per-page method metadata the decode steps' selections read (MethodRuntime::decode_metadata_bytes).
+  int64_t num_method_metadata_bytes() const { return num_method_metadata_bytes_; }
   // Counts a forward of `batch` that ran without calling attend (a CUDA graph replay of a static decode step):
   // the tokens the method's selection reads in every layer (replayed_tokens_read), else the dense tokens,
-  // windowed as that layer's last attend was.
+  // windowed as that layer's last attend was, and the metadata the selection reads.
   void count_replayed_forward(const ForwardBatch& batch);
 
   // decode_forward_is_static() of the method (method_traits.h).
@@ -98,6 +100,7 @@ class SparseController final : public ForwardHooks {
   bool in_pass_ = false;
   int64_t num_transient_pass_tokens_ = 0;
   int64_t num_attended_kv_tokens_ = 0;
+  int64_t num_method_metadata_bytes_ = 0;
   std::vector<int32_t> layer_windows_;  // each layer's sliding window at its last attend
 };
 

@@ -1,5 +1,5 @@
 """`bench decode` and its sweep report on the default model (CPU, small sizes): one CSV row per batch whose KV
-bytes per step match what dense attention must read, eviction methods admitted in waves under a small pool, a
+bytes per step match what dense attention must read, a selection method's metadata counted with them, eviction methods admitted in waves under a small pool, a
 batch that cannot stay resident reported as an error row, and the sweep's report relating each method to dense."""
 import csv
 import json
@@ -40,7 +40,21 @@ def test_dense_rows_read_the_whole_context(tmp_path):
         token_bytes = layers * kv_heads * head_dim * 2 * 4 * int(row["batch"])
         kv_bytes = float(row["kv_gb_per_step"]) * 1e9
         assert INPUT_LEN * token_bytes < kv_bytes < (INPUT_LEN + 400) * token_bytes
+        assert float(row["metadata_gb_per_step"]) == 0
         assert 0 < float(row["of_roofline"]) <= 1.5
+
+
+def test_selection_metadata_joins_the_roofline(tmp_path):
+    """Quest's key bounds count with the bytes a step reads: every page of every stream of its ranked layers."""
+    require_default_model()
+    r, rows = bench_decode(tmp_path, "--batch", "2", "--sparse-method", "quest", "--sparse-config",
+                           '{"token_budget": 32}')
+    assert r.returncode == 0, r.stdout + r.stderr
+    layers, kv_heads, head_dim = model_shape()
+    per_page_of_each_stream = (layers - 2) * kv_heads * 2 * (2 * head_dim * 4)  # two sequences; f32 min and max
+    metadata = float(rows[0]["metadata_gb_per_step"]) * 1e9
+    fewest_pages, most_pages = -(-INPUT_LEN // 16), -(-(INPUT_LEN + 400) // 16)
+    assert fewest_pages * per_page_of_each_stream <= metadata <= most_pages * per_page_of_each_stream
 
 
 def test_eviction_batch_auto_and_an_oversized_batch(tmp_path):

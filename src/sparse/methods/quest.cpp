@@ -115,6 +115,15 @@ std::optional<int64_t> QuestMethod::replayed_tokens_read(int layer, int32_t slid
   return tokens_read(view.seqs[slice], view.num_kv_heads, view.page_size);
 }
 
+int64_t QuestMethod::decode_metadata_bytes(int layer, int32_t sliding_window, const AttentionView& view,
+                                           int32_t slice) const {
+  if (layer < dense_layers_ || sliding_window > 0) return 0;
+  int64_t pages = 0;
+  for (int32_t h = 0; h < view.num_kv_heads; ++h)
+    pages += (view.seqs[slice].num_tokens[h] + view.page_size - 1) / view.page_size;
+  return pages * 2 * view.head_dim * static_cast<int64_t>(dtype_size(view.kv_dtype));
+}
+
 void QuestMethod::on_pages_rewritten(int layer, const AttentionView& view) {
   if (layer < dense_layers_ || !bounds_.defined()) return;
   int32_t max_new_tokens = 0;

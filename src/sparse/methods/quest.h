@@ -40,6 +40,9 @@ class QuestMethod final : public MethodRuntime {
   void build_layer_selection(LayerContext& ctx, Selection& selection) override;
   std::optional<int64_t> replayed_tokens_read(int layer, int32_t sliding_window, const AttentionView& view,
                                               int32_t slice) const override;
+  // The bounds of every page of every stream the ranking scores.
+  int64_t decode_metadata_bytes(int layer, int32_t sliding_window, const AttentionView& view,
+                                int32_t slice) const override;
   uint64_t device_buffers_generation() const override { return buffers_generation_; }
   SelectionUnit selection_unit() const override { return SelectionUnit::kPage; }
   // Prefix pruning compacted kept keys into these pages: their bounds are recomputed.
