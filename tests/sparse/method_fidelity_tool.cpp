@@ -59,6 +59,14 @@ class RecordingMethod final : public MethodRuntime {
   }
   void finish_step(StepContext& ctx) override { inner_.finish_step(ctx); }
   void on_sequence_end(int32_t seq) override { inner_.on_sequence_end(seq); }
+  std::optional<int64_t> replayed_tokens_read(int layer, int32_t window, const AttentionView& view,
+                                              int32_t slice) const override {
+    return inner_.replayed_tokens_read(layer, window, view, slice);
+  }
+  int64_t decode_metadata_bytes(int layer, int32_t window, const AttentionView& view, int32_t slice) const override {
+    return inner_.decode_metadata_bytes(layer, window, view, slice);
+  }
+  uint64_t device_buffers_generation() const override { return inner_.device_buffers_generation(); }
   SelectionUnit selection_unit() const override { return inner_.selection_unit(); }
   nlohmann::json debug_state(int32_t seq) const override { return inner_.debug_state(seq); }
 

@@ -92,8 +92,9 @@ __global__ void __launch_bounds__(kScoreWarps * 32)
   extern __shared__ float q_s[];  // [group][D]
   const int s = blockIdx.z;
   const int kv_head = blockIdx.y;
+  if (q_indptr[s + 1] == q_indptr[s]) return;  // no query row to rank for
   const SeqKvView sv = seqs[s];
-  // The caller's stride covers every stream; the clamp only keeps a wrong one inside the buffer.
+  // The caller's stride covers every stream it reads the ranking of; the clamp keeps the others inside the buffer.
   const auto seq_pages =
       static_cast<int32_t>(min(static_cast<int64_t>(longest_stream_pages(sv, num_kv_heads, page_size)), stride));
   const int32_t pages_per_block = kScoreWarps * kPagesPerWarp;
@@ -201,6 +202,14 @@ __global__ void select_top_pages_kernel(int32_t* selected, int64_t seq_stride, i
   }
   const auto num_candidates =
       static_cast<int32_t>(min(static_cast<int64_t>(num_pages - 1), stride));  // (as in the scores kernel)
+  if (num_candidates < page_budget - 1) {  // clamped to a stride short of the stream: no ranking to do
+    for (int p = threadIdx.x; p < num_candidates; p += kSelectThreads) out[p] = p;
+    if (threadIdx.x == 0) {
+      out[num_candidates] = num_pages - 1;
+      *count = num_candidates + 1;
+    }
+    return;
+  }
   const float* score = scores + (static_cast<int64_t>(s) * num_kv_heads + h) * stride;
   const auto key_of = [score](int p) { return order_key(score[p]); };
   uint32_t prefix = 0;

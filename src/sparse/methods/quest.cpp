@@ -73,6 +73,20 @@ void QuestMethod::reserve_ranking(Device device, int32_t num_seqs, int32_t num_k
   }
 }
 
+void QuestMethod::prepare_step(StepContext& ctx) {
+  if (!bounds_.defined()) return;
+  // Sized here, before the engine checks whether a captured decode step still fits its buffers: a replayed step
+  // runs none of the hooks below. Logical lengths bound the streams (every token stays resident).
+  const KvLayout& l = ctx.cache.layout();
+  int32_t longest = 0;
+  for (const SequenceSlice& slice : ctx.batch.sequences)
+    if (slice.is_decode(ctx.batch.positions))
+      longest = std::max(longest,
+                         static_cast<int32_t>(l.pages_per_stream(ctx.cache.num_logical_tokens(slice.seq_slot))));
+  reserve_ranking(bounds_.device(), static_cast<int32_t>(ctx.batch.sequences.size()), l.num_kv_heads,
+                  std::max(1, token_budget_ / l.page_size), longest);
+}
+
 void QuestMethod::build_layer_selection(LayerContext& ctx, Selection& selection) {
   if (ctx.layer < dense_layers_) return;
   const AttentionView& view = ctx.view;
@@ -82,10 +96,13 @@ void QuestMethod::build_layer_selection(LayerContext& ctx, Selection& selection)
   update_page_key_bounds(bounds_.view(), ctx.kernel_view, max_new_tokens);
   // A sliding-window layer already reads a bounded window; ranking pages it cannot see would only waste budget.
   if (ctx.params.sliding_window > 0) return;
+  // The ranking's stride covers the decode sequences; prefill sequences of a mixed batch are ranked too (one op
+  // for the batch) but their lists go unused, and the kernels clamp them to the stride.
   bool any_decode = false;
   int32_t longest = 0;
   for (int32_t s = 0; s < view.num_seqs; ++s) {
-    any_decode |= ctx.batch.sequences[static_cast<size_t>(s)].is_decode(ctx.batch.positions);
+    if (!ctx.batch.sequences[static_cast<size_t>(s)].is_decode(ctx.batch.positions)) continue;
+    any_decode = true;
     for (int32_t h = 0; h < view.num_kv_heads; ++h)
       longest = std::max(longest, (view.seqs[s].num_tokens[h] + view.page_size - 1) / view.page_size);
   }

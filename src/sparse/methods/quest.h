@@ -35,6 +35,8 @@ class QuestMethod final : public MethodRuntime {
     return 2 * static_cast<size_t>(layout.head_dim) * dtype_size(layout.dtype);
   }
 
+  // Grows the page lists and the ranking's stride for the step's decode sequences.
+  void prepare_step(StepContext& ctx) override;
   // Every layer from dense_layers on: the bounds of the pages that took new tokens, then (full-attention layers,
   // decode sequences) the page ranking of the whole batch in one op.
   void build_layer_selection(LayerContext& ctx, Selection& selection) override;
