@@ -13,48 +13,49 @@ namespace {
 size_t align8(size_t n) { return (n + 7) / 8 * 8; }
 }  // namespace
 
-void AttentionViewMirror::reserve(size_t num_bytes) {
-  if (device_buffer_.defined() && device_buffer_.nbytes() >= num_bytes) return;
-  const size_t grown = std::max(num_bytes, device_buffer_.defined() ? 2 * device_buffer_.nbytes() : 0);
-  device_buffer_ = Tensor();  // free first: the stream is idle between steps, so nothing still reads it
-  device_buffer_ = empty_on(device_, DType::kU8, {static_cast<int64_t>(grown)});
+bool AttentionViewMirror::grow(Staged& buffer, size_t num_bytes) {
+  if (buffer.device.defined() && buffer.device.nbytes() >= num_bytes) return false;
+  const size_t grown = std::max({num_bytes, buffer.device.defined() ? 2 * buffer.device.nbytes() : 0, size_t{64}});
+  buffer.device = Tensor();  // free first: the stream is idle between steps, so nothing still reads it
+  buffer.device = empty_on(device_, DType::kU8, {static_cast<int64_t>(grown)});
   ++generation_;
   // Padding between the packed tables is never read, so the staging copy needs no clearing.
-  host_ = Tensor::empty(DType::kU8, {static_cast<int64_t>(grown)}, staging_allocator(device_));
-  SE_CHECK(host_.raw() != nullptr, "no host memory to stage {} bytes of page tables", grown);
+  buffer.host = Tensor::empty(DType::kU8, {static_cast<int64_t>(grown)}, staging_allocator(device_));
+  SE_CHECK(buffer.host.raw() != nullptr, "no host memory to stage {} bytes of page tables", grown);
+  return true;
 }
 
-void AttentionViewMirror::lay_out(const KvLayout& l, int32_t num_seqs) {
-  const int32_t L = l.num_layers, H = l.num_kv_heads;
-  num_seqs_ = num_seqs;
-  q_indptr_offset_ = static_cast<size_t>(L) * static_cast<size_t>(num_seqs) * sizeof(SeqKvView);
-  num_tokens_offset_ = align8(q_indptr_offset_ + (static_cast<size_t>(num_seqs) + 1) * sizeof(int32_t));
-  header_bytes_ = align8(num_tokens_offset_ + static_cast<size_t>(num_seqs) * L * H * sizeof(int32_t));
-  regions_.assign(static_cast<size_t>(num_seqs), Region{});
-  size_t offset = header_bytes_;
-  for (int32_t s = 0; s < num_seqs; ++s) {
-    Region& r = regions_[static_cast<size_t>(s)];
-    const int32_t longest = longest_[static_cast<size_t>(s)];
-    r.capacity = longest + longest / 4 + 16;
-    r.offset = offset;
-    offset += align8(static_cast<size_t>(L) * H * static_cast<size_t>(r.capacity) * sizeof(int32_t));
+bool AttentionViewMirror::place_regions(const KvLayout& l, const ForwardBatch& batch) {
+  const size_t row_bytes = static_cast<size_t>(l.num_layers) * l.num_kv_heads * sizeof(int32_t);
+  const auto room = [](int32_t longest) { return longest + longest / 4 + 16; };
+  size_t needed = 0;
+  for (size_t s = 0; s < batch.sequences.size(); ++s) {
+    const auto it = regions_.find(batch.sequences[s].seq_slot);
+    if (it == regions_.end() || it->second.capacity < longest_[s]) needed += row_bytes * room(longest_[s]);
   }
-  reserve(offset);
-  uploaded_.assign(static_cast<size_t>(num_seqs) * L * H, 0);
-  const char* device = static_cast<const char*>(device_buffer_.raw());
-  auto* views = reinterpret_cast<SeqKvView*>(host_.raw());
-  for (int32_t layer = 0; layer < L; ++layer) {
-    for (int32_t s = 0; s < num_seqs; ++s) {
-      const Region& r = regions_[static_cast<size_t>(s)];
-      SeqKvView& v = views[static_cast<size_t>(layer) * num_seqs + s];
-      v = SeqKvView{};
-      v.page_ids = reinterpret_cast<const int32_t*>(device + r.offset) + static_cast<int64_t>(layer) * H * r.capacity;
-      v.stride = r.capacity;
-      v.num_tokens = reinterpret_cast<const int32_t*>(device + num_tokens_offset_) +
-                     (static_cast<int64_t>(s) * L + layer) * H;
-    }
+  if (needed == 0) return false;
+  bool relaid = false;
+  if (!lists_.device.defined() || lists_used_ + needed > lists_.device.nbytes()) {
+    // Full: the regions of sequences that left go, and this batch's are laid out anew from the start, in a
+    // buffer with as much room again for sequences that join later.
+    regions_.clear();
+    lists_used_ = 0;
+    size_t total = 0;
+    for (int32_t longest : longest_) total += row_bytes * room(longest);
+    grow(lists_, 2 * total);
+    relaid = true;
   }
-  views_sent_ = false;
+  for (size_t s = 0; s < batch.sequences.size(); ++s) {
+    Region& r = regions_[batch.sequences[s].seq_slot];
+    if (r.capacity >= longest_[s] && !r.uploaded.empty()) continue;
+    r.capacity = room(longest_[s]);
+    r.offset = lists_used_;
+    r.epoch = 0;  // epochs start at 1: every list travels whole
+    r.uploaded.assign(static_cast<size_t>(l.num_layers) * l.num_kv_heads, 0);
+    lists_used_ += row_bytes * static_cast<size_t>(r.capacity);
+    relaid = true;
+  }
+  return relaid;
 }
 
 void AttentionViewMirror::upload(CacheManager& cache, const ForwardBatch& batch) {
@@ -79,15 +80,39 @@ void AttentionViewMirror::upload(CacheManager& cache, const ForwardBatch& batch)
             std::max(longest_[static_cast<size_t>(s)], static_cast<int32_t>(l.pages_per_stream(v.num_tokens[h])));
     }
   }
-  bool fits = device_buffer_.defined() && num_seqs == num_seqs_;
-  for (int32_t s = 0; fits && s < num_seqs; ++s)
-    fits = longest_[static_cast<size_t>(s)] <= regions_[static_cast<size_t>(s)].capacity;
-  if (!fits) lay_out(l, num_seqs);
+  const bool regions_moved = place_regions(l, batch);
 
-  char* const host = static_cast<char*>(host_.raw());
-  char* const device = static_cast<char*>(device_buffer_.raw());
-  std::memcpy(host + q_indptr_offset_, q_indptr_.data(), q_indptr_.size() * sizeof(int32_t));
-  auto* num_tokens = reinterpret_cast<int32_t*>(host + num_tokens_offset_);
+  // The header: the SeqKvViews, rewritten when the batch's sequences or their regions changed, then the row
+  // offsets and token counts of this forward.
+  num_seqs_ = num_seqs;
+  q_indptr_offset_ = static_cast<size_t>(L) * static_cast<size_t>(num_seqs) * sizeof(SeqKvView);
+  num_tokens_offset_ = align8(q_indptr_offset_ + (static_cast<size_t>(num_seqs) + 1) * sizeof(int32_t));
+  const size_t header_bytes = align8(num_tokens_offset_ + static_cast<size_t>(num_seqs) * L * H * sizeof(int32_t));
+  const bool header_moved = grow(header_, header_bytes);
+  char* const header_host = static_cast<char*>(header_.host.raw());
+  const char* lists_device = static_cast<const char*>(lists_.device.raw());
+  batch_seqs_now_.clear();
+  for (const SequenceSlice& slice : batch.sequences) batch_seqs_now_.push_back(slice.seq_slot);
+  const bool views_stale = regions_moved || header_moved || batch_seqs_now_ != batch_seqs_;
+  if (views_stale) {
+    batch_seqs_ = batch_seqs_now_;
+    auto* views = reinterpret_cast<SeqKvView*>(header_host);
+    const char* header_device = static_cast<const char*>(header_.device.raw());
+    for (int32_t layer = 0; layer < L; ++layer) {
+      for (int32_t s = 0; s < num_seqs; ++s) {
+        const Region& r = regions_.at(batch_seqs_[static_cast<size_t>(s)]);
+        SeqKvView& v = views[static_cast<size_t>(layer) * num_seqs + s];
+        v = SeqKvView{};
+        v.page_ids =
+            reinterpret_cast<const int32_t*>(lists_device + r.offset) + static_cast<int64_t>(layer) * H * r.capacity;
+        v.stride = r.capacity;
+        v.num_tokens = reinterpret_cast<const int32_t*>(header_device + num_tokens_offset_) +
+                       (static_cast<int64_t>(s) * L + layer) * H;
+      }
+    }
+  }
+  std::memcpy(header_host + q_indptr_offset_, q_indptr_.data(), q_indptr_.size() * sizeof(int32_t));
+  auto* num_tokens = reinterpret_cast<int32_t*>(header_host + num_tokens_offset_);
   for (int32_t s = 0; s < num_seqs; ++s)
     for (int32_t layer = 0; layer < L; ++layer)
       std::memcpy(num_tokens + (static_cast<int64_t>(s) * L + layer) * H,
@@ -95,23 +120,23 @@ void AttentionViewMirror::upload(CacheManager& cache, const ForwardBatch& batch)
 
   // Page lists: the device keeps a sequence's leading pages while its table epoch holds, so only the pages after
   // them travel, as one strided copy of the columns any stream gained (streams grow in step).
+  char* const lists_host = static_cast<char*>(lists_.host.raw());
   for (int32_t s = 0; s < num_seqs; ++s) {
-    Region& r = regions_[static_cast<size_t>(s)];
-    const int32_t seq = batch.sequences[static_cast<size_t>(s)].seq_slot;
+    const int32_t seq = batch_seqs_[static_cast<size_t>(s)];
+    Region& r = regions_.at(seq);
     const uint64_t epoch = cache.table_epoch(seq);
-    int32_t* uploaded = uploaded_.data() + static_cast<int64_t>(s) * L * H;
-    if (r.seq != seq || r.epoch != epoch) std::fill(uploaded, uploaded + static_cast<int64_t>(L) * H, 0);
-    r.seq = seq;
+    if (r.epoch != epoch) std::fill(r.uploaded.begin(), r.uploaded.end(), 0);
     r.epoch = epoch;
-    auto* rows = reinterpret_cast<int32_t*>(host + r.offset);
+    auto* rows = reinterpret_cast<int32_t*>(lists_host + r.offset);
     int32_t first = std::numeric_limits<int32_t>::max(), last = 0;  // the columns to send
     for (int32_t layer = 0; layer < L; ++layer) {
       const SeqKvView& v = host_views_[static_cast<size_t>(layer) * num_seqs + s];
       for (int32_t h = 0; h < H; ++h) {
         const int64_t row = static_cast<int64_t>(layer) * H + h;
         const auto num_pages = static_cast<int32_t>(l.pages_per_stream(v.num_tokens[h]));
-        const int32_t held = std::min(uploaded[row], num_pages);
-        uploaded[row] = num_pages;
+        int32_t& uploaded = r.uploaded[static_cast<size_t>(row)];
+        const int32_t held = std::min(uploaded, num_pages);
+        uploaded = num_pages;
         if (num_pages == held) continue;
         std::memcpy(rows + row * r.capacity + held, v.page_ids + static_cast<int64_t>(h) * v.stride + held,
                     static_cast<size_t>(num_pages - held) * sizeof(int32_t));
@@ -123,27 +148,29 @@ void AttentionViewMirror::upload(CacheManager& cache, const ForwardBatch& batch)
     if (last > first) {
       const size_t pitch = static_cast<size_t>(r.capacity) * sizeof(int32_t);
       const size_t at = r.offset + static_cast<size_t>(first) * sizeof(int32_t);
-      copy_rows_async(device_, device + at, pitch, host + at, pitch, static_cast<size_t>(last - first) * sizeof(int32_t),
-                      static_cast<size_t>(L) * H);
+      copy_rows_async(device_, static_cast<char*>(lists_.device.raw()) + at, pitch, lists_host + at, pitch,
+                      static_cast<size_t>(last - first) * sizeof(int32_t), static_cast<size_t>(L) * H);
+      bytes_sent_ += static_cast<uint64_t>(last - first) * sizeof(int32_t) * static_cast<uint64_t>(L) * H;
     }
   }
   // The header last: copy_bytes waits for the stream, so the staging memory is free to change at the next upload.
-  const size_t header_from = views_sent_ ? q_indptr_offset_ : 0;
-  copy_bytes(device_, device + header_from, host + header_from, header_bytes_ - header_from);
-  views_sent_ = true;
+  const size_t header_from = views_stale ? 0 : q_indptr_offset_;
+  copy_bytes(device_, static_cast<char*>(header_.device.raw()) + header_from, header_host + header_from,
+             header_bytes - header_from);
+  bytes_sent_ += header_bytes - header_from;
 }
 
 AttentionView AttentionViewMirror::device_view(int layer, const AttentionView& host_view) {
   SE_CHECK(host_view.num_seqs == num_seqs_, "device view of {} sequences, {} uploaded", host_view.num_seqs, num_seqs_);
-  const char* device_base = static_cast<const char*>(device_buffer_.raw());
+  const char* header_device = static_cast<const char*>(header_.device.raw());
   AttentionView view = host_view;
-  view.q_indptr = reinterpret_cast<const int32_t*>(device_base + q_indptr_offset_);
+  view.q_indptr = reinterpret_cast<const int32_t*>(header_device + q_indptr_offset_);
   const size_t first = static_cast<size_t>(layer) * static_cast<size_t>(num_seqs_);
-  view.seqs = reinterpret_cast<const SeqKvView*>(device_base) + first;
+  view.seqs = reinterpret_cast<const SeqKvView*>(header_device) + first;
   view.tables_device = device_;
   // A batch-wide produced selection travels by value in the view: the dense device views serve as they are.
   if (host_view.has_selection && host_view.produced.lists == nullptr)
-    view.seqs = upload_selection(host_view, reinterpret_cast<const SeqKvView*>(host_.raw()) + first);
+    view.seqs = upload_selection(host_view, reinterpret_cast<const SeqKvView*>(header_.host.raw()) + first);
   return view;
 }
 

@@ -2,7 +2,7 @@
 // after every upload each layer's mirrored view holds the cache's token counts and page lists, while a batch
 // decodes across page boundaries and past its regions' room, a table is rewritten by eviction and by
 // truncation, sequences trade places, the batch size changes, and a slot starts a new sequence. A steady decode
-// keeps the buffer in place.
+// keeps the buffer in place, and a batch that changes around a sequence does not send its lists again.
 #include "sparse/attention_view_mirror.h"
 
 #include <gtest/gtest.h>
@@ -96,6 +96,26 @@ TEST_F(MirrorTest, FollowsTheCacheThroughGrowthRewritesAndReordering) {
   ASSERT_TRUE(cache_->open(0, {}).is_ok());
   step({{2, 1}, {0, 20}});
   for (int i = 0; i < 5; ++i) step({{2, 1}, {0, 1}});
+}
+
+// Sequences keep their lists on the device while the batch around them changes: reordering, a prefill chunk
+// joining, the batch shrinking send views and counts, but no sequence's whole lists again.
+TEST_F(MirrorTest, AChangingBatchSendsNoListTwice) {
+  step({{0, 400}, {1, 400}});
+  // One sequence's lists: 100 pages of each of its 6 streams.
+  const uint64_t one_sequence = uint64_t{100} * layout_.num_layers * layout_.num_kv_heads * sizeof(int32_t);
+  uint64_t before = mirror_.bytes_sent();
+  step({{1, 1}, {0, 1}});
+  EXPECT_LT(mirror_.bytes_sent() - before, one_sequence) << "reordered";
+  before = mirror_.bytes_sent();
+  step({{1, 1}, {2, 40}, {0, 1}});
+  EXPECT_LT(mirror_.bytes_sent() - before, one_sequence) << "a prefill chunk joined";
+  before = mirror_.bytes_sent();
+  step({{0, 1}});
+  EXPECT_LT(mirror_.bytes_sent() - before, one_sequence) << "shrunk";
+  before = mirror_.bytes_sent();
+  step({{0, 1}, {1, 1}, {2, 1}});
+  EXPECT_LT(mirror_.bytes_sent() - before, one_sequence) << "back";
 }
 
 }  // namespace
