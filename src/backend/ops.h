@@ -175,11 +175,12 @@ enum class GroupReduce : uint8_t { kMean, kMax, kSum };
 // per sequence s and KV head h, the pages of h's stream but the last are ranked by page_key_bound_scores reduced
 // over h's query group (`reduce`); the best (page_budget - 1) of them (the lower page first on a tie) and the
 // last page go to selected[s, h] in ascending order, with num_selected[s, h] = page_budget. A stream of at most
-// page_budget pages lists all its pages. q [T, H, D] holds the batch's query rows; selected [num_seqs,
-// num_kv_heads, >= page_budget] and num_selected [num_seqs, num_kv_heads] I32 live where the pool lives (the
-// device on CUDA), as do the bounds. max_pages_per_stream must cover every stream of the view: it is the stride
-// of the ranking's scratch, which a caller that replays the step (a CUDA graph) keeps fixed. The tables may live
-// on the host or where the pool lives, as for update_page_key_bounds.
+// page_budget pages lists all its pages; a sequence without query rows gets empty lists. q [T, H, D] holds the
+// batch's query rows; selected [num_seqs, num_kv_heads, >= page_budget] and num_selected [num_seqs, num_kv_heads]
+// I32 live where the pool lives (the device on CUDA), as do the bounds. max_pages_per_stream must cover every
+// stream whose lists the caller reads (longer ones are ranked only up to it): it is the stride of the ranking's
+// scratch, which a caller that replays the step (a CUDA graph) keeps fixed. The tables may live on the host or
+// where the pool lives, as for update_page_key_bounds.
 void select_pages_by_key_bounds(TensorView selected, TensorView num_selected, TensorView q, TensorView bounds,
                                 const AttentionView& view, int32_t page_budget, int32_t max_pages_per_stream,
                                 GroupReduce reduce);

@@ -18,7 +18,7 @@ bool AttentionViewMirror::grow(Staged& buffer, size_t num_bytes) {
   const size_t grown = std::max({num_bytes, buffer.device.defined() ? 2 * buffer.device.nbytes() : 0, size_t{64}});
   buffer.device = Tensor();  // free first: the stream is idle between steps, so nothing still reads it
   buffer.device = empty_on(device_, DType::kU8, {static_cast<int64_t>(grown)});
-  ++generation_;
+  SE_CHECK(buffer.device.raw() != nullptr, "no device memory for {} bytes of page tables", grown);
   // Padding between the packed tables is never read, so the staging copy needs no clearing.
   buffer.host = Tensor::empty(DType::kU8, {static_cast<int64_t>(grown)}, staging_allocator(device_));
   SE_CHECK(buffer.host.raw() != nullptr, "no host memory to stage {} bytes of page tables", grown);
@@ -88,7 +88,9 @@ void AttentionViewMirror::upload(CacheManager& cache, const ForwardBatch& batch)
   q_indptr_offset_ = static_cast<size_t>(L) * static_cast<size_t>(num_seqs) * sizeof(SeqKvView);
   num_tokens_offset_ = align8(q_indptr_offset_ + (static_cast<size_t>(num_seqs) + 1) * sizeof(int32_t));
   const size_t header_bytes = align8(num_tokens_offset_ + static_cast<size_t>(num_seqs) * L * H * sizeof(int32_t));
+  // Captured graphs hold the header's addresses (the page lists they reach through the views).
   const bool header_moved = grow(header_, header_bytes);
+  if (header_moved) ++generation_;
   char* const header_host = static_cast<char*>(header_.host.raw());
   const char* lists_device = static_cast<const char*>(lists_.device.raw());
   batch_seqs_now_.clear();

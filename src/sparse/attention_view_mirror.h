@@ -38,7 +38,8 @@ class AttentionViewMirror final {
   // The device twin of `host_view` (the cache's view of layer `layer` of the uploaded batch, or that view narrowed
   // by a Selection): same pool and layout, device tables.
   AttentionView device_view(int layer, const AttentionView& host_view);
-  // Counts moves of the mirror's buffers (CUDA graphs captured over the old ones are stale).
+  // Counts moves of the header buffer, whose addresses captured CUDA graphs hold (they reach the page lists
+  // through the views, so a move of those needs no new capture).
   uint64_t generation() const { return generation_; }
   // Bytes of views and page lists sent to the device so far (selections excluded).
   uint64_t bytes_sent() const { return bytes_sent_; }
@@ -51,7 +52,7 @@ class AttentionViewMirror final {
     Tensor device;
   };
   // Room for `num_bytes` in `buffer` (grows geometrically, so steady decoding stops allocating); true when it
-  // moved, which forgets its contents and bumps generation_.
+  // moved, which forgets its contents.
   bool grow(Staged& buffer, size_t num_bytes);
   // Gives every batch sequence a region of page lists with room for its longest stream (longest_) and a quarter
   // more: a sequence keeps its region while it fits; new and outgrown ones take fresh room at the end of the
@@ -69,7 +70,9 @@ class AttentionViewMirror final {
   size_t q_indptr_offset_ = 0;
   size_t num_tokens_offset_ = 0;
   std::vector<int32_t> batch_seqs_;  // the cache sequences whose views the header holds, in batch order
-  // Per cache sequence, its region of the lists buffer: page ids [num_layers][num_kv_heads][capacity].
+  // Per cache sequence, its region of the lists buffer: page ids [num_layers][num_kv_heads][capacity]. A region
+  // outlives its sequence until the buffer is next laid out; a new sequence in the same slot has another table
+  // epoch, so its lists travel whole.
   struct Region {
     size_t offset = 0;
     int32_t capacity = 0;

@@ -231,5 +231,43 @@ TEST(EngineTest, StatsCountTheKvTokensQuestsPageListsRead) {
             static_cast<uint64_t>(c.num_layers * c.num_kv_heads * (10 + 7 + 8 + 5 + 6)));
 }
 
+// Quest ranks every sequence of a mixed step in one op while only the decode ones read their lists: a prompt
+// longer than the decode sequences' ranking room (over 256 pages) prefills in chunks beside a decoding request,
+// and both produce what each produces alone.
+TEST(EngineTest, QuestDecodesBesideALongChunkedPrefill) {
+  ModelBundle bundle = tiny_bundle();
+  EngineConfig config;
+  config.sparse_method = "quest";
+  config.sparse_config = {{"token_budget", 8}, {"dense_layers", 0}};
+  config.max_num_batched_tokens = 64;
+  config.page_size = 4;
+  config.kv_cache_memory = 64 << 20;
+  std::mt19937 rng(11);
+  const std::vector<int32_t> short_prompt = random_prompt(rng, 6);
+  const std::vector<int32_t> long_prompt = random_prompt(rng, 1200);
+  // Each request: its prompt and how many tokens it generates.
+  using Requests = std::vector<std::pair<std::vector<int32_t>, int>>;
+  const auto run = [&](const Requests& requests) {
+    auto engine = Engine::create(bundle, config);
+    SE_CHECK(engine.is_ok(), "{}", engine.status().to_string());
+    std::vector<std::shared_ptr<OutputStream>> streams;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      auto stream = (*engine)->submit({"r" + std::to_string(i), requests[i].first, greedy(requests[i].second)});
+      SE_CHECK(stream.is_ok(), "{}", stream.status().to_string());
+      streams.push_back(*stream);
+    }
+    std::vector<std::vector<int32_t>> tokens;
+    for (auto& stream : streams) tokens.push_back(collect(*stream).tokens);
+    (*engine)->shutdown(/*drain=*/true);
+    return tokens;
+  };
+  const auto together = run({{short_prompt, 40}, {long_prompt, 6}});
+  ASSERT_EQ(together.size(), 2u);
+  EXPECT_EQ(together[0].size(), 40u);
+  EXPECT_EQ(together[1].size(), 6u);
+  EXPECT_EQ(together[0], run({{short_prompt, 40}})[0]);
+  EXPECT_EQ(together[1], run({{long_prompt, 6}})[0]);
+}
+
 }  // namespace
 }  // namespace se

@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <random>
 #include <utility>
 #include <vector>
 
@@ -23,7 +25,7 @@ class MirrorTest : public ::testing::Test {
     layout_.head_dim = 4;
     layout_.page_size = 4;
     layout_.dtype = DType::kF32;
-    auto cache = PagedCacheManager::create(layout_, 2048, cpu_allocator(), /*enable_prefix_caching=*/false);
+    auto cache = PagedCacheManager::create(layout_, 32768, cpu_allocator(), /*enable_prefix_caching=*/false);
     ASSERT_TRUE(cache.is_ok()) << cache.status().to_string();
     cache_ = std::move(*cache);
     for (int32_t seq = 0; seq < 3; ++seq) ASSERT_TRUE(cache_->open(seq, {}).is_ok());
@@ -116,6 +118,50 @@ TEST_F(MirrorTest, AChangingBatchSendsNoListTwice) {
   before = mirror_.bytes_sent();
   step({{0, 1}, {1, 1}, {2, 1}});
   EXPECT_LT(mirror_.bytes_sent() - before, one_sequence) << "back";
+}
+
+// Random batches over five sequences (joins, leaves, reorders, prefill chunks beside decodes) with random table
+// rewrites in between (truncation, eviction, a slot starting over): the mirror matches the cache after every upload.
+TEST_F(MirrorTest, RandomBatchesAndRewrites) {
+  for (int32_t seq = 3; seq < 5; ++seq) ASSERT_TRUE(cache_->open(seq, {}).is_ok());
+  std::mt19937 rng(5);
+  std::vector<int32_t> order = {0, 1, 2, 3, 4};
+  for (int round = 0; round < 300; ++round) {
+    std::shuffle(order.begin(), order.end(), rng);
+    std::vector<std::pair<int32_t, int32_t>> slices;
+    for (int32_t seq : order) {
+      if (rng() % 3 == 0) continue;  // not in this batch
+      slices.push_back({seq, rng() % 4 == 0 ? 1 + static_cast<int32_t>(rng() % 40) : 1});
+    }
+    step(slices);
+    const auto seq = static_cast<int32_t>(rng() % 5);
+    const int32_t len = cache_->num_logical_tokens(seq);
+    switch (rng() % 12) {
+      case 0:  // refused (nothing changes) once the sequence was compacted
+        if (len > 0) (void)cache_->truncate(seq, static_cast<int32_t>(rng() % len));
+        break;
+      case 1: {
+        std::vector<std::vector<int32_t>> kept;
+        std::vector<CacheManager::StreamEviction> evictions;
+        for (int layer = 0; layer < layout_.num_layers; ++layer)
+          for (int h = 0; h < layout_.num_kv_heads; ++h) {
+            kept.emplace_back();
+            for (int32_t t = 0; t < cache_->stream_length(seq, layer, h); t += 2) kept.back().push_back(t);
+          }
+        for (int layer = 0, i = 0; layer < layout_.num_layers; ++layer)
+          for (int h = 0; h < layout_.num_kv_heads; ++h, ++i)
+            evictions.push_back({layer, h, kept[static_cast<size_t>(i)]});
+        ASSERT_TRUE(cache_->evict_streams(seq, evictions).is_ok());
+        break;
+      }
+      case 2:
+        cache_->close(seq);
+        ASSERT_TRUE(cache_->open(seq, {}).is_ok());
+        break;
+      default:
+        break;
+    }
+  }
 }
 
 }  // namespace

@@ -58,6 +58,10 @@ void select_pages_by_key_bounds(TensorView selected, TensorView num_selected, Te
   const int64_t group = num_heads / view.num_kv_heads;
   for (int32_t s = 0; s < view.num_seqs; ++s) {
     const SeqKvView& sv = view.seqs[s];
+    if (view.q_indptr[s + 1] == view.q_indptr[s]) {  // no query row: empty lists
+      std::fill_n(num_selected.ptr<int32_t>() + static_cast<int64_t>(s) * view.num_kv_heads, view.num_kv_heads, 0);
+      continue;
+    }
     const TensorView last_row{q.ptr<float>() + static_cast<int64_t>(view.q_indptr[s + 1] - 1) * num_heads * view.head_dim,
                               DType::kF32, Shape{num_heads, view.head_dim}, Device::kCpu};
     int32_t max_pages = 0;

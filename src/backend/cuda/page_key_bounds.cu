@@ -177,7 +177,8 @@ __device__ __forceinline__ uint32_t order_key(float f) {
 // selected [num_seqs][num_kv_heads] lists at seq_stride / head_stride.
 __global__ void select_top_pages_kernel(int32_t* selected, int64_t seq_stride, int head_stride,
                                         int32_t* num_selected, const float* scores, int64_t stride,
-                                        const SeqKvView* seqs, int num_kv_heads, int page_size, int page_budget) {
+                                        const int32_t* q_indptr, const SeqKvView* seqs, int num_kv_heads,
+                                        int page_size, int page_budget) {
   using BlockScan = cub::BlockScan<long long, kSelectThreads>;
   __shared__ typename BlockScan::TempStorage scan;
   __shared__ int histogram[256];
@@ -188,6 +189,10 @@ __global__ void select_top_pages_kernel(int32_t* selected, int64_t seq_stride, i
   const int32_t num_pages = (seqs[s].num_tokens[h] + page_size - 1) / page_size;
   int32_t* out = selected + s * seq_stride + static_cast<int64_t>(h) * head_stride;
   int32_t* count = num_selected + static_cast<int64_t>(s) * num_kv_heads + h;
+  if (q_indptr[s + 1] == q_indptr[s]) {  // no query row, nothing scored: an empty list
+    if (threadIdx.x == 0) *count = 0;
+    return;
+  }
   if (num_pages <= page_budget) {
     for (int p = threadIdx.x; p < num_pages; p += kSelectThreads) out[p] = p;
     if (threadIdx.x == 0) *count = num_pages;
@@ -375,7 +380,8 @@ void select_pages_by_key_bounds(TensorView selected, TensorView num_selected, Te
   const dim3 grid(static_cast<unsigned>(view.num_kv_heads), static_cast<unsigned>(view.num_seqs));
   select_top_pages_kernel<<<grid, kSelectThreads, 0, CudaContext::current().stream()>>>(
       selected.ptr<int32_t>(), selected.shape[1] * selected.shape[2], static_cast<int>(selected.shape[2]),
-      num_selected.ptr<int32_t>(), scores, stride, staged.view.seqs, view.num_kv_heads, view.page_size, page_budget);
+      num_selected.ptr<int32_t>(), scores, stride, staged.view.q_indptr, staged.view.seqs, view.num_kv_heads,
+      view.page_size, page_budget);
   SE_CUDA_CHECK_LAUNCH("select_top_pages_kernel");
 }
 

@@ -78,11 +78,15 @@ void QuestMethod::prepare_step(StepContext& ctx) {
   // Sized here, before the engine checks whether a captured decode step still fits its buffers: a replayed step
   // runs none of the hooks below. Logical lengths bound the streams (every token stays resident).
   const KvLayout& l = ctx.cache.layout();
+  bool any_decode = false;
   int32_t longest = 0;
-  for (const SequenceSlice& slice : ctx.batch.sequences)
-    if (slice.is_decode(ctx.batch.positions))
-      longest = std::max(longest,
-                         static_cast<int32_t>(l.pages_per_stream(ctx.cache.num_logical_tokens(slice.seq_slot))));
+  for (const SequenceSlice& slice : ctx.batch.sequences) {
+    if (!slice.is_decode(ctx.batch.positions)) continue;
+    any_decode = true;
+    longest = std::max(longest,
+                       static_cast<int32_t>(l.pages_per_stream(ctx.cache.num_logical_tokens(slice.seq_slot))));
+  }
+  if (!any_decode) return;  // nothing ranks this step
   reserve_ranking(bounds_.device(), static_cast<int32_t>(ctx.batch.sequences.size()), l.num_kv_heads,
                   std::max(1, token_budget_ / l.page_size), longest);
 }
