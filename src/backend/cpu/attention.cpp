@@ -44,11 +44,11 @@ void attention(TensorView out, TensorView q, TensorView k, TensorView v, TensorV
         float* o = out.ptr<float>() + (t * num_heads + h) * head_dim;
         std::fill(o, o + head_dim, 0.0f);
         if (max_score == -std::numeric_limits<float>::infinity()) continue;  // no visible key
-        float denom = 0.0f;
+        // The whole row's exponentials at once (vectorized; hidden keys become 0), then the weighted sum of V.
+        const float denom = exp_shifted_sum(scores.data(), static_cast<int32_t>(num_keys), max_score);
         for (int64_t s = 0; s < num_keys; ++s) {
-          const float p = std::exp(scores[static_cast<size_t>(s)] - max_score);
+          const float p = scores[static_cast<size_t>(s)];
           if (p == 0.0f) continue;
-          denom += p;
           const float* vv = v.ptr<float>() + (s * num_kv_heads + kvh) * head_dim;
           axpy(p, vv, o, static_cast<int32_t>(head_dim));
         }
