@@ -1,0 +1,276 @@
+// Device pieces shared by the paged-attention kernels (the tiled flash-decoding kernel and the
+// warp-specialized Hopper prefill kernel): async copies, tensor-core fragments and warpgroup MMAs,
+// the swizzled shared-memory tile layouts, the tile lookup and the paged K/V tile gather.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "backend/cuda/paged_attention_args.h"
+
+namespace se::cuda::attention_tile {
+
+using bf16 = __nv_bfloat16;
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr unsigned kFullMask = 0xffffffffu;
+
+__device__ __forceinline__ uint32_t smem_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared; src_bytes 0 writes zeros (keys past the split).
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst)), "l"(src),
+               "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_address(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_address(p)));
+}
+
+// d += a (16x16, row-major) * b (16x8, column-major); bf16 in, fp32 accumulate.
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats as a bf16 pair; `lo` (the lower column) in the low half, as the mma fragments expect.
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// Hopper warpgroup MMA (sm_90a): d (64 x N, fp32) += a (64 x 16, bf16, this warp's 16 rows in
+// registers, laid out as mma.sync's A fragment) * b (16 x N, bf16, shared memory through a
+// descriptor). The accumulator holds, per warp, the same fragments as N / 8 mma.sync n8 tiles.
+// kTransB = false reads b K-major (rows of 16 contiguous k), true reads it MN-major.
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+// Waits until at most kPending committed MMA groups of this warpgroup are still running.
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+// Keeps the compiler from moving reads or writes of the accumulators across an async MMA.
+template <int kTiles>
+__device__ __forceinline__ void fence_accumulators(float (&d)[kTiles][4]) {
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i)
+    asm volatile("" : "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3])::"memory");
+}
+
+// The same for an MMA's register A fragments: the MMA reads them until its wait, which the compiler
+// cannot see, so they must stay live (and unmoved) up to the wait.
+template <int kFrags>
+__device__ __forceinline__ void fence_fragments(uint32_t (&f)[kFrags][4]) {
+#pragma unroll
+  for (int i = 0; i < kFrags; ++i)
+    asm volatile("" : "+r"(f[i][0]), "+r"(f[i][1]), "+r"(f[i][2]), "+r"(f[i][3])::"memory");
+}
+
+// Shared-memory matrix descriptor of a 128-byte-swizzled operand (rows of 64 bf16, 8-row atoms of
+// 1024 bytes): `leading` bytes between 64-column blocks (MN-major only), `stride` between atoms.
+__device__ __forceinline__ uint64_t wgmma_descriptor(const void* p, uint32_t leading,
+                                                     uint32_t stride) {
+  return static_cast<uint64_t>((smem_address(p) & 0x3FFFF) >> 4) |
+         static_cast<uint64_t>(leading >> 4) << 16 | static_cast<uint64_t>(stride >> 4) << 32 |
+         uint64_t{1} << 62;
+}
+
+template <int N, bool kTransB>
+__device__ __forceinline__ void wgmma_bf16(float (&d)[N / 8][4], const uint32_t (&a)[4],
+                                           uint64_t b_desc) {
+  static_assert(N == 64 || N == 128);
+  if constexpr (N == 64) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "{%32, %33, %34, %35}, "
+        "%36, 1, 1, 1, %37;\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+          "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+          "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+          "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+          "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "n"(kTransB ? 1 : 0));
+  } else {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "{%64, %65, %66, %67}, "
+        "%68, 1, 1, 1, %69;\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+          "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+          "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+          "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+          "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]),
+          "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),
+          "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]),
+          "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]),
+          "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
+          "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]),
+          "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
+          "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
+          "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "n"(kTransB ? 1 : 0));
+  }
+}
+
+// Element offset of 16-byte chunk `chunk` of row `row` in a swizzled [rows][D] bf16 tile.
+template <int D>
+__device__ __forceinline__ int swizzled(int row, int chunk) {
+  return row * D + ((chunk ^ (row & 7)) << 3);
+}
+
+// The same swizzle in the warpgroup-MMA layout of a [kRows][D] tile: D / 64 column blocks of
+// [kRows][64], each row 128 bytes, so every 8 rows form one 1024-byte atom of the 128-byte swizzle.
+template <int kRows>
+__device__ __forceinline__ int swizzled_blocks(int row, int chunk) {
+  return (chunk >> 3) * (kRows * 64) + row * 64 + (((chunk & 7) ^ (row & 7)) << 3);
+}
+
+// The keys one (sequence, KV head) shows a CTA, in ascending token order: without a selection,
+// logical key j is token j of the stream; with one, it is token j % unit of selected entry
+// j / unit.
+struct KeyMap {
+  const int32_t* selected;  // this KV head's ascending list, or null = every token
+  int32_t unit;             // tokens per entry: 1 (token selection) or page_size (page selection)
+
+  __device__ __forceinline__ int32_t token(int32_t j) const {
+    if (selected == nullptr) return j;
+    if (unit == 1) return selected[j];
+    const int32_t entry = j / unit;
+    return selected[entry] * unit + (j - entry * unit);
+  }
+};
+
+// Finds which (sequence, tile within it) grid column `tile` is: the launch's sequences, in order,
+// each contribute ceil(n / rows_per_tile) tiles. Every warp runs it (same answer, no barrier
+// needed).
+__device__ inline bool find_tile(const PagedAttentionArgs& a, int tile, int& seq, int& tile_in_seq) {
+  const int lane = threadIdx.x & 31;
+  int base = 0;
+  for (int s0 = 0; s0 < a.num_seqs; s0 += 32) {
+    const int s = s0 + lane;
+    int count = 0;
+    if (s < a.num_seqs) {
+      const int n = a.q_indptr[s + 1] - a.q_indptr[s];
+      if (n > a.min_rows && n <= a.max_rows) count = (n + a.rows_per_tile - 1) / a.rows_per_tile;
+    }
+    int inclusive = count;
+#pragma unroll
+    for (int offset = 1; offset < 32; offset <<= 1) {
+      const int v = __shfl_up_sync(kFullMask, inclusive, offset);
+      if (lane >= offset) inclusive += v;
+    }
+    const int exclusive = inclusive - count;
+    const unsigned owner =
+        __ballot_sync(kFullMask, tile >= base + exclusive && tile < base + inclusive);
+    if (owner != 0) {
+      const int src = __ffs(owner) - 1;
+      seq = __shfl_sync(kFullMask, s, src);
+      tile_in_seq = tile - base - __shfl_sync(kFullMask, exclusive, src);
+      return true;
+    }
+    base += __shfl_sync(kFullMask, inclusive, 31);
+  }
+  return false;
+}
+
+// Gathers keys [tile_start, tile_start + kKeys) of one KV head into a stage: K rows at k_s, V rows
+// after them, by the kThreads threads whose index in that group is `thread`. The selection variant
+// maps logical keys to tokens through `map` and records each row's token in tok_s (-1 past the
+// split or the stream, whose rows are zero-filled).
+template <int D, int kKeys, int kThreads, bool kSel, bool kBlocks>
+__device__ __forceinline__ void load_kv_tile(bf16* k_s, int32_t* tok_s, int tile_start,
+                                             int split_end, const int32_t* pages,
+                                             const KeyMap& map, int32_t len,
+                                             const PagedAttentionArgs& a, int thread) {
+  constexpr int kChunks = D / 8;
+  constexpr int kRowsPerPass = kThreads / kChunks;
+  bf16* v_s = k_s + kKeys * D;
+  const int chunk = thread % kChunks;
+  const int row0 = thread / kChunks;
+  const int page_shift = (a.page_size & (a.page_size - 1)) == 0 ? __ffs(a.page_size) - 1 : -1;
+#pragma unroll
+  for (int pass = 0; pass < kKeys / kRowsPerPass; ++pass) {
+    const int row = row0 + pass * kRowsPerPass;
+    int token = tile_start + row;
+    bool in_split = token < split_end;
+    if constexpr (kSel) {
+      if (in_split) token = map.token(token);
+      in_split = in_split && token >= 0 && token < len;
+      if (chunk == 0) tok_s[row] = in_split ? token : -1;
+    }
+    const char* k_src = a.kv_base;
+    const char* v_src = a.kv_base;
+    if (in_split) {
+      // Page sizes are powers of two in practice; a shift spares the division per row.
+      const int32_t page_idx =
+          page_shift >= 0 ? token >> page_shift : token / a.page_size;
+      const int32_t offset = token - page_idx * a.page_size;
+      k_src = a.kv_base + static_cast<size_t>(pages[page_idx]) * a.page_bytes +
+              (static_cast<size_t>(offset) * D + chunk * 8) * sizeof(bf16);
+      v_src = k_src + static_cast<size_t>(a.page_size) * D * sizeof(bf16);
+    }
+    const int dst = kBlocks ? swizzled_blocks<kKeys>(row, chunk) : swizzled<D>(row, chunk);
+    cp_async_16(k_s + dst, k_src, in_split ? 16 : 0);
+    cp_async_16(v_s + dst, v_src, in_split ? 16 : 0);
+  }
+}
+
+// Writes query vector (row, head)'s dims d, d + 1: the final output when the launch has one split,
+// else this split's (blockIdx.z's) unnormalized partial, with its (m, l) when write_ml.
+template <int D>
+__device__ __forceinline__ void emit_result(const PagedAttentionArgs& a, int row, int head, int d,
+                                            float o0, float o1, float m, float l, bool write_ml) {
+  const int64_t item = static_cast<int64_t>(row) * a.num_heads + head;
+  if (a.num_splits == 1) {
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;  // no visible key: zeros, as the CPU reference
+    const int64_t off = item * D + d;
+    if (a.out_dtype == DType::kBF16) {
+      *reinterpret_cast<uint32_t*>(static_cast<bf16*>(a.out) + off) = pack_bf16(o0 * inv, o1 * inv);
+    } else {
+      *reinterpret_cast<float2*>(static_cast<float*>(a.out) + off) = make_float2(o0 * inv, o1 * inv);
+    }
+  } else {
+    const int64_t part = static_cast<int64_t>(blockIdx.z) * a.num_rows * a.num_heads + item;
+    *reinterpret_cast<float2*>(a.part_o + part * D + d) = make_float2(o0, o1);
+    if (write_ml) a.part_ml[part] = make_float2(m, l);
+  }
+}
+
+}  // namespace se::cuda::attention_tile
