@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One device call. The default stage: CUDA parity tests (one process per suite, so a crash in one leaves the
 # others' results), a memcheck pass over the short tiled-attention cases, then the decode-attention benchmark and
-# its PyTorch SDPA peer. The `prefill` stage: the prefill-attention benchmark and its SDPA peer. Binaries come
-# from a bundle built here with shared/tools/device-bundle:
+# its PyTorch SDPA peer. The `prefill` stage: the prefill-attention parity cases and benchmark under each prefill
+# kernel (SE_PREFILL_KERNEL: tiled, hopper, hopper-serial), and its SDPA peer. Binaries come from a bundle built
+# here with shared/tools/device-bundle:
 #   bench/kernels/device_run.sh BUNDLE_DIR OUT_DIR [--quick | prefill [--quick]]
 set -uo pipefail
 bundle=$1
@@ -12,7 +13,22 @@ export LD_LIBRARY_PATH=$PWD/$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$out/gpu.txt"
 if [ "$stage" = prefill ]; then
   quick=${4:-}
-  "$bundle/prefill_attention_bench" $quick --csv "$out/prefill.csv" 2>&1 | tee "$out/prefill.log"
+  short='CudaPagedAttentionTest.TiledMatchesCpuOnShortContexts'
+  for kernel in tiled hopper hopper-serial; do
+    SE_PREFILL_KERNEL=$kernel timeout 300 "$bundle/backend_cuda_test" --gtest_filter='CudaPagedAttentionTest.Tiled*' \
+      > "$out/parity_$kernel.log" 2>&1
+    echo "parity $kernel exit $?"
+    grep -E "^\[ +FAILED |Failure|Check failed" "$out/parity_$kernel.log" | head -10
+    if [ "$kernel" != tiled ] && command -v compute-sanitizer > /dev/null; then
+      for tool in memcheck synccheck; do
+        SE_PREFILL_KERNEL=$kernel timeout 150 compute-sanitizer --tool $tool --print-limit 5 "$bundle/backend_cuda_test" \
+          --gtest_filter="$short" > "$out/${tool}_$kernel.log" 2>&1
+        echo "$tool $kernel exit $?: $(grep -E 'ERROR SUMMARY' "$out/${tool}_$kernel.log" | tail -1)"
+      done
+    fi
+    SE_PREFILL_KERNEL=$kernel timeout 150 "$bundle/prefill_attention_bench" $quick --csv "$out/prefill_$kernel.csv" \
+      2>&1 | tee "$out/prefill_$kernel.log"
+  done
   PYTHONUNBUFFERED=1 python3 -W ignore::UserWarning bench/kernels/sdpa_prefill_bench.py $quick \
     --csv "$out/sdpa_prefill.csv" 2>&1 | tee "$out/sdpa_prefill.log"
   exit 0

@@ -58,4 +58,14 @@ void launch_paged_attention_tiled(const PagedAttentionArgs& args, int head_dim, 
 // Resident CTAs per SM of that kernel (for split planning).
 int tiled_blocks_per_sm(int head_dim, bool prefill, bool selection);
 
+// The kernel of the prefill launch at head_dim 128 without a selection, chosen once from the
+// environment: SE_PREFILL_KERNEL = tiled (the default, paged_attention_tiled.cu), hopper (the
+// warp-specialized kernel of paged_prefill_hopper.cu, softmax overlapping the previous tile's P V)
+// or hopper-serial (the same kernel, one tile at a time per warpgroup).
+enum class PrefillKernel { kTiled, kHopper, kHopperSerial };
+PrefillKernel prefill_kernel();
+// The warp-specialized kernel: the same tiles of 128 query vectors and arguments as the tiled one.
+void launch_paged_prefill_hopper(const PagedAttentionArgs& args, int grid_x);
+int paged_prefill_hopper_blocks_per_sm();
+
 }  // namespace se::cuda

@@ -485,10 +485,16 @@ int blocks_per_sm() {
 template <int D>
 constexpr int kPrefillMW = D <= 128 ? 8 : 4;
 
+// Dense prefill at head_dim 128 runs the warp-specialized Hopper kernel when chosen.
+bool hopper_prefill(int head_dim, bool prefill, bool selection) {
+  return head_dim == 128 && prefill && !selection && prefill_kernel() != PrefillKernel::kTiled;
+}
+
 template <int D>
 void launch_head_dim(const PagedAttentionArgs& args, bool prefill, int grid_x) {
   const bool selection = args.select_unit > 0;
   constexpr int MW = kPrefillMW<D>;
+  if (hopper_prefill(D, prefill, selection)) return launch_paged_prefill_hopper(args, grid_x);
   if (prefill) {
     selection ? launch_config<D, MW, true>(args, grid_x)
               : launch_config<D, MW, false>(args, grid_x);
@@ -500,6 +506,7 @@ void launch_head_dim(const PagedAttentionArgs& args, bool prefill, int grid_x) {
 template <int D>
 int blocks_per_sm_head_dim(bool prefill, bool selection) {
   constexpr int MW = kPrefillMW<D>;
+  if (hopper_prefill(D, prefill, selection)) return paged_prefill_hopper_blocks_per_sm();
   if (prefill) return selection ? blocks_per_sm<D, MW, true>() : blocks_per_sm<D, MW, false>();
   return selection ? blocks_per_sm<D, 1, true>() : blocks_per_sm<D, 1, false>();
 }

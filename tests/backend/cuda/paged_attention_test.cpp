@@ -2,7 +2,8 @@
 // over the same paged cache: the CPU pool holds f32 copies of the GPU's bf16 pages, pages are
 // shuffled across the pool and filled with random data beyond each stream's end (masking must hide
 // it). Page sizes 16 and 64, contexts 1 to 128K, GQA groups 1 to 32, ragged batches mixing prefill
-// chunks and decode rows, windows and soft-capping.
+// chunks and decode rows, windows and soft-capping. Run with SE_PREFILL_KERNEL=hopper (or
+// hopper-serial), the head_dim-128 prefill launches take the warp-specialized Hopper kernel.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -60,6 +61,26 @@ std::vector<PagedCase> short_cases() {
       {"ragged ps64 g1 d64", 64, 4, 1, 64, {{5000, 1}, {700, 64}, {300, 300}, {64, 1}, {2000, 7}}});
   cases.push_back(
       {"per-head lengths ps16 g8 d64", 16, 4, 8, 64, {{2000, 3}, {260, 1}, {129, 40}}, 0, 0.0f, 9});
+  // Head dim 128 prefill with window and soft-cap masks, a group of 8 (16 rows per tile), f32 output.
+  cases.push_back({"window+softcap prefill ps16 g4 d128",
+                   16,
+                   2,
+                   4,
+                   128,
+                   {{1500, 600}, {300, 300}, {40, 1}},
+                   256,
+                   30.0f});
+  cases.push_back({"prefill g8 f32 out ps16 d128",
+                   16,
+                   1,
+                   8,
+                   128,
+                   {{3000, 1000}, {129, 129}},
+                   0,
+                   0.0f,
+                   0,
+                   DType::kBF16,
+                   DType::kF32});
   cases.push_back({"decode f32 out d256",
                    16,
                    2,

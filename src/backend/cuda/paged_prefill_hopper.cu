@@ -1,0 +1,441 @@
+// Prefill attention over paged KV at head_dim 128 on Hopper, warp-specialized in the way of
+// FlashAttention-3: a CTA of three warpgroups takes 128 query vectors (rows of one sequence x the
+// query heads of one KV head) and one split of their visible keys.
+// - The producer warpgroup gathers 128-key K and V tiles page by page with cp.async into a
+//   three-stage ring; a stage's "full" mbarrier completes when every producer thread's copies have
+//   landed, its "empty" mbarrier when both consumers are done reading it.
+// - Two consumer warpgroups own 64 query vectors each: S = Q K^T and O += P V as warpgroup MMAs
+//   (wgmma) reading K and V from shared memory, the online softmax in registers (log2 domain).
+// - The consumers take turns issuing their MMAs (two named barriers pass a token), so one's
+//   exponentials run while the other's matrix work keeps the tensor cores busy. The `hopper`
+//   schedule also overlaps each warpgroup's softmax with its own previous tile's P V; the
+//   `hopper-serial` one finishes a tile before the next.
+// - setmaxnreg gives the consumers the registers (S, O, Q and P fragments) the producer does not use.
+// Split-KV, sliding windows, softcap, chunked prefill against a cached prefix and the combine pass
+// behave as in the tiled kernel (paged_attention_tiled.cu). SE_PREFILL_KERNEL chooses this kernel
+// (paged_attention_args.h); the tiled one stays the default until this one has been measured.
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <string_view>
+
+#include "backend/cuda/attention_tile.cuh"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_context.h"
+#include "backend/cuda/paged_attention_args.h"
+
+namespace se::cuda {
+
+namespace {
+using namespace attention_tile;
+
+constexpr int kD = 128;
+constexpr int kKeys = 128;  // keys per K/V tile
+constexpr int kConsumers = 2;
+constexpr int kQueryVectors = 64 * kConsumers;
+constexpr int kWarpgroupThreads = 128;
+constexpr int kThreads = kWarpgroupThreads * (1 + kConsumers);
+// Three stages: with the overlap schedule a stage's V is read until the next tile's softmax is done,
+// so a third stage keeps a tile loading while two are in use.
+constexpr int kStages = 3;
+constexpr int kTileElems = kKeys * kD;
+constexpr int kScoreTiles = kKeys / 8;  // n8 tiles of S per warp
+constexpr int kOutTiles = kD / 8;       // n8 tiles of O per warp
+// 128 x 56 + 256 x 224 registers fit the SM's 64K. The producer's address arithmetic spills below 56.
+constexpr int kProducerRegisters = 56;
+constexpr int kConsumerRegisters = 224;
+// Named barriers 1 and 2 are the consumers' turns at the tensor cores (0 is __syncthreads).
+constexpr int kFirstTurnBarrier = 1;
+
+// K/V stages, then Q, then the stages' mbarriers; the warpgroup MMAs' swizzle atoms need 1024-byte
+// alignment, which the dynamic shared memory's base is not promised.
+constexpr size_t kSmemBytes = 1024 + size_t{kStages} * 2 * kTileElems * sizeof(bf16) +
+                               size_t{kQueryVectors} * kD * sizeof(bf16) + 2 * kStages * sizeof(uint64_t);
+static_assert(kSmemBytes <= 227 * 1024, "one CTA per SM: the K/V ring, Q and the barriers");
+
+__device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_address(bar)), "r"(count));
+}
+__device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred ready;\n"
+      "WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 ready, [%0], %1;\n"
+      "@!ready bra WAIT;\n"
+      "}\n" ::"r"(smem_address(bar)),
+      "r"(parity)
+      : "memory");
+}
+__device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_address(bar)) : "memory");
+}
+// One arrival on `bar` once this thread's cp.async copies so far have landed (the barrier's count
+// includes it: .noinc).
+__device__ __forceinline__ void cp_async_arrive(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_address(bar))
+               : "memory");
+}
+__device__ __forceinline__ void named_barrier_sync(int id) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(kConsumers * kWarpgroupThreads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(int id) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "n"(kConsumers * kWarpgroupThreads) : "memory");
+}
+
+template <bool kOverlap>
+__global__ void __launch_bounds__(kThreads, 1) paged_prefill_hopper_kernel(const PagedAttentionArgs a) {
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  unsigned char* smem = smem_raw + (1024 - smem_address(smem_raw) % 1024) % 1024;
+  bf16* kv_s = reinterpret_cast<bf16*>(smem);                          // [kStages][K, V][kKeys][kD]
+  bf16* q_s = kv_s + kStages * 2 * kTileElems;                         // [kQueryVectors][kD]
+  uint64_t* full = reinterpret_cast<uint64_t*>(q_s + kQueryVectors * kD);  // [kStages]
+  uint64_t* empty = full + kStages;                                        // [kStages]
+
+  // Tiles later in a sequence see more keys under the causal mask: the grid runs them first.
+  int seq = 0, tile_in_seq = 0;
+  if (!find_tile(a, gridDim.x - 1 - blockIdx.x, seq, tile_in_seq)) return;  // the whole CTA
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbarrier_init(&full[s], kWarpgroupThreads);
+      mbarrier_init(&empty[s], kConsumers * 4);  // one arrival per consumer warp
+    }
+  }
+  __syncthreads();
+
+  const int kv_head = blockIdx.y / a.q_blocks;
+  const int q_block = blockIdx.y % a.q_blocks;
+  const int32_t row0 = a.q_indptr[seq];
+  const int32_t n = a.q_indptr[seq + 1] - row0;
+  const int32_t r_begin = tile_in_seq * a.rows_per_tile;
+  const int32_t rows_in_tile = min(a.rows_per_tile, n - r_begin);
+  const SeqKvView sv = a.seqs[seq];
+  const int32_t len = sv.num_tokens[kv_head];
+  const int32_t* pages = sv.page_ids + static_cast<int64_t>(kv_head) * sv.stride;
+
+  // Keys the tile can see: up to its last row's position; with a window, from its first row's
+  // window start. Splits divide them in whole tiles.
+  const int32_t first_row_last = len - n + r_begin;
+  const int32_t kv_end = max(first_row_last + rows_in_tile, 0);
+  const int32_t kv_begin = min(a.window > 0 ? max(0, first_row_last - a.window + 1) : 0, kv_end);
+  int32_t split_begin = kv_begin, split_end = kv_end;
+  if (a.num_splits > 1) {
+    int32_t chunk = (kv_end - kv_begin + a.num_splits - 1) / a.num_splits;
+    chunk = max(kKeys, (chunk + kKeys - 1) / kKeys * kKeys);
+    split_begin = min(kv_end, kv_begin + static_cast<int32_t>(blockIdx.z) * chunk);
+    split_end = min(kv_end, split_begin + chunk);
+  }
+  const int num_tiles = (split_end - split_begin + kKeys - 1) / kKeys;
+
+  if (threadIdx.x < kWarpgroupThreads) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegisters));
+    const KeyMap every_token{nullptr, 1};
+    for (int it = 0; it < num_tiles; ++it) {
+      const int stage = it % kStages;
+      if (it >= kStages) mbarrier_wait(&empty[stage], (it / kStages - 1) & 1);
+      load_kv_tile<kD, kKeys, kWarpgroupThreads, false, true>(
+          kv_s + stage * 2 * kTileElems, nullptr, split_begin + it * kKeys, split_end, pages,
+          every_token, len, a, threadIdx.x);
+      cp_async_arrive(&full[stage]);
+    }
+    asm volatile("cp.async.wait_all;\n" ::: "memory");  // no copy outlives its thread
+    return;
+  }
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegisters));
+
+  const int consumer = threadIdx.x / kWarpgroupThreads - 1;
+  const int lane = threadIdx.x & 31;
+  const int mw = (threadIdx.x - kWarpgroupThreads) >> 5;  // this warp's 16 query vectors
+  const int g = lane >> 2;                                // fragment row within the 8-row half
+  const int t4 = lane & 3;                                // ... and column pair
+
+  // Query vector qv of this CTA -> batch row and query head; false for padding.
+  auto query_vector = [&](int qv, int& row, int& head) {
+    const int gq = q_block * kQueryVectors + qv;
+    const int r_local = gq / a.group;
+    row = row0 + r_begin + r_local;
+    head = kv_head * a.group + (gq - r_local * a.group);
+    return r_local < rows_in_tile;
+  };
+
+  // This warp's 16 query vectors -> shared (bf16, swizzled; padding zero) -> A fragments.
+  for (int idx = lane; idx < 16 * (kD / 8); idx += 32) {
+    const int qv = mw * 16 + idx / (kD / 8);
+    const int c = idx % (kD / 8);
+    int row, head;
+    uint4 packed = make_uint4(0, 0, 0, 0);
+    if (query_vector(qv, row, head)) {
+      const int64_t off = (static_cast<int64_t>(row) * a.num_heads + head) * kD + c * 8;
+      if (a.q_dtype == DType::kBF16) {
+        packed = *reinterpret_cast<const uint4*>(static_cast<const bf16*>(a.q) + off);
+      } else {
+        const float4 lo = *reinterpret_cast<const float4*>(static_cast<const float*>(a.q) + off);
+        const float4 hi =
+            *reinterpret_cast<const float4*>(static_cast<const float*>(a.q) + off + 4);
+        packed = make_uint4(pack_bf16(lo.x, lo.y), pack_bf16(lo.z, lo.w), pack_bf16(hi.x, hi.y),
+                            pack_bf16(hi.z, hi.w));
+      }
+    }
+    *reinterpret_cast<uint4*>(q_s + swizzled<kD>(qv, c)) = packed;
+  }
+  __syncwarp();
+  uint32_t q_frag[kD / 16][4];
+  {
+    const int mi = lane >> 3, ri = lane & 7;
+#pragma unroll
+    for (int ks = 0; ks < kD / 16; ++ks)
+      ldmatrix_x4(q_frag[ks], q_s + swizzled<kD>(mw * 16 + ri + 8 * (mi & 1), 2 * ks + (mi >> 1)));
+  }
+
+  // Visible key range [lo, hi] of this thread's two fragment rows (g and g + 8); empty for padding.
+  int32_t vis_lo[2], vis_hi[2];
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    int row, head;
+    vis_lo[rr] = 1;
+    vis_hi[rr] = 0;
+    if (query_vector(mw * 16 + g + 8 * rr, row, head)) {
+      vis_hi[rr] = len - n + (row - row0);
+      vis_lo[rr] = a.window > 0 ? max(0, vis_hi[rr] - a.window + 1) : 0;
+    }
+  }
+  // Keys every row of this warp sees: a key tile inside them (and the split) needs no mask.
+  int32_t all_lo = max(vis_lo[0], vis_lo[1]), all_hi = min(vis_hi[0], vis_hi[1]);
+#pragma unroll
+  for (int offset = 4; offset < 32; offset <<= 1) {
+    all_lo = max(all_lo, __shfl_xor_sync(kFullMask, all_lo, offset));
+    all_hi = min(all_hi, __shfl_xor_sync(kFullMask, all_hi, offset));
+  }
+  all_hi = min(all_hi, split_end - 1);
+
+  const float score_scale = a.softcap > 0.0f ? a.scale : a.scale * kLog2e;
+  float m_run[2] = {-INFINITY, -INFINITY};  // running max, log2 units
+  float l_run[2] = {0.0f, 0.0f};            // this thread's share of the denominator
+  float o_acc[kOutTiles][4];
+#pragma unroll
+  for (int dt = 0; dt < kOutTiles; ++dt) o_acc[dt][0] = o_acc[dt][1] = o_acc[dt][2] = o_acc[dt][3] = 0.0f;
+  float s[kScoreTiles][4];    // scores of the tile in hand, then its probabilities
+  uint32_t pa[kKeys / 16][4];  // probabilities as P V's A fragments (two n8 tiles of S = k16)
+
+  auto stage_k = [&](int it) { return kv_s + (it % kStages) * 2 * kTileElems; };
+  auto wait_tile = [&](int it) {
+    mbarrier_wait(&full[it % kStages], (it / kStages) & 1);
+    // cp.async wrote the stage through the generic proxy; the MMAs read it through the async one.
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  };
+  auto release_tile = [&](int it) {
+    __syncwarp();
+    if (lane == 0) mbarrier_arrive(&empty[it % kStages]);
+  };
+  // S = Q K^T, issued. K-major B: k step ks reads 16 columns of column block ks / 4.
+  auto issue_scores = [&](int it) {
+    const bf16* k_s = stage_k(it);
+#pragma unroll
+    for (int nt = 0; nt < kScoreTiles; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+    fence_accumulators(s);
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < kD / 16; ++ks)
+      wgmma_bf16<kKeys, false>(
+          s, q_frag[ks], wgmma_descriptor(k_s + (ks >> 2) * (kKeys * 64) + (ks & 3) * 16, 16, 1024));
+    wgmma_commit();
+  };
+  // O += P V, issued. MN-major B: keys 16 kk.. are two whole atoms; the column blocks lie a tile
+  // apart.
+  auto issue_values = [&](int it) {
+    const bf16* v_s = stage_k(it) + kTileElems;
+    fence_accumulators(o_acc);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk)
+      wgmma_bf16<kD, true>(o_acc, pa[kk], wgmma_descriptor(v_s + kk * 16 * 64, kKeys * 64 * 2, 1024));
+    wgmma_commit();
+  };
+  // Scale, cap and mask tile `it`'s scores, then the online softmax per fragment row (the 4 lanes
+  // of a quad share a row): s becomes the probabilities, alpha the rescale of what came before.
+  auto softmax = [&](int it, float (&alpha)[2]) {
+    const int tile_start = split_begin + it * kKeys;
+    const bool masked = tile_start < all_lo || tile_start + kKeys - 1 > all_hi;
+    float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nt = 0; nt < kScoreTiles; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int rr = e >> 1;
+        float x = s[nt][e] * score_scale;
+        if (a.softcap > 0.0f) x = a.softcap * tanhf(x / a.softcap) * kLog2e;
+        if (masked) {
+          const int key = tile_start + nt * 8 + 2 * t4 + (e & 1);
+          if (key < vis_lo[rr] || key > vis_hi[rr] || key >= split_end) x = -INFINITY;
+        }
+        s[nt][e] = x;
+        tile_max[rr] = fmaxf(tile_max[rr], x);
+      }
+    }
+    float m_use[2];
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      tile_max[rr] = fmaxf(tile_max[rr], __shfl_xor_sync(kFullMask, tile_max[rr], 1));
+      tile_max[rr] = fmaxf(tile_max[rr], __shfl_xor_sync(kFullMask, tile_max[rr], 2));
+      const float m_new = fmaxf(m_run[rr], tile_max[rr]);
+      m_use[rr] = m_new == -INFINITY ? 0.0f : m_new;  // no key seen yet: every exp2 0, not NaN
+      alpha[rr] = exp2f(m_run[rr] - m_use[rr]);
+      m_run[rr] = m_new;
+      l_run[rr] *= alpha[rr];
+    }
+#pragma unroll
+    for (int nt = 0; nt < kScoreTiles; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[nt][e] = exp2f(s[nt][e] - m_use[e >> 1]);
+        l_run[e >> 1] += s[nt][e];
+      }
+    }
+  };
+  auto rescale_and_pack = [&](const float (&alpha)[2]) {
+#pragma unroll
+    for (int dt = 0; dt < kOutTiles; ++dt) {
+      o_acc[dt][0] *= alpha[0], o_acc[dt][1] *= alpha[0];
+      o_acc[dt][2] *= alpha[1], o_acc[dt][3] *= alpha[1];
+    }
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
+      pa[kk][0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
+      pa[kk][1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
+      pa[kk][2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      pa[kk][3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+    }
+  };
+
+  // The consumers take turns issuing their MMAs; the first one holds the first turn.
+  const int my_turn = kFirstTurnBarrier + consumer;
+  const int other_turn = kFirstTurnBarrier + 1 - consumer;
+  if (consumer == 0) named_barrier_arrive(my_turn);
+  float alpha[2];
+  if constexpr (!kOverlap) {
+    // A turn covers one tile's P V and the next tile's Q K^T.
+    named_barrier_sync(my_turn);
+    for (int it = 0; it < num_tiles; ++it) {
+      wait_tile(it);
+      issue_scores(it);
+      named_barrier_arrive(other_turn);
+      wgmma_wait<0>();
+      fence_accumulators(s);
+      softmax(it, alpha);
+      rescale_and_pack(alpha);
+      named_barrier_sync(my_turn);
+      issue_values(it);
+      wgmma_wait<0>();
+      fence_accumulators(o_acc);
+      fence_fragments(pa);
+      release_tile(it);
+    }
+    // The second consumer's last turn (its final P V) is the first one's to give.
+    if (consumer == 0) named_barrier_arrive(other_turn);
+  } else if (num_tiles > 0) {
+    // A turn covers tile it's Q K^T and tile it - 1's P V: the softmax of tile it overlaps that P V.
+    wait_tile(0);
+    named_barrier_sync(my_turn);
+    issue_scores(0);
+    named_barrier_arrive(other_turn);
+    wgmma_wait<0>();
+    fence_accumulators(s);
+    softmax(0, alpha);
+    rescale_and_pack(alpha);
+    for (int it = 1; it < num_tiles; ++it) {
+      wait_tile(it);
+      named_barrier_sync(my_turn);
+      issue_scores(it);
+      issue_values(it - 1);
+      named_barrier_arrive(other_turn);
+      wgmma_wait<1>();  // the scores; P V may still run
+      fence_accumulators(s);
+      softmax(it, alpha);
+      wgmma_wait<0>();
+      fence_accumulators(o_acc);
+      fence_fragments(pa);
+      release_tile(it - 1);
+      rescale_and_pack(alpha);
+    }
+    named_barrier_sync(my_turn);
+    issue_values(num_tiles - 1);
+    if (consumer == 0) named_barrier_arrive(other_turn);  // the second consumer's last turn
+    wgmma_wait<0>();
+    fence_accumulators(o_acc);
+    fence_fragments(pa);
+    release_tile(num_tiles - 1);
+  } else if (consumer == 0) {
+    named_barrier_sync(my_turn);
+    named_barrier_arrive(other_turn);
+  } else {
+    named_barrier_sync(my_turn);
+  }
+
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    l_run[rr] += __shfl_xor_sync(kFullMask, l_run[rr], 1);
+    l_run[rr] += __shfl_xor_sync(kFullMask, l_run[rr], 2);
+    int row, head;
+    if (!query_vector(mw * 16 + g + 8 * rr, row, head)) continue;
+#pragma unroll
+    for (int dt = 0; dt < kOutTiles; ++dt)
+      emit_result<kD>(a, row, head, dt * 8 + 2 * t4, o_acc[dt][2 * rr], o_acc[dt][2 * rr + 1],
+                      m_run[rr], l_run[rr], dt == 0 && t4 == 0);
+  }
+}
+
+template <bool kOverlap>
+void configure_once() {
+  static const bool configured = [] {
+    SE_CUDA_CHECK(cudaFuncSetAttribute(paged_prefill_hopper_kernel<kOverlap>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(kSmemBytes)));
+    return true;
+  }();
+  (void)configured;
+}
+
+template <bool kOverlap>
+void launch(const PagedAttentionArgs& args, int grid_x) {
+  configure_once<kOverlap>();
+  const dim3 grid(static_cast<unsigned>(grid_x),
+                  static_cast<unsigned>(args.num_kv_heads * args.q_blocks),
+                  static_cast<unsigned>(args.num_splits));
+  paged_prefill_hopper_kernel<kOverlap>
+      <<<grid, kThreads, kSmemBytes, CudaContext::current().stream()>>>(args);
+  SE_CUDA_CHECK_LAUNCH("paged_prefill_hopper_kernel");
+}
+}  // namespace
+
+PrefillKernel prefill_kernel() {
+  static const PrefillKernel kernel = [] {
+    const char* name = std::getenv("SE_PREFILL_KERNEL");
+    const std::string_view value = name == nullptr ? "tiled" : name;
+    if (value == "tiled") return PrefillKernel::kTiled;
+    if (value == "hopper") return PrefillKernel::kHopper;
+    if (value == "hopper-serial") return PrefillKernel::kHopperSerial;
+    SE_CHECK(false, "SE_PREFILL_KERNEL={}: expected tiled, hopper or hopper-serial", value);
+    return PrefillKernel::kTiled;
+  }();
+  return kernel;
+}
+
+void launch_paged_prefill_hopper(const PagedAttentionArgs& args, int grid_x) {
+  prefill_kernel() == PrefillKernel::kHopperSerial ? launch<false>(args, grid_x)
+                                                    : launch<true>(args, grid_x);
+}
+
+int paged_prefill_hopper_blocks_per_sm() {
+  static const int blocks = [] {
+    configure_once<true>();
+    int n = 0;
+    SE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, paged_prefill_hopper_kernel<true>,
+                                                                kThreads, kSmemBytes));
+    return n;
+  }();
+  return blocks;
+}
+
+}  // namespace se::cuda
