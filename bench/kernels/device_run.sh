@@ -4,7 +4,7 @@
 # its PyTorch SDPA peer. The `prefill` stage: the prefill-attention parity cases and benchmark under each prefill
 # kernel (SE_PREFILL_KERNEL: tiled, hopper, hopper-serial), and its SDPA peer. Binaries come from a bundle built
 # here with shared/tools/device-bundle:
-#   bench/kernels/device_run.sh BUNDLE_DIR OUT_DIR [--quick | prefill [--quick]]
+#   bench/kernels/device_run.sh BUNDLE_DIR OUT_DIR [--quick | prefill [--quick] ["KERNEL ..."]]
 set -uo pipefail
 bundle=$1
 out=$2
@@ -12,25 +12,34 @@ stage=${3:-}
 export LD_LIBRARY_PATH=$PWD/$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$out/gpu.txt"
 if [ "$stage" = prefill ]; then
-  quick=${4:-}
+  # Each kernel's parity, then its benchmark; the warp-specialized ones first under the sanitizers (short cases).
+  # Every step has a time limit that keeps a hung kernel from taking the call with it; KERNELS narrows the list
+  # when one call cannot hold them all.
+  quick=""; [ "${4:-}" = --quick ] && { quick=--quick; shift; }
+  kernels=${4:-"tiled hopper hopper-serial"}
   short='CudaPagedAttentionTest.TiledMatchesCpuOnShortContexts'
-  for kernel in tiled hopper hopper-serial; do
-    SE_PREFILL_KERNEL=$kernel timeout 300 "$bundle/backend_cuda_test" --gtest_filter='CudaPagedAttentionTest.Tiled*' \
-      > "$out/parity_$kernel.log" 2>&1
-    echo "parity $kernel exit $?"
-    grep -E "^\[ +FAILED |Failure|Check failed" "$out/parity_$kernel.log" | head -10
+  for kernel in $kernels; do
+    export SE_PREFILL_KERNEL=$kernel
     if [ "$kernel" != tiled ] && command -v compute-sanitizer > /dev/null; then
       for tool in memcheck synccheck; do
-        SE_PREFILL_KERNEL=$kernel timeout 150 compute-sanitizer --tool $tool --print-limit 5 "$bundle/backend_cuda_test" \
+        timeout -k 5 90 compute-sanitizer --tool $tool --error-exitcode 9 --print-limit 5 "$bundle/backend_cuda_test" \
           --gtest_filter="$short" > "$out/${tool}_$kernel.log" 2>&1
         echo "$tool $kernel exit $?: $(grep -E 'ERROR SUMMARY' "$out/${tool}_$kernel.log" | tail -1)"
       done
     fi
-    SE_PREFILL_KERNEL=$kernel timeout 150 "$bundle/prefill_attention_bench" $quick --csv "$out/prefill_$kernel.csv" \
-      2>&1 | tee "$out/prefill_$kernel.log"
+    timeout -k 5 150 "$bundle/backend_cuda_test" --gtest_filter='CudaPagedAttentionTest.Tiled*' \
+      > "$out/parity_$kernel.log" 2>&1
+    echo "parity $kernel exit $?"
+    grep -E "^\[ +FAILED |Failure|Check failed" "$out/parity_$kernel.log" | head -10
+    timeout -k 5 90 "$bundle/prefill_attention_bench" $quick --csv "$out/prefill_$kernel.csv" > "$out/prefill_$kernel.log" 2>&1
+    echo "prefill bench $kernel exit $?"
+    cat "$out/prefill_$kernel.log"
   done
-  PYTHONUNBUFFERED=1 python3 -W ignore::UserWarning bench/kernels/sdpa_prefill_bench.py $quick \
-    --csv "$out/sdpa_prefill.csv" 2>&1 | tee "$out/sdpa_prefill.log"
+  unset SE_PREFILL_KERNEL
+  PYTHONUNBUFFERED=1 timeout -k 5 120 python3 -W ignore::UserWarning bench/kernels/sdpa_prefill_bench.py $quick \
+    --csv "$out/sdpa_prefill.csv" > "$out/sdpa_prefill.log" 2>&1
+  echo "sdpa exit $?"
+  cat "$out/sdpa_prefill.log"
   exit 0
 fi
 quick=$stage

@@ -1,12 +1,16 @@
-// Device pieces shared by the paged-attention kernels (the tiled flash-decoding kernel and the
-// warp-specialized Hopper prefill kernel): async copies, tensor-core fragments and warpgroup MMAs,
-// the swizzled shared-memory tile layouts, the tile lookup and the paged K/V tile gather.
+// The pieces shared by the paged-attention kernels (the tiled flash-decoding kernel and the warp-specialized
+// Hopper prefill kernel): async copies, tensor-core fragments and warpgroup MMAs, the swizzled shared-memory tile
+// layouts, a CTA's query tile (its rows, keys, splits and Q staging), the rows' visible keys, the online softmax
+// step, the paged K/V tile gather, the result writes, and the kernels' launch and occupancy on the host.
 #pragma once
 
 #include <cuda_bf16.h>
 
+#include <cmath>
 #include <cstdint>
 
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_context.h"
 #include "backend/cuda/paged_attention_args.h"
 
 namespace se::cuda::attention_tile {
@@ -149,6 +153,28 @@ __device__ __forceinline__ void wgmma_bf16(float (&d)[N / 8][4], const uint32_t 
   }
 }
 
+// Probabilities of two adjacent n8 score tiles (kk's 16 keys) as one P V A fragment (k = 16).
+template <int kTiles>
+__device__ __forceinline__ void pack_probabilities(const float (&p)[kTiles][4], int kk, uint32_t (&a)[4]) {
+  a[0] = pack_bf16(p[2 * kk][0], p[2 * kk][1]);
+  a[1] = pack_bf16(p[2 * kk][2], p[2 * kk][3]);
+  a[2] = pack_bf16(p[2 * kk + 1][0], p[2 * kk + 1][1]);
+  a[3] = pack_bf16(p[2 * kk + 1][2], p[2 * kk + 1][3]);
+}
+
+// A raw score as a logit in log2 units: score * scale, soft-capped when cap > 0 (cap * tanh(x / cap)), times
+// log2(e). Without a cap the two factors fold into one multiply.
+struct LogitScale {
+  float factor, cap;
+
+  __device__ __forceinline__ explicit LogitScale(const PagedAttentionArgs& a)
+      : factor(a.softcap > 0.0f ? a.scale : a.scale * kLog2e), cap(a.softcap) {}
+  __device__ __forceinline__ float operator()(float score) const {
+    const float x = score * factor;
+    return cap > 0.0f ? cap * tanhf(x / cap) * kLog2e : x;
+  }
+};
+
 // Element offset of 16-byte chunk `chunk` of row `row` in a swizzled [rows][D] bf16 tile.
 template <int D>
 __device__ __forceinline__ int swizzled(int row, int chunk) {
@@ -208,6 +234,136 @@ __device__ inline bool find_tile(const PagedAttentionArgs& a, int tile, int& seq
     base += __shfl_sync(kFullMask, inclusive, 31);
   }
   return false;
+}
+
+// One CTA's query tile: rows [r_begin, r_begin + rows) of sequence `seq` (whose n rows start at batch row
+// row0) x the query heads of one KV head (blockIdx.y / q_blocks), cut into blocks of query vectors
+// (blockIdx.y % q_blocks), and that KV head's stream.
+struct QueryTile {
+  int32_t seq, kv_head, q_block;
+  int32_t row0, n, r_begin, rows;
+  int32_t len;           // tokens in the stream
+  const int32_t* pages;  // the stream's page ids
+
+  __device__ __forceinline__ QueryTile(const PagedAttentionArgs& a, int32_t seq_, int32_t tile_in_seq)
+      : seq(seq_),
+        kv_head(static_cast<int32_t>(blockIdx.y) / a.q_blocks),
+        q_block(static_cast<int32_t>(blockIdx.y) % a.q_blocks),
+        row0(a.q_indptr[seq_]),
+        n(a.q_indptr[seq_ + 1] - row0),
+        r_begin(tile_in_seq * a.rows_per_tile),
+        rows(min(a.rows_per_tile, n - r_begin)),
+        len(a.seqs[seq_].num_tokens[kv_head]),
+        pages(a.seqs[seq_].page_ids + static_cast<int64_t>(kv_head) * a.seqs[seq_].stride) {}
+
+  // Query vector qv of the CTA's kQueryVectors -> batch row and query head; false for padding.
+  template <int kQueryVectors>
+  __device__ __forceinline__ bool query_vector(const PagedAttentionArgs& a, int qv, int& row, int& head) const {
+    const int gq = q_block * kQueryVectors + qv;
+    const int r_local = gq / a.group;
+    row = row0 + r_begin + r_local;
+    head = kv_head * a.group + (gq - r_local * a.group);
+    return r_local < rows;
+  }
+
+  // The keys the tile can see: up to its last row's position; with a window, from its first row's window start.
+  __device__ __forceinline__ void visible_keys(const PagedAttentionArgs& a, int32_t& begin, int32_t& end) const {
+    const int32_t first_row_last = len - n + r_begin;
+    end = max(first_row_last + rows, 0);
+    begin = min(a.window > 0 ? max(0, first_row_last - a.window + 1) : 0, end);
+  }
+
+  // Query vectors [first, first + count) -> shared memory (bf16, swizzled; padding zero), by `threads` threads
+  // of which this is `thread`.
+  template <int D, int kQueryVectors>
+  __device__ __forceinline__ void load_queries(const PagedAttentionArgs& a, bf16* q_s, int first, int count,
+                                               int thread, int threads) const {
+    constexpr int kChunks = D / 8;
+    for (int idx = thread; idx < count * kChunks; idx += threads) {
+      const int qv = first + idx / kChunks;
+      const int c = idx % kChunks;
+      int row, head;
+      uint4 packed = make_uint4(0, 0, 0, 0);
+      if (query_vector<kQueryVectors>(a, qv, row, head)) {
+        const int64_t off = (static_cast<int64_t>(row) * a.num_heads + head) * D + c * 8;
+        if (a.q_dtype == DType::kBF16) {
+          packed = *reinterpret_cast<const uint4*>(static_cast<const bf16*>(a.q) + off);
+        } else {
+          const float4 lo = *reinterpret_cast<const float4*>(static_cast<const float*>(a.q) + off);
+          const float4 hi = *reinterpret_cast<const float4*>(static_cast<const float*>(a.q) + off + 4);
+          packed = make_uint4(pack_bf16(lo.x, lo.y), pack_bf16(lo.z, lo.w), pack_bf16(hi.x, hi.y),
+                              pack_bf16(hi.z, hi.w));
+        }
+      }
+      *reinterpret_cast<uint4*>(q_s + swizzled<D>(qv, c)) = packed;
+    }
+  }
+};
+
+// This split's (blockIdx.z's) share of the logical keys [begin, end): whole tiles of kTileKeys.
+template <int kTileKeys>
+__device__ __forceinline__ void split_keys(const PagedAttentionArgs& a, int32_t begin, int32_t end,
+                                           int32_t& split_begin, int32_t& split_end) {
+  split_begin = begin;
+  split_end = end;
+  if (a.num_splits > 1) {
+    int32_t chunk = (end - begin + a.num_splits - 1) / a.num_splits;
+    chunk = max(kTileKeys, (chunk + kTileKeys - 1) / kTileKeys * kTileKeys);
+    split_begin = min(end, begin + static_cast<int32_t>(blockIdx.z) * chunk);
+    split_end = min(end, split_begin + chunk);
+  }
+}
+
+// The key positions one warp's MMA fragment rows see (g and g + 8 of its 16 query vectors, from `first_qv`):
+// lo/hi per row (empty for padding), and all_lo/all_hi the range every row of the warp sees within the split,
+// inside which a key tile needs no mask.
+struct RowVisibility {
+  int32_t lo[2], hi[2];
+  int32_t all_lo, all_hi;
+};
+
+template <int kQueryVectors>
+__device__ __forceinline__ RowVisibility row_visibility(const PagedAttentionArgs& a, const QueryTile& t,
+                                                        int first_qv, int32_t split_end) {
+  const int g = (threadIdx.x & 31) >> 2;
+  RowVisibility v;
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    int row, head;
+    v.lo[rr] = 1;
+    v.hi[rr] = 0;
+    if (t.query_vector<kQueryVectors>(a, first_qv + g + 8 * rr, row, head)) {
+      v.hi[rr] = t.len - t.n + (row - t.row0);
+      v.lo[rr] = a.window > 0 ? max(0, v.hi[rr] - a.window + 1) : 0;
+    }
+  }
+  v.all_lo = max(v.lo[0], v.lo[1]);
+  v.all_hi = min(v.hi[0], v.hi[1]);
+#pragma unroll
+  for (int offset = 4; offset < 32; offset <<= 1) {
+    v.all_lo = max(v.all_lo, __shfl_xor_sync(kFullMask, v.all_lo, offset));
+    v.all_hi = min(v.all_hi, __shfl_xor_sync(kFullMask, v.all_hi, offset));
+  }
+  v.all_hi = min(v.all_hi, split_end - 1);
+  return v;
+}
+
+// The online softmax's step per fragment row, once a tile's scores are scaled and masked: the 4 lanes of a quad
+// (one row) agree on the tile's max, the running max moves, and alpha rescales what came before (the running
+// denominator here, the output by the caller). m_use is the shift of the tile's exponentials: 0 while a row has
+// seen no key, so they stay 0 rather than NaN.
+__device__ __forceinline__ void advance_running_max(float (&tile_max)[2], float (&m_run)[2], float (&l_run)[2],
+                                                    float (&m_use)[2], float (&alpha)[2]) {
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    tile_max[rr] = fmaxf(tile_max[rr], __shfl_xor_sync(kFullMask, tile_max[rr], 1));
+    tile_max[rr] = fmaxf(tile_max[rr], __shfl_xor_sync(kFullMask, tile_max[rr], 2));
+    const float m_new = fmaxf(m_run[rr], tile_max[rr]);
+    m_use[rr] = m_new == -INFINITY ? 0.0f : m_new;
+    alpha[rr] = exp2f(m_run[rr] - m_use[rr]);
+    m_run[rr] = m_new;
+    l_run[rr] *= alpha[rr];
+  }
 }
 
 // Gathers keys [tile_start, tile_start + kKeys) of one KV head into a stage: K rows at k_s, V rows
@@ -271,6 +427,60 @@ __device__ __forceinline__ void emit_result(const PagedAttentionArgs& a, int row
     *reinterpret_cast<float2*>(a.part_o + part * D + d) = make_float2(o0, o1);
     if (write_ml) a.part_ml[part] = make_float2(m, l);
   }
+}
+
+// Sums each fragment row's denominator over its quad, then writes the warp's 16 query vectors (from first_qv):
+// rows g and g + 8, dims 2 t4, 2 t4 + 1 of every n8 tile of O.
+template <int D, int kQueryVectors>
+__device__ __forceinline__ void emit_fragment_rows(const PagedAttentionArgs& a, const QueryTile& t, int first_qv,
+                                                   const float (&o_acc)[D / 8][4], const float (&m_run)[2],
+                                                   float (&l_run)[2]) {
+  const int lane = threadIdx.x & 31;
+  const int g = lane >> 2, t4 = lane & 3;
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    l_run[rr] += __shfl_xor_sync(kFullMask, l_run[rr], 1);
+    l_run[rr] += __shfl_xor_sync(kFullMask, l_run[rr], 2);
+    int row, head;
+    if (!t.query_vector<kQueryVectors>(a, first_qv + g + 8 * rr, row, head)) continue;
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt)
+      emit_result<D>(a, row, head, dt * 8 + 2 * t4, o_acc[dt][2 * rr], o_acc[dt][2 * rr + 1], m_run[rr], l_run[rr],
+                     dt == 0 && t4 == 0);
+  }
+}
+
+// Host side: a kernel's launch over the grid (tiles, KV heads x q_blocks, splits) with `bytes` of dynamic shared
+// memory, whose limit is raised once per kernel before its first launch.
+template <auto kKernel>
+void raise_shared_memory_limit(size_t bytes) {
+  static const bool raised = [bytes] {
+    SE_CUDA_CHECK(
+        cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+    return true;
+  }();
+  (void)raised;
+}
+
+template <auto kKernel>
+void launch_attention(const PagedAttentionArgs& args, int grid_x, int threads, size_t bytes, const char* name) {
+  raise_shared_memory_limit<kKernel>(bytes);
+  const dim3 grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(args.num_kv_heads * args.q_blocks),
+                  static_cast<unsigned>(args.num_splits));
+  kKernel<<<grid, threads, bytes, CudaContext::current().stream()>>>(args);
+  SE_CUDA_CHECK_LAUNCH(name);
+}
+
+// Resident CTAs per SM of the kernel at that size (for split planning), measured once.
+template <auto kKernel>
+int resident_ctas_per_sm(int threads, size_t bytes) {
+  static const int ctas = [threads, bytes] {
+    raise_shared_memory_limit<kKernel>(bytes);
+    int n = 0;
+    SE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kKernel, threads, bytes));
+    return n;
+  }();
+  return ctas;
 }
 
 }  // namespace se::cuda::attention_tile

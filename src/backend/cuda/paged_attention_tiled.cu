@@ -15,15 +15,17 @@
 // warpgroup MMAs read. A view with a selection runs the kernel's selection variant: a CTA walks the
 // selected tokens of its stream in order (the "logical" keys), gathering each 64-key tile row by
 // row (whole pages for a page selection) and masking by the rows' token positions, which the tile
-// keeps beside its K and V rows; the dense variant is unchanged.
+// keeps beside its K and V rows; the dense variant is unchanged. The pieces this kernel shares with the
+// warp-specialized prefill kernel live in attention_tile.cuh; SE_PREFILL_KERNEL can hand dense head_dim-128
+// prefill to that kernel (paged_attention_args.h).
 #include <cuda_bf16.h>
 
 #include <cmath>
 
+#include "backend/cuda/attention_tile.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_context.h"
 #include "backend/cuda/device_util.cuh"
-#include "backend/cuda/attention_tile.cuh"
 #include "backend/cuda/paged_attention_args.h"
 
 namespace se::cuda {
@@ -67,7 +69,6 @@ struct TiledConfig {
   static constexpr bool kWgmma = MW == 8 && !kSel && D == 128;
   static constexpr int kKeysPerWarp = kTileKeys / kKeyGroups;
   static constexpr int kScoreTiles = kKeysPerWarp / 8;  // n8 tiles of S per warp
-  static constexpr int kChunks = D / 8;                 // 16-byte chunks per row
   static constexpr int kTileElems = kTileKeys * D;
   static constexpr bool kQInRegisters = D <= 128;
   // Two stages: a third (tried for decode, docs/perf-notes.md) needs 100 KB of shared memory, fits
@@ -118,26 +119,13 @@ __global__ void __launch_bounds__(TiledConfig<D, MW, kSel>::kThreads)
   const int lane = threadIdx.x & 31;
   const int mw = warp / kKG;  // this warp's 16-row block of query vectors
   const int kg = warp % kKG;  // this warp's share of each key tile
-  const int kv_head = blockIdx.y / a.q_blocks;
-  const int q_block = blockIdx.y % a.q_blocks;
-
-  const int32_t row0 = a.q_indptr[seq];
-  const int32_t n = a.q_indptr[seq + 1] - row0;
-  const int32_t r_begin = tile_in_seq * a.rows_per_tile;
-  const int32_t rows_in_tile = min(a.rows_per_tile, n - r_begin);
-  const SeqKvView sv = a.seqs[seq];
-  const int32_t len = sv.num_tokens[kv_head];
-  const int32_t* pages = sv.page_ids + static_cast<int64_t>(kv_head) * sv.stride;
-
-  // Keys the tile can see: up to the last row's position; with a window, from the first row's
-  // window start.
-  const int32_t first_row_last = len - n + r_begin;
-  int32_t kv_end = max(first_row_last + rows_in_tile, 0);
-  int32_t kv_begin = min(a.window > 0 ? max(0, first_row_last - a.window + 1) : 0, kv_end);
+  const QueryTile t(a, seq, tile_in_seq);
+  int32_t kv_begin, kv_end;
+  t.visible_keys(a, kv_begin, kv_end);
   KeyMap map{nullptr, 1};
   if constexpr (kSel) {
     // [kv_begin, kv_end) becomes the logical keys whose tokens fall in it; splits divide those.
-    const SelectedEntries sel = selected_entries(a.produced, sv, seq, kv_head, a.num_kv_heads);
+    const SelectedEntries sel = selected_entries(a.produced, a.seqs[seq], seq, t.kv_head, a.num_kv_heads);
     if (sel.entries != nullptr) {
       map.selected = sel.entries;
       map.unit = a.select_unit;
@@ -147,43 +135,9 @@ __global__ void __launch_bounds__(TiledConfig<D, MW, kSel>::kThreads)
       kv_end = end;
     }
   }
-  int32_t split_begin = kv_begin, split_end = kv_end;
-  if (a.num_splits > 1) {
-    int32_t chunk = (kv_end - kv_begin + a.num_splits - 1) / a.num_splits;
-    chunk = max(kTileKeys, (chunk + kTileKeys - 1) / kTileKeys * kTileKeys);
-    split_begin = min(kv_end, kv_begin + static_cast<int32_t>(blockIdx.z) * chunk);
-    split_end = min(kv_end, split_begin + chunk);
-  }
-
-  // Query vector qv of this CTA -> batch row and query head; false for padding.
-  auto query_vector = [&](int qv, int& row, int& head) {
-    const int gq = q_block * kM + qv;
-    const int r_local = gq / a.group;
-    row = row0 + r_begin + r_local;
-    head = kv_head * a.group + (gq - r_local * a.group);
-    return r_local < rows_in_tile;
-  };
-
-  // Q -> shared (bf16, swizzled; padding rows zero).
-  for (int idx = threadIdx.x; idx < kM * Cfg::kChunks; idx += kThreads) {
-    const int qv = idx / Cfg::kChunks;
-    const int c = idx % Cfg::kChunks;
-    int row, head;
-    uint4 packed = make_uint4(0, 0, 0, 0);
-    if (query_vector(qv, row, head)) {
-      const int64_t off = (static_cast<int64_t>(row) * a.num_heads + head) * D + c * 8;
-      if (a.q_dtype == DType::kBF16) {
-        packed = *reinterpret_cast<const uint4*>(static_cast<const bf16*>(a.q) + off);
-      } else {
-        const float4 lo = *reinterpret_cast<const float4*>(static_cast<const float*>(a.q) + off);
-        const float4 hi =
-            *reinterpret_cast<const float4*>(static_cast<const float*>(a.q) + off + 4);
-        packed = make_uint4(pack_bf16(lo.x, lo.y), pack_bf16(lo.z, lo.w), pack_bf16(hi.x, hi.y),
-                            pack_bf16(hi.z, hi.w));
-      }
-    }
-    *reinterpret_cast<uint4*>(q_s + swizzled<D>(qv, c)) = packed;
-  }
+  int32_t split_begin, split_end;
+  split_keys<kTileKeys>(a, kv_begin, kv_end, split_begin, split_end);
+  t.load_queries<D, kM>(a, q_s, 0, kM, threadIdx.x, kThreads);
 
   constexpr int kStages = Cfg::kStages;
   const int num_tiles = (split_end - split_begin + kTileKeys - 1) / kTileKeys;
@@ -192,7 +146,7 @@ __global__ void __launch_bounds__(TiledConfig<D, MW, kSel>::kThreads)
     if (st < num_tiles)
       load_kv_tile<D, kTileKeys, kThreads, kSel, Cfg::kWgmma>(
           kv_s + st * 2 * Cfg::kTileElems, tok_s + st * kTileKeys, split_begin + st * kTileKeys,
-          split_end, pages, map, len, a, threadIdx.x);
+          split_end, t.pages, map, t.len, a, threadIdx.x);
     cp_async_commit();
   }
   __syncthreads();  // Q visible to every warp
@@ -211,29 +165,9 @@ __global__ void __launch_bounds__(TiledConfig<D, MW, kSel>::kThreads)
     for (int ks = 0; ks < D / 16; ++ks) load_q_fragment(ks, q_frag[ks]);
   }
 
-  // Visible key range [lo, hi] of this thread's two fragment rows (g and g + 8); empty for padding
-  // rows.
-  int32_t vis_lo[2], vis_hi[2];
-#pragma unroll
-  for (int rr = 0; rr < 2; ++rr) {
-    int row, head;
-    vis_lo[rr] = 1;
-    vis_hi[rr] = 0;
-    if (query_vector(mw * 16 + g + 8 * rr, row, head)) {
-      vis_hi[rr] = len - n + (row - row0);
-      vis_lo[rr] = a.window > 0 ? max(0, vis_hi[rr] - a.window + 1) : 0;
-    }
-  }
+  const RowVisibility vis = row_visibility<kM>(a, t, mw * 16, split_end);
 
-  // Keys every row of this warp sees: a key tile inside them (and inside the split) needs no mask.
-  int32_t all_lo = max(vis_lo[0], vis_lo[1]), all_hi = min(vis_hi[0], vis_hi[1]);
-#pragma unroll
-  for (int offset = 4; offset < 32; offset <<= 1) {
-    all_lo = max(all_lo, __shfl_xor_sync(kFullMask, all_lo, offset));
-    all_hi = min(all_hi, __shfl_xor_sync(kFullMask, all_hi, offset));
-  }
-  all_hi = min(all_hi, split_end - 1);
-
+  const LogitScale logit(a);
   float m_run[2] = {-INFINITY, -INFINITY};  // running max, log2 units
   float l_run[2] = {0.0f, 0.0f};            // this thread's share of the denominator
   float o_acc[kDT][4];
@@ -246,7 +180,7 @@ __global__ void __launch_bounds__(TiledConfig<D, MW, kSel>::kThreads)
     if (next < num_tiles)
       load_kv_tile<D, kTileKeys, kThreads, kSel, Cfg::kWgmma>(
           kv_s + (next % kStages) * 2 * Cfg::kTileElems, tok_s + (next % kStages) * kTileKeys,
-          split_begin + next * kTileKeys, split_end, pages, map, len, a, threadIdx.x);
+          split_begin + next * kTileKeys, split_end, t.pages, map, t.len, a, threadIdx.x);
     cp_async_commit();
     cp_async_wait<kStages - 1>();  // tile `it` has landed
     // The warpgroup MMAs read shared memory through the async proxy: make the copies visible to it.
@@ -296,7 +230,7 @@ __global__ void __launch_bounds__(TiledConfig<D, MW, kSel>::kThreads)
 
     // Scale, cap, mask; online softmax per fragment row (the 4 lanes of a quad share a row).
     const int warp_keys = tile_start + kg * kKPW;
-    const bool masked = kSel || warp_keys < all_lo || warp_keys + kKPW - 1 > all_hi;
+    const bool masked = kSel || warp_keys < vis.all_lo || warp_keys + kKPW - 1 > vis.all_hi;
     float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt) {
@@ -304,17 +238,15 @@ __global__ void __launch_bounds__(TiledConfig<D, MW, kSel>::kThreads)
       for (int e = 0; e < 4; ++e) {
         const int rr = e >> 1;
         const int local = kg * kKPW + nt * 8 + 2 * t4 + (e & 1);
-        float x = s[nt][e] * a.scale;
-        if (a.softcap > 0.0f) x = a.softcap * tanhf(x / a.softcap);
-        x *= kLog2e;
+        float x = logit(s[nt][e]);
         if (masked) {
           bool visible;
           if constexpr (kSel) {
             const int32_t token = tok_stage[local];  // -1 past the split: below every vis_lo
-            visible = token >= vis_lo[rr] && token <= vis_hi[rr];
+            visible = token >= vis.lo[rr] && token <= vis.hi[rr];
           } else {
             const int key = tile_start + local;
-            visible = key >= vis_lo[rr] && key <= vis_hi[rr] && key < split_end;
+            visible = key >= vis.lo[rr] && key <= vis.hi[rr] && key < split_end;
           }
           if (!visible) x = -INFINITY;
         }
@@ -323,17 +255,7 @@ __global__ void __launch_bounds__(TiledConfig<D, MW, kSel>::kThreads)
       }
     }
     float m_use[2], alpha[2];
-#pragma unroll
-    for (int rr = 0; rr < 2; ++rr) {
-      tile_max[rr] = fmaxf(tile_max[rr], __shfl_xor_sync(kFullMask, tile_max[rr], 1));
-      tile_max[rr] = fmaxf(tile_max[rr], __shfl_xor_sync(kFullMask, tile_max[rr], 2));
-      const float m_new = fmaxf(m_run[rr], tile_max[rr]);
-      m_use[rr] =
-          m_new == -INFINITY ? 0.0f : m_new;  // no key seen yet: keep every exp2 at 0, not NaN
-      alpha[rr] = exp2f(m_run[rr] - m_use[rr]);
-      m_run[rr] = m_new;
-      l_run[rr] *= alpha[rr];
-    }
+    advance_running_max(tile_max, m_run, l_run, m_use, alpha);
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt) {
 #pragma unroll
@@ -355,12 +277,7 @@ __global__ void __launch_bounds__(TiledConfig<D, MW, kSel>::kThreads)
       // MN-major B: keys 16 kk.. are two whole atoms; the column blocks lie a K/V block apart.
       uint32_t pa[kKPW / 16][4];
 #pragma unroll
-      for (int kk = 0; kk < kKPW / 16; ++kk) {
-        pa[kk][0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
-        pa[kk][1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
-        pa[kk][2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-        pa[kk][3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-      }
+      for (int kk = 0; kk < kKPW / 16; ++kk) pack_probabilities(s, kk, pa[kk]);
       fence_accumulators(o_acc);
       wgmma_fence();
 #pragma unroll
@@ -373,10 +290,8 @@ __global__ void __launch_bounds__(TiledConfig<D, MW, kSel>::kThreads)
     } else {
 #pragma unroll
       for (int kk = 0; kk < kKPW / 16; ++kk) {
-        const uint32_t pa[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]),
-                                pack_bf16(s[2 * kk][2], s[2 * kk][3]),
-                                pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                                pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+        uint32_t pa[4];
+        pack_probabilities(s, kk, pa);
         const int key = kg * kKPW + kk * 16 + ri + 8 * (mi & 1);
 #pragma unroll
         for (int dp = 0; dp < D / 16; ++dp) {
@@ -391,25 +306,16 @@ __global__ void __launch_bounds__(TiledConfig<D, MW, kSel>::kThreads)
   }
   cp_async_wait<0>();
 
-#pragma unroll
-  for (int rr = 0; rr < 2; ++rr) {
-    l_run[rr] += __shfl_xor_sync(kFullMask, l_run[rr], 1);
-    l_run[rr] += __shfl_xor_sync(kFullMask, l_run[rr], 2);
-  }
-
   if constexpr (kKG == 1) {
-#pragma unroll
-    for (int rr = 0; rr < 2; ++rr) {
-      int row, head;
-      if (!query_vector(mw * 16 + g + 8 * rr, row, head)) continue;
-#pragma unroll
-      for (int dt = 0; dt < kDT; ++dt)
-        emit_result<D>(a, row, head, dt * 8 + 2 * t4, o_acc[dt][2 * rr], o_acc[dt][2 * rr + 1], m_run[rr],
-             l_run[rr], dt == 0 && t4 == 0);
-    }
+    emit_fragment_rows<D, kM>(a, t, mw * 16, o_acc, m_run, l_run);
   } else {
     // The key groups saw disjoint keys of the same 16 query vectors: merge their (m, l, O) through
     // shared memory.
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      l_run[rr] += __shfl_xor_sync(kFullMask, l_run[rr], 1);
+      l_run[rr] += __shfl_xor_sync(kFullMask, l_run[rr], 2);
+    }
     __syncthreads();
     float* red_o = reinterpret_cast<float*>(kv_s);                     // [kKG][16][D]
     float2* red_ml = reinterpret_cast<float2*>(red_o + kKG * 16 * D);  // [kKG][16]
@@ -427,7 +333,7 @@ __global__ void __launch_bounds__(TiledConfig<D, MW, kSel>::kThreads)
       const int r = idx / (D / 2);
       const int d = (idx % (D / 2)) * 2;
       int row, head;
-      if (!query_vector(r, row, head)) continue;
+      if (!t.query_vector<kM>(a, r, row, head)) continue;
       float m = -INFINITY;
 #pragma unroll
       for (int w = 0; w < kKG; ++w) m = fmaxf(m, red_ml[w * 16 + r].x);
@@ -450,34 +356,14 @@ __global__ void __launch_bounds__(TiledConfig<D, MW, kSel>::kThreads)
 template <int D, int MW, bool kSel>
 void launch_config(const PagedAttentionArgs& args, int grid_x) {
   using Cfg = TiledConfig<D, MW, kSel>;
-  static const bool configured = [] {
-    SE_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_tiled_kernel<D, MW, kSel>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(Cfg::kSmemBytes)));
-    return true;
-  }();
-  (void)configured;
-  const dim3 grid(static_cast<unsigned>(grid_x),
-                  static_cast<unsigned>(args.num_kv_heads * args.q_blocks),
-                  static_cast<unsigned>(args.num_splits));
-  paged_attention_tiled_kernel<D, MW, kSel>
-      <<<grid, Cfg::kThreads, Cfg::kSmemBytes, CudaContext::current().stream()>>>(args);
-  SE_CUDA_CHECK_LAUNCH("paged_attention_tiled_kernel");
+  launch_attention<paged_attention_tiled_kernel<D, MW, kSel>>(args, grid_x, Cfg::kThreads, Cfg::kSmemBytes,
+                                                              "paged_attention_tiled_kernel");
 }
 
 template <int D, int MW, bool kSel>
 int blocks_per_sm() {
   using Cfg = TiledConfig<D, MW, kSel>;
-  static const int blocks = [] {
-    SE_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_tiled_kernel<D, MW, kSel>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(Cfg::kSmemBytes)));
-    int n = 0;
-    SE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &n, paged_attention_tiled_kernel<D, MW, kSel>, Cfg::kThreads, Cfg::kSmemBytes));
-    return n;
-  }();
-  return blocks;
+  return resident_ctas_per_sm<paged_attention_tiled_kernel<D, MW, kSel>>(Cfg::kThreads, Cfg::kSmemBytes);
 }
 
 // The prefill shape's 16-row blocks per CTA: 8 warps share each K/V tile where the registers

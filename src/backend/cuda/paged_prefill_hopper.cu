@@ -105,28 +105,10 @@ __global__ void __launch_bounds__(kThreads, 1) paged_prefill_hopper_kernel(const
   }
   __syncthreads();
 
-  const int kv_head = blockIdx.y / a.q_blocks;
-  const int q_block = blockIdx.y % a.q_blocks;
-  const int32_t row0 = a.q_indptr[seq];
-  const int32_t n = a.q_indptr[seq + 1] - row0;
-  const int32_t r_begin = tile_in_seq * a.rows_per_tile;
-  const int32_t rows_in_tile = min(a.rows_per_tile, n - r_begin);
-  const SeqKvView sv = a.seqs[seq];
-  const int32_t len = sv.num_tokens[kv_head];
-  const int32_t* pages = sv.page_ids + static_cast<int64_t>(kv_head) * sv.stride;
-
-  // Keys the tile can see: up to its last row's position; with a window, from its first row's
-  // window start. Splits divide them in whole tiles.
-  const int32_t first_row_last = len - n + r_begin;
-  const int32_t kv_end = max(first_row_last + rows_in_tile, 0);
-  const int32_t kv_begin = min(a.window > 0 ? max(0, first_row_last - a.window + 1) : 0, kv_end);
-  int32_t split_begin = kv_begin, split_end = kv_end;
-  if (a.num_splits > 1) {
-    int32_t chunk = (kv_end - kv_begin + a.num_splits - 1) / a.num_splits;
-    chunk = max(kKeys, (chunk + kKeys - 1) / kKeys * kKeys);
-    split_begin = min(kv_end, kv_begin + static_cast<int32_t>(blockIdx.z) * chunk);
-    split_end = min(kv_end, split_begin + chunk);
-  }
+  const QueryTile t(a, seq, tile_in_seq);
+  int32_t kv_begin, kv_end, split_begin, split_end;
+  t.visible_keys(a, kv_begin, kv_end);
+  split_keys<kKeys>(a, kv_begin, kv_end, split_begin, split_end);
   const int num_tiles = (split_end - split_begin + kKeys - 1) / kKeys;
 
   if (threadIdx.x < kWarpgroupThreads) {
@@ -136,8 +118,8 @@ __global__ void __launch_bounds__(kThreads, 1) paged_prefill_hopper_kernel(const
       const int stage = it % kStages;
       if (it >= kStages) mbarrier_wait(&empty[stage], (it / kStages - 1) & 1);
       load_kv_tile<kD, kKeys, kWarpgroupThreads, false, true>(
-          kv_s + stage * 2 * kTileElems, nullptr, split_begin + it * kKeys, split_end, pages,
-          every_token, len, a, threadIdx.x);
+          kv_s + stage * 2 * kTileElems, nullptr, split_begin + it * kKeys, split_end, t.pages,
+          every_token, t.len, a, threadIdx.x);
       cp_async_arrive(&full[stage]);
     }
     asm volatile("cp.async.wait_all;\n" ::: "memory");  // no copy outlives its thread
@@ -148,38 +130,10 @@ __global__ void __launch_bounds__(kThreads, 1) paged_prefill_hopper_kernel(const
   const int consumer = threadIdx.x / kWarpgroupThreads - 1;
   const int lane = threadIdx.x & 31;
   const int mw = (threadIdx.x - kWarpgroupThreads) >> 5;  // this warp's 16 query vectors
-  const int g = lane >> 2;                                // fragment row within the 8-row half
-  const int t4 = lane & 3;                                // ... and column pair
+  const int t4 = lane & 3;  // the fragment column pair
 
-  // Query vector qv of this CTA -> batch row and query head; false for padding.
-  auto query_vector = [&](int qv, int& row, int& head) {
-    const int gq = q_block * kQueryVectors + qv;
-    const int r_local = gq / a.group;
-    row = row0 + r_begin + r_local;
-    head = kv_head * a.group + (gq - r_local * a.group);
-    return r_local < rows_in_tile;
-  };
-
-  // This warp's 16 query vectors -> shared (bf16, swizzled; padding zero) -> A fragments.
-  for (int idx = lane; idx < 16 * (kD / 8); idx += 32) {
-    const int qv = mw * 16 + idx / (kD / 8);
-    const int c = idx % (kD / 8);
-    int row, head;
-    uint4 packed = make_uint4(0, 0, 0, 0);
-    if (query_vector(qv, row, head)) {
-      const int64_t off = (static_cast<int64_t>(row) * a.num_heads + head) * kD + c * 8;
-      if (a.q_dtype == DType::kBF16) {
-        packed = *reinterpret_cast<const uint4*>(static_cast<const bf16*>(a.q) + off);
-      } else {
-        const float4 lo = *reinterpret_cast<const float4*>(static_cast<const float*>(a.q) + off);
-        const float4 hi =
-            *reinterpret_cast<const float4*>(static_cast<const float*>(a.q) + off + 4);
-        packed = make_uint4(pack_bf16(lo.x, lo.y), pack_bf16(lo.z, lo.w), pack_bf16(hi.x, hi.y),
-                            pack_bf16(hi.z, hi.w));
-      }
-    }
-    *reinterpret_cast<uint4*>(q_s + swizzled<kD>(qv, c)) = packed;
-  }
+  // This warp's 16 query vectors -> shared -> A fragments.
+  t.load_queries<kD, kQueryVectors>(a, q_s, mw * 16, 16, lane, 32);
   __syncwarp();
   uint32_t q_frag[kD / 16][4];
   {
@@ -189,28 +143,9 @@ __global__ void __launch_bounds__(kThreads, 1) paged_prefill_hopper_kernel(const
       ldmatrix_x4(q_frag[ks], q_s + swizzled<kD>(mw * 16 + ri + 8 * (mi & 1), 2 * ks + (mi >> 1)));
   }
 
-  // Visible key range [lo, hi] of this thread's two fragment rows (g and g + 8); empty for padding.
-  int32_t vis_lo[2], vis_hi[2];
-#pragma unroll
-  for (int rr = 0; rr < 2; ++rr) {
-    int row, head;
-    vis_lo[rr] = 1;
-    vis_hi[rr] = 0;
-    if (query_vector(mw * 16 + g + 8 * rr, row, head)) {
-      vis_hi[rr] = len - n + (row - row0);
-      vis_lo[rr] = a.window > 0 ? max(0, vis_hi[rr] - a.window + 1) : 0;
-    }
-  }
-  // Keys every row of this warp sees: a key tile inside them (and the split) needs no mask.
-  int32_t all_lo = max(vis_lo[0], vis_lo[1]), all_hi = min(vis_hi[0], vis_hi[1]);
-#pragma unroll
-  for (int offset = 4; offset < 32; offset <<= 1) {
-    all_lo = max(all_lo, __shfl_xor_sync(kFullMask, all_lo, offset));
-    all_hi = min(all_hi, __shfl_xor_sync(kFullMask, all_hi, offset));
-  }
-  all_hi = min(all_hi, split_end - 1);
+  const RowVisibility vis = row_visibility<kQueryVectors>(a, t, mw * 16, split_end);
 
-  const float score_scale = a.softcap > 0.0f ? a.scale : a.scale * kLog2e;
+  const LogitScale logit(a);
   float m_run[2] = {-INFINITY, -INFINITY};  // running max, log2 units
   float l_run[2] = {0.0f, 0.0f};            // this thread's share of the denominator
   float o_acc[kOutTiles][4];
@@ -257,34 +192,24 @@ __global__ void __launch_bounds__(kThreads, 1) paged_prefill_hopper_kernel(const
   // of a quad share a row): s becomes the probabilities, alpha the rescale of what came before.
   auto softmax = [&](int it, float (&alpha)[2]) {
     const int tile_start = split_begin + it * kKeys;
-    const bool masked = tile_start < all_lo || tile_start + kKeys - 1 > all_hi;
+    const bool masked = tile_start < vis.all_lo || tile_start + kKeys - 1 > vis.all_hi;
     float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int nt = 0; nt < kScoreTiles; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int rr = e >> 1;
-        float x = s[nt][e] * score_scale;
-        if (a.softcap > 0.0f) x = a.softcap * tanhf(x / a.softcap) * kLog2e;
+        float x = logit(s[nt][e]);
         if (masked) {
           const int key = tile_start + nt * 8 + 2 * t4 + (e & 1);
-          if (key < vis_lo[rr] || key > vis_hi[rr] || key >= split_end) x = -INFINITY;
+          if (key < vis.lo[rr] || key > vis.hi[rr] || key >= split_end) x = -INFINITY;
         }
         s[nt][e] = x;
         tile_max[rr] = fmaxf(tile_max[rr], x);
       }
     }
     float m_use[2];
-#pragma unroll
-    for (int rr = 0; rr < 2; ++rr) {
-      tile_max[rr] = fmaxf(tile_max[rr], __shfl_xor_sync(kFullMask, tile_max[rr], 1));
-      tile_max[rr] = fmaxf(tile_max[rr], __shfl_xor_sync(kFullMask, tile_max[rr], 2));
-      const float m_new = fmaxf(m_run[rr], tile_max[rr]);
-      m_use[rr] = m_new == -INFINITY ? 0.0f : m_new;  // no key seen yet: every exp2 0, not NaN
-      alpha[rr] = exp2f(m_run[rr] - m_use[rr]);
-      m_run[rr] = m_new;
-      l_run[rr] *= alpha[rr];
-    }
+    advance_running_max(tile_max, m_run, l_run, m_use, alpha);
 #pragma unroll
     for (int nt = 0; nt < kScoreTiles; ++nt) {
 #pragma unroll
@@ -301,12 +226,7 @@ __global__ void __launch_bounds__(kThreads, 1) paged_prefill_hopper_kernel(const
       o_acc[dt][2] *= alpha[1], o_acc[dt][3] *= alpha[1];
     }
 #pragma unroll
-    for (int kk = 0; kk < kKeys / 16; ++kk) {
-      pa[kk][0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
-      pa[kk][1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
-      pa[kk][2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      pa[kk][3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-    }
+    for (int kk = 0; kk < kKeys / 16; ++kk) pack_probabilities(s, kk, pa[kk]);
   };
 
   // The consumers take turns issuing their MMAs; the first one holds the first turn.
@@ -373,39 +293,13 @@ __global__ void __launch_bounds__(kThreads, 1) paged_prefill_hopper_kernel(const
     named_barrier_sync(my_turn);
   }
 
-#pragma unroll
-  for (int rr = 0; rr < 2; ++rr) {
-    l_run[rr] += __shfl_xor_sync(kFullMask, l_run[rr], 1);
-    l_run[rr] += __shfl_xor_sync(kFullMask, l_run[rr], 2);
-    int row, head;
-    if (!query_vector(mw * 16 + g + 8 * rr, row, head)) continue;
-#pragma unroll
-    for (int dt = 0; dt < kOutTiles; ++dt)
-      emit_result<kD>(a, row, head, dt * 8 + 2 * t4, o_acc[dt][2 * rr], o_acc[dt][2 * rr + 1],
-                      m_run[rr], l_run[rr], dt == 0 && t4 == 0);
-  }
-}
-
-template <bool kOverlap>
-void configure_once() {
-  static const bool configured = [] {
-    SE_CUDA_CHECK(cudaFuncSetAttribute(paged_prefill_hopper_kernel<kOverlap>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(kSmemBytes)));
-    return true;
-  }();
-  (void)configured;
+  emit_fragment_rows<kD, kQueryVectors>(a, t, mw * 16, o_acc, m_run, l_run);
 }
 
 template <bool kOverlap>
 void launch(const PagedAttentionArgs& args, int grid_x) {
-  configure_once<kOverlap>();
-  const dim3 grid(static_cast<unsigned>(grid_x),
-                  static_cast<unsigned>(args.num_kv_heads * args.q_blocks),
-                  static_cast<unsigned>(args.num_splits));
-  paged_prefill_hopper_kernel<kOverlap>
-      <<<grid, kThreads, kSmemBytes, CudaContext::current().stream()>>>(args);
-  SE_CUDA_CHECK_LAUNCH("paged_prefill_hopper_kernel");
+  launch_attention<paged_prefill_hopper_kernel<kOverlap>>(args, grid_x, kThreads, kSmemBytes,
+                                                          "paged_prefill_hopper_kernel");
 }
 }  // namespace
 
@@ -428,14 +322,7 @@ void launch_paged_prefill_hopper(const PagedAttentionArgs& args, int grid_x) {
 }
 
 int paged_prefill_hopper_blocks_per_sm() {
-  static const int blocks = [] {
-    configure_once<true>();
-    int n = 0;
-    SE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, paged_prefill_hopper_kernel<true>,
-                                                                kThreads, kSmemBytes));
-    return n;
-  }();
-  return blocks;
+  return resident_ctas_per_sm<paged_prefill_hopper_kernel<true>>(kThreads, kSmemBytes);
 }
 
 }  // namespace se::cuda

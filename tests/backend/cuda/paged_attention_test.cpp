@@ -61,7 +61,7 @@ std::vector<PagedCase> short_cases() {
       {"ragged ps64 g1 d64", 64, 4, 1, 64, {{5000, 1}, {700, 64}, {300, 300}, {64, 1}, {2000, 7}}});
   cases.push_back(
       {"per-head lengths ps16 g8 d64", 16, 4, 8, 64, {{2000, 3}, {260, 1}, {129, 40}}, 0, 0.0f, 9});
-  // Head dim 128 prefill with window and soft-cap masks, a group of 8 (16 rows per tile), f32 output.
+  // Head dim 128 prefill: window and soft-cap masks (group 4); a group of 8 (16 rows per tile) with f32 output.
   cases.push_back({"window+softcap prefill ps16 g4 d128",
                    16,
                    2,
