@@ -4,7 +4,6 @@
 #include <sys/auxv.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cstdlib>
 #include <string_view>
 
@@ -55,8 +54,8 @@ inline float horizontal_sum(__m256 v) {
 // - an AMD EPYC VM (2 cores, 2026-12-01, the model's GEMVs in a loop): 27-30 GB/s when each thread read four
 //   rows at a time with a prefetch eight rows ahead (the version before this one), 34 GB/s one row at a time
 //   without a prefetch, 35-38 GB/s with it;
-// - an Intel Emerald Rapids VM (2026-11-30): the four-row version with its prefetch, 14 to 16 GB/s (best of 40),
-//   against OpenBLAS's sgemv at 12-13.
+// - an Intel Emerald Rapids VM (2026-11-30): the four-row version, 14 to 16 GB/s (best of 40), against OpenBLAS's
+//   sgemv at 12-13; this version has not run there.
 // With `accumulate`, y += W x.
 void gemv(const float* w, const float* x, float* y, int64_t n, int64_t k, bool accumulate) {
 #if defined(__AVX2__) && defined(__FMA__)
@@ -66,15 +65,14 @@ void gemv(const float* w, const float* x, float* y, int64_t n, int64_t k, bool a
   {
     const int64_t threads = omp_get_num_threads(), thread = omp_get_thread_num();
     const int64_t begin = n * thread / threads, end = n * (thread + 1) / threads;
-    const float* stream_end = w + end * k;
     for (int64_t r = begin; r < end; ++r) {
       const float* row = w + r * k;
+      const int64_t left_in_stream = (end - r) * k;  // floats from `row` to the end of this thread's rows
       __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
       for (int64_t i = 0; i < k32; i += 32) {
-        const float* ahead = row + i + kPrefetchFloats;
-        if (ahead < stream_end) {
-          _mm_prefetch(reinterpret_cast<const char*>(ahead), _MM_HINT_T0);
-          _mm_prefetch(reinterpret_cast<const char*>(ahead + 16), _MM_HINT_T0);
+        if (i + kPrefetchFloats + 16 < left_in_stream) {
+          _mm_prefetch(reinterpret_cast<const char*>(row + i + kPrefetchFloats), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(row + i + kPrefetchFloats + 16), _MM_HINT_T0);
         }
         a0 = _mm256_fmadd_ps(_mm256_loadu_ps(row + i), _mm256_loadu_ps(x + i), a0);
         a1 = _mm256_fmadd_ps(_mm256_loadu_ps(row + i + 8), _mm256_loadu_ps(x + i + 8), a1);
