@@ -451,12 +451,14 @@ __device__ __forceinline__ void emit_fragment_rows(const PagedAttentionArgs& a, 
 }
 
 // Host side: a kernel's launch over the grid (tiles, KV heads x q_blocks, splits) with `bytes` of dynamic shared
-// memory, whose limit is raised once per kernel before its first launch.
+// memory, whose limit is raised once per kernel before its first launch; `name` names the kernel in errors.
 template <auto kKernel>
-void raise_shared_memory_limit(size_t bytes) {
-  static const bool raised = [bytes] {
-    SE_CUDA_CHECK(
-        cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+void raise_shared_memory_limit(size_t bytes, const char* name) {
+  static const bool raised = [bytes, name] {
+    const cudaError_t err =
+        cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+    SE_CHECK(err == cudaSuccess, "{}: raising the dynamic shared memory limit to {} bytes failed: {}", name, bytes,
+             cudaGetErrorString(err));
     return true;
   }();
   (void)raised;
@@ -464,7 +466,7 @@ void raise_shared_memory_limit(size_t bytes) {
 
 template <auto kKernel>
 void launch_attention(const PagedAttentionArgs& args, int grid_x, int threads, size_t bytes, const char* name) {
-  raise_shared_memory_limit<kKernel>(bytes);
+  raise_shared_memory_limit<kKernel>(bytes, name);
   const dim3 grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(args.num_kv_heads * args.q_blocks),
                   static_cast<unsigned>(args.num_splits));
   kKernel<<<grid, threads, bytes, CudaContext::current().stream()>>>(args);
@@ -473,11 +475,12 @@ void launch_attention(const PagedAttentionArgs& args, int grid_x, int threads, s
 
 // Resident CTAs per SM of the kernel at that size (for split planning), measured once.
 template <auto kKernel>
-int resident_ctas_per_sm(int threads, size_t bytes) {
-  static const int ctas = [threads, bytes] {
-    raise_shared_memory_limit<kKernel>(bytes);
+int resident_ctas_per_sm(int threads, size_t bytes, const char* name) {
+  static const int ctas = [threads, bytes, name] {
+    raise_shared_memory_limit<kKernel>(bytes, name);
     int n = 0;
-    SE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kKernel, threads, bytes));
+    const cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kKernel, threads, bytes);
+    SE_CHECK(err == cudaSuccess, "{}: occupancy query failed: {}", name, cudaGetErrorString(err));
     return n;
   }();
   return ctas;

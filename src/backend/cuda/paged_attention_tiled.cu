@@ -363,7 +363,8 @@ void launch_config(const PagedAttentionArgs& args, int grid_x) {
 template <int D, int MW, bool kSel>
 int blocks_per_sm() {
   using Cfg = TiledConfig<D, MW, kSel>;
-  return resident_ctas_per_sm<paged_attention_tiled_kernel<D, MW, kSel>>(Cfg::kThreads, Cfg::kSmemBytes);
+  return resident_ctas_per_sm<paged_attention_tiled_kernel<D, MW, kSel>>(Cfg::kThreads, Cfg::kSmemBytes,
+                                                                         "paged_attention_tiled_kernel");
 }
 
 // The prefill shape's 16-row blocks per CTA: 8 warps share each K/V tile where the registers

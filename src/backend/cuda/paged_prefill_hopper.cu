@@ -322,7 +322,7 @@ void launch_paged_prefill_hopper(const PagedAttentionArgs& args, int grid_x) {
 }
 
 int paged_prefill_hopper_blocks_per_sm() {
-  return resident_ctas_per_sm<paged_prefill_hopper_kernel<true>>(kThreads, kSmemBytes);
+  return resident_ctas_per_sm<paged_prefill_hopper_kernel<true>>(kThreads, kSmemBytes, "paged_prefill_hopper_kernel");
 }
 
 }  // namespace se::cuda
