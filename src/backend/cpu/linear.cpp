@@ -47,20 +47,24 @@ inline float horizontal_sum(__m256 v) {
 }
 #endif
 
-// y = W x for a single row x: the decode step's matrix-vector products, which only stream W (x stays in L1).
-// Each thread takes one contiguous block of rows and reads it row after row, so its weights are one sequential
-// stream, four accumulators of 8 lanes keeping 32 columns of FMAs in flight. It also prefetches 2 KB ahead in that
-// stream, which carries the hardware prefetcher over page boundaries. On the development machines:
-// - an AMD EPYC VM (2 cores, 2026-12-01, the model's GEMVs in a loop): 27-30 GB/s when each thread read four
-//   rows at a time with a prefetch eight rows ahead (the version before this one), 34 GB/s one row at a time
-//   without a prefetch, 35-38 GB/s with it;
+#if defined(__AVX2__) && defined(__FMA__)
+// y_j = W x_j for the M rows x_j of a decode step's activations ([M, k] in, [M, n] out), in one pass
+// over W: these products only stream W (x stays in L1), and each load of W serves all M rows. Each thread takes
+// one contiguous block of W's rows and reads it row after row, so its weights are one sequential stream, with
+// M x kGroups accumulators of 8 lanes in flight. It also prefetches 2 KB ahead in that stream, which carries the
+// hardware prefetcher over page boundaries. On the development machines:
+// - an AMD EPYC VM (2 cores, 2026-12-01, the model's GEMVs in a loop, M = 1): 27-30 GB/s when each thread read
+//   four rows of W at a time with a prefetch eight rows ahead (the version before this one), 34 GB/s one row at
+//   a time without a prefetch, 35-38 GB/s with it;
 // - an Intel Emerald Rapids VM (2026-11-30): the four-row version, 14 to 16 GB/s (best of 40), against OpenBLAS's
 //   sgemv at 12-13; this version has not run there.
-// With `accumulate`, y += W x.
-void gemv(const float* w, const float* x, float* y, int64_t n, int64_t k, bool accumulate) {
-#if defined(__AVX2__) && defined(__FMA__)
+// With `accumulate`, y_j += W x_j.
+template <int M>
+void stream_weights_block(const float* w, const float* x, float* y, int64_t n, int64_t k, bool accumulate) {
+  constexpr int kGroups = M >= 4 ? 1 : 4 / M;  // 8-column groups per step: M * kGroups FMA chains
+  constexpr int64_t kStep = 8 * kGroups;
   constexpr int64_t kPrefetchFloats = 512;  // 2 KB
-  const int64_t k32 = k / 32 * 32;
+  const int64_t k_main = k / kStep * kStep;
 #pragma omp parallel
   {
     const int64_t threads = omp_get_num_threads(), thread = omp_get_thread_num();
@@ -68,25 +72,63 @@ void gemv(const float* w, const float* x, float* y, int64_t n, int64_t k, bool a
     for (int64_t r = begin; r < end; ++r) {
       const float* row = w + r * k;
       const int64_t left_in_stream = (end - r) * k;  // floats from `row` to the end of this thread's rows
-      __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
-      for (int64_t i = 0; i < k32; i += 32) {
-        if (i + kPrefetchFloats + 16 < left_in_stream) {
-          _mm_prefetch(reinterpret_cast<const char*>(row + i + kPrefetchFloats), _MM_HINT_T0);
-          _mm_prefetch(reinterpret_cast<const char*>(row + i + kPrefetchFloats + 16), _MM_HINT_T0);
+      // The loops over j and g unroll completely, so acc lives in registers (M * kGroups <= 8 of the 16).
+      __m256 acc[M][kGroups];
+#pragma GCC unroll 8
+      for (int j = 0; j < M; ++j)
+#pragma GCC unroll 4
+        for (int g = 0; g < kGroups; ++g) acc[j][g] = _mm256_setzero_ps();
+      for (int64_t i = 0; i < k_main; i += kStep) {
+#pragma GCC unroll 2
+        for (int64_t line = 0; line < kStep; line += 16) {  // one prefetch per 64-byte line
+          const int64_t ahead = i + (kStep >= 16 ? line : 0) + kPrefetchFloats;
+          if ((kStep >= 16 || (i & 15) == 0) && ahead + 16 < left_in_stream)
+            _mm_prefetch(reinterpret_cast<const char*>(row + ahead), _MM_HINT_T0);
         }
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(row + i), _mm256_loadu_ps(x + i), a0);
-        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(row + i + 8), _mm256_loadu_ps(x + i + 8), a1);
-        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(row + i + 16), _mm256_loadu_ps(x + i + 16), a2);
-        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(row + i + 24), _mm256_loadu_ps(x + i + 24), a3);
+#pragma GCC unroll 4
+        for (int g = 0; g < kGroups; ++g) {
+          const __m256 wv = _mm256_loadu_ps(row + i + 8 * g);
+#pragma GCC unroll 8
+          for (int j = 0; j < M; ++j) acc[j][g] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + j * k + i + 8 * g), acc[j][g]);
+        }
       }
-      float sum = horizontal_sum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-      sum += dot(row + k32, x + k32, static_cast<int32_t>(k - k32));
-      y[r] = (accumulate ? y[r] : 0.0f) + sum;
+#pragma GCC unroll 8
+      for (int j = 0; j < M; ++j) {
+        __m256 total = acc[j][0];
+#pragma GCC unroll 4
+        for (int g = 1; g < kGroups; ++g) total = _mm256_add_ps(total, acc[j][g]);
+        const float* xj = x + j * k;
+        const float sum = horizontal_sum(total) + dot(row + k_main, xj + k_main, static_cast<int32_t>(k - k_main));
+        float& out = y[j * n + r];
+        out = (accumulate ? out : 0.0f) + sum;
+      }
     }
   }
+}
+#endif
+
+// Decode batches up to this many rows stream W once; larger ones go to OpenBLAS's sgemm. On the AMD EPYC VM
+// (`bench decode --device cpu`, SmolLM2, 512-token contexts) 16 rows streamed in two passes ran no faster than
+// sgemm, while 2-8 rows took 1.3-2.2x fewer milliseconds per step than sgemm.
+constexpr int64_t kMaxStreamedRows = 8;
+
+// y = x W^T for the m <= kMaxStreamedRows rows of x.
+void stream_weights(const float* w, const float* x, float* y, int64_t m, int64_t n, int64_t k, bool accumulate) {
+#if defined(__AVX2__) && defined(__FMA__)
+  switch (m) {
+    case 1: return stream_weights_block<1>(w, x, y, n, k, accumulate);
+    case 2: return stream_weights_block<2>(w, x, y, n, k, accumulate);
+    case 3: return stream_weights_block<3>(w, x, y, n, k, accumulate);
+    case 4: return stream_weights_block<4>(w, x, y, n, k, accumulate);
+    case 5: return stream_weights_block<5>(w, x, y, n, k, accumulate);
+    case 6: return stream_weights_block<6>(w, x, y, n, k, accumulate);
+    case 7: return stream_weights_block<7>(w, x, y, n, k, accumulate);
+    default: return stream_weights_block<8>(w, x, y, n, k, accumulate);
+  }
 #else
-  cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(n), static_cast<int>(k), 1.0f, w, static_cast<int>(k), x,
-              1, accumulate ? 1.0f : 0.0f, y, 1);
+  for (int64_t j = 0; j < m; ++j)
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(n), static_cast<int>(k), 1.0f, w, static_cast<int>(k),
+                x + j * k, 1, accumulate ? 1.0f : 0.0f, y + j * n, 1);
 #endif
 }
 
@@ -96,8 +138,8 @@ void project(TensorView out, TensorView x, TensorView w, const TensorView* bias,
   const int64_t n = w.shape[0];
   const int64_t m = x.numel() / k;
   float* y = out.ptr<float>();
-  if (m == 1) {
-    gemv(w.ptr<float>(), x.ptr<float>(), y, n, k, accumulate);
+  if (m <= kMaxStreamedRows) {
+    stream_weights(w.ptr<float>(), x.ptr<float>(), y, m, n, k, accumulate);
   } else {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(n),
                 static_cast<int>(k), 1.0f, x.ptr<float>(), static_cast<int>(k), w.ptr<float>(),
