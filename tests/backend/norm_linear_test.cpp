@@ -11,10 +11,11 @@ namespace se {
 namespace {
 
 // One row (the decode GEMV, rows in blocks of 4 and 8-wide columns with tails) and several rows (GEMM).
-// Every batch height of the streamed decode path (1 to 8 rows, one pass over W) and OpenBLAS's GEMM beyond it.
+// Every batch height of the streamed decode path (1 to 8 rows in one pass over W, 12 and 16 in two) and OpenBLAS's
+// GEMM beyond it.
 TEST(LinearTest, MatchesFloat64ReferenceWithBias) {
   for (const auto [rows, cols] : {std::pair<int64_t, int64_t>{19, 33}, {131, 576}, {64, 1000}, {3, 7}}) {
-    for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 16}) {
+    for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 17}) {
       Tensor x = test::random_tensor({m, cols}, 1);
       Tensor w = test::random_tensor({rows, cols}, 2);
       Tensor b = test::random_tensor({rows}, 3);
@@ -72,9 +73,9 @@ TEST(ActivationTest, GatedSiluAndGelu) {
     }
 }
 
-// linear_add adds the projection into out, on the streamed decode path (1 and 5 rows) and through GEMM (11).
+// linear_add adds the projection into out, on the streamed decode path (1, 5 and 11 rows) and through GEMM (20).
 TEST(LinearAddTest, AddsTheProjectionToOut) {
-  for (int64_t m : {1, 5, 11}) {
+  for (int64_t m : {1, 5, 11, 20}) {
     const Tensor x = test::random_tensor({m, 70}, 21);
     const Tensor w = test::random_tensor({33, 70}, 22);
     const Tensor residual = test::random_tensor({m, 33}, 23);
