@@ -2,7 +2,7 @@
 # One device call. The default stage: CUDA parity tests (one process per suite, so a crash in one leaves the
 # others' results), a memcheck pass over the short tiled-attention cases, then the decode-attention benchmark and
 # its PyTorch SDPA peer. The `prefill` stage: the prefill-attention parity cases and benchmark under each prefill
-# kernel (SE_PREFILL_KERNEL: tiled, hopper, hopper-serial), and its SDPA peer. Binaries come from a bundle built
+# kernel (SE_PREFILL_KERNEL: hopper, tiled), and its SDPA peer. Binaries come from a bundle built
 # here with shared/tools/device-bundle:
 #   bench/kernels/device_run.sh BUNDLE_DIR OUT_DIR [--quick | prefill [--quick] ["KERNEL ..."]]
 set -uo pipefail
@@ -16,7 +16,7 @@ if [ "$stage" = prefill ]; then
   # Every step has a time limit that keeps a hung kernel from taking the call with it; KERNELS narrows the list
   # when one call cannot hold them all.
   quick=""; [ "${4:-}" = --quick ] && { quick=--quick; shift; }
-  kernels=${4:-"tiled hopper hopper-serial"}
+  kernels=${4:-"hopper tiled"}
   short='CudaPagedAttentionTest.TiledMatchesCpuOnShortContexts'
   for kernel in $kernels; do
     export SE_PREFILL_KERNEL=$kernel

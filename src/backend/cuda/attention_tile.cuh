@@ -162,19 +162,6 @@ __device__ __forceinline__ void pack_probabilities(const float (&p)[kTiles][4], 
   a[3] = pack_bf16(p[2 * kk + 1][2], p[2 * kk + 1][3]);
 }
 
-// A raw score as a logit in log2 units: score * scale, soft-capped when cap > 0 (cap * tanh(x / cap)), times
-// log2(e). Without a cap the two factors fold into one multiply.
-struct LogitScale {
-  float factor, cap;
-
-  __device__ __forceinline__ explicit LogitScale(const PagedAttentionArgs& a)
-      : factor(a.softcap > 0.0f ? a.scale : a.scale * kLog2e), cap(a.softcap) {}
-  __device__ __forceinline__ float operator()(float score) const {
-    const float x = score * factor;
-    return cap > 0.0f ? cap * tanhf(x / cap) * kLog2e : x;
-  }
-};
-
 // Element offset of 16-byte chunk `chunk` of row `row` in a swizzled [rows][D] bf16 tile.
 template <int D>
 __device__ __forceinline__ int swizzled(int row, int chunk) {
@@ -348,28 +335,71 @@ __device__ __forceinline__ RowVisibility row_visibility(const PagedAttentionArgs
   return v;
 }
 
-// The online softmax's step per fragment row, once a tile's scores are scaled and masked: the 4 lanes of a quad
-// (one row) agree on the tile's max, the running max moves, and alpha rescales what came before (the running
-// denominator here, the output by the caller). m_use is the shift of the tile's exponentials: 0 while a row has
-// seen no key, so they stay 0 rather than NaN.
-__device__ __forceinline__ void advance_running_max(float (&tile_max)[2], float (&m_run)[2], float (&l_run)[2],
-                                                    float (&m_use)[2], float (&alpha)[2]) {
+// 2^x in one special-function op. exp2f adds a fix-up for results below FLT_MIN, which probabilities
+// that small do not need: they flush to 0.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// One tile of the online softmax over a warp's score fragments (rows g and g + 8; the 4 lanes of a quad share a
+// row). The raw scores are soft-capped when the launch has a cap, and the keys `visible(nt, e)` rejects are
+// masked when `masked`: each is one branch per tile around a whole unrolled pass, so the common tile (no cap, no
+// mask) runs four instructions per score: max, scale-and-shift (one FMA), exponential, sum. Then s holds the
+// probabilities, m_run the running max (log2 units) and l_run this thread's share of the denominator; alpha is
+// the factor the caller rescales its output with. A row that has seen no key keeps the shift 0, so its
+// probabilities stay 0 rather than NaN.
+template <int kTiles, typename Visible>
+__device__ __forceinline__ void online_softmax_step(const PagedAttentionArgs& a, float (&s)[kTiles][4], bool masked,
+                                                    Visible&& visible, float (&m_run)[2], float (&l_run)[2],
+                                                    float (&alpha)[2]) {
+  float factor = a.scale * kLog2e;  // raw score -> log2 units
+  if (a.softcap > 0.0f) {
+    const float to_capped = a.scale / a.softcap;
+#pragma unroll
+    for (int nt = 0; nt < kTiles; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[nt][e] = a.softcap * tanhf(s[nt][e] * to_capped);
+    factor = kLog2e;
+  }
+  if (masked) {
+#pragma unroll
+    for (int nt = 0; nt < kTiles; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[nt][e] = visible(nt, e) ? s[nt][e] : -INFINITY;
+  }
+  float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int nt = 0; nt < kTiles; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) tile_max[e >> 1] = fmaxf(tile_max[e >> 1], s[nt][e]);
+  float shift[2];
 #pragma unroll
   for (int rr = 0; rr < 2; ++rr) {
     tile_max[rr] = fmaxf(tile_max[rr], __shfl_xor_sync(kFullMask, tile_max[rr], 1));
     tile_max[rr] = fmaxf(tile_max[rr], __shfl_xor_sync(kFullMask, tile_max[rr], 2));
-    const float m_new = fmaxf(m_run[rr], tile_max[rr]);
-    m_use[rr] = m_new == -INFINITY ? 0.0f : m_new;
-    alpha[rr] = exp2f(m_run[rr] - m_use[rr]);
+    const float m_new = fmaxf(m_run[rr], tile_max[rr] * factor);  // factor > 0: the max commutes
+    shift[rr] = m_new == -INFINITY ? 0.0f : m_new;
+    alpha[rr] = fast_exp2(m_run[rr] - shift[rr]);
     m_run[rr] = m_new;
     l_run[rr] *= alpha[rr];
   }
+#pragma unroll
+  for (int nt = 0; nt < kTiles; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float p = fast_exp2(fmaf(s[nt][e], factor, -shift[e >> 1]));
+      s[nt][e] = p;
+      l_run[e >> 1] += p;
+    }
 }
 
 // Gathers keys [tile_start, tile_start + kKeys) of one KV head into a stage: K rows at k_s, V rows
-// after them, by the kThreads threads whose index in that group is `thread`. The selection variant
-// maps logical keys to tokens through `map` and records each row's token in tok_s (-1 past the
-// split or the stream, whose rows are zero-filled).
+// after them, by the kThreads threads whose index in that group is `thread` (16-byte chunk
+// thread % (D / 8) of rows thread / (D / 8) + pass * kRowsPerPass). The selection variant maps
+// logical keys to tokens through `map` and records each row's token in tok_s (-1 past the split or
+// the stream, whose rows are zero-filled).
 template <int D, int kKeys, int kThreads, bool kSel, bool kBlocks>
 __device__ __forceinline__ void load_kv_tile(bf16* k_s, int32_t* tok_s, int tile_start,
                                              int split_end, const int32_t* pages,
@@ -377,12 +407,36 @@ __device__ __forceinline__ void load_kv_tile(bf16* k_s, int32_t* tok_s, int tile
                                              const PagedAttentionArgs& a, int thread) {
   constexpr int kChunks = D / 8;
   constexpr int kRowsPerPass = kThreads / kChunks;
+  constexpr int kPasses = kKeys / kRowsPerPass;
   bf16* v_s = k_s + kKeys * D;
   const int chunk = thread % kChunks;
   const int row0 = thread / kChunks;
   const int page_shift = (a.page_size & (a.page_size - 1)) == 0 ? __ffs(a.page_size) - 1 : -1;
+  auto dst = [&](int row) { return kBlocks ? swizzled_blocks<kKeys>(row, chunk) : swizzled<D>(row, chunk); };
+  const size_t v_offset = static_cast<size_t>(a.page_size) * D * sizeof(bf16);
+
+  if (!kSel && page_shift >= 0 && tile_start + kKeys <= split_end) {
+    // A whole dense tile (every tile but a split's last): no bounds, no zero fill, and the swizzle of
+    // row0 + pass * kRowsPerPass is row0's moved by whole rows when kRowsPerPass keeps row & 7. This is
+    // the prefill producer's inner loop, a dozen instructions per row.
+    const uint32_t offset_mask = a.page_size - 1;
+    const char* chunk_base = a.kv_base + chunk * 16;
+    const int dst0 = dst(row0);
+#pragma unroll 4
+    for (int pass = 0; pass < kPasses; ++pass) {
+      const int row = row0 + pass * kRowsPerPass;
+      const int32_t token = tile_start + row;
+      const uint32_t page = static_cast<uint32_t>(pages[token >> page_shift]);
+      const char* k_src = chunk_base + static_cast<size_t>(page) * a.page_bytes +
+                          ((static_cast<uint32_t>(token) & offset_mask) * (D * sizeof(bf16)));
+      const int d = kRowsPerPass % 8 == 0 ? dst0 + pass * kRowsPerPass * (kBlocks ? 64 : D) : dst(row);
+      cp_async_16(k_s + d, k_src, 16);
+      cp_async_16(v_s + d, k_src + v_offset, 16);
+    }
+    return;
+  }
 #pragma unroll
-  for (int pass = 0; pass < kKeys / kRowsPerPass; ++pass) {
+  for (int pass = 0; pass < kPasses; ++pass) {
     const int row = row0 + pass * kRowsPerPass;
     int token = tile_start + row;
     bool in_split = token < split_end;
@@ -392,19 +446,15 @@ __device__ __forceinline__ void load_kv_tile(bf16* k_s, int32_t* tok_s, int tile
       if (chunk == 0) tok_s[row] = in_split ? token : -1;
     }
     const char* k_src = a.kv_base;
-    const char* v_src = a.kv_base;
     if (in_split) {
       // Page sizes are powers of two in practice; a shift spares the division per row.
-      const int32_t page_idx =
-          page_shift >= 0 ? token >> page_shift : token / a.page_size;
+      const int32_t page_idx = page_shift >= 0 ? token >> page_shift : token / a.page_size;
       const int32_t offset = token - page_idx * a.page_size;
       k_src = a.kv_base + static_cast<size_t>(pages[page_idx]) * a.page_bytes +
               (static_cast<size_t>(offset) * D + chunk * 8) * sizeof(bf16);
-      v_src = k_src + static_cast<size_t>(a.page_size) * D * sizeof(bf16);
     }
-    const int dst = kBlocks ? swizzled_blocks<kKeys>(row, chunk) : swizzled<D>(row, chunk);
-    cp_async_16(k_s + dst, k_src, in_split ? 16 : 0);
-    cp_async_16(v_s + dst, v_src, in_split ? 16 : 0);
+    cp_async_16(k_s + dst(row), k_src, in_split ? 16 : 0);
+    cp_async_16(v_s + dst(row), in_split ? k_src + v_offset : k_src, in_split ? 16 : 0);
   }
 }
 

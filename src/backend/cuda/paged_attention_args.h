@@ -59,10 +59,9 @@ void launch_paged_attention_tiled(const PagedAttentionArgs& args, int head_dim, 
 int tiled_blocks_per_sm(int head_dim, bool prefill, bool selection);
 
 // The kernel of the prefill launch at head_dim 128 without a selection, chosen once from the
-// environment: SE_PREFILL_KERNEL = tiled (the default, paged_attention_tiled.cu), hopper (the
-// warp-specialized kernel of paged_prefill_hopper.cu, softmax overlapping the previous tile's P V)
-// or hopper-serial (the same kernel, one tile at a time per warpgroup).
-enum class PrefillKernel { kTiled, kHopper, kHopperSerial };
+// environment: SE_PREFILL_KERNEL = hopper (the default: the warp-specialized kernel of
+// paged_prefill_hopper.cu) or tiled (paged_attention_tiled.cu, kept as the A/B baseline).
+enum class PrefillKernel { kTiled, kHopper };
 PrefillKernel prefill_kernel();
 // The warp-specialized kernel: the same tiles of 128 query vectors and arguments as the tiled one.
 void launch_paged_prefill_hopper(const PagedAttentionArgs& args, int grid_x);

@@ -16,8 +16,8 @@
 // selected tokens of its stream in order (the "logical" keys), gathering each 64-key tile row by
 // row (whole pages for a page selection) and masking by the rows' token positions, which the tile
 // keeps beside its K and V rows; the dense variant is unchanged. The pieces this kernel shares with the
-// warp-specialized prefill kernel live in attention_tile.cuh; SE_PREFILL_KERNEL can hand dense head_dim-128
-// prefill to that kernel (paged_attention_args.h).
+// warp-specialized prefill kernel live in attention_tile.cuh. That kernel takes dense head_dim-128 prefill
+// unless SE_PREFILL_KERNEL=tiled keeps it here (paged_attention_args.h).
 #include <cuda_bf16.h>
 
 #include <cmath>
@@ -167,7 +167,6 @@ __global__ void __launch_bounds__(TiledConfig<D, MW, kSel>::kThreads)
 
   const RowVisibility vis = row_visibility<kM>(a, t, mw * 16, split_end);
 
-  const LogitScale logit(a);
   float m_run[2] = {-INFINITY, -INFINITY};  // running max, log2 units
   float l_run[2] = {0.0f, 0.0f};            // this thread's share of the denominator
   float o_acc[kDT][4];
@@ -231,40 +230,19 @@ __global__ void __launch_bounds__(TiledConfig<D, MW, kSel>::kThreads)
     // Scale, cap, mask; online softmax per fragment row (the 4 lanes of a quad share a row).
     const int warp_keys = tile_start + kg * kKPW;
     const bool masked = kSel || warp_keys < vis.all_lo || warp_keys + kKPW - 1 > vis.all_hi;
-    float tile_max[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-    for (int nt = 0; nt < kNT; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int rr = e >> 1;
-        const int local = kg * kKPW + nt * 8 + 2 * t4 + (e & 1);
-        float x = logit(s[nt][e]);
-        if (masked) {
-          bool visible;
-          if constexpr (kSel) {
-            const int32_t token = tok_stage[local];  // -1 past the split: below every vis_lo
-            visible = token >= vis.lo[rr] && token <= vis.hi[rr];
-          } else {
-            const int key = tile_start + local;
-            visible = key >= vis.lo[rr] && key <= vis.hi[rr] && key < split_end;
-          }
-          if (!visible) x = -INFINITY;
-        }
-        s[nt][e] = x;
-        tile_max[rr] = fmaxf(tile_max[rr], x);
+    auto visible = [&](int nt, int e) {
+      const int rr = e >> 1;
+      const int local = kg * kKPW + nt * 8 + 2 * t4 + (e & 1);
+      if constexpr (kSel) {
+        const int32_t token = tok_stage[local];  // -1 past the split: below every vis_lo
+        return (token >= vis.lo[rr]) & (token <= vis.hi[rr]);
+      } else {
+        const int key = tile_start + local;
+        return (key >= vis.lo[rr]) & (key <= vis.hi[rr]) & (key < split_end);
       }
-    }
-    float m_use[2], alpha[2];
-    advance_running_max(tile_max, m_run, l_run, m_use, alpha);
-#pragma unroll
-    for (int nt = 0; nt < kNT; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float p = exp2f(s[nt][e] - m_use[e >> 1]);
-        s[nt][e] = p;
-        l_run[e >> 1] += p;
-      }
-    }
+    };
+    float alpha[2];
+    online_softmax_step(a, s, masked, visible, m_run, l_run, alpha);
 #pragma unroll
     for (int dt = 0; dt < kDT; ++dt) {
       o_acc[dt][0] *= alpha[0], o_acc[dt][1] *= alpha[0];

@@ -7,13 +7,12 @@
 // - Two consumer warpgroups own 64 query vectors each: S = Q K^T and O += P V as warpgroup MMAs
 //   (wgmma) reading K and V from shared memory, the online softmax in registers (log2 domain).
 // - The consumers take turns issuing their MMAs (two named barriers pass a token), so one's
-//   exponentials run while the other's matrix work keeps the tensor cores busy. The `hopper`
-//   schedule also overlaps each warpgroup's softmax with its own previous tile's P V; the
-//   `hopper-serial` one finishes a tile before the next.
+//   exponentials run while the other's matrix work keeps the tensor cores busy, and each
+//   warpgroup's softmax of a tile overlaps its own P V of the tile before.
 // - setmaxnreg gives the consumers the registers (S, O, Q and P fragments) the producer does not use.
 // Split-KV, sliding windows, softcap, chunked prefill against a cached prefix and the combine pass
-// behave as in the tiled kernel (paged_attention_tiled.cu). SE_PREFILL_KERNEL chooses this kernel
-// (paged_attention_args.h); the tiled one stays the default until this one has been measured.
+// behave as in the tiled kernel (paged_attention_tiled.cu), which SE_PREFILL_KERNEL=tiled selects
+// instead (paged_attention_args.h).
 #include <cuda_bf16.h>
 
 #include <cmath>
@@ -84,7 +83,6 @@ __device__ __forceinline__ void named_barrier_arrive(int id) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "n"(kConsumers * kWarpgroupThreads) : "memory");
 }
 
-template <bool kOverlap>
 __global__ void __launch_bounds__(kThreads, 1) paged_prefill_hopper_kernel(const PagedAttentionArgs a) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   unsigned char* smem = smem_raw + (1024 - smem_address(smem_raw) % 1024) % 1024;
@@ -145,7 +143,6 @@ __global__ void __launch_bounds__(kThreads, 1) paged_prefill_hopper_kernel(const
 
   const RowVisibility vis = row_visibility<kQueryVectors>(a, t, mw * 16, split_end);
 
-  const LogitScale logit(a);
   float m_run[2] = {-INFINITY, -INFINITY};  // running max, log2 units
   float l_run[2] = {0.0f, 0.0f};            // this thread's share of the denominator
   float o_acc[kOutTiles][4];
@@ -188,36 +185,17 @@ __global__ void __launch_bounds__(kThreads, 1) paged_prefill_hopper_kernel(const
       wgmma_bf16<kD, true>(o_acc, pa[kk], wgmma_descriptor(v_s + kk * 16 * 64, kKeys * 64 * 2, 1024));
     wgmma_commit();
   };
-  // Scale, cap and mask tile `it`'s scores, then the online softmax per fragment row (the 4 lanes
-  // of a quad share a row): s becomes the probabilities, alpha the rescale of what came before.
+  // Scale, cap and mask tile `it`'s scores and take its online-softmax step: s becomes the
+  // probabilities, alpha the rescale of what came before.
   auto softmax = [&](int it, float (&alpha)[2]) {
     const int tile_start = split_begin + it * kKeys;
     const bool masked = tile_start < vis.all_lo || tile_start + kKeys - 1 > vis.all_hi;
-    float tile_max[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-    for (int nt = 0; nt < kScoreTiles; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int rr = e >> 1;
-        float x = logit(s[nt][e]);
-        if (masked) {
-          const int key = tile_start + nt * 8 + 2 * t4 + (e & 1);
-          if (key < vis.lo[rr] || key > vis.hi[rr] || key >= split_end) x = -INFINITY;
-        }
-        s[nt][e] = x;
-        tile_max[rr] = fmaxf(tile_max[rr], x);
-      }
-    }
-    float m_use[2];
-    advance_running_max(tile_max, m_run, l_run, m_use, alpha);
-#pragma unroll
-    for (int nt = 0; nt < kScoreTiles; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[nt][e] = exp2f(s[nt][e] - m_use[e >> 1]);
-        l_run[e >> 1] += s[nt][e];
-      }
-    }
+    auto visible = [&](int nt, int e) {
+      const int rr = e >> 1;
+      const int key = tile_start + nt * 8 + 2 * t4 + (e & 1);
+      return (key >= vis.lo[rr]) & (key <= vis.hi[rr]) & (key < split_end);
+    };
+    online_softmax_step(a, s, masked, visible, m_run, l_run, alpha);
   };
   auto rescale_and_pack = [&](const float (&alpha)[2]) {
 #pragma unroll
@@ -234,27 +212,7 @@ __global__ void __launch_bounds__(kThreads, 1) paged_prefill_hopper_kernel(const
   const int other_turn = kFirstTurnBarrier + 1 - consumer;
   if (consumer == 0) named_barrier_arrive(my_turn);
   float alpha[2];
-  if constexpr (!kOverlap) {
-    // A turn covers one tile's P V and the next tile's Q K^T.
-    named_barrier_sync(my_turn);
-    for (int it = 0; it < num_tiles; ++it) {
-      wait_tile(it);
-      issue_scores(it);
-      named_barrier_arrive(other_turn);
-      wgmma_wait<0>();
-      fence_accumulators(s);
-      softmax(it, alpha);
-      rescale_and_pack(alpha);
-      named_barrier_sync(my_turn);
-      issue_values(it);
-      wgmma_wait<0>();
-      fence_accumulators(o_acc);
-      fence_fragments(pa);
-      release_tile(it);
-    }
-    // The second consumer's last turn (its final P V) is the first one's to give.
-    if (consumer == 0) named_barrier_arrive(other_turn);
-  } else if (num_tiles > 0) {
+  if (num_tiles > 0) {
     // A turn covers tile it's Q K^T and tile it - 1's P V: the softmax of tile it overlaps that P V.
     wait_tile(0);
     named_barrier_sync(my_turn);
@@ -296,33 +254,26 @@ __global__ void __launch_bounds__(kThreads, 1) paged_prefill_hopper_kernel(const
   emit_fragment_rows<kD, kQueryVectors>(a, t, mw * 16, o_acc, m_run, l_run);
 }
 
-template <bool kOverlap>
-void launch(const PagedAttentionArgs& args, int grid_x) {
-  launch_attention<paged_prefill_hopper_kernel<kOverlap>>(args, grid_x, kThreads, kSmemBytes,
-                                                          "paged_prefill_hopper_kernel");
-}
 }  // namespace
 
 PrefillKernel prefill_kernel() {
   static const PrefillKernel kernel = [] {
     const char* name = std::getenv("SE_PREFILL_KERNEL");
-    const std::string_view value = name == nullptr ? "tiled" : name;
+    const std::string_view value = name == nullptr ? "hopper" : name;
     if (value == "tiled") return PrefillKernel::kTiled;
     if (value == "hopper") return PrefillKernel::kHopper;
-    if (value == "hopper-serial") return PrefillKernel::kHopperSerial;
-    SE_CHECK(false, "SE_PREFILL_KERNEL={}: expected tiled, hopper or hopper-serial", value);
+    SE_CHECK(false, "SE_PREFILL_KERNEL={}: expected hopper or tiled", value);
     return PrefillKernel::kTiled;
   }();
   return kernel;
 }
 
 void launch_paged_prefill_hopper(const PagedAttentionArgs& args, int grid_x) {
-  prefill_kernel() == PrefillKernel::kHopperSerial ? launch<false>(args, grid_x)
-                                                    : launch<true>(args, grid_x);
+  launch_attention<paged_prefill_hopper_kernel>(args, grid_x, kThreads, kSmemBytes, "paged_prefill_hopper_kernel");
 }
 
 int paged_prefill_hopper_blocks_per_sm() {
-  return resident_ctas_per_sm<paged_prefill_hopper_kernel<true>>(kThreads, kSmemBytes, "paged_prefill_hopper_kernel");
+  return resident_ctas_per_sm<paged_prefill_hopper_kernel>(kThreads, kSmemBytes, "paged_prefill_hopper_kernel");
 }
 
 }  // namespace se::cuda

@@ -2,8 +2,8 @@
 // over the same paged cache: the CPU pool holds f32 copies of the GPU's bf16 pages, pages are
 // shuffled across the pool and filled with random data beyond each stream's end (masking must hide
 // it). Page sizes 16 and 64, contexts 1 to 128K, GQA groups 1 to 32, ragged batches mixing prefill
-// chunks and decode rows, windows and soft-capping. Run with SE_PREFILL_KERNEL=hopper (or
-// hopper-serial), the head_dim-128 prefill launches take the warp-specialized Hopper kernel.
+// chunks and decode rows, windows and soft-capping. The head_dim-128 prefill launches take the
+// warp-specialized Hopper kernel, or the tiled one under SE_PREFILL_KERNEL=tiled.
 #include <gtest/gtest.h>
 
 #include <vector>
