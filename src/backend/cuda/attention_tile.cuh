@@ -343,17 +343,34 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
+// A warp's online-softmax state for its 16 query vectors, per fragment row (g and g + 8): the running max in
+// log2 units, this thread's share of the denominator, and the output accumulators (D / 8 n8 tiles).
+template <int D>
+struct SoftmaxRows {
+  float m[2] = {-INFINITY, -INFINITY};
+  float l[2] = {0.0f, 0.0f};
+  float o[D / 8][4] = {};
+
+  // Scales what the output has accumulated by a softmax step's alpha.
+  __device__ __forceinline__ void rescale_output(const float (&alpha)[2]) {
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) {
+      o[dt][0] *= alpha[0], o[dt][1] *= alpha[0];
+      o[dt][2] *= alpha[1], o[dt][3] *= alpha[1];
+    }
+  }
+};
+
 // One tile of the online softmax over a warp's score fragments (rows g and g + 8; the 4 lanes of a quad share a
 // row). The raw scores are soft-capped when the launch has a cap, and the keys `visible(nt, e)` rejects are
 // masked when `masked`: each is one branch per tile around a whole unrolled pass, so the common tile (no cap, no
 // mask) runs four instructions per score: max, scale-and-shift (one FMA), exponential, sum. Then s holds the
-// probabilities, m_run the running max (log2 units) and l_run this thread's share of the denominator; alpha is
-// the factor the caller rescales its output with. A row that has seen no key keeps the shift 0, so its
+// probabilities, rows' max and denominator have moved, and alpha is the factor the output is to be rescaled with
+// (rows.rescale_output) before this tile's P V. A row that has seen no key keeps the shift 0, so its
 // probabilities stay 0 rather than NaN.
-template <int kTiles, typename Visible>
+template <int kTiles, int D, typename Visible>
 __device__ __forceinline__ void online_softmax_step(const PagedAttentionArgs& a, float (&s)[kTiles][4], bool masked,
-                                                    Visible&& visible, float (&m_run)[2], float (&l_run)[2],
-                                                    float (&alpha)[2]) {
+                                                    Visible&& visible, SoftmaxRows<D>& rows, float (&alpha)[2]) {
   float factor = a.scale * kLog2e;  // raw score -> log2 units
   if (a.softcap > 0.0f) {
     const float to_capped = a.scale / a.softcap;
@@ -379,11 +396,11 @@ __device__ __forceinline__ void online_softmax_step(const PagedAttentionArgs& a,
   for (int rr = 0; rr < 2; ++rr) {
     tile_max[rr] = fmaxf(tile_max[rr], __shfl_xor_sync(kFullMask, tile_max[rr], 1));
     tile_max[rr] = fmaxf(tile_max[rr], __shfl_xor_sync(kFullMask, tile_max[rr], 2));
-    const float m_new = fmaxf(m_run[rr], tile_max[rr] * factor);  // factor > 0: the max commutes
+    const float m_new = fmaxf(rows.m[rr], tile_max[rr] * factor);  // factor > 0: the max commutes
     shift[rr] = m_new == -INFINITY ? 0.0f : m_new;
-    alpha[rr] = fast_exp2(m_run[rr] - shift[rr]);
-    m_run[rr] = m_new;
-    l_run[rr] *= alpha[rr];
+    alpha[rr] = fast_exp2(rows.m[rr] - shift[rr]);
+    rows.m[rr] = m_new;
+    rows.l[rr] *= alpha[rr];
   }
 #pragma unroll
   for (int nt = 0; nt < kTiles; ++nt)
@@ -391,7 +408,7 @@ __device__ __forceinline__ void online_softmax_step(const PagedAttentionArgs& a,
     for (int e = 0; e < 4; ++e) {
       const float p = fast_exp2(fmaf(s[nt][e], factor, -shift[e >> 1]));
       s[nt][e] = p;
-      l_run[e >> 1] += p;
+      rows.l[e >> 1] += p;
     }
 }
 
@@ -479,24 +496,32 @@ __device__ __forceinline__ void emit_result(const PagedAttentionArgs& a, int row
   }
 }
 
+// Each fragment row's denominator, summed over the four lanes of its quad.
+template <int D>
+__device__ __forceinline__ void sum_denominators_over_quads(SoftmaxRows<D>& rows) {
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    rows.l[rr] += __shfl_xor_sync(kFullMask, rows.l[rr], 1);
+    rows.l[rr] += __shfl_xor_sync(kFullMask, rows.l[rr], 2);
+  }
+}
+
 // Sums each fragment row's denominator over its quad, then writes the warp's 16 query vectors (from first_qv):
 // rows g and g + 8, dims 2 t4, 2 t4 + 1 of every n8 tile of O.
 template <int D, int kQueryVectors>
 __device__ __forceinline__ void emit_fragment_rows(const PagedAttentionArgs& a, const QueryTile& t, int first_qv,
-                                                   const float (&o_acc)[D / 8][4], const float (&m_run)[2],
-                                                   float (&l_run)[2]) {
+                                                   SoftmaxRows<D>& rows) {
   const int lane = threadIdx.x & 31;
   const int g = lane >> 2, t4 = lane & 3;
+  sum_denominators_over_quads(rows);
 #pragma unroll
   for (int rr = 0; rr < 2; ++rr) {
-    l_run[rr] += __shfl_xor_sync(kFullMask, l_run[rr], 1);
-    l_run[rr] += __shfl_xor_sync(kFullMask, l_run[rr], 2);
     int row, head;
     if (!t.query_vector<kQueryVectors>(a, first_qv + g + 8 * rr, row, head)) continue;
 #pragma unroll
     for (int dt = 0; dt < D / 8; ++dt)
-      emit_result<D>(a, row, head, dt * 8 + 2 * t4, o_acc[dt][2 * rr], o_acc[dt][2 * rr + 1], m_run[rr], l_run[rr],
-                     dt == 0 && t4 == 0);
+      emit_result<D>(a, row, head, dt * 8 + 2 * t4, rows.o[dt][2 * rr], rows.o[dt][2 * rr + 1], rows.m[rr],
+                     rows.l[rr], dt == 0 && t4 == 0);
   }
 }
 

@@ -167,11 +167,7 @@ __global__ void __launch_bounds__(TiledConfig<D, MW, kSel>::kThreads)
 
   const RowVisibility vis = row_visibility<kM>(a, t, mw * 16, split_end);
 
-  float m_run[2] = {-INFINITY, -INFINITY};  // running max, log2 units
-  float l_run[2] = {0.0f, 0.0f};            // this thread's share of the denominator
-  float o_acc[kDT][4];
-#pragma unroll
-  for (int dt = 0; dt < kDT; ++dt) o_acc[dt][0] = o_acc[dt][1] = o_acc[dt][2] = o_acc[dt][3] = 0.0f;
+  SoftmaxRows<D> rows;
 
   for (int it = 0; it < num_tiles; ++it) {
     // Refill the stage consumed in the previous iteration (the barrier at its end made that safe).
@@ -242,12 +238,8 @@ __global__ void __launch_bounds__(TiledConfig<D, MW, kSel>::kThreads)
       }
     };
     float alpha[2];
-    online_softmax_step(a, s, masked, visible, m_run, l_run, alpha);
-#pragma unroll
-    for (int dt = 0; dt < kDT; ++dt) {
-      o_acc[dt][0] *= alpha[0], o_acc[dt][1] *= alpha[0];
-      o_acc[dt][2] *= alpha[1], o_acc[dt][3] *= alpha[1];
-    }
+    online_softmax_step(a, s, masked, visible, rows, alpha);
+    rows.rescale_output(alpha);
 
     // O += P V: the score accumulators of two adjacent n8 tiles are exactly one A fragment (k = 16
     // keys).
@@ -256,15 +248,16 @@ __global__ void __launch_bounds__(TiledConfig<D, MW, kSel>::kThreads)
       uint32_t pa[kKPW / 16][4];
 #pragma unroll
       for (int kk = 0; kk < kKPW / 16; ++kk) pack_probabilities(s, kk, pa[kk]);
-      fence_accumulators(o_acc);
+      fence_accumulators(rows.o);
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kKPW / 16; ++kk)
-        wgmma_bf16<D, true>(o_acc, pa[kk],
+        wgmma_bf16<D, true>(rows.o, pa[kk],
                             wgmma_descriptor(v_s + kk * 16 * 64, kTileKeys * 64 * 2, 1024));
       wgmma_commit();
       wgmma_wait<0>();
-      fence_accumulators(o_acc);
+      fence_accumulators(rows.o);
+      fence_fragments(pa);
     } else {
 #pragma unroll
       for (int kk = 0; kk < kKPW / 16; ++kk) {
@@ -275,8 +268,8 @@ __global__ void __launch_bounds__(TiledConfig<D, MW, kSel>::kThreads)
         for (int dp = 0; dp < D / 16; ++dp) {
           uint32_t vb[4];
           ldmatrix_x4_trans(vb, v_s + swizzled<D>(key, 2 * dp + (mi >> 1)));
-          mma_bf16(o_acc[2 * dp], pa, vb[0], vb[1]);
-          mma_bf16(o_acc[2 * dp + 1], pa, vb[2], vb[3]);
+          mma_bf16(rows.o[2 * dp], pa, vb[0], vb[1]);
+          mma_bf16(rows.o[2 * dp + 1], pa, vb[2], vb[3]);
         }
       }
     }
@@ -285,15 +278,11 @@ __global__ void __launch_bounds__(TiledConfig<D, MW, kSel>::kThreads)
   cp_async_wait<0>();
 
   if constexpr (kKG == 1) {
-    emit_fragment_rows<D, kM>(a, t, mw * 16, o_acc, m_run, l_run);
+    emit_fragment_rows<D, kM>(a, t, mw * 16, rows);
   } else {
     // The key groups saw disjoint keys of the same 16 query vectors: merge their (m, l, O) through
     // shared memory.
-#pragma unroll
-    for (int rr = 0; rr < 2; ++rr) {
-      l_run[rr] += __shfl_xor_sync(kFullMask, l_run[rr], 1);
-      l_run[rr] += __shfl_xor_sync(kFullMask, l_run[rr], 2);
-    }
+    sum_denominators_over_quads(rows);
     __syncthreads();
     float* red_o = reinterpret_cast<float*>(kv_s);                     // [kKG][16][D]
     float2* red_ml = reinterpret_cast<float2*>(red_o + kKG * 16 * D);  // [kKG][16]
@@ -303,8 +292,8 @@ __global__ void __launch_bounds__(TiledConfig<D, MW, kSel>::kThreads)
 #pragma unroll
       for (int dt = 0; dt < kDT; ++dt)
         *reinterpret_cast<float2*>(red_o + (kg * 16 + r) * D + dt * 8 + 2 * t4) =
-            make_float2(o_acc[dt][2 * rr], o_acc[dt][2 * rr + 1]);
-      if (t4 == 0) red_ml[kg * 16 + r] = make_float2(m_run[rr], l_run[rr]);
+            make_float2(rows.o[dt][2 * rr], rows.o[dt][2 * rr + 1]);
+      if (t4 == 0) red_ml[kg * 16 + r] = make_float2(rows.m[rr], rows.l[rr]);
     }
     __syncthreads();
     for (int idx = threadIdx.x; idx < 16 * D / 2; idx += kThreads) {

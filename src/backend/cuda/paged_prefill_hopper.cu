@@ -40,7 +40,6 @@ constexpr int kThreads = kWarpgroupThreads * (1 + kConsumers);
 constexpr int kStages = 3;
 constexpr int kTileElems = kKeys * kD;
 constexpr int kScoreTiles = kKeys / 8;  // n8 tiles of S per warp
-constexpr int kOutTiles = kD / 8;       // n8 tiles of O per warp
 // 128 x 56 + 256 x 224 registers fit the SM's 64K. The producer's address arithmetic spills below 56.
 constexpr int kProducerRegisters = 56;
 constexpr int kConsumerRegisters = 224;
@@ -143,11 +142,7 @@ __global__ void __launch_bounds__(kThreads, 1) paged_prefill_hopper_kernel(const
 
   const RowVisibility vis = row_visibility<kQueryVectors>(a, t, mw * 16, split_end);
 
-  float m_run[2] = {-INFINITY, -INFINITY};  // running max, log2 units
-  float l_run[2] = {0.0f, 0.0f};            // this thread's share of the denominator
-  float o_acc[kOutTiles][4];
-#pragma unroll
-  for (int dt = 0; dt < kOutTiles; ++dt) o_acc[dt][0] = o_acc[dt][1] = o_acc[dt][2] = o_acc[dt][3] = 0.0f;
+  SoftmaxRows<kD> rows;
   float s[kScoreTiles][4];    // scores of the tile in hand, then its probabilities
   uint32_t pa[kKeys / 16][4];  // probabilities as P V's A fragments (two n8 tiles of S = k16)
 
@@ -178,11 +173,11 @@ __global__ void __launch_bounds__(kThreads, 1) paged_prefill_hopper_kernel(const
   // apart.
   auto issue_values = [&](int it) {
     const bf16* v_s = stage_k(it) + kTileElems;
-    fence_accumulators(o_acc);
+    fence_accumulators(rows.o);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kKeys / 16; ++kk)
-      wgmma_bf16<kD, true>(o_acc, pa[kk], wgmma_descriptor(v_s + kk * 16 * 64, kKeys * 64 * 2, 1024));
+      wgmma_bf16<kD, true>(rows.o, pa[kk], wgmma_descriptor(v_s + kk * 16 * 64, kKeys * 64 * 2, 1024));
     wgmma_commit();
   };
   // Scale, cap and mask tile `it`'s scores and take its online-softmax step: s becomes the
@@ -195,14 +190,10 @@ __global__ void __launch_bounds__(kThreads, 1) paged_prefill_hopper_kernel(const
       const int key = tile_start + nt * 8 + 2 * t4 + (e & 1);
       return (key >= vis.lo[rr]) & (key <= vis.hi[rr]) & (key < split_end);
     };
-    online_softmax_step(a, s, masked, visible, m_run, l_run, alpha);
+    online_softmax_step(a, s, masked, visible, rows, alpha);
   };
   auto rescale_and_pack = [&](const float (&alpha)[2]) {
-#pragma unroll
-    for (int dt = 0; dt < kOutTiles; ++dt) {
-      o_acc[dt][0] *= alpha[0], o_acc[dt][1] *= alpha[0];
-      o_acc[dt][2] *= alpha[1], o_acc[dt][3] *= alpha[1];
-    }
+    rows.rescale_output(alpha);
 #pragma unroll
     for (int kk = 0; kk < kKeys / 16; ++kk) pack_probabilities(s, kk, pa[kk]);
   };
@@ -232,7 +223,7 @@ __global__ void __launch_bounds__(kThreads, 1) paged_prefill_hopper_kernel(const
       fence_accumulators(s);
       softmax(it, alpha);
       wgmma_wait<0>();
-      fence_accumulators(o_acc);
+      fence_accumulators(rows.o);
       fence_fragments(pa);
       release_tile(it - 1);
       rescale_and_pack(alpha);
@@ -241,7 +232,7 @@ __global__ void __launch_bounds__(kThreads, 1) paged_prefill_hopper_kernel(const
     issue_values(num_tiles - 1);
     if (consumer == 0) named_barrier_arrive(other_turn);  // the second consumer's last turn
     wgmma_wait<0>();
-    fence_accumulators(o_acc);
+    fence_accumulators(rows.o);
     fence_fragments(pa);
     release_tile(num_tiles - 1);
   } else if (consumer == 0) {
@@ -251,7 +242,7 @@ __global__ void __launch_bounds__(kThreads, 1) paged_prefill_hopper_kernel(const
     named_barrier_sync(my_turn);
   }
 
-  emit_fragment_rows<kD, kQueryVectors>(a, t, mw * 16, o_acc, m_run, l_run);
+  emit_fragment_rows<kD, kQueryVectors>(a, t, mw * 16, rows);
 }
 
 }  // namespace
