@@ -93,6 +93,9 @@ struct AttentionView {
   const SeqKvView* seqs = nullptr;    // [num_seqs]
   SelectionUnit selection_unit = SelectionUnit::kToken;  // what SeqKvView::selected indexes
   bool has_selection = false;  // some sequence has a selected list (lets kernels pick the sparse path)
+  // The most query rows of a sequence with a selected list (Selection::apply); -1 when not known. A batch whose
+  // selected sequences are all decode rows lets a kernel run its prefill chunks densely.
+  int32_t selected_rows_max = -1;
   // The selected lists are an op's output where the pool lives (device memory for a GPU pool), not host tables.
   bool selection_produced = false;
   // Set when every sequence's lists are one op's output in one layout; it then describes the same lists as the

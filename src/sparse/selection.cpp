@@ -113,6 +113,12 @@ AttentionView Selection::apply(const AttentionView& dense) {
     count_at += static_cast<size_t>(num_kv_heads_);
   }
   SE_CHECK(!view.selection_produced || flat_at == 0, "a selection mixes host and produced lists in one batch");
+  if (dense.q_indptr != nullptr) {
+    view.selected_rows_max = 0;
+    for (int32_t s = 0; s < num_seqs_; ++s)
+      if (is_selected_[static_cast<size_t>(s)])
+        view.selected_rows_max = std::max(view.selected_rows_max, dense.q_indptr[s + 1] - dense.q_indptr[s]);
+  }
   if (view.selection_produced) view.produced = uniform_layout();
   view.seqs = seqs_.data();
   view.selection_unit = unit_;

@@ -1,6 +1,7 @@
 // Selection::apply: host lists become per-sequence views; produced lists of every sequence in one batch-wide
 // layout are also described by the view's `produced` (what lets a device view carry them by value), and any
-// departure from that layout leaves `produced` empty.
+// departure from that layout leaves `produced` empty. The view also records the most query rows of a selected
+// sequence, which lets a GPU launch run unselected prefill chunks densely.
 #include "sparse/selection.h"
 
 #include <gtest/gtest.h>
@@ -71,6 +72,23 @@ TEST(SelectionTest, ProducedListsOutsideOneLayoutStayPerSequence) {
       sel.set_produced(s, lists.data() + s * kHeads * kBudget, kBudget, counts.data() + 2 * s * kHeads, 1);
   });
   EXPECT_EQ(view.produced.lists, nullptr);
+}
+
+TEST(SelectionTest, ViewRecordsTheMostQueryRowsOfASelectedSequence) {
+  DenseView dense;
+  const std::vector<int32_t> q_indptr = {0, 1, 301, 302};  // decode, a 300-row prefill chunk, decode
+  std::vector<int32_t> lists(kSeqs * kHeads * kBudget, 0), counts(kSeqs * kHeads, kBudget);
+  const auto apply = [&](std::vector<int32_t> selected_seqs) {
+    Selection selection;
+    selection.reset(kSeqs, kHeads, SelectionUnit::kPage);
+    for (int32_t s : selected_seqs)
+      selection.set_produced(s, lists.data() + s * kHeads * kBudget, kBudget, counts.data() + s * kHeads, 1);
+    return selection.apply(dense.view);
+  };
+  EXPECT_EQ(apply({0, 2}).selected_rows_max, -1);  // without row counts nothing is known
+  dense.view.q_indptr = q_indptr.data();
+  EXPECT_EQ(apply({0, 2}).selected_rows_max, 1);  // the prefill chunk beside them may run densely
+  EXPECT_EQ(apply({0, 1, 2}).selected_rows_max, 300);
 }
 
 }  // namespace

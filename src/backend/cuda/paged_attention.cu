@@ -3,7 +3,8 @@
 // split-KV factor that fills the GPU, and merges the splits' partial results. Only host-known sizes
 // are used (T, num_seqs): the per-sequence counts stay on the device and each CTA finds its tile
 // there. A view with a selection runs the kernels' selection variant, whose CTAs split their
-// selected keys (not the whole stream) by the same factor.
+// selected keys (not the whole stream) by the same factor; the prefill launch runs dense when the view
+// says every selected sequence is a decode one (AttentionView::selected_rows_max).
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -171,6 +172,8 @@ void paged_attention(TensorView out, TensorView q, const AttentionView& view,
   launch_paged_attention_tiled(decode, head_dim, false, decode_grid);
   if (!pure_decode) {
     PagedAttentionArgs prefill = args;
+    // Prefill chunks beside selected decode rows (Quest and OmniKV select for decode only) run the dense kernel.
+    if (view.selected_rows_max >= 0 && view.selected_rows_max <= decode_rows) prefill.select_unit = 0;
     prefill.rows_per_tile = prefill_rows;
     prefill.q_blocks = prefill_blocks;
     prefill.min_rows = decode_rows;

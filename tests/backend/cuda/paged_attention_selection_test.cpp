@@ -2,7 +2,8 @@
 // CPU reference: token and page selections drawn as random ascending subsets of each KV head's
 // stream (sparse, dense, empty, a single entry, full, or no list for some sequences of the batch),
 // page sizes 16 and 64, head_dim 64/128/256, GQA groups 1/4/8, ragged batches mixing decode rows
-// and prefill chunks (whose earlier rows must not see selected tokens after them), unequal per-head
+// and prefill chunks (whose earlier rows must not see selected tokens after them; an unselected chunk beside
+// selected decode rows runs the dense prefill kernel), unequal per-head
 // stream lengths, sliding windows and soft-capping, and a 2K selection of a 128K stream. Small
 // batches split their selected keys across CTAs, so the split-KV path runs too.
 #include <gtest/gtest.h>
@@ -42,6 +43,10 @@ std::vector<PagedCase> short_cases() {
   cases.push_back(
       with_selection({"page decode ps16 g8 d128", 16, 2, 8, 128, {{3000, 1}, {40, 1}, {900, 1}}},
                      kPage, {random_subset(0.1), kFull, kOne}));
+  // Quest's mixed batch: selected decode rows beside an unselected prefill chunk, which runs the dense kernel.
+  cases.push_back(with_selection(
+      {"page decode + dense prefill ps16 g4 d128", 16, 2, 4, 128, {{3000, 1}, {2000, 300}, {900, 1}}}, kPage,
+      {random_subset(0.1), kNoList, kFull}));
   cases.push_back(with_selection(
       {"tok mixed ragged ps64 g1 d64",
        64,

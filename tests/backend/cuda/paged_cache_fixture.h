@@ -160,6 +160,12 @@ class PagedCacheFixture {
     v.num_seqs = static_cast<int32_t>(c_.seqs.size());
     v.has_selection = !c_.select.empty();
     v.selection_unit = c_.selection_unit;
+    if (v.has_selection) {  // as Selection::apply records it
+      v.selected_rows_max = 0;
+      for (size_t s = 0; s < c_.select.size() && s < c_.seqs.size(); ++s)
+        if (c_.select[s].kind != SelectSpec::kNone)
+          v.selected_rows_max = std::max(v.selected_rows_max, c_.seqs[s].num_new);
+    }
     return v;
   }
 
