@@ -85,7 +85,9 @@ AttentionView Selection::apply(const AttentionView& dense) {
     strides[static_cast<size_t>(s)] = stride;
     flat_size += static_cast<size_t>(stride) * num_kv_heads_;
   }
-  flat_.assign(flat_size, 0);
+  // At least one element: a selected sequence whose lists are all empty must still point somewhere, since a null
+  // list means every token.
+  flat_.assign(std::max<size_t>(flat_size, 1), 0);
   counts_.assign(static_cast<size_t>(num_selected_seqs_) * num_kv_heads_, 0);
   seqs_.assign(dense.seqs, dense.seqs + num_seqs_);
   size_t flat_at = 0, count_at = 0;

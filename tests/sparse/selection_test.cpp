@@ -74,6 +74,18 @@ TEST(SelectionTest, ProducedListsOutsideOneLayoutStayPerSequence) {
   EXPECT_EQ(view.produced.lists, nullptr);
 }
 
+TEST(SelectionTest, EmptyHostListsSelectNothing) {
+  DenseView dense;
+  Selection selection;
+  selection.reset(kSeqs, kHeads, SelectionUnit::kToken);
+  for (int32_t h = 0; h < kHeads; ++h) selection.set(1, h, {});
+  const AttentionView view = selection.apply(dense.view);
+  // A null list would mean every token: the empty lists must be real ones.
+  EXPECT_NE(view.seqs[1].selected, nullptr);
+  EXPECT_EQ(view.seqs[1].num_selected[0], 0);
+  EXPECT_EQ(view.seqs[0].selected, nullptr);  // unselected: every token
+}
+
 TEST(SelectionTest, ViewRecordsTheMostQueryRowsOfASelectedSequence) {
   DenseView dense;
   const std::vector<int32_t> q_indptr = {0, 1, 301, 302};  // decode, a 300-row prefill chunk, decode

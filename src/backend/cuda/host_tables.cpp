@@ -84,6 +84,7 @@ StagedView stage_view_tables(const AttentionView& host_view, size_t result_bytes
   staged.view.seqs = reinterpret_cast<const SeqKvView*>(staging.device);
   staged.view.tables_device = Device::kCuda;
   staged.view.has_selection = false;
+  staged.view.selected_rows_max = -1;
   staged.view.selection_produced = false;
   staged.view.produced = {};
   return staged;
