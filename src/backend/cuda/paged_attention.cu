@@ -149,10 +149,14 @@ void paged_attention(TensorView out, TensorView q, const AttentionView& view,
           : static_cast<int>(num_rows / prefill_rows +
                              std::min<int64_t>(view.num_seqs, num_rows / (decode_rows + 1)) + 1);
 
+  // Prefill chunks beside selected decode rows (Quest and OmniKV select for decode only) run the dense kernel.
+  const bool prefill_selects =
+      args.select_unit > 0 && !(view.selected_rows_max >= 0 && view.selected_rows_max <= decode_rows);
+
   const int64_t base_ctas = int64_t{decode_grid} * view.num_kv_heads * decode_blocks +
                             int64_t{prefill_grid} * view.num_kv_heads * prefill_blocks;
   const int64_t slots =
-      int64_t{tiled_blocks_per_sm(head_dim, !pure_decode, args.select_unit > 0)} *
+      int64_t{tiled_blocks_per_sm(head_dim, !pure_decode, pure_decode ? args.select_unit > 0 : prefill_selects)} *
       context.props().multiProcessorCount;
   const int64_t items = num_rows * num_heads;
   const int64_t bytes_per_split = items * (int64_t{head_dim} * 4 + 8);
@@ -172,8 +176,7 @@ void paged_attention(TensorView out, TensorView q, const AttentionView& view,
   launch_paged_attention_tiled(decode, head_dim, false, decode_grid);
   if (!pure_decode) {
     PagedAttentionArgs prefill = args;
-    // Prefill chunks beside selected decode rows (Quest and OmniKV select for decode only) run the dense kernel.
-    if (view.selected_rows_max >= 0 && view.selected_rows_max <= decode_rows) prefill.select_unit = 0;
+    if (!prefill_selects) prefill.select_unit = 0;
     prefill.rows_per_tile = prefill_rows;
     prefill.q_blocks = prefill_blocks;
     prefill.min_rows = decode_rows;
