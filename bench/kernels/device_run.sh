@@ -12,7 +12,7 @@ stage=${3:-}
 export LD_LIBRARY_PATH=$PWD/$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$out/gpu.txt"
 if [ "$stage" = prefill ]; then
-  # Each kernel's parity, then its benchmark; the warp-specialized ones first under the sanitizers (short cases).
+  # Each kernel's parity, then its benchmark; the warp-specialized one first under the sanitizers (short cases).
   # Every step has a time limit that keeps a hung kernel from taking the call with it; KERNELS narrows the list
   # when one call cannot hold them all.
   quick=""; [ "${4:-}" = --quick ] && { quick=--quick; shift; }

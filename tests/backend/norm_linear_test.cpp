@@ -10,7 +10,6 @@
 namespace se {
 namespace {
 
-// One row (the decode GEMV, rows in blocks of 4 and 8-wide columns with tails) and several rows (GEMM).
 // Every batch height of the streamed decode path (1 to 8 rows in one pass over W, 12 and 16 in two) and OpenBLAS's
 // GEMM beyond it.
 TEST(LinearTest, MatchesFloat64ReferenceWithBias) {

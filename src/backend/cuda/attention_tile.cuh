@@ -307,6 +307,9 @@ __device__ __forceinline__ void split_keys(const PagedAttentionArgs& a, int32_t 
 struct RowVisibility {
   int32_t lo[2], hi[2];
   int32_t all_lo, all_hi;
+
+  // Whether fragment row rr sees the key at stream position `pos` (branch-free: it runs per score).
+  __device__ __forceinline__ bool sees(int rr, int32_t pos) const { return (pos >= lo[rr]) & (pos <= hi[rr]); }
 };
 
 template <int kQueryVectors>

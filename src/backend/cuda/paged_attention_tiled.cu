@@ -231,10 +231,10 @@ __global__ void __launch_bounds__(TiledConfig<D, MW, kSel>::kThreads)
       const int local = kg * kKPW + nt * 8 + 2 * t4 + (e & 1);
       if constexpr (kSel) {
         const int32_t token = tok_stage[local];  // -1 past the split: below every vis_lo
-        return (token >= vis.lo[rr]) & (token <= vis.hi[rr]);
+        return vis.sees(rr, token);
       } else {
         const int key = tile_start + local;
-        return (key >= vis.lo[rr]) & (key <= vis.hi[rr]) & (key < split_end);
+        return vis.sees(rr, key) & (key < split_end);
       }
     };
     float alpha[2];

@@ -188,7 +188,7 @@ __global__ void __launch_bounds__(kThreads, 1) paged_prefill_hopper_kernel(const
     auto visible = [&](int nt, int e) {
       const int rr = e >> 1;
       const int key = tile_start + nt * 8 + 2 * t4 + (e & 1);
-      return (key >= vis.lo[rr]) & (key <= vis.hi[rr]) & (key < split_end);
+      return vis.sees(rr, key) & (key < split_end);
     };
     online_softmax_step(a, s, masked, visible, rows, alpha);
   };
