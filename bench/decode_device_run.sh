@@ -8,8 +8,9 @@
 #                                                               under OUT_DIR
 #   bench/decode_device_run.sh BUNDLE_DIR OUT_DIR hf CONTEXT BATCHES   HF transformers dense decode, same shape
 #   bench/decode_device_run.sh BUNDLE_DIR OUT_DIR profile CONTEXT BATCH [ARGS...]
-#                                                               ncu kernel times of eager decode steps
-#                                                               (profile_decode.py), extra bench decode ARGS;
+#                                                               ncu kernel times of eager decode steps, the timed
+#                                                               window only (profile_decode.py), extra bench
+#                                                               decode ARGS;
 #                                                               NCU_CONTROL=none keeps the real clocks and warm
 #                                                               caches (ncu's default locks base clocks and
 #                                                               flushes the caches before every kernel)
@@ -44,9 +45,9 @@ case $stage in
   profile)
     control=${NCU_CONTROL:-all}
     [[ $control == none ]] && control_flags=(--cache-control none --clock-control none) || control_flags=()
-    ncu --csv --page raw --metrics gpu__time_duration.sum --launch-count 20000 "${control_flags[@]}" \
+    ncu --csv --page raw --metrics gpu__time_duration.sum --profile-from-start off "${control_flags[@]}" \
       "$bundle/sparse-engine" bench decode --model $model/config.json --load-format dummy --device cuda --input-len "$4" \
-      --batch "$5" --warmup-steps 1 --steps 3 --enforce-eager --gpu-memory-utilization 0.92 "${@:6}" \
+      --batch "$5" --warmup-steps 1 --steps 5 --enforce-eager --gpu-memory-utilization 0.92 "${@:6}" \
       > "$out/ncu_$4_$5.csv" 2> "$out/ncu_$4_$5.log"
     echo "ncu exit $?"
     python3 bench/profile_decode.py "$out/ncu_$4_$5.csv" --steps 3 | tee "$out/profile_$4_$5.md" | head -30

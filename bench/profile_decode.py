@@ -39,9 +39,10 @@ def main():
             current = []
         current.append((name, ns))
     forwards.append(current)
-    # Whole forwards only: the engine's short passes (an embedding, a norm and the logits) are not decode steps.
+    # Whole decode forwards only: the capture opens and closes mid-step, and the engine's short passes (an
+    # embedding, a norm and the logits) are not decode steps.
     longest = max(len(f) for f in forwards)
-    steps = [f for f in forwards if len(f) > longest // 2][-args.steps:]
+    steps = [f for f in forwards if len(f) == longest][-args.steps:]
     by_name = collections.defaultdict(lambda: [0.0, 0])
     for step in steps:
         for name, ns in step:

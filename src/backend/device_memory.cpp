@@ -5,6 +5,7 @@
 #include "base/check.h"
 
 #if SE_WITH_CUDA
+#include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
 
 #include "backend/cuda/cuda_allocator.h"
@@ -139,6 +140,15 @@ void synchronize(Device device) {
   require_built(device);
 #if SE_WITH_CUDA
   cuda::CudaContext::current().synchronize();
+#endif
+}
+
+void set_profiler_capture(Device device, bool on) {
+  if (device == Device::kCpu) return;
+  require_built(device);
+#if SE_WITH_CUDA
+  // An error here only means no profiler listens; clear it so no later check of this thread reports it.
+  if ((on ? cudaProfilerStart() : cudaProfilerStop()) != cudaSuccess) (void)cudaGetLastError();
 #endif
 }
 

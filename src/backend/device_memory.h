@@ -50,6 +50,11 @@ void copy_rows_async(Device device, void* dst, size_t dst_pitch, const void* src
 // Waits for everything enqueued on `device` (a no-op on the CPU).
 void synchronize(Device device);
 
+// Opens or closes an attached profiler's capture (cudaProfilerStart / cudaProfilerStop), so a profiler started
+// with capture off (`ncu --profile-from-start off`) records only the kernels in between. Without a profiler, and
+// on the CPU, it does nothing.
+void set_profiler_capture(Device device, bool on);
+
 // Free and total bytes of the current CUDA device.
 struct DeviceMemoryInfo {
   size_t free_bytes = 0;

@@ -214,9 +214,12 @@ Result<DecodePoint> run_point(const ModelBundle& bundle, const DecodeBenchOption
   SE_ASSIGN_OR_RETURN(const EngineStats begin, wait_for(*engine, [&](const EngineStats& s) {
     return s.steps_total >= first_step;
   }, std::chrono::seconds(600)));
+  // A profiler attached with its capture off records the timed window only, not the prompts' prefill.
+  set_profiler_capture(config.device, true);
   SE_ASSIGN_OR_RETURN(const EngineStats end, wait_for(*engine, [&](const EngineStats& s) {
     return s.steps_total >= begin.steps_total + static_cast<uint64_t>(o.steps);
   }, std::chrono::seconds(3600)));
+  set_profiler_capture(config.device, false);
   abort_all();
   const uint64_t timed_steps = end.steps_total - begin.steps_total;
   if (end.num_running != resident || end.preemptions_total != admitted->preemptions_total ||

@@ -22,9 +22,9 @@
 namespace se::cuda {
 
 namespace {
-constexpr int kScoreWarps = 4;
-constexpr int kPagesPerWarp = 8;
 constexpr int kSelectThreads = 512;
+// Candidates each selection thread loads at once: 8,192 per block, a 128K stream's pages in one batch.
+constexpr int kSelectBatch = 16;
 
 // grid (page chunks, num_kv_heads, num_seqs): the block walks the pages of its stream that hold one of the
 // sequence's n new tokens (the last n slots), a chunk apart; thread d folds dimension d of each page's keys.
@@ -66,30 +66,84 @@ __device__ __forceinline__ int32_t longest_stream_pages(const SeqKvView& sv, int
   return (most + page_size - 1) / page_size;
 }
 
-// x[i] = p[i] for V consecutive bf16 (V even, p 4-byte aligned).
-template <int V>
-__device__ __forceinline__ void load_bf16_run(float (&x)[V], const __nv_bfloat16* p) {
+// What the scoring kernel writes per page: the group's bounds summed (mean and sum divide the sum), their maximum,
+// or every query head's own.
+enum class BoundOutput { kGroupSum, kGroupMax, kPerHead };
+
+// W = L / 2 words of L consecutive bf16 at p (8 bytes aligned for L = 4, 16 for L >= 8), undecoded.
+template <int L>
+__device__ __forceinline__ void load_bf16_words(uint32_t (&w)[L / 2], const __nv_bfloat16* p) {
+  if constexpr (L % 8 == 0) {
 #pragma unroll
-  for (int i = 0; i < V; i += 2) {
-    const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p + i));
-    x[i] = f.x;
-    x[i + 1] = f.y;
+    for (int i = 0; i < L / 8; ++i) {
+      const uint4 v = reinterpret_cast<const uint4*>(p)[i];
+      w[4 * i] = v.x, w[4 * i + 1] = v.y, w[4 * i + 2] = v.z, w[4 * i + 3] = v.w;
+    }
+  } else {
+    static_assert(L == 4);
+    const uint2 v = *reinterpret_cast<const uint2*>(p);
+    w[0] = v.x, w[1] = v.y;
   }
 }
 
-// grid (page blocks, num_kv_heads, num_seqs), kScoreWarps warps. The block stages the query group of its KV head
-// from the sequence's last query row in shared memory. A warp takes kPagesPerWarp pages of that head at a time:
-// lane l holds dimensions [l * V, l * V + V) of every page's min and max, all loaded before any is used, and the
-// warp reduces sum_d max(q*min, q*max) for every head of the group. With kReduce the group is reduced as the CPU
-// does into out [num_seqs, num_kv_heads, stride]; else out [num_seqs, H, stride] takes each head's bound. Pages
-// past the head's stream (up to the sequence's longest) score -inf. q [T, H, D].
-template <int D, bool kReduce>
+// sum_i (q_pos[i] * hi[i] + q_neg[i] * lo[i]) over the L bf16 of lo / hi: max(q * lo, q * hi) is q * hi where q
+// >= 0 and q * lo below, so the positive and negative parts of q pick the bound without a comparison.
+template <int L>
+__device__ __forceinline__ float bound_dot(const float (&q_pos)[L], const float (&q_neg)[L],
+                                           const uint32_t (&lo)[L / 2], const uint32_t (&hi)[L / 2]) {
+  float acc = 0.0f;
+#pragma unroll
+  for (int i = 0; i < L / 2; ++i) {
+    // A bf16 pair's first element is its low half; a bf16 is the top half of the float it equals.
+    acc = fmaf(q_pos[2 * i], __uint_as_float(hi[i] << 16), acc);
+    acc = fmaf(q_neg[2 * i], __uint_as_float(lo[i] << 16), acc);
+    acc = fmaf(q_pos[2 * i + 1], __uint_as_float(hi[i] & 0xFFFF0000u), acc);
+    acc = fmaf(q_neg[2 * i + 1], __uint_as_float(lo[i] & 0xFFFF0000u), acc);
+  }
+  return acc;
+}
+
+// x = p[0 .. L) (16-byte aligned shared memory).
+template <int L>
+__device__ __forceinline__ void load_floats(float (&x)[L], const float* p) {
+#pragma unroll
+  for (int i = 0; i < L; i += 4) {
+    const float4 v = *reinterpret_cast<const float4*>(p + i);
+    x[i] = v.x, x[i + 1] = v.y, x[i + 2] = v.z, x[i + 3] = v.w;
+  }
+}
+
+// The sum over the 16 lanes of a half warp.
+__device__ __forceinline__ float half_warp_sum(float v) {
+#pragma unroll
+  for (int offset = 8; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, offset);
+  return v;
+}
+
+constexpr int kScoreWarps = 4;
+constexpr int kLanesPerPage = 16;  // a half warp reads one page's bounds, 16 bytes of each per lane at D = 128
+constexpr int kScoreRows = 4;      // pages each half warp holds at once: a warp reads 8 pages per round
+constexpr int kPagesPerWarp = 32;  // one page id per lane, loaded up front
+constexpr int kScoreRounds = kPagesPerWarp / (2 * kScoreRows);
+constexpr int kPagesPerBlock = kScoreWarps * kPagesPerWarp;
+
+// grid (page blocks, num_kv_heads, num_seqs), kScoreWarps warps; scores sum_d max(q_d * min_d, q_d * max_d) of
+// kPagesPerBlock pages of one stream per block. The block stages the positive and negative parts of its query
+// group (from the sequence's last query row) in shared memory, summed over the group for kGroupSum, which makes a
+// page's group sum one pass over its bounds. A warp takes 32 pages: lane l loads the id of page l first, then each
+// round a half warp holds kScoreRows pages' bounds, lane j dimensions [j * L, j * L + L) of each. Every load is
+// issued before its first use, so a round waits out one memory latency. out [num_seqs, rows, stride], rows =
+// num_kv_heads (group outputs, the sum divided by `divisor`) or H (kPerHead). Pages past the head's stream (up to
+// the sequence's longest) score -inf. q [T, H, D].
+template <int D, BoundOutput kOut>
 __global__ void __launch_bounds__(kScoreWarps * 32)
     page_key_bound_scores_kernel(float* out, int64_t stride, const void* q, DType q_dtype, const int32_t* q_indptr,
                                  const SeqKvView* seqs, const __nv_bfloat16* bounds, int num_kv_heads, int group,
-                                 int page_size, GroupReduce reduce) {
-  constexpr int V = D / 32;
-  extern __shared__ float q_s[];  // [group][D]
+                                 int page_size, float divisor) {
+  constexpr int L = D / kLanesPerPage;
+  constexpr int W = L / 2;
+  // [heads][positive, negative][D]: one head (the group's sum) for kGroupSum, else the group's heads.
+  extern __shared__ float q_s[];
   const int s = blockIdx.z;
   const int kv_head = blockIdx.y;
   if (q_indptr[s + 1] == q_indptr[s]) return;  // no query row to rank for
@@ -97,68 +151,91 @@ __global__ void __launch_bounds__(kScoreWarps * 32)
   // The caller's stride covers every stream it reads the ranking of; the clamp keeps the others inside the buffer.
   const auto seq_pages =
       static_cast<int32_t>(min(static_cast<int64_t>(longest_stream_pages(sv, num_kv_heads, page_size)), stride));
-  const int32_t pages_per_block = kScoreWarps * kPagesPerWarp;
-  if (static_cast<int32_t>(blockIdx.x) * pages_per_block >= seq_pages) return;
-  const int num_heads = num_kv_heads * group;
-  const int64_t row = q_indptr[s + 1] - 1;
-  for (int i = threadIdx.x; i < group * D; i += blockDim.x)
-    q_s[i] = load_as_float(q, q_dtype, (row * num_heads + static_cast<int64_t>(kv_head) * group) * D + i);
-  __syncthreads();
+  const int32_t block_first = static_cast<int32_t>(blockIdx.x) * kPagesPerBlock;
+  if (block_first >= seq_pages) return;
   const int32_t num_pages = (sv.num_tokens[kv_head] + page_size - 1) / page_size;
-  const int32_t* page_ids = sv.page_ids + static_cast<int64_t>(kv_head) * sv.stride;
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
-  const int64_t out_row = kReduce ? static_cast<int64_t>(s) * num_kv_heads + kv_head
-                                  : static_cast<int64_t>(s) * num_heads + static_cast<int64_t>(kv_head) * group;
-  for (int32_t first = (static_cast<int32_t>(blockIdx.x) * kScoreWarps + warp) * kPagesPerWarp; first < seq_pages;
-       first += static_cast<int32_t>(gridDim.x) * pages_per_block) {
-    const int32_t mine = first + lane;
-    const int32_t my_page = lane < kPagesPerWarp && mine < num_pages ? page_ids[mine] : -1;
-    float lo[kPagesPerWarp][V], hi[kPagesPerWarp][V];
+  const int32_t warp_first = block_first + warp * kPagesPerWarp;
+  // Issued before the query's loads, so the two latencies overlap.
+  const int32_t my_page =
+      warp_first + lane < num_pages ? sv.page_ids[static_cast<int64_t>(kv_head) * sv.stride + warp_first + lane] : -1;
+
+  const int num_heads = num_kv_heads * group;
+  const int64_t q_first = (static_cast<int64_t>(q_indptr[s + 1] - 1) * num_heads + int64_t{kv_head} * group) * D;
+  if constexpr (kOut == BoundOutput::kGroupSum) {
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+      float pos = 0.0f, neg = 0.0f;
+      for (int g = 0; g < group; ++g) {
+        const float x = load_as_float(q, q_dtype, q_first + int64_t{g} * D + d);
+        pos += fmaxf(x, 0.0f);
+        neg += fminf(x, 0.0f);
+      }
+      q_s[d] = pos;
+      q_s[D + d] = neg;
+    }
+  } else {
+    for (int i = threadIdx.x; i < group * D; i += blockDim.x) {
+      const float x = load_as_float(q, q_dtype, q_first + i);
+      q_s[(i / D) * 2 * D + i % D] = fmaxf(x, 0.0f);
+      q_s[(i / D) * 2 * D + D + i % D] = fminf(x, 0.0f);
+    }
+  }
+  __syncthreads();
+
+  const int half = lane >> 4;
+  const int dim0 = (lane & 15) * L;
+  const int64_t out_row = kOut == BoundOutput::kPerHead
+                              ? static_cast<int64_t>(s) * num_heads + static_cast<int64_t>(kv_head) * group
+                              : static_cast<int64_t>(s) * num_kv_heads + kv_head;
+  // Lane 0 and lane 16 write their half's pages.
+  const auto write = [&](int64_t row, int32_t page, float score) {
+    if ((lane & 15) == 0 && page < seq_pages) out[row * stride + page] = page < num_pages ? score : -INFINITY;
+  };
+#pragma unroll 1
+  for (int round = 0; round < kScoreRounds; ++round) {
+    const int32_t first = warp_first + round * 2 * kScoreRows;
+    if (first >= seq_pages) break;
+    uint32_t lo[kScoreRows][W], hi[kScoreRows][W];
 #pragma unroll
-    for (int i = 0; i < kPagesPerWarp; ++i) {
-      const int32_t page = __shfl_sync(0xFFFFFFFFu, my_page, i);
+    for (int r = 0; r < kScoreRows; ++r) {
+      const int32_t page = __shfl_sync(0xFFFFFFFFu, my_page, round * 2 * kScoreRows + 2 * r + half);
       if (page < 0) {  // past the stream: scored, never kept
 #pragma unroll
-        for (int v = 0; v < V; ++v) lo[i][v] = hi[i][v] = 0.0f;
+        for (int w = 0; w < W; ++w) lo[r][w] = hi[r][w] = 0u;
         continue;
       }
-      const __nv_bfloat16* b = bounds + static_cast<int64_t>(page) * 2 * D + lane * V;
-      load_bf16_run(lo[i], b);
-      load_bf16_run(hi[i], b + D);
+      const __nv_bfloat16* b = bounds + static_cast<int64_t>(page) * 2 * D + dim0;
+      load_bf16_words<L>(lo[r], b);
+      load_bf16_words<L>(hi[r], b + D);
     }
-    float acc[kPagesPerWarp];
-    for (int g = 0; g < group; ++g) {
-      float qg[V];
+    float q_pos[L], q_neg[L];
+    if constexpr (kOut == BoundOutput::kGroupSum) {
+      load_floats(q_pos, q_s + dim0);
+      load_floats(q_neg, q_s + D + dim0);
 #pragma unroll
-      for (int v = 0; v < V; ++v) qg[v] = q_s[g * D + lane * V + v];
-      float part[kPagesPerWarp];
-#pragma unroll
-      for (int i = 0; i < kPagesPerWarp; ++i) {
-        part[i] = 0.0f;
-#pragma unroll
-        for (int v = 0; v < V; ++v) part[i] += fmaxf(qg[v] * lo[i][v], qg[v] * hi[i][v]);
+      for (int r = 0; r < kScoreRows; ++r) {
+        const float sum = half_warp_sum(bound_dot<L>(q_pos, q_neg, lo[r], hi[r]));
+        write(out_row, first + 2 * r + half, sum / divisor);
       }
+    } else {
+      float best[kScoreRows];
+      for (int g = 0; g < group; ++g) {
+        load_floats(q_pos, q_s + g * 2 * D + dim0);
+        load_floats(q_neg, q_s + g * 2 * D + D + dim0);
 #pragma unroll
-      for (int offset = 16; offset > 0; offset >>= 1) {
-#pragma unroll
-        for (int i = 0; i < kPagesPerWarp; ++i) part[i] += __shfl_xor_sync(0xFFFFFFFFu, part[i], offset);
-      }
-#pragma unroll
-      for (int i = 0; i < kPagesPerWarp; ++i) {
-        if constexpr (kReduce) {
-          acc[i] = g == 0 ? part[i] : reduce == GroupReduce::kMax ? fmaxf(acc[i], part[i]) : acc[i] + part[i];
-        } else if (lane == i && first + i < seq_pages) {
-          out[(out_row + g) * stride + first + i] = first + i < num_pages ? part[i] : -INFINITY;
+        for (int r = 0; r < kScoreRows; ++r) {
+          const float bound = half_warp_sum(bound_dot<L>(q_pos, q_neg, lo[r], hi[r]));
+          if constexpr (kOut == BoundOutput::kPerHead) {
+            write(out_row + g, first + 2 * r + half, bound);
+          } else {
+            best[r] = g == 0 ? bound : fmaxf(best[r], bound);
+          }
         }
       }
-    }
-    if constexpr (kReduce) {
+      if constexpr (kOut == BoundOutput::kGroupMax) {
 #pragma unroll
-      for (int i = 0; i < kPagesPerWarp; ++i) {
-        if (lane != i || first + i >= seq_pages) continue;
-        const float reduced = reduce == GroupReduce::kMean ? acc[i] / static_cast<float>(group) : acc[i];
-        out[out_row * stride + first + i] = first + i < num_pages ? reduced : -INFINITY;
+        for (int r = 0; r < kScoreRows; ++r) write(out_row, first + 2 * r + half, best[r]);
       }
     }
   }
@@ -225,12 +302,21 @@ __global__ void select_top_pages_kernel(int32_t* selected, int64_t seq_stride, i
     __syncthreads();
     // Scores of one stream share their top bits, so most keys hit a few digits: lanes with the same digit add
     // their count through one atomic (the trip count is uniform, so every lane takes part in the match).
-    for (int first = 0; first < num_candidates; first += kSelectThreads) {
-      const int p = first + static_cast<int>(threadIdx.x);
-      const uint32_t k = p < num_candidates ? key_of(p) : 0u;
-      const uint32_t digit = p < num_candidates && (k & mask) == prefix ? (k >> shift) & 0xFFu : 256u;
-      const unsigned peers = __match_any_sync(0xFFFFFFFFu, digit);
-      if (digit < 256u && (threadIdx.x & 31) == __ffs(peers) - 1) atomicAdd(&histogram[digit], __popc(peers));
+    for (int first = 0; first < num_candidates; first += kSelectThreads * kSelectBatch) {
+      uint32_t keys[kSelectBatch];  // loaded together: one memory latency per batch, not per candidate
+#pragma unroll
+      for (int b = 0; b < kSelectBatch; ++b) {
+        const int p = first + b * kSelectThreads + static_cast<int>(threadIdx.x);
+        keys[b] = p < num_candidates ? key_of(p) : 0u;
+      }
+#pragma unroll
+      for (int b = 0; b < kSelectBatch; ++b) {
+        const int p = first + b * kSelectThreads + static_cast<int>(threadIdx.x);
+        const uint32_t digit =
+            p < num_candidates && (keys[b] & mask) == prefix ? (keys[b] >> shift) & 0xFFu : 256u;
+        const unsigned peers = __match_any_sync(0xFFFFFFFFu, digit);
+        if (digit < 256u && (threadIdx.x & 31) == __ffs(peers) - 1) atomicAdd(&histogram[digit], __popc(peers));
+      }
     }
     __syncthreads();
     if (threadIdx.x < 32) {
@@ -270,6 +356,7 @@ __global__ void select_top_pages_kernel(int32_t* selected, int64_t seq_stride, i
   const int begin = min(static_cast<int>(threadIdx.x) * span, num_candidates);
   const int end = min(begin + span, num_candidates);
   int above = 0, equal = 0;
+#pragma unroll 8
   for (int p = begin; p < end; ++p) {
     const uint32_t k = key_of(p);
     above += k > prefix;
@@ -303,26 +390,33 @@ StagedView device_tables(const AttentionView& view, size_t result_bytes) {
 void enqueue_bound_scores(float* out, int64_t stride, TensorView q, TensorView bounds, const AttentionView& view,
                           std::optional<GroupReduce> reduce) {
   const int group = static_cast<int>(q.shape[q.shape.rank() - 2] / view.num_kv_heads);
-  const size_t smem = static_cast<size_t>(group) * view.head_dim * sizeof(float);
+  const BoundOutput output = !reduce.has_value()          ? BoundOutput::kPerHead
+                             : *reduce == GroupReduce::kMax ? BoundOutput::kGroupMax
+                                                            : BoundOutput::kGroupSum;
+  const int staged_heads = output == BoundOutput::kGroupSum ? 1 : group;
+  const size_t smem = static_cast<size_t>(staged_heads) * 2 * view.head_dim * sizeof(float);
   SE_CHECK(smem <= 48 * 1024, "cuda page-bound scores: a query group of {} x {} exceeds 48 KB", group,
            view.head_dim);
-  const dim3 grid(static_cast<unsigned>(launch::ceil_div(stride, int64_t{kScoreWarps} * kPagesPerWarp)),
+  const float divisor = reduce == GroupReduce::kMean ? static_cast<float>(group) : 1.0f;
+  const dim3 grid(static_cast<unsigned>(launch::ceil_div(stride, int64_t{kPagesPerBlock})),
                   static_cast<unsigned>(view.num_kv_heads), static_cast<unsigned>(view.num_seqs));
-  const auto launch = [&](auto kernel) {
+  const auto launch = [&]<int D>() {
+    const auto kernel = output == BoundOutput::kPerHead    ? page_key_bound_scores_kernel<D, BoundOutput::kPerHead>
+                        : output == BoundOutput::kGroupMax ? page_key_bound_scores_kernel<D, BoundOutput::kGroupMax>
+                                                           : page_key_bound_scores_kernel<D, BoundOutput::kGroupSum>;
     kernel<<<grid, kScoreWarps * 32, smem, CudaContext::current().stream()>>>(
         out, stride, q.data, q.dtype, view.q_indptr, view.seqs, bounds.ptr<__nv_bfloat16>(), view.num_kv_heads,
-        group, view.page_size, reduce.value_or(GroupReduce::kSum));
+        group, view.page_size, divisor);
   };
-  const bool reduced = reduce.has_value();
   switch (view.head_dim) {
     case 64:
-      reduced ? launch(page_key_bound_scores_kernel<64, true>) : launch(page_key_bound_scores_kernel<64, false>);
+      launch.template operator()<64>();
       break;
     case 128:
-      reduced ? launch(page_key_bound_scores_kernel<128, true>) : launch(page_key_bound_scores_kernel<128, false>);
+      launch.template operator()<128>();
       break;
     case 256:
-      reduced ? launch(page_key_bound_scores_kernel<256, true>) : launch(page_key_bound_scores_kernel<256, false>);
+      launch.template operator()<256>();
       break;
     default:
       SE_CHECK(false, "cuda page-bound scores: head_dim {} (64, 128 or 256)", view.head_dim);
