@@ -32,15 +32,16 @@ def main():
     parser.add_argument("--steps", type=int, default=3)
     args = parser.parse_args()
     kernels = read_kernels(args.csv)
+    # A step starts at the token embedding after the previous step's sampling; the gather of the logit rows
+    # before the final norm runs the embedding kernel too and stays inside its step.
     forwards, current = [], []
     for name, ns in kernels:
-        if "embedding" in name and current:
+        if "embedding" in name and current and re.search(r"argmax|sample_rows", current[-1][0]):
             forwards.append(current)
             current = []
         current.append((name, ns))
     forwards.append(current)
-    # Whole decode forwards only: the capture opens and closes mid-step, and the engine's short passes (an
-    # embedding, a norm and the logits) are not decode steps.
+    # Whole decode forwards only: the capture opens and closes mid-step.
     longest = max(len(f) for f in forwards)
     steps = [f for f in forwards if len(f) == longest][-args.steps:]
     by_name = collections.defaultdict(lambda: [0.0, 0])

@@ -2,11 +2,13 @@
 #include "backend/ops.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/device_memory.h"
 #include "base/check.h"
+#include "base/top_k.h"
 
 namespace se {
 
@@ -294,7 +296,7 @@ bool cuda_implements(std::string_view op) {
       "paged_attention",
       "paged_attention over a selection", "update_page_key_bounds", "page_key_bound_scores",
       "select_pages_by_key_bounds",
-      "attention_logits_max_over_heads", "attention_scores", "compact_kv", "subset_attention_max_scores"};
+      "attention_logits_max_over_heads", "top_keys_by_logits_max_over_heads", "attention_scores", "compact_kv", "subset_attention_max_scores"};
   return kCudaBuilt && std::find(std::begin(kCudaOps), std::end(kCudaOps), op) != std::end(kCudaOps);
 }
 
@@ -464,6 +466,18 @@ void select_pages_by_key_bounds(TensorView selected, TensorView num_selected, Te
   cpu::select_pages_by_key_bounds(selected, num_selected, q, bounds, view, page_budget, max_pages_per_stream, reduce);
 }
 
+namespace {
+// The filter logits' shared contract: a sequence of the view, one query row, keys every KV head holds.
+void check_filter_logits(TensorView q, const AttentionView& view, int32_t seq, int64_t num_keys, const char* op) {
+  SE_CHECK(seq >= 0 && seq < view.num_seqs, "{}: sequence {} of {}", op, seq, view.num_seqs);
+  int32_t min_len = view.num_kv_heads > 0 ? view.seqs[seq].num_tokens[0] : 0;
+  for (int32_t h = 1; h < view.num_kv_heads; ++h) min_len = std::min(min_len, view.seqs[seq].num_tokens[h]);
+  SE_CHECK(q.shape.rank() == 2 && q.shape[1] == view.head_dim && q.shape[0] % view.num_kv_heads == 0 &&
+               num_keys >= 0 && num_keys <= min_len,
+           "{}: q {} and {} keys for {} stored tokens", op, q.shape.to_string(), num_keys, min_len);
+}
+}  // namespace
+
 void attention_logits_max_over_heads(TensorView out, TensorView q, const AttentionView& view, int32_t seq,
                                      float scale) {
   const bool on_gpu = pool_on_cuda(view, "attention_logits_max_over_heads");
@@ -475,19 +489,34 @@ void attention_logits_max_over_heads(TensorView out, TensorView q, const Attenti
     require_cpu_f32(q, "attention_logits_max_over_heads.q");
     SE_CHECK(view.kv_dtype == DType::kF32, "attention_logits_max_over_heads: the CPU backend keeps f32 pages");
   }
-  SE_CHECK(seq >= 0 && seq < view.num_seqs, "attention_logits_max_over_heads: sequence {} of {}", seq,
-           view.num_seqs);
-  int32_t min_len = view.num_kv_heads > 0 ? view.seqs[seq].num_tokens[0] : 0;
-  for (int32_t h = 1; h < view.num_kv_heads; ++h) min_len = std::min(min_len, view.seqs[seq].num_tokens[h]);
-  SE_CHECK(q.shape.rank() == 2 && q.shape[1] == view.head_dim && q.shape[0] % view.num_kv_heads == 0 &&
-               out.shape.rank() == 1 && out.shape[0] <= min_len,
-           "attention_logits_max_over_heads: q {} out {} for {} stored tokens", q.shape.to_string(),
-           out.shape.to_string(), min_len);
+  SE_CHECK(out.shape.rank() == 1, "attention_logits_max_over_heads: out {}", out.shape.to_string());
+  check_filter_logits(q, view, seq, out.shape[0], "attention_logits_max_over_heads");
   if (on_gpu) {
     if constexpr (kCudaBuilt) cuda::attention_logits_max_over_heads(out, q, view, seq, scale);
     return;
   }
   cpu::attention_logits_max_over_heads(out, q, view, seq, scale);
+}
+
+void top_keys_by_logits_max_over_heads(TensorView out_tokens, TensorView q, const AttentionView& view, int32_t seq,
+                                       int32_t num_keys, float scale) {
+  SE_CHECK(out_tokens.device == Device::kCpu && out_tokens.dtype == DType::kI32 && out_tokens.shape.rank() == 1 &&
+               out_tokens.shape[0] <= num_keys,
+           "top_keys_by_logits_max_over_heads: out_tokens {} {} on {} for {} keys", dtype_name(out_tokens.dtype),
+           out_tokens.shape.to_string(), device_name(out_tokens.device), num_keys);
+  if (pool_on_cuda(view, "top_keys_by_logits_max_over_heads")) {
+    require_cuda_act(q, "top_keys_by_logits_max_over_heads.q");
+    check_filter_logits(q, view, seq, num_keys, "top_keys_by_logits_max_over_heads");
+    if constexpr (kCudaBuilt) cuda::top_keys_by_logits_max_over_heads(out_tokens, q, view, seq, num_keys, scale);
+    return;
+  }
+  thread_local std::vector<float> logits;
+  thread_local std::vector<int32_t> kept;
+  logits.resize(static_cast<size_t>(num_keys));
+  attention_logits_max_over_heads(TensorView{logits.data(), DType::kF32, Shape{num_keys}, Device::kCpu}, q, view,
+                                  seq, scale);
+  top_k_ascending(logits.data(), num_keys, static_cast<int32_t>(out_tokens.shape[0]), kept);
+  std::copy(kept.begin(), kept.end(), out_tokens.ptr<int32_t>());
 }
 
 void subset_attention_max_scores(TensorView out, TensorView q, const AttentionView& view, int32_t seq,

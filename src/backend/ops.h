@@ -192,6 +192,13 @@ void select_pages_by_key_bounds(TensorView selected, TensorView num_selected, Te
 void attention_logits_max_over_heads(TensorView out, TensorView q, const AttentionView& view, int32_t seq,
                                      float scale);
 
+// The k = out_tokens.shape[0] tokens of the first num_keys of sequence `seq` with the largest
+// attention_logits_max_over_heads, as ascending token indices, ties going to the lower index (top_k_ascending,
+// base/top_k.h): OmniKV's index, ranked where the pool lives so only k indices reach the host. k <= num_keys;
+// out_tokens I32 on the host.
+void top_keys_by_logits_max_over_heads(TensorView out_tokens, TensorView q, const AttentionView& view, int32_t seq,
+                                       int32_t num_keys, float scale);
+
 // Attention probabilities of the last n = q.shape[0] query rows of sequence `seq` over a subset of its keys,
 // reduced by max over each KV head's query group and the rows (context-reconstruction scoring). Row r of query
 // head h takes its softmax over only these keys of its KV head's stream: the stored tokens [0, num_sink) and

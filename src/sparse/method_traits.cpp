@@ -15,7 +15,7 @@ std::vector<std::string_view> method_ops(const MethodTraits& traits) {
     case ScoreNeeds::kQueryKeyBounds:
       ops.insert(ops.end(), {"update_page_key_bounds", "select_pages_by_key_bounds"});
       break;
-    case ScoreNeeds::kFilterLogits: ops.push_back("attention_logits_max_over_heads"); break;
+    case ScoreNeeds::kFilterLogits: ops.push_back("top_keys_by_logits_max_over_heads"); break;
   }
   if (traits.family == MethodFamily::kEviction) ops.push_back("compact_kv");
   if (traits.family == MethodFamily::kDynamicSelection) ops.push_back("paged_attention over a selection");

@@ -66,7 +66,7 @@ TEST(MethodTraitsTest, MethodsRunOnCudaWhenTheirOpsHaveKernels) {
 TEST(MethodTraitsTest, CudaKernelsOfTheMethodOps) {
   const bool cuda_built = cuda_implements("paged_attention");
   for (std::string_view op : {"attention_scores", "compact_kv", "subset_attention_max_scores", "update_page_key_bounds",
-                              "select_pages_by_key_bounds", "attention_logits_max_over_heads",
+                              "select_pages_by_key_bounds", "top_keys_by_logits_max_over_heads",
                               "paged_attention over a selection"})
     EXPECT_EQ(cuda_implements(op), cuda_built) << op;
 }

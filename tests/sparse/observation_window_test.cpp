@@ -16,7 +16,7 @@
 #include "sparse/methods/chunkkv.h"
 #include "sparse/methods/observation_window_scores.h"
 #include "sparse/methods/pyramidkv.h"
-#include "sparse/top_k.h"
+#include "base/top_k.h"
 
 namespace se {
 namespace {

@@ -1,7 +1,8 @@
 // CUDA twin of OmniKV's filter logits (the CPU reference is
 // backend/cpu/attention_logits_max_over_heads.cpp). It takes the cache's host view over the device
 // pool: the host stages every KV head's leading page ids (host_tables.h), a block takes 64 keys at
-// a time across all KV heads and keeps their running max, and the result comes back to the host.
+// a time across all KV heads and keeps their running max, and the result comes back to the host, or only the
+// indices of its k largest (OmniKV's index, ranked on the device).
 // fp32 dots of the bf16 keys: only the summation order differs from the CPU's.
 #include <cuda_bf16.h>
 
@@ -10,6 +11,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend/cuda/block_top_k.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_context.h"
 #include "backend/cuda/cuda_ops.h"
@@ -106,12 +108,11 @@ void launch_logits(float* result, TensorView q, const int32_t* page_ids, int pag
           view.page_bytes, view.page_size, view.num_kv_heads, group, num_keys, scale);
   SE_CUDA_CHECK_LAUNCH("attention_logits_max_over_heads_kernel");
 }
-}  // namespace
 
-void attention_logits_max_over_heads(TensorView out, TensorView q, const AttentionView& view,
-                                     int32_t seq, float scale) {
-  const int num_keys = static_cast<int>(out.shape[0]);
-  if (num_keys == 0) return;
+// Enqueues the logits of sequence `seq`'s first num_keys tokens into device memory, with extra_bytes of scratch
+// after them (16-byte aligned); returns the logits.
+float* enqueue_logits(TensorView q, const AttentionView& view, int32_t seq, int num_keys, float scale,
+                      size_t extra_bytes, void** extra) {
   SE_CHECK(
       reinterpret_cast<uintptr_t>(view.kv_base) % 16 == 0 && view.page_bytes % 16 == 0,
       "cuda::attention_logits_max_over_heads: the KV base and page_bytes must be 16-byte aligned");
@@ -124,26 +125,60 @@ void attention_logits_max_over_heads(TensorView out, TensorView q, const Attenti
   for (int32_t h = 0; h < view.num_kv_heads; ++h)
     std::copy_n(sv.page_ids + static_cast<int64_t>(h) * sv.stride, pages_per_head,
                 page_ids.begin() + static_cast<int64_t>(h) * pages_per_head);
-  const size_t result_bytes = static_cast<size_t>(num_keys) * sizeof(float);
+  const size_t logit_bytes = (static_cast<size_t>(num_keys) * sizeof(float) + 15) / 16 * 16;
   const StagedTables staged =
-      stage_host_tables(page_ids.data(), page_ids.size() * sizeof(int32_t), result_bytes);
-  auto* result = static_cast<float*>(staged.results);
+      stage_host_tables(page_ids.data(), page_ids.size() * sizeof(int32_t), logit_bytes + extra_bytes);
+  auto* logits = static_cast<float*>(staged.results);
+  if (extra != nullptr) *extra = static_cast<char*>(staged.results) + logit_bytes;
   const auto* tables = static_cast<const int32_t*>(staged.tables);
   switch (view.head_dim) {
     case 64:
-      launch_logits<64>(result, q, tables, pages_per_head, view, group, num_keys, scale);
+      launch_logits<64>(logits, q, tables, pages_per_head, view, group, num_keys, scale);
       break;
     case 128:
-      launch_logits<128>(result, q, tables, pages_per_head, view, group, num_keys, scale);
+      launch_logits<128>(logits, q, tables, pages_per_head, view, group, num_keys, scale);
       break;
     case 256:
-      launch_logits<256>(result, q, tables, pages_per_head, view, group, num_keys, scale);
+      launch_logits<256>(logits, q, tables, pages_per_head, view, group, num_keys, scale);
       break;
     default:
       SE_CHECK(false, "cuda::attention_logits_max_over_heads: head_dim {} (64, 128 or 256)",
                view.head_dim);
   }
-  fetch_results(out.data, result, result_bytes);
+  return logits;
+}
+
+constexpr int kTopKThreads = 1024;
+constexpr int kTopKBatch = 16;
+
+// One block: the k largest of scores [n] as ascending indices (block_top_k.cuh).
+__global__ void __launch_bounds__(kTopKThreads)
+    top_k_ascending_kernel(int32_t* out, const float* scores, int n, int k) {
+  __shared__ BlockTopKStorage<kTopKThreads> storage;
+  block_top_k_ascending<kTopKThreads, kTopKBatch>(storage, out, n, k,
+                                                  [scores](int i) { return order_key(scores[i]); });
+}
+}  // namespace
+
+void attention_logits_max_over_heads(TensorView out, TensorView q, const AttentionView& view,
+                                     int32_t seq, float scale) {
+  const int num_keys = static_cast<int>(out.shape[0]);
+  if (num_keys == 0) return;
+  const float* logits = enqueue_logits(q, view, seq, num_keys, scale, 0, nullptr);
+  fetch_results(out.data, logits, static_cast<size_t>(num_keys) * sizeof(float));
+}
+
+void top_keys_by_logits_max_over_heads(TensorView out_tokens, TensorView q, const AttentionView& view,
+                                       int32_t seq, int32_t num_keys, float scale) {
+  const int k = static_cast<int>(out_tokens.shape[0]);
+  if (k == 0) return;
+  void* tokens = nullptr;
+  const float* logits =
+      enqueue_logits(q, view, seq, num_keys, scale, static_cast<size_t>(k) * sizeof(int32_t), &tokens);
+  top_k_ascending_kernel<<<1, kTopKThreads, 0, CudaContext::current().stream()>>>(static_cast<int32_t*>(tokens),
+                                                                                  logits, num_keys, k);
+  SE_CUDA_CHECK_LAUNCH("top_k_ascending_kernel");
+  fetch_results(out_tokens.data, tokens, static_cast<size_t>(k) * sizeof(int32_t));
 }
 
 }  // namespace se::cuda

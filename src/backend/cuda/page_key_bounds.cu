@@ -7,12 +7,11 @@
 // summation order.
 #include <cuda_bf16.h>
 
-#include <cub/cub.cuh>
-
 #include <algorithm>
 #include <cmath>
 #include <optional>
 
+#include "backend/cuda/block_top_k.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_context.h"
 #include "backend/cuda/cuda_ops.h"
@@ -241,26 +240,15 @@ __global__ void __launch_bounds__(kScoreWarps * 32)
   }
 }
 
-// A float's bits as an unsigned key that orders like the float (larger float, larger key).
-__device__ __forceinline__ uint32_t order_key(float f) {
-  const uint32_t u = __float_as_uint(f);
-  return (u & 0x80000000u) != 0 ? ~u : (u | 0x80000000u);
-}
-
-// grid (num_kv_heads, num_seqs). From the group-reduced score of every page of the stream but the last (scores
-// [num_seqs][num_kv_heads][stride]), a most-significant-digit radix select over their order keys (four 8-bit
-// passes of a shared histogram) finds the key of the (budget - 1)-th best; the pages above it and the
-// lowest-numbered of those equal to it then go to the list in ascending order, and the last page closes it.
-// selected [num_seqs][num_kv_heads] lists at seq_stride / head_stride.
+// grid (num_kv_heads, num_seqs). Of every page of the stream but the last, the (budget - 1) with the best
+// group-reduced scores (scores [num_seqs][num_kv_heads][stride]) go to the list in ascending order
+// (block_top_k.cuh), and the last page closes it. selected [num_seqs][num_kv_heads] lists at seq_stride /
+// head_stride.
 __global__ void select_top_pages_kernel(int32_t* selected, int64_t seq_stride, int head_stride,
                                         int32_t* num_selected, const float* scores, int64_t stride,
                                         const int32_t* q_indptr, const SeqKvView* seqs, int num_kv_heads,
                                         int page_size, int page_budget) {
-  using BlockScan = cub::BlockScan<long long, kSelectThreads>;
-  __shared__ typename BlockScan::TempStorage scan;
-  __shared__ int histogram[256];
-  __shared__ uint32_t threshold_s;
-  __shared__ int remaining_s;
+  __shared__ BlockTopKStorage<kSelectThreads> storage;
   const int h = blockIdx.x;
   const int s = blockIdx.y;
   const int32_t num_pages = (seqs[s].num_tokens[h] + page_size - 1) / page_size;
@@ -293,84 +281,8 @@ __global__ void select_top_pages_kernel(int32_t* selected, int64_t seq_stride, i
     return;
   }
   const float* score = scores + (static_cast<int64_t>(s) * num_kv_heads + h) * stride;
-  const auto key_of = [score](int p) { return order_key(score[p]); };
-  uint32_t prefix = 0;
-  uint32_t mask = 0;
-  int remaining = page_budget - 1;  // keys still to take at or below the prefix found so far
-  for (int shift = 24; shift >= 0; shift -= 8) {
-    for (int d = threadIdx.x; d < 256; d += kSelectThreads) histogram[d] = 0;
-    __syncthreads();
-    // Scores of one stream share their top bits, so most keys hit a few digits: lanes with the same digit add
-    // their count through one atomic (the trip count is uniform, so every lane takes part in the match).
-    for (int first = 0; first < num_candidates; first += kSelectThreads * kSelectBatch) {
-      uint32_t keys[kSelectBatch];  // loaded together: one memory latency per batch, not per candidate
-#pragma unroll
-      for (int b = 0; b < kSelectBatch; ++b) {
-        const int p = first + b * kSelectThreads + static_cast<int>(threadIdx.x);
-        keys[b] = p < num_candidates ? key_of(p) : 0u;
-      }
-#pragma unroll
-      for (int b = 0; b < kSelectBatch; ++b) {
-        const int p = first + b * kSelectThreads + static_cast<int>(threadIdx.x);
-        const uint32_t digit =
-            p < num_candidates && (keys[b] & mask) == prefix ? (keys[b] >> shift) & 0xFFu : 256u;
-        const unsigned peers = __match_any_sync(0xFFFFFFFFu, digit);
-        if (digit < 256u && (threadIdx.x & 31) == __ffs(peers) - 1) atomicAdd(&histogram[digit], __popc(peers));
-      }
-    }
-    __syncthreads();
-    if (threadIdx.x < 32) {
-      // The digit where the count from the top reaches `remaining`: lane l sums digits 255 - 8l down to 248 - 8l,
-      // a warp scan gives each lane the keys above its digits, and the one lane whose digits cross walks them.
-      const int lane = threadIdx.x;
-      int counts[8];
-      int sum = 0;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) sum += counts[i] = histogram[255 - 8 * lane - i];
-      int through = sum;
-#pragma unroll
-      for (int offset = 1; offset < 32; offset <<= 1) {
-        const int v = __shfl_up_sync(0xFFFFFFFFu, through, offset);
-        if (lane >= offset) through += v;
-      }
-      int above = through - sum;
-      if (above < remaining && through >= remaining) {
-        for (int i = 0; i < 8; ++i) {
-          if (above + counts[i] >= remaining) {
-            threshold_s = prefix | (static_cast<uint32_t>(255 - 8 * lane - i) << shift);
-            remaining_s = remaining - above;
-            break;
-          }
-          above += counts[i];
-        }
-      }
-    }
-    __syncthreads();
-    prefix = threshold_s;
-    remaining = remaining_s;
-    mask |= 0xFFu << shift;
-  }
-  // Thread t owns the candidates [t * span, (t + 1) * span): one scan of its counts of keys above the threshold
-  // and equal to it places its pages in the list, the equals going to the lowest-numbered first.
-  const int span = (num_candidates + kSelectThreads - 1) / kSelectThreads;
-  const int begin = min(static_cast<int>(threadIdx.x) * span, num_candidates);
-  const int end = min(begin + span, num_candidates);
-  int above = 0, equal = 0;
-#pragma unroll 8
-  for (int p = begin; p < end; ++p) {
-    const uint32_t k = key_of(p);
-    above += k > prefix;
-    equal += k == prefix;
-  }
-  long long packed = (static_cast<long long>(above) << 32) | equal;  // both scanned at once
-  BlockScan(scan).ExclusiveSum(packed, packed);
-  int equal_before = static_cast<int>(packed & 0xFFFFFFFF);
-  int position = static_cast<int>(packed >> 32) + min(equal_before, remaining);  // this span's first list slot
-  for (int p = begin; p < end; ++p) {
-    const uint32_t k = key_of(p);
-    if (k > prefix || (k == prefix && equal_before < remaining)) out[position++] = p;
-    equal_before += k == prefix;
-  }
+  block_top_k_ascending<kSelectThreads, kSelectBatch>(storage, out, num_candidates, page_budget - 1,
+                                                      [score](int p) { return order_key(score[p]); });
   if (threadIdx.x == 0) {
     out[page_budget - 1] = num_pages - 1;
     *count = page_budget;

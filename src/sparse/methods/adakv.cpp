@@ -4,7 +4,7 @@
 #include <cmath>
 #include <numeric>
 
-#include "sparse/top_k.h"
+#include "base/top_k.h"
 
 namespace se {
 

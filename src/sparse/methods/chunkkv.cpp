@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "sparse/top_k.h"
+#include "base/top_k.h"
 
 namespace se {
 

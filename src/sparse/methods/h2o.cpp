@@ -4,7 +4,7 @@
 
 #include "backend/device_memory.h"
 #include "base/check.h"
-#include "sparse/top_k.h"
+#include "base/top_k.h"
 
 namespace se {
 

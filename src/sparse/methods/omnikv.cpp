@@ -81,22 +81,12 @@ int32_t OmniKvMethod::num_kept_tokens(int32_t prefill_len) const {
 
 void OmniKvMethod::select_tokens(LayerContext& ctx, int32_t slice, int32_t prefill_len, int32_t num_kept,
                                  TokenIndex& index) {
-  // The filter scores of the sequence's last query row against its prompt keys: [prefill_len].
+  // The filter scores of the sequence's last query row against its prompt keys, ranked where the pool lives.
   const int64_t head_dim = ctx.q.shape[2];
-  const TensorView q_row = ctx.last_query_row(slice);
-  if (!logits_.defined() || logits_.numel() < prefill_len) logits_ = Tensor::empty(DType::kF32, {prefill_len});
-  TensorView logits{logits_.raw(), DType::kF32, Shape{prefill_len}, logits_.device()};
-  attention_logits_max_over_heads(logits, q_row, ctx.view, slice, 1.0f / std::sqrt(static_cast<float>(head_dim)));
-
-  const float* score = logits.ptr<float>();
-  order_.resize(static_cast<size_t>(prefill_len));
-  std::iota(order_.begin(), order_.end(), 0);
-  const auto keep_end = order_.begin() + num_kept;
-  std::nth_element(order_.begin(), keep_end, order_.end(), [score](int32_t a, int32_t b) {
-    return score[a] > score[b] || (score[a] == score[b] && a < b);
-  });
-  index.tokens.assign(order_.begin(), keep_end);
-  std::sort(index.tokens.begin(), index.tokens.end());
+  index.tokens.resize(static_cast<size_t>(num_kept));
+  top_keys_by_logits_max_over_heads(TensorView{index.tokens.data(), DType::kI32, Shape{num_kept}, Device::kCpu},
+                                    ctx.last_query_row(slice), ctx.view, slice, prefill_len,
+                                    1.0f / std::sqrt(static_cast<float>(head_dim)));
 }
 
 void OmniKvMethod::build_decode_selection(LayerContext& ctx, int32_t slice, Selection& selection) {

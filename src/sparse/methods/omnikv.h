@@ -70,8 +70,6 @@ class OmniKvMethod final : public MethodRuntime {
   LayerPlan plan_;                                  // for plan_num_layers_ layers
   int32_t plan_num_layers_ = -1;
   std::unordered_map<int32_t, TokenIndex> indices_;  // by seq slot
-  Tensor logits_;                                   // [prefill_len] scratch of the filter scores
-  std::vector<int32_t> order_;                      // scratch of the top-k
   std::vector<int32_t> tokens_;                     // scratch: one sparse layer's selected tokens
 };
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "sparse/top_k.h"
+#include "base/top_k.h"
 
 namespace se {
 

@@ -1,6 +1,6 @@
 #include "sparse/methods/snapkv.h"
 
-#include "sparse/top_k.h"
+#include "base/top_k.h"
 
 namespace se {
 

@@ -1,7 +1,7 @@
 #include "sparse/prune/prune_policy.h"
 
 #include "sparse/methods/observation_window_scores.h"
-#include "sparse/top_k.h"
+#include "base/top_k.h"
 
 namespace se {
 

@@ -2,9 +2,12 @@
 // contract: the cache's host tables over the device pool, q on the device, the logits in host
 // memory. fp32 dot products of the same bf16 keys: only the summation order differs (1e-5). Page
 // sizes 16 and 64, head_dim 64/128/256, GQA groups 1/4/8, unequal per-head stream lengths, streams
-// up to 32K, the whole shortest stream or a prefix of it.
+// up to 32K, the whole shortest stream or a prefix of it. The index ranked on the device
+// (top_keys_by_logits_max_over_heads) keeps the CPU's tokens but for swaps at near-ties of the cut,
+// and all-equal logits keep the lowest tokens on both.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -58,6 +61,65 @@ TEST(CudaAttentionLogitsMaxOverHeadsTest, MatchesCpu) {
       }
     }
   }
+}
+
+TEST(CudaAttentionLogitsMaxOverHeadsTest, DeviceIndexKeepsTheCpuTokens) {
+  SE_SKIP_WITHOUT_CUDA_DEVICE();
+  const std::vector<PagedCase> cases = {
+      {"ps16 d128 g4 130K", 16, 8, 4, 128, {{130000, 1}, {9000, 1}}, 0, 0.0f, 2},
+      {"ps64 d64 g8", 64, 2, 8, 64, {{5000, 1}, {700, 1}}},
+  };
+  uint64_t seed = 9700;
+  int num_swaps = 0, num_kept = 0;
+  for (const PagedCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    PagedCacheFixture cache(c, seed += 10);
+    const int64_t heads = int64_t{c.num_kv_heads} * c.group;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    for (size_t s = 0; s < c.seqs.size(); ++s) {
+      const auto seq = static_cast<int32_t>(s);
+      int32_t num_keys = cache.num_tokens(s, 0);
+      for (int32_t h = 1; h < c.num_kv_heads; ++h) num_keys = std::min(num_keys, cache.num_tokens(s, h));
+      for (bool zero_query : {false, true}) {  // a zero query: every logit ties (+0 or -0)
+        Tensor q = random_host({heads, c.head_dim}, seed + 100 * s, DType::kF32);
+        if (zero_query) std::fill_n(q.data<float>(), q.numel(), 0.0f);
+        Tensor logits = Tensor::empty(DType::kF32, {num_keys});
+        attention_logits_max_over_heads(logits.view(), q.view(), cache.cpu_view(), seq, scale);
+        for (int32_t wanted : {1, 2048, num_keys / 2}) {
+          const int32_t k = std::min(wanted, num_keys);
+          Tensor ref = Tensor::empty(DType::kI32, {k});
+          top_keys_by_logits_max_over_heads(ref.view(), q.view(), cache.cpu_view(), seq, num_keys, scale);
+          Tensor got = Tensor::empty(DType::kI32, {k});
+          std::fill_n(got.data<int32_t>(), k, -1);
+          const Tensor q_dev = upload(q, DType::kF32);
+          top_keys_by_logits_max_over_heads(got.view(), q_dev.view(), cache.host_tables_gpu_view(), seq, num_keys,
+                                            scale);
+          const int32_t* g = got.data<int32_t>();
+          const int32_t* r = ref.data<int32_t>();
+          ASSERT_TRUE(std::is_sorted(g, g + k) && std::adjacent_find(g, g + k) == g + k && g[0] >= 0 &&
+                      g[k - 1] < num_keys);
+          if (zero_query) {
+            for (int32_t i = 0; i < k; ++i) ASSERT_EQ(g[i], i) << "ties go to the lower token";
+            continue;
+          }
+          // The k-th largest CPU logit: a token only one side keeps must sit at it.
+          std::vector<float> sorted(logits.data<float>(), logits.data<float>() + num_keys);
+          std::nth_element(sorted.begin(), sorted.begin() + (k - 1), sorted.end(), std::greater<float>());
+          const float cut = sorted[static_cast<size_t>(k - 1)];
+          std::vector<int32_t> only_got, only_ref;
+          std::set_difference(g, g + k, r, r + k, std::back_inserter(only_got));
+          std::set_difference(r, r + k, g, g + k, std::back_inserter(only_ref));
+          for (int32_t t : only_got) EXPECT_NEAR(logits.data<float>()[t], cut, 1e-4 * std::max(1.0f, std::abs(cut)));
+          for (int32_t t : only_ref) EXPECT_NEAR(logits.data<float>()[t], cut, 1e-4 * std::max(1.0f, std::abs(cut)));
+          num_swaps += static_cast<int>(only_got.size());
+          num_kept += k;
+          std::printf("PARITY top_keys_by_logits_max_over_heads %-20s seq %zu keys %-6d k %-6d swaps %zu\n",
+                      c.name.c_str(), s, num_keys, k, only_got.size());
+        }
+      }
+    }
+  }
+  EXPECT_LE(num_swaps * 1000, num_kept) << "swaps only at near-ties";
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-#include "sparse/top_k.h"
+#include "base/top_k.h"
 
 #include <algorithm>
 #include <functional>
