@@ -52,8 +52,8 @@ def read_rows(path):
         return list(csv.DictReader(f))
 
 
-def report(path: str, plot: str | None) -> None:
-    rows = read_rows(path)
+def report(paths: list[str], plot: str | None) -> None:
+    rows = [row for path in paths for row in read_rows(path)]
     dense = {(r["input_len"], r["batch"]): float(r["decode_tok_s"]) for r in rows if r["method"] == "vanilla"}
     print("| context | method | batch | decode tok/s | ms/step | of roofline | vs vanilla (same batch) |")
     print("|---|---|---|---|---|---|---|")
@@ -100,7 +100,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=256)
     parser.add_argument("--warmup-steps", type=int, default=32)
     parser.add_argument("--csv", default="bench/results/decode.csv")
-    parser.add_argument("--report", metavar="CSV", help="only print the table (and --plot) of this CSV")
+    parser.add_argument("--report", metavar="CSV", nargs="+", help="only print the table (and --plot) of these CSVs")
     parser.add_argument("--plot", metavar="PNG", help="with --report: also draw tokens/s vs batch")
     parser.add_argument("extra", nargs="*", help="more `bench decode` flags, after --")
     args = parser.parse_args()
@@ -109,7 +109,7 @@ def main() -> int:
         return 0
     Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
     failures = run_sweep(args)
-    report(args.csv, args.plot)
+    report([args.csv], args.plot)
     return 1 if failures else 0
 
 

@@ -5,7 +5,8 @@
 // with every sequence resident. Reported per batch: decode tokens/s over the window, ms per step, KV pages in
 // use, and the step's roofline: the bytes a step must read (every weight matrix once, plus the KV tokens
 // attention read and the method metadata its selection read, both counted by the engine) over the bandwidth
-// measured in the same process.
+// measured in the same process; and the host gap, per step the time the device waited for the host between
+// CUDA-graph steps (ModelRunner::host_gap_seconds; 0 for eager steps).
 //
 // `--batch auto` submits --max-num-seqs requests, lets the scheduler admit what fits, then keeps the largest
 // batch whose growth over the warm-up and the window still fits the pool (newer requests are aborted). An
@@ -53,6 +54,7 @@ struct DecodePoint {
   int64_t kv_pages_total = 0;
   double kv_bytes_per_step = 0;
   double metadata_bytes_per_step = 0;
+  double host_gap_ms = 0;  // per step, the device waiting for the host between graph replays
 };
 
 // Bytes one decode step reads of the weights: every matrix once (the embedding table is only gathered, unless
@@ -242,6 +244,7 @@ Result<DecodePoint> run_point(const ModelBundle& bundle, const DecodeBenchOption
   p.metadata_bytes_per_step =
       static_cast<double>(end.method_metadata_bytes_total - begin.method_metadata_bytes_total) /
       static_cast<double>(timed_steps);
+  p.host_gap_ms = 1e3 * (end.host_gap_seconds_total - begin.host_gap_seconds_total) / static_cast<double>(timed_steps);
   return p;
 }
 
@@ -275,8 +278,8 @@ int run_decode_bench(const DecodeBenchOptions& o) {
               bundle->name.c_str(), std::string(device_name(o.engine.device)).c_str(), o.engine.sparse_method.c_str(),
               config.c_str(), o.input_len, o.warmup_steps, o.steps, weight_bytes / 1e9, bandwidth / 1e9);
   std::printf("| batch | decode tok/s | ms/step | KV GB read/step | metadata GB read/step | roofline ms | of roofline | "
-              "KV pages used/total | prefill s |\n"
-              "|---|---|---|---|---|---|---|---|---|\n");
+              "KV pages used/total | prefill s | host gap ms/step |\n"
+              "|---|---|---|---|---|---|---|---|---|---|\n");
   int failures = 0;
   for (int batch : *batches) {
     auto point = run_point(*bundle, o, batch);
@@ -288,23 +291,24 @@ int run_decode_bench(const DecodeBenchOptions& o) {
     }
     const double roofline_ms =
         1e3 * (weight_bytes + point->kv_bytes_per_step + point->metadata_bytes_per_step) / bandwidth;
-    std::printf("| %d | %.1f | %.3f | %.3f | %.3f | %.3f | %.0f%% | %lld/%lld | %.1f |\n", point->batch,
+    std::printf("| %d | %.1f | %.3f | %.3f | %.3f | %.3f | %.0f%% | %lld/%lld | %.1f | %.3f |\n", point->batch,
                 point->decode_tok_s, point->step_ms, point->kv_bytes_per_step / 1e9,
                 point->metadata_bytes_per_step / 1e9, roofline_ms, 100.0 * roofline_ms / point->step_ms,
                 static_cast<long long>(point->kv_pages_used), static_cast<long long>(point->kv_pages_total),
-                point->prefill_seconds);
+                point->prefill_seconds, point->host_gap_ms);
     std::fflush(stdout);
     if (!o.csv_path.empty()) {
       append_csv(o.csv_path,
                  "model,device,method,sparse_config,input_len,batch,decode_tok_s,step_ms,weight_gb,kv_gb_per_step,"
-                 "metadata_gb_per_step,roofline_ms,of_roofline,kv_pages_used,kv_pages_total,bandwidth_gbs,prefill_s",
-                 fmt::format("{},{},{},\"{}\",{},{},{:.2f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{},{},{:.1f},{:.2f}",
+                 "metadata_gb_per_step,roofline_ms,of_roofline,kv_pages_used,kv_pages_total,bandwidth_gbs,prefill_s,"
+                 "host_gap_ms",
+                 fmt::format("{},{},{},\"{}\",{},{},{:.2f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{},{},{:.1f},{:.2f},{:.4f}",
                              bundle->name, device_name(o.engine.device), o.engine.sparse_method,
                              csv_escaped(config), o.input_len, point->batch, point->decode_tok_s, point->step_ms,
                              weight_bytes / 1e9, point->kv_bytes_per_step / 1e9,
                              point->metadata_bytes_per_step / 1e9, roofline_ms,
                              roofline_ms / point->step_ms, point->kv_pages_used, point->kv_pages_total,
-                             bandwidth / 1e9, point->prefill_seconds));
+                             bandwidth / 1e9, point->prefill_seconds, point->host_gap_ms));
     }
   }
   return failures == 0 ? 0 : 1;

@@ -374,6 +374,7 @@ void EngineLoop::publish_stats() {
   s.transient_pass_tokens_total = static_cast<uint64_t>(controller_.num_transient_pass_tokens());
   s.attended_kv_tokens_total = static_cast<uint64_t>(controller_.num_attended_kv_tokens());
   s.method_metadata_bytes_total = static_cast<uint64_t>(controller_.num_method_metadata_bytes());
+  s.host_gap_seconds_total = runner_.host_gap_seconds();
   s.published_at = std::chrono::steady_clock::now();
   std::lock_guard<std::mutex> lock(stats_mutex_);
   stats_ = std::move(s);

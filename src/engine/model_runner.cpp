@@ -1,6 +1,7 @@
 #include "engine/model_runner.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "backend/device_memory.h"
 
@@ -43,6 +44,7 @@ std::vector<SampleResult> ModelRunner::sample(const Tensor& logits, const std::v
     host_logprobs_.resize(static_cast<size_t>(num_rows));
     copy_bytes(device, host_ids_.data(), ids.data, ids.nbytes());
     copy_bytes(device, host_logprobs_.data(), logprobs.data, logprobs.nbytes());
+    results_at_ = std::chrono::steady_clock::now();
     for (size_t i = 0; i < results.size(); ++i) results[i] = {host_ids_[i], host_logprobs_[i], {}};
     return results;
   }
@@ -50,6 +52,7 @@ std::vector<SampleResult> ModelRunner::sample(const Tensor& logits, const std::v
   if (device != Device::kCpu) {
     host_logits_.resize(static_cast<size_t>(logits.numel()));
     copy_bytes(device, host_logits_.data(), logits.raw(), logits.nbytes());
+    results_at_ = std::chrono::steady_clock::now();
     rows = host_logits_.data();
   }
   for (size_t i = 0; i < results.size(); ++i)
@@ -63,6 +66,7 @@ ModelRunner::BufferStamp ModelRunner::buffer_stamp() const {
 }
 
 Tensor ModelRunner::run_forward() {
+  const std::optional<std::chrono::steady_clock::time_point> results_at = std::exchange(results_at_, std::nullopt);
   const int32_t num_rows = batch_.num_tokens();
   // Every row a decode token: a prompt's one-token last chunk has the same shape but runs the method's prefill
   // hooks (an observation-window method scores there), which a replay would skip.
@@ -76,6 +80,8 @@ Tensor ModelRunner::run_forward() {
   DecodeGraph& g = decode_graphs_[num_rows];
   const BufferStamp stamp = buffer_stamp();
   if (g.graph.captured() && g.captured == stamp) {
+    if (results_at)
+      host_gap_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - *results_at).count();
     g.graph.replay();
     controller_.count_replayed_forward(batch_);
     ++num_graph_replays_;

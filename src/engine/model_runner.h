@@ -10,6 +10,8 @@
 // workspace, the device page tables and the attention scratch stay where they were. Engine thread only.
 #pragma once
 
+#include <chrono>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -42,6 +44,10 @@ class ModelRunner {
   std::vector<SampledToken> execute(const StepPlan& plan);
   // Forwards that replayed a CUDA graph so far.
   int64_t num_graph_replays() const { return num_graph_replays_; }
+  // Host time from a step's sampled tokens reaching the host to the launch of the next step that replays a graph,
+  // summed: the device has only the inputs' copies queued meanwhile, so this is decode time it spends waiting for
+  // the host (scheduling, the methods' step hooks, the tables and inputs of the next step).
+  double host_gap_seconds() const { return host_gap_seconds_; }
 
  private:
   // Where the buffers a captured step reads are: a graph replays only under the stamp it was captured with.
@@ -69,6 +75,8 @@ class ModelRunner {
   bool use_cuda_graphs_;
   std::unordered_map<int32_t, DecodeGraph> decode_graphs_;  // by batch size
   int64_t num_graph_replays_ = 0;
+  std::optional<std::chrono::steady_clock::time_point> results_at_;  // when the last device step's tokens arrived
+  double host_gap_seconds_ = 0.0;
   Tensor device_ids_;       // [capacity] I32 on the device: greedy tokens
   Tensor device_logprobs_;  // [capacity] F32 on the device: their logprobs
   std::vector<int32_t> host_ids_;

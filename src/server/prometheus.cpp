@@ -89,6 +89,8 @@ std::string render_prometheus(const EngineStats& s, std::string_view model_name)
   e.scalar("method_metadata_bytes_total", "counter",
            "Bytes of per-page method metadata decode selections read (e.g. Quest's key bounds).",
            s.method_metadata_bytes_total);
+  e.scalar("host_gap_seconds_total", "counter",
+           "Decode time the device waited for the host between CUDA-graph steps.", s.host_gap_seconds_total);
   e.histogram("time_to_first_token_seconds", "Time from arrival to the first generated token.",
               s.time_to_first_token);
   e.histogram("inter_token_latency_seconds", "Time between consecutive generated tokens.", s.inter_token_latency);
