@@ -1,8 +1,4 @@
-#include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <span>
-#include <string_view>
 #include <unordered_map>
 
 #include "backend/cuda/cuda_check.h"
@@ -44,70 +40,9 @@ uint32_t alignment_of(const void* a, const void* b, const void* c) {
   return static_cast<uint32_t>(bits & (~bits + 1));  // lowest set bit
 }
 
-// Decode-sized products (M <= kTunedMaxRows) stream their weights once, and cuBLASLt's first heuristic can
-// under-fill the GPU there (N = 4096 over 64-wide tiles is 64 CTAs on 132 SMs): their plan takes the fastest of
-// kCandidateAlgos candidates, timed on the call's own operands. Larger M keeps the first: tuning every prefill
-// chunk's shape would cost more than it saves. SE_GEMM_TUNING=off keeps the first heuristic everywhere (A/B runs).
-constexpr int64_t kTunedMaxRows = 64;
-constexpr int kCandidateAlgos = 8;
-
-bool tuning_on() {
-  static const bool on = [] {
-    const char* value = std::getenv("SE_GEMM_TUNING");
-    const std::string_view v = value == nullptr ? "on" : value;
-    SE_CHECK(v == "on" || v == "off", "SE_GEMM_TUNING={}: expected on or off", v);
-    return v == "on";
-  }();
-  return on;
-}
-
-// A capture records the timing runs instead of running them: plans made then keep the first heuristic (the
-// forward a graph captures runs uncaptured first, step_graph.h, so its plans exist before).
-bool capturing(const CudaContext& context) {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  SE_CUDA_CHECK(cudaStreamIsCapturing(context.stream(), &status));
-  return status != cudaStreamCaptureStatusNone;
-}
-
-// The candidate with the least time over a few runs of out' = x w^T, out' a stream-ordered scratch (the real
-// output may be an accumulator); candidates cuBLASLt refuses to run are skipped.
-cublasLtMatmulAlgo_t fastest_algo(const LinearPlan& plan, const LinearKey& key,
-                                  std::span<const cublasLtMatmulHeuristicResult_t> candidates, const void* w,
-                                  const void* x, const CudaContext& context) {
-  constexpr int kRuns = 5;
-  const cudaStream_t stream = context.stream();
-  void* out = nullptr;
-  SE_CUDA_CHECK(cudaMallocAsync(&out, static_cast<size_t>(key.m * key.n) * dtype_size(key.out_dtype), stream));
-  cudaEvent_t start, stop;
-  SE_CUDA_CHECK(cudaEventCreate(&start));
-  SE_CUDA_CHECK(cudaEventCreate(&stop));
-  const float alpha = 1.0f, beta = 0.0f;
-  const auto run = [&](const cublasLtMatmulAlgo_t& algo) {
-    return cublasLtMatmul(context.lt(), plan.desc, &alpha, w, plan.w_layout, x, plan.x_layout, &beta, out,
-                          plan.out_layout, out, plan.out_layout, &algo, context.workspace(),
-                          context.workspace_bytes(), stream);
-  };
-  cublasLtMatmulAlgo_t best = candidates[0].algo;
-  float best_ms = INFINITY;
-  for (const cublasLtMatmulHeuristicResult_t& c : candidates) {
-    if (c.state != CUBLAS_STATUS_SUCCESS || run(c.algo) != CUBLAS_STATUS_SUCCESS) continue;  // also the warm-up
-    SE_CUDA_CHECK(cudaEventRecord(start, stream));
-    for (int r = 0; r < kRuns; ++r) SE_CUBLAS_CHECK(run(c.algo));
-    SE_CUDA_CHECK(cudaEventRecord(stop, stream));
-    SE_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0.0f;
-    SE_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    if (ms < best_ms) best = c.algo, best_ms = ms;
-  }
-  SE_CUDA_CHECK(cudaEventDestroy(start));
-  SE_CUDA_CHECK(cudaEventDestroy(stop));
-  SE_CUDA_CHECK(cudaFreeAsync(out, stream));
-  return best;
-}
-
 // Row-major out[M, N] = x[M, K] @ w[N, K]^T is, in cuBLAS's column-major terms, out^T[N, M] = w^T
 // x^T: A = w (K x N, ld K) transposed, B = x (K x M, ld K), D = out (N x M, ld N).
-LinearPlan make_plan(const LinearKey& key, const void* w, const void* x, const CudaContext& context) {
+LinearPlan make_plan(const LinearKey& key, const CudaContext& context) {
   LinearPlan plan;
   SE_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t transpose = CUBLAS_OP_T, keep = CUBLAS_OP_N;
@@ -134,17 +69,15 @@ LinearPlan make_plan(const LinearKey& key, const void* w, const void* x, const C
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
     SE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, attr, &key.alignment,
                                                          sizeof(key.alignment)));
-  cublasLtMatmulHeuristicResult_t results[kCandidateAlgos]{};
+  cublasLtMatmulHeuristicResult_t result{};
   int num_results = 0;
-  const int wanted = key.m <= kTunedMaxRows && tuning_on() && !capturing(context) ? kCandidateAlgos : 1;
   SE_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(context.lt(), plan.desc, plan.w_layout,
                                                  plan.x_layout, plan.out_layout, plan.out_layout,
-                                                 preference, wanted, results, &num_results));
+                                                 preference, 1, &result, &num_results));
   cublasLtMatmulPreferenceDestroy(preference);
   SE_CHECK(num_results > 0, "cuBLASLt has no algorithm for linear M={} N={} K={} {} -> {}", key.m,
            key.n, key.k, dtype_name(key.in_dtype), dtype_name(key.out_dtype));
-  plan.algo = results[0].algo;
-  if (num_results > 1) plan.algo = fastest_algo(plan, key, std::span(results, num_results), w, x, context);
+  plan.algo = result.algo;
   return plan;
 }
 
@@ -183,7 +116,7 @@ void project(TensorView out, TensorView x, TensorView w, const TensorView* bias,
   if (cache == nullptr) cache = new LinearPlanCache();
   const LinearKey key{m, n, k, x.dtype, out.dtype, alignment_of(out.data, x.data, w.data)};
   auto it = cache->plans.find(key);
-  if (it == cache->plans.end()) it = cache->plans.emplace(key, make_plan(key, w.data, x.data, context)).first;
+  if (it == cache->plans.end()) it = cache->plans.emplace(key, make_plan(key, context)).first;
   const LinearPlan& plan = it->second;
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   SE_CUBLAS_CHECK(cublasLtMatmul(context.lt(), plan.desc, &alpha, w.data, plan.w_layout, x.data,
