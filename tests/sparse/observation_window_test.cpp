@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <string>
@@ -150,6 +151,30 @@ TEST(ObservationWindowScores, PoolingPadsAndReducesInTheConfiguredOrder) {
   EXPECT_EQ(reduce_window_scores(heads.data(), 5, 2, 1, 5, c).values, (std::vector<float>{0.5f, 0.5f, 0}));
   c.gqa_agg = GroupAgg::kSum;
   EXPECT_EQ(reduce_window_scores(heads.data(), 5, 2, 1, 5, c).values, (std::vector<float>{0.5f, 0.5f, 0}));
+}
+
+// The vectorized interior and the clamped edges of pool_scores give, bit for bit, the per-token fold of the
+// definition, for rows shorter than, as long as and longer than the kernel.
+TEST(ObservationWindowScores, PoolingMatchesThePerTokenFoldExactly) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  for (int32_t n : {1, 2, 3, 4, 6, 7, 8, 15, 16, 17, 100, 1001}) {
+    std::vector<float> in(static_cast<size_t>(n));
+    for (float& x : in) x = u(rng) < 0.2f ? 0.0f : u(rng);
+    for (int32_t kernel : {1, 3, 5, 7, 9, 31}) {
+      for (WindowPooling pooling : {WindowPooling::kAvg, WindowPooling::kMax}) {
+        std::vector<float> got(static_cast<size_t>(n));
+        pool_scores(in.data(), got.data(), n, kernel, pooling);
+        for (int32_t j = 0; j < n; ++j) {
+          const int32_t first = std::max(0, j - kernel / 2), last = std::min(n - 1, j + kernel / 2);
+          float want = pooling == WindowPooling::kMax ? -std::numeric_limits<float>::infinity() : 0.0f;
+          for (int32_t i = first; i <= last; ++i) want = pooling == WindowPooling::kMax ? std::max(want, in[i]) : want + in[i];
+          if (pooling == WindowPooling::kAvg) want /= static_cast<float>(kernel);
+          ASSERT_EQ(got[static_cast<size_t>(j)], want) << "n " << n << " kernel " << kernel << " j " << j;
+        }
+      }
+    }
+  }
 }
 
 TEST(TopKAscending, BreaksTiesTowardsTheLowerIndex) {
