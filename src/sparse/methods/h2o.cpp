@@ -37,11 +37,11 @@ Result<std::unique_ptr<MethodRuntime>> H2oMethod::create(const nlohmann::json& c
   resolved["budget"] = heavy + recent;
   resolved["heavy"] = heavy;
   resolved["recent"] = recent;
-  const GqaAgg gqa_agg = agg == "max" ? GqaAgg::kMax : agg == "sum" ? GqaAgg::kSum : GqaAgg::kMean;
+  const GroupAgg gqa_agg = agg == "max" ? GroupAgg::kMax : agg == "sum" ? GroupAgg::kSum : GroupAgg::kMean;
   return std::unique_ptr<MethodRuntime>(new H2oMethod(std::move(resolved), heavy, recent, gqa_agg));
 }
 
-H2oMethod::H2oMethod(nlohmann::ordered_json config, int32_t num_heavy, int32_t num_recent, GqaAgg gqa_agg)
+H2oMethod::H2oMethod(nlohmann::ordered_json config, int32_t num_heavy, int32_t num_recent, GroupAgg gqa_agg)
     : config_(std::move(config)), num_heavy_(num_heavy), num_recent_(num_recent), gqa_agg_(gqa_agg) {
   traits_.family = MethodFamily::kEviction;
   traits_.keeps_full_history = false;
@@ -136,22 +136,12 @@ void H2oMethod::accumulate_step_scores(StepContext& ctx) {
                  "h2o: seq {} layer {} head {} has {} scores for {} resident rows (state not restored?)",
                  slice.seq_slot, layer, kvh, acc.size(), len - n);
         acc.resize(static_cast<size_t>(len), 0.0f);
-        // The group's rows reduced head by head, each pass one contiguous (vectorizable) sweep; per row the
-        // same order of operations as reducing each column across the group.
         const float* head_scores = layer_scores + kvh * group * max_len;  // [group, max_len]
-        reduced_.assign(head_scores, head_scores + len);
-        float* reduced = reduced_.data();
-        for (int64_t g = 1; g < group; ++g) {
-          const float* row = head_scores + g * max_len;
-          if (gqa_agg_ == GqaAgg::kMax) {
-            for (int32_t j = 0; j < len; ++j) reduced[j] = std::max(reduced[j], row[j]);
-          } else {
-            for (int32_t j = 0; j < len; ++j) reduced[j] += row[j];
-          }
-        }
-        if (gqa_agg_ == GqaAgg::kMean)
-          for (int32_t j = 0; j < len; ++j) reduced[j] /= static_cast<float>(group);
-        float* sums = acc.data();
+        reduced_.resize(static_cast<size_t>(len));
+        reduce_group(head_scores, max_len, static_cast<int32_t>(group), reduced_.data(), len, gqa_agg_);
+        float* __restrict sums = acc.data();
+        const float* __restrict reduced = reduced_.data();
+#pragma omp simd
         for (int32_t j = 0; j < len; ++j) sums[j] += reduced[j];
       }
     }

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "sparse/budget_eviction.h"
+#include "sparse/group_reduce.h"
 #include "sparse/method_config.h"
 #include "sparse/method_runtime.h"
 
@@ -38,8 +39,6 @@ namespace se {
 
 class H2oMethod final : public MethodRuntime {
  public:
-  enum class GqaAgg : uint8_t { kMean, kMax, kSum };
-
   static Result<std::unique_ptr<MethodRuntime>> create(const nlohmann::json& config);
 
   std::string_view name() const override { return "h2o"; }
@@ -63,7 +62,7 @@ class H2oMethod final : public MethodRuntime {
   nlohmann::json debug_state(int32_t seq) const override;
 
  private:
-  H2oMethod(nlohmann::ordered_json config, int32_t num_heavy, int32_t num_recent, GqaAgg gqa_agg);
+  H2oMethod(nlohmann::ordered_json config, int32_t num_heavy, int32_t num_recent, GroupAgg gqa_agg);
   // A stream's scores after it kept slots `kept` (ascending).
   static void keep_scores(std::vector<float>& acc, std::span<const int32_t> kept);
   // Sizes step_ for the step's sequences and measures every layer's longest stream (at layer 0, when every stream
@@ -76,7 +75,7 @@ class H2oMethod final : public MethodRuntime {
   nlohmann::ordered_json config_;
   int32_t num_heavy_ = 0;   // heavy hitters kept per stream
   int32_t num_recent_ = 0;  // newest tokens kept per stream
-  GqaAgg gqa_agg_ = GqaAgg::kMean;
+  GroupAgg gqa_agg_ = GroupAgg::kMean;
   struct SequenceScores {
     int32_t num_kv_heads = 0;
     std::vector<std::vector<float>> acc;  // [layer * num_kv_heads + kv_head] -> one score per resident row

@@ -68,30 +68,6 @@ void pool_scores(const float* in, float* out, int32_t n, int32_t kernel, WindowP
   }
 }
 
-namespace {
-
-// out[j] = agg over the group's rows rows[g * stride + j], g < group.
-// Row by row, so each pass is a loop the compiler vectorizes; every out[j] still folds g = 0, 1, ... in order.
-void reduce_group(const float* rows, int64_t stride, int32_t group, float* __restrict out, int32_t n, GroupAgg agg) {
-  std::copy_n(rows, n, out);
-  for (int32_t g = 1; g < group; ++g) {
-    const float* __restrict row = rows + g * stride;
-    if (agg == GroupAgg::kMax) {
-#pragma omp simd
-      for (int32_t j = 0; j < n; ++j) out[j] = std::max(out[j], row[j]);
-    } else {
-#pragma omp simd
-      for (int32_t j = 0; j < n; ++j) out[j] += row[j];
-    }
-  }
-  if (agg == GroupAgg::kMean) {
-#pragma omp simd
-    for (int32_t j = 0; j < n; ++j) out[j] /= static_cast<float>(group);
-  }
-}
-
-}  // namespace
-
 WindowScores reduce_window_scores(const float* probs, int64_t row_stride, int32_t num_heads, int32_t num_kv_heads,
                                   int32_t num_tokens, const ObservationWindowConfig& config) {
   WindowScores s;

@@ -21,12 +21,12 @@
 #include <string>
 #include <vector>
 
+#include "sparse/group_reduce.h"
 #include "sparse/method_config.h"
 
 namespace se {
 
 enum class WindowPooling : uint8_t { kAvg, kMax };
-enum class GroupAgg : uint8_t { kMean, kMax, kSum };
 enum class GroupOrder : uint8_t { kPoolThenReduce, kReduceThenPool };
 
 // The hyperparameters every method of the family reads.
