@@ -73,7 +73,8 @@ struct WindowScores {
 WindowScores reduce_window_scores(const float* probs, int64_t row_stride, int32_t num_heads, int32_t num_kv_heads,
                                   int32_t num_tokens, const ObservationWindowConfig& config);
 
-// Step 3 along one row: out[j] = pool of in[j - kernel/2 .. j + kernel/2] (n entries each; kernel odd).
+// Step 3 along one row: out[j] = pool of in[j - kernel/2 .. j + kernel/2] (n entries each; kernel odd). out must
+// not overlap in.
 void pool_scores(const float* in, float* out, int32_t n, int32_t kernel, WindowPooling pooling);
 
 }  // namespace se

@@ -37,9 +37,7 @@ TEST(CudaAttentionLogitsMaxOverHeadsTest, MatchesCpu) {
     const int64_t heads = int64_t{c.num_kv_heads} * c.group;
     const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
     for (size_t s = 0; s < c.seqs.size(); ++s) {
-      int32_t min_len = cache.num_tokens(s, 0);
-      for (int32_t h = 1; h < c.num_kv_heads; ++h)
-        min_len = std::min(min_len, cache.num_tokens(s, h));
+      const int32_t min_len = cache.shortest_stream(s);
       for (int32_t num_keys : {min_len, min_len / 3 + 1}) {
         for (DType q_dtype : {DType::kF32, DType::kBF16}) {
           const Tensor q = random_host({heads, c.head_dim}, seed + 100 * s + num_keys, q_dtype);
@@ -78,8 +76,7 @@ TEST(CudaAttentionLogitsMaxOverHeadsTest, DeviceIndexKeepsTheCpuTokens) {
     const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
     for (size_t s = 0; s < c.seqs.size(); ++s) {
       const auto seq = static_cast<int32_t>(s);
-      int32_t num_keys = cache.num_tokens(s, 0);
-      for (int32_t h = 1; h < c.num_kv_heads; ++h) num_keys = std::min(num_keys, cache.num_tokens(s, h));
+      const int32_t num_keys = cache.shortest_stream(s);
       for (bool zero_query : {false, true}) {  // a zero query: every logit ties (+0 or -0)
         Tensor q = random_host({heads, c.head_dim}, seed + 100 * s, DType::kF32);
         if (zero_query) std::fill_n(q.data<float>(), q.numel(), 0.0f);

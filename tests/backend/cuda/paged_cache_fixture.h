@@ -105,6 +105,12 @@ class PagedCacheFixture {
   int32_t num_tokens(size_t seq, int32_t kv_head) const {
     return num_tokens_[static_cast<size_t>(count_offset_[seq]) + static_cast<size_t>(kv_head)];
   }
+  // Tokens every KV head of sequence `seq` holds: its shortest stream.
+  int32_t shortest_stream(size_t seq) const {
+    int32_t shortest = num_tokens(seq, 0);
+    for (int32_t h = 1; h < c_.num_kv_heads; ++h) shortest = std::min(shortest, num_tokens(seq, h));
+    return shortest;
+  }
   // Selected entries of every (sequence, KV head) (for the report).
   int64_t num_selected_entries() const { return static_cast<int64_t>(selected_.size()); }
 
