@@ -296,7 +296,7 @@ bool cuda_implements(std::string_view op) {
       "paged_attention",
       "paged_attention over a selection", "update_page_key_bounds", "page_key_bound_scores",
       "select_pages_by_key_bounds",
-      "attention_logits_max_over_heads", "top_keys_by_logits_max_over_heads", "attention_scores", "compact_kv", "subset_attention_max_scores"};
+      "attention_logits_max_over_heads", "top_keys_by_logits_max_over_heads", "attention_scores", "compact_kv", "move_kv_rows", "subset_attention_max_scores"};
   return kCudaBuilt && std::find(std::begin(kCudaOps), std::end(kCudaOps), op) != std::end(kCudaOps);
 }
 
@@ -396,6 +396,33 @@ void compact_kv(const AttentionView& pool, std::span<const StreamCompaction> str
   }
   SE_CHECK(pool.kv_dtype == DType::kF32, "compact_kv: the CPU backend keeps f32 pages");
   cpu::compact_kv(pool, streams);
+}
+
+void move_kv_rows(const AttentionView& pool, std::span<const KvRowMove> moves) {
+  if (moves.empty()) return;
+  // Sources and destinations as one sorted list of (slot, is_destination): equal neighbours must both be sources.
+  thread_local std::vector<std::pair<int64_t, int>> slots;
+  slots.clear();
+  const auto slot_key = [&](int32_t page, int32_t offset) {
+    SE_CHECK(page >= 0 && offset >= 0 && offset < pool.page_size, "move_kv_rows: no slot {} of page {}", offset,
+             page);
+    return int64_t{page} * pool.page_size + offset;
+  };
+  for (const KvRowMove& m : moves) {
+    slots.emplace_back(slot_key(m.source_page, m.source_offset), 0);
+    slots.emplace_back(slot_key(m.dest_page, m.dest_offset), 1);
+  }
+  std::sort(slots.begin(), slots.end());
+  for (size_t i = 1; i < slots.size(); ++i)
+    SE_CHECK(slots[i].first != slots[i - 1].first || slots[i].second + slots[i - 1].second == 0,
+             "move_kv_rows: slot {} of page {} is written by one move and read or written by another",
+             slots[i].first % pool.page_size, slots[i].first / pool.page_size);
+  if (pool_on_cuda(pool, "move_kv_rows")) {
+    if constexpr (kCudaBuilt) cuda::move_kv_rows(pool, moves);
+    return;
+  }
+  SE_CHECK(pool.kv_dtype == DType::kF32, "move_kv_rows: the CPU backend keeps f32 pages");
+  cpu::move_kv_rows(pool, moves);
 }
 
 void update_page_key_bounds(TensorView bounds, const AttentionView& view, int32_t max_new_tokens) {

@@ -155,6 +155,20 @@ struct StreamCompaction {
 // stream to its kept.size() tokens.
 void compact_kv(const AttentionView& pool, std::span<const StreamCompaction> streams);
 
+// One K/V row copied inside a pool: the token in slot `source_offset` of page `source_page` overwrites slot
+// `dest_offset` of page `dest_page`.
+struct KvRowMove {
+  int32_t source_page = 0;
+  int32_t source_offset = 0;
+  int32_t dest_page = 0;
+  int32_t dest_offset = 0;
+};
+
+// Copies the K and V row of every move, any number of them in one call. No two moves share a destination and no
+// destination is another move's source, so the copies may run in any order. What eviction that refills the
+// evicted slot with a stream's last token uses: one row per stream, where compact_kv moves every later slot.
+void move_kv_rows(const AttentionView& pool, std::span<const KvRowMove> moves);
+
 // Page key bounds (Quest): bounds [num_pool_pages, 2, D], of the pool's dtype (so exact), holds per page the
 // elementwise min (row 0) and max (row 1) of the keys it stores. Recomputes them for every page that received one of the batch's new
 // tokens (the last n slots of each sequence's streams), n <= max_new_tokens. The view's tables may live on the

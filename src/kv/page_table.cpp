@@ -234,37 +234,19 @@ Status PageTable::truncate(int32_t num_tokens) {
   return Status::ok();
 }
 
-Status PageTable::replace_stream(int32_t layer, int32_t head, std::span<const int32_t> pages,
-                                 int32_t num_tokens) {
+Status PageTable::shrink_stream(int32_t layer, int32_t head, int32_t num_tokens) {
   if (layer < 0 || layer >= layout_.num_layers || head < 0 || head >= layout_.num_kv_heads) {
     return invalid_argument("page table: (layer {}, head {}) outside {} layers x {} KV heads",
                             layer, head, layout_.num_layers, layout_.num_kv_heads);
   }
   const size_t s = stream_idx(layer, head);
   if (num_tokens < 0 || num_tokens > num_tokens_[s]) {
-    return invalid_argument(
-        "page table: compaction of (layer {}, head {}) to {} tokens, it holds {}", layer, head,
-        num_tokens, num_tokens_[s]);
+    return invalid_argument("page table: cannot shrink (layer {}, head {}) of {} tokens to {}", layer, head,
+                            num_tokens_[s], num_tokens);
   }
-  if (pages.size() != static_cast<size_t>(pages_for(num_tokens))) {
-    return invalid_argument("page table: {} tokens need {} pages, {} given", num_tokens,
-                            pages_for(num_tokens), pages.size());
-  }
-  std::vector<int32_t> sorted(pages.begin(), pages.end());
-  std::sort(sorted.begin(), sorted.end());
-  for (size_t i = 0; i < sorted.size(); ++i) {
-    if (!pool_->is_valid_id(sorted[i]) || pool_->ref_count(sorted[i]) == 0) {
-      return invalid_argument("page table: replacement page {} is not in use", sorted[i]);
-    }
-    if (i > 0 && sorted[i] == sorted[i - 1]) {
-      return invalid_argument("page table: replacement page {} listed twice", sorted[i]);
-    }
-  }
-  epoch_ = next_epoch();
-  // Retain first: a page kept from the old list must not pass through ref count 0.
-  for (int32_t id : pages) pool_->retain(id);
-  for (int32_t p = pages_for(num_tokens_[s]) - 1; p >= 0; --p) pool_->release(row(s)[p]);
-  std::copy(pages.begin(), pages.end(), row(s));
+  const int32_t num_kept_pages = pages_for(num_tokens);
+  if (num_kept_pages < pages_for(num_tokens_[s])) epoch_ = next_epoch();
+  for (int32_t p = pages_for(num_tokens_[s]) - 1; p >= num_kept_pages; --p) pool_->release(row(s)[p]);
   num_tokens_[s] = num_tokens;
   return Status::ok();
 }

@@ -105,12 +105,9 @@ class PageTable final {
   // (rollback, re-running a suffix). kFailedPrecondition (nothing changed) if the cut would leave a
   // shared page partially filled.
   Status truncate(int32_t num_tokens);
-  // Compaction for eviction: replaces the page list of one stream by `pages` (ceil(num_tokens /
-  // page_size) pages, in use, no duplicates) holding `num_tokens` <= the current length; retains
-  // the new pages, then releases the old ones (pages in both lists stay). The logical length is
-  // unchanged.
-  Status replace_stream(int32_t layer, int32_t head, std::span<const int32_t> pages,
-                        int32_t num_tokens);
+  // Drops the slots of one stream past its first `num_tokens` (<= its length), releasing the pages no longer
+  // needed; the logical length is unchanged. The epoch changes only when a page goes.
+  Status shrink_stream(int32_t layer, int32_t head, int32_t num_tokens);
   // Releases every page and resets both lengths to 0 (capacity is kept).
   void free_all();
   // A second table over the same pages and lengths, retaining each page once more: a snapshot that stays

@@ -30,6 +30,19 @@ void SlotPositions::keep(int32_t stream, std::span<const int32_t> kept_slots) {
   has_own_[s] = true;
 }
 
+void SlotPositions::move_last_into(int32_t stream, int32_t slot) {
+  const auto s = static_cast<size_t>(stream);
+  if (!has_own_[s]) {
+    own_[s] = shared_;
+    has_own_[s] = true;
+  }
+  std::vector<int32_t>& slots = own_[s];
+  SE_CHECK(slot >= 0 && static_cast<size_t>(slot) < slots.size(), "slot positions: stream {} has no slot {}", stream,
+           slot);
+  slots[static_cast<size_t>(slot)] = slots.back();
+  slots.pop_back();
+}
+
 void SlotPositions::drop_last(int32_t num_slots) {
   const auto n = static_cast<size_t>(num_slots);
   const auto drop = [n](std::vector<int32_t>& slots) {

@@ -21,7 +21,7 @@ class SlotPositions final {
 
   int32_t num_streams() const { return static_cast<int32_t>(own_.size()); }
   // The positions of stream `stream`'s slots, slot order (ascending for every sequence built by the calls
-  // below with ascending arguments).
+  // below with ascending arguments and without move_last_into).
   std::span<const int32_t> of(int32_t stream) const {
     return has_own_[static_cast<size_t>(stream)] ? own_[static_cast<size_t>(stream)] : shared_;
   }
@@ -33,6 +33,8 @@ class SlotPositions final {
   void attach(std::span<const int32_t> positions);
   // Stream `stream` keeps only slots `kept_slots` (ascending), in that order.
   void keep(int32_t stream, std::span<const int32_t> kept_slots);
+  // Stream `stream`'s last slot replaces slot `slot` (whose position goes); the stream is one slot shorter.
+  void move_last_into(int32_t stream, int32_t slot);
   // Every stream drops its last `num_slots` slots. Precondition: each holds at least that many.
   void drop_last(int32_t num_slots);
 

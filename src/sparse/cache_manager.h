@@ -94,6 +94,18 @@ class CacheManager {
     const StreamEviction stream{layer, kv_head, kept};
     return evict_streams(seq, {&stream, 1});
   }
+  // Physical eviction of one token per listed stream (layer, kv_head) of `seq`: the token in slot `slot` goes and
+  // the stream's last slot moves into its place, so the stream is one slot shorter and a page may return to the
+  // pool. One row moves per stream whatever its length (evict_streams moves every kept slot after the first
+  // evicted one), which is what evicting one token per stream every decode step needs. Slot order then no longer
+  // follows position order: slot_positions tells which slot holds which position. Every stream is checked before
+  // any changes (an error leaves the sequence as it was).
+  struct SlotEviction {
+    int layer = 0;
+    int kv_head = 0;
+    int32_t slot = 0;
+  };
+  virtual Status evict_slots(int32_t seq, std::span<const SlotEviction> streams) = 0;
   // Drops the sequence's newest tokens (e.g. a transient pass): back to `num_tokens` logical tokens, removing
   // the last (logical length - num_tokens) tokens of every stream, whose pages return to the pool now. Those
   // tokens must have been appended after any eviction of the stream. kOutOfRange / kFailedPrecondition leave

@@ -17,7 +17,7 @@ std::vector<std::string_view> method_ops(const MethodTraits& traits) {
       break;
     case ScoreNeeds::kFilterLogits: ops.push_back("top_keys_by_logits_max_over_heads"); break;
   }
-  if (traits.family == MethodFamily::kEviction) ops.push_back("compact_kv");
+  if (traits.family == MethodFamily::kEviction) ops.insert(ops.end(), {"compact_kv", "move_kv_rows"});
   if (traits.family == MethodFamily::kDynamicSelection) ops.push_back("paged_attention over a selection");
   return ops;
 }

@@ -43,8 +43,8 @@ struct MethodTraits {
 };
 
 // The backend ops (backend/ops.h names) a method's hooks call on top of the dense forward (write_kv and
-// paged_attention): the scoring op its score needs imply, compact_kv for eviction, and paged attention over a
-// selection for dynamic selection. The engine checks them against the device before it starts.
+// paged_attention): the scoring op its score needs imply, compact_kv and move_kv_rows for eviction, and paged
+// attention over a selection for dynamic selection. The engine checks them against the device before it starts.
 std::vector<std::string_view> method_ops(const MethodTraits& traits);
 // Ok when every op of method_ops(traits) has a kernel on `device`; else kUnimplemented naming method `name`, the
 // device and the missing ops.

@@ -196,11 +196,40 @@ Status PagedCacheManager::evict_streams(int32_t seq, std::span<const StreamEvict
     compactions_.push_back(StreamCompaction{s.table.pages(e.layer, e.kv_head).data(), e.kept});
   compact_kv(build_sequence_view(seq, 0), compactions_);
   for (const StreamEviction& e : streams) {
-    const std::span<const int32_t> pages = s.table.pages(e.layer, e.kv_head);
-    const auto num_tokens = static_cast<int32_t>(e.kept.size());
-    const std::vector<int32_t> first(pages.begin(), pages.begin() + l.pages_per_stream(num_tokens));
-    SE_RETURN_IF_ERROR(s.table.replace_stream(e.layer, e.kv_head, first, num_tokens));
+    SE_RETURN_IF_ERROR(s.table.shrink_stream(e.layer, e.kv_head, static_cast<int32_t>(e.kept.size())));
     s.positions.keep(l.stream(e.layer, e.kv_head), e.kept);
+  }
+  return Status::ok();
+}
+
+Status PagedCacheManager::evict_slots(int32_t seq, std::span<const SlotEviction> streams) {
+  Sequence& s = sequence(seq);
+  const KvLayout& l = layout();
+  stream_listed_.assign(static_cast<size_t>(l.num_streams()), 0);
+  row_moves_.clear();
+  for (const SlotEviction& e : streams) {
+    if (e.layer < 0 || e.layer >= l.num_layers || e.kv_head < 0 || e.kv_head >= l.num_kv_heads)
+      return invalid_argument("evict: sequence {} has no stream (layer {}, head {})", seq, e.layer, e.kv_head);
+    uint8_t& listed = stream_listed_[static_cast<size_t>(l.stream(e.layer, e.kv_head))];
+    if (listed != 0) return invalid_argument("evict: stream (layer {}, head {}) listed twice", e.layer, e.kv_head);
+    listed = 1;
+    const int32_t last = s.table.num_tokens(e.layer, e.kv_head) - 1;
+    if (e.slot < 0 || e.slot > last)
+      return invalid_argument("evict: stream (layer {}, head {}) holds {} slots, has no slot {}", e.layer, e.kv_head,
+                              last + 1, e.slot);
+    if (e.slot == last) continue;
+    const PageSlot hole = s.table.slot(e.layer, e.kv_head, e.slot);
+    // The move rewrites the hole's page in place, so no one else may hold it.
+    if (pool_.ref_count(hole.page_id) != 1)
+      return failed_precondition("evict: sequence {} (layer {}, head {}) shares page {}", seq, e.layer, e.kv_head,
+                                 hole.page_id);
+    const PageSlot source = s.table.slot(e.layer, e.kv_head, last);
+    row_moves_.push_back(KvRowMove{source.page_id, source.offset, hole.page_id, hole.offset});
+  }
+  move_kv_rows(build_sequence_view(seq, 0), row_moves_);
+  for (const SlotEviction& e : streams) {
+    SE_RETURN_IF_ERROR(s.table.shrink_stream(e.layer, e.kv_head, s.table.num_tokens(e.layer, e.kv_head) - 1));
+    s.positions.move_last_into(l.stream(e.layer, e.kv_head), e.slot);
   }
   return Status::ok();
 }
@@ -221,17 +250,12 @@ Status PagedCacheManager::truncate(int32_t seq, int32_t num_tokens) {
       if (s.table.num_tokens(layer, h) < num_dropped)
         return failed_precondition("truncate: sequence {} (layer {}, head {}) holds {} tokens, fewer than the {} "
                                    "to drop", seq, layer, h, s.table.num_tokens(layer, h), num_dropped);
-  // Each stream keeps its leading pages (a compacted stream is shorter than the logical length, so the
+  // Each stream keeps its leading slots (a compacted stream is shorter than the logical length, so the
   // table's own truncate, which cuts at a logical position, would keep its newest tokens); then only the
   // logical length moves back.
-  for (int layer = 0; layer < l.num_layers; ++layer) {
-    for (int h = 0; h < l.num_kv_heads; ++h) {
-      const int32_t kept = s.table.num_tokens(layer, h) - num_dropped;
-      const std::span<const int32_t> pages = s.table.pages(layer, h);
-      const std::vector<int32_t> first(pages.begin(), pages.begin() + l.pages_per_stream(kept));
-      SE_RETURN_IF_ERROR(s.table.replace_stream(layer, h, first, kept));
-    }
-  }
+  for (int layer = 0; layer < l.num_layers; ++layer)
+    for (int h = 0; h < l.num_kv_heads; ++h)
+      SE_RETURN_IF_ERROR(s.table.shrink_stream(layer, h, s.table.num_tokens(layer, h) - num_dropped));
   SE_RETURN_IF_ERROR(s.table.truncate(num_tokens));
   s.positions.drop_last(num_dropped);
   return Status::ok();

@@ -44,6 +44,7 @@ class PagedCacheManager final : public CacheManager {
   int32_t stream_length(int32_t seq, int layer, int kv_head) const override;
   std::span<const int32_t> slot_positions(int32_t seq, int layer, int kv_head) const override;
   Status evict_streams(int32_t seq, std::span<const StreamEviction> streams) override;
+  Status evict_slots(int32_t seq, std::span<const SlotEviction> streams) override;
   Status truncate(int32_t seq, int32_t num_tokens) override;
 
   Result<RadixCache::PrefixMatch> inspect_prefix(std::span<const int32_t> tokens) const override;
@@ -83,7 +84,8 @@ class PagedCacheManager final : public CacheManager {
   std::vector<int32_t> one_q_indptr_ = {0, 0};  // scratch of build_sequence_view
   std::vector<SeqKvView> one_seq_view_;        // scratch of build_sequence_view
   std::vector<StreamCompaction> compactions_;  // scratch of evict_streams
-  std::vector<uint8_t> stream_listed_;         // scratch of evict_streams: [num_streams]
+  std::vector<KvRowMove> row_moves_;           // scratch of evict_slots
+  std::vector<uint8_t> stream_listed_;         // scratch of evict_streams and evict_slots: [num_streams]
 };
 
 }  // namespace se

@@ -114,30 +114,11 @@ TEST(KvRandomTest, PoolAndPageTables) {
         s = t.attach_prefix(prefix_pages(src, n), n);
         break;
       }
-      case 5: {  // compaction of one head: in place, with fresh pages, or onto another table's
-                 // pages
+      case 5: {  // compaction of one head: its leading slots stay
         const int32_t layer = pick(layout.num_layers);
         const int32_t head = pick(layout.num_kv_heads);
         const int32_t n = t.num_tokens(layer, head);
-        const int32_t keep = n == 0 ? 0 : pick(n + 1);
-        const auto num_pages = static_cast<int32_t>(layout.pages_per_stream(keep));
-        const int mode = pick(3);
-        if (mode == 0) {
-          std::vector<int32_t> pages(t.pages(layer, head).begin(),
-                                     t.pages(layer, head).begin() + num_pages);
-          s = t.replace_stream(layer, head, pages, keep);
-        } else if (mode == 1) {
-          auto fresh = pool.allocate(num_pages);
-          if (!fresh.is_ok()) break;
-          s = t.replace_stream(layer, head, *fresh, keep);
-          pool.release(*fresh);
-        } else {
-          const PageTable& src = tables[static_cast<size_t>(pick(kNumTables))];
-          auto other = src.pages(layer, head);
-          if (&src == &t || static_cast<int32_t>(other.size()) < num_pages) break;
-          s = t.replace_stream(
-              layer, head, std::vector<int32_t>(other.begin(), other.begin() + num_pages), keep);
-        }
+        s = t.shrink_stream(layer, head, n == 0 ? 0 : pick(n + 1));
         break;
       }
       case 6: {  // raw pool use next to the tables

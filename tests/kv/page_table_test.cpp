@@ -156,63 +156,53 @@ TEST(PageTableTest, WritesIntoPartiallyFilledSharedPagesAreRefused) {
   EXPECT_EQ(pool.ref_count(prefix[1]), 1);
   expect_intact(pool, b);
 
-  // A shared partial page (here put in place by compaction) blocks appends to that stream.
+  // A shared partial page (here left by shrinking a stream of an attached prefix) blocks appends to that stream.
   PageTable c(&pool, small_layout());
-  ASSERT_TRUE(c.append(2).is_ok());
-  ASSERT_TRUE(c.replace_stream(0, 0, std::vector<int32_t>{a.pages(0, 0)[0]}, 2).is_ok());
+  ASSERT_TRUE(c.attach_prefix(prefix, 2).is_ok());
+  ASSERT_TRUE(c.shrink_stream(0, 0, 2).is_ok());
   EXPECT_EQ(c.append(1).code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(c.num_logical_tokens(), 2);
+  EXPECT_EQ(c.num_logical_tokens(), 8);
   expect_intact(pool, c);
 }
 
-TEST(PageTableTest, ReplaceStreamCompactsOneHead) {
+TEST(PageTableTest, ShrinkStreamDropsOneHeadsTail) {
   BlockPool pool(64);
   PageTable table(&pool, small_layout());
   ASSERT_TRUE(table.append(12).is_ok());  // 3 pages a stream
   const std::vector<int32_t> old_pages(table.pages(0, 1).begin(), table.pages(0, 1).end());
-  // In place: the kept 3 tokens were moved into the stream's first page.
-  ASSERT_TRUE(table.replace_stream(0, 1, std::vector<int32_t>{old_pages[0]}, 3).is_ok());
+  const uint64_t epoch = table.epoch();
+  ASSERT_TRUE(table.shrink_stream(0, 1, 11).is_ok());  // inside the last page: no page goes
+  EXPECT_EQ(table.epoch(), epoch);
+  EXPECT_EQ(pool.num_used_pages(), 12);
+  ASSERT_TRUE(table.shrink_stream(0, 1, 3).is_ok());
+  EXPECT_NE(table.epoch(), epoch);
   EXPECT_EQ(table.num_tokens(0, 1), 3);
   EXPECT_EQ(table.num_tokens(0, 0), 12);
   EXPECT_EQ(table.num_logical_tokens(), 12);
   EXPECT_EQ(pool.ref_count(old_pages[0]), 1);
   EXPECT_EQ(pool.ref_count(old_pages[1]), 0);
+  EXPECT_EQ(pool.ref_count(old_pages[2]), 0);
   EXPECT_EQ(pool.num_used_pages(), 10);
-  expect_intact(pool, table);
-
-  // Copy-out: the caller allocates, the table retains, the caller drops its own reference.
-  auto fresh = *pool.allocate(2);
-  ASSERT_TRUE(table.replace_stream(1, 0, fresh, 5).is_ok());
-  pool.release(fresh);
-  EXPECT_EQ(pool.ref_count(fresh[0]), 1);
-  EXPECT_EQ(table.num_tokens(1, 0), 5);
-  EXPECT_EQ(pool.num_used_pages(), 9);
   expect_intact(pool, table);
 
   // Appending keeps counting logical positions while streams grow from their own lengths.
   ASSERT_TRUE(table.append(1).is_ok());
   EXPECT_EQ(table.num_tokens(0, 1), 4);
-  EXPECT_EQ(table.num_tokens(1, 0), 6);
   EXPECT_EQ(table.num_logical_tokens(), 13);
   EXPECT_EQ(table.num_pages(0, 0), 4);
+  EXPECT_EQ(table.num_pages(0, 1), 1);
   expect_intact(pool, table);
 }
 
-TEST(PageTableTest, ReplaceStreamChecksItsInput) {
+TEST(PageTableTest, ShrinkStreamChecksItsInput) {
   BlockPool pool(64);
   PageTable table(&pool, small_layout());
   ASSERT_TRUE(table.append(6).is_ok());
-  const std::vector<int32_t> p(table.pages(1, 1).begin(), table.pages(1, 1).end());
-  EXPECT_EQ(table.replace_stream(2, 0, p, 6).code(), StatusCode::kInvalidArgument);  // no layer 2
-  EXPECT_EQ(table.replace_stream(1, 1, p, 7).code(), StatusCode::kInvalidArgument);  // grows
-  EXPECT_EQ(table.replace_stream(1, 1, p, 3).code(),
-            StatusCode::kInvalidArgument);  // 2 pages for 1
-  EXPECT_EQ(table.replace_stream(1, 1, std::vector<int32_t>{p[0], p[0]}, 6).code(),
-            StatusCode::kInvalidArgument);
-  EXPECT_EQ(table.replace_stream(1, 1, std::vector<int32_t>{63}, 2).code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(table.shrink_stream(2, 0, 6).code(), StatusCode::kInvalidArgument);   // no layer 2
+  EXPECT_EQ(table.shrink_stream(1, 1, 7).code(), StatusCode::kInvalidArgument);   // grows
+  EXPECT_EQ(table.shrink_stream(1, 1, -1).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(table.num_tokens(1, 1), 6);
-  ASSERT_TRUE(table.replace_stream(1, 1, {}, 0).is_ok());
+  ASSERT_TRUE(table.shrink_stream(1, 1, 0).is_ok());
   EXPECT_EQ(table.num_pages(1, 1), 0);
   expect_intact(pool, table);
 }
@@ -221,7 +211,7 @@ TEST(PageTableTest, ViewExposesEachStreamsPages) {
   BlockPool pool(64);
   PageTable table(&pool, small_layout());
   ASSERT_TRUE(table.append(7).is_ok());
-  ASSERT_TRUE(table.replace_stream(1, 0, std::vector<int32_t>{table.pages(1, 0)[0]}, 2).is_ok());
+  ASSERT_TRUE(table.shrink_stream(1, 0, 2).is_ok());
   const PageTableView view = table.view();
   EXPECT_EQ(view.num_streams, 4);
   EXPECT_EQ(view.page_size, 4);

@@ -17,7 +17,7 @@ TEST(MethodTraitsTest, OpsFollowFamilyAndScoreNeeds) {
   MethodTraits h2o;
   h2o.family = MethodFamily::kEviction;
   h2o.score_needs = ScoreNeeds::kColumnSums;
-  EXPECT_EQ(method_ops(h2o), (std::vector<std::string_view>{"attention_scores", "compact_kv"}));
+  EXPECT_EQ(method_ops(h2o), (std::vector<std::string_view>{"attention_scores", "compact_kv", "move_kv_rows"}));
   EXPECT_TRUE(method_ops(MethodTraits{}).empty());
 }
 
@@ -65,7 +65,7 @@ TEST(MethodTraitsTest, MethodsRunOnCudaWhenTheirOpsHaveKernels) {
 // Every op the registered methods call has a CUDA kernel exactly in CUDA builds.
 TEST(MethodTraitsTest, CudaKernelsOfTheMethodOps) {
   const bool cuda_built = cuda_implements("paged_attention");
-  for (std::string_view op : {"attention_scores", "compact_kv", "subset_attention_max_scores", "update_page_key_bounds",
+  for (std::string_view op : {"attention_scores", "compact_kv", "move_kv_rows", "subset_attention_max_scores", "update_page_key_bounds",
                               "select_pages_by_key_bounds", "top_keys_by_logits_max_over_heads",
                               "paged_attention over a selection"})
     EXPECT_EQ(cuda_implements(op), cuda_built) << op;

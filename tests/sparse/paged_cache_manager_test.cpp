@@ -157,5 +157,55 @@ TEST(PagedCacheManagerTest, PositionMapFollowsEvictionTruncationAndSnapshots) {
   EXPECT_TRUE(c.check_integrity().is_ok());
 }
 
+// evict_slots: each listed stream's last token takes the evicted slot (KV and position), a page goes back when the
+// stream no longer needs it, and bad input changes nothing.
+TEST(PagedCacheManagerTest, EvictSlotsRefillsTheSlotWithTheLastToken) {
+  Model model = test::tiny_model();
+  auto cache = PagedCacheManager::create(layout_of(model.config(), 4), 512, cpu_allocator(), false);
+  ASSERT_TRUE(cache.is_ok());
+  PagedCacheManager& c = **cache;
+  ASSERT_TRUE(c.open(0, {}).is_ok());
+  ASSERT_TRUE(c.reserve(0, 9).is_ok());  // 3 pages a stream, the last holding one token
+  const int32_t head_dim = c.layout().head_dim;
+  // Every K and V element of token t of stream s holds 1000 s + 10 t (+ 1 for V).
+  const AttentionView pool = c.build_sequence_view(0, 0);
+  const auto slot_of = [&](int layer, int head, int32_t token) { return c.table(0)->slot(layer, head, token); };
+  for (int layer = 0; layer < c.layout().num_layers; ++layer)
+    for (int head = 0; head < c.layout().num_kv_heads; ++head)
+      for (int32_t t = 0; t < 9; ++t)
+        for (int kv = 0; kv < 2; ++kv) {
+          const PageSlot at = slot_of(layer, head, t);
+          float* row = pool.element<float>(at.page_id, kv, at.offset);
+          std::fill(row, row + head_dim, 1000.0f * c.layout().stream(layer, head) + 10.0f * t + kv);
+        }
+  const int64_t free_before = c.num_free_pages();
+
+  const std::vector<CacheManager::SlotEviction> bad = {{1, 1, 2}, {0, 0, 9}};  // stream (0, 0) has no slot 9
+  EXPECT_EQ(c.evict_slots(0, bad).code(), StatusCode::kInvalidArgument);
+  const std::vector<CacheManager::SlotEviction> twice = {{1, 1, 2}, {1, 1, 3}};
+  EXPECT_EQ(c.evict_slots(0, twice).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(positions_of(c, 0, 1, 1), (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 7, 8}));
+  EXPECT_EQ(c.num_free_pages(), free_before);
+
+  const std::vector<CacheManager::SlotEviction> evictions = {{1, 1, 2}, {0, 0, 8}};  // (0, 0) drops its last slot
+  ASSERT_TRUE(c.evict_slots(0, evictions).is_ok());
+  EXPECT_EQ(positions_of(c, 0, 1, 1), (std::vector<int32_t>{0, 1, 8, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(positions_of(c, 0, 0, 0), (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(positions_of(c, 0, 0, 1).size(), 9u);
+  EXPECT_EQ(c.num_free_pages(), free_before + 2);  // both streams are down to two pages
+  const int32_t stream = c.layout().stream(1, 1);
+  for (int32_t t = 0; t < 8; ++t)
+    for (int kv = 0; kv < 2; ++kv) {
+      const PageSlot at = slot_of(1, 1, t);
+      const int32_t token = t == 2 ? 8 : t;
+      EXPECT_EQ(pool.element<float>(at.page_id, kv, at.offset)[head_dim - 1], 1000.0f * stream + 10.0f * token + kv)
+          << "slot " << t;
+    }
+  // New tokens append after the refilled slots and keep their absolute positions.
+  ASSERT_TRUE(c.reserve(0, 1).is_ok());
+  EXPECT_EQ(positions_of(c, 0, 1, 1), (std::vector<int32_t>{0, 1, 8, 3, 4, 5, 6, 7, 9}));
+  EXPECT_TRUE(c.check_integrity().is_ok());
+}
+
 }  // namespace
 }  // namespace se

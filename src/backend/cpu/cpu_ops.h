@@ -28,6 +28,7 @@ void paged_attention(TensorView out, TensorView q, const AttentionView& view, co
 void attention_scores(TensorView out, TensorView q, const AttentionView& view, int32_t seq,
                       const AttentionParams& params, ScoreReduce reduce);
 void compact_kv(const AttentionView& pool, std::span<const StreamCompaction> streams);
+void move_kv_rows(const AttentionView& pool, std::span<const KvRowMove> moves);
 void update_page_key_bounds(TensorView bounds, const AttentionView& view, int32_t max_new_tokens);
 void page_key_bound_scores(TensorView out, TensorView q, TensorView bounds, const AttentionView& view,
                            int32_t seq);

@@ -19,4 +19,12 @@ void compact_kv(const AttentionView& pool, std::span<const StreamCompaction> str
   }
 }
 
+void move_kv_rows(const AttentionView& pool, std::span<const KvRowMove> moves) {
+  const size_t bytes = sizeof(float) * static_cast<size_t>(pool.head_dim);
+  for (const KvRowMove& m : moves)
+    for (int kv = 0; kv < 2; ++kv)
+      std::memcpy(pool.element<float>(m.dest_page, kv, m.dest_offset),
+                  pool.element<float>(m.source_page, kv, m.source_offset), bytes);
+}
+
 }  // namespace se::cpu

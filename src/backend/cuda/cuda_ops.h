@@ -60,6 +60,8 @@ void attention_scores(TensorView out, TensorView q, const AttentionView& view, i
 // Gathers the moved rows of every stream into scratch, then scatters them to their slots (an in-place
 // parallel move would race); bit-exact. Enqueued only: the call does not wait.
 void compact_kv(const AttentionView& pool, std::span<const StreamCompaction> streams);
+// One thread per 16-byte piece of every moved row; enqueued only.
+void move_kv_rows(const AttentionView& pool, std::span<const KvRowMove> moves);
 void subset_attention_max_scores(TensorView out, TensorView q, const AttentionView& view,
                                  int32_t seq, int32_t num_sink, int32_t begin,
                                  const AttentionParams& params);

@@ -10,6 +10,8 @@
 // stream and slot order: a piece writes only slots below every source of the pieces after it, so the
 // pieces may run one after the other without a race. Enqueued on the context's stream (tables staged
 // through host_tables.h); the call does not wait.
+//
+// move_kv_rows needs no scratch: no move reads a slot another one writes, so one pass copies each row.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -67,6 +69,24 @@ __device__ __forceinline__ const MoveRun& run_of(const CompactArgs& a, int64_t r
 }
 
 // Gather: scratch row r = the pieces of the source of row first_row + r. Scatter: its slot = scratch row r.
+// Thread i copies piece i % pieces_per_row of row i / pieces_per_row: [move][K, V][head_dim / 8].
+__global__ void move_kv_rows_kernel(char* kv_base, size_t page_bytes, int32_t page_size, int32_t head_dim,
+                                    const KvRowMove* moves, int64_t num_moves) {
+  const int pieces = head_dim / 8;
+  const int64_t total = num_moves * 2 * pieces;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const KvRowMove m = moves[i / (2 * pieces)];
+    const int rest = static_cast<int>(i % (2 * pieces));
+    const size_t piece = (static_cast<size_t>(rest / pieces) * page_size) * head_dim + (rest % pieces) * 8;
+    const auto at = [&](int32_t page, int32_t offset) {
+      return reinterpret_cast<uint4*>(kv_base + static_cast<size_t>(page) * page_bytes +
+                                      (piece + static_cast<size_t>(offset) * head_dim) * sizeof(__nv_bfloat16));
+    };
+    *at(m.dest_page, m.dest_offset) = *at(m.source_page, m.source_offset);
+  }
+}
+
 template <bool kGather>
 __global__ void compact_kv_move_kernel(const CompactArgs a) {
   const int pieces = a.head_dim / 8;
@@ -145,6 +165,21 @@ void compact_kv(const AttentionView& pool, std::span<const StreamCompaction> str
     compact_kv_move_kernel<false><<<grid, kThreads, 0, context.stream()>>>(a);
     SE_CUDA_CHECK_LAUNCH("compact_kv_move_kernel (scatter)");
   }
+}
+
+void move_kv_rows(const AttentionView& pool, std::span<const KvRowMove> moves) {
+  SE_CHECK(pool.head_dim % 8 == 0 && pool.page_bytes % 16 == 0 &&
+               reinterpret_cast<uintptr_t>(pool.kv_base) % 16 == 0,
+           "cuda::move_kv_rows: head_dim {} and page_bytes {} must allow 16-byte moves", pool.head_dim,
+           pool.page_bytes);
+  if (moves.empty()) return;
+  const StagedTables staged = stage_host_tables(moves.data(), moves.size_bytes(), 0);
+  const auto num_moves = static_cast<int64_t>(moves.size());
+  const unsigned grid = launch::grid_for(num_moves * 2 * (pool.head_dim / 8), kThreads);
+  move_kv_rows_kernel<<<grid, kThreads, 0, CudaContext::current().stream()>>>(
+      static_cast<char*>(pool.kv_base), pool.page_bytes, pool.page_size, pool.head_dim,
+      static_cast<const KvRowMove*>(staged.tables), num_moves);
+  SE_CUDA_CHECK_LAUNCH("move_kv_rows_kernel");
 }
 
 }  // namespace se::cuda

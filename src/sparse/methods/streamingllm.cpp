@@ -33,16 +33,52 @@ int64_t StreamingLlmMethod::resident_pages(const KvLayout& layout, int32_t /*num
   return layout.pages_for_tokens(std::min(num_tokens, budget_));
 }
 
+int32_t StreamingLlmMethod::oldest_window_slot(std::span<const int32_t> positions) {
+  order_.assign(positions.begin(), positions.end());
+  std::nth_element(order_.begin(), order_.begin() + num_sink_tokens_, order_.end());
+  const int32_t oldest = order_[static_cast<size_t>(num_sink_tokens_)];
+  return static_cast<int32_t>(std::find(positions.begin(), positions.end(), oldest) - positions.begin());
+}
+
+void StreamingLlmMethod::keep_by_position(std::span<const int32_t> positions, std::vector<int32_t>& kept) {
+  const auto len = static_cast<int32_t>(positions.size());
+  order_.resize(positions.size());
+  std::iota(order_.begin(), order_.end(), 0);
+  std::sort(order_.begin(), order_.end(), [&](int32_t a, int32_t b) { return positions[a] < positions[b]; });
+  kept.assign(order_.begin(), order_.begin() + num_sink_tokens_);
+  kept.insert(kept.end(), order_.begin() + (len - (budget_ - num_sink_tokens_)), order_.end());
+  std::sort(kept.begin(), kept.end());
+}
+
+void StreamingLlmMethod::plan_ring_evictions(const StepContext& ctx, int32_t seq) {
+  const KvLayout& layout = ctx.cache.layout();
+  int32_t shared_slot = -1, shared_position = -1;
+  for (int layer = 0; layer < layout.num_layers; ++layer) {
+    if (ctx.sliding_window(layer) > 0) continue;
+    for (int head = 0; head < layout.num_kv_heads; ++head) {
+      if (ctx.cache.stream_length(seq, layer, head) != budget_ + 1) continue;
+      const std::span<const int32_t> positions = ctx.cache.slot_positions(seq, layer, head);
+      int32_t slot = shared_slot;
+      if (slot < 0 || positions[static_cast<size_t>(slot)] != shared_position) {
+        slot = oldest_window_slot(positions);
+        shared_slot = slot;
+        shared_position = positions[static_cast<size_t>(slot)];
+      }
+      ring_.push_back({layer, head, slot});
+    }
+  }
+}
+
 void StreamingLlmMethod::finish_step(StepContext& ctx) {
-  const int32_t num_recent = budget_ - num_sink_tokens_;
   for (const SequenceSlice& slice : ctx.batch.sequences) {
-    // kept = [0, sinks) ++ [len - recent, len), ascending and disjoint since len > sinks + recent. A
-    // sliding-window layer keeps no sinks: it cannot see them.
+    ring_.clear();
+    plan_ring_evictions(ctx, slice.seq_slot);
+    const Status s = ctx.cache.evict_slots(slice.seq_slot, ring_);
+    SE_CHECK(s.is_ok(), "streamingllm: {}", s.to_string());
+    // What is still over the budget: streams that took more than one token this step, and sliding-window layers.
     evict_to_budget(ctx, slice.seq_slot, budget_, "streamingllm", scratch_,
-                    [&](int /*layer*/, int /*kv_head*/, int32_t len, std::vector<int32_t>& kept) {
-                      kept.resize(static_cast<size_t>(budget_));
-                      std::iota(kept.begin(), kept.begin() + num_sink_tokens_, 0);
-                      std::iota(kept.begin() + num_sink_tokens_, kept.end(), len - num_recent);
+                    [&](int layer, int kv_head, int32_t /*len*/, std::vector<int32_t>& kept) {
+                      keep_by_position(ctx.cache.slot_positions(slice.seq_slot, layer, kv_head), kept);
                     });
   }
 }

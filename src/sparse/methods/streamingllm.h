@@ -1,8 +1,8 @@
 // streamingllm: attention sinks plus a sliding window (mit-han-lab/streaming-llm `StartRecentKVCache`).
 // Every (layer, KV head) stream of a sequence keeps its first `sink_tokens` tokens and its most recent
 // `budget - sink_tokens` tokens; everything in between is physically evicted. The rule is the same for all
-// layers and heads and needs no scores. Stateless across steps: the kept set is a function of the stream's
-// length alone, so nothing is kept per sequence. Engine thread only.
+// layers and heads and needs no scores. Stateless across steps: the kept set is a function of the positions the
+// stream holds, so nothing is kept per sequence. Engine thread only.
 //
 // When it evicts: after every step (finish_step), prefill chunks and decode tokens alike, each stream longer than
 // `budget` is compacted to sinks + the last (budget - sinks) tokens. This is the reference's
@@ -13,6 +13,15 @@
 // budget, and a prefill chunk's queries see the whole chunk (the reference would first drop n more old tokens).
 // The resident set after each step is exactly the kv_cache hook's; a step's transient peak is budget + n tokens.
 //
+// Layout: a full-attention stream one token over the budget (every decode step) evicts its oldest non-sink token
+// by moving its newest into that slot (CacheManager::evict_slots): the recent window is a ring in slot order,
+// and a step moves one row per stream instead of shifting the whole window down. Which slot that is comes from
+// the position map, found once per sequence: the full-attention streams of a sequence hold the same positions in
+// the same slots, since this rule and every other change of the cache (appends, chain pruning) treat them alike;
+// a stream whose slot does not hold that position finds its own. Longer excesses (prefill chunks) keep the sinks
+// and the window by position through CacheManager::evict_streams, and a sliding-window layer, whose attention
+// reads its last slots, keeps its tail in slot order (sliding_window_tail.h).
+//
 // RoPE: keys are cached post-RoPE and keep their original rotation; new tokens keep their absolute positions
 // (the kvpress StreamingLLMPress default, without KeyRerotationPress). The reference's pos-shift variant (keys
 // cached pre-RoPE and re-rotated to cache-relative positions at every step) is out of scope.
@@ -21,6 +30,7 @@
 // (default 4, the reference's start_size and kvpress's n_sink); budget > sink_tokens.
 #pragma once
 
+#include <span>
 #include <vector>
 
 #include "sparse/budget_eviction.h"
@@ -45,11 +55,22 @@ class StreamingLlmMethod final : public MethodRuntime {
  private:
   StreamingLlmMethod(nlohmann::ordered_json config, int32_t budget, int32_t num_sink_tokens);
 
+  // Adds to ring_ the full-attention streams of `seq` that hold budget + 1 tokens, each with the slot of its
+  // oldest non-sink token.
+  void plan_ring_evictions(const StepContext& ctx, int32_t seq);
+  // The slot of `positions` holding the num_sink_tokens_-th smallest position: the oldest the window holds.
+  int32_t oldest_window_slot(std::span<const int32_t> positions);
+  // The slots of `positions` holding its num_sink_tokens_ smallest and budget_ - num_sink_tokens_ largest
+  // positions, ascending.
+  void keep_by_position(std::span<const int32_t> positions, std::vector<int32_t>& kept);
+
   MethodTraits traits_;
   nlohmann::ordered_json config_;
   int32_t budget_ = 0;                                   // tokens per stream after eviction
   int32_t num_sink_tokens_ = 0;                          // leading tokens never evicted
   BudgetEvictionScratch scratch_;  // of finish_step
+  std::vector<CacheManager::SlotEviction> ring_;  // of finish_step
+  std::vector<int32_t> order_;                    // of oldest_window_slot and keep_by_position
 };
 
 }  // namespace se

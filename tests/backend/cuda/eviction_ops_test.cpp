@@ -425,6 +425,52 @@ TEST(CudaEvictionOpsTest, CompactKvIsBitExactAndTouchesNothingElse) {
   }
 }
 
+// --- move_kv_rows ---
+
+// StreamingLLM's ring step on every stream of a sequence at once: each stream's last token overwrites one earlier
+// slot (a random one per stream), as CacheManager::evict_slots sends it.
+TEST(CudaEvictionOpsTest, MoveKvRowsIsBitExactAndTouchesNothingElse) {
+  SE_SKIP_WITHOUT_CUDA_DEVICE();
+  const std::vector<CompactCase> cases = {
+      {"ps16 d128 8 heads", 16, 8, 128, {2049, 2049, 2049, 2049, 2049, 2049, 2049, 2049}},
+      {"ps64 d64 ragged", 64, 3, 64, {65, 2, 700}},
+      {"ps16 d256", 16, 2, 256, {33, 17}},
+  };
+  uint64_t seed = 9000;
+  for (const CompactCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    EvictionCache cache(c.page_size, c.num_kv_heads, c.head_dim, with_decoy(c.lens), seed += 10);
+    std::mt19937_64 rng(seed);
+    const Tensor before = cache.cpu_pool().to_f32();
+    const SeqKvView& sv = cache.cpu_view().seqs[1];
+    std::vector<KvRowMove> moves;
+    std::vector<int32_t> holes;
+    for (int32_t h = 0; h < c.num_kv_heads; ++h) {
+      const int32_t last = cache.length(1, h) - 1;
+      const int32_t hole = static_cast<int32_t>(rng() % static_cast<uint64_t>(last));  // below the last slot
+      const int32_t* pages = sv.page_ids + static_cast<int64_t>(h) * sv.stride;
+      moves.push_back(KvRowMove{pages[last / c.page_size], last % c.page_size, pages[hole / c.page_size],
+                                hole % c.page_size});
+      holes.push_back(hole);
+    }
+    move_kv_rows(cache.cpu_view(), moves);
+    move_kv_rows(cache.gpu_view(), moves);
+    for (int32_t h = 0; h < c.num_kv_heads; ++h) {
+      const int32_t last = cache.length(1, h) - 1;
+      for (int kv = 0; kv < 2; ++kv)
+        ASSERT_EQ(std::memcmp(cache.cpu_row(cache.cpu_pool(), 1, h, holes[static_cast<size_t>(h)], kv),
+                              cache.cpu_row(before, 1, h, last, kv), sizeof(float) * c.head_dim),
+                  0)
+            << "head " << h;
+      cache.set_length(1, h, last);
+    }
+    const int64_t mismatches = cache.count_pool_mismatches();
+    std::printf("PARITY move_kv_rows                %-44s pool mismatches %lld\n", c.name.c_str(),
+                static_cast<long long>(mismatches));
+    EXPECT_EQ(mismatches, 0);
+  }
+}
+
 // The dispatch names what is wrong when a CUDA pool gets a host q or device scores.
 TEST(CudaEvictionOpsDeathTest, ScoresWithACudaPoolWantDeviceQAndHostOut) {
   SE_SKIP_WITHOUT_CUDA_DEVICE();
