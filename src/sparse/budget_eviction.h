@@ -1,7 +1,9 @@
 // One sequence's eviction down to a per-stream budget, as the methods that evict after every step do
-// (StreamingLLM, H2O): every stream that holds more than `budget` tokens keeps, on a sliding-window layer,
-// the tail the layer can still see (sliding_window_tail.h), and otherwise the ascending slots the method's
-// choice writes; all of the sequence's streams are evicted in one CacheManager call.
+// (StreamingLLM, H2O). Every stream that holds more than `budget` tokens keeps, on a sliding-window layer, the tail
+// the layer can still see (sliding_window_tail.h); a full-attention stream one token over (a decode step) loses
+// the one slot the method names, refilled by its newest token (CacheManager::evict_slots: one row moves, so slot
+// order drifts from position order); any other keeps the ascending slots the method's choice writes. All of the
+// sequence's streams are evicted in two CacheManager calls.
 #pragma once
 
 #include <cstdint>
@@ -15,38 +17,52 @@
 
 namespace se {
 
-// Scratch kept across steps by the method: one kept list per stream and the call's eviction list.
+// Scratch kept across steps by the method: one kept list per stream and the call's evictions.
 struct BudgetEvictionScratch {
   std::vector<std::vector<int32_t>> kept;
   std::vector<CacheManager::StreamEviction> evictions;
+  std::vector<CacheManager::SlotEviction> slot_evictions;
 };
 
-// choose_kept(layer, kv_head, len, kept) fills `kept` for a full-attention stream of len > budget tokens. Returns
-// the evictions made (each one's kept list lives in `scratch` until the next call).
-template <typename ChooseKept>
-std::span<const CacheManager::StreamEviction> evict_to_budget(StepContext& ctx, int32_t seq, int32_t budget,
-                                                              std::string_view method,
-                                                              BudgetEvictionScratch& scratch,
-                                                              ChooseKept&& choose_kept) {
+// What one call evicted (each kept list lives in the scratch until the next call).
+struct BudgetEvictions {
+  std::span<const CacheManager::SlotEviction> slots;      // one token each, refilled by the stream's last
+  std::span<const CacheManager::StreamEviction> streams;  // compacted to their kept slots
+};
+
+// choose_evicted(layer, kv_head, positions) returns the slot a full-attention stream of budget + 1 tokens loses;
+// choose_kept(layer, kv_head, positions, kept) fills `kept` for one of more. `positions` is the stream's position
+// map (CacheManager::slot_positions).
+template <typename ChooseEvicted, typename ChooseKept>
+BudgetEvictions evict_to_budget(StepContext& ctx, int32_t seq, int32_t budget, std::string_view method,
+                                BudgetEvictionScratch& scratch, ChooseEvicted&& choose_evicted,
+                                ChooseKept&& choose_kept) {
   const KvLayout& layout = ctx.cache.layout();
   scratch.kept.resize(static_cast<size_t>(layout.num_streams()));
   scratch.evictions.clear();
+  scratch.slot_evictions.clear();
   for (int layer = 0; layer < layout.num_layers; ++layer) {
     for (int head = 0; head < layout.num_kv_heads; ++head) {
       const int32_t len = ctx.cache.stream_length(seq, layer, head);
       if (len <= budget) continue;
       std::vector<int32_t>& kept = scratch.kept[static_cast<size_t>(layout.stream(layer, head))];
+      const std::span<const int32_t> positions = ctx.cache.slot_positions(seq, layer, head);
       if (const int32_t window = ctx.sliding_window(layer); window > 0) {
         keep_sliding_window_tail(len, window, budget, kept);
+      } else if (len == budget + 1) {
+        scratch.slot_evictions.push_back({layer, head, choose_evicted(layer, head, positions)});
+        continue;
       } else {
-        choose_kept(layer, head, len, kept);
+        choose_kept(layer, head, positions, kept);
       }
       scratch.evictions.push_back({layer, head, kept});
     }
   }
-  const Status s = ctx.cache.evict_streams(seq, scratch.evictions);
-  SE_CHECK(s.is_ok(), "{}: {}", method, s.to_string());
-  return scratch.evictions;
+  const Status refilled = ctx.cache.evict_slots(seq, scratch.slot_evictions);
+  SE_CHECK(refilled.is_ok(), "{}: {}", method, refilled.to_string());
+  const Status compacted = ctx.cache.evict_streams(seq, scratch.evictions);
+  SE_CHECK(compacted.is_ok(), "{}: {}", method, compacted.to_string());
+  return {scratch.slot_evictions, scratch.evictions};
 }
 
 }  // namespace se

@@ -148,6 +148,43 @@ void H2oMethod::accumulate_step_scores(StepContext& ctx) {
   }
 }
 
+int32_t H2oMethod::recent_window_start(std::span<const int32_t> positions, int32_t num_logical) {
+  const int32_t start = num_logical - num_recent_;
+  int32_t num_in_window = 0;
+  for (const int32_t p : positions) num_in_window += p >= start ? 1 : 0;
+  if (num_in_window == num_recent_) return start;
+  order_.assign(positions.begin(), positions.end());
+  std::nth_element(order_.begin(), order_.end() - num_recent_, order_.end());
+  return *(order_.end() - num_recent_);
+}
+
+int32_t H2oMethod::lowest_scored_slot(std::span<const float> acc, std::span<const int32_t> positions,
+                                      int32_t window_start) {
+  int32_t lowest = -1;
+  for (size_t j = 0; j < positions.size(); ++j) {
+    if (positions[j] >= window_start) continue;
+    const auto l = static_cast<size_t>(lowest);
+    if (lowest < 0 || acc[j] < acc[l] || (acc[j] == acc[l] && positions[j] > positions[l]))
+      lowest = static_cast<int32_t>(j);
+  }
+  return lowest;
+}
+
+void H2oMethod::keep_heavy_and_recent(std::span<const float> acc, std::span<const int32_t> positions,
+                                      int32_t window_start, std::vector<int32_t>& kept) {
+  // The candidates in position order, so ties keep the older token as they do in slot order.
+  order_.clear();
+  kept.clear();
+  for (size_t j = 0; j < positions.size(); ++j)
+    (positions[j] < window_start ? order_ : kept).push_back(static_cast<int32_t>(j));
+  std::sort(order_.begin(), order_.end(), [&](int32_t a, int32_t b) { return positions[a] < positions[b]; });
+  candidate_scores_.resize(order_.size());
+  for (size_t i = 0; i < order_.size(); ++i) candidate_scores_[i] = acc[static_cast<size_t>(order_[i])];
+  top_k_ascending(candidate_scores_.data(), static_cast<int32_t>(order_.size()), num_heavy_, heavy_);
+  for (const int32_t i : heavy_) kept.push_back(order_[static_cast<size_t>(i)]);
+  std::sort(kept.begin(), kept.end());
+}
+
 void H2oMethod::finish_step(StepContext& ctx) {
   accumulate_step_scores(ctx);
   const KvLayout& layout = ctx.cache.layout();
@@ -155,17 +192,30 @@ void H2oMethod::finish_step(StepContext& ctx) {
     auto it = scores_.find(slice.seq_slot);
     SE_CHECK(it != scores_.end(), "h2o: no scores for seq {}", slice.seq_slot);
     std::vector<std::vector<float>>& acc = it->second.acc;
-    // Heavy hitters: the num_heavy_ largest acc among the rows older than the recent window (on a sliding-window
-    // layer, heavy hitters the layer cannot see are no use to it: it keeps the tail).
-    const auto evicted = evict_to_budget(
+    const int32_t num_logical = ctx.cache.num_logical_tokens(slice.seq_slot);
+    const auto stream_acc = [&](int layer, int kv_head, size_t len) -> std::vector<float>& {
+      std::vector<float>& scores = acc[static_cast<size_t>(layout.stream(layer, kv_head))];
+      SE_CHECK(scores.size() == len, "h2o: acc out of step with stream");
+      return scores;
+    };
+    // Heavy hitters: the num_heavy_ largest acc among the tokens older than the recent window (on a
+    // sliding-window layer, heavy hitters the layer cannot see are no use to it: it keeps the tail).
+    const BudgetEvictions evicted = evict_to_budget(
         ctx, slice.seq_slot, num_heavy_ + num_recent_, "h2o", scratch_,
-        [&](int layer, int kv_head, int32_t len, std::vector<int32_t>& kept) {
-          const std::vector<float>& stream_acc = acc[static_cast<size_t>(layout.stream(layer, kv_head))];
-          SE_CHECK(static_cast<int32_t>(stream_acc.size()) == len, "h2o: acc out of step with stream");
-          top_k_ascending(stream_acc.data(), len - num_recent_, num_heavy_, kept);
-          for (int32_t j = len - num_recent_; j < len; ++j) kept.push_back(j);
+        [&](int layer, int kv_head, std::span<const int32_t> positions) {
+          return lowest_scored_slot(stream_acc(layer, kv_head, positions.size()), positions,
+                                    recent_window_start(positions, num_logical));
+        },
+        [&](int layer, int kv_head, std::span<const int32_t> positions, std::vector<int32_t>& kept) {
+          keep_heavy_and_recent(stream_acc(layer, kv_head, positions.size()), positions,
+                                recent_window_start(positions, num_logical), kept);
         });
-    for (const CacheManager::StreamEviction& e : evicted)
+    for (const CacheManager::SlotEviction& e : evicted.slots) {
+      std::vector<float>& scores = acc[static_cast<size_t>(layout.stream(e.layer, e.kv_head))];
+      scores[static_cast<size_t>(e.slot)] = scores.back();
+      scores.pop_back();
+    }
+    for (const CacheManager::StreamEviction& e : evicted.streams)
       keep_scores(acc[static_cast<size_t>(layout.stream(e.layer, e.kv_head))], e.kept);
   }
 }

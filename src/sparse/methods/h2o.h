@@ -11,8 +11,10 @@
 //     reference is MHA / per query head). acc[j] += that column sum; the n new rows start at their column sums.
 //     Each layer's sums are enqueued after its attention and added in finish_step, so the step waits for the
 //     device once, not once per layer.
-//   * Eviction, after every step (finish_step): a stream of T > heavy + recent tokens keeps top-`heavy` of
-//     acc[0 : T - recent] (ties: the lower index) plus the last `recent` rows; acc is compacted the same way.
+//   * Eviction, after every step (finish_step): a stream of T > heavy + recent tokens keeps top-`heavy` of the
+//     acc of the tokens older than its `recent` newest (ties: the older token) plus those `recent`; acc follows
+//     its rows. A decode step (T = heavy + recent + 1) drops the one lowest and moves its newest row into that
+//     slot (budget_eviction.h), so slot order is not position order; the window is found by position.
 // This matches the reference, which updates and evicts inside each layer's attention right after the softmax:
 // one forward = one step, whatever its length (a whole prompt, a prefill chunk or one decode token).
 // NOTE: the softmax stays fp32 (the reference casts it to the model dtype before summing); fp32 sums rank the
@@ -27,6 +29,7 @@
 // gqa_agg in {mean, max, sum}.
 #pragma once
 
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -65,6 +68,16 @@ class H2oMethod final : public MethodRuntime {
   H2oMethod(nlohmann::ordered_json config, int32_t num_heavy, int32_t num_recent, GroupAgg gqa_agg);
   // A stream's scores after it kept slots `kept` (ascending).
   static void keep_scores(std::vector<float>& acc, std::span<const int32_t> kept);
+  // The oldest position of a stream's recent window: the num_recent_-th largest of `positions`, which is
+  // num_logical - num_recent_ unless chain pruning cut into the window.
+  int32_t recent_window_start(std::span<const int32_t> positions, int32_t num_logical);
+  // The slot of the lowest acc older than the window (ties: the newer token goes, as top_k_ascending keeps the
+  // older one).
+  static int32_t lowest_scored_slot(std::span<const float> acc, std::span<const int32_t> positions,
+                                    int32_t window_start);
+  // The slots of the num_heavy_ largest acc older than the window, plus the window's, ascending.
+  void keep_heavy_and_recent(std::span<const float> acc, std::span<const int32_t> positions, int32_t window_start,
+                             std::vector<int32_t>& kept);
   // Sizes step_ for the step's sequences and measures every layer's longest stream (at layer 0, when every stream
   // already holds the step's new rows; nothing changes their lengths before finish_step).
   void plan_step_scores(const LayerContext& ctx, int64_t num_heads);
@@ -97,6 +110,9 @@ class H2oMethod final : public MethodRuntime {
   };
   StepScores step_;
   BudgetEvictionScratch scratch_;  // of finish_step
+  std::vector<int32_t> order_;            // of recent_window_start and keep_heavy_and_recent
+  std::vector<float> candidate_scores_;   // of keep_heavy_and_recent
+  std::vector<int32_t> heavy_;            // of keep_heavy_and_recent
   std::vector<float> reduced_;     // of accumulate_step_scores: one stream's scores reduced over its query group
 };
 

@@ -50,36 +50,22 @@ void StreamingLlmMethod::keep_by_position(std::span<const int32_t> positions, st
   std::sort(kept.begin(), kept.end());
 }
 
-void StreamingLlmMethod::plan_ring_evictions(const StepContext& ctx, int32_t seq) {
-  const KvLayout& layout = ctx.cache.layout();
-  int32_t shared_slot = -1, shared_position = -1;
-  for (int layer = 0; layer < layout.num_layers; ++layer) {
-    if (ctx.sliding_window(layer) > 0) continue;
-    for (int head = 0; head < layout.num_kv_heads; ++head) {
-      if (ctx.cache.stream_length(seq, layer, head) != budget_ + 1) continue;
-      const std::span<const int32_t> positions = ctx.cache.slot_positions(seq, layer, head);
-      int32_t slot = shared_slot;
-      if (slot < 0 || positions[static_cast<size_t>(slot)] != shared_position) {
-        slot = oldest_window_slot(positions);
-        shared_slot = slot;
-        shared_position = positions[static_cast<size_t>(slot)];
-      }
-      ring_.push_back({layer, head, slot});
-    }
-  }
-}
-
 void StreamingLlmMethod::finish_step(StepContext& ctx) {
   for (const SequenceSlice& slice : ctx.batch.sequences) {
-    ring_.clear();
-    plan_ring_evictions(ctx, slice.seq_slot);
-    const Status s = ctx.cache.evict_slots(slice.seq_slot, ring_);
-    SE_CHECK(s.is_ok(), "streamingllm: {}", s.to_string());
-    // What is still over the budget: streams that took more than one token this step, and sliding-window layers.
-    evict_to_budget(ctx, slice.seq_slot, budget_, "streamingllm", scratch_,
-                    [&](int layer, int kv_head, int32_t /*len*/, std::vector<int32_t>& kept) {
-                      keep_by_position(ctx.cache.slot_positions(slice.seq_slot, layer, kv_head), kept);
-                    });
+    // The full-attention streams share their position map, so one search serves them all.
+    int32_t shared_slot = -1, shared_position = -1;
+    evict_to_budget(
+        ctx, slice.seq_slot, budget_, "streamingllm", scratch_,
+        [&](int /*layer*/, int /*kv_head*/, std::span<const int32_t> positions) {
+          if (shared_slot < 0 || positions[static_cast<size_t>(shared_slot)] != shared_position) {
+            shared_slot = oldest_window_slot(positions);
+            shared_position = positions[static_cast<size_t>(shared_slot)];
+          }
+          return shared_slot;
+        },
+        [&](int /*layer*/, int /*kv_head*/, std::span<const int32_t> positions, std::vector<int32_t>& kept) {
+          keep_by_position(positions, kept);
+        });
   }
 }
 

@@ -55,9 +55,6 @@ class StreamingLlmMethod final : public MethodRuntime {
  private:
   StreamingLlmMethod(nlohmann::ordered_json config, int32_t budget, int32_t num_sink_tokens);
 
-  // Adds to ring_ the full-attention streams of `seq` that hold budget + 1 tokens, each with the slot of its
-  // oldest non-sink token.
-  void plan_ring_evictions(const StepContext& ctx, int32_t seq);
   // The slot of `positions` holding the num_sink_tokens_-th smallest position: the oldest the window holds.
   int32_t oldest_window_slot(std::span<const int32_t> positions);
   // The slots of `positions` holding its num_sink_tokens_ smallest and budget_ - num_sink_tokens_ largest
@@ -69,8 +66,7 @@ class StreamingLlmMethod final : public MethodRuntime {
   int32_t budget_ = 0;                                   // tokens per stream after eviction
   int32_t num_sink_tokens_ = 0;                          // leading tokens never evicted
   BudgetEvictionScratch scratch_;  // of finish_step
-  std::vector<CacheManager::SlotEviction> ring_;  // of finish_step
-  std::vector<int32_t> order_;                    // of oldest_window_slot and keep_by_position
+  std::vector<int32_t> order_;     // of oldest_window_slot and keep_by_position
 };
 
 }  // namespace se
