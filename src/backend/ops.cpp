@@ -296,7 +296,7 @@ bool cuda_implements(std::string_view op) {
       "paged_attention",
       "paged_attention over a selection", "update_page_key_bounds", "page_key_bound_scores",
       "select_pages_by_key_bounds",
-      "attention_logits_max_over_heads", "top_keys_by_logits_max_over_heads", "attention_scores", "compact_kv", "move_kv_rows", "subset_attention_max_scores"};
+      "attention_logits_max_over_heads", "top_keys_by_logits_max_over_heads", "token_lists_with_tail", "attention_scores", "compact_kv", "move_kv_rows", "subset_attention_max_scores"};
   return kCudaBuilt && std::find(std::begin(kCudaOps), std::end(kCudaOps), op) != std::end(kCudaOps);
 }
 
@@ -527,10 +527,11 @@ void attention_logits_max_over_heads(TensorView out, TensorView q, const Attenti
 
 void top_keys_by_logits_max_over_heads(TensorView out_tokens, TensorView q, const AttentionView& view, int32_t seq,
                                        int32_t num_keys, float scale) {
-  SE_CHECK(out_tokens.device == Device::kCpu && out_tokens.dtype == DType::kI32 && out_tokens.shape.rank() == 1 &&
+  SE_CHECK(out_tokens.device == view.kv_device && out_tokens.dtype == DType::kI32 && out_tokens.shape.rank() == 1 &&
                out_tokens.shape[0] <= num_keys,
-           "top_keys_by_logits_max_over_heads: out_tokens {} {} on {} for {} keys", dtype_name(out_tokens.dtype),
-           out_tokens.shape.to_string(), device_name(out_tokens.device), num_keys);
+           "top_keys_by_logits_max_over_heads: out_tokens {} {} on {} for {} keys of a pool on {}",
+           dtype_name(out_tokens.dtype), out_tokens.shape.to_string(), device_name(out_tokens.device), num_keys,
+           device_name(view.kv_device));
   if (pool_on_cuda(view, "top_keys_by_logits_max_over_heads")) {
     require_cuda_act(q, "top_keys_by_logits_max_over_heads.q");
     check_filter_logits(q, view, seq, num_keys, "top_keys_by_logits_max_over_heads");
@@ -544,6 +545,31 @@ void top_keys_by_logits_max_over_heads(TensorView out_tokens, TensorView q, cons
                                   seq, scale);
   top_k_ascending(logits.data(), num_keys, static_cast<int32_t>(out_tokens.shape[0]), kept);
   std::copy(kept.begin(), kept.end(), out_tokens.ptr<int32_t>());
+}
+
+void token_lists_with_tail(TensorView lists, TensorView counts, TensorView tokens, const AttentionView& view,
+                           int32_t seq, int32_t tail_begin) {
+  SE_CHECK(seq >= 0 && seq < view.num_seqs && view.tables_device == Device::kCpu,
+           "token_lists_with_tail: sequence {} of {} with host tables", seq, view.num_seqs);
+  for (const TensorView* t : {&lists, &counts, &tokens})
+    SE_CHECK(t->dtype == DType::kI32 && t->device == view.kv_device,
+             "token_lists_with_tail: {} tensors where the pool lives ({}), got {} on {}", dtype_name(DType::kI32),
+             device_name(view.kv_device), dtype_name(t->dtype), device_name(t->device));
+  const int64_t k = tokens.numel();
+  SE_CHECK(lists.shape.rank() == 2 && lists.shape[0] == view.num_kv_heads && counts.numel() == view.num_kv_heads,
+           "token_lists_with_tail: lists {} and counts {} for {} KV heads", lists.shape.to_string(),
+           counts.shape.to_string(), view.num_kv_heads);
+  for (int32_t h = 0; h < view.num_kv_heads; ++h) {
+    const int32_t len = view.seqs[seq].num_tokens[h];
+    SE_CHECK(tail_begin >= k && tail_begin <= len && k + (len - tail_begin) <= lists.shape[1],
+             "token_lists_with_tail: {} tokens and the tail [{}, {}) of KV head {} in lists of stride {}", k,
+             tail_begin, len, h, lists.shape[1]);
+  }
+  if (pool_on_cuda(view, "token_lists_with_tail")) {
+    if constexpr (kCudaBuilt) cuda::token_lists_with_tail(lists, counts, tokens, view, seq, tail_begin);
+    return;
+  }
+  cpu::token_lists_with_tail(lists, counts, tokens, view, seq, tail_begin);
 }
 
 void subset_attention_max_scores(TensorView out, TensorView q, const AttentionView& view, int32_t seq,

@@ -208,10 +208,17 @@ void attention_logits_max_over_heads(TensorView out, TensorView q, const Attenti
 
 // The k = out_tokens.shape[0] tokens of the first num_keys of sequence `seq` with the largest
 // attention_logits_max_over_heads, as ascending token indices, ties going to the lower index (top_k_ascending,
-// base/top_k.h): OmniKV's index, ranked where the pool lives so only k indices reach the host. k <= num_keys;
-// out_tokens I32 on the host.
+// base/top_k.h): OmniKV's index, ranked where the pool lives and left there (out_tokens I32 on the pool's device),
+// so the step never waits for it. k <= num_keys; host tables.
 void top_keys_by_logits_max_over_heads(TensorView out_tokens, TensorView q, const AttentionView& view, int32_t seq,
                                        int32_t num_keys, float scale);
+
+// Selection lists that share one token index and add each stream's tail (OmniKV's sparse layers): for every KV
+// head h of sequence `seq`, lists[h] = the k = tokens.shape[0] ascending `tokens` (all below tail_begin), then
+// tail_begin, tail_begin + 1, ... up to the stream's length; counts[h] their number. tokens I32 [k], lists I32
+// [num_kv_heads, stride >= k + the longest tail], counts I32 [num_kv_heads], all where the pool lives; host tables.
+void token_lists_with_tail(TensorView lists, TensorView counts, TensorView tokens, const AttentionView& view,
+                           int32_t seq, int32_t tail_begin);
 
 // Attention probabilities of the last n = q.shape[0] query rows of sequence `seq` over a subset of its keys,
 // reduced by max over each KV head's query group and the rows (context-reconstruction scoring). Row r of query

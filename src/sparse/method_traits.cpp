@@ -15,7 +15,9 @@ std::vector<std::string_view> method_ops(const MethodTraits& traits) {
     case ScoreNeeds::kQueryKeyBounds:
       ops.insert(ops.end(), {"update_page_key_bounds", "select_pages_by_key_bounds"});
       break;
-    case ScoreNeeds::kFilterLogits: ops.push_back("top_keys_by_logits_max_over_heads"); break;
+    case ScoreNeeds::kFilterLogits:
+      ops.insert(ops.end(), {"top_keys_by_logits_max_over_heads", "token_lists_with_tail"});
+      break;
   }
   if (traits.family == MethodFamily::kEviction) ops.insert(ops.end(), {"compact_kv", "move_kv_rows"});
   if (traits.family == MethodFamily::kDynamicSelection) ops.push_back("paged_attention over a selection");

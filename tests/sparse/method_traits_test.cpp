@@ -65,9 +65,10 @@ TEST(MethodTraitsTest, MethodsRunOnCudaWhenTheirOpsHaveKernels) {
 // Every op the registered methods call has a CUDA kernel exactly in CUDA builds.
 TEST(MethodTraitsTest, CudaKernelsOfTheMethodOps) {
   const bool cuda_built = cuda_implements("paged_attention");
-  for (std::string_view op : {"attention_scores", "compact_kv", "move_kv_rows", "subset_attention_max_scores", "update_page_key_bounds",
-                              "select_pages_by_key_bounds", "top_keys_by_logits_max_over_heads",
-                              "paged_attention over a selection"})
+  for (std::string_view op :
+       {"attention_scores", "compact_kv", "move_kv_rows", "subset_attention_max_scores", "update_page_key_bounds",
+        "select_pages_by_key_bounds", "top_keys_by_logits_max_over_heads", "token_lists_with_tail",
+        "paged_attention over a selection"})
     EXPECT_EQ(cuda_implements(op), cuda_built) << op;
 }
 

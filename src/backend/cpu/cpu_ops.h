@@ -29,6 +29,8 @@ void attention_scores(TensorView out, TensorView q, const AttentionView& view, i
                       const AttentionParams& params, ScoreReduce reduce);
 void compact_kv(const AttentionView& pool, std::span<const StreamCompaction> streams);
 void move_kv_rows(const AttentionView& pool, std::span<const KvRowMove> moves);
+void token_lists_with_tail(TensorView lists, TensorView counts, TensorView tokens, const AttentionView& view,
+                           int32_t seq, int32_t tail_begin);
 void update_page_key_bounds(TensorView bounds, const AttentionView& view, int32_t max_new_tokens);
 void page_key_bound_scores(TensorView out, TensorView q, TensorView bounds, const AttentionView& view,
                            int32_t seq);

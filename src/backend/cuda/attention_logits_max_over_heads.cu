@@ -1,8 +1,9 @@
 // CUDA twin of OmniKV's filter logits (the CPU reference is
 // backend/cpu/attention_logits_max_over_heads.cpp). It takes the cache's host view over the device
 // pool: the host stages every KV head's leading page ids (host_tables.h), a block takes 64 keys at
-// a time across all KV heads and keeps their running max, and the result comes back to the host, or only the
-// indices of its k largest (OmniKV's index, ranked on the device).
+// a time across all KV heads and keeps their running max, and the result comes back to the host, or the
+// indices of its k largest stay on the device (OmniKV's index), where token_lists_with_tail turns them into the
+// sparse layers' lists.
 // fp32 dots of the bf16 keys: only the summation order differs from the CPU's.
 #include <cuda_bf16.h>
 
@@ -172,13 +173,40 @@ void top_keys_by_logits_max_over_heads(TensorView out_tokens, TensorView q, cons
                                        int32_t seq, int32_t num_keys, float scale) {
   const int k = static_cast<int>(out_tokens.shape[0]);
   if (k == 0) return;
-  void* tokens = nullptr;
-  const float* logits =
-      enqueue_logits(q, view, seq, num_keys, scale, static_cast<size_t>(k) * sizeof(int32_t), &tokens);
-  top_k_ascending_kernel<<<1, kTopKThreads, 0, CudaContext::current().stream()>>>(static_cast<int32_t*>(tokens),
+  const float* logits = enqueue_logits(q, view, seq, num_keys, scale, 0, nullptr);
+  top_k_ascending_kernel<<<1, kTopKThreads, 0, CudaContext::current().stream()>>>(out_tokens.ptr<int32_t>(),
                                                                                   logits, num_keys, k);
   SE_CUDA_CHECK_LAUNCH("top_k_ascending_kernel");
-  fetch_results(out_tokens.data, tokens, static_cast<size_t>(k) * sizeof(int32_t));
+}
+
+namespace {
+// Each KV head's stream length, passed by value (the tables are the host's).
+struct TailLengths {
+  static constexpr int kMaxHeads = 64;
+  int32_t of[kMaxHeads];
+};
+
+// Block h writes KV head h's list: the shared tokens, then its tail; and its count.
+__global__ void token_lists_with_tail_kernel(int32_t* lists, int64_t stride, int32_t* counts, const int32_t* tokens,
+                                             int32_t k, int32_t tail_begin, TailLengths lengths) {
+  const int h = blockIdx.x;
+  const int32_t count = k + lengths.of[h] - tail_begin;
+  int32_t* list = lists + h * stride;
+  for (int32_t i = threadIdx.x; i < count; i += blockDim.x) list[i] = i < k ? tokens[i] : tail_begin + (i - k);
+  if (threadIdx.x == 0) counts[h] = count;
+}
+}  // namespace
+
+void token_lists_with_tail(TensorView lists, TensorView counts, TensorView tokens, const AttentionView& view,
+                           int32_t seq, int32_t tail_begin) {
+  SE_CHECK(view.num_kv_heads <= TailLengths::kMaxHeads, "cuda::token_lists_with_tail: {} KV heads, at most {}",
+           view.num_kv_heads, TailLengths::kMaxHeads);
+  TailLengths lengths{};
+  std::copy_n(view.seqs[seq].num_tokens, view.num_kv_heads, lengths.of);
+  token_lists_with_tail_kernel<<<view.num_kv_heads, 256, 0, CudaContext::current().stream()>>>(
+      lists.ptr<int32_t>(), lists.shape[1], counts.ptr<int32_t>(), tokens.ptr<int32_t>(),
+      static_cast<int32_t>(tokens.numel()), tail_begin, lengths);
+  SE_CUDA_CHECK_LAUNCH("token_lists_with_tail_kernel");
 }
 
 }  // namespace se::cuda

@@ -76,8 +76,11 @@ void select_pages_by_key_bounds(TensorView selected, TensorView num_selected, Te
 // head_dim 64, 128 or 256.
 void attention_logits_max_over_heads(TensorView out, TensorView q, const AttentionView& view,
                                      int32_t seq, float scale);
-// The logits stay on the device; one block radix-selects the k largest, and only their indices come back.
+// The logits stay on the device; one block radix-selects the k largest into out_tokens (device memory).
 void top_keys_by_logits_max_over_heads(TensorView out_tokens, TensorView q, const AttentionView& view,
                                        int32_t seq, int32_t num_keys, float scale);
+// One block per KV head; the stream lengths travel as kernel arguments.
+void token_lists_with_tail(TensorView lists, TensorView counts, TensorView tokens, const AttentionView& view,
+                           int32_t seq, int32_t tail_begin);
 
 }  // namespace se::cuda

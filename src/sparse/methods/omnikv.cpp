@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "backend/device_memory.h"
 #include "base/check.h"
 
 namespace se {
@@ -81,12 +82,27 @@ int32_t OmniKvMethod::num_kept_tokens(int32_t prefill_len) const {
 
 void OmniKvMethod::select_tokens(LayerContext& ctx, int32_t slice, int32_t prefill_len, int32_t num_kept,
                                  TokenIndex& index) {
-  // The filter scores of the sequence's last query row against its prompt keys, ranked where the pool lives.
+  const Device device = ctx.view.kv_device;
+  const int32_t num_kv_heads = ctx.view.num_kv_heads;
+  const SeqKvView& sv = ctx.view.seqs[slice];
+  const int32_t longest = *std::max_element(sv.num_tokens, sv.num_tokens + num_kv_heads);
+  const int64_t stride = num_kept + (longest - prefill_len);
+  if (index.tokens.numel() != num_kept || index.tokens.device() != device)
+    index.tokens = empty_on(device, DType::kI32, {num_kept});
+  if (index.lists.numel() == 0 || index.lists.device() != device || index.lists.shape()[1] < stride) {
+    // Room for a few hundred decode steps, then twice that: a steady decode allocates nothing.
+    const int64_t room = std::max(stride + kTailRoom, index.lists.numel() == 0 ? 0 : 2 * index.lists.shape()[1]);
+    index.lists = empty_on(device, DType::kI32, {num_kv_heads, room});
+    index.counts = empty_on(device, DType::kI32, {num_kv_heads});
+  }
+  // The filter scores of the sequence's last query row against its prompt keys, ranked where the pool lives; the
+  // sparse layers' lists (the index, then each head's decode tail) are built there too, so the step never waits.
   const int64_t head_dim = ctx.q.shape[2];
-  index.tokens.resize(static_cast<size_t>(num_kept));
-  top_keys_by_logits_max_over_heads(TensorView{index.tokens.data(), DType::kI32, Shape{num_kept}, Device::kCpu},
-                                    ctx.last_query_row(slice), ctx.view, slice, prefill_len,
+  top_keys_by_logits_max_over_heads(index.tokens.view(), ctx.last_query_row(slice), ctx.view, slice, prefill_len,
                                     1.0f / std::sqrt(static_cast<float>(head_dim)));
+  token_lists_with_tail(index.lists.view(), index.counts.view(), index.tokens.view(), ctx.view, slice, prefill_len);
+  index.tokens_read = 0;
+  for (int32_t h = 0; h < num_kv_heads; ++h) index.tokens_read += num_kept + (sv.num_tokens[h] - prefill_len);
 }
 
 void OmniKvMethod::build_decode_selection(LayerContext& ctx, int32_t slice, Selection& selection) {
@@ -113,13 +129,10 @@ void OmniKvMethod::build_decode_selection(LayerContext& ctx, int32_t slice, Sele
                it->second.position == position,
            "omnikv: sparse layer {} of seq {} runs before its filter layer {} at position {}", ctx.layer,
            s.seq_slot, layers.sources[static_cast<size_t>(ctx.layer)], position);
-  // The selected prompt tokens, then the decode tail [prefill_len, len) of each head.
-  const SeqKvView& sv = ctx.view.seqs[slice];
-  for (int32_t h = 0; h < ctx.view.num_kv_heads; ++h) {
-    tokens_.assign(it->second.tokens.begin(), it->second.tokens.end());
-    for (int32_t j = prefill_len; j < sv.num_tokens[h]; ++j) tokens_.push_back(j);
-    selection.set(slice, h, tokens_);
-  }
+  // Every layer of the step holds the same tokens, so the filter layer's lists serve its whole segment.
+  const TokenIndex& index = it->second;
+  selection.set_produced(slice, index.lists.view().ptr<int32_t>(), static_cast<int32_t>(index.lists.shape()[1]),
+                         index.counts.view().ptr<int32_t>(), index.tokens_read);
 }
 
 }  // namespace se

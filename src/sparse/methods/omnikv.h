@@ -13,7 +13,9 @@
 // sparse 4-7 (from 2), 10-17 (from 8), 20-31 (from 18).
 //
 // The index of a sequence lives here from its filter layer to the last sparse layer of that segment in the same
-// step (the controller runs layers in order); it is dropped in on_sequence_end. Engine thread only.
+// step (the controller runs layers in order). It is ranked and turned into the sparse layers' per-head lists
+// where the pool lives (top_keys_by_logits_max_over_heads, token_lists_with_tail), so on a GPU no index reaches
+// the host and the step does not wait for it. Engine thread only.
 // Sliding-window layers (Gemma 3's local layers) stay dense: their window already bounds what they read.
 #pragma once
 
@@ -21,6 +23,7 @@
 #include <vector>
 
 #include "sparse/method_config.h"
+#include "tensor/tensor.h"
 #include "sparse/method_runtime.h"
 
 namespace se {
@@ -36,7 +39,10 @@ class OmniKvMethod final : public MethodRuntime {
   const nlohmann::ordered_json& config() const override { return config_; }
 
   void build_decode_selection(LayerContext& ctx, int32_t slice, Selection& selection) override;
-  void on_sequence_end(int32_t seq) override { indices_.erase(seq); }
+  // The slot's buffers stay for the next sequence in it.
+  void on_sequence_end(int32_t seq) override {
+    if (auto it = indices_.find(seq); it != indices_.end()) it->second.filter_layer = -1;
+  }
 
   // Role of every layer of a model with `num_layers` layers; for a sparse layer, `source` is its filter layer.
   struct LayerPlan {
@@ -46,12 +52,18 @@ class OmniKvMethod final : public MethodRuntime {
   LayerPlan plan_layers(int32_t num_layers) const;
 
  private:
-  // A sequence's current index: the prompt tokens its last filter layer kept.
+  // A sequence's current index: the prompt tokens its last filter layer kept, and the sparse layers' lists built
+  // from it, where the pool lives.
   struct TokenIndex {
-    int32_t filter_layer = -1;
-    int32_t position = -1;        // logical position of the decode step that computed it
-    std::vector<int32_t> tokens;  // ascending prompt token indices
+    int32_t filter_layer = -1;  // -1: none yet (a new sequence in this slot)
+    int32_t position = -1;      // logical position of the decode step that computed it
+    Tensor tokens;              // I32 [num_kept]: ascending prompt token indices
+    Tensor lists;               // I32 [num_kv_heads, stride]: per KV head, tokens then the decode tail
+    Tensor counts;              // I32 [num_kv_heads]
+    int64_t tokens_read = 0;    // sum of counts, known on the host
   };
+  // Decode steps the lists have room for beyond the current tail when they grow.
+  static constexpr int64_t kTailRoom = 512;
 
   OmniKvMethod(nlohmann::ordered_json config, std::vector<int> filter_layers, int num_wait,
                int num_selected_tokens, double selected_fraction);
@@ -70,7 +82,6 @@ class OmniKvMethod final : public MethodRuntime {
   LayerPlan plan_;                                  // for plan_num_layers_ layers
   int32_t plan_num_layers_ = -1;
   std::unordered_map<int32_t, TokenIndex> indices_;  // by seq slot
-  std::vector<int32_t> tokens_;                     // scratch: one sparse layer's selected tokens
 };
 
 }  // namespace se

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "paged_cache_fixture.h"
@@ -20,6 +21,7 @@ namespace {
 
 using test::PagedCacheFixture;
 using test::PagedCase;
+using test::poisoned;
 using test::random_host;
 using test::upload;
 
@@ -86,11 +88,11 @@ TEST(CudaAttentionLogitsMaxOverHeadsTest, DeviceIndexKeepsTheCpuTokens) {
           const int32_t k = std::min(wanted, num_keys);
           Tensor ref = Tensor::empty(DType::kI32, {k});
           top_keys_by_logits_max_over_heads(ref.view(), q.view(), cache.cpu_view(), seq, num_keys, scale);
-          Tensor got = Tensor::empty(DType::kI32, {k});
-          std::fill_n(got.data<int32_t>(), k, -1);
+          Tensor got_dev = poisoned(DType::kI32, {k});
           const Tensor q_dev = upload(q, DType::kF32);
-          top_keys_by_logits_max_over_heads(got.view(), q_dev.view(), cache.host_tables_gpu_view(), seq, num_keys,
-                                            scale);
+          top_keys_by_logits_max_over_heads(got_dev.view(), q_dev.view(), cache.host_tables_gpu_view(), seq,
+                                            num_keys, scale);
+          const Tensor got = cuda::to_host(got_dev);
           const int32_t* g = got.data<int32_t>();
           const int32_t* r = ref.data<int32_t>();
           ASSERT_TRUE(std::is_sorted(g, g + k) && std::adjacent_find(g, g + k) == g + k && g[0] >= 0 &&
@@ -117,6 +119,44 @@ TEST(CudaAttentionLogitsMaxOverHeadsTest, DeviceIndexKeepsTheCpuTokens) {
     }
   }
   EXPECT_LE(num_swaps * 1000, num_kept) << "swaps only at near-ties";
+}
+
+// OmniKV's sparse-layer lists: the shared index, then each head's tail, with ragged heads.
+TEST(CudaAttentionLogitsMaxOverHeadsTest, TokenListsWithTailMatchCpu) {
+  SE_SKIP_WITHOUT_CUDA_DEVICE();
+  const PagedCase c{"ps16 d128 skewed heads", 16, 8, 4, 128, {{3000, 1}, {700, 1}}, 0, 0.0f, 9};
+  PagedCacheFixture cache(c, 9900);
+  std::mt19937_64 rng(9901);
+  for (size_t s = 0; s < c.seqs.size(); ++s) {
+    const auto seq = static_cast<int32_t>(s);
+    const int32_t tail_begin = cache.shortest_stream(s) - 3;
+    std::vector<int32_t> tokens;
+    for (int32_t j = 0; j < tail_begin; ++j)
+      if (rng() % 5 == 0) tokens.push_back(j);
+    const auto k = static_cast<int64_t>(tokens.size());
+    const int32_t* lengths = cache.cpu_view().seqs[seq].num_tokens;
+    const int64_t stride = k + *std::max_element(lengths, lengths + c.num_kv_heads) - tail_begin + 5;
+    Tensor tokens_host = Tensor::empty(DType::kI32, {k});
+    std::copy(tokens.begin(), tokens.end(), tokens_host.data<int32_t>());
+    Tensor ref_lists = Tensor::empty(DType::kI32, {c.num_kv_heads, stride});
+    Tensor ref_counts = Tensor::empty(DType::kI32, {c.num_kv_heads});
+    token_lists_with_tail(ref_lists.view(), ref_counts.view(), tokens_host.view(), cache.cpu_view(), seq, tail_begin);
+    const Tensor tokens_dev = cuda::to_device(tokens_host);
+    Tensor lists = poisoned(DType::kI32, {c.num_kv_heads, stride});
+    Tensor counts = poisoned(DType::kI32, {c.num_kv_heads});
+    token_lists_with_tail(lists.view(), counts.view(), tokens_dev.view(), cache.host_tables_gpu_view(), seq,
+                          tail_begin);
+    const Tensor got_lists = cuda::to_host(lists), got_counts = cuda::to_host(counts);
+    for (int32_t h = 0; h < c.num_kv_heads; ++h) {
+      const int32_t count = ref_counts.data<int32_t>()[h];
+      ASSERT_EQ(got_counts.data<int32_t>()[h], count) << "head " << h;
+      ASSERT_EQ(count, k + lengths[h] - tail_begin) << "head " << h;
+      const int32_t* want = ref_lists.data<int32_t>() + h * stride;
+      EXPECT_TRUE(std::equal(want, want + count, got_lists.data<int32_t>() + h * stride)) << "head " << h;
+    }
+    std::printf("PARITY token_lists_with_tail %-24s seq %zu index %lld\n", c.name.c_str(), s,
+                static_cast<long long>(k));
+  }
 }
 
 }  // namespace
