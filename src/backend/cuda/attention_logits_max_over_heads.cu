@@ -152,12 +152,36 @@ float* enqueue_logits(TensorView q, const AttentionView& view, int32_t seq, int 
 constexpr int kTopKThreads = 1024;
 constexpr int kTopKBatch = 16;
 
-// One block: the k largest of scores [n] as ascending indices (block_top_k.cuh).
+// Block b: the k largest of scores [b * chunk, min(n, (b + 1) * chunk)) as ascending indices into scores, at
+// out + b * k (block_top_k.cuh). With one block, the whole row's top k.
 __global__ void __launch_bounds__(kTopKThreads)
-    top_k_ascending_kernel(int32_t* out, const float* scores, int n, int k) {
+    chunk_top_k_kernel(int32_t* out, const float* scores, int n, int chunk, int k) {
   __shared__ BlockTopKStorage<kTopKThreads> storage;
-  block_top_k_ascending<kTopKThreads, kTopKBatch>(storage, out, n, k,
-                                                  [scores](int i) { return order_key(scores[i]); });
+  const int begin = blockIdx.x * chunk;
+  const float* mine = scores + begin;
+  int32_t* picked = out + blockIdx.x * k;
+  block_top_k_ascending<kTopKThreads, kTopKBatch>(storage, picked, min(chunk, n - begin), k,
+                                                  [mine](int i) { return order_key(mine[i]); });
+  __syncthreads();
+  for (int j = threadIdx.x; j < k && begin > 0; j += kTopKThreads) picked[j] += begin;
+}
+
+// The k largest among the scores of `candidates` (ascending indices into scores), as ascending indices.
+__global__ void __launch_bounds__(kTopKThreads)
+    candidates_top_k_kernel(int32_t* out, const float* scores, const int32_t* candidates, int n, int k) {
+  __shared__ BlockTopKStorage<kTopKThreads> storage;
+  block_top_k_ascending<kTopKThreads, kTopKBatch>(
+      storage, out, n, k, [scores, candidates](int i) { return order_key(scores[candidates[i]]); });
+  __syncthreads();
+  for (int j = threadIdx.x; j < k; j += kTopKThreads) out[j] = candidates[out[j]];
+}
+
+// Chunks for the two-level top k of n scores: about sqrt(n / k) of at least 2k each, which balances the chunks'
+// selections (parallel, n / chunks keys each) against the final one over chunks * k candidates. Every chunk,
+// the last included, then holds at least k keys.
+int top_k_chunks(int n, int k) {
+  const int balanced = static_cast<int>(std::lround(std::sqrt(static_cast<double>(n) / k)));
+  return std::max(1, std::min({balanced, n / (2 * k), k + 1}));
 }
 }  // namespace
 
@@ -173,10 +197,26 @@ void top_keys_by_logits_max_over_heads(TensorView out_tokens, TensorView q, cons
                                        int32_t seq, int32_t num_keys, float scale) {
   const int k = static_cast<int>(out_tokens.shape[0]);
   if (k == 0) return;
-  const float* logits = enqueue_logits(q, view, seq, num_keys, scale, 0, nullptr);
-  top_k_ascending_kernel<<<1, kTopKThreads, 0, CudaContext::current().stream()>>>(out_tokens.ptr<int32_t>(),
-                                                                                  logits, num_keys, k);
-  SE_CUDA_CHECK_LAUNCH("top_k_ascending_kernel");
+  // One block ranks a row alone on one SM; a long row goes to several blocks first, each keeping its chunk's top
+  // k (a key of the row's top k is among its chunk's), and one block ranks their candidates.
+  const int chunks = top_k_chunks(num_keys, k);
+  void* candidates = nullptr;
+  const float* logits = enqueue_logits(q, view, seq, num_keys, scale,
+                                       chunks > 1 ? static_cast<size_t>(chunks) * k * sizeof(int32_t) : 0,
+                                       &candidates);
+  cudaStream_t stream = CudaContext::current().stream();
+  if (chunks == 1) {
+    chunk_top_k_kernel<<<1, kTopKThreads, 0, stream>>>(out_tokens.ptr<int32_t>(), logits, num_keys, num_keys, k);
+    SE_CUDA_CHECK_LAUNCH("chunk_top_k_kernel");
+    return;
+  }
+  const int chunk = (num_keys + chunks - 1) / chunks;
+  chunk_top_k_kernel<<<chunks, kTopKThreads, 0, stream>>>(static_cast<int32_t*>(candidates), logits, num_keys,
+                                                          chunk, k);
+  SE_CUDA_CHECK_LAUNCH("chunk_top_k_kernel");
+  candidates_top_k_kernel<<<1, kTopKThreads, 0, stream>>>(out_tokens.ptr<int32_t>(), logits,
+                                                          static_cast<const int32_t*>(candidates), chunks * k, k);
+  SE_CUDA_CHECK_LAUNCH("candidates_top_k_kernel");
 }
 
 namespace {
