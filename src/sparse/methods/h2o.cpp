@@ -126,36 +126,41 @@ void H2oMethod::accumulate_step_scores(StepContext& ctx) {
       scores.num_kv_heads = layout.num_kv_heads;
       scores.acc.resize(static_cast<size_t>(layout.num_streams()));
     }
-    for (int layer = 0; layer < layout.num_layers; ++layer) {
-      const int32_t max_len = step_.layer_cols[i * static_cast<size_t>(layout.num_layers) + layer];
-      const float* layer_scores = step_.of(i, layer);  // [H, max_len]
-      for (int32_t kvh = 0; kvh < layout.num_kv_heads; ++kvh) {
-        std::vector<float>& acc = scores.acc[static_cast<size_t>(layout.stream(layer, kvh))];
-        const int32_t len = ctx.cache.stream_length(slice.seq_slot, layer, kvh);
-        SE_CHECK(static_cast<int64_t>(acc.size()) == len - n,
-                 "h2o: seq {} layer {} head {} has {} scores for {} resident rows (state not restored?)",
-                 slice.seq_slot, layer, kvh, acc.size(), len - n);
-        acc.resize(static_cast<size_t>(len), 0.0f);
-        const float* head_scores = layer_scores + kvh * group * max_len;  // [group, max_len]
-        reduced_.resize(static_cast<size_t>(len));
-        reduce_group(head_scores, max_len, static_cast<int32_t>(group), reduced_.data(), len, gqa_agg_);
-        float* __restrict sums = acc.data();
-        const float* __restrict reduced = reduced_.data();
+    // The streams are independent: on a GPU host the cores share them, as the device waits for this step.
+#pragma omp parallel
+    {
+      std::vector<float> reduced;  // one stream's scores reduced over its query group
+#pragma omp for collapse(2) schedule(static)
+      for (int layer = 0; layer < layout.num_layers; ++layer) {
+        for (int32_t kvh = 0; kvh < layout.num_kv_heads; ++kvh) {
+          const int32_t max_len = step_.layer_cols[i * static_cast<size_t>(layout.num_layers) + layer];
+          const float* head_scores = step_.of(i, layer) + kvh * group * max_len;  // [group, max_len] of [H, max_len]
+          std::vector<float>& acc = scores.acc[static_cast<size_t>(layout.stream(layer, kvh))];
+          const int32_t len = ctx.cache.stream_length(slice.seq_slot, layer, kvh);
+          SE_CHECK(static_cast<int64_t>(acc.size()) == len - n,
+                   "h2o: seq {} layer {} head {} has {} scores for {} resident rows (state not restored?)",
+                   slice.seq_slot, layer, kvh, acc.size(), len - n);
+          acc.resize(static_cast<size_t>(len), 0.0f);
+          reduced.resize(static_cast<size_t>(len));
+          reduce_group(head_scores, max_len, static_cast<int32_t>(group), reduced.data(), len, gqa_agg_);
+          float* __restrict sums = acc.data();
+          const float* __restrict row = reduced.data();
 #pragma omp simd
-        for (int32_t j = 0; j < len; ++j) sums[j] += reduced[j];
+          for (int32_t j = 0; j < len; ++j) sums[j] += row[j];
+        }
       }
     }
   }
 }
 
-int32_t H2oMethod::recent_window_start(std::span<const int32_t> positions, int32_t num_logical) {
+int32_t H2oMethod::recent_window_start(std::span<const int32_t> positions, int32_t num_logical) const {
   const int32_t start = num_logical - num_recent_;
   int32_t num_in_window = 0;
   for (const int32_t p : positions) num_in_window += p >= start ? 1 : 0;
   if (num_in_window == num_recent_) return start;
-  order_.assign(positions.begin(), positions.end());
-  std::nth_element(order_.begin(), order_.end() - num_recent_, order_.end());
-  return *(order_.end() - num_recent_);
+  std::vector<int32_t> order(positions.begin(), positions.end());
+  std::nth_element(order.begin(), order.end() - num_recent_, order.end());
+  return *(order.end() - num_recent_);
 }
 
 int32_t H2oMethod::lowest_scored_slot(std::span<const float> acc, std::span<const int32_t> positions,
@@ -198,13 +203,25 @@ void H2oMethod::finish_step(StepContext& ctx) {
       SE_CHECK(scores.size() == len, "h2o: acc out of step with stream");
       return scores;
     };
+    // A decode step's evicted slots first, every stream on its own core (the scans are most of the step's host
+    // work); a full-attention stream one token over the budget loses the lowest acc older than its window.
+    const int32_t budget = num_heavy_ + num_recent_;
+    lowest_slots_.assign(static_cast<size_t>(layout.num_streams()), -1);
+#pragma omp parallel for schedule(static)
+    for (int32_t stream = 0; stream < layout.num_streams(); ++stream) {
+      const int layer = stream / layout.num_kv_heads, kv_head = stream % layout.num_kv_heads;
+      if (ctx.sliding_window(layer) > 0 || ctx.cache.stream_length(slice.seq_slot, layer, kv_head) != budget + 1)
+        continue;
+      const std::span<const int32_t> positions = ctx.cache.slot_positions(slice.seq_slot, layer, kv_head);
+      lowest_slots_[static_cast<size_t>(stream)] = lowest_scored_slot(
+          stream_acc(layer, kv_head, positions.size()), positions, recent_window_start(positions, num_logical));
+    }
     // Heavy hitters: the num_heavy_ largest acc among the tokens older than the recent window (on a
     // sliding-window layer, heavy hitters the layer cannot see are no use to it: it keeps the tail).
     const BudgetEvictions evicted = evict_to_budget(
-        ctx, slice.seq_slot, num_heavy_ + num_recent_, "h2o", scratch_,
-        [&](int layer, int kv_head, std::span<const int32_t> positions) {
-          return lowest_scored_slot(stream_acc(layer, kv_head, positions.size()), positions,
-                                    recent_window_start(positions, num_logical));
+        ctx, slice.seq_slot, budget, "h2o", scratch_,
+        [&](int layer, int kv_head, std::span<const int32_t> /*positions*/) {
+          return lowest_slots_[static_cast<size_t>(layout.stream(layer, kv_head))];
         },
         [&](int layer, int kv_head, std::span<const int32_t> positions, std::vector<int32_t>& kept) {
           keep_heavy_and_recent(stream_acc(layer, kv_head, positions.size()), positions,

@@ -70,7 +70,7 @@ class H2oMethod final : public MethodRuntime {
   static void keep_scores(std::vector<float>& acc, std::span<const int32_t> kept);
   // The oldest position of a stream's recent window: the num_recent_-th largest of `positions`, which is
   // num_logical - num_recent_ unless chain pruning cut into the window.
-  int32_t recent_window_start(std::span<const int32_t> positions, int32_t num_logical);
+  int32_t recent_window_start(std::span<const int32_t> positions, int32_t num_logical) const;
   // The slot of the lowest acc older than the window (ties: the newer token goes, as top_k_ascending keeps the
   // older one).
   static int32_t lowest_scored_slot(std::span<const float> acc, std::span<const int32_t> positions,
@@ -110,10 +110,10 @@ class H2oMethod final : public MethodRuntime {
   };
   StepScores step_;
   BudgetEvictionScratch scratch_;  // of finish_step
-  std::vector<int32_t> order_;            // of recent_window_start and keep_heavy_and_recent
+  std::vector<int32_t> order_;            // of keep_heavy_and_recent
+  std::vector<int32_t> lowest_slots_;     // of finish_step: per stream, the slot a decode step evicts, or -1
   std::vector<float> candidate_scores_;   // of keep_heavy_and_recent
   std::vector<int32_t> heavy_;            // of keep_heavy_and_recent
-  std::vector<float> reduced_;     // of accumulate_step_scores: one stream's scores reduced over its query group
 };
 
 }  // namespace se
