@@ -1,7 +1,7 @@
 // One sequence's eviction down to a per-stream budget, as the methods that evict after every step do
 // (StreamingLLM, H2O). Every stream that holds more than `budget` tokens keeps, on a sliding-window layer, the tail
-// the layer can still see (sliding_window_tail.h); a full-attention stream one token over (a decode step) loses
-// the one slot the method names, refilled by its newest token (CacheManager::evict_slots: one row moves, so slot
+// the layer can still see (sliding_window_tail.h); a full-attention stream one token over after a one-token step
+// (a decode step) loses the one slot the method names, refilled by its newest token (CacheManager::evict_slots: one row moves, so slot
 // order drifts from position order); any other keeps the ascending slots the method's choice writes. All of the
 // sequence's streams are evicted in two CacheManager calls.
 #pragma once
@@ -30,13 +30,20 @@ struct BudgetEvictions {
   std::span<const CacheManager::StreamEviction> streams;  // compacted to their kept slots
 };
 
-// choose_evicted(layer, kv_head, positions) returns the slot a full-attention stream of budget + 1 tokens loses;
-// choose_kept(layer, kv_head, positions, kept) fills `kept` for one of more. `positions` is the stream's position
-// map (CacheManager::slot_positions).
+// True when a full-attention stream of `len` tokens after a step of `num_new_tokens` loses one refilled slot.
+inline bool evicts_one_slot(int32_t len, int32_t num_new_tokens, int32_t budget) {
+  return num_new_tokens == 1 && len == budget + 1;
+}
+
+// For sequence `slice` of the step: choose_evicted(layer, kv_head, positions) returns the slot a full-attention
+// stream loses when evicts_one_slot; choose_kept(layer, kv_head, positions, kept) fills `kept` for the other
+// full-attention streams over the budget. `positions` is the stream's position map (CacheManager::slot_positions).
+// A prefill chunk thus always compacts, keeping slot order in prompt order.
 template <typename ChooseEvicted, typename ChooseKept>
-BudgetEvictions evict_to_budget(StepContext& ctx, int32_t seq, int32_t budget, std::string_view method,
+BudgetEvictions evict_to_budget(StepContext& ctx, const SequenceSlice& slice, int32_t budget, std::string_view method,
                                 BudgetEvictionScratch& scratch, ChooseEvicted&& choose_evicted,
                                 ChooseKept&& choose_kept) {
+  const int32_t seq = slice.seq_slot;
   const KvLayout& layout = ctx.cache.layout();
   scratch.kept.resize(static_cast<size_t>(layout.num_streams()));
   scratch.evictions.clear();
@@ -49,7 +56,7 @@ BudgetEvictions evict_to_budget(StepContext& ctx, int32_t seq, int32_t budget, s
       const std::span<const int32_t> positions = ctx.cache.slot_positions(seq, layer, head);
       if (const int32_t window = ctx.sliding_window(layer); window > 0) {
         keep_sliding_window_tail(len, window, budget, kept);
-      } else if (len == budget + 1) {
+      } else if (evicts_one_slot(len, slice.num_tokens, budget)) {
         scratch.slot_evictions.push_back({layer, head, choose_evicted(layer, head, positions)});
         continue;
       } else {

@@ -97,6 +97,16 @@ def test_omnikv_layer_roles_follow_methods_md(tmp_path):
             [l for l in range(32) if roles[l] == "sparse"]
 
 
+@pytest.mark.parametrize("num_selected", [1, 2])
+def test_omnikv_keeps_a_one_or_two_token_index(num_selected, tmp_path):
+    """The smallest indices: the method's index buffers start empty whatever their size."""
+    case = fh.Case(num_layers=3, num_heads=4, num_kv_heads=2, head_dim=16, prefill_len=40, decode_steps=3,
+                   seed=11).generate()
+    config = {"filter_layers": [1], "num_wait": 0, "num_selected_tokens": num_selected}
+    result = fh.run("omnikv", config, case, tmp_path)
+    assert check(case, config, result) == 3
+
+
 def test_omnikv_without_filter_layers_in_the_model_is_dense(tmp_path):
     case = fh.Case(num_layers=4, prefill_len=50, decode_steps=2, seed=5).generate()
     config = {"filter_layers": [4, 9], "num_selected_tokens": 8}

@@ -62,6 +62,16 @@ def test_streamingllm_and_snapkv_kept_positions(checkpoint, tmp_path, prompts):
         assert len(layer[0]) == 60 and len({j // 10 for j in layer[0]}) == 6
 
 
+@pytest.mark.parametrize("method", ["streamingllm", "h2o"])
+def test_a_prompt_one_token_over_the_budget_compacts_in_prompt_order(method, checkpoint, tmp_path, prompts):
+    """Only a decode step refills the evicted slot with its new token; a prefill that ends one token over the
+    budget keeps its rows in prompt order."""
+    budget = T - 1
+    out = run_tool(checkpoint, tmp_path, [{"method": method, "config": {"budget": budget}, "prompt": 0}], prompts)
+    heads = [h for layer in out["runs"][0]["kept"] for h in layer]
+    assert all(len(h) == budget and h == sorted(h) for h in heads)
+
+
 def test_kvzip_keeps_the_matched_number_of_pairs(checkpoint, tmp_path, prompts):
     L, Hkv = DIMS["num_hidden_layers"], DIMS["num_key_value_heads"]
     plan = kc.make_plan(checkpoint, lengths=[T], ratios=[0.6])

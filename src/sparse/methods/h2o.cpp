@@ -210,7 +210,8 @@ void H2oMethod::finish_step(StepContext& ctx) {
 #pragma omp parallel for schedule(static)
     for (int32_t stream = 0; stream < layout.num_streams(); ++stream) {
       const int layer = stream / layout.num_kv_heads, kv_head = stream % layout.num_kv_heads;
-      if (ctx.sliding_window(layer) > 0 || ctx.cache.stream_length(slice.seq_slot, layer, kv_head) != budget + 1)
+      if (ctx.sliding_window(layer) > 0 ||
+          !evicts_one_slot(ctx.cache.stream_length(slice.seq_slot, layer, kv_head), slice.num_tokens, budget))
         continue;
       const std::span<const int32_t> positions = ctx.cache.slot_positions(slice.seq_slot, layer, kv_head);
       lowest_slots_[static_cast<size_t>(stream)] = lowest_scored_slot(
@@ -219,7 +220,7 @@ void H2oMethod::finish_step(StepContext& ctx) {
     // Heavy hitters: the num_heavy_ largest acc among the tokens older than the recent window (on a
     // sliding-window layer, heavy hitters the layer cannot see are no use to it: it keeps the tail).
     const BudgetEvictions evicted = evict_to_budget(
-        ctx, slice.seq_slot, budget, "h2o", scratch_,
+        ctx, slice, budget, "h2o", scratch_,
         [&](int layer, int kv_head, std::span<const int32_t> /*positions*/) {
           return lowest_slots_[static_cast<size_t>(layout.stream(layer, kv_head))];
         },

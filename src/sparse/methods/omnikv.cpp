@@ -87,11 +87,12 @@ void OmniKvMethod::select_tokens(LayerContext& ctx, int32_t slice, int32_t prefi
   const SeqKvView& sv = ctx.view.seqs[slice];
   const int32_t longest = *std::max_element(sv.num_tokens, sv.num_tokens + num_kv_heads);
   const int64_t stride = num_kept + (longest - prefill_len);
-  if (index.tokens.numel() != num_kept || index.tokens.device() != device)
+  if (!index.tokens.defined() || index.tokens.numel() != num_kept || index.tokens.device() != device)
     index.tokens = empty_on(device, DType::kI32, {num_kept});
-  if (index.lists.numel() == 0 || index.lists.device() != device || index.lists.shape()[1] < stride) {
+  const bool has_lists = index.lists.defined() && index.lists.device() == device;
+  if (!has_lists || index.lists.shape()[1] < stride) {
     // Room for a few hundred decode steps, then twice that: a steady decode allocates nothing.
-    const int64_t room = std::max(stride + kTailRoom, index.lists.numel() == 0 ? 0 : 2 * index.lists.shape()[1]);
+    const int64_t room = std::max(stride + kTailRoom, has_lists ? 2 * index.lists.shape()[1] : 0);
     index.lists = empty_on(device, DType::kI32, {num_kv_heads, room});
     index.counts = empty_on(device, DType::kI32, {num_kv_heads});
   }

@@ -55,7 +55,7 @@ void StreamingLlmMethod::finish_step(StepContext& ctx) {
     // The full-attention streams share their position map, so one search serves them all.
     int32_t shared_slot = -1, shared_position = -1;
     evict_to_budget(
-        ctx, slice.seq_slot, budget_, "streamingllm", scratch_,
+        ctx, slice, budget_, "streamingllm", scratch_,
         [&](int /*layer*/, int /*kv_head*/, std::span<const int32_t> positions) {
           if (shared_slot < 0 || positions[static_cast<size_t>(shared_slot)] != shared_position) {
             shared_slot = oldest_window_slot(positions);
