@@ -30,15 +30,11 @@ struct BudgetEvictions {
   std::span<const CacheManager::StreamEviction> streams;  // compacted to their kept slots
 };
 
-// True when a full-attention stream of `len` tokens after a step of `num_new_tokens` loses one refilled slot.
-inline bool evicts_one_slot(int32_t len, int32_t num_new_tokens, int32_t budget) {
-  return num_new_tokens == 1 && len == budget + 1;
-}
-
-// For sequence `slice` of the step: choose_evicted(layer, kv_head, positions) returns the slot a full-attention
-// stream loses when evicts_one_slot; choose_kept(layer, kv_head, positions, kept) fills `kept` for the other
-// full-attention streams over the budget. `positions` is the stream's position map (CacheManager::slot_positions).
-// A prefill chunk thus always compacts, keeping slot order in prompt order.
+// For sequence `slice` of the step: choose_evicted(streams) sets the slot each listed full-attention stream
+// loses, for the streams one token over the budget after a one-token step (a decode step), all of them in one call
+// so a method may spread them over cores; choose_kept(layer, kv_head, positions, kept) fills `kept` for the other
+// full-attention streams over the budget, `positions` being the stream's position map
+// (CacheManager::slot_positions). A prefill chunk thus always compacts, keeping slot order in prompt order.
 template <typename ChooseEvicted, typename ChooseKept>
 BudgetEvictions evict_to_budget(StepContext& ctx, const SequenceSlice& slice, int32_t budget, std::string_view method,
                                 BudgetEvictionScratch& scratch, ChooseEvicted&& choose_evicted,
@@ -53,18 +49,18 @@ BudgetEvictions evict_to_budget(StepContext& ctx, const SequenceSlice& slice, in
       const int32_t len = ctx.cache.stream_length(seq, layer, head);
       if (len <= budget) continue;
       std::vector<int32_t>& kept = scratch.kept[static_cast<size_t>(layout.stream(layer, head))];
-      const std::span<const int32_t> positions = ctx.cache.slot_positions(seq, layer, head);
       if (const int32_t window = ctx.sliding_window(layer); window > 0) {
         keep_sliding_window_tail(len, window, budget, kept);
-      } else if (evicts_one_slot(len, slice.num_tokens, budget)) {
-        scratch.slot_evictions.push_back({layer, head, choose_evicted(layer, head, positions)});
+      } else if (slice.num_tokens == 1 && len == budget + 1) {
+        scratch.slot_evictions.push_back({layer, head, -1});
         continue;
       } else {
-        choose_kept(layer, head, positions, kept);
+        choose_kept(layer, head, ctx.cache.slot_positions(seq, layer, head), kept);
       }
       scratch.evictions.push_back({layer, head, kept});
     }
   }
+  choose_evicted(std::span<CacheManager::SlotEviction>(scratch.slot_evictions));
   const Status refilled = ctx.cache.evict_slots(seq, scratch.slot_evictions);
   SE_CHECK(refilled.is_ok(), "{}: {}", method, refilled.to_string());
   const Status compacted = ctx.cache.evict_streams(seq, scratch.evictions);

@@ -171,16 +171,22 @@ AttentionView PagedCacheManager::build_sequence_view(int32_t seq, int layer) {
   return make_view(one_seq_view_, one_q_indptr_);
 }
 
+Status PagedCacheManager::list_stream_once(int32_t seq, int layer, int kv_head) {
+  const KvLayout& l = layout();
+  if (layer < 0 || layer >= l.num_layers || kv_head < 0 || kv_head >= l.num_kv_heads)
+    return invalid_argument("evict: sequence {} has no stream (layer {}, head {})", seq, layer, kv_head);
+  uint8_t& listed = stream_listed_[static_cast<size_t>(l.stream(layer, kv_head))];
+  if (listed != 0) return invalid_argument("evict: stream (layer {}, head {}) listed twice", layer, kv_head);
+  listed = 1;
+  return Status::ok();
+}
+
 Status PagedCacheManager::evict_streams(int32_t seq, std::span<const StreamEviction> streams) {
   Sequence& s = sequence(seq);
   const KvLayout& l = layout();
   stream_listed_.assign(static_cast<size_t>(l.num_streams()), 0);
   for (const StreamEviction& e : streams) {
-    if (e.layer < 0 || e.layer >= l.num_layers || e.kv_head < 0 || e.kv_head >= l.num_kv_heads)
-      return invalid_argument("evict: sequence {} has no stream (layer {}, head {})", seq, e.layer, e.kv_head);
-    uint8_t& listed = stream_listed_[static_cast<size_t>(l.stream(e.layer, e.kv_head))];
-    if (listed != 0) return invalid_argument("evict: stream (layer {}, head {}) listed twice", e.layer, e.kv_head);
-    listed = 1;
+    SE_RETURN_IF_ERROR(list_stream_once(seq, e.layer, e.kv_head));
     // Compaction rewrites pages in place, so none may be shared (eviction methods run without prefix caching).
     for (int32_t page : s.table.pages(e.layer, e.kv_head))
       if (pool_.ref_count(page) != 1)
@@ -208,11 +214,7 @@ Status PagedCacheManager::evict_slots(int32_t seq, std::span<const SlotEviction>
   stream_listed_.assign(static_cast<size_t>(l.num_streams()), 0);
   row_moves_.clear();
   for (const SlotEviction& e : streams) {
-    if (e.layer < 0 || e.layer >= l.num_layers || e.kv_head < 0 || e.kv_head >= l.num_kv_heads)
-      return invalid_argument("evict: sequence {} has no stream (layer {}, head {})", seq, e.layer, e.kv_head);
-    uint8_t& listed = stream_listed_[static_cast<size_t>(l.stream(e.layer, e.kv_head))];
-    if (listed != 0) return invalid_argument("evict: stream (layer {}, head {}) listed twice", e.layer, e.kv_head);
-    listed = 1;
+    SE_RETURN_IF_ERROR(list_stream_once(seq, e.layer, e.kv_head));
     const int32_t last = s.table.num_tokens(e.layer, e.kv_head) - 1;
     if (e.slot < 0 || e.slot > last)
       return invalid_argument("evict: stream (layer {}, head {}) holds {} slots, has no slot {}", e.layer, e.kv_head,

@@ -73,6 +73,9 @@ class PagedCacheManager final : public CacheManager {
   PagedCacheManager(const KvLayout& layout, std::unique_ptr<PageStorage> storage, bool enable_prefix_caching);
   Sequence& sequence(int32_t seq);
   const Sequence& sequence(int32_t seq) const;
+  // Checks that stream (layer, kv_head) exists and marks it in stream_listed_: kInvalidArgument when it does not,
+  // or was marked before (evict_streams and evict_slots take each stream once).
+  Status list_stream_once(int32_t seq, int layer, int kv_head);
   // A view of `num_seqs` sequences whose SeqKvViews and row offsets are in `seq_views` and `q_indptr`.
   AttentionView make_view(const std::vector<SeqKvView>& seq_views, const std::vector<int32_t>& q_indptr) const;
 

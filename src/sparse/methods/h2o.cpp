@@ -203,26 +203,19 @@ void H2oMethod::finish_step(StepContext& ctx) {
       SE_CHECK(scores.size() == len, "h2o: acc out of step with stream");
       return scores;
     };
-    // A decode step's evicted slots first, every stream on its own core (the scans are most of the step's host
-    // work); a full-attention stream one token over the budget loses the lowest acc older than its window.
-    const int32_t budget = num_heavy_ + num_recent_;
-    lowest_slots_.assign(static_cast<size_t>(layout.num_streams()), -1);
-#pragma omp parallel for schedule(static)
-    for (int32_t stream = 0; stream < layout.num_streams(); ++stream) {
-      const int layer = stream / layout.num_kv_heads, kv_head = stream % layout.num_kv_heads;
-      if (ctx.sliding_window(layer) > 0 ||
-          !evicts_one_slot(ctx.cache.stream_length(slice.seq_slot, layer, kv_head), slice.num_tokens, budget))
-        continue;
-      const std::span<const int32_t> positions = ctx.cache.slot_positions(slice.seq_slot, layer, kv_head);
-      lowest_slots_[static_cast<size_t>(stream)] = lowest_scored_slot(
-          stream_acc(layer, kv_head, positions.size()), positions, recent_window_start(positions, num_logical));
-    }
     // Heavy hitters: the num_heavy_ largest acc among the tokens older than the recent window (on a
-    // sliding-window layer, heavy hitters the layer cannot see are no use to it: it keeps the tail).
+    // sliding-window layer, heavy hitters the layer cannot see are no use to it: it keeps the tail). A decode step
+    // drops the lowest of them, every stream on its own core (the scans are most of the step's host work).
     const BudgetEvictions evicted = evict_to_budget(
-        ctx, slice, budget, "h2o", scratch_,
-        [&](int layer, int kv_head, std::span<const int32_t> /*positions*/) {
-          return lowest_slots_[static_cast<size_t>(layout.stream(layer, kv_head))];
+        ctx, slice, num_heavy_ + num_recent_, "h2o", scratch_,
+        [&](std::span<CacheManager::SlotEviction> streams) {
+#pragma omp parallel for schedule(static)
+          for (size_t i = 0; i < streams.size(); ++i) {
+            CacheManager::SlotEviction& e = streams[i];
+            const std::span<const int32_t> positions = ctx.cache.slot_positions(slice.seq_slot, e.layer, e.kv_head);
+            e.slot = lowest_scored_slot(stream_acc(e.layer, e.kv_head, positions.size()), positions,
+                                        recent_window_start(positions, num_logical));
+          }
         },
         [&](int layer, int kv_head, std::span<const int32_t> positions, std::vector<int32_t>& kept) {
           keep_heavy_and_recent(stream_acc(layer, kv_head, positions.size()), positions,

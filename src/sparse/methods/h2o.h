@@ -111,7 +111,6 @@ class H2oMethod final : public MethodRuntime {
   StepScores step_;
   BudgetEvictionScratch scratch_;  // of finish_step
   std::vector<int32_t> order_;            // of keep_heavy_and_recent
-  std::vector<int32_t> lowest_slots_;     // of finish_step: per stream, the slot a decode step evicts, or -1
   std::vector<float> candidate_scores_;   // of keep_heavy_and_recent
   std::vector<int32_t> heavy_;            // of keep_heavy_and_recent
 };

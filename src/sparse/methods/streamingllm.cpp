@@ -52,16 +52,19 @@ void StreamingLlmMethod::keep_by_position(std::span<const int32_t> positions, st
 
 void StreamingLlmMethod::finish_step(StepContext& ctx) {
   for (const SequenceSlice& slice : ctx.batch.sequences) {
-    // The full-attention streams share their position map, so one search serves them all.
-    int32_t shared_slot = -1, shared_position = -1;
     evict_to_budget(
         ctx, slice, budget_, "streamingllm", scratch_,
-        [&](int /*layer*/, int /*kv_head*/, std::span<const int32_t> positions) {
-          if (shared_slot < 0 || positions[static_cast<size_t>(shared_slot)] != shared_position) {
-            shared_slot = oldest_window_slot(positions);
-            shared_position = positions[static_cast<size_t>(shared_slot)];
+        [&](std::span<CacheManager::SlotEviction> streams) {
+          // The full-attention streams share their position map, so one search serves them all.
+          int32_t shared_slot = -1, shared_position = -1;
+          for (CacheManager::SlotEviction& e : streams) {
+            const std::span<const int32_t> positions = ctx.cache.slot_positions(slice.seq_slot, e.layer, e.kv_head);
+            if (shared_slot < 0 || positions[static_cast<size_t>(shared_slot)] != shared_position) {
+              shared_slot = oldest_window_slot(positions);
+              shared_position = positions[static_cast<size_t>(shared_slot)];
+            }
+            e.slot = shared_slot;
           }
-          return shared_slot;
         },
         [&](int /*layer*/, int /*kv_head*/, std::span<const int32_t> positions, std::vector<int32_t>& kept) {
           keep_by_position(positions, kept);
