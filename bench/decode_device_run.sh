@@ -14,13 +14,13 @@
 #                                                               NCU_CONTROL=none keeps the real clocks and warm
 #                                                               caches (ncu's default locks base clocks and
 #                                                               flushes the caches before every kernel)
-# The model is bench/models/llama-3.1-8b (dummy bf16 weights).
+# The model is bench/models/llama-3.1-8b (dummy bf16 weights), or the folder DECODE_MODEL names.
 set -uo pipefail
 bundle=$1
 out=$2
 stage=$3
 export LD_LIBRARY_PATH=$PWD/$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-model=bench/models/llama-3.1-8b
+model=${DECODE_MODEL:-bench/models/llama-3.1-8b}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv,noheader >> "$out/gpu.txt"
 case $stage in
   tests)
