@@ -121,15 +121,13 @@ void AttentionViewMirror::upload(CacheManager& cache, const ForwardBatch& batch)
                   host_views_[static_cast<size_t>(layer) * num_seqs + s].num_tokens, static_cast<size_t>(H) * sizeof(int32_t));
 
   // Page lists: the device keeps a sequence's leading pages while its table epoch holds, so only the pages after
-  // them travel, as one strided copy of the columns any stream gained (streams grow in step). A new epoch (an
-  // eviction, a truncation, another sequence in the slot) often leaves most of each list as it was, so the
-  // device keeps the entries up to the first that differs from the staging, which holds what the device does.
+  // them travel, as one strided copy of the columns any stream gained (streams grow in step).
   char* const lists_host = static_cast<char*>(lists_.host.raw());
   for (int32_t s = 0; s < num_seqs; ++s) {
     const int32_t seq = batch_seqs_[static_cast<size_t>(s)];
     Region& r = regions_.at(seq);
     const uint64_t epoch = cache.table_epoch(seq);
-    const bool rewritten = r.epoch != epoch;
+    if (r.epoch != epoch) std::fill(r.uploaded.begin(), r.uploaded.end(), 0);
     r.epoch = epoch;
     auto* rows = reinterpret_cast<int32_t*>(lists_host + r.offset);
     int32_t first = std::numeric_limits<int32_t>::max(), last = 0;  // the columns to send
@@ -139,13 +137,7 @@ void AttentionViewMirror::upload(CacheManager& cache, const ForwardBatch& batch)
         const int64_t row = static_cast<int64_t>(layer) * H + h;
         const auto num_pages = static_cast<int32_t>(l.pages_per_stream(v.num_tokens[h]));
         int32_t& uploaded = r.uploaded[static_cast<size_t>(row)];
-        int32_t held = std::min(uploaded, num_pages);
-        if (rewritten) {
-          const int32_t* device_row = rows + row * r.capacity;
-          held = static_cast<int32_t>(
-              std::mismatch(device_row, device_row + held, v.page_ids + static_cast<int64_t>(h) * v.stride).first -
-              device_row);
-        }
+        const int32_t held = std::min(uploaded, num_pages);
         uploaded = num_pages;
         if (num_pages == held) continue;
         std::memcpy(rows + row * r.capacity + held, v.page_ids + static_cast<int64_t>(h) * v.stride + held,

@@ -6,9 +6,8 @@
 // rides along) moves no lists. At the start of each forward the mirror sends the row offsets and token counts
 // (and the per-sequence views when the batch's sequences changed), and of the page lists only what changed: the
 // pages appended since the sequence's last forward (one strided copy per sequence, every page_size decode steps),
-// or, when its table was rewritten (CacheManager::table_epoch), each list from its first changed page on; its
-// whole lists when it has no region yet. So a long context costs its page lists once, not every step, and an
-// eviction that frees a stream's last page and takes another sends that one entry.
+// or its whole lists when its table was rewritten (CacheManager::table_epoch) or it has no region yet. So a long
+// context costs its page lists once, not every step.
 //
 // A layer whose view carries a selection (dynamic sparse methods pick it inside the forward) gets its
 // per-sequence views and selected lists copied when attention asks for it, into that forward's own region of a
@@ -73,7 +72,7 @@ class AttentionViewMirror final {
   std::vector<int32_t> batch_seqs_;  // the cache sequences whose views the header holds, in batch order
   // Per cache sequence, its region of the lists buffer: page ids [num_layers][num_kv_heads][capacity]. A region
   // outlives its sequence until the buffer is next laid out; a new sequence in the same slot has another table
-  // epoch, so its lists are compared with what the region holds.
+  // epoch, so its lists travel whole.
   struct Region {
     size_t offset = 0;
     int32_t capacity = 0;

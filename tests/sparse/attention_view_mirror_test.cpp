@@ -120,24 +120,6 @@ TEST_F(MirrorTest, AChangingBatchSendsNoListTwice) {
   EXPECT_LT(mirror_.bytes_sent() - before, one_sequence) << "back";
 }
 
-// A window kept as a ring (StreamingLLM, H2O): each decode step's token opens a page in every stream, then the
-// eviction refills an old slot with it and the page goes back. Only the stream's last entry travels again, not
-// its whole list.
-TEST_F(MirrorTest, ARingEvictionSendsOnlyTheRetakenPage) {
-  step({{0, 400}});  // 100 full pages per stream
-  const uint64_t one_sequence = uint64_t{100} * layout_.num_layers * layout_.num_kv_heads * sizeof(int32_t);
-  for (int32_t slot = 0; slot < 3; ++slot) {
-    const uint64_t before = mirror_.bytes_sent();
-    step({{0, 1}});
-    EXPECT_LT(mirror_.bytes_sent() - before, one_sequence / 4) << "step " << slot;
-    std::vector<CacheManager::SlotEviction> evictions;
-    for (int layer = 0; layer < layout_.num_layers; ++layer)
-      for (int h = 0; h < layout_.num_kv_heads; ++h) evictions.push_back({layer, h, slot});
-    ASSERT_TRUE(cache_->evict_slots(0, evictions).is_ok());
-    ASSERT_EQ(cache_->stream_length(0, 0, 0), 400);
-  }
-}
-
 // Random batches over five sequences (joins, leaves, reorders, prefill chunks beside decodes) with random table
 // rewrites in between (truncation, eviction, a slot starting over): the mirror matches the cache after every upload.
 TEST_F(MirrorTest, RandomBatchesAndRewrites) {
