@@ -15,7 +15,7 @@
 
 namespace se {
 
-enum class RopeScaling : uint8_t { kNone, kLinear, kLlama3 };
+enum class RopeScaling : uint8_t { kNone, kLinear, kLlama3, kYarn };
 
 // Rotary embedding parameters of one attention layer (NeoX / HF `rotate_half` layout: dim i pairs with
 // i + rotary_dim/2).
@@ -23,10 +23,14 @@ struct RopeParams {
   float theta = 10000.0f;
   int rotary_dim = 0;  // <= head_dim; the rest of the head passes through unrotated
   RopeScaling scaling = RopeScaling::kNone;
-  float factor = 1.0f;                  // linear and llama3
+  float factor = 1.0f;                  // linear, llama3 and yarn
   float low_freq_factor = 1.0f;         // llama3
   float high_freq_factor = 4.0f;        // llama3
-  int original_max_position = 8192;    // llama3
+  int original_max_position = 8192;     // llama3 and yarn: the context the model was trained at
+  float beta_fast = 32.0f;              // yarn: rotations per context above which a frequency is kept
+  float beta_slow = 1.0f;               // yarn: rotations below which it is divided by `factor`
+  bool truncate = true;                 // yarn: the band between them rounded outward to whole dimensions
+  float attention_factor = 1.0f;        // yarn: cos and sin scaled by it (so q . k by its square)
 };
 
 enum class Activation : uint8_t { kSilu, kGeluTanh };

@@ -99,8 +99,11 @@ Result<json> rope_scaling_from_metadata(const GgufFile& file, const std::string&
     if (auto orig = file.find_u32(arch + ".rope.scaling.original_context_length")) {
       s["original_max_position_embeddings"] = *orig;
     }
+    // llama.cpp's attn_factor multiplies YaRN's own 0.1 ln(factor) + 1; transformers' attention_factor replaces it.
     if (auto attn = file.find_f32(arch + ".rope.scaling.attn_factor"))
-      s["attention_factor"] = *attn;
+      s["attention_factor"] = *attn * (*factor > 1.0 ? 0.1 * std::log(*factor) + 1.0 : 1.0);
+    if (auto beta = file.find_f32(arch + ".rope.scaling.yarn_beta_fast")) s["beta_fast"] = *beta;
+    if (auto beta = file.find_f32(arch + ".rope.scaling.yarn_beta_slow")) s["beta_slow"] = *beta;
     return s;
   }
   return unimplemented("{}: rope scaling type \"{}\" is not supported (linear, yarn)", file.path(),

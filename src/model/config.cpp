@@ -1,5 +1,6 @@
 #include "model/config.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <nlohmann/json.hpp>
@@ -11,8 +12,38 @@ namespace se {
 
 namespace {
 
+// YaRN's fields, transformers' defaults where one is missing: the trained context defaults to
+// max_position_embeddings, beta_fast / beta_slow to 32 / 1, and the attention factor to 0.1 ln(factor) + 1 (the
+// ratio of two such terms when mscale and mscale_all_dim are given, as DeepSeek's configs do).
+Status parse_yarn(const nlohmann::json& scaling, int max_position_embeddings, RopeParams& rope) {
+  namespace cj = config_json;
+  SE_ASSIGN_OR_RETURN(rope.original_max_position,
+                      cj::int_or(scaling, "original_max_position_embeddings", max_position_embeddings));
+  if (rope.original_max_position <= 0)
+    return invalid_argument("config: yarn original_max_position_embeddings must be positive");
+  // transformers reads these as `get(key) or default`: 0 falls back too.
+  SE_ASSIGN_OR_RETURN(rope.beta_fast, cj::float_or(scaling, "beta_fast", 0.0f));
+  SE_ASSIGN_OR_RETURN(rope.beta_slow, cj::float_or(scaling, "beta_slow", 0.0f));
+  if (rope.beta_fast == 0.0f) rope.beta_fast = 32.0f;
+  if (rope.beta_slow == 0.0f) rope.beta_slow = 1.0f;
+  if (!(rope.beta_fast > rope.beta_slow && rope.beta_slow > 0.0f))
+    return invalid_argument("config: yarn needs beta_fast > beta_slow > 0, got {} and {}", rope.beta_fast,
+                            rope.beta_slow);
+  SE_ASSIGN_OR_RETURN(rope.truncate, cj::bool_or(scaling, "truncate", true));
+  const auto mscale_of = [&](float m) {
+    return rope.factor <= 1.0f ? 1.0f : 0.1f * m * std::log(rope.factor) + 1.0f;
+  };
+  SE_ASSIGN_OR_RETURN(float mscale, cj::float_or(scaling, "mscale", 0.0f));
+  SE_ASSIGN_OR_RETURN(float mscale_all_dim, cj::float_or(scaling, "mscale_all_dim", 0.0f));
+  const float inferred = mscale != 0.0f && mscale_all_dim != 0.0f ? mscale_of(mscale) / mscale_of(mscale_all_dim)
+                                                                   : mscale_of(1.0f);
+  SE_ASSIGN_OR_RETURN(rope.attention_factor, cj::float_or(scaling, "attention_factor", inferred));
+  if (!(rope.attention_factor > 0.0f)) return invalid_argument("config: yarn attention_factor must be positive");
+  return Status::ok();
+}
+
 // RoPE from `rope_theta` + `rope_scaling` (transformers 4) or `rope_parameters` (transformers 5).
-Result<RopeParams> parse_rope(const nlohmann::json& hf, int head_dim) {
+Result<RopeParams> parse_rope(const nlohmann::json& hf, int head_dim, int max_position_embeddings) {
   RopeParams rope;
   rope.rotary_dim = head_dim;
   const nlohmann::json* scaling = nullptr;
@@ -43,6 +74,9 @@ Result<RopeParams> parse_rope(const nlohmann::json& hf, int head_dim) {
                         config_json::int_or(*scaling, "original_max_position_embeddings", 8192));
     if (rope.high_freq_factor <= rope.low_freq_factor)
       return invalid_argument("config: llama3 rope needs high_freq_factor > low_freq_factor");
+  } else if (type == "yarn") {
+    rope.scaling = RopeScaling::kYarn;
+    SE_RETURN_IF_ERROR(parse_yarn(*scaling, max_position_embeddings, rope));
   } else {
     return unimplemented("config: rope scaling type '{}' is not supported", type);
   }
@@ -97,7 +131,14 @@ Result<ModelConfig> parse_model_config(const nlohmann::json& hf) {
   SE_ASSIGN_OR_RETURN(c.eos_token_ids, parse_eos(hf));
   c.attention_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
 
-  SE_ASSIGN_OR_RETURN(RopeParams rope, parse_rope(hf, c.head_dim));
+  SE_ASSIGN_OR_RETURN(RopeParams rope, parse_rope(hf, c.head_dim, c.max_position_embeddings));
+  // A YaRN model serves factor times its trained context (vLLM derives its max_model_len the same way); configs
+  // such as Qwen3's keep the trained max_position_embeddings and add the scaling by hand.
+  if (rope.scaling == RopeScaling::kYarn) {
+    const double served = std::round(double{rope.factor} * rope.original_max_position);
+    if (served > INT32_MAX) return invalid_argument("config: yarn serves {} positions, over 2^31", served);
+    c.max_position_embeddings = std::max(c.max_position_embeddings, static_cast<int>(served));
+  }
   c.layers.assign(static_cast<size_t>(c.num_layers), LayerConfig{false, rope});
   SE_RETURN_IF_ERROR(spec->configure(hf, c));
   return c;

@@ -63,6 +63,58 @@ TEST(RopeTest, Llama3ScalingKeepsHighAndDividesLowFrequencies) {
   }
 }
 
+// Qwen3's YaRN (theta 1e6, 128 rotary dims, factor 4 over 32,768 trained positions): the dimensions below the
+// band where a wavelength fits 32 times into the trained context keep their frequency, those past the band where it
+// fits once are divided by the factor, and the band between blends the two, monotonically.
+TEST(RopeTest, YarnKeepsFastDimensionsAndInterpolatesSlowOnes) {
+  RopeParams p;
+  p.theta = 1e6f;
+  p.rotary_dim = 128;
+  std::vector<float> plain(64), scaled(64);
+  cpu::rope_inv_freq(p, plain.data());
+  p.scaling = RopeScaling::kYarn;
+  p.factor = 4.0f;
+  p.original_max_position = 32768;
+  cpu::rope_inv_freq(p, scaled.data());
+  const auto band_edge = [](double rotations) {
+    return 128 * std::log(32768 / (rotations * 2 * std::numbers::pi)) / (2 * std::log(1e6));
+  };
+  const int low = static_cast<int>(std::floor(band_edge(32))), high = static_cast<int>(std::ceil(band_edge(1)));
+  ASSERT_GT(low, 0);
+  ASSERT_LT(high, 63);
+  double last_share = 0;
+  for (int i = 0; i < 64; ++i) {
+    if (i <= low) {
+      EXPECT_FLOAT_EQ(scaled[i], plain[i]) << i;
+    } else if (i >= high) {
+      EXPECT_FLOAT_EQ(scaled[i], plain[i] / 4.0f) << i;
+    } else {
+      const double share = (plain[i] - static_cast<double>(scaled[i])) / (plain[i] * 0.75);  // interpolated part
+      EXPECT_NEAR(share, static_cast<double>(i - low) / (high - low), 1e-5) << i;
+      EXPECT_GT(share, last_share) << i;
+      last_share = share;
+    }
+  }
+}
+
+// YaRN's attention factor scales cos and sin: at position 0 the rotated dimensions come out multiplied by it and the
+// rest of a partially rotated head passes untouched.
+TEST(RopeTest, YarnAttentionFactorScalesOnlyTheRotatedDimensions) {
+  RopeParams p;
+  p.theta = 10000.0f;
+  p.rotary_dim = 32;
+  p.scaling = RopeScaling::kYarn;
+  p.factor = 4.0f;
+  p.original_max_position = 2048;
+  p.attention_factor = 1.25f;
+  const Tensor x = test::random_tensor({1, 2, 64}, 3);
+  Tensor y = x.clone();
+  int32_t position = 0;
+  rope(y.view(), TensorView{&position, DType::kI32, {1}}, p);
+  for (int i = 0; i < 128; ++i)
+    EXPECT_FLOAT_EQ(y.data<float>()[i], x.data<float>()[i] * (i % 64 < 32 ? 1.25f : 1.0f)) << i;
+}
+
 // split_qkv_rope against the formulas written out here: each head of the fused row lands in its output, q and k
 // heads are RMS-normed (x / sqrt(mean(x^2) + eps) * w) and rotated (NeoX pairs i, i + rotary_dim / 2; the angle is
 // the fp32 product position * inv_freq, inv_freq = theta^(-2i / rotary_dim)), v is copied untouched.

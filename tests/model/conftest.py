@@ -50,4 +50,32 @@ def f32_copy(gguf: pathlib.Path) -> pathlib.Path:
     return target
 
 
+def with_metadata(gguf: pathlib.Path, name: str, extra: dict) -> pathlib.Path:
+    """A copy of `gguf` with the metadata keys of `extra` added or replaced (str, float or int values; ints are
+    written as uint32, as llama.cpp's converter writes context lengths), tensors unchanged; cached by `name`."""
+    sys.path.insert(0, str(SOURCE_DIR / "tools"))
+    from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter
+    from gguf_to_f32 import copy_metadata, field_value
+
+    target = CACHE_DIR / f"{gguf.stem}.{name}.gguf"
+    if target.exists():
+        return target
+    reader = GGUFReader(gguf)
+    tmp = target.with_suffix(".partial")
+    writer = GGUFWriter(tmp, field_value(reader.fields["general.architecture"]))
+    copy_metadata(reader, writer, skip=set(extra))
+    types = {str: GGUFValueType.STRING, float: GGUFValueType.FLOAT32, int: GGUFValueType.UINT32}
+    for key, value in extra.items():
+        writer.add_key_value(key, value, types[type(value)])
+    for tensor in reader.tensors:
+        shape = [int(d) for d in reversed(tensor.shape)]
+        writer.add_tensor(tensor.name, tensor.data.reshape(shape), raw_dtype=GGMLQuantizationType(tensor.tensor_type))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    tmp.rename(target)
+    return target
+
+
 MODELS = {"smollm2": smollm2_gguf, "gemma3": gemma3_gguf}

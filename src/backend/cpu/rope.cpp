@@ -7,6 +7,32 @@
 
 namespace se::cpu {
 
+namespace {
+
+// YaRN (Peng et al. 2023, as transformers computes it): dimensions that turn more than beta_fast times over the
+// trained context keep their frequency, those that turn fewer than beta_slow times are interpolated (divided by
+// `factor`), and a linear ramp over the dimension index blends the two in between.
+double yarn_frequency(const RopeParams& p, int i, double freq) {
+  const double dim = p.rotary_dim;
+  // The dimension whose wavelength fits `rotations` times into the trained context.
+  const auto dimension_of = [&](double rotations) {
+    return dim * std::log(p.original_max_position / (rotations * 2.0 * std::numbers::pi)) /
+           (2.0 * std::log(static_cast<double>(p.theta)));
+  };
+  double low = dimension_of(p.beta_fast), high = dimension_of(p.beta_slow);
+  if (p.truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(low, 0.0);
+  high = std::min(high, dim - 1.0);
+  if (low == high) high += 0.001;
+  const double interpolated_share = std::clamp((i - low) / (high - low), 0.0, 1.0);
+  return freq / p.factor * interpolated_share + freq * (1.0 - interpolated_share);
+}
+
+}  // namespace
+
 void rope_inv_freq(const RopeParams& p, float* inv_freq) {
   const int half = p.rotary_dim / 2;
   for (int i = 0; i < half; ++i) {
@@ -28,6 +54,8 @@ void rope_inv_freq(const RopeParams& p, float* inv_freq) {
                               (p.high_freq_factor - p.low_freq_factor);
         freq = (1.0 - smooth) * freq / p.factor + smooth * freq;
       }
+    } else if (p.scaling == RopeScaling::kYarn) {
+      freq = yarn_frequency(p, i, freq);
     }
     inv_freq[i] = static_cast<float>(freq);
   }
@@ -47,8 +75,8 @@ void rope(TensorView x, TensorView positions, const RopeParams& p) {
     for (int i = 0; i < half; ++i) {
       // fp32 angle, as HF computes `position * inv_freq` in fp32 before cos/sin.
       const float angle = static_cast<float>(pos[t]) * inv_freq[static_cast<size_t>(i)];
-      cos_v[static_cast<size_t>(i)] = std::cos(angle);
-      sin_v[static_cast<size_t>(i)] = std::sin(angle);
+      cos_v[static_cast<size_t>(i)] = std::cos(angle) * p.attention_factor;
+      sin_v[static_cast<size_t>(i)] = std::sin(angle) * p.attention_factor;
     }
     for (int64_t h = 0; h < heads; ++h) {
       float* v = x.ptr<float>() + (t * heads + h) * head_dim;

@@ -37,6 +37,7 @@ struct HeadsArgs {
   const void* k_norm;
   DType norm_dtype;
   float eps;
+  float attention_factor;  // cos and sin scaled by it (YaRN; 1 otherwise)
   InvFreq inv_freq;
 };
 
@@ -88,6 +89,8 @@ __global__ void __launch_bounds__(kWarps * 32) split_heads_rope_kernel(HeadsArgs
       const bool low = i < a.half;
       float sin_v, cos_v;
       sincosf(pos * a.inv_freq.value[low ? i : i - a.half], &sin_v, &cos_v);
+      cos_v *= a.attention_factor;
+      sin_v *= a.attention_factor;
       x[j] = low ? x[j] * cos_v - row[i + a.half] * sin_v : x[j] * cos_v + row[i - a.half] * sin_v;
     }
   }
@@ -97,6 +100,7 @@ __global__ void __launch_bounds__(kWarps * 32) split_heads_rope_kernel(HeadsArgs
 void launch_heads(HeadsArgs& a, const RopeParams& params) {
   SE_CHECK(a.head_dim <= kMaxHeadDim, "cuda::rope: head_dim {} over {}", a.head_dim, kMaxHeadDim);
   a.half = params.rotary_dim / 2;
+  a.attention_factor = params.attention_factor;
   cpu::rope_inv_freq(params, a.inv_freq.value);
   const int64_t items = a.num_tokens * (a.q_heads + a.kv_heads + a.v_heads);
   if (items == 0) return;

@@ -106,7 +106,8 @@ TEST(CudaOpsTest, RopeMatchesCpuForEveryScaling) {
   const RopeCase cases[] = {{1, 9, 64, 64, 2048, RopeScaling::kNone},
                             {37, 32, 128, 128, 131072, RopeScaling::kLlama3},
                             {200, 4, 256, 256, 32768, RopeScaling::kLinear},
-                            {16, 8, 128, 64, 4096, RopeScaling::kNone}};
+                            {16, 8, 128, 64, 4096, RopeScaling::kNone},
+                            {64, 8, 128, 128, 131072, RopeScaling::kYarn}};
   for (DType dtype : kActs) {
     for (const RopeCase& c : cases) {
       RopeParams p;
@@ -114,6 +115,12 @@ TEST(CudaOpsTest, RopeMatchesCpuForEveryScaling) {
       p.rotary_dim = c.rotary_dim;
       p.scaling = c.scaling;
       p.factor = c.scaling == RopeScaling::kNone ? 1.0f : 8.0f;
+      if (c.scaling == RopeScaling::kYarn) {  // Qwen3's 128K setting
+        p.theta = 1e6f;
+        p.factor = 4.0f;
+        p.original_max_position = 32768;
+        p.attention_factor = 1.1386f;
+      }
       test::FastRng rng(seed++);
       std::vector<int32_t> pos(static_cast<size_t>(c.tokens));
       for (auto& v : pos) v = static_cast<int32_t>(rng.next() % static_cast<uint64_t>(c.max_pos));
