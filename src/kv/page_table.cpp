@@ -22,6 +22,7 @@ PageTable::PageTable(BlockPool* pool, const KvLayout& layout)
   const Status valid = layout.validate();
   SE_CHECK(valid.is_ok(), "page table: {}", valid.message());
   num_tokens_.assign(static_cast<size_t>(layout.num_streams()), 0);
+  spare_.assign(static_cast<size_t>(layout.num_streams()), -1);
 }
 
 PageTable::~PageTable() {
@@ -35,6 +36,7 @@ PageTable::PageTable(PageTable&& other) noexcept
       stride_(other.stride_),
       page_ids_(std::move(other.page_ids_)),
       num_tokens_(std::move(other.num_tokens_)),
+      spare_(std::move(other.spare_)),
       epoch_(other.epoch_) {
   // The moved-from table holds nothing, so its destructor releases nothing.
   other.epoch_ = next_epoch();
@@ -43,6 +45,7 @@ PageTable::PageTable(PageTable&& other) noexcept
   other.stride_ = 0;
   other.page_ids_.clear();
   other.num_tokens_.clear();
+  other.spare_.clear();
 }
 
 PageTable& PageTable::operator=(PageTable&& other) noexcept {
@@ -54,6 +57,7 @@ PageTable& PageTable::operator=(PageTable&& other) noexcept {
     stride_ = other.stride_;
     page_ids_ = std::move(other.page_ids_);
     num_tokens_ = std::move(other.num_tokens_);
+    spare_ = std::move(other.spare_);
     epoch_ = other.epoch_;
     other.epoch_ = next_epoch();
     other.pool_ = nullptr;
@@ -61,6 +65,7 @@ PageTable& PageTable::operator=(PageTable&& other) noexcept {
     other.stride_ = 0;
     other.page_ids_.clear();
     other.num_tokens_.clear();
+    other.spare_.clear();
   }
   return *this;
 }
@@ -84,11 +89,12 @@ std::span<const int32_t> PageTable::pages(int32_t layer, int32_t head) const {
 int64_t PageTable::num_held_pages() const {
   int64_t total = 0;
   for (int32_t n : num_tokens_) total += pages_for(n);
+  for (int32_t spare : spare_) total += spare >= 0 ? 1 : 0;
   return total;
 }
 
 size_t PageTable::metadata_bytes() const {
-  return (page_ids_.capacity() + num_tokens_.capacity()) * sizeof(int32_t);
+  return (page_ids_.capacity() + num_tokens_.capacity() + spare_.capacity()) * sizeof(int32_t);
 }
 
 PageSlot PageTable::slot(int32_t layer, int32_t head, int32_t token_idx) const {
@@ -123,8 +129,9 @@ bool PageTable::partial_page_shared(size_t stream, int32_t num_tokens) const {
 
 int64_t PageTable::num_pages_for_append(int32_t num_new_tokens) const {
   int64_t total = 0;
-  for (int32_t n : num_tokens_) {
-    total += layout_.pages_per_stream(int64_t{n} + num_new_tokens) - pages_for(n);
+  for (size_t s = 0; s < num_tokens_.size(); ++s) {
+    const int64_t grown = layout_.pages_per_stream(int64_t{num_tokens_[s]} + num_new_tokens) - pages_for(num_tokens_[s]);
+    total += grown > 0 && spare_[s] >= 0 ? grown - 1 : grown;
   }
   return total;
 }
@@ -164,7 +171,12 @@ Status PageTable::append(int32_t num_new_tokens) {
     const int32_t old_pages = pages_for(num_tokens_[s]);
     num_tokens_[s] += num_new_tokens;
     for (int32_t p = old_pages; p < pages_for(num_tokens_[s]); ++p) {
-      row(s)[p] = (*allocated)[next++];
+      if (p == old_pages && spare_[s] >= 0) {
+        row(s)[p] = spare_[s];  // where it was listed before (a stride growth may not have kept the entry)
+        spare_[s] = -1;
+      } else {
+        row(s)[p] = (*allocated)[next++];
+      }
     }
   }
   num_logical_tokens_ += num_new_tokens;
@@ -223,6 +235,7 @@ Status PageTable::truncate(int32_t num_tokens) {
   }
   epoch_ = next_epoch();
   for (size_t s = 0; s < num_streams; ++s) {
+    release_spare(s);
     if (num_tokens >= num_tokens_[s]) continue;
     // Release from the tail so the most recent pages are the first to be reused.
     for (int32_t p = pages_for(num_tokens_[s]) - 1; p >= pages_for(num_tokens); --p) {
@@ -245,10 +258,43 @@ Status PageTable::shrink_stream(int32_t layer, int32_t head, int32_t num_tokens)
                             num_tokens_[s], num_tokens);
   }
   const int32_t num_kept_pages = pages_for(num_tokens);
-  if (num_kept_pages < pages_for(num_tokens_[s])) epoch_ = next_epoch();
+  if (num_kept_pages < pages_for(num_tokens_[s])) {
+    epoch_ = next_epoch();
+    release_spare(s);
+  }
   for (int32_t p = pages_for(num_tokens_[s]) - 1; p >= num_kept_pages; --p) pool_->release(row(s)[p]);
   num_tokens_[s] = num_tokens;
   return Status::ok();
+}
+
+Status PageTable::drop_last_slot(int32_t layer, int32_t head) {
+  if (layer < 0 || layer >= layout_.num_layers || head < 0 || head >= layout_.num_kv_heads) {
+    return invalid_argument("page table: (layer {}, head {}) outside {} layers x {} KV heads",
+                            layer, head, layout_.num_layers, layout_.num_kv_heads);
+  }
+  const size_t s = stream_idx(layer, head);
+  if (num_tokens_[s] == 0)
+    return invalid_argument("page table: (layer {}, head {}) has no slot to drop", layer, head);
+  const int32_t num_tokens = num_tokens_[s] - 1;
+  const int32_t emptied = pages_for(num_tokens);
+  if (emptied < pages_for(num_tokens_[s])) {
+    const int32_t page = row(s)[emptied];
+    if (spare_[s] >= 0 || pool_->ref_count(page) != 1) {
+      epoch_ = next_epoch();
+      release_spare(s);
+      pool_->release(page);
+    } else {
+      spare_[s] = page;
+    }
+  }
+  num_tokens_[s] = num_tokens;
+  return Status::ok();
+}
+
+void PageTable::release_spare(size_t stream) {
+  if (spare_[stream] < 0) return;
+  pool_->release(spare_[stream]);
+  spare_[stream] = -1;
 }
 
 PageTable PageTable::clone() const {
@@ -267,6 +313,7 @@ void PageTable::free_all() {
   epoch_ = next_epoch();
   const auto num_streams = static_cast<size_t>(layout_.num_streams());
   for (size_t s = 0; s < num_streams; ++s) {
+    release_spare(s);
     for (int32_t p = pages_for(num_tokens_[s]) - 1; p >= 0; --p) pool_->release(row(s)[p]);
     num_tokens_[s] = 0;
   }
@@ -303,6 +350,11 @@ Status PageTable::check_integrity() const {
                               p, id);
       }
       all.push_back(id);
+    }
+    if (spare_[s] >= 0) {
+      if (!pool_->is_valid_id(spare_[s]) || pool_->ref_count(spare_[s]) != 1)
+        return internal_error("page table: stream {} spare page {} is not held by it alone", s, spare_[s]);
+      all.push_back(spare_[s]);
     }
   }
   std::sort(all.begin(), all.end());

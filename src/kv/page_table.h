@@ -6,14 +6,19 @@
 // destruction; the pool must outlive the table. Engine thread only.
 //
 // Representation: one flat int32 buffer [num_streams][stride] (stride = page capacity per stream,
-// grown geometrically or set by reserve()) plus one length per stream. No per-token or per-page
-// allocation; metadata per sequence is 4 * num_streams * (stride + 1) bytes. Example: 128K tokens,
-// 32 layers x 8 KV heads, 16-token pages: 8192 pages per stream -> 8 MiB (up to 1.5x that when
-// grown without reserve()).
+// grown geometrically or set by reserve()) plus one length and one spare per stream. No per-token or
+// per-page allocation; metadata per sequence is 4 * num_streams * (stride + 2) bytes. Example: 128K
+// tokens, 32 layers x 8 KV heads, 16-token pages: 8192 pages per stream -> 8 MiB (up to 1.5x that
+// when grown without reserve()).
 //
-// Invariants (check_integrity): stream s holds exactly ceil(num_tokens(s) / page_size) pages, each
-// in use in the pool; no page appears twice in the table; every physical length <= the logical
-// length.
+// A stream may also hold one spare page past its end: the page its last slot emptied (drop_last_slot), listed where
+// its next page goes and taken back by its next append. An eviction that drops one slot per decode step at a page
+// boundary (the ring of StreamingLLM and H2O) would otherwise return a page and take one again every step, and the
+// return would change the epoch, sending every page list to the device again.
+//
+// Invariants (check_integrity): stream s lists exactly ceil(num_tokens(s) / page_size) pages, each
+// in use in the pool, and at most one spare after them; no page appears twice in the table; every
+// physical length <= the logical length.
 #pragma once
 
 #include <cstdint>
@@ -74,7 +79,9 @@ class PageTable final {
   }
   int32_t num_pages(int32_t layer, int32_t head) const;
   std::span<const int32_t> pages(int32_t layer, int32_t head) const;
-  // Pages held over all streams.
+  // The stream's spare page (see drop_last_slot), or -1.
+  int32_t spare_page(int32_t layer, int32_t head) const { return spare_[stream_idx(layer, head)]; }
+  // Pages held over all streams (spares included).
   int64_t num_held_pages() const;
   // Bytes of page-table metadata this sequence holds (the flat buffer and lengths).
   size_t metadata_bytes() const;
@@ -87,7 +94,7 @@ class PageTable final {
   // head).
   PageSlot slot(int32_t layer, int32_t head, int32_t token_idx) const;
 
-  // Pages append(num_new_tokens) would take from the pool (what the MemoryOracle asks).
+  // Pages append(num_new_tokens) would take from the pool (what the MemoryOracle asks); a spare serves first.
   int64_t num_pages_for_append(int32_t num_new_tokens) const;
   // Adds `num_new_tokens` slots at the end of every stream, allocating pages as needed. All or
   // nothing: on kResourceExhausted nothing changed. kFailedPrecondition if a stream would write
@@ -108,6 +115,10 @@ class PageTable final {
   // Drops the slots of one stream past its first `num_tokens` (<= its length), releasing the pages no longer
   // needed; the logical length is unchanged. The epoch changes only when a page goes.
   Status shrink_stream(int32_t layer, int32_t head, int32_t num_tokens);
+  // Drops one stream's last slot. A page it leaves empty stays as the stream's spare (unless the page is shared or
+  // the stream already has one), so the epoch holds: the lists' entries are unchanged and the next append puts the
+  // same page back where it was.
+  Status drop_last_slot(int32_t layer, int32_t head);
   // Releases every page and resets both lengths to 0 (capacity is kept).
   void free_all();
   // A second table over the same pages and lengths, retaining each page once more: a snapshot that stays
@@ -136,6 +147,9 @@ class PageTable final {
   // True when a stream of `num_tokens` tokens ends inside a page that another holder also
   // references.
   bool partial_page_shared(size_t stream, int32_t num_tokens) const;
+  // Returns a stream's spare to the pool; the caller changes the epoch (its entry may be listed again as another
+  // page).
+  void release_spare(size_t stream);
 
   BlockPool* pool_;
   KvLayout layout_;
@@ -143,6 +157,7 @@ class PageTable final {
   int32_t stride_ = 0;
   std::vector<int32_t> page_ids_;    // [num_streams][stride_]
   std::vector<int32_t> num_tokens_;  // [num_streams]
+  std::vector<int32_t> spare_;       // [num_streams] the spare page, or -1
   uint64_t epoch_;
 };
 

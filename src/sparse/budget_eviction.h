@@ -6,6 +6,7 @@
 // sequence's streams are evicted in two CacheManager calls.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <string_view>
@@ -16,6 +17,15 @@
 #include "sparse/sliding_window_tail.h"
 
 namespace se {
+
+// Pages a sequence of num_tokens holds under evict_to_budget, as the memory model of its method: every stream keeps
+// min(num_tokens, budget) tokens, and once over a budget on a page boundary also the page a one-token step opens,
+// which the eviction keeps as the stream's spare for the next step (PageTable::drop_last_slot). So the count is the
+// peak of a decode step; after a compacting prefill chunk the sequence holds one page a stream fewer.
+inline int64_t budget_resident_pages(const KvLayout& layout, int32_t num_tokens, int32_t budget) {
+  const bool spare = num_tokens > budget && budget % layout.page_size == 0;
+  return layout.pages_for_tokens(std::min(num_tokens, budget)) + (spare ? layout.num_streams() : 0);
+}
 
 // Scratch kept across steps by the method: one kept list per stream and the call's evictions.
 struct BudgetEvictionScratch {

@@ -230,7 +230,7 @@ Status PagedCacheManager::evict_slots(int32_t seq, std::span<const SlotEviction>
   }
   move_kv_rows(build_sequence_view(seq, 0), row_moves_);
   for (const SlotEviction& e : streams) {
-    SE_RETURN_IF_ERROR(s.table.shrink_stream(e.layer, e.kv_head, s.table.num_tokens(e.layer, e.kv_head) - 1));
+    SE_RETURN_IF_ERROR(s.table.drop_last_slot(e.layer, e.kv_head));
     s.positions.move_last_into(l.stream(e.layer, e.kv_head), e.slot);
   }
   return Status::ok();

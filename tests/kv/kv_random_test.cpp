@@ -17,7 +17,7 @@ KvLayout small_layout() {
       .num_layers = 2, .num_kv_heads = 2, .head_dim = 2, .page_size = 4, .dtype = DType::kF32};
 }
 
-// References the pool must show for every page: one per listing in a table, plus `extra` held
+// References the pool must show for every page: one per listing in a table (spares included), plus `extra` held
 // elsewhere.
 void expect_ref_counts(const BlockPool& pool, const std::vector<PageTable>& tables,
                        const std::vector<int32_t>& extra, int64_t num_cache_pages = -1) {
@@ -26,6 +26,7 @@ void expect_ref_counts(const BlockPool& pool, const std::vector<PageTable>& tabl
     for (int32_t layer = 0; layer < t.layout().num_layers; ++layer) {
       for (int32_t head = 0; head < t.layout().num_kv_heads; ++head) {
         for (int32_t id : t.pages(layer, head)) ++expected[static_cast<size_t>(id)];
+        if (const int32_t spare = t.spare_page(layer, head); spare >= 0) ++expected[static_cast<size_t>(spare)];
       }
     }
   }
@@ -82,7 +83,7 @@ TEST(KvRandomTest, PoolAndPageTables) {
     PageTable& t = tables[static_cast<size_t>(pick(kNumTables))];
     const int32_t len = t.num_logical_tokens();
     Status s;
-    switch (pick(8)) {
+    switch (pick(9)) {
       case 0:
       case 1: {  // append; may run out of pages (all or nothing)
         const int32_t n = pick(12);
@@ -133,6 +134,12 @@ TEST(KvRandomTest, PoolAndPageTables) {
           held.erase(held.begin() + static_cast<ptrdiff_t>(i));
         }
         break;
+      case 8: {  // a ring eviction's last slot; the page it empties may stay as the spare
+        const int32_t layer = pick(layout.num_layers);
+        const int32_t head = pick(layout.num_kv_heads);
+        if (t.num_tokens(layer, head) > 0) s = t.drop_last_slot(layer, head);
+        break;
+      }
     }
     if (s.is_ok()) {
       ++num_ok;

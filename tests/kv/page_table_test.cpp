@@ -194,6 +194,73 @@ TEST(PageTableTest, ShrinkStreamDropsOneHeadsTail) {
   expect_intact(pool, table);
 }
 
+// The ring of a decode-time eviction at a page boundary: every stream one token into a fresh page drops its last
+// slot, then the next step appends one token. The emptied pages stay as spares and come back in place, so no page
+// changes hands and the epoch holds.
+TEST(PageTableTest, DropLastSlotKeepsTheEmptiedPageForTheNextAppend) {
+  BlockPool pool(64);
+  PageTable table(&pool, small_layout());
+  ASSERT_TRUE(table.append(9).is_ok());  // 3 pages a stream, the third holding one token
+  const std::vector<int32_t> before(table.pages(1, 0).begin(), table.pages(1, 0).end());
+  const uint64_t epoch = table.epoch();
+  for (int32_t s = 0; s < 4; ++s) ASSERT_TRUE(table.drop_last_slot(s / 2, s % 2).is_ok());
+  EXPECT_EQ(table.num_tokens(1, 0), 8);
+  EXPECT_EQ(table.num_pages(1, 0), 2);
+  EXPECT_EQ(table.spare_page(1, 0), before[2]);
+  EXPECT_EQ(table.num_held_pages(), 12);
+  EXPECT_EQ(pool.num_used_pages(), 12);
+  EXPECT_EQ(table.epoch(), epoch);
+  expect_intact(pool, table);
+
+  EXPECT_EQ(table.num_pages_for_append(1), 0);
+  EXPECT_EQ(table.num_pages_for_append(5), 4);  // the spare, then one fresh page a stream
+  ASSERT_TRUE(table.append(1).is_ok());
+  EXPECT_EQ(std::vector<int32_t>(table.pages(1, 0).begin(), table.pages(1, 0).end()), before);
+  EXPECT_EQ(table.spare_page(1, 0), -1);
+  EXPECT_EQ(pool.num_used_pages(), 12);
+  EXPECT_EQ(table.epoch(), epoch);
+  expect_intact(pool, table);
+
+  // A slot dropped inside a page empties none; a shrink past the spare returns it with the tail.
+  ASSERT_TRUE(table.drop_last_slot(0, 0).is_ok());  // 9 -> 8 tokens, spare: the third page
+  ASSERT_TRUE(table.drop_last_slot(0, 0).is_ok());  // 8 -> 7: no page emptied
+  EXPECT_EQ(table.num_pages(0, 0), 2);
+  EXPECT_GE(table.spare_page(0, 0), 0);
+  ASSERT_TRUE(table.shrink_stream(0, 0, 3).is_ok());
+  EXPECT_EQ(table.spare_page(0, 0), -1);
+  EXPECT_NE(table.epoch(), epoch);
+  EXPECT_EQ(pool.num_used_pages(), 10);
+  expect_intact(pool, table);
+
+  // free_all returns the spares too.
+  ASSERT_TRUE(table.append(4).is_ok());  // (0, 1): 13 tokens, one in a fresh fourth page
+  ASSERT_TRUE(table.drop_last_slot(0, 1).is_ok());
+  EXPECT_GE(table.spare_page(0, 1), 0);
+  table.free_all();
+  EXPECT_EQ(table.spare_page(0, 1), -1);
+  EXPECT_EQ(pool.num_used_pages(), 0);
+  expect_intact(pool, table);
+}
+
+TEST(PageTableTest, DropLastSlotOfASharedPageReleasesIt) {
+  BlockPool pool(64);
+  PageTable table(&pool, small_layout());
+  ASSERT_TRUE(table.append(5).is_ok());  // the second page of each stream holds one token
+  PageTable copy = table.clone();
+  const uint64_t epoch = table.epoch();
+  ASSERT_TRUE(table.drop_last_slot(0, 0).is_ok());
+  EXPECT_EQ(table.spare_page(0, 0), -1);
+  EXPECT_NE(table.epoch(), epoch);  // the entry may be listed again as another page
+  EXPECT_EQ(table.num_pages(0, 0), 1);
+  EXPECT_EQ(pool.num_used_pages(), 8);  // the copy still holds it
+  expect_intact(pool, table);
+  expect_intact(pool, copy);
+  PageTable empty(&pool, small_layout());
+  EXPECT_EQ(empty.drop_last_slot(0, 0).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(empty.drop_last_slot(2, 0).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(empty.drop_last_slot(0, -1).code(), StatusCode::kInvalidArgument);
+}
+
 TEST(PageTableTest, ShrinkStreamChecksItsInput) {
   BlockPool pool(64);
   PageTable table(&pool, small_layout());
@@ -250,7 +317,7 @@ TEST(PageTableTest, LongContextNeedsNoPerTokenMetadata) {
   PageTable table(&pool, layout);
   table.reserve(131072);
   const size_t reserved = table.metadata_bytes();
-  EXPECT_LE(reserved, 256u * (8192 + 1) * 4 + 64);
+  EXPECT_LE(reserved, 256u * (8192 + 2) * 4 + 64);  // the page lists, a length and a spare per stream
   // Decode-style single-token appends then one large chunk: metadata never grows past the
   // reservation.
   for (int i = 0; i < 2048; ++i) ASSERT_TRUE(table.append(1).is_ok());

@@ -157,8 +157,8 @@ TEST(PagedCacheManagerTest, PositionMapFollowsEvictionTruncationAndSnapshots) {
   EXPECT_TRUE(c.check_integrity().is_ok());
 }
 
-// evict_slots: each listed stream's last token takes the evicted slot (KV and position), a page goes back when the
-// stream no longer needs it, and bad input changes nothing.
+// evict_slots: each listed stream's last token takes the evicted slot (KV and position), a page the stream no longer
+// needs stays as its spare for the next token (the table's epoch holds), and bad input changes nothing.
 TEST(PagedCacheManagerTest, EvictSlotsRefillsTheSlotWithTheLastToken) {
   Model model = test::tiny_model();
   auto cache = PagedCacheManager::create(layout_of(model.config(), 4), 512, cpu_allocator(), false);
@@ -188,11 +188,17 @@ TEST(PagedCacheManagerTest, EvictSlotsRefillsTheSlotWithTheLastToken) {
   EXPECT_EQ(c.num_free_pages(), free_before);
 
   const std::vector<CacheManager::SlotEviction> evictions = {{1, 1, 2}, {0, 0, 8}};  // (0, 0) drops its last slot
+  const uint64_t epoch = c.table_epoch(0);
+  const int32_t third_page = c.table(0)->pages(1, 1)[2];
   ASSERT_TRUE(c.evict_slots(0, evictions).is_ok());
   EXPECT_EQ(positions_of(c, 0, 1, 1), (std::vector<int32_t>{0, 1, 8, 3, 4, 5, 6, 7}));
   EXPECT_EQ(positions_of(c, 0, 0, 0), (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 7}));
   EXPECT_EQ(positions_of(c, 0, 0, 1).size(), 9u);
-  EXPECT_EQ(c.num_free_pages(), free_before + 2);  // both streams are down to two pages
+  // Both streams are down to two pages, their thirds kept as spares.
+  EXPECT_EQ(c.table(0)->num_pages(1, 1), 2);
+  EXPECT_EQ(c.table(0)->spare_page(1, 1), third_page);
+  EXPECT_EQ(c.num_free_pages(), free_before);
+  EXPECT_EQ(c.table_epoch(0), epoch);
   const int32_t stream = c.layout().stream(1, 1);
   for (int32_t t = 0; t < 8; ++t)
     for (int kv = 0; kv < 2; ++kv) {
@@ -204,6 +210,9 @@ TEST(PagedCacheManagerTest, EvictSlotsRefillsTheSlotWithTheLastToken) {
   // New tokens append after the refilled slots and keep their absolute positions.
   ASSERT_TRUE(c.reserve(0, 1).is_ok());
   EXPECT_EQ(positions_of(c, 0, 1, 1), (std::vector<int32_t>{0, 1, 8, 3, 4, 5, 6, 7, 9}));
+  EXPECT_EQ(c.table(0)->pages(1, 1)[2], third_page);
+  EXPECT_EQ(c.num_free_pages(), free_before);
+  EXPECT_EQ(c.table_epoch(0), epoch);
   EXPECT_TRUE(c.check_integrity().is_ok());
 }
 

@@ -86,9 +86,12 @@ def test_h2o_matches_oracle(seed, tmp_path):
                     refilled = True
         position += n
         assert result.resident_pages[step] == oracle.resident_pages(
-            case.num_layers, case.num_kv_heads, case.page_size, position, heavy, recent)
+            case.num_layers, case.num_kv_heads, case.page_size, position, heavy, recent, n == 1)
+        # As for StreamingLLM: the memory model counts the spare whenever the stream is over its budget.
+        assert result.reported_pages[step] >= result.resident_pages[step]
+        if n == 1 or position <= heavy + recent:
+            assert result.reported_pages[step] == result.resident_pages[step]
     assert evicted and refilled
-    assert result.resident_pages == result.reported_pages
 
 
 @pytest.mark.parametrize("seed", range(24))

@@ -51,7 +51,7 @@ H2oMethod::H2oMethod(nlohmann::ordered_json config, int32_t num_heavy, int32_t n
 }
 
 int64_t H2oMethod::resident_pages(const KvLayout& layout, int32_t /*num_prefill_tokens*/, int32_t num_tokens) const {
-  return layout.pages_for_tokens(std::min(num_tokens, num_heavy_ + num_recent_));
+  return budget_resident_pages(layout, num_tokens, num_heavy_ + num_recent_);
 }
 
 void H2oMethod::plan_step_scores(const LayerContext& ctx, int64_t num_heads) {

@@ -48,7 +48,7 @@ class H2oMethod final : public MethodRuntime {
   const MethodTraits& traits() const override { return traits_; }
   const nlohmann::ordered_json& config() const override { return config_; }
 
-  // Every stream holds min(num_tokens, heavy + recent) tokens once a step is done.
+  // Every stream holds min(num_tokens, heavy + recent) tokens once a step is done (budget_resident_pages).
   int64_t resident_pages(const KvLayout& layout, int32_t num_prefill_tokens, int32_t num_tokens) const override;
   // Enqueues the step's column sums of every sequence (copied to host memory as the device gets to them).
   void on_attention_end(LayerContext& ctx) override;

@@ -30,7 +30,7 @@ StreamingLlmMethod::StreamingLlmMethod(nlohmann::ordered_json config, int32_t bu
 
 int64_t StreamingLlmMethod::resident_pages(const KvLayout& layout, int32_t /*num_prefill_tokens*/,
                                            int32_t num_tokens) const {
-  return layout.pages_for_tokens(std::min(num_tokens, budget_));
+  return budget_resident_pages(layout, num_tokens, budget_);
 }
 
 int32_t StreamingLlmMethod::oldest_window_slot(std::span<const int32_t> positions) {

@@ -47,7 +47,7 @@ class StreamingLlmMethod final : public MethodRuntime {
   const MethodTraits& traits() const override { return traits_; }
   const nlohmann::ordered_json& config() const override { return config_; }
 
-  // Every stream holds min(num_tokens, budget) tokens once a step is done.
+  // Every stream holds min(num_tokens, budget) tokens once a step is done (budget_resident_pages).
   int64_t resident_pages(const KvLayout& layout, int32_t num_prefill_tokens, int32_t num_tokens) const override;
   // Compacts every stream of the step's sequences that grew past the budget.
   void finish_step(StepContext& ctx) override;

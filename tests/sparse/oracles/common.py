@@ -75,3 +75,12 @@ def attention_over(q, k, v, kept_per_kv_head, scale):
         logits = k[idx, h // group].astype(np.float64) @ q[h].astype(np.float64) * scale
         out[h] = softmax(logits) @ v[idx, h // group].astype(np.float64)
     return out
+
+
+def ring_stream_pages(page_size, num_tokens, budget, one_token_step):
+    """One stream's pages under an eviction that refills the evicted slot after one-token steps (evict_slots): it keeps
+    min(num_tokens, budget) tokens, and after a one-token step over a budget on a page boundary also the page that step
+    opened, as the spare its next token takes back (PageTable::drop_last_slot)."""
+    held = min(num_tokens, budget)
+    spare = one_token_step and num_tokens > budget and budget % page_size == 0
+    return -(-held // page_size) + (1 if spare else 0)

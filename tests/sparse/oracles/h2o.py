@@ -10,7 +10,7 @@ acc is compacted alongside. The engine does this in finish_step; the reference d
 after the softmax, which is the same for every layer since layers do not share state."""
 import numpy as np
 
-from oracles.common import probs_by_position, sliding_tail
+from oracles.common import probs_by_position, ring_stream_pages, sliding_tail
 
 GROUP_REDUCE = {"mean": np.mean, "max": np.max, "sum": np.sum}
 
@@ -57,6 +57,5 @@ def step(stream, q, keys, values, kv_head, first_position, heavy, recent, scale,
     return out, rows
 
 
-def resident_pages(num_layers, num_kv_heads, page_size, num_tokens, heavy, recent):
-    held = min(num_tokens, heavy + recent)
-    return num_layers * num_kv_heads * -(-held // page_size)
+def resident_pages(num_layers, num_kv_heads, page_size, num_tokens, heavy, recent, one_token_step):
+    return num_layers * num_kv_heads * ring_stream_pages(page_size, num_tokens, heavy + recent, one_token_step)

@@ -7,7 +7,7 @@ own n tokens; only then does the stream shrink back to `budget`. Keys keep their
 attention is plain softmax attention over the stored post-RoPE keys."""
 import numpy as np
 
-from oracles.common import sliding_tail
+from oracles.common import ring_stream_pages, sliding_tail
 
 
 def simulate(steps, budget, sinks, window=0):
@@ -33,7 +33,8 @@ def simulate(steps, budget, sinks, window=0):
     return attended, kept
 
 
-def resident_pages(num_layers, num_kv_heads, page_size, num_tokens, budget):
-    """Pages a sequence of num_tokens computed tokens holds: every stream keeps min(num_tokens, budget)."""
-    held = min(num_tokens, budget)
-    return num_layers * num_kv_heads * -(-held // page_size)
+def resident_pages(num_layers, num_kv_heads, page_size, num_tokens, budget, one_token_step):
+    """Pages a sequence of num_tokens computed tokens holds: every stream keeps min(num_tokens, budget), and after
+    a one-token step over a budget on a page boundary also the page that step opened (the stream's spare)."""
+    return ring_stream_pages(page_size, num_tokens, budget, one_token_step) * num_layers * num_kv_heads
+
