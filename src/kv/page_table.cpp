@@ -70,6 +70,14 @@ PageTable& PageTable::operator=(PageTable&& other) noexcept {
   return *this;
 }
 
+Status PageTable::check_stream(int32_t layer, int32_t head) const {
+  if (layer < 0 || layer >= layout_.num_layers || head < 0 || head >= layout_.num_kv_heads) {
+    return invalid_argument("page table: (layer {}, head {}) outside {} layers x {} KV heads",
+                            layer, head, layout_.num_layers, layout_.num_kv_heads);
+  }
+  return Status::ok();
+}
+
 size_t PageTable::stream_idx(int32_t layer, int32_t head) const {
   SE_CHECK(layer >= 0 && layer < layout_.num_layers && head >= 0 && head < layout_.num_kv_heads,
            "page table: (layer {}, head {}) outside {} layers x {} KV heads", layer, head,
@@ -130,7 +138,8 @@ bool PageTable::partial_page_shared(size_t stream, int32_t num_tokens) const {
 int64_t PageTable::num_pages_for_append(int32_t num_new_tokens) const {
   int64_t total = 0;
   for (size_t s = 0; s < num_tokens_.size(); ++s) {
-    const int64_t grown = layout_.pages_per_stream(int64_t{num_tokens_[s]} + num_new_tokens) - pages_for(num_tokens_[s]);
+    const int64_t n = num_tokens_[s];
+    const int64_t grown = layout_.pages_per_stream(n + num_new_tokens) - pages_for(num_tokens_[s]);
     total += grown > 0 && spare_[s] >= 0 ? grown - 1 : grown;
   }
   return total;
@@ -248,10 +257,7 @@ Status PageTable::truncate(int32_t num_tokens) {
 }
 
 Status PageTable::shrink_stream(int32_t layer, int32_t head, int32_t num_tokens) {
-  if (layer < 0 || layer >= layout_.num_layers || head < 0 || head >= layout_.num_kv_heads) {
-    return invalid_argument("page table: (layer {}, head {}) outside {} layers x {} KV heads",
-                            layer, head, layout_.num_layers, layout_.num_kv_heads);
-  }
+  SE_RETURN_IF_ERROR(check_stream(layer, head));
   const size_t s = stream_idx(layer, head);
   if (num_tokens < 0 || num_tokens > num_tokens_[s]) {
     return invalid_argument("page table: cannot shrink (layer {}, head {}) of {} tokens to {}", layer, head,
@@ -268,10 +274,7 @@ Status PageTable::shrink_stream(int32_t layer, int32_t head, int32_t num_tokens)
 }
 
 Status PageTable::drop_last_slot(int32_t layer, int32_t head) {
-  if (layer < 0 || layer >= layout_.num_layers || head < 0 || head >= layout_.num_kv_heads) {
-    return invalid_argument("page table: (layer {}, head {}) outside {} layers x {} KV heads",
-                            layer, head, layout_.num_layers, layout_.num_kv_heads);
-  }
+  SE_RETURN_IF_ERROR(check_stream(layer, head));
   const size_t s = stream_idx(layer, head);
   if (num_tokens_[s] == 0)
     return invalid_argument("page table: (layer {}, head {}) has no slot to drop", layer, head);

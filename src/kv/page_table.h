@@ -134,6 +134,8 @@ class PageTable final {
   Status check_integrity() const;
 
  private:
+  // kInvalidArgument unless (layer, head) names one of the table's streams.
+  Status check_stream(int32_t layer, int32_t head) const;
   size_t stream_idx(int32_t layer, int32_t head) const;
   int32_t* row(size_t stream) { return page_ids_.data() + stream * static_cast<size_t>(stride_); }
   const int32_t* row(size_t stream) const {

@@ -17,6 +17,21 @@ double dot(const float* a, const float* b, int n) {
   return s;
 }
 
+// The inverse frequencies of `p` next to those of the same rotation unscaled.
+struct Frequencies {
+  std::vector<float> plain, scaled;
+};
+Frequencies frequencies(const RopeParams& p) {
+  RopeParams unscaled;
+  unscaled.theta = p.theta;
+  unscaled.rotary_dim = p.rotary_dim;
+  Frequencies f{std::vector<float>(static_cast<size_t>(p.rotary_dim / 2)),
+                std::vector<float>(static_cast<size_t>(p.rotary_dim / 2))};
+  cpu::rope_inv_freq(unscaled, f.plain.data());
+  cpu::rope_inv_freq(p, f.scaled.data());
+  return f;
+}
+
 TEST(RopeTest, RotationIsRelative) {
   // <rope(q, m), rope(k, n)> depends only on m - n, and position 0 is the identity.
   const int D = 64;
@@ -42,14 +57,12 @@ TEST(RopeTest, Llama3ScalingKeepsHighAndDividesLowFrequencies) {
   RopeParams p;
   p.theta = 500000.0f;
   p.rotary_dim = 128;
-  std::vector<float> plain(64), scaled(64);
-  cpu::rope_inv_freq(p, plain.data());
   p.scaling = RopeScaling::kLlama3;
   p.factor = 8.0f;
   p.low_freq_factor = 1.0f;
   p.high_freq_factor = 4.0f;
   p.original_max_position = 8192;
-  cpu::rope_inv_freq(p, scaled.data());
+  const auto [plain, scaled] = frequencies(p);
   for (int i = 0; i < 64; ++i) {
     const double wavelen = 2 * std::numbers::pi / plain[i];
     if (wavelen < 8192.0 / 4.0) {
@@ -70,12 +83,10 @@ TEST(RopeTest, YarnKeepsFastDimensionsAndInterpolatesSlowOnes) {
   RopeParams p;
   p.theta = 1e6f;
   p.rotary_dim = 128;
-  std::vector<float> plain(64), scaled(64);
-  cpu::rope_inv_freq(p, plain.data());
   p.scaling = RopeScaling::kYarn;
   p.factor = 4.0f;
   p.original_max_position = 32768;
-  cpu::rope_inv_freq(p, scaled.data());
+  const auto [plain, scaled] = frequencies(p);
   const auto band_edge = [](double rotations) {
     return 128 * std::log(32768 / (rotations * 2 * std::numbers::pi)) / (2 * std::log(1e6));
   };

@@ -12,29 +12,38 @@ namespace {
 // YaRN (Peng et al. 2023, as transformers computes it): dimensions that turn more than beta_fast times over the
 // trained context keep their frequency, those that turn fewer than beta_slow times are interpolated (divided by
 // `factor`), and a linear ramp over the dimension index blends the two in between.
-double yarn_frequency(const RopeParams& p, int i, double freq) {
-  const double dim = p.rotary_dim;
-  // The dimension whose wavelength fits `rotations` times into the trained context.
-  const auto dimension_of = [&](double rotations) {
-    return dim * std::log(p.original_max_position / (rotations * 2.0 * std::numbers::pi)) /
-           (2.0 * std::log(static_cast<double>(p.theta)));
-  };
-  double low = dimension_of(p.beta_fast), high = dimension_of(p.beta_slow);
-  if (p.truncate) {
-    low = std::floor(low);
-    high = std::ceil(high);
+struct YarnBand {
+  double low = 0.0;
+  double high = 0.0;
+  explicit YarnBand(const RopeParams& p) {
+    const double dim = p.rotary_dim;
+    // The dimension whose wavelength fits `rotations` times into the trained context.
+    const auto dimension_of = [&](double rotations) {
+      return dim * std::log(p.original_max_position / (rotations * 2.0 * std::numbers::pi)) /
+             (2.0 * std::log(static_cast<double>(p.theta)));
+    };
+    low = dimension_of(p.beta_fast);
+    high = dimension_of(p.beta_slow);
+    if (p.truncate) {
+      low = std::floor(low);
+      high = std::ceil(high);
+    }
+    low = std::max(low, 0.0);
+    high = std::min(high, dim - 1.0);
+    if (low == high) high += 0.001;
   }
-  low = std::max(low, 0.0);
-  high = std::min(high, dim - 1.0);
-  if (low == high) high += 0.001;
-  const double interpolated_share = std::clamp((i - low) / (high - low), 0.0, 1.0);
-  return freq / p.factor * interpolated_share + freq * (1.0 - interpolated_share);
-}
+  // Dimension i's frequency: `freq` divided by `factor` in the share the ramp gives it.
+  double frequency(int i, double freq, double factor) const {
+    const double interpolated_share = std::clamp((i - low) / (high - low), 0.0, 1.0);
+    return freq / factor * interpolated_share + freq * (1.0 - interpolated_share);
+  }
+};
 
 }  // namespace
 
 void rope_inv_freq(const RopeParams& p, float* inv_freq) {
   const int half = p.rotary_dim / 2;
+  const YarnBand yarn(p);
   for (int i = 0; i < half; ++i) {
     // Computed in double and rounded once, as HF computes `1 / base ** (arange(0, d, 2) / d)` in fp32 from
     // an int64 arange: the fp32 result matches to the last bit in practice.
@@ -55,7 +64,7 @@ void rope_inv_freq(const RopeParams& p, float* inv_freq) {
         freq = (1.0 - smooth) * freq / p.factor + smooth * freq;
       }
     } else if (p.scaling == RopeScaling::kYarn) {
-      freq = yarn_frequency(p, i, freq);
+      freq = yarn.frequency(i, freq, p.factor);
     }
     inv_freq[i] = static_cast<float>(freq);
   }
