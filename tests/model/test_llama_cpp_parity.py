@@ -94,7 +94,7 @@ def test_yarn_rope_matches_llama_cpp(attn_factor, tmp_path):
         extra["llama.rope.scaling.attn_factor"] = attn_factor
     plain = f32_copy(MODELS["smollm2"]())
     prompts_ids, yarn_logits = expect_parity(with_metadata(plain, f"yarn-{attn_factor}", extra),
-                                             SHORT_PROMPTS[:4] + long_prompts(3), tmp_path)
+                                             SHORT_PROMPTS[:4] + long_prompts(2), tmp_path)
     # The scaling is in effect on both sides: without it the logits move by several percent (measured 4.7-7.2%).
     plain_logits, _ = ours(plain, prompts_ids, tmp_path)
     assert np.max(np.abs(yarn_logits - plain_logits)) > 1e-2 * np.max(np.abs(plain_logits))
