@@ -55,6 +55,12 @@ class TeacherForcedSequence {
   int64_t num_dense_pages() const;
   int32_t num_tokens() const { return static_cast<int32_t>(tokens_.size()); }
   const MethodRuntime& method() const { return *method_; }
+  // The method's cache (what each stream keeps), for inspection between steps.
+  const CacheManager& cache() const { return *cache_; }
+  // What each layer of the following forwards attends to (SparseController::set_attention_observer).
+  void set_attention_observer(SparseController::AttentionObserver observer) {
+    controller_.set_attention_observer(std::move(observer));
+  }
 
  private:
   TeacherForcedSequence(const Model& model, std::unique_ptr<MethodRuntime> method, std::unique_ptr<CacheManager> cache);

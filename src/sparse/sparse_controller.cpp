@@ -94,6 +94,7 @@ void SparseController::attend(int layer, const LayerConfig& layer_config, const 
       num_method_metadata_bytes_ += method_.decode_metadata_bytes(layer, params.sliding_window, dense, s);
   if (layer >= static_cast<int>(layer_windows_.size())) layer_windows_.resize(static_cast<size_t>(layer) + 1, 0);
   layer_windows_[static_cast<size_t>(layer)] = params.sliding_window;
+  if (attention_observer_) attention_observer_(ctx, attended);
   paged_attention(out, q, device_views_ ? device_views_->device_view(layer, attended) : attended, params);
   method_.on_attention_end(ctx);
 }

@@ -64,6 +64,12 @@ class SparseController final : public ForwardHooks {
     return (device_views_ ? device_views_->generation() : 0) + method_.device_buffers_generation();
   }
 
+  // Called in every layer once the method's selection is applied, before attention reads `attended` (its
+  // tables on the host; produced lists where the pool lives), so a caller can see what each layer read (the
+  // cross-backend fidelity checks). Empty by default.
+  using AttentionObserver = std::function<void(const LayerContext& ctx, const AttentionView& attended)>;
+  void set_attention_observer(AttentionObserver observer) { attention_observer_ = std::move(observer); }
+
   void begin_forward(const ForwardBatch& batch) override;
   void attend(int layer, const LayerConfig& layer_config, const ForwardBatch& batch, TensorView q, TensorView k,
               TensorView v, TensorView out, const AttentionParams& params) override;
@@ -96,6 +102,7 @@ class SparseController final : public ForwardHooks {
   std::unique_ptr<AttentionViewMirror> device_views_;  // null on the CPU
   Selection selection_;  // reused by every layer
   PassForward pass_forward_;
+  AttentionObserver attention_observer_;
   ForwardBatch pass_batch_;  // the running transient pass
   bool in_pass_ = false;
   int64_t num_transient_pass_tokens_ = 0;

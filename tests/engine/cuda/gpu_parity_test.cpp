@@ -13,7 +13,10 @@
 #include <map>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <random>
+
+#include <fmt/ranges.h>
 
 #include "../../backend/cuda/cuda_test_util.h"
 #include "../../loader/test_models.h"
@@ -22,6 +25,7 @@
 #include "backend/device_memory.h"
 #include "backend/ops.h"
 #include "engine/engine.h"
+#include "engine/teacher_forcing.h"
 #include "loader/model_loader.h"
 #include "sparse/method_registry.h"
 #include "sparse/method_traits.h"
@@ -358,10 +362,10 @@ struct EngineTrace {
 std::vector<EngineTrace> engine_traces(const ModelBundle& bundle, Device device, const std::string& method,
                                        const nlohmann::json& method_config,
                                        const std::vector<std::vector<int32_t>>& prompts, int num_new,
-                                       bool enforce_eager = false) {
+                                       bool enforce_eager = false, int max_num_seqs = 4) {
   EngineConfig config;
   config.device = device;
-  config.max_num_seqs = 4;
+  config.max_num_seqs = max_num_seqs;
   config.max_num_batched_tokens = 24;
   config.max_model_len = 512;
   config.kv_cache_memory = int64_t{64} << 20;
@@ -467,6 +471,219 @@ TEST(GpuEngineTest, EveryMethodRunsLikeOnTheCpu) {
     std::printf("PARITY method %-12s %d of %zu continuations identical to the CPU\n", info.name.c_str(), identical,
                 prompts.size());
     EXPECT_GE(identical, 3) << info.name;
+  }
+}
+
+// What one decode step's attention read in each layer for sequence 0 of its batch: per KV head the ascending
+// page or token indices a selection left (none recorded: the layer read densely), and, where the run is on the
+// CPU, Quest's page scores recomputed from the stored keys with their bf16 rounding bound.
+struct LayerSelection {
+  std::vector<std::vector<int32_t>> lists;      // [num_kv_heads][selected]
+  std::vector<std::vector<double>> page_score;  // [num_kv_heads][pages]: mean over the query group of sum_d
+                                                // max(q_d min_d, q_d max_d) over the page's stored keys
+  std::vector<std::vector<double>> rounding;    // [num_kv_heads][pages]: 2^-8 sum_d |q_d| max(|min_d|, |max_d|)
+};
+
+// Records `attended`'s selection of sequence 0 (copying produced lists from the device), and on the CPU the page
+// scores Quest ranks by (METHODS.md "Quest"), computed here from the keys and the query as an oracle.
+LayerSelection record_selection(const LayerContext& ctx, const AttentionView& attended) {
+  LayerSelection r;
+  const SeqKvView& sv = attended.seqs[0];
+  if (sv.selected == nullptr) return r;
+  const int32_t num_heads = attended.num_kv_heads;
+  std::vector<int32_t> counts(static_cast<size_t>(num_heads));
+  std::vector<int32_t> lists(static_cast<size_t>(num_heads) * static_cast<size_t>(sv.selected_stride));
+  const bool on_device = attended.selection_produced && attended.kv_device != Device::kCpu;
+  if (on_device) {
+    copy_bytes(attended.kv_device, counts.data(), sv.num_selected, counts.size() * sizeof(int32_t));
+    copy_bytes(attended.kv_device, lists.data(), sv.selected, lists.size() * sizeof(int32_t));
+  } else {
+    std::copy(sv.num_selected, sv.num_selected + num_heads, counts.begin());
+    std::copy(sv.selected, sv.selected + lists.size(), lists.begin());
+  }
+  for (int32_t h = 0; h < num_heads; ++h) {
+    const int32_t* list = lists.data() + static_cast<size_t>(h) * static_cast<size_t>(sv.selected_stride);
+    r.lists.emplace_back(list, list + counts[static_cast<size_t>(h)]);
+  }
+  if (attended.kv_device != Device::kCpu || attended.selection_unit != SelectionUnit::kPage) return r;
+  const TensorView q = ctx.last_query_row(0);  // [H, D]
+  const int32_t group = static_cast<int32_t>(q.shape[0]) / num_heads;
+  const int32_t d = attended.head_dim, ps = attended.page_size;
+  for (int32_t h = 0; h < num_heads; ++h) {
+    const int32_t len = sv.num_tokens[h];
+    std::vector<double> scores, rounding;
+    for (int32_t page = 0; page * ps < len; ++page) {
+      const int32_t page_id = sv.page_ids[static_cast<int64_t>(h) * sv.stride + page];
+      std::vector<float> lo(static_cast<size_t>(d), INFINITY), hi(static_cast<size_t>(d), -INFINITY);
+      for (int32_t t = 0; t < std::min(ps, len - page * ps); ++t) {
+        const float* k = attended.element<float>(page_id, 0, t);
+        for (int32_t i = 0; i < d; ++i) {
+          lo[static_cast<size_t>(i)] = std::min(lo[static_cast<size_t>(i)], k[i]);
+          hi[static_cast<size_t>(i)] = std::max(hi[static_cast<size_t>(i)], k[i]);
+        }
+      }
+      double score = 0.0, bound = 0.0;
+      for (int32_t g = 0; g < group; ++g) {
+        const float* qh = q.ptr<float>() + static_cast<int64_t>(h * group + g) * d;
+        for (int32_t i = 0; i < d; ++i) {
+          const double a = static_cast<double>(qh[i]) * lo[static_cast<size_t>(i)];
+          const double b = static_cast<double>(qh[i]) * hi[static_cast<size_t>(i)];
+          score += std::max(a, b);
+          bound += std::abs(static_cast<double>(qh[i])) *
+                   std::max(std::abs(lo[static_cast<size_t>(i)]), std::abs(hi[static_cast<size_t>(i)]));
+        }
+      }
+      scores.push_back(score / group);
+      rounding.push_back(std::ldexp(bound / group, -8));
+    }
+    r.page_score.push_back(std::move(scores));
+    r.rounding.push_back(std::move(rounding));
+  }
+  return r;
+}
+
+// The first layer and KV head whose selections differ, described with the CPU's page scores of the pages only one
+// side read; empty when every layer matches. `near_tie` is cleared when two such pages' scores lie further apart
+// than their rounding bounds together (the GPU then read another page for a reason rounding does not explain).
+std::string describe_selection_difference(const std::vector<LayerSelection>& cpu, const std::vector<LayerSelection>& gpu,
+                                          int step, bool& near_tie) {
+  for (size_t l = 0; l < cpu.size() && l < gpu.size(); ++l) {
+    if (cpu[l].lists == gpu[l].lists) continue;
+    for (size_t h = 0; h < cpu[l].lists.size() && h < gpu[l].lists.size(); ++h) {
+      const auto& a = cpu[l].lists[h];
+      const auto& b = gpu[l].lists[h];
+      if (a == b) continue;
+      std::vector<int32_t> only_cpu, only_gpu;
+      std::set_difference(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(only_cpu));
+      std::set_difference(b.begin(), b.end(), a.begin(), a.end(), std::back_inserter(only_gpu));
+      std::string text = fmt::format("selections part at step {} layer {} head {}: cpu only {}, gpu only {}", step, l, h,
+                                     fmt::join(only_cpu, ","), fmt::join(only_gpu, ","));
+      if (h < cpu[l].page_score.size()) {
+        const auto& score = cpu[l].page_score[h];
+        const auto& rounding = cpu[l].rounding[h];
+        const auto describe = [&](const std::vector<int32_t>& pages) {
+          std::string out;
+          for (int32_t p : pages)
+            out += fmt::format(" p{}={:.4f}(+-{:.4f})", p, score[static_cast<size_t>(p)], rounding[static_cast<size_t>(p)]);
+          return out;
+        };
+        text += fmt::format("; cpu scores:{} vs{}", describe(only_cpu), describe(only_gpu));
+        for (int32_t a : only_cpu)
+          for (int32_t b : only_gpu)
+            near_tie &= std::abs(score[static_cast<size_t>(a)] - score[static_cast<size_t>(b)]) <=
+                        rounding[static_cast<size_t>(a)] + rounding[static_cast<size_t>(b)];
+      }
+      return text;
+    }
+  }
+  return {};
+}
+
+// Where each method's GPU run first parts from the CPU's, with the token stream held fixed: both devices are fed
+// the CPU's greedy tokens (teacher forcing, prefill chunks of 24 tokens as the engine test's steps). After the
+// prefill and every decode step the test compares the positions each (layer, KV head) stream keeps, what each
+// layer's selection let attention read, and the GPU's greedy pick against the CPU's margin. One KEPTSET line per
+// request: the first step and stream whose kept set differs (positions kept only by the CPU / only by the GPU),
+// the first step and layer whose selection differs (with the CPU's Quest page scores of the pages in question),
+// and the first step where the GPU picks another token at a confident CPU margin: above twice the largest
+// |GPU - CPU| logit vanilla shows over the same streams (dense attention's bf16 noise). Checks: vanilla's picks
+// part only at near-ties of its own step, and a page selection parts only where the pages' scores lie within
+// their bf16 rounding. The per-method counts are in docs/fidelity.md.
+TEST(GpuEngineTest, KeptSetsUnderTeacherForcing) {
+  SE_SKIP_WITHOUT_CUDA_DEVICE();
+  const TinyBundles bundles = tiny_cpu_and_gpu_bundles();
+  const auto prompts = random_prompts(8, 96, 40, 90, 12);
+  const std::map<std::string, nlohmann::json> configs = {
+      {"vanilla", nullptr},
+      {"streamingllm", {{"budget", 32}}},
+      {"snapkv", {{"budget", 32}, {"window", 8}}},
+      {"adakv", {{"budget", 32}, {"window", 8}}},
+      {"h2o", {{"budget", 32}}},
+      {"quest", {{"token_budget", 32}, {"dense_layers", 0}}},
+      {"omnikv", {{"num_selected_tokens", 32}, {"filter_layers", {0}}}},
+      {"kvzip", {{"ratio", 0.5}}}};
+  constexpr int kNumNew = 16;
+  const ModelConfig& mc = bundles.cpu.model->config();
+  double vanilla_noise = 0.0;  // the largest |GPU - CPU| logit of vanilla's steps, once vanilla has run
+  std::vector<std::pair<std::string, nlohmann::json>> ordered(configs.begin(), configs.end());
+  std::stable_partition(ordered.begin(), ordered.end(), [](const auto& m) { return m.first == "vanilla"; });
+  for (const auto& [method, method_config] : ordered) {
+    int num_confident = 0;
+    for (size_t p = 0; p < prompts.size(); ++p) {
+      TeacherForcingOptions o;
+      o.method = method;
+      o.config = method_config;
+      o.prefill_chunk = 24;
+      o.max_tokens = static_cast<int32_t>(prompts[p].size()) + kNumNew + 1;
+      auto cpu = TeacherForcedSequence::create(*bundles.cpu.model, o);
+      auto gpu = TeacherForcedSequence::create(*bundles.gpu.model, o);
+      ASSERT_TRUE(cpu.is_ok() && gpu.is_ok()) << method;
+      std::string kept_diff, pick_diff, selection_diff;
+      std::vector<LayerSelection> cpu_layers, gpu_layers;  // the running step's selections, by layer
+      (*cpu)->set_attention_observer([&](const LayerContext& ctx, const AttentionView& attended) {
+        cpu_layers.push_back(record_selection(ctx, attended));
+      });
+      (*gpu)->set_attention_observer([&](const LayerContext& ctx, const AttentionView& attended) {
+        gpu_layers.push_back(record_selection(ctx, attended));
+      });
+      const auto compare = [&](int step, const Tensor& want_logits, const Tensor& got_logits) {
+        if (kept_diff.empty()) {
+          for (int l = 0; l < mc.num_layers && kept_diff.empty(); ++l) {
+            for (int h = 0; h < mc.num_kv_heads && kept_diff.empty(); ++h) {
+              auto sorted = [&](const TeacherForcedSequence& s) {
+                const auto span = s.cache().slot_positions(TeacherForcedSequence::kSeq, l, h);
+                std::vector<int32_t> v(span.begin(), span.end());
+                std::sort(v.begin(), v.end());
+                return v;
+              };
+              const std::vector<int32_t> a = sorted(**cpu), b = sorted(**gpu);
+              if (a == b) continue;
+              std::vector<int32_t> only_cpu, only_gpu;
+              std::set_difference(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(only_cpu));
+              std::set_difference(b.begin(), b.end(), a.begin(), a.end(), std::back_inserter(only_gpu));
+              kept_diff = fmt::format("kept sets part at step {} layer {} head {}: cpu only {}, gpu only {}", step,
+                                      l, h, fmt::join(only_cpu, ","), fmt::join(only_gpu, ","));
+            }
+          }
+        }
+        const std::vector<float> want(want_logits.data<float>(), want_logits.data<float>() + want_logits.numel());
+        const std::vector<float> got(got_logits.data<float>(), got_logits.data<float>() + got_logits.numel());
+        const int32_t w = argmax(want), g = argmax(got);
+        const double noise = max_abs_diff(got, want);
+        if (method == "vanilla") vanilla_noise = std::max(vanilla_noise, noise);
+        const double margin = want[static_cast<size_t>(w)] - want[static_cast<size_t>(g)];
+        // Vanilla's own picks may part only at near-ties of its logits.
+        if (method == "vanilla" && w != g) EXPECT_LE(margin, 2.0 * noise) << "request " << p << " step " << step;
+        if (pick_diff.empty() && w != g && method != "vanilla" && margin > 2.0 * vanilla_noise)
+          pick_diff = fmt::format("gpu picks {} over {} at step {} (cpu margin {:.4f}, logits deviation {:.4f})", g,
+                                  w, step, margin, noise);
+        return w;
+      };
+      auto want = (*cpu)->prefill(prompts[p]);
+      auto got = (*gpu)->prefill(prompts[p]);
+      ASSERT_TRUE(want.is_ok() && got.is_ok()) << method;
+      int32_t token = compare(0, *want, *got);
+      for (int step = 1; step <= kNumNew; ++step) {
+        cpu_layers.clear();
+        gpu_layers.clear();
+        want = (*cpu)->decode(token);
+        got = (*gpu)->decode(token);
+        ASSERT_TRUE(want.is_ok() && got.is_ok()) << method;
+        if (selection_diff.empty()) {
+          bool near_tie = true;
+          selection_diff = describe_selection_difference(cpu_layers, gpu_layers, step, near_tie);
+          EXPECT_TRUE(near_tie) << method << " request " << p << ": " << selection_diff;
+        }
+        token = compare(step, *want, *got);
+      }
+      num_confident += !pick_diff.empty();
+      std::printf("KEPTSET %-12s request %zu: %s; %s; %s\n", method.c_str(), p,
+                  kept_diff.empty() ? "kept sets identical" : kept_diff.c_str(),
+                  selection_diff.empty() ? "selections identical" : selection_diff.c_str(),
+                  pick_diff.empty() ? "no confident pick differs" : pick_diff.c_str());
+    }
+    std::printf("KEPTSET %-12s %d of %zu requests with a confident pick that differs (bound %.4f)\n",
+                method.c_str(), num_confident, prompts.size(), 2.0 * vanilla_noise);
   }
 }
 
