@@ -362,10 +362,10 @@ struct EngineTrace {
 std::vector<EngineTrace> engine_traces(const ModelBundle& bundle, Device device, const std::string& method,
                                        const nlohmann::json& method_config,
                                        const std::vector<std::vector<int32_t>>& prompts, int num_new,
-                                       bool enforce_eager = false, int max_num_seqs = 4) {
+                                       bool enforce_eager = false) {
   EngineConfig config;
   config.device = device;
-  config.max_num_seqs = max_num_seqs;
+  config.max_num_seqs = 4;
   config.max_num_batched_tokens = 24;
   config.max_model_len = 512;
   config.kv_cache_memory = int64_t{64} << 20;
