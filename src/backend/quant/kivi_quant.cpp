@@ -1,0 +1,57 @@
+#include "backend/quant/kivi_quant.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "base/check.h"
+#include "tensor/dtype.h"
+
+namespace se {
+namespace {
+
+// An fp16 tensor op: computed in fp32 and rounded once to fp16 (exact for +, -, *, /: fp32 holds every fp16
+// result to more than twice its precision, so the double rounding cannot differ).
+float h(float f) { return f16_to_f32(f32_to_f16(f)); }
+
+}  // namespace
+
+void kivi_quantize_row(const float* x, int64_t n, int64_t stride, int32_t group_size, int32_t bits,
+                       uint32_t* words, uint16_t* scale, uint16_t* mn) {
+  SE_CHECK(bits == 2 || bits == 4 || bits == 8, "KIVI packs 2, 4 or 8 bits, not {}", bits);
+  SE_CHECK(group_size > 0 && group_size % (32 / bits) == 0, "KIVI group {} is not whole words", group_size);
+  const float max_code = static_cast<float>((1 << bits) - 1);
+  std::fill(words, words + kivi_num_words(n, bits), 0u);
+  const int32_t per_word = 32 / bits;
+  for (int64_t g = 0; g * group_size < n; ++g) {
+    const int64_t begin = g * group_size, end = std::min<int64_t>(n, begin + group_size);
+    float lo = INFINITY, hi = -INFINITY;
+    for (int64_t i = begin; i < end; ++i) {
+      const float v = h(x[i * stride]);
+      lo = std::min(lo, v);
+      hi = std::max(hi, v);
+    }
+    const float s = h(h(hi - lo) / max_code);
+    scale[g] = f32_to_f16(s);
+    mn[g] = f32_to_f16(lo);
+    for (int64_t i = begin; i < end; ++i) {
+      uint32_t q = 0;
+      if (s > 0.0f) {
+        const float t = std::clamp(h(h(h(x[i * stride]) - lo) / s), 0.0f, max_code);
+        q = static_cast<uint32_t>(std::nearbyint(t));  // round half to even, as torch.round
+      }
+      words[i / per_word] |= q << ((i % per_word) * bits);
+    }
+  }
+}
+
+float kivi_dequantize(uint32_t code, uint16_t scale, uint16_t mn) {
+  return h(h(static_cast<float>(code) * f16_to_f32(scale)) + f16_to_f32(mn));
+}
+
+void kivi_dequantize_row(const uint32_t* words, const uint16_t* scale, const uint16_t* mn, int64_t n,
+                         int32_t group_size, int32_t bits, float* out, int64_t stride) {
+  for (int64_t i = 0; i < n; ++i)
+    out[i * stride] = kivi_dequantize(kivi_code(words, i, bits), scale[i / group_size], mn[i / group_size]);
+}
+
+}  // namespace se

@@ -1,0 +1,234 @@
+// quant_tool: runs the KV quantizers on inputs from files and writes their raw outputs, for test_quant_oracles.py
+// to compare against the numpy oracles in oracles/{fp8,kivi,turboquant}.py. Files are raw little-endian arrays.
+//   fp8 FMT SCALE IN.f32 OUT.u8             codes of IN / SCALE (FMT e4m3 | e5m2)
+//   fp8_decode FMT SCALE IN.u8 OUT.f32      float(code) * SCALE
+//   fp8_scales K.f32 V.f32 OUT.f32          calculate_kv_scales: (k_scale, v_scale)
+//   kivi key|value BITS GROUP T D IN.f32 PREFIX
+//       IN [T, D] of one head; keys: one row per channel over T tokens, values: one row per token over D channels;
+//       writes PREFIX.codes (u32 [rows][words]), .scale, .mn (fp16 [rows][groups]), .deq (f32 [T, D])
+//   kivi_stream BITS GROUP R D K.f32 V.f32 PREFIX CHUNK...
+//       appends K/V [sum(CHUNK), D] chunk by chunk through the residual window, quantizing what it flushes;
+//       writes PREFIX.kcodes/.kscale/.kmn (per channel over the quantized keys), .vcodes/.vscale/.vmn (per
+//       quantized token) and prints "quantized_keys quantized_values"
+//   turboquant mse|prod BITS SEED N D IN.f32 PREFIX
+//       PREFIX.rot (f64 [D, D]), .centroids (f64), .codes (u8 [N][bytes]), .norm (fp16 [N]), .deq (f32 [N, D]);
+//       prod also .qjl (f64 S [D, D]), .signs (u8 [N][bytes]), .rnorm (fp16 [N])
+//   turboquant_split BITS SEED N D NUM_OUTLIERS IN.f32 PREFIX
+//       outliers picked over all N vectors: PREFIX.outliers (i32), .rot_out, .rot_reg, .codes, .norm ([N][2]), .deq
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "backend/quant/fp8_kv.h"
+#include "backend/quant/kivi_quant.h"
+#include "backend/quant/seeded_gaussian.h"
+#include "backend/quant/turboquant.h"
+#include "kv/kivi_residual_window.h"
+
+namespace {
+
+template <typename T>
+std::vector<T> read_array(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<char> raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<T> out(raw.size() / sizeof(T));
+  std::memcpy(out.data(), raw.data(), out.size() * sizeof(T));
+  return out;
+}
+
+template <typename T>
+void write_array(const std::string& path, const std::vector<T>& v) {
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(T)));
+}
+
+se::Fp8Format fp8_format(const std::string& name) {
+  return name == "e5m2" ? se::Fp8Format::kE5M2 : se::Fp8Format::kE4M3;
+}
+
+struct KiviRows {
+  int64_t words = 0, groups = 0;  // per row
+  std::vector<uint32_t> codes;
+  std::vector<uint16_t> scale, mn;
+};
+
+// Quantizes `rows` rows of n elements, row r starting at x + r * row_step, elements `stride` apart.
+KiviRows kivi_rows(const float* x, int64_t rows, int64_t row_step, int64_t n, int64_t stride, int32_t group,
+                   int32_t bits) {
+  KiviRows out{se::kivi_num_words(n, bits), se::kivi_num_groups(n, group), {}, {}, {}};
+  out.codes.resize(rows * out.words);
+  out.scale.resize(rows * out.groups);
+  out.mn.resize(rows * out.groups);
+  for (int64_t r = 0; r < rows; ++r)
+    se::kivi_quantize_row(x + r * row_step, n, stride, group, bits, &out.codes[r * out.words],
+                          &out.scale[r * out.groups], &out.mn[r * out.groups]);
+  return out;
+}
+
+int kivi(int argc, char** argv) {
+  const bool keys = std::string(argv[2]) == "key";
+  const int32_t bits = std::stoi(argv[3]), group = std::stoi(argv[4]);
+  const int64_t t = std::stoll(argv[5]), d = std::stoll(argv[6]);
+  const std::vector<float> x = read_array<float>(argv[7]);
+  const std::string prefix = std::string(argv[8]) + ".";
+  // Keys: row c is channel c over the T tokens (elements d apart); values: row r is token r's d channels.
+  const int64_t rows = keys ? d : t, row_step = keys ? 1 : d, n = keys ? t : d, stride = keys ? d : 1;
+  const KiviRows q = kivi_rows(x.data(), rows, row_step, n, stride, group, bits);
+  std::vector<float> deq(t * d);
+  for (int64_t r = 0; r < rows; ++r)
+    se::kivi_dequantize_row(&q.codes[r * q.words], &q.scale[r * q.groups], &q.mn[r * q.groups], n, group, bits,
+                            &deq[r * row_step], stride);
+  write_array(prefix + "codes", q.codes);
+  write_array(prefix + "scale", q.scale);
+  write_array(prefix + "mn", q.mn);
+  write_array(prefix + "deq", deq);
+  return 0;
+}
+
+int kivi_stream(int argc, char** argv) {
+  const int32_t bits = std::stoi(argv[2]), group = std::stoi(argv[3]);
+  const int64_t residual = std::stoll(argv[4]), d = std::stoll(argv[5]);
+  const std::vector<float> k = read_array<float>(argv[6]), v = read_array<float>(argv[7]);
+  const std::string prefix = std::string(argv[8]) + ".";
+  se::KiviResidualWindow window(residual);
+  // Keys: per channel, the codes of the quantized prefix grow block by block (blocks are whole words/groups).
+  std::vector<std::vector<uint32_t>> kcodes(d);
+  std::vector<std::vector<uint16_t>> kscale(d), kmn(d);
+  std::vector<uint32_t> vcodes;
+  std::vector<uint16_t> vscale, vmn;
+  for (int i = 9; i < argc; ++i) {
+    const se::KiviFlush f = window.append(std::stoll(argv[i]));
+    const int64_t words = se::kivi_num_words(f.key_count, bits), groups = se::kivi_num_groups(f.key_count, group);
+    for (int64_t c = 0; c < d && f.key_count > 0; ++c) {
+      const size_t w0 = kcodes[c].size(), g0 = kscale[c].size();
+      kcodes[c].resize(w0 + words);
+      kscale[c].resize(g0 + groups);
+      kmn[c].resize(g0 + groups);
+      se::kivi_quantize_row(&k[f.key_begin * d + c], f.key_count, d, group, bits, &kcodes[c][w0], &kscale[c][g0],
+                            &kmn[c][g0]);
+    }
+    const int64_t vwords = se::kivi_num_words(d, bits), vgroups = se::kivi_num_groups(d, group);
+    for (int64_t t = f.value_begin; t < f.value_begin + f.value_count; ++t) {
+      const size_t w0 = vcodes.size(), g0 = vscale.size();
+      vcodes.resize(w0 + vwords);
+      vscale.resize(g0 + vgroups);
+      vmn.resize(g0 + vgroups);
+      se::kivi_quantize_row(&v[t * d], d, 1, group, bits, &vcodes[w0], &vscale[g0], &vmn[g0]);
+    }
+  }
+  std::vector<uint32_t> kc;
+  std::vector<uint16_t> ks, km;
+  for (int64_t c = 0; c < d; ++c) {
+    kc.insert(kc.end(), kcodes[c].begin(), kcodes[c].end());
+    ks.insert(ks.end(), kscale[c].begin(), kscale[c].end());
+    km.insert(km.end(), kmn[c].begin(), kmn[c].end());
+  }
+  write_array(prefix + "kcodes", kc);
+  write_array(prefix + "kscale", ks);
+  write_array(prefix + "kmn", km);
+  write_array(prefix + "vcodes", vcodes);
+  write_array(prefix + "vscale", vscale);
+  write_array(prefix + "vmn", vmn);
+  std::printf("%lld %lld\n", static_cast<long long>(window.quantized_keys()),
+              static_cast<long long>(window.quantized_values()));
+  return 0;
+}
+
+int turboquant(int argc, char** argv) {
+  const bool prod = std::string(argv[2]) == "prod";
+  const int32_t bits = std::stoi(argv[3]);
+  const uint64_t seed = std::stoull(argv[4]);
+  const int64_t n = std::stoll(argv[5]);
+  const int32_t d = std::stoi(argv[6]);
+  const std::vector<float> x = read_array<float>(argv[7]);
+  const std::string prefix = std::string(argv[8]) + ".";
+  std::vector<float> deq(n * d);
+  std::vector<uint16_t> norm(n), rnorm(n);
+  if (!prod) {
+    const se::TurboQuantMse q(d, bits, seed);
+    std::vector<uint8_t> codes(n * q.code_bytes());
+    for (int64_t i = 0; i < n; ++i) {
+      q.encode(&x[i * d], &codes[i * q.code_bytes()], &norm[i]);
+      q.decode(&codes[i * q.code_bytes()], norm[i], &deq[i * d]);
+    }
+    write_array(prefix + "rot", q.rotation());
+    write_array(prefix + "centroids", q.codebook().centroids);
+    write_array(prefix + "codes", codes);
+  } else {
+    const se::TurboQuantProd q(d, bits, seed);
+    const size_t cb = q.mse().code_bytes(), sb = q.qjl().sign_bytes();
+    std::vector<uint8_t> codes(n * cb), signs(n * sb);
+    for (int64_t i = 0; i < n; ++i) {
+      q.encode(&x[i * d], &codes[i * cb], &norm[i], &signs[i * sb], &rnorm[i]);
+      q.decode(&codes[i * cb], norm[i], &signs[i * sb], rnorm[i], &deq[i * d]);
+    }
+    write_array(prefix + "rot", q.mse().rotation());
+    write_array(prefix + "centroids", q.mse().codebook().centroids);
+    write_array(prefix + "codes", codes);
+    write_array(prefix + "qjl", se::gaussian_matrix(d, seed + se::kQjlSeedOffset));
+    write_array(prefix + "signs", signs);
+    write_array(prefix + "rnorm", rnorm);
+  }
+  write_array(prefix + "norm", norm);
+  write_array(prefix + "deq", deq);
+  return 0;
+}
+
+int turboquant_split(int argc, char** argv) {
+  const int32_t bits = std::stoi(argv[2]);
+  const uint64_t seed = std::stoull(argv[3]);
+  const int64_t n = std::stoll(argv[4]);
+  const int32_t d = std::stoi(argv[5]), num_outliers = std::stoi(argv[6]);
+  const std::vector<float> x = read_array<float>(argv[7]);
+  const std::string prefix = std::string(argv[8]) + ".";
+  const se::TurboQuantSplit q(d, se::select_outlier_channels(x.data(), n, d, num_outliers), bits, seed);
+  std::vector<uint8_t> codes(n * q.code_bytes());
+  std::vector<uint16_t> norms(n * 2);
+  std::vector<float> deq(n * d);
+  for (int64_t i = 0; i < n; ++i) {
+    q.encode(&x[i * d], &codes[i * q.code_bytes()], &norms[i * 2]);
+    q.decode(&codes[i * q.code_bytes()], &norms[i * 2], &deq[i * d]);
+  }
+  write_array(prefix + "outliers", q.outliers());
+  write_array(prefix + "rot_out", q.outlier_codec().rotation());
+  write_array(prefix + "rot_reg", q.regular_codec().rotation());
+  write_array(prefix + "codes", codes);
+  write_array(prefix + "norm", norms);
+  write_array(prefix + "deq", deq);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string cmd = argc > 1 ? argv[1] : "";
+  if (cmd == "fp8" && argc == 6) {
+    const std::vector<float> x = read_array<float>(argv[4]);
+    std::vector<uint8_t> out(x.size());
+    se::fp8_quantize(x.data(), x.size(), std::stof(argv[3]), fp8_format(argv[2]), out.data());
+    write_array(argv[5], out);
+    return 0;
+  }
+  if (cmd == "fp8_decode" && argc == 6) {
+    const std::vector<uint8_t> codes = read_array<uint8_t>(argv[4]);
+    std::vector<float> out(codes.size());
+    se::fp8_dequantize(codes.data(), codes.size(), std::stof(argv[3]), fp8_format(argv[2]), out.data());
+    write_array(argv[5], out);
+    return 0;
+  }
+  if (cmd == "fp8_scales" && argc == 5) {
+    const std::vector<float> k = read_array<float>(argv[2]), v = read_array<float>(argv[3]);
+    const se::Fp8KvScales s = se::fp8_kv_scales_from_batch(k.data(), k.size(), v.data(), v.size());
+    write_array(argv[4], std::vector<float>{s.k_scale[0], s.v_scale[0]});
+    return 0;
+  }
+  if (cmd == "kivi" && argc == 9) return kivi(argc, argv);
+  if (cmd == "kivi_stream" && argc >= 10) return kivi_stream(argc, argv);
+  if (cmd == "turboquant" && argc == 9) return turboquant(argc, argv);
+  if (cmd == "turboquant_split" && argc == 9) return turboquant_split(argc, argv);
+  std::fprintf(stderr, "usage: see the header of quant_tool.cpp\n");
+  return 2;
+}
