@@ -1,18 +1,21 @@
-// decode_compression_tool CASE.json OUT.json: runs R-KV's selection (rkv_scores.h) on one layer's synthetic
-// inputs, for the Python oracle of test_fidelity_rkv.py.
+// decode_compression_tool CASE.json OUT.json: runs R-KV's or Kara's selection (rkv_scores.h, kara_selection.h) on
+// one layer's synthetic inputs, for the Python oracles of test_fidelity_rkv.py and test_fidelity_kara.py.
 //
-// CASE: {"method": "rkv", "params": {...}, "num_heads", "num_kv_heads", "head_dim", "num_queries",
+// CASE: {"method": "rkv"|"kara", "params": {...}, "num_heads", "num_kv_heads", "head_dim", "num_queries",
 //        "num_tokens", "data": path of f32 queries [num_queries, H, D] followed by keys [num_tokens, Hkv, D]}
-//   the queries are the newest `window` ones and the keys the whole cache;
-// or {"method": "rkv_trigger", "params": {"budget", "buffer"}, "prompt_len", "num_steps"}.
-// OUT: {"scores": [kv_head][token], "kept": [kv_head] ascending positions}, or {"fired": [decoded-token counts]}
-//       for the trigger
+//   rkv: the queries are the newest `window` ones and the keys the whole cache;
+//   kara: the queries are the whole window's and the keys its compressible region's.
+// or {"method": "rkv_trigger", "params": {"budget", "buffer"}, "prompt_len", "num_steps"}, or
+//    {"method": "kara_trigger", "params": {"window", "buffer", "period"}, "num_steps"}.
+// OUT: {"scores": [kv_head][token], "kept": [kv_head] ascending positions, "chunks": [kv_head] [[a, b], ...]
+//       (kara)}, or {"fired": [decoded-token counts]} for the triggers
 #include <fstream>
 #include <iostream>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "sparse/methods/kara_selection.h"
 #include "sparse/methods/rkv_scores.h"
 
 namespace se {
@@ -36,9 +39,28 @@ nlohmann::json rkv_triggers(const nlohmann::json& c) {
   return fired;
 }
 
+// The same for kara_should_compress, with nothing uncompressed at the start and the protected buffer left
+// uncompressed by each compression.
+nlohmann::json kara_triggers(const nlohmann::json& c) {
+  KaraParams params;
+  params.window = c["params"]["window"];
+  params.buffer = c["params"]["buffer"];
+  params.period = c["params"]["period"];
+  int64_t uncompressed = 0;
+  nlohmann::json fired = nlohmann::json::array();
+  for (int64_t decoded = 1; decoded <= c["num_steps"].get<int64_t>(); ++decoded) {
+    ++uncompressed;
+    if (kara_should_compress(decoded, uncompressed, params)) {
+      fired.push_back(decoded);
+      uncompressed = params.buffer;
+    }
+  }
+  return fired;
+}
+
 int run(const nlohmann::json& c, nlohmann::json& out) {
-  if (c["method"] == "rkv_trigger") {
-    out["fired"] = rkv_triggers(c);
+  if (c["method"] == "rkv_trigger" || c["method"] == "kara_trigger") {
+    out["fired"] = c["method"] == "rkv_trigger" ? rkv_triggers(c) : kara_triggers(c);
     return 0;
   }
   const int32_t heads = c["num_heads"], kv_heads = c["num_kv_heads"], dim = c["head_dim"];
@@ -57,7 +79,7 @@ int run(const nlohmann::json& c, nlohmann::json& out) {
     for (int32_t h = 0; h < kv_heads; ++h) rows.push_back(std::vector<float>(flat.begin() + h * n, flat.begin() + (h + 1) * n));
     return rows;
   };
-  {
+  if (c["method"] == "rkv") {
     RkvParams params;
     params.budget = p.value("budget", params.budget);
     params.window = p.value("window", params.window);
@@ -69,6 +91,18 @@ int run(const nlohmann::json& c, nlohmann::json& out) {
     }
     out["kept"] = rkv_select(q.data(), k.data(), nt, heads, kv_heads, dim, params);
     if (nt > params.window) out["scores"] = split(rkv_scores(q.data(), k.data(), nt, heads, kv_heads, dim, params).values, nt - params.window);
+    return 0;
+  }
+  KaraParams params;
+  params.budget = p.value("budget", params.budget);
+  params.candidates = p.value("candidates", params.candidates);
+  params.length_exponent = p.value("length_exponent", params.length_exponent);
+  out["scores"] = split(kara_scores(q.data(), nq, k.data(), nt, heads, kv_heads, dim), nt);
+  out["kept"] = nlohmann::json::array();
+  out["chunks"] = nlohmann::json::array();
+  for (const KaraSelection& s : kara_select(q.data(), nq, k.data(), nt, heads, kv_heads, dim, params)) {
+    out["kept"].push_back(s.kept);
+    out["chunks"].push_back(s.chunks);
   }
   return 0;
 }
