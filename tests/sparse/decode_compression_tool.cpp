@@ -76,7 +76,8 @@ int run(const nlohmann::json& c, nlohmann::json& out) {
   const nlohmann::json& p = c["params"];
   auto split = [&](const std::vector<float>& flat, int32_t n) {
     nlohmann::json rows = nlohmann::json::array();
-    for (int32_t h = 0; h < kv_heads; ++h) rows.push_back(std::vector<float>(flat.begin() + h * n, flat.begin() + (h + 1) * n));
+    for (int32_t h = 0; h < kv_heads; ++h)
+      rows.push_back(std::vector<float>(flat.begin() + h * n, flat.begin() + (h + 1) * n));
     return rows;
   };
   if (c["method"] == "rkv") {
@@ -90,7 +91,8 @@ int run(const nlohmann::json& c, nlohmann::json& out) {
       return 1;
     }
     out["kept"] = rkv_select(q.data(), k.data(), nt, heads, kv_heads, dim, params);
-    if (nt > params.window) out["scores"] = split(rkv_scores(q.data(), k.data(), nt, heads, kv_heads, dim, params).values, nt - params.window);
+    if (nt > params.window)
+      out["scores"] = split(rkv_scores(q.data(), k.data(), nt, heads, kv_heads, dim, params).values, nt - params.window);
     return 0;
   }
   KaraParams params;

@@ -33,7 +33,8 @@ std::vector<float> rkv_redundancy(const float* keys, int32_t num_tokens, int32_t
   for (int32_t t = 0; t < num_tokens; ++t) {
     const float* k = keys + t * stride + static_cast<int64_t>(kv_head) * head_dim;
     const double norm = std::sqrt(dot(k, k, head_dim)) + 1e-8;
-    for (int32_t c = 0; c < head_dim; ++c) unit[static_cast<size_t>(t) * head_dim + c] = static_cast<float>(k[c] / norm);
+    float* u = unit.data() + static_cast<size_t>(t) * head_dim;
+    for (int32_t c = 0; c < head_dim; ++c) u[c] = static_cast<float>(k[c] / norm);
   }
   // Column sums of S with each row's newest near-duplicate cleared, built row by row so only one row is held.
   std::vector<double> column_sum(static_cast<size_t>(num_tokens), 0.0), row(static_cast<size_t>(num_tokens));
