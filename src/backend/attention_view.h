@@ -28,9 +28,9 @@ namespace se {
 enum class SelectionUnit : uint8_t { kToken, kPage };
 
 // What the pages hold. Dense, selection and eviction methods keep explicit K/V. The quantization family keeps
-// integer codes plus a full-precision residual window, the compression family keeps low-rank latents that
-// attention expands back; their CacheManagers describe those stores with the views below, and the attention ops
-// for them arrive with those methods (today's ops accept kExplicit only).
+// integer codes (plus, for KIVI, a full-precision residual window), the compression family keeps low-rank
+// latents that attention expands back; their CacheManagers describe those stores with the views below.
+// paged_attention reads kExplicit and kQuantized; the other ops accept kExplicit only.
 enum class KvPayload : uint8_t { kExplicit, kQuantized, kLowRankLatent };
 
 struct SeqKvView {
@@ -42,20 +42,57 @@ struct SeqKvView {
   const int32_t* num_selected = nullptr;  // [num_kv_heads]
 };
 
-// kQuantized (KIVI-style): for each page of the page lists, `codes_base + page_id * page_code_bytes` holds the
-// `bits`-bit codes of its K (grouped per channel over key_group_size tokens) and V (grouped per token over
-// value_group_size channels), and `params_base + page_id * page_param_bytes` the fp32 (scale, minimum) of every
-// group; x = code * scale + minimum. The newest tokens of each stream stay full precision in the residual pages
-// (explicit layout, kv_base), listed per sequence in `residual[s]`; they follow the quantized tokens in order.
+// kQuantized: the pages hold integer codes; `quantized.scheme` says which layout (byte counts in
+// backend/quant/quantized_kv_layout.h, which the cache's pool sizing and memory admission use).
+//
+// kFp8E4M3 (vLLM's `--kv-cache-dtype fp8`): the explicit layout, one byte per element. Page p starts at
+// kv_base + p * page_bytes and holds the e4m3 codes [2 (K, V)][page_size][head_dim] of one KV head of one layer
+// (page_bytes = 2 * page_size * head_dim); kv_dtype is kU8. Element x reads back as fp8_to_f32(code) * scale,
+// with the layer's fp32 scales per KV head in `k_scales` / `v_scales` (a per-tensor scale is repeated over the
+// heads). Page lists, token counts, causality and selection are exactly those of explicit pages.
+//
+// kKivi (jy-yuan/KIVI; `bits` = 2, 4 or 8): a stream holds num_tokens[h] tokens; keys [0, num_quantized_keys)
+// and values [0, num_quantized_values) are quantized, the rest stay full precision (the residual window of
+// kv/kivi_residual_window.h: keys flush R tokens at a time, values one at a time once more than R are held, so
+// num_quantized_values <= num_quantized_keys, both <= num_tokens).
+//   Quantized pages hold `group_size` tokens each, one key group per channel: the keys are always quantized in
+//   whole R-token blocks with R a multiple of group_size, so a quantized page's keys are complete when they are
+//   written and no group ever straddles two pages, whatever the explicit page size is. Values are quantized per
+//   token, so they fill the same pages' value rows one token at a time as they leave the window. Token j's
+//   quantized page is seqs[s].page_ids[h * stride + j / group_size], slot j % group_size; that page starts at
+//   quantized_base + page_id * quantized_page_bytes and holds, in this order (G = group_size, D = head_dim,
+//   W(n) = ceil(n * bits / 32) uint32 words packing n codes lowest bits first, as KIVI's pack does):
+//     key codes     uint32 [D][W(G)]         channel c's G codes, token order
+//     value codes   uint32 [G][W(D)]         token t's D codes, channel order
+//     key scale     fp16   [D]               key minimum fp16 [D]
+//     value scale   fp16   [G][D / value_group_size]   value minimum fp16 [G][D / value_group_size]
+//   scale and minimum are fp16 bit patterns, as KIVI keeps them; x = fp16(fp16(code * scale) + minimum).
+//   The full-precision tokens [num_quantized_values, num_tokens) live in explicit pages (kv_base, page_size,
+//   kv_dtype, the layout above) listed per sequence in `residual[s]`: token j sits at slot
+//   j - num_quantized_values[h] + residual_first_slot[h] of head h's residual page list (the store drops a
+//   leading page once the window has slid past it, hence the first slot). Its V row is always read there; its
+//   K row only when j >= num_quantized_keys (keys older than that are read from the quantized page).
+// Attention over a KIVI stream is ordinary attention over the concatenation, quantized tokens first:
+// [q.K_quant ; q.K_full] / sqrt(d), softmax, P_q.V_quant + P_f.V_full.
+enum class KvQuantScheme : uint8_t { kFp8E4M3, kKivi };
+
+struct KiviSeqView {
+  const int32_t* num_quantized_keys = nullptr;    // [num_kv_heads], multiples of group_size
+  const int32_t* num_quantized_values = nullptr;  // [num_kv_heads]
+  SeqKvView residual;                             // explicit pages; num_tokens = tokens held per head
+  const int32_t* residual_first_slot = nullptr;   // [num_kv_heads], < page_size
+};
+
 struct QuantizedKvView {
-  const void* codes_base = nullptr;
-  size_t page_code_bytes = 0;
-  const float* params_base = nullptr;
-  size_t page_param_bytes = 0;
-  int32_t bits = 0;
-  int32_t key_group_size = 0;
-  int32_t value_group_size = 0;
-  const SeqKvView* residual = nullptr;  // [num_seqs]
+  KvQuantScheme scheme = KvQuantScheme::kFp8E4M3;
+  const float* k_scales = nullptr;  // kFp8E4M3: [num_kv_heads]
+  const float* v_scales = nullptr;  // kFp8E4M3: [num_kv_heads]
+  const void* quantized_base = nullptr;  // kKivi: the quantized pool
+  size_t quantized_page_bytes = 0;       // kKivi: kivi_page_layout(...).page_bytes
+  int32_t bits = 0;                      // kKivi
+  int32_t group_size = 0;                // kKivi: tokens per key group and per quantized page
+  int32_t value_group_size = 0;          // kKivi: channels per value group, divides head_dim
+  const KiviSeqView* kivi_seqs = nullptr;  // kKivi: [num_seqs]
 };
 
 // kLowRankLatent (Palu-style): each stored token holds `rank` latent values for K and for V (in place of the

@@ -7,6 +7,7 @@
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/device_memory.h"
+#include "backend/quant/quantized_kv_layout.h"
 #include "base/check.h"
 #include "base/top_k.h"
 
@@ -337,9 +338,75 @@ void write_kv(const AttentionView& view, TensorView k, TensorView v) {
   cpu::write_kv(view, k, v);
 }
 
+namespace {
+
+// The CPU paged attention's query shape: q [T, H, D], out of as many elements.
+void check_paged_attention_q(TensorView out, TensorView q, const AttentionView& view) {
+  require_cpu_f32(out, "paged_attention.out");
+  SE_CHECK(q.shape.rank() == 3 && q.shape[2] == view.head_dim && q.shape[1] % view.num_kv_heads == 0 &&
+               q.shape[0] == view.q_indptr[view.num_seqs] && out.numel() == q.numel(),
+           "paged_attention: q {} for {} rows, {} KV heads x {}", q.shape.to_string(),
+           view.q_indptr[view.num_seqs], view.num_kv_heads, view.head_dim);
+}
+
+// The tables of a KIVI view against attention_view.h's invariants (host tables, as the CPU op reads them).
+void check_kivi_view(const AttentionView& view) {
+  const QuantizedKvView& qv = view.quantized;
+  SE_CHECK(view.kv_dtype == DType::kF32, "paged_attention: the CPU backend keeps f32 residual pages");
+  SE_CHECK(qv.bits == 2 || qv.bits == 4 || qv.bits == 8, "paged_attention: KIVI bits {} (2, 4 or 8)", qv.bits);
+  SE_CHECK(qv.group_size > 0 && qv.group_size % (32 / qv.bits) == 0,
+           "paged_attention: KIVI group size {} is not a positive multiple of {}", qv.group_size, 32 / qv.bits);
+  SE_CHECK(qv.value_group_size > 0 && view.head_dim % qv.value_group_size == 0,
+           "paged_attention: KIVI value group size {} does not divide head_dim {}", qv.value_group_size,
+           view.head_dim);
+  const KiviPageLayout layout = kivi_page_layout(qv.group_size, qv.value_group_size, view.head_dim, qv.bits);
+  SE_CHECK(qv.quantized_page_bytes == layout.page_bytes, "paged_attention: KIVI pages of {} bytes, the layout has {}",
+           qv.quantized_page_bytes, layout.page_bytes);
+  SE_CHECK(qv.kivi_seqs != nullptr, "paged_attention: KIVI view without its sequences' tables");
+  for (int32_t s = 0; s < view.num_seqs; ++s) {
+    const KiviSeqView& kivi = qv.kivi_seqs[s];
+    for (int32_t h = 0; h < view.num_kv_heads; ++h) {
+      const int32_t len = view.seqs[s].num_tokens[h], keys = kivi.num_quantized_keys[h];
+      const int32_t values = kivi.num_quantized_values[h], first = kivi.residual_first_slot[h];
+      SE_CHECK(0 <= values && values <= keys && keys <= len && keys % qv.group_size == 0 &&
+                   kivi.residual.num_tokens[h] == len - values && 0 <= first && first < view.page_size,
+               "paged_attention: sequence {} KV head {}: {} tokens, {} quantized keys, {} quantized values, {} "
+               "residual tokens from slot {} (group {})",
+               s, h, len, keys, values, kivi.residual.num_tokens[h], first, qv.group_size);
+    }
+  }
+}
+
+void paged_attention_quantized(TensorView out, TensorView q, const AttentionView& view,
+                               const AttentionParams& params) {
+  const bool fp8 = view.quantized.scheme == KvQuantScheme::kFp8E4M3;
+  const char* op = fp8 ? "paged_attention over fp8 pages" : "paged_attention over kivi pages";
+  if (out.device == Device::kCuda || view.kv_device == Device::kCuda)
+    SE_CHECK(cuda_implements(op), "{}: not implemented on CUDA", op);
+  SE_CHECK(!view.has_selection, "{}: a selection over quantized pages is not implemented", op);
+  check_paged_attention_q(out, q, view);
+  if (fp8) {
+    SE_CHECK(view.kv_dtype == DType::kU8 &&
+                 view.page_bytes == static_cast<size_t>(view.page_size) * fp8_kv_bytes_per_token(view.head_dim),
+             "{}: pages of {} bytes ({}) for page size {} x head_dim {}", op, view.page_bytes,
+             dtype_name(view.kv_dtype), view.page_size, view.head_dim);
+    SE_CHECK(view.quantized.k_scales != nullptr && view.quantized.v_scales != nullptr, "{}: no scales", op);
+    cpu::paged_attention_fp8(out, q, view, params);
+    return;
+  }
+  check_kivi_view(view);
+  cpu::paged_attention_kivi(out, q, view, params);
+}
+
+}  // namespace
+
 void paged_attention(TensorView out, TensorView q, const AttentionView& view, const AttentionParams& params) {
+  if (view.payload == KvPayload::kQuantized) {
+    paged_attention_quantized(out, q, view, params);
+    return;
+  }
   SE_CHECK(view.payload == KvPayload::kExplicit,
-           "paged_attention: quantized and latent KV payloads are not implemented by this op");
+           "paged_attention: latent KV payloads are not implemented by this op");
   if (on_cuda(out, "paged_attention")) {
     require_cuda_act(out, "paged_attention.out");
     require_cuda_act(q, "paged_attention.q");
@@ -352,12 +419,8 @@ void paged_attention(TensorView out, TensorView q, const AttentionView& view, co
     if constexpr (kCudaBuilt) cuda::paged_attention(out, q, view, params);
     return;
   }
-  require_cpu_f32(out, "paged_attention.out");
   SE_CHECK(view.kv_dtype == DType::kF32, "paged_attention: the CPU backend keeps f32 pages");
-  SE_CHECK(q.shape.rank() == 3 && q.shape[2] == view.head_dim && q.shape[1] % view.num_kv_heads == 0 &&
-               q.shape[0] == view.q_indptr[view.num_seqs] && out.numel() == q.numel(),
-           "paged_attention: q {} for {} rows, {} KV heads x {}", q.shape.to_string(),
-           view.q_indptr[view.num_seqs], view.num_kv_heads, view.head_dim);
+  check_paged_attention_q(out, q, view);
   cpu::paged_attention(out, q, view, params);
 }
 

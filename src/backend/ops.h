@@ -124,6 +124,9 @@ void write_kv(const AttentionView& view, TensorView k, TensorView v);
 
 // Causal attention of every sequence's new queries against its paged KV (see attention_view.h), narrowed to
 // the view's selection when it has one. q, out [T, H, D] F32; GQA: head h reads KV head h / (H / Hkv).
+// Explicit pages, and quantized ones (kQuantized: FP8 e4m3 or KIVI, decoded row by row as they are read; no
+// selection yet). The quantized variants are the ops "paged_attention over fp8 pages" and "paged_attention over
+// kivi pages" for cuda_implements: CPU only for now, so a CUDA tensor or pool gets a "not implemented" error.
 void paged_attention(TensorView out, TensorView q, const AttentionView& view, const AttentionParams& params);
 
 // --- what the sparse methods read and change (sparse/methods/) ---

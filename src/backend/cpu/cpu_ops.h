@@ -25,6 +25,8 @@ void attention(TensorView out, TensorView q, TensorView k, TensorView v, TensorV
 
 void write_kv(const AttentionView& view, TensorView k, TensorView v);
 void paged_attention(TensorView out, TensorView q, const AttentionView& view, const AttentionParams& params);
+void paged_attention_fp8(TensorView out, TensorView q, const AttentionView& view, const AttentionParams& params);
+void paged_attention_kivi(TensorView out, TensorView q, const AttentionView& view, const AttentionParams& params);
 void attention_scores(TensorView out, TensorView q, const AttentionView& view, int32_t seq,
                       const AttentionParams& params, ScoreReduce reduce);
 void compact_kv(const AttentionView& pool, std::span<const StreamCompaction> streams);
