@@ -348,7 +348,11 @@ Result<ModelReport> evaluate_model(const EvalOptions& o, const std::string& mode
       const int32_t length = clamp_length(requested, answer_tokens);
       for (int s = 0; s < o.samples; ++s) {
         const double depth = o.task_depths[static_cast<size_t>(s) % o.task_depths.size()];
-        const uint64_t seed = o.seed * 1000003 + static_cast<uint64_t>(length) * 1009 + static_cast<uint64_t>(s);
+        // Distinct per task too, so the needle tasks do not share keys and values sample by sample.
+        const uint64_t seed =
+            ((o.seed * 1000003 + static_cast<uint64_t>(task) + 1) * 1000003 + static_cast<uint64_t>(length)) *
+                1000003 +
+            static_cast<uint64_t>(s);
         SE_ASSIGN_OR_RETURN(RulerSample sample, make_ruler_sample(task, encode, bos, length, depth, seed));
         PromptCase c{std::string(ruler_task_name(task)), length, s, sample.ids, sample, answer_tokens,
                      {{"depth", depth}, {"seed", seed}, {"answer_tokens", answer_tokens}}};
