@@ -1,10 +1,13 @@
 // `sparse-engine eval`: the quality of each sparse method and budget against `vanilla` (a command that prints a
-// table, not a test). Two tasks, per model:
-//  * long text: each window of --context + --continuation tokens of a real document is prefilled through the
-//    method for its first --context tokens (in chunks, as the engine does), then its next --continuation tokens
-//    are teacher-forced as decode steps; every step's logits are compared with vanilla's on the same tokens
-//    (top-1 agreement and KL(vanilla || method));
-//  * passkey retrieval: a passkey hidden at several depths of filler text, answered greedily.
+// table, not a test). Per model:
+//  * long text: windows of --context + --continuation tokens cut from several real documents (eval_texts.h) are
+//    prefilled through the method for their first --context tokens (in chunks, as the engine does), then their
+//    next --continuation tokens are teacher-forced as decode steps; every step's logits are compared with
+//    vanilla's on the same tokens (top-1 agreement and KL(vanilla || method)), with a t interval over windows;
+//  * RULER-style tasks (eval_ruler.h) at several prompt lengths and needle depths, and the passkey, answered
+//    greedily and scored exactly, with Wilson intervals; vanilla's own row is the ceiling.
+// Every finished (model, method, budget, task, length, sample) cell is appended to --results (eval_results.h),
+// so a rerun with the same configuration skips it and a stopped sweep keeps its cells.
 // Budgets are fractions of each prompt, turned into each method's own key by eval_budget.h. The model is driven
 // through TeacherForcedSequence (the method's cache under a SparseController, no engine thread), so teacher
 // forcing is exact.
@@ -15,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <optional>
 #include <string>
 #include <vector>
@@ -25,10 +29,14 @@
 #include "cli/commands.h"
 #include "cli/engine_options.h"
 #include "cli/eval_budget.h"
+#include "cli/eval_results.h"
+#include "cli/eval_ruler.h"
+#include "cli/eval_stats.h"
 #include "cli/eval_tasks.h"
 #include "cli/model_options.h"
 #include "engine/engine.h"
 #include "engine/teacher_forcing.h"
+#include "loader/progress_bar.h"
 #include "sparse/method_registry.h"
 
 namespace se::cli {
@@ -37,22 +45,23 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Prose from Debian-packaged documentation (base-files ships the licenses on every Debian system).
-const std::vector<std::string> kDefaultTexts = {
-    "/usr/share/common-licenses/GPL-3",
-    "/usr/share/common-licenses/LGPL-2.1",
-    "/usr/share/common-licenses/GFDL-1.3",
-    "/usr/share/common-licenses/MPL-1.1",
-};
-
 struct EvalOptions {
   std::vector<std::string> models = {"default"};
   std::string load_format = "auto";
   std::vector<std::string> methods;  // empty: every registered method
   std::vector<double> budgets = {0.125, 0.25, 0.5};
   int context = 4096;
-  int continuation = 64;
-  std::vector<std::string> texts = kDefaultTexts;
+  int continuation = 256;
+  std::vector<std::string> texts;  // empty: default_text_paths()
+  int num_windows = 20;
+  int windows_per_text = 2;
+  bool no_text = false;
+  std::vector<std::string> tasks;  // empty: every RULER-style task
+  std::vector<int> task_lengths = {4096};
+  std::vector<double> task_depths = {0.1, 0.3, 0.5, 0.7, 0.9};
+  int samples = 50;
+  bool no_tasks = false;
+  std::string results;
   std::vector<int> passkey_lengths = {2048, 4096, 8192};
   std::vector<double> passkey_depths = {0.1, 0.5, 0.9};
   int passkey_answer_tokens = 8;
@@ -66,21 +75,12 @@ struct EvalOptions {
   std::string output;
 };
 
-// One table row: a method at one budget (or at its defaults), and what it scored.
+// One table row: a method at one budget (or at its defaults).
 struct Row {
   std::string method;
   nlohmann::json base_config = nlohmann::json::object();  // from --method-config
   std::optional<BudgetKey> key;
   double fraction = 1.0;  // of each prompt; meaningful with `key`
-
-  int64_t num_steps = 0;
-  int64_t num_agree = 0;
-  double kl_sum = 0.0;
-  double held_sum = 0.0;  // held / dense pages at the end of each long-text run
-  int num_held = 0;
-  std::map<int32_t, std::pair<int, int>> passkey;  // prompt length -> (found, asked)
-  double seconds = 0.0;
-  std::string error;
 
   // The configuration for a prompt of `num_tokens` tokens.
   nlohmann::json config_for(int32_t num_tokens) const {
@@ -171,12 +171,24 @@ struct ModelContext {
   const EvalOptions& o;
   const ModelBundle& bundle;
   MethodEnvironment environment;  // as the engine gives it to methods
+  std::string title;
 
   Result<std::unique_ptr<TeacherForcedSequence>> start(const std::string& method, nlohmann::json config,
                                                        int32_t max_tokens) const {
     return TeacherForcedSequence::create(
         *bundle.model,
         TeacherForcingOptions{method, std::move(config), o.page_size, o.prefill_chunk, max_tokens, environment});
+  }
+
+  // The identity of one cell of the results file: everything its result depends on.
+  nlohmann::json cell(const Row& row, std::string_view task, int32_t length, int sample,
+                      nlohmann::json settings) const {
+    settings["method_config"] = row.config_for(length);
+    settings["page_size"] = o.page_size;
+    settings["prefill_chunk"] = o.prefill_chunk;
+    return {{"model", title},      {"method", row.method}, {"budget", row.key ? row.fraction : 1.0},
+            {"task", task},        {"context", length},    {"sample", sample},
+            {"settings", settings}};
   }
 };
 
@@ -194,31 +206,35 @@ Result<std::vector<std::vector<float>>> reference_steps(const ModelContext& ctx,
   return steps;
 }
 
-// One method on one window: accumulates agreement and KL against `reference` into `row`.
-Status score_window(const ModelContext& ctx, const TextWindow& window, const std::vector<std::vector<float>>& reference,
-                    Row& row) {
+// One method on one window against `reference`: {"steps", "agree", "kl", "held"} (kl: mean over steps; held:
+// held / dense pages at the end).
+Result<nlohmann::json> score_window(const ModelContext& ctx, const TextWindow& window,
+                                    const std::vector<std::vector<float>>& reference, const Row& row) {
   const auto ids = std::span<const int32_t>(window.ids);
   SE_ASSIGN_OR_RETURN(auto run, ctx.start(row.method, row.config_for(ctx.o.context), static_cast<int32_t>(ids.size())));
   SE_RETURN_IF_ERROR(run->prefill(ids.first(static_cast<size_t>(ctx.o.context))).status());
+  int64_t agree = 0;
+  double kl = 0.0;
   for (int i = 0; i < ctx.o.continuation; ++i) {
     SE_ASSIGN_OR_RETURN(Tensor logits, run->decode(ids[static_cast<size_t>(ctx.o.context + i)]));
     const StepComparison step =
         compare_step(reference[static_cast<size_t>(i)], {logits.data<float>(), static_cast<size_t>(logits.numel())});
-    row.num_steps += 1;
-    row.num_agree += step.top1_agrees ? 1 : 0;
-    row.kl_sum += step.kl;
+    agree += step.top1_agrees ? 1 : 0;
+    kl += step.kl;
   }
-  row.held_sum += static_cast<double>(run->num_held_pages()) / static_cast<double>(run->num_dense_pages());
-  row.num_held += 1;
-  return Status::ok();
+  return nlohmann::json{
+      {"steps", ctx.o.continuation},
+      {"agree", agree},
+      {"kl", kl / ctx.o.continuation},
+      {"held", static_cast<double>(run->num_held_pages()) / static_cast<double>(run->num_dense_pages())}};
 }
 
-// One method on one passkey prompt: greedy answer, then whether it names the passkey.
-Result<bool> answer_passkey(const ModelContext& ctx, const PasskeyPrompt& prompt, const Row& row, std::string& answer) {
-  const int32_t num_prompt = static_cast<int32_t>(prompt.ids.size());
-  const int num_answer = ctx.o.passkey_answer_tokens;
+// One method on one prompt: its greedy answer of at most `num_answer` tokens (stopping at end of generation).
+Result<std::string> greedy_answer(const ModelContext& ctx, const std::vector<int32_t>& prompt, int num_answer,
+                                  const Row& row) {
+  const int32_t num_prompt = static_cast<int32_t>(prompt.size());
   SE_ASSIGN_OR_RETURN(auto run, ctx.start(row.method, row.config_for(num_prompt), num_prompt + num_answer));
-  SE_ASSIGN_OR_RETURN(Tensor logits, run->prefill(prompt.ids));
+  SE_ASSIGN_OR_RETURN(Tensor logits, run->prefill(prompt));
   std::vector<int32_t> output;
   for (int i = 0; i < num_answer; ++i) {
     const float* row_logits = logits.data<float>();
@@ -228,155 +244,289 @@ Result<bool> answer_passkey(const ModelContext& ctx, const PasskeyPrompt& prompt
     if (i + 1 == num_answer) break;
     SE_ASSIGN_OR_RETURN(logits, run->decode(token));
   }
-  SE_ASSIGN_OR_RETURN(answer, ctx.bundle.tokenizer->decode(output, /*skip_special=*/true));
-  return passkey_found(answer, prompt.passkey);
+  return ctx.bundle.tokenizer->decode(output, /*skip_special=*/true);
 }
 
-// Runs `fn(row)` for every row still without an error, timing it and recording a failure as the row's error.
-template <typename Fn>
-void for_each_row(std::vector<Row>& rows, Fn&& fn) {
-  for (Row& row : rows) {
-    if (!row.error.empty()) continue;
-    const Clock::time_point start = Clock::now();
-    const Status status = fn(row);
-    row.seconds += std::chrono::duration<double>(Clock::now() - start).count();
-    if (!status.is_ok()) {
-      row.error = status.message();
-      std::fprintf(stderr, "  %s: error: %s\n", row_label(row).c_str(), row.error.c_str());
-    }
-  }
-}
+// One prompt of a scored task, as every row answers it.
+struct PromptCase {
+  std::string task;
+  int32_t length = 0;  // the requested prompt length (the cell's context)
+  int sample = 0;
+  std::vector<int32_t> ids;
+  RulerSample scored;  // answers (and, for RULER tasks, the rest of the sample)
+  int answer_tokens = 0;
+  nlohmann::json settings;  // what the cell's result depends on besides the method
+};
+
+// A row's results per (task, length), aggregated from the results file.
+struct TaskScore {
+  int64_t correct = 0, total = 0;
+  double seconds = 0.0;
+};
+struct WindowScores {
+  std::vector<double> agreement, kl, held;
+  double seconds = 0.0;
+};
 
 struct ModelReport {
   std::string title;
   std::string setup;
-  std::vector<int32_t> passkey_lengths;
+  std::vector<std::pair<std::string, int32_t>> task_columns;  // (task, length), in plan order
   std::vector<Row> rows;
+  std::vector<WindowScores> text;                                          // per row
+  std::vector<std::map<std::pair<std::string, int32_t>, TaskScore>> tasks;  // per row
+  std::vector<std::string> errors;                                         // per row
+  int64_t cells_run = 0, cells_reused = 0;
 };
 
-Result<ModelReport> evaluate_model(const EvalOptions& o, const std::string& model_arg, std::vector<Row> rows) {
+// Finds `cell` in `results` or computes it with `fn` (which returns the result object) and records it.
+template <typename Fn>
+Result<nlohmann::json> cell_result(ResultsFile& results, const nlohmann::json& cell, ModelReport& report, Fn&& fn) {
+  if (const nlohmann::json* found = results.find(cell)) {
+    report.cells_reused += 1;
+    return *found;
+  }
+  const Clock::time_point start = Clock::now();
+  SE_ASSIGN_OR_RETURN(nlohmann::json result, fn());
+  result["seconds"] = std::chrono::duration<double>(Clock::now() - start).count();
+  SE_RETURN_IF_ERROR(results.append(cell, result));
+  report.cells_run += 1;
+  return result;
+}
+
+Result<ModelReport> evaluate_model(const EvalOptions& o, const std::string& model_arg, const std::vector<Row>& rows,
+                                   ResultsFile& results) {
   ModelOptions model_options;
   model_options.model = model_arg;
   model_options.load_format = o.load_format;
   SE_ASSIGN_OR_RETURN(ModelBundle bundle, model_options.load());
   if (!bundle.tokenizer) return invalid_argument("model '{}' has no tokenizer", bundle.name);
   const Model& model = *bundle.model;
-  const ModelContext ctx{o, bundle, method_environment(bundle)};
+  const Tokenizer& tokenizer = *bundle.tokenizer;
   const int32_t max_positions = model.config().max_position_embeddings;
-  if (o.context + o.continuation > max_positions)
+  if (!o.no_text && o.context + o.continuation > max_positions)
     return invalid_argument("--context {} + --continuation {} exceed the context of {} ({} tokens)", o.context,
                             o.continuation, bundle.name, max_positions);
   ModelReport report;
   report.title = bundle.name == "default"
                      ? fmt::format("default ({})", std::filesystem::path(bundle.path).filename().string())
                      : bundle.name;
+  report.rows = rows;
+  report.text.resize(rows.size());
+  report.tasks.resize(rows.size());
+  report.errors.resize(rows.size());
+  const ModelContext ctx{o, bundle, method_environment(bundle), report.title};
 
-  std::vector<std::string> skipped;
-  SE_ASSIGN_OR_RETURN(std::vector<TextWindow> windows,
-                      load_text_windows(*bundle.tokenizer, o.texts, o.context + o.continuation, skipped));
-  for (const std::string& s : skipped)
-    std::fprintf(stderr, "[%s] skipped %s: too short\n", report.title.c_str(), s.c_str());
-  for (size_t w = 0; w < windows.size(); ++w) {
-    const TextWindow& window = windows[w];
-    std::fprintf(stderr, "[%s] text %zu/%zu %s\n", report.title.c_str(), w + 1, windows.size(), window.path.c_str());
-    SE_ASSIGN_OR_RETURN(auto reference, reference_steps(ctx, window));
-    for_each_row(rows, [&](Row& row) {
-      const int64_t steps_before = row.num_steps, agree_before = row.num_agree;
-      const double kl_before = row.kl_sum;
-      SE_RETURN_IF_ERROR(score_window(ctx, window, reference, row));
-      const double n = static_cast<double>(row.num_steps - steps_before);
-      std::fprintf(stderr, "  %-24s agreement %6s  KL %.4f\n", row_label(row).c_str(),
-                   percent(static_cast<double>(row.num_agree - agree_before) / n).c_str(),
-                   (row.kl_sum - kl_before) / n);
-      return Status::ok();
-    });
+  std::vector<TextWindow> windows;
+  if (!o.no_text) {
+    std::vector<std::string> skipped;
+    SE_ASSIGN_OR_RETURN(windows, load_text_windows(tokenizer, o.texts.empty() ? default_text_paths() : o.texts,
+                                                   o.context + o.continuation, o.num_windows, o.windows_per_text,
+                                                   skipped));
+    if (!skipped.empty())
+      std::fprintf(stderr, "[%s] %zu text(s) too short for one window\n", report.title.c_str(), skipped.size());
   }
 
-  // Passkey lengths beyond the model's context are clamped to it (the answer needs room too).
-  const int32_t max_passkey = max_positions - o.passkey_answer_tokens - (o.passkey_chat ? 64 : 0);
-  for (int length : o.no_passkey ? std::vector<int>{} : o.passkey_lengths) {
-    const int32_t num_tokens = std::min<int32_t>(length, max_passkey);
-    if (std::find(report.passkey_lengths.begin(), report.passkey_lengths.end(), num_tokens) ==
-        report.passkey_lengths.end())
-      report.passkey_lengths.push_back(num_tokens);
+  // The prompts of the scored tasks. Lengths beyond the model's context are clamped to it (the answer needs
+  // room too).
+  std::vector<PromptCase> cases;
+  auto clamp_length = [&](int length, int answer_tokens) {
+    return std::min<int32_t>(length, max_positions - answer_tokens - (o.passkey_chat ? 64 : 0));
+  };
+  const std::optional<int32_t> bos =
+      tokenizer.add_bos() ? tokenizer.bos_id() : std::optional<int32_t>{};
+  const EncodeFn encode = [&](std::string_view text) { return tokenizer.encode(text, false, false); };
+  std::vector<RulerTask> tasks;
+  for (const std::string& name : o.no_tasks ? std::vector<std::string>{} : o.tasks) {
+    SE_ASSIGN_OR_RETURN(RulerTask task, parse_ruler_task(name));
+    tasks.push_back(task);
+  }
+  if (!o.no_tasks && o.tasks.empty()) tasks = all_ruler_tasks();
+  for (RulerTask task : tasks) {
+    const int answer_tokens = ruler_answer_tokens(task);
+    for (int requested : o.task_lengths) {
+      const int32_t length = clamp_length(requested, answer_tokens);
+      for (int s = 0; s < o.samples; ++s) {
+        const double depth = o.task_depths[static_cast<size_t>(s) % o.task_depths.size()];
+        // Distinct per task too, so the needle tasks do not share keys and values sample by sample.
+        const uint64_t seed =
+            ((o.seed * 1000003 + static_cast<uint64_t>(task) + 1) * 1000003 + static_cast<uint64_t>(length)) *
+                1000003 +
+            static_cast<uint64_t>(s);
+        SE_ASSIGN_OR_RETURN(RulerSample sample, make_ruler_sample(task, encode, bos, length, depth, seed));
+        PromptCase c{std::string(ruler_task_name(task)), length, s, sample.ids, sample, answer_tokens,
+                     {{"depth", depth}, {"seed", seed}, {"answer_tokens", answer_tokens}}};
+        cases.push_back(std::move(c));
+      }
+    }
   }
   uint64_t trial = 0;
-  for (int32_t num_tokens : report.passkey_lengths) {
-    for (double depth : o.passkey_depths) {
+  for (int requested : o.no_passkey ? std::vector<int>{} : o.passkey_lengths) {
+    const int32_t length = clamp_length(requested, o.passkey_answer_tokens);
+    for (size_t d = 0; d < o.passkey_depths.size(); ++d) {
+      const uint64_t seed = o.seed * 1000003 + trial++;
       SE_ASSIGN_OR_RETURN(PasskeyPrompt prompt,
-                          make_passkey_prompt(bundle, num_tokens, depth, o.seed * 1000003 + trial++, o.passkey_chat));
-      std::fprintf(stderr, "[%s] passkey %d tokens, depth %.2f (%s)\n", report.title.c_str(), num_tokens, prompt.depth,
-                   prompt.passkey.c_str());
-      for_each_row(rows, [&](Row& row) {
-        std::string answer;
-        SE_ASSIGN_OR_RETURN(bool found, answer_passkey(ctx, prompt, row, answer));
-        auto& [num_found, num_asked] = row.passkey[num_tokens];
-        num_found += found ? 1 : 0;
-        num_asked += 1;
-        std::fprintf(stderr, "  %-24s %s %s\n", row_label(row).c_str(), found ? "found " : "missed",
-                     nlohmann::json(answer).dump().c_str());
-        return Status::ok();
-      });
+                          make_passkey_prompt(bundle, length, o.passkey_depths[d], seed, o.passkey_chat));
+      RulerSample scored;
+      scored.answers = {prompt.passkey};
+      cases.push_back({"passkey", length, static_cast<int>(d), prompt.ids, scored, o.passkey_answer_tokens,
+                       {{"depth", o.passkey_depths[d]}, {"seed", seed}, {"answer_tokens", o.passkey_answer_tokens},
+                        {"chat", o.passkey_chat}}});
+    }
+  }
+  for (const PromptCase& c : cases) {
+    const auto column = std::make_pair(c.task, c.length);
+    if (std::find(report.task_columns.begin(), report.task_columns.end(), column) == report.task_columns.end())
+      report.task_columns.push_back(column);
+  }
+
+  ProgressBar progress(report.title, static_cast<int64_t>((windows.size() + cases.size()) * rows.size()),
+                       /*enabled=*/true);
+  auto fail = [&](size_t r, const Status& status) {
+    if (!report.errors[r].empty()) return;
+    report.errors[r] = status.message();
+    std::fprintf(stderr, "\n  %s: error: %s\n", row_label(rows[r]).c_str(), report.errors[r].c_str());
+  };
+
+  for (size_t w = 0; w < windows.size(); ++w) {
+    const TextWindow& window = windows[w];
+    const nlohmann::json settings = {{"continuation", o.continuation},
+                                     {"text", window.path},
+                                     {"offset", window.offset}};
+    std::optional<std::vector<std::vector<float>>> reference;  // computed once, only when a cell needs it
+    for (size_t r = 0; r < rows.size(); ++r) {
+      progress.advance();
+      if (!report.errors[r].empty()) continue;
+      auto result = cell_result(results, ctx.cell(rows[r], "text", o.context, static_cast<int>(w), settings), report,
+                                [&]() -> Result<nlohmann::json> {
+                                  if (!reference) {
+                                    SE_ASSIGN_OR_RETURN(auto steps, reference_steps(ctx, window));
+                                    reference = std::move(steps);
+                                  }
+                                  return score_window(ctx, window, *reference, rows[r]);
+                                });
+      if (!result.is_ok()) {
+        fail(r, result.status());
+        continue;
+      }
+      WindowScores& scores = report.text[r];
+      scores.agreement.push_back((*result)["agree"].get<double>() / (*result)["steps"].get<double>());
+      scores.kl.push_back((*result)["kl"].get<double>());
+      scores.held.push_back((*result)["held"].get<double>());
+      scores.seconds += (*result)["seconds"].get<double>();
     }
   }
 
-  std::string lengths;
-  for (int32_t l : report.passkey_lengths) lengths += (lengths.empty() ? "" : ", ") + std::to_string(l);
+  for (const PromptCase& c : cases) {
+    for (size_t r = 0; r < rows.size(); ++r) {
+      progress.advance();
+      if (!report.errors[r].empty()) continue;
+      auto result = cell_result(results, ctx.cell(rows[r], c.task, c.length, c.sample, c.settings), report,
+                                [&]() -> Result<nlohmann::json> {
+                                  SE_ASSIGN_OR_RETURN(std::string answer,
+                                                      greedy_answer(ctx, c.ids, c.answer_tokens, rows[r]));
+                                  return nlohmann::json{{"correct", ruler_correct(c.scored, answer)},
+                                                        {"answer", answer},
+                                                        {"expected", c.scored.answers}};
+                                });
+      if (!result.is_ok()) {
+        fail(r, result.status());
+        continue;
+      }
+      TaskScore& score = report.tasks[r][{c.task, c.length}];
+      score.correct += (*result)["correct"].get<bool>() ? 1 : 0;
+      score.total += 1;
+      score.seconds += (*result)["seconds"].get<double>();
+    }
+  }
+  progress.finish();
+
+  std::set<std::string> texts;
+  for (const TextWindow& w : windows) texts.insert(w.path);
   std::string depths;
-  for (double d : o.passkey_depths) depths += (depths.empty() ? "" : ", ") + fmt::format("{:g}", d);
-  std::string texts;
-  for (const TextWindow& w : windows) texts += (texts.empty() ? "" : ", ") + ("`" + w.path + "`");
+  for (double d : o.task_depths) depths += (depths.empty() ? "" : ", ") + fmt::format("{:g}", d);
   report.setup = fmt::format(
-      "Long text: {} window(s) of {} context + {} teacher-forced tokens ({}). Passkey: {} prompt tokens x depths "
-      "{}, {} prompt, greedy, {} answer tokens.",
-      windows.size(), o.context, o.continuation, texts.empty() ? "none long enough" : texts,
-      lengths.empty() ? "no" : lengths, depths, o.passkey_chat ? "chat-template" : "plain", o.passkey_answer_tokens);
-  report.rows = std::move(rows);
+      "Long text: {} window(s) of {} context + {} teacher-forced tokens from {} text(s). Tasks: {} sample(s) per "
+      "task and length, needle depths {} in turn, plain prompts, greedy. Cells computed now: {}, taken from the "
+      "results file: {}.",
+      windows.size(), o.context, o.continuation, texts.size(), o.samples, depths, report.cells_run,
+      report.cells_reused);
   return report;
+}
+
+// A t interval can cross a bound the quantity cannot (a share above 100%, a KL below 0); it is cut there.
+std::string interval_text(Interval i, bool as_percent) {
+  i.low = std::max(0.0, i.low);
+  if (as_percent) i.high = std::min(1.0, i.high);
+  if (as_percent) return fmt::format("{} [{:.1f}, {:.1f}]", percent(i.estimate), 100 * i.low, 100 * i.high);
+  return fmt::format("{:.4f} [{:.4f}, {:.4f}]", i.estimate, i.low, i.high);
 }
 
 std::string render_report(const EvalOptions& o, const std::vector<ModelReport>& reports, double seconds) {
   std::string md;
-  md += "# Sparse methods against vanilla: next-token agreement, KL and passkey retrieval\n\n";
+  md += "# Sparse methods against vanilla: next-token agreement, KL and long-context tasks\n\n";
   md += fmt::format("Produced by `sparse-engine eval` in {:.0f} s:\n\n```sh\n{}\n```\n\n", seconds, command_line());
   md +=
       "Long text: each window's first `--context` tokens are prefilled through the method (in chunks of "
       "`--prefill-chunk` tokens, as the engine does), then its next `--continuation` tokens are teacher-forced as "
       "decode steps; every decode step's logits are compared with vanilla's on the same tokens. *Top-1 "
-      "agreement*: the share of steps whose argmax equals vanilla's. *Mean KL*: KL(vanilla || method) in nats, "
-      "averaged over steps. *KV held*: pages the sequence holds after the run over what vanilla holds. Passkey: "
-      "found / asked per prompt length. The budget is a fraction of each prompt (the context for long text, the "
-      "whole prompt for passkey), set through the method's budget key.\n";
+      "agreement*: the share of steps whose argmax equals vanilla's, averaged over windows. *Mean KL*: "
+      "KL(vanilla || method) in nats, averaged over steps, then windows. Brackets: 95% t interval over windows. "
+      "*KV held*: pages the sequence holds after the run over what vanilla holds. Tasks: correct / asked with "
+      "the 95% Wilson interval; vanilla's row is the ceiling. The budget is a fraction of each prompt (the "
+      "context for long text, the whole prompt for tasks), set through the method's budget key. Seconds: the "
+      "mean time of one cell on this machine.\n";
   for (const ModelReport& report : reports) {
-    md += fmt::format("\n## {}\n\n{}\n\n", report.title, report.setup);
-    md += "| method | budget | config (long text) | top-1 agreement | mean KL | KV held |";
-    for (int32_t l : report.passkey_lengths) md += fmt::format(" passkey {} |", l);
-    md += " time (s) |\n|---|---|---|---|---|---|";
-    for (size_t i = 0; i < report.passkey_lengths.size(); ++i) md += "---|";
-    md += "---|\n";
-    for (const Row& row : report.rows) {
+    md += fmt::format("\n## {}\n\n{}\n", report.title, report.setup);
+    md += "\n| method | budget | config (long text) | top-1 agreement | mean KL | KV held | windows | s/window |\n"
+          "|---|---|---|---|---|---|---|---|\n";
+    for (size_t r = 0; r < report.rows.size(); ++r) {
+      const Row& row = report.rows[r];
+      const WindowScores& t = report.text[r];
       const nlohmann::json config = row.config_for(o.context);
-      std::string config_text = config.empty() ? "defaults" : "`" + config.dump() + "`";
-      md += fmt::format("| {} | {} | {} |", row.method, row.key ? percent(row.fraction) : "—", config_text);
-      if (!row.error.empty()) {
-        md += fmt::format(" error: {} |", row.error);
-        for (size_t i = 0; i < report.passkey_lengths.size() + 2; ++i) md += " |";
-        md += fmt::format(" {:.0f} |\n", row.seconds);
+      md += fmt::format("| {} | {} | {} |", row.method, row.key ? percent(row.fraction) : "—",
+                        config.empty() ? "defaults" : "`" + config.dump() + "`");
+      if (!report.errors[r].empty()) {
+        md += fmt::format(" error: {} | | | | |\n", report.errors[r]);
         continue;
       }
-      if (row.num_steps > 0) {
-        md += fmt::format(" {} | {:.4f} | {} |",
-                          percent(static_cast<double>(row.num_agree) / static_cast<double>(row.num_steps)),
-                          row.kl_sum / static_cast<double>(row.num_steps), percent(row.held_sum / row.num_held));
-      } else {
-        md += " — | — | — |";
+      if (t.agreement.empty()) {
+        md += " — | — | — | 0 | — |\n";
+        continue;
       }
-      for (int32_t l : report.passkey_lengths) {
-        auto it = row.passkey.find(l);
-        md += it == row.passkey.end() ? " — |" : fmt::format(" {}/{} |", it->second.first, it->second.second);
-      }
-      md += fmt::format(" {:.0f} |\n", row.seconds);
+      md += fmt::format(" {} | {} | {} | {} | {:.1f} |\n", interval_text(mean_interval(t.agreement), true),
+                        interval_text(mean_interval(t.kl), false), percent(mean_interval(t.held).estimate),
+                        t.agreement.size(), t.seconds / static_cast<double>(t.agreement.size()));
     }
+    if (report.task_columns.empty()) continue;
+    md += "\n| method | budget |";
+    for (const auto& [task, length] : report.task_columns) md += fmt::format(" {} {} |", task, length);
+    md += "\n|---|---|";
+    for (size_t i = 0; i < report.task_columns.size(); ++i) md += "---|";
+    md += "\n";
+    for (size_t r = 0; r < report.rows.size(); ++r) {
+      const Row& row = report.rows[r];
+      md += fmt::format("| {} | {} |", row.method, row.key ? percent(row.fraction) : "—");
+      for (const auto& column : report.task_columns) {
+        auto it = report.tasks[r].find(column);
+        if (it == report.tasks[r].end() || it->second.total == 0) {
+          md += " — |";
+          continue;
+        }
+        md += fmt::format(" {}/{} = {} |", it->second.correct, it->second.total,
+                          interval_text(wilson_interval(it->second.correct, it->second.total), true));
+      }
+      md += "\n";
+    }
+    md += "\nSeconds per sample (mean over rows and samples):";
+    for (const auto& column : report.task_columns) {
+      double sum = 0.0;
+      int64_t n = 0;
+      for (const auto& scores : report.tasks)
+        if (auto it = scores.find(column); it != scores.end()) sum += it->second.seconds, n += it->second.total;
+      if (n > 0) md += fmt::format(" {} {}: {:.1f};", column.first, column.second, sum / static_cast<double>(n));
+    }
+    md += "\n";
   }
   return md;
 }
@@ -385,15 +535,23 @@ int run_eval(const EvalOptions& o) {
   if (o.context < 1 || o.continuation < 1)
     return report_usage_error(invalid_argument("--context and --continuation must be positive"));
   if (o.prefill_chunk < 1) return report_usage_error(invalid_argument("--prefill-chunk must be positive"));
-  for (double depth : o.passkey_depths)
-    if (!(depth >= 0.0 && depth <= 1.0))
-      return report_usage_error(invalid_argument("--passkey-depths: {} is not in [0, 1]", depth));
+  if (o.num_windows < 0 || o.windows_per_text < 1 || o.samples < 0)
+    return report_usage_error(invalid_argument("--windows and --samples must be >= 0, --windows-per-text >= 1"));
+  for (const auto* depths : {&o.passkey_depths, &o.task_depths})
+    for (double depth : *depths)
+      if (!(depth >= 0.0 && depth <= 1.0))
+        return report_usage_error(invalid_argument("--passkey-depths / --task-depths: {} is not in [0, 1]", depth));
+  if (o.task_depths.empty()) return report_usage_error(invalid_argument("--task-depths is empty"));
+  for (const std::string& task : o.tasks)
+    if (auto parsed = parse_ruler_task(task); !parsed.is_ok()) return report_usage_error(parsed.status());
   auto rows = plan_rows(o);
   if (!rows.is_ok()) return report_usage_error(rows.status());
+  auto results = ResultsFile::open(o.results);
+  if (!results.is_ok()) return report_usage_error(results.status());
   const Clock::time_point start = Clock::now();
   std::vector<ModelReport> reports;
   for (const std::string& model : o.models) {
-    auto report = evaluate_model(o, model, *rows);
+    auto report = evaluate_model(o, model, *rows, *results);
     if (!report.is_ok()) return report_error(report.status());
     reports.push_back(std::move(*report));
   }
@@ -413,7 +571,7 @@ int run_eval(const EvalOptions& o) {
 
 void add_eval_command(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<EvalOptions>();
-  CLI::App* cmd = app.add_subcommand("eval", "quality of the sparse methods against vanilla (agreement, KL, passkey)");
+  CLI::App* cmd = app.add_subcommand("eval", "quality of the sparse methods against vanilla (agreement, KL, long-context tasks)");
   cmd->add_option("--models", o->models,
                   "models, comma-separated: 'default' (SmolLM2-135M-Instruct), .gguf files, "
                   "HF directories")
@@ -429,9 +587,30 @@ void add_eval_command(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--continuation", o->continuation, "long text: tokens teacher-forced as decode steps")
       ->capture_default_str();
-  cmd->add_option("--texts", o->texts, "long text: documents, comma-separated (one window each, from the start)")
+  cmd->add_option("--texts", o->texts,
+                  "long text: documents, comma-separated (default: /usr/share/common-licenses/* then "
+                  "/usr/share/doc/*/copyright, sorted, duplicates left out)")
+      ->delimiter(',');
+  cmd->add_option("--windows", o->num_windows, "long text: windows in all, taken round-robin over the texts")
+      ->capture_default_str();
+  cmd->add_option("--windows-per-text", o->windows_per_text,
+                  "long text: consecutive non-overlapping windows per text at most")
+      ->capture_default_str();
+  cmd->add_flag("--no-text", o->no_text, "skip the long-text task");
+  cmd->add_option("--tasks", o->tasks,
+                  "RULER-style tasks, comma-separated: niah_single, niah_multikey, niah_multivalue, vt, fwe, qa "
+                  "(default: all)")
+      ->delimiter(',');
+  cmd->add_option("--task-lengths", o->task_lengths, "task prompt lengths in tokens, comma-separated")
       ->delimiter(',')
       ->capture_default_str();
+  cmd->add_option("--task-depths", o->task_depths, "needle depths in [0, 1], used in turn by the samples")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--samples", o->samples, "samples per task and length")->capture_default_str();
+  cmd->add_flag("--no-tasks", o->no_tasks, "skip the RULER-style tasks");
+  cmd->add_option("--results", o->results,
+                  "JSONL file of finished cells: read first (cells already there are not rerun), appended to");
   cmd->add_option("--passkey-lengths", o->passkey_lengths, "passkey prompt lengths in tokens, comma-separated")
       ->delimiter(',')
       ->capture_default_str();
@@ -442,7 +621,7 @@ void add_eval_command(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_flag("--no-passkey", o->no_passkey, "skip the passkey task");
   cmd->add_flag("--passkey-chat", o->passkey_chat, "ask the passkey through the chat template (default: plain)");
-  cmd->add_option("--seed", o->seed, "seed of the passkeys")->capture_default_str();
+  cmd->add_option("--seed", o->seed, "seed of the passkeys and task samples")->capture_default_str();
   cmd->add_option("--prefill-chunk", o->prefill_chunk,
                   "prompt tokens per forward (the engine's "
                   "--max-num-batched-tokens)")

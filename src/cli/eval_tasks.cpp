@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <random>
-#include <sstream>
+
+#include "cli/eval_ruler.h"
 
 namespace se::cli {
 
@@ -14,7 +14,6 @@ namespace {
 constexpr char kInstruction[] =
     "There is an important piece of information hidden inside a lot of irrelevant text. Find it and memorize "
     "it. I will quiz you about the important information there.\n\n";
-constexpr char kFiller[] = " The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.";
 constexpr char kNeedle[] = " The pass key is {}. Remember it. {} is the pass key.";
 constexpr char kPlainQuestion[] = "\n\nWhat is the pass key? The pass key is";
 constexpr char kChatQuestion[] = "\n\nWhat is the pass key? Answer with the number only.";
@@ -26,25 +25,6 @@ void append(std::vector<int32_t>& out, const std::vector<int32_t>& ids) {
 }
 
 }  // namespace
-
-Result<std::vector<TextWindow>> load_text_windows(const Tokenizer& tokenizer, const std::vector<std::string>& paths,
-                                                  int32_t num_tokens, std::vector<std::string>& skipped) {
-  std::vector<TextWindow> windows;
-  for (const std::string& path : paths) {
-    std::ifstream file(path, std::ios::binary);
-    if (!file) return not_found("text '{}': cannot be read", path);
-    std::stringstream text;
-    text << file.rdbuf();
-    std::vector<int32_t> ids = tokenizer.encode(text.str(), /*add_special=*/true, /*parse_special=*/false);
-    if (static_cast<int64_t>(ids.size()) < num_tokens) {
-      skipped.push_back(path + " (" + std::to_string(ids.size()) + " tokens)");
-      continue;
-    }
-    ids.resize(static_cast<size_t>(num_tokens));
-    windows.push_back({path, std::move(ids)});
-  }
-  return windows;
-}
 
 Result<PasskeyPrompt> make_passkey_prompt(const ModelBundle& bundle, int32_t num_tokens, double depth, uint64_t seed,
                                           bool chat) {
@@ -58,7 +38,7 @@ Result<PasskeyPrompt> make_passkey_prompt(const ModelBundle& bundle, int32_t num
   std::vector<int32_t> head;
   if (!chat && tokenizer.add_bos() && tokenizer.bos_id()) head.push_back(*tokenizer.bos_id());
   append(head, encode(kInstruction));
-  const std::vector<int32_t> unit = encode(kFiller);
+  const std::vector<int32_t> unit = encode(kNoiseFiller);
   const std::vector<int32_t> needle = encode(fmt::format(kNeedle, prompt.passkey, prompt.passkey));
   const std::vector<int32_t> question = encode(chat ? kChatQuestion : kPlainQuestion);
   const int64_t num_filler =
@@ -92,10 +72,6 @@ Result<PasskeyPrompt> make_passkey_prompt(const ModelBundle& bundle, int32_t num
   append(prompt.ids, body);
   append(prompt.ids, tokenizer.encode(rendered.substr(at + std::string_view(kPlaceholder).size()), false, true));
   return prompt;
-}
-
-bool passkey_found(const std::string& answer, const std::string& passkey) {
-  return answer.find(passkey) != std::string::npos;
 }
 
 void log_softmax_in_place(std::span<float> logits) {

@@ -1,4 +1,4 @@
-// The inputs and scores of `sparse-engine eval`: long-text windows cut from real documents, passkey-retrieval
+// The inputs and scores of `sparse-engine eval`: passkey-retrieval
 // prompts (a passkey sentence hidden at a chosen depth of filler text), and the per-step comparison of a
 // method's logits with vanilla's (top-1 agreement and KL). Plain functions over token ids; thread-compatible.
 #pragma once
@@ -9,20 +9,10 @@
 #include <vector>
 
 #include "base/status.h"
+#include "cli/eval_texts.h"
 #include "engine/model_bundle.h"
 
 namespace se::cli {
-
-// The first `num_tokens` tokens of one document (BOS included when the model adds one).
-struct TextWindow {
-  std::string path;
-  std::vector<int32_t> ids;  // [num_tokens]
-};
-
-// One window per file, in order; files shorter than `num_tokens` tokens are left out and named in `skipped`.
-// Errors: a file that cannot be read.
-Result<std::vector<TextWindow>> load_text_windows(const Tokenizer& tokenizer, const std::vector<std::string>& paths,
-                                                  int32_t num_tokens, std::vector<std::string>& skipped);
 
 struct PasskeyPrompt {
   std::vector<int32_t> ids;  // the whole prompt, exactly `num_tokens` long in plain mode
@@ -36,9 +26,6 @@ struct PasskeyPrompt {
 // template's tokens come on top of `num_tokens`). The 5-digit passkey comes from `seed`.
 Result<PasskeyPrompt> make_passkey_prompt(const ModelBundle& bundle, int32_t num_tokens, double depth, uint64_t seed,
                                           bool chat);
-
-// Whether `answer` (the decoded greedy continuation) names the passkey.
-bool passkey_found(const std::string& answer, const std::string& passkey);
 
 // log_softmax of `logits` [vocab], in place.
 void log_softmax_in_place(std::span<float> logits);

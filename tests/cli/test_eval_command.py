@@ -1,6 +1,7 @@
 """End-to-end test of `sparse-engine eval` at small sizes on the default model: vanilla against vanilla agrees on
 every step with a KL of exactly 0, every registered method runs at a budget without error, the report is written
-with the command line that produced it, and bad options are usage errors."""
+with the command line that produced it, a rerun takes every cell from the results file, and bad options are usage
+errors."""
 import json
 import re
 import subprocess
@@ -14,64 +15,95 @@ CONTEXT, CONTINUATION, PASSKEY = 192, 3, 160
 
 
 def eval_args(output, *extra):
-    return [str(BINARY), "eval", "--models", "default", "--texts", TEXT, "--context", str(CONTEXT),
-            "--continuation", str(CONTINUATION), "--passkey-lengths", str(PASSKEY), "--passkey-depths", "0.5",
+    return [str(BINARY), "eval", "--models", "default", "--texts", TEXT, "--windows", "1", "--context",
+            str(CONTEXT), "--continuation", str(CONTINUATION), "--tasks", "niah_single", "--task-lengths", "256",
+            "--samples", "1", "--passkey-lengths", str(PASSKEY), "--passkey-depths", "0.5",
             "--passkey-answer-tokens", "7", "--budgets", "0.5", "--prefill-chunk", "96", "--output", str(output),
             *extra]
 
 
-def table_rows(markdown):
-    """{(method, budget): [cells]} of the report's table."""
-    rows = {}
+def table_rows(markdown, first_header):
+    """{(method, budget): [cells]} of the report's table whose header starts with `first_header`."""
+    rows, inside = {}, False
     for line in markdown.splitlines():
-        if not line.startswith("| ") or line.startswith("| method") or line.startswith("|---"):
+        if line.startswith(first_header):
+            inside = True
+            continue
+        if not line.startswith("|"):
+            inside = False
+        if not inside or line.startswith("|---"):
             continue
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         rows[(cells[0], cells[1])] = cells
     return rows
 
 
+def text_rows(markdown):
+    return table_rows(markdown, "| method | budget | config")
+
+
+def task_rows(markdown):
+    return table_rows(markdown, "| method | budget | niah_single")
+
+
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     require_default_model()
-    output = tmp_path_factory.mktemp("eval") / "quality.md"
-    r = subprocess.run(eval_args(output), capture_output=True, text=True, timeout=600)
+    tmp = tmp_path_factory.mktemp("eval")
+    output, results = tmp / "quality.md", tmp / "results.jsonl"
+    r = subprocess.run(eval_args(output, "--results", str(results)), capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-4000:]
-    return output.read_text(), r
+    return output.read_text(), r, results
 
 
 def test_vanilla_against_itself_is_exact(report):
-    markdown, _ = report
-    rows = table_rows(markdown)
-    vanilla = rows[("vanilla", "—")]
-    # method | budget | config | agreement | KL | KV held | passkey | time
-    assert vanilla[3] == "100.0%", vanilla
-    assert vanilla[4] == "0.0000", vanilla
+    markdown, _, _ = report
+    vanilla = text_rows(markdown)[("vanilla", "—")]
+    # method | budget | config | agreement | KL | KV held | windows | s/window
+    assert vanilla[3] == "100.0% [100.0, 100.0]", vanilla
+    assert vanilla[4] == "0.0000 [0.0000, 0.0000]", vanilla
     assert vanilla[5] == "100.0%", vanilla
-    assert vanilla[6] == "1/1", vanilla  # a short passkey prompt is easy for the dense model
+    assert vanilla[6] == "1", vanilla
+    # method | budget | niah_single 256 | passkey 160: short prompts are easy for the dense model
+    assert task_rows(markdown)[("vanilla", "—")][3].startswith("1/1 = 100.0%"), markdown
 
 
 def test_every_method_runs(report):
-    markdown, run = report
-    rows = table_rows(markdown)
+    markdown, run, _ = report
+    rows, tasks = text_rows(markdown), task_rows(markdown)
     listed = subprocess.run([str(BINARY), "methods", "--json"], capture_output=True, text=True, timeout=60)
     for m in json.loads(listed.stdout):
-        budgeted = [cells for (method, _), cells in rows.items() if method == m["name"]]
+        budgeted = [(key, cells) for key, cells in rows.items() if key[0] == m["name"]]
         assert budgeted, f"{m['name']} has no row"
-        for cells in budgeted:
+        for key, cells in budgeted:
             assert not cells[3].startswith("error"), cells
-            assert re.fullmatch(r"\d+\.\d%", cells[3]), cells
-            assert float(cells[4]) >= 0.0, cells
-            assert re.fullmatch(r"[01]/1", cells[6]), cells
+            assert re.fullmatch(r"\d+\.\d% \[\d+\.\d, \d+\.\d\]", cells[3]), cells
+            assert float(cells[4].split()[0]) >= 0.0, cells
+            for answer in tasks[key][2:]:
+                assert re.match(r"[01]/1 = ", answer), tasks[key]
             if cells[1] != "—":
                 assert cells[1] == "50.0%" and cells[2].startswith("`{"), cells  # the budget key is in the config
 
 
 def test_report_names_its_command_line(report):
-    markdown, _ = report
+    markdown, _, _ = report
     assert markdown.startswith("# ")
     assert "eval --models default --texts " + TEXT in markdown
-    assert f"{CONTEXT} context + {CONTINUATION} teacher-forced tokens" in markdown
+    assert f"1 window(s) of {CONTEXT} context + {CONTINUATION} teacher-forced tokens" in markdown
+
+
+def test_rerun_takes_every_cell_from_the_results_file(report, tmp_path):
+    markdown, _, results = report
+    lines = results.read_text().splitlines()
+    assert lines and all(json.loads(line)["cell"]["model"].startswith("default") for line in lines)
+    output = tmp_path / "again.md"
+    r = subprocess.run(eval_args(output, "--results", str(results)), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-4000:]
+    again = output.read_text()
+    assert f"Cells computed now: 0, taken from the results file: {len(lines)}." in again
+    assert text_rows(again) == text_rows(markdown)
+    assert task_rows(again) == task_rows(markdown)
+    assert len(results.read_text().splitlines()) == len(lines)
 
 
 @pytest.mark.parametrize("extra, message", [
@@ -80,6 +112,8 @@ def test_report_names_its_command_line(report):
     (["--method-config", "vanilla={bad"], "--method-config"),
     (["--method-config", 'vanilla={"no_such_key": 1}'], "no_such_key"),
     (["--budget-key", "budget=lots"], "--budget-key"),
+    (["--tasks", "niah"], "unknown task 'niah'"),
+    (["--task-depths", "1.5"], "--task-depths"),
 ])
 def test_bad_options_are_usage_errors(tmp_path, extra, message):
     r = subprocess.run(eval_args(tmp_path / "x.md", *extra), capture_output=True, text=True, timeout=60)
