@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/attention_view.h"
+#include "backend/op_id.h"
 #include "tensor/tensor.h"
 
 namespace se {
@@ -100,10 +101,6 @@ struct RowSampling {
 // I32; logprobs [rows] F32; rows.size() == x's rows, each validated (temperature > 0, top_p in (0, 1], min_p in
 // [0, 1], u in [0, 1)).
 void sample_rows(TensorView ids, TensorView logprobs, TensorView x, std::span<const RowSampling> rows);
-
-// True when `op` (an ops.h name) has a CUDA kernel in this build; the engine refuses, at startup, methods that
-// call an op without one.
-bool cuda_implements(std::string_view op);
 
 struct AttentionParams {
   float scale = 1.0f;           // multiplies q.k

@@ -125,7 +125,7 @@ class MethodRuntime {
   virtual void build_decode_selection(LayerContext& /*ctx*/, int32_t /*slice*/, Selection& /*selection*/) {}
   // Tokens the last query row of decode sequence `slice` of `view` (layer `layer`, a `sliding_window` of 0 =
   // none) reads over all KV heads under the method's selection, for a decode forward replayed without running
-  // the hooks (decode_forward_is_static); nullopt when the method leaves the layer dense.
+  // the hooks (MethodTraits::static_decode_forward); nullopt when the method leaves the layer dense.
   virtual std::optional<int64_t> replayed_tokens_read(int /*layer*/, int32_t /*sliding_window*/,
                                                       const AttentionView& /*view*/, int32_t /*slice*/) const {
     return std::nullopt;

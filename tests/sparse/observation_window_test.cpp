@@ -109,7 +109,7 @@ TEST(ObservationWindowConfig, DefaultsFollowTheirReferences) {
     const MethodTraits& t = (*method)->traits();
     EXPECT_EQ(t.family, MethodFamily::kEviction);
     EXPECT_FALSE(t.keeps_full_history);
-    EXPECT_EQ(t.score_needs, ScoreNeeds::kObservationWindow);
+    EXPECT_EQ(t.ops, (std::vector<OpId>{OpId::kAttentionScores, OpId::kCompactKv, OpId::kMoveKvRows}));
     EXPECT_EQ(t.prefill_policy, PrefillPolicy::kCompressAfter);
   }
   EXPECT_EQ((*create_method("pyramidkv", nullptr))->config()["beta"], 20);

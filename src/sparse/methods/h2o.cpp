@@ -45,7 +45,8 @@ H2oMethod::H2oMethod(nlohmann::ordered_json config, int32_t num_heavy, int32_t n
     : config_(std::move(config)), num_heavy_(num_heavy), num_recent_(num_recent), gqa_agg_(gqa_agg) {
   traits_.family = MethodFamily::kEviction;
   traits_.keeps_full_history = false;
-  traits_.score_needs = ScoreNeeds::kColumnSums;
+  traits_.ops = {OpId::kAttentionScores, OpId::kCompactKv, OpId::kMoveKvRows};
+  traits_.static_decode_forward = false;  // the column sums accumulate in every decode step's forward
   traits_.prefix_mode = PrefixMode::kChain;
   traits_.prefill_policy = PrefillPolicy::kEvictDuring;
 }

@@ -48,7 +48,8 @@ KvzipMethod::KvzipMethod(nlohmann::ordered_json config, double ratio, int32_t ch
     : config_(std::move(config)), ratio_(ratio), chunk_size_(chunk_size), num_sink_(num_sink), uniform_(uniform) {
   traits_.family = MethodFamily::kEviction;
   traits_.keeps_full_history = false;
-  traits_.score_needs = ScoreNeeds::kReconstruction;
+  traits_.ops = {OpId::kSubsetAttentionMaxScores, OpId::kCompactKv, OpId::kMoveKvRows};
+  traits_.static_decode_forward = true;  // scores come from the reconstruction passes; decode steps only attend
   traits_.prefix_mode = PrefixMode::kChain;
   traits_.prefill_policy = PrefillPolicy::kCompressAfter;
   if (environment.encode) {

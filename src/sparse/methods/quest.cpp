@@ -27,7 +27,10 @@ QuestMethod::QuestMethod(nlohmann::ordered_json config, int token_budget, int de
     : config_(std::move(config)), token_budget_(token_budget), dense_layers_(dense_layers), gqa_agg_(gqa_agg) {
   traits_.family = MethodFamily::kDynamicSelection;
   traits_.keeps_full_history = true;
-  traits_.score_needs = ScoreNeeds::kQueryKeyBounds;
+  traits_.ops = {OpId::kUpdatePageKeyBounds, OpId::kSelectPagesByKeyBounds, OpId::kPagedAttentionOverSelection};
+  // The key-bound ranking runs as ops over the device tables, its lists in the batch-wide layout that attention
+  // reads by value: a decode forward enqueues the same work every step.
+  traits_.static_decode_forward = true;
 }
 
 Result<std::unique_ptr<CacheManager>> QuestMethod::create_cache(const CacheSpec& spec) {
