@@ -4,6 +4,7 @@
 
 #include "engine/teacher_forcing.h"
 #include "sparse/prune/prune_scorer.h"
+#include "sparse/step_driver.h"
 
 namespace se {
 
@@ -54,15 +55,11 @@ Result<MaybeScores> scores_on_cache(const Model& model, std::span<const int32_t>
     return MaybeScores();
   }
   ForwardBatch batch;
-  batch.token_ids.assign(tokens.begin() + num_cached, tokens.end());
-  batch.positions.resize(static_cast<size_t>(num_new));
-  for (int32_t i = 0; i < num_new; ++i) batch.positions[static_cast<size_t>(i)] = num_cached + i;
-  batch.sequences = {{kScoringSeq, 0, num_new, num_tokens}};
-  batch.logit_rows = {num_new - 1};
+  append_sequence(batch, kScoringSeq, tokens.subspan(static_cast<size_t>(num_cached)), num_cached, num_tokens,
+                  /*logit_row=*/true);
   ForwardWorkspace workspace = model.make_workspace();
-  controller.prepare_step(batch);
-  (void)model.forward(batch, controller, workspace);
-  controller.finish_step(batch);
+  run_step(controller, batch, [&] { return model.forward(batch, controller, workspace); },
+           [](const Tensor&) {});
   controller.close(kScoringSeq);  // its own pages go back; the prefix it attached is unlocked
   SE_ASSIGN_OR_RETURN(std::vector<float> scores, scorer.position_scores(kScoringSeq, model.config(), num_tokens));
   return MaybeScores(std::move(scores));
