@@ -408,7 +408,7 @@ void paged_attention(TensorView out, TensorView q, const AttentionView& view, co
 }
 
 // The sparse-method ops take the cache's host tables on both backends; a GPU pool (view.kv_device) sends them to
-// the CUDA twins, with q (and Quest's bounds) on the device and the scores written to host memory.
+// the CUDA twins, with q (and page key bounds) on the device and the scores written to host memory.
 void attention_scores(TensorView out, TensorView q, const AttentionView& view, int32_t seq,
                       const AttentionParams& params, ScoreReduce reduce, ScoresReady ready) {
   SE_CHECK(seq >= 0 && seq < view.num_seqs, "attention_scores: sequence {} of {}", seq, view.num_seqs);

@@ -1,5 +1,6 @@
 // A KV head's query group reduced to one row of scores: what the scored methods do before they rank per KV head
-// (the observation-window family, H2O). Mean, max or sum over the group, folded head by head in order.
+// (the observation-window family, accumulated-attention eviction). Mean, max or sum over the group, folded head by head
+// in order.
 #pragma once
 
 #include <cstdint>
