@@ -147,9 +147,9 @@ TEST(ObservationWindowScores, PoolingPadsAndReducesInTheConfiguredOrder) {
   // The window's sum becomes its mean; gqa_agg max and sum.
   c.window = 2;
   c.kernel = 1;
-  c.gqa_agg = GroupAgg::kMax;
+  c.gqa_agg = GroupReduce::kMax;
   EXPECT_EQ(reduce_window_scores(heads.data(), 5, 2, 1, 5, c).values, (std::vector<float>{0.5f, 0.5f, 0}));
-  c.gqa_agg = GroupAgg::kSum;
+  c.gqa_agg = GroupReduce::kSum;
   EXPECT_EQ(reduce_window_scores(heads.data(), 5, 2, 1, 5, c).values, (std::vector<float>{0.5f, 0.5f, 0}));
 }
 

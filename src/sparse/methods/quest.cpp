@@ -4,6 +4,7 @@
 
 #include "backend/device_memory.h"
 #include "base/check.h"
+#include "sparse/group_reduce.h"
 
 namespace se {
 
@@ -17,9 +18,7 @@ Result<std::unique_ptr<MethodRuntime>> QuestMethod::create(const nlohmann::json&
   // How each KV head reduces its query group's page bounds.
   SE_ASSIGN_OR_RETURN(std::string gqa_agg, reader.get_choice("gqa_agg", "mean", {"mean", "max", "sum"}));
   SE_RETURN_IF_ERROR(reader.finish());
-  const GroupReduce reduce = gqa_agg == "max"   ? GroupReduce::kMax
-                             : gqa_agg == "sum" ? GroupReduce::kSum
-                                                : GroupReduce::kMean;
+  const GroupReduce reduce = group_reduce_named(gqa_agg);
   return std::unique_ptr<MethodRuntime>(new QuestMethod(reader.resolved(), token_budget, dense_layers, reduce));
 }
 
