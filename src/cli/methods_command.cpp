@@ -19,8 +19,8 @@ Result<nlohmann::ordered_json> describe(const MethodInfo& info) {
   if (!method.is_ok())
     return internal_error("method '{}' cannot be built with its defaults: {}", info.name, method.status().message());
   const MethodTraits& traits = (*method)->traits();
-  std::vector<std::string_view> ops;
-  for (OpId op : traits.ops) ops.push_back(op_name(op));
+  std::vector<std::string> ops;
+  for (OpId op : traits.ops) ops.emplace_back(op_name(op));
   return nlohmann::ordered_json{
       {"name", info.name},
       {"summary", info.summary},

@@ -102,8 +102,8 @@ Result<Tensor> TeacherForcedSequence::decode(int32_t token) {
 Result<Tensor> TeacherForcedSequence::step(int32_t begin, int32_t n) {
   SE_RETURN_IF_ERROR(cache_->reserve(kSeq, n));
   clear_batch(batch_);
-  append_sequence(batch_, kSeq, std::span<const int32_t>(tokens_).subspan(static_cast<size_t>(begin), static_cast<size_t>(n)),
-                  begin, num_prefill_tokens_, /*logit_row=*/true);
+  const std::span<const int32_t> fed(tokens_.data() + begin, static_cast<size_t>(n));
+  append_sequence(batch_, kSeq, fed, begin, num_prefill_tokens_, /*logit_row=*/true);
   // The engine's order (ModelRunner::execute, then MemoryOracle::commit): hooks around the forward, then the
   // cache learns what was computed.
   Tensor logits;

@@ -35,8 +35,8 @@ struct MethodTraits {
   std::vector<OpId> ops;
   // Whether a decode step's forward enqueues the same device work every step: none of the method's work inside it
   // (what it does at step boundaries, such as evicting in finish_step, does not count), or only ops whose
-  // launches depend on the batch shape alone and that read and write device buffers in place (a ranking over device tables).
-  // The engine may then replay it as a CUDA graph.
+  // launches depend on the batch shape alone and that read and write device buffers in place (a ranking over
+  // device tables). The engine may then replay it as a CUDA graph.
   bool static_decode_forward = false;
   PrefixMode prefix_mode = PrefixMode::kRadix;
   PrefillPolicy prefill_policy = PrefillPolicy::kDense;
