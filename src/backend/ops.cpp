@@ -289,17 +289,65 @@ void sample_rows(TensorView ids, TensorView logprobs, TensorView x, std::span<co
   cpu::sample_rows(ids, logprobs, x, rows);
 }
 
-bool cuda_implements(std::string_view op) {
-  // The ops with a twin in backend/cuda/cuda_ops.h.
-  static constexpr std::string_view kCudaOps[] = {
-      "embedding", "rms_norm",        "add_rms_norm", "linear",      "linear_add", "rope",    "gated_activation",
-      "split_qkv_rope", "add_inplace", "scale_inplace", "softcap_inplace", "argmax_rows", "sample_rows", "write_kv",
-      "paged_attention",
-      "paged_attention over a selection", "update_page_key_bounds", "page_key_bound_scores",
-      "select_pages_by_key_bounds",
-      "attention_logits_max_over_heads", "top_keys_by_logits_max_over_heads", "token_lists_with_tail", "attention_scores", "compact_kv", "move_kv_rows", "subset_attention_max_scores"};
-  return kCudaBuilt && std::find(std::begin(kCudaOps), std::end(kCudaOps), op) != std::end(kCudaOps);
+namespace {
+
+struct OpEntry {
+  OpId id;
+  std::string_view name;
+  bool cuda_kernel;  // a twin in backend/cuda/cuda_ops.h
+};
+
+// Indexed by OpId; a new op adds one row here.
+constexpr OpEntry kOps[] = {
+    {OpId::kEmbedding, "embedding", true},
+    {OpId::kRmsNorm, "rms_norm", true},
+    {OpId::kAddRmsNorm, "add_rms_norm", true},
+    {OpId::kLinear, "linear", true},
+    {OpId::kLinearAdd, "linear_add", true},
+    {OpId::kRope, "rope", true},
+    {OpId::kGatedActivation, "gated_activation", true},
+    {OpId::kSplitQkvRope, "split_qkv_rope", true},
+    {OpId::kAddInplace, "add_inplace", true},
+    {OpId::kScaleInplace, "scale_inplace", true},
+    {OpId::kSoftcapInplace, "softcap_inplace", true},
+    {OpId::kArgmaxRows, "argmax_rows", true},
+    {OpId::kSampleRows, "sample_rows", true},
+    {OpId::kAttention, "attention", false},
+    {OpId::kWriteKv, "write_kv", true},
+    {OpId::kPagedAttention, "paged_attention", true},
+    {OpId::kPagedAttentionOverSelection, "paged_attention over a selection", true},
+    {OpId::kPagedAttentionOverFp8Pages, "paged_attention over fp8 pages", false},
+    {OpId::kPagedAttentionOverKiviPages, "paged_attention over kivi pages", false},
+    {OpId::kUpdatePageKeyBounds, "update_page_key_bounds", true},
+    {OpId::kPageKeyBoundScores, "page_key_bound_scores", true},
+    {OpId::kSelectPagesByKeyBounds, "select_pages_by_key_bounds", true},
+    {OpId::kAttentionLogitsMaxOverHeads, "attention_logits_max_over_heads", true},
+    {OpId::kTopKeysByLogitsMaxOverHeads, "top_keys_by_logits_max_over_heads", true},
+    {OpId::kTokenListsWithTail, "token_lists_with_tail", true},
+    {OpId::kAttentionScores, "attention_scores", true},
+    {OpId::kCompactKv, "compact_kv", true},
+    {OpId::kMoveKvRows, "move_kv_rows", true},
+    {OpId::kSubsetAttentionMaxScores, "subset_attention_max_scores", true},
+};
+
+constexpr bool rows_follow_ids() {
+  for (size_t i = 0; i < std::size(kOps); ++i)
+    if (static_cast<size_t>(kOps[i].id) != i) return false;
+  return true;
 }
+static_assert(rows_follow_ids(), "kOps rows must follow the OpId order");
+
+const OpEntry& entry(OpId op) {
+  const auto i = static_cast<size_t>(op);
+  SE_CHECK(i < std::size(kOps), "OpId {} has no row in the op table", i);
+  return kOps[i];
+}
+
+}  // namespace
+
+std::string_view op_name(OpId op) { return entry(op).name; }
+
+bool cuda_implements(OpId op) { return kCudaBuilt && entry(op).cuda_kernel; }
 
 void attention(TensorView out, TensorView q, TensorView k, TensorView v, TensorView q_positions,
                TensorView k_positions, const AttentionParams& params) {
@@ -380,9 +428,10 @@ void check_kivi_view(const AttentionView& view) {
 void paged_attention_quantized(TensorView out, TensorView q, const AttentionView& view,
                                const AttentionParams& params) {
   const bool fp8 = view.quantized.scheme == KvQuantScheme::kFp8E4M3;
-  const char* op = fp8 ? "paged_attention over fp8 pages" : "paged_attention over kivi pages";
+  const OpId op_id = fp8 ? OpId::kPagedAttentionOverFp8Pages : OpId::kPagedAttentionOverKiviPages;
+  const std::string_view op = op_name(op_id);
   if (out.device == Device::kCuda || view.kv_device == Device::kCuda)
-    SE_CHECK(cuda_implements(op), "{}: not implemented on CUDA", op);
+    SE_CHECK(cuda_implements(op_id), "{}: not implemented on CUDA", op);
   SE_CHECK(!view.has_selection, "{}: a selection over quantized pages is not implemented", op);
   check_paged_attention_q(out, q, view);
   if (fp8) {
@@ -425,7 +474,7 @@ void paged_attention(TensorView out, TensorView q, const AttentionView& view, co
 }
 
 // The sparse-method ops take the cache's host tables on both backends; a GPU pool (view.kv_device) sends them to
-// the CUDA twins, with q (and Quest's bounds) on the device and the scores written to host memory.
+// the CUDA twins, with q (and page key bounds) on the device and the scores written to host memory.
 void attention_scores(TensorView out, TensorView q, const AttentionView& view, int32_t seq,
                       const AttentionParams& params, ScoreReduce reduce, ScoresReady ready) {
   SE_CHECK(seq >= 0 && seq < view.num_seqs, "attention_scores: sequence {} of {}", seq, view.num_seqs);

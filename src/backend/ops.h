@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/attention_view.h"
+#include "backend/op_id.h"
 #include "tensor/tensor.h"
 
 namespace se {
@@ -101,10 +102,6 @@ struct RowSampling {
 // [0, 1], u in [0, 1)).
 void sample_rows(TensorView ids, TensorView logprobs, TensorView x, std::span<const RowSampling> rows);
 
-// True when `op` (an ops.h name) has a CUDA kernel in this build; the engine refuses, at startup, methods that
-// call an op without one.
-bool cuda_implements(std::string_view op);
-
 struct AttentionParams {
   float scale = 1.0f;           // multiplies q.k
   float logit_softcap = 0.0f;   // 0 = off
@@ -132,7 +129,7 @@ void paged_attention(TensorView out, TensorView q, const AttentionView& view, co
 // --- what the sparse methods read and change (sparse/methods/) ---
 // The methods run on the host and pass the cache's host view: q_indptr, seqs and the tables they point to are host
 // memory on both backends, and view.kv_device says where the pool is. With a CUDA pool (bf16 pages) the scoring
-// and compaction ops run on the GPU: q (and Quest's bounds) are device tensors, and the scores' `out` stays host
+// and compaction ops run on the GPU: q (and page key bounds) are device tensors, and the scores' `out` stays host
 // F32 memory, filled when the call returns.
 
 enum class ScoreReduce : uint8_t { kSum, kMax };
@@ -176,13 +173,14 @@ struct KvRowMove {
 // evicted slot with a stream's last token uses: one row per stream, where compact_kv moves every later slot.
 void move_kv_rows(const AttentionView& pool, std::span<const KvRowMove> moves);
 
-// Page key bounds (Quest): bounds [num_pool_pages, 2, D], of the pool's dtype (so exact), holds per page the
-// elementwise min (row 0) and max (row 1) of the keys it stores. Recomputes them for every page that received one of the batch's new
-// tokens (the last n slots of each sequence's streams), n <= max_new_tokens. The view's tables may live on the
-// host or where the pool lives (the CUDA twin then reads them as they are; max_new_tokens sizes its launch).
+// Page key bounds (query-aware page selection): bounds [num_pool_pages, 2, D], of the pool's dtype (so exact), holds
+// per page the elementwise min (row 0) and max (row 1) of the keys it stores. Recomputes them for every page that
+// received one of the batch's new tokens (the last n slots of each sequence's streams), n <= max_new_tokens. The view's
+// tables may live on the host or where the pool lives (the CUDA twin then reads them as they are; max_new_tokens sizes
+// its launch).
 void update_page_key_bounds(TensorView bounds, const AttentionView& view, int32_t max_new_tokens);
 
-// Upper bounds of q . k over each page of sequence `seq` (Quest): out[h, p] = sum_d max(q[h,d] * min[p,d],
+// Upper bounds of q . k over each page of sequence `seq` (page selection): out[h, p] = sum_d max(q[h,d] * min[p,d],
 // q[h,d] * max[p,d]) for query head h and page p of h's KV head. q [H, D] (one query row); out [H, max_pages]
 // F32, where max_pages = the most pages of any KV head of the sequence; entries past a head's pages are -inf.
 // Host tables.
@@ -192,7 +190,7 @@ void page_key_bound_scores(TensorView out, TensorView q, TensorView bounds, cons
 // How a KV head reduces its query group's per-head scores: mean, max or sum over the group.
 enum class GroupReduce : uint8_t { kMean, kMax, kSum };
 
-// Quest's page choice for every sequence of `view` from its last query row, without a round trip to the host:
+// The key-bound page choice for every sequence of `view` from its last query row, without a round trip to the host:
 // per sequence s and KV head h, the pages of h's stream but the last are ranked by page_key_bound_scores reduced
 // over h's query group (`reduce`); the best (page_budget - 1) of them (the lower page first on a tie) and the
 // last page go to selected[s, h] in ascending order, with num_selected[s, h] = page_budget. A stream of at most
@@ -207,7 +205,7 @@ void select_pages_by_key_bounds(TensorView selected, TensorView num_selected, Te
                                 GroupReduce reduce);
 
 // Raw attention logits of one query row against a sequence's leading keys, reduced by max over every query head
-// (OmniKV's "last" token filter): out[j] = max_h scale * q[h] . k_j, where k_j is token j of head h's KV head
+// (a filter layer's "last" token filter): out[j] = max_h scale * q[h] . k_j, where k_j is token j of head h's KV head
 // stream. No softmax, no softcap, no causal mask or selection: the caller names the keys, the first
 // num_keys = out.shape[0] stored tokens, which every KV head of the sequence must hold. q [H, D]; out [num_keys] F32.
 void attention_logits_max_over_heads(TensorView out, TensorView q, const AttentionView& view, int32_t seq,
@@ -215,12 +213,12 @@ void attention_logits_max_over_heads(TensorView out, TensorView q, const Attenti
 
 // The k = out_tokens.shape[0] tokens of the first num_keys of sequence `seq` with the largest
 // attention_logits_max_over_heads, as ascending token indices, ties going to the lower index (top_k_ascending,
-// base/top_k.h): OmniKV's index, ranked where the pool lives and left there (out_tokens I32 on the pool's device),
-// so the step never waits for it. k <= num_keys; host tables.
+// base/top_k.h): the filter layers' token index, ranked where the pool lives and left there (out_tokens I32 on the
+// pool's device), so the step never waits for it. k <= num_keys; host tables.
 void top_keys_by_logits_max_over_heads(TensorView out_tokens, TensorView q, const AttentionView& view, int32_t seq,
                                        int32_t num_keys, float scale);
 
-// Selection lists that share one token index and add each stream's tail (OmniKV's sparse layers): for every KV
+// Selection lists that share one token index and add each stream's tail (the layers after a filter layer): for every KV
 // head h of sequence `seq`, lists[h] = the k = tokens.shape[0] ascending `tokens` (all below tail_begin), then
 // tail_begin, tail_begin + 1, ... up to the stream's length; counts[h] their number. tokens I32 [k], lists I32
 // [num_kv_heads, stride >= k + the longest tail], counts I32 [num_kv_heads], all where the pool lives; host tables.

@@ -7,8 +7,8 @@
 
 namespace se {
 
-// Fills `out` with the indices of the min(k, n) largest of scores[0, n), ascending. Linear in n: H2O calls it for
-// every stream at every decode step.
+// Fills `out` with the indices of the min(k, n) largest of scores[0, n), ascending. Linear in n: eviction methods call
+// it for every stream at every decode step.
 void top_k_ascending(const float* scores, int32_t n, int32_t k, std::vector<int32_t>& out);
 std::vector<int32_t> top_k_ascending(const float* scores, int32_t n, int32_t k);
 

@@ -3,6 +3,7 @@
 // registry and the methods' traits; no method is named here. --json prints the same as a JSON array.
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -18,12 +19,15 @@ Result<nlohmann::ordered_json> describe(const MethodInfo& info) {
   if (!method.is_ok())
     return internal_error("method '{}' cannot be built with its defaults: {}", info.name, method.status().message());
   const MethodTraits& traits = (*method)->traits();
+  std::vector<std::string> ops;
+  for (OpId op : traits.ops) ops.emplace_back(op_name(op));
   return nlohmann::ordered_json{
       {"name", info.name},
       {"summary", info.summary},
       {"family", family_name(traits.family)},
       {"keeps_full_history", traits.keeps_full_history},
-      {"score_needs", score_needs_name(traits.score_needs)},
+      {"ops", ops},
+      {"static_decode_forward", traits.static_decode_forward},
       {"prefix_mode", prefix_mode_name(traits.prefix_mode)},
       {"prefill_policy", prefill_policy_name(traits.prefill_policy)},
       {"selection_unit", (*method)->selection_unit() == SelectionUnit::kPage ? "page" : "token"},
@@ -45,12 +49,14 @@ int run_methods(bool as_json) {
     std::printf("%s\n", all.dump(2).c_str());
     return 0;
   }
-  std::printf("| method | family | keeps full history | score needs | prefix mode | prefill policy | defaults |\n");
+  std::printf("| method | family | keeps full history | ops | prefix mode | prefill policy | defaults |\n");
   std::printf("|---|---|---|---|---|---|---|\n");
   for (const auto& m : all) {
+    std::string ops;
+    for (const auto& op : m["ops"]) ops += (ops.empty() ? "" : ", ") + op.get<std::string>();
     std::printf("| %s | %s | %s | %s | %s | %s | `%s` |\n", m["name"].get<std::string>().c_str(),
                 m["family"].get<std::string>().c_str(), m["keeps_full_history"].get<bool>() ? "yes" : "no",
-                m["score_needs"].get<std::string>().c_str(), m["prefix_mode"].get<std::string>().c_str(),
+                ops.empty() ? "-" : ops.c_str(), m["prefix_mode"].get<std::string>().c_str(),
                 m["prefill_policy"].get<std::string>().c_str(), m["defaults"].dump().c_str());
   }
   std::printf("\n");

@@ -42,7 +42,7 @@ struct EngineStats {
   // KV tokens attention read: per step, layer, sequence and KV head, what its last query row sees (after
   // selection, eviction and sliding windows). Decode steps read each of them once, so this is their KV traffic.
   uint64_t attended_kv_tokens_total = 0;
-  // Bytes of per-page method metadata decode selections read (Quest's key bounds), on top of that KV.
+  // Bytes of per-page method metadata decode selections read (e.g. per-page key bounds), on top of that KV.
   uint64_t method_metadata_bytes_total = 0;
   // Decode time the device waited for the host between graph-replayed steps (ModelRunner::host_gap_seconds).
   double host_gap_seconds_total = 0.0;

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "backend/device_memory.h"
+#include "sparse/step_driver.h"
 
 namespace se {
 
@@ -102,32 +103,25 @@ Tensor ModelRunner::run_forward() {
 }
 
 std::vector<SampledToken> ModelRunner::execute(const StepPlan& plan) {
-  batch_.token_ids.clear();
-  batch_.positions.clear();
-  batch_.sequences.clear();
-  batch_.logit_rows.clear();
+  clear_batch(batch_);
   std::vector<Request*> sampling;  // requests of batch_.logit_rows, in order
   for (const ScheduledRequest& s : plan.scheduled) {
     Request& r = *s.request;
     const int32_t begin = r.num_computed_tokens;
-    const int32_t row = batch_.num_tokens();
-    batch_.sequences.push_back({r.seq, row, s.num_tokens, r.num_prefill_tokens});
-    for (int32_t i = 0; i < s.num_tokens; ++i) {
-      batch_.token_ids.push_back(r.token_ids[static_cast<size_t>(begin + i)]);
-      batch_.positions.push_back(begin + i);
-    }
-    if (begin + s.num_tokens == r.num_tokens()) {  // all known tokens computed: sample the next one
-      batch_.logit_rows.push_back(row + s.num_tokens - 1);
-      sampling.push_back(&r);
-    }
+    // All known tokens computed: sample the next one.
+    const bool samples = begin + s.num_tokens == r.num_tokens();
+    append_sequence(batch_, r.seq,
+                    std::span<const int32_t>(r.token_ids).subspan(static_cast<size_t>(begin),
+                                                                  static_cast<size_t>(s.num_tokens)),
+                    begin, r.num_prefill_tokens, samples);
+    if (samples) sampling.push_back(&r);
   }
   std::vector<SampledToken> sampled;
   if (batch_.token_ids.empty()) return sampled;
-  controller_.prepare_step(batch_);
-  const Tensor logits = run_forward();
-  std::vector<SampleResult> samples = sample(logits, sampling);
-  for (size_t i = 0; i < sampling.size(); ++i) sampled.push_back({sampling[i], std::move(samples[i])});
-  controller_.finish_step(batch_);
+  run_step(controller_, batch_, [this] { return run_forward(); }, [&](const Tensor& logits) {
+    std::vector<SampleResult> samples = sample(logits, sampling);
+    for (size_t i = 0; i < sampling.size(); ++i) sampled.push_back({sampling[i], std::move(samples[i])});
+  });
   return sampled;
 }
 

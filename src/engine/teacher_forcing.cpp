@@ -5,6 +5,7 @@
 #include "backend/device_memory.h"
 #include "base/check.h"
 #include "sparse/method_registry.h"
+#include "sparse/step_driver.h"
 
 namespace se {
 
@@ -100,19 +101,18 @@ Result<Tensor> TeacherForcedSequence::decode(int32_t token) {
 
 Result<Tensor> TeacherForcedSequence::step(int32_t begin, int32_t n) {
   SE_RETURN_IF_ERROR(cache_->reserve(kSeq, n));
-  batch_.token_ids.assign(tokens_.begin() + begin, tokens_.begin() + begin + n);
-  batch_.positions.resize(static_cast<size_t>(n));
-  for (int32_t i = 0; i < n; ++i) batch_.positions[static_cast<size_t>(i)] = begin + i;
-  batch_.sequences = {{kSeq, 0, n, num_prefill_tokens_}};
-  batch_.logit_rows = {n - 1};
+  clear_batch(batch_);
+  const std::span<const int32_t> fed(tokens_.data() + begin, static_cast<size_t>(n));
+  append_sequence(batch_, kSeq, fed, begin, num_prefill_tokens_, /*logit_row=*/true);
   // The engine's order (ModelRunner::execute, then MemoryOracle::commit): hooks around the forward, then the
   // cache learns what was computed.
-  controller_.prepare_step(batch_);
-  // A host copy: the caller keeps it past the next forward.
-  const Tensor& out = model_.forward(batch_, controller_, workspace_);
-  Tensor logits = Tensor::empty(out.dtype(), out.shape());
-  copy_bytes(out.device(), logits.raw(), out.raw(), out.nbytes());
-  controller_.finish_step(batch_);
+  Tensor logits;
+  run_step(controller_, batch_, [this] { return model_.forward(batch_, controller_, workspace_); },
+           [&](const Tensor& out) {
+             // A host copy: the caller keeps it past the next forward.
+             logits = Tensor::empty(out.dtype(), out.shape());
+             copy_bytes(out.device(), logits.raw(), out.raw(), out.nbytes());
+           });
   cache_->on_computed(kSeq, tokens_, begin + n);
   return logits;
 }

@@ -13,7 +13,7 @@
 //
 // A stream may also hold one spare page past its end: the page its last slot emptied (drop_last_slot), listed where
 // its next page goes and taken back by its next append. An eviction that drops one slot per decode step at a page
-// boundary (the ring of StreamingLLM and H2O) would otherwise return a page and take one again every step, and the
+// boundary (the ring of a sliding-window eviction) would otherwise return a page and take one again every step, and the
 // return would change the epoch, sending every page list to the device again.
 //
 // Invariants (check_integrity): stream s lists exactly ceil(num_tokens(s) / page_size) pages, each

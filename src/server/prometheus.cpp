@@ -87,7 +87,7 @@ std::string render_prometheus(const EngineStats& s, std::string_view model_name)
            "KV tokens attention read (per step, layer, sequence and KV head, after eviction and selection).",
            s.attended_kv_tokens_total);
   e.scalar("method_metadata_bytes_total", "counter",
-           "Bytes of per-page method metadata decode selections read (e.g. Quest's key bounds).",
+           "Bytes of per-page method metadata decode selections read (e.g. per-page key bounds).",
            s.method_metadata_bytes_total);
   e.scalar("host_gap_seconds_total", "counter",
            "Decode time the device waited for the host between CUDA-graph steps.", s.host_gap_seconds_total);

@@ -1,9 +1,9 @@
 // One sequence's eviction down to a per-stream budget, as the methods that evict after every step do
-// (StreamingLLM, H2O). Every stream that holds more than `budget` tokens keeps, on a sliding-window layer, the tail
-// the layer can still see (sliding_window_tail.h); a full-attention stream one token over after a one-token step
-// (a decode step) loses the one slot the method names, refilled by its newest token (CacheManager::evict_slots: one row moves, so slot
-// order drifts from position order); any other keeps the ascending slots the method's choice writes. All of the
-// sequence's streams are evicted in two CacheManager calls.
+// (PrefillPolicy::kEvictDuring). Every stream that holds more than `budget` tokens keeps, on a sliding-window layer,
+// the tail the layer can still see (sliding_window_tail.h); a full-attention stream one token over after a one-token
+// step (a decode step) loses the one slot the method names, refilled by its newest token (CacheManager::evict_slots:
+// one row moves, so slot order drifts from position order); any other keeps the ascending slots the method's choice
+// writes. All of the sequence's streams are evicted in two CacheManager calls.
 #pragma once
 
 #include <algorithm>

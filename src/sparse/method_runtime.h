@@ -33,8 +33,8 @@ namespace se {
 // do not.
 using TransientPassFn = std::function<Status(int32_t seq, std::span<const int32_t> token_ids)>;
 
-// A sequence's method metadata taken out of the method, so Chain Cache can keep it between turns (e.g. H2O's
-// accumulated scores). Each method defines its own.
+// A sequence's method metadata taken out of the method, so Chain Cache can keep it between turns (e.g. accumulated
+// attention scores). Each method defines its own.
 class MethodSequenceState {
  public:
   virtual ~MethodSequenceState() = default;
@@ -99,7 +99,7 @@ class MethodRuntime {
   // Builds the cache this method keeps its KV in (default: the paged cache, prefix caching only for methods
   // that keep full history).
   virtual Result<std::unique_ptr<CacheManager>> create_cache(const CacheSpec& spec);
-  // Bytes of metadata the method keeps per pool page on the pool's device (Quest's key bounds), which the engine
+  // Bytes of metadata the method keeps per pool page on the pool's device (e.g. key bounds), which the engine
   // sets aside with each page when it sizes the pool.
   virtual size_t page_metadata_bytes(const KvLayout& /*layout*/) const { return 0; }
 
@@ -125,13 +125,13 @@ class MethodRuntime {
   virtual void build_decode_selection(LayerContext& /*ctx*/, int32_t /*slice*/, Selection& /*selection*/) {}
   // Tokens the last query row of decode sequence `slice` of `view` (layer `layer`, a `sliding_window` of 0 =
   // none) reads over all KV heads under the method's selection, for a decode forward replayed without running
-  // the hooks (decode_forward_is_static); nullopt when the method leaves the layer dense.
+  // the hooks (MethodTraits::static_decode_forward); nullopt when the method leaves the layer dense.
   virtual std::optional<int64_t> replayed_tokens_read(int /*layer*/, int32_t /*sliding_window*/,
                                                       const AttentionView& /*view*/, int32_t /*slice*/) const {
     return std::nullopt;
   }
   // Bytes of the method's per-page metadata (page_metadata_bytes) its selection reads for decode sequence `slice`
-  // of `view` in layer `layer` (Quest's key bounds): counted with the KV the step reads, for its roofline.
+  // of `view` in layer `layer` (e.g. key bounds): counted with the KV the step reads, for its roofline.
   virtual int64_t decode_metadata_bytes(int /*layer*/, int32_t /*sliding_window*/, const AttentionView& /*view*/,
                                         int32_t /*slice*/) const {
     return 0;
@@ -164,7 +164,7 @@ class MethodRuntime {
   virtual SelectionUnit selection_unit() const { return SelectionUnit::kToken; }
 
   // --- introspection (tests and debugging only; never read by the engine) ---
-  // The method's per-sequence metadata for `seq` as JSON (e.g. H2O's accumulated scores), so fidelity tests can
+  // The method's per-sequence metadata for `seq` as JSON (e.g. accumulated attention scores), so fidelity tests can
   // compare it with an oracle; null when the method keeps none.
   virtual nlohmann::json debug_state(int32_t /*seq*/) const { return {}; }
 };

@@ -1,5 +1,5 @@
-// PagedCacheManager: K/V in per-(layer, KV head) pages of one BlockPool. Full-history methods (vanilla,
-// Quest, OmniKV) keep every token resident and share a radix prefix cache over full blocks, so requests with a
+// PagedCacheManager: K/V in per-(layer, KV head) pages of one BlockPool. Full-history methods (dense and
+// dynamic selection) keep every token resident and share a radix prefix cache over full blocks, so requests with a
 // common prompt prefix reuse its pages; eviction methods run it without the prefix cache and compact their
 // streams in place (evict). Engine thread only.
 #pragma once

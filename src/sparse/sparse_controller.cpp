@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "sparse/step_driver.h"
+
 namespace se {
 
 namespace {
@@ -63,11 +65,9 @@ Status SparseController::run_transient_pass(int32_t seq, std::span<const int32_t
   if (num_tokens == 0) return Status::ok();
   const int32_t num_before = cache_.num_logical_tokens(seq);
   SE_RETURN_IF_ERROR(cache_.reserve(seq, num_tokens));
-  pass_batch_.token_ids.assign(token_ids.begin(), token_ids.end());
-  pass_batch_.positions.resize(static_cast<size_t>(num_tokens));
-  for (int32_t i = 0; i < num_tokens; ++i) pass_batch_.positions[static_cast<size_t>(i)] = num_before + i;
-  pass_batch_.sequences = {{seq, 0, num_tokens, 0}};
-  pass_batch_.logit_rows.clear();
+  // Inside its step's finish_step: the batch is built as every step's is, and only the forward runs.
+  clear_batch(pass_batch_);
+  append_sequence(pass_batch_, seq, token_ids, num_before, /*num_prefill_tokens=*/0, /*logit_row=*/false);
   in_pass_ = true;
   pass_forward_(pass_batch_);
   in_pass_ = false;

@@ -56,8 +56,8 @@ class SparseController final : public ForwardHooks {
   // windowed as that layer's last attend was, and the metadata the selection reads.
   void count_replayed_forward(const ForwardBatch& batch);
 
-  // decode_forward_is_static() of the method (method_traits.h).
-  bool decode_forward_is_static() const { return se::decode_forward_is_static(method_.traits()); }
+  // Whether the method's decode forward may replay as a CUDA graph (MethodTraits::static_decode_forward).
+  bool decode_forward_is_static() const { return method_.traits().static_decode_forward; }
   // Changes when the device page tables or a device buffer of the method move (0 on the CPU); CUDA graphs
   // captured before are stale.
   uint64_t device_tables_generation() const {

@@ -22,7 +22,7 @@ struct Tables {
     for (int b = 0; b < 256; ++b) {
       to_char[b] = kept_as_is(b) ? static_cast<char32_t>(b) : next_extra++;
       to_byte[to_char[b]] = static_cast<int16_t>(b);
-      utf8::append(encoded[b], to_char[b]);
+      append_utf8(encoded[b], to_char[b]);
     }
   }
 };

@@ -47,7 +47,7 @@ std::string lowercase(std::string_view text) {
       out += "i\xCC\x87";
       continue;
     }
-    utf8::append(out, static_cast<char32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(cp))));
+    append_utf8(out, static_cast<char32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(cp))));
   }
   return out;
 }

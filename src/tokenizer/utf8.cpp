@@ -26,24 +26,6 @@ LeadInfo lead_info(uint8_t b) {
 
 }  // namespace
 
-void append(std::string& out, char32_t cp) {
-  if (cp < 0x80) {
-    out.push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
-
 char32_t next(std::string_view text, size_t& pos) {
   const auto b0 = static_cast<uint8_t>(text[pos]);
   if (b0 < 0x80) {
@@ -76,7 +58,7 @@ size_t append_lossy(std::string_view bytes, bool final, std::string& out) {
     }
     const LeadInfo info = lead_info(b);
     if (info.need < 0) {
-      append(out, kReplacement);
+      append_utf8(out, kReplacement);
       ++i;
       continue;
     }
@@ -85,7 +67,7 @@ size_t append_lossy(std::string_view bytes, bool final, std::string& out) {
     for (int k = 0; k < info.need; ++k, ++j) {
       if (j >= n) {
         if (!final) return i;
-        append(out, kReplacement);
+        append_utf8(out, kReplacement);
         return n;
       }
       const auto c = static_cast<uint8_t>(bytes[j]);
@@ -97,7 +79,7 @@ size_t append_lossy(std::string_view bytes, bool final, std::string& out) {
       }
     }
     if (broken) {
-      append(out, kReplacement);  // the offending byte starts the next round
+      append_utf8(out, kReplacement);  // the offending byte starts the next round
     } else {
       out.append(bytes.substr(i, j - i));
     }

@@ -1,4 +1,4 @@
-// UTF-8 helpers for the tokenizer: code point decoding and encoding, lossy conversion that replaces
+// UTF-8 helpers for the tokenizer: code point decoding (encoding is base/utf8_encode.h), lossy conversion that replaces
 // invalid sequences with U+FFFD (one per maximal invalid subpart, as Rust's from_utf8_lossy and the
 // WHATWG decoder do), and the Unicode classes the added-token rules use. Stateless; thread-safe.
 #pragma once
@@ -8,12 +8,11 @@
 #include <string>
 #include <string_view>
 
+#include "base/utf8_encode.h"
+
 namespace se::utf8 {
 
 inline constexpr char32_t kReplacement = 0xFFFD;
-
-// Appends the UTF-8 encoding of `cp`, a Unicode scalar value.
-void append(std::string& out, char32_t cp);
 
 // Decodes the code point starting at text[pos] and moves pos past it.
 // Precondition: text is valid UTF-8 and pos < text.size() is at a sequence start.

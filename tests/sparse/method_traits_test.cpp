@@ -8,17 +8,20 @@
 namespace se {
 namespace {
 
-TEST(MethodTraitsTest, OpsFollowFamilyAndScoreNeeds) {
-  MethodTraits quest;
-  quest.family = MethodFamily::kDynamicSelection;
-  quest.score_needs = ScoreNeeds::kQueryKeyBounds;
-  EXPECT_EQ(method_ops(quest), (std::vector<std::string_view>{"update_page_key_bounds", "select_pages_by_key_bounds",
-                                                               "paged_attention over a selection"}));
-  MethodTraits h2o;
-  h2o.family = MethodFamily::kEviction;
-  h2o.score_needs = ScoreNeeds::kColumnSums;
-  EXPECT_EQ(method_ops(h2o), (std::vector<std::string_view>{"attention_scores", "compact_kv", "move_kv_rows"}));
-  EXPECT_TRUE(method_ops(MethodTraits{}).empty());
+std::vector<std::string_view> method_ops(const char* name) {
+  auto method = create_method(name, nullptr);
+  SE_CHECK(method.is_ok(), "{}", name);
+  std::vector<std::string_view> ops;
+  for (OpId op : (*method)->traits().ops) ops.push_back(op_name(op));
+  return ops;
+}
+
+TEST(MethodTraitsTest, MethodsDeclareTheirOps) {
+  EXPECT_EQ(method_ops("quest"), (std::vector<std::string_view>{"update_page_key_bounds", "select_pages_by_key_bounds",
+                                                                 "paged_attention over a selection"}));
+  EXPECT_EQ(method_ops("h2o"), (std::vector<std::string_view>{"attention_scores", "compact_kv", "move_kv_rows"}));
+  EXPECT_TRUE(method_ops("vanilla").empty());
+  EXPECT_TRUE(MethodTraits{}.ops.empty());
 }
 
 // Decode forwards replay as CUDA graphs for dense, prompt-scored eviction and device-ranked selection (Quest);
@@ -27,7 +30,7 @@ TEST(MethodTraitsTest, StaticDecodeForwards) {
   const auto is_static = [](const char* name) {
     auto method = create_method(name, nullptr);
     SE_CHECK(method.is_ok(), "{}", name);
-    return decode_forward_is_static((*method)->traits());
+    return (*method)->traits().static_decode_forward;
   };
   EXPECT_TRUE(is_static("vanilla"));
   EXPECT_TRUE(is_static("snapkv"));
@@ -41,15 +44,15 @@ TEST(MethodTraitsTest, StaticDecodeForwards) {
 // method and each missing op (a CPU-only build has no CUDA kernels at all, so only vanilla runs there; a CUDA
 // build runs every registered method).
 TEST(MethodTraitsTest, MethodsRunOnCudaWhenTheirOpsHaveKernels) {
-  const bool cuda_built = cuda_implements("paged_attention");
+  const bool cuda_built = cuda_implements(OpId::kPagedAttention);
   for (const MethodInfo& info : registered_methods()) {
     auto method = create_method(info.name, nullptr);
     ASSERT_TRUE(method.is_ok()) << info.name;
     EXPECT_TRUE(check_runs_on(Device::kCpu, (*method)->traits(), info.name).is_ok());
     const Status on_cuda = check_runs_on(Device::kCuda, (*method)->traits(), info.name);
     std::vector<std::string_view> missing;
-    for (std::string_view op : method_ops((*method)->traits()))
-      if (!cuda_implements(op)) missing.push_back(op);
+    for (OpId op : (*method)->traits().ops)
+      if (!cuda_implements(op)) missing.push_back(op_name(op));
     if (info.name == "vanilla" || cuda_built) EXPECT_TRUE(missing.empty()) << info.name;
     if (missing.empty()) {
       EXPECT_TRUE(on_cuda.is_ok()) << info.name << ": " << on_cuda.message();
@@ -64,12 +67,15 @@ TEST(MethodTraitsTest, MethodsRunOnCudaWhenTheirOpsHaveKernels) {
 
 // Every op the registered methods call has a CUDA kernel exactly in CUDA builds.
 TEST(MethodTraitsTest, CudaKernelsOfTheMethodOps) {
-  const bool cuda_built = cuda_implements("paged_attention");
-  for (std::string_view op :
-       {"attention_scores", "compact_kv", "move_kv_rows", "subset_attention_max_scores", "update_page_key_bounds",
-        "select_pages_by_key_bounds", "top_keys_by_logits_max_over_heads", "token_lists_with_tail",
-        "paged_attention over a selection"})
-    EXPECT_EQ(cuda_implements(op), cuda_built) << op;
+  const bool cuda_built = cuda_implements(OpId::kPagedAttention);
+  for (OpId op :
+       {OpId::kAttentionScores, OpId::kCompactKv, OpId::kMoveKvRows, OpId::kSubsetAttentionMaxScores,
+        OpId::kUpdatePageKeyBounds, OpId::kSelectPagesByKeyBounds, OpId::kTopKeysByLogitsMaxOverHeads,
+        OpId::kTokenListsWithTail, OpId::kPagedAttentionOverSelection})
+    EXPECT_EQ(cuda_implements(op), cuda_built) << op_name(op);
+  // The dense CPU reference attention has no CUDA twin.
+  EXPECT_FALSE(cuda_implements(OpId::kAttention));
+  EXPECT_EQ(op_name(OpId::kPagedAttentionOverSelection), "paged_attention over a selection");
 }
 
 }  // namespace

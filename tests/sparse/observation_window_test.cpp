@@ -109,7 +109,7 @@ TEST(ObservationWindowConfig, DefaultsFollowTheirReferences) {
     const MethodTraits& t = (*method)->traits();
     EXPECT_EQ(t.family, MethodFamily::kEviction);
     EXPECT_FALSE(t.keeps_full_history);
-    EXPECT_EQ(t.score_needs, ScoreNeeds::kObservationWindow);
+    EXPECT_EQ(t.ops, (std::vector<OpId>{OpId::kAttentionScores, OpId::kCompactKv, OpId::kMoveKvRows}));
     EXPECT_EQ(t.prefill_policy, PrefillPolicy::kCompressAfter);
   }
   EXPECT_EQ((*create_method("pyramidkv", nullptr))->config()["beta"], 20);
@@ -147,9 +147,9 @@ TEST(ObservationWindowScores, PoolingPadsAndReducesInTheConfiguredOrder) {
   // The window's sum becomes its mean; gqa_agg max and sum.
   c.window = 2;
   c.kernel = 1;
-  c.gqa_agg = GroupAgg::kMax;
+  c.gqa_agg = GroupReduce::kMax;
   EXPECT_EQ(reduce_window_scores(heads.data(), 5, 2, 1, 5, c).values, (std::vector<float>{0.5f, 0.5f, 0}));
-  c.gqa_agg = GroupAgg::kSum;
+  c.gqa_agg = GroupReduce::kSum;
   EXPECT_EQ(reduce_window_scores(heads.data(), 5, 2, 1, 5, c).values, (std::vector<float>{0.5f, 0.5f, 0}));
 }
 

@@ -1,6 +1,7 @@
 // The policy-side pieces of prefix pruning: names, KVzip's scores reduced to one per position, and keep masks
 // rounded up to whole pages with the next-best positions.
 #include "sparse/prune/prune_policy.h"
+#include "sparse/prune/kvzip_global_scorer.h"
 
 #include <gtest/gtest.h>
 

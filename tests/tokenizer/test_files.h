@@ -23,7 +23,7 @@ inline std::string write_file(const std::string& name, const std::string& conten
 
 inline std::string byte_char(uint8_t b) {
   std::string s;
-  utf8::append(s, byte_level::byte_to_char(b));
+  append_utf8(s, byte_level::byte_to_char(b));
   return s;
 }
 

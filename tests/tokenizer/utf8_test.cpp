@@ -14,7 +14,7 @@ std::string lossy(std::string_view bytes) {
 TEST(Utf8Test, AppendAndNextRoundTrip) {
   for (char32_t cp : {U'A', U'\u00E9', U'\u4E2D', U'\U0001F600', U'\U0010FFFF'}) {
     std::string s;
-    utf8::append(s, cp);
+    append_utf8(s, cp);
     size_t pos = 0;
     EXPECT_EQ(utf8::next(s, pos), cp);
     EXPECT_EQ(pos, s.size());

@@ -1,9 +1,9 @@
-// CUDA twin of OmniKV's filter logits (the CPU reference is
+// CUDA twin of the filter-layer logits (the CPU reference is
 // backend/cpu/attention_logits_max_over_heads.cpp). It takes the cache's host view over the device
 // pool: the host stages every KV head's leading page ids (host_tables.h), a block takes 64 keys at
 // a time across all KV heads and keeps their running max, and the result comes back to the host, or the
-// indices of its k largest stay on the device (OmniKV's index), where token_lists_with_tail turns them into the
-// sparse layers' lists.
+// indices of its k largest stay on the device (the filter layers' index), where token_lists_with_tail turns them into
+// the sparse layers' lists.
 // fp32 dots of the bf16 keys: only the summation order differs from the CPU's.
 #include <cuda_bf16.h>
 

@@ -1,8 +1,8 @@
 // One block's choice of the k largest of n scores, as top_k_ascending (base/top_k.h) makes it on the host: the
 // indices in ascending order, ties going to the lower index. A most-significant-digit radix select over the
 // scores' order keys (four 8-bit passes of a shared histogram) finds the k-th largest key; one block scan then
-// places every index above it and the lowest-numbered of those equal to it. Quest's page ranking and OmniKV's
-// token filter share it.
+// places every index above it and the lowest-numbered of those equal to it. The key-bound page ranking and the
+// filter layers' token filter share it.
 #pragma once
 
 #include <cub/cub.cuh>

@@ -5,11 +5,11 @@
 // touch nothing but the streams' slots [first moved, kept.size()). The prefix already in place
 // (kept[i] == i) does not move.
 //
-// The moved rows travel as runs (consecutive sources to consecutive slots: H2O's one dropped token is
-// one run), so the tables stay small. When the rows outgrow the scratch cap they move in pieces, in
-// stream and slot order: a piece writes only slots below every source of the pieces after it, so the
-// pieces may run one after the other without a race. Enqueued on the context's stream (tables staged
-// through host_tables.h); the call does not wait.
+// The moved rows travel as runs (consecutive sources to consecutive slots: one token dropped by an
+// accumulated-attention eviction is one run), so the tables stay small. When the rows outgrow the scratch cap they move
+// in pieces, in stream and slot order: a piece writes only slots below every source of the pieces after it, so the
+// pieces may run one after the other without a race. Enqueued on the context's stream (tables staged through
+// host_tables.h); the call does not wait.
 //
 // move_kv_rows needs no scratch: no move reads a slot another one writes, so one pass copies each row.
 #include <cuda_bf16.h>

@@ -1,4 +1,4 @@
-// CUDA twins of Quest's page-bound ops (the CPU reference is backend/cpu/page_key_bounds.cpp). The
+// CUDA twins of the page-bound ops (the CPU reference is backend/cpu/page_key_bounds.cpp). The
 // kernels read the view's tables on the device: the cache's mirror as it is, a host view through a
 // staged copy (host_tables.h). Launch sizes depend only on the batch shape and the caller's page
 // capacity, never on the tables, so a decode step that ranks its pages can be replayed as a CUDA

@@ -149,7 +149,7 @@ void paged_attention(TensorView out, TensorView q, const AttentionView& view,
           : static_cast<int>(num_rows / prefill_rows +
                              std::min<int64_t>(view.num_seqs, num_rows / (decode_rows + 1)) + 1);
 
-  // Prefill chunks beside selected decode rows (Quest and OmniKV select for decode only) run the dense kernel.
+  // Prefill chunks beside selected decode rows (dynamic selection selects for decode only) run the dense kernel.
   const bool prefill_selects =
       args.select_unit > 0 && !(view.selected_rows_max >= 0 && view.selected_rows_max <= decode_rows);
 

@@ -1,4 +1,4 @@
-// CUDA subset_attention_max_scores (ops.h, KVzip's context-reconstruction score): each row's
+// CUDA subset_attention_max_scores (ops.h, the context-reconstruction score): each row's
 // softmax over the key subset [sinks; range; new tokens up to its own], the range's probabilities
 // reduced by max over rows and the KV head's query group, by the two-pass kernels of
 // attention_probs.cu. The tables are the host's; the result lands in host memory.

@@ -321,7 +321,7 @@ Result<Value> Interpreter::get_item(const Value& object, const Value& key) {
         int64_t i = *index < 0 ? *index + size : *index;
         if (i >= 0 && i < size) {
           std::string c;
-          utf8_append(c, chars[static_cast<size_t>(i)]);
+          append_utf8(c, chars[static_cast<size_t>(i)]);
           return Value::string(std::move(c), object.is_markup());
         }
       }
@@ -366,7 +366,7 @@ Result<std::vector<Value>> Interpreter::iterate(const Value& v) {
       std::vector<Value> chars;
       for (char32_t cp : utf8_decode(v.as_string())) {
         std::string c;
-        utf8_append(c, cp);
+        append_utf8(c, cp);
         chars.push_back(Value::string(std::move(c), v.is_markup()));
       }
       return chars;

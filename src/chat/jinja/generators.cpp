@@ -34,7 +34,7 @@ Result<PyIterator> PyIterator::over(const Value& v) {
     case ValueKind::kString:
       for (char32_t cp : utf8_decode(v.as_string())) {
         std::string c;
-        utf8_append(c, cp);
+        append_utf8(c, cp);
         it.items_.push_back(Value::string(std::move(c), v.is_markup()));
       }
       return it;

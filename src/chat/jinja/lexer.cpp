@@ -423,7 +423,7 @@ class Lexer {
           if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
             return error(i - 2, "illegal Unicode character in string literal");
           }
-          utf8_append(out, cp);
+          append_utf8(out, cp);
           i += n;
           break;
         }
@@ -433,7 +433,7 @@ class Lexer {
             for (int k = 0; k < 2 && i < end && src_[i] >= '0' && src_[i] <= '7'; ++k) {
               cp = cp * 8 + (src_[i++] - '0');
             }
-            utf8_append(out, cp);
+            append_utf8(out, cp);
           } else if (static_cast<unsigned char>(e) >= 0x80) {
             // jinja2 encodes the literal with backslashreplace first: the backslash escapes the
             // backslash of the \xNN / \uNNNN form, which then stays literal text.
@@ -467,7 +467,7 @@ class Lexer {
     if (kOne.find(c) == std::string_view::npos) {
       std::u32string cp = utf8_decode(std::string_view(src_).substr(i, 4));
       std::string shown;
-      utf8_append(shown, cp.front());
+      append_utf8(shown, cp.front());
       return error(i, fmt::format("unexpected char '{}'", shown));
     }
     if (c == '(' || c == '[' || c == '{') {

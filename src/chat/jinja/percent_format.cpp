@@ -108,7 +108,7 @@ Result<std::string> format_one(const Value& arg, char conv, const Spec& spec) {
     case 'c': {
       std::string s;
       if (arg.is_integral() && arg.as_int() >= 0 && arg.as_int() <= 0x10FFFF) {
-        utf8_append(s, static_cast<char32_t>(arg.as_int()));
+        append_utf8(s, static_cast<char32_t>(arg.as_int()));
       } else if (arg.is_string() && utf8_length(arg.as_string()) == 1) {
         s = arg.as_string();
       } else {

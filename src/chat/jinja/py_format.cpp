@@ -49,7 +49,7 @@ void append_json_string(std::string& out, const std::string& s, bool ensure_asci
             append_hex_escape(out, 'u', static_cast<uint32_t>(cp), 4);
           }
         } else {
-          utf8_append(out, cp);
+          append_utf8(out, cp);
         }
     }
   }
@@ -231,7 +231,7 @@ std::string py_repr_string(const std::string& s) {
     } else if (cp == '\r') {
       out += "\\r";
     } else if (cp >= 0x20 && (cp < 0x7F || py_isprintable(cp))) {
-      utf8_append(out, cp);
+      append_utf8(out, cp);
     } else if (cp <= 0xFF) {  // control characters, DEL and non-printable Latin-1
       append_hex_escape(out, 'x', static_cast<uint32_t>(cp), 2);
     } else if (cp <= 0xFFFF) {

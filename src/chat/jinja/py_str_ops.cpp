@@ -27,7 +27,7 @@ bool is_line_break(char32_t c) {
 
 std::string fill_string(char32_t fill, int64_t n) {
   std::string out;
-  for (int64_t i = 0; i < n; ++i) utf8_append(out, fill);
+  for (int64_t i = 0; i < n; ++i) append_utf8(out, fill);
   return out;
 }
 
@@ -45,7 +45,7 @@ std::string py_replace(std::string_view s, std::string_view old, std::string_vie
         out += repl;
         ++done;
       }
-      utf8_append(out, c);
+      append_utf8(out, c);
     }
     if (count < 0 || done < count) out += repl;
     return out;

@@ -86,7 +86,7 @@ std::string align_number(const std::string& sign, const std::string& body, const
   const int64_t len = static_cast<int64_t>(utf8_length(sign) + utf8_length(body));
   if (spec.width <= len) return sign + body;
   std::string fill;
-  for (int64_t i = 0; i < spec.width - len; ++i) utf8_append(fill, spec.fill);
+  for (int64_t i = 0; i < spec.width - len; ++i) append_utf8(fill, spec.fill);
   switch (spec.align == 0 ? '>' : spec.align) {
     case '<':
       return sign + body + fill;
@@ -128,7 +128,7 @@ Result<std::string> format_int(int64_t v, const FormatSpec& spec) {
       break;
     case 'c': {
       std::string c;
-      utf8_append(c, static_cast<char32_t>(magnitude));
+      append_utf8(c, static_cast<char32_t>(magnitude));
       return align_number("", c, spec);
     }
     default:

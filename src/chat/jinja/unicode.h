@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include "base/utf8_encode.h"
+
 namespace se::jinja {
 
 // True when `s` is well-formed UTF-8 (no overlongs, surrogates or code points above U+10FFFF).
@@ -16,8 +18,7 @@ bool is_valid_utf8(std::string_view s);
 
 // Decodes valid UTF-8 into code points.
 std::u32string utf8_decode(std::string_view s);
-// Appends the UTF-8 encoding of `cp`.
-void utf8_append(std::string& out, char32_t cp);
+// Encodes code points (one at a time: se::append_utf8).
 std::string utf8_encode(std::u32string_view cps);
 // Number of code points (Python len()).
 size_t utf8_length(std::string_view s);

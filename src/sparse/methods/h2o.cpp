@@ -37,15 +37,16 @@ Result<std::unique_ptr<MethodRuntime>> H2oMethod::create(const nlohmann::json& c
   resolved["budget"] = heavy + recent;
   resolved["heavy"] = heavy;
   resolved["recent"] = recent;
-  const GroupAgg gqa_agg = agg == "max" ? GroupAgg::kMax : agg == "sum" ? GroupAgg::kSum : GroupAgg::kMean;
+  const GroupReduce gqa_agg = group_reduce_named(agg);
   return std::unique_ptr<MethodRuntime>(new H2oMethod(std::move(resolved), heavy, recent, gqa_agg));
 }
 
-H2oMethod::H2oMethod(nlohmann::ordered_json config, int32_t num_heavy, int32_t num_recent, GroupAgg gqa_agg)
+H2oMethod::H2oMethod(nlohmann::ordered_json config, int32_t num_heavy, int32_t num_recent, GroupReduce gqa_agg)
     : config_(std::move(config)), num_heavy_(num_heavy), num_recent_(num_recent), gqa_agg_(gqa_agg) {
   traits_.family = MethodFamily::kEviction;
   traits_.keeps_full_history = false;
-  traits_.score_needs = ScoreNeeds::kColumnSums;
+  traits_.ops = {OpId::kAttentionScores, OpId::kCompactKv, OpId::kMoveKvRows};
+  traits_.static_decode_forward = false;  // the column sums accumulate in every decode step's forward
   traits_.prefix_mode = PrefixMode::kChain;
   traits_.prefill_policy = PrefillPolicy::kEvictDuring;
 }

@@ -65,7 +65,7 @@ class H2oMethod final : public MethodRuntime {
   nlohmann::json debug_state(int32_t seq) const override;
 
  private:
-  H2oMethod(nlohmann::ordered_json config, int32_t num_heavy, int32_t num_recent, GroupAgg gqa_agg);
+  H2oMethod(nlohmann::ordered_json config, int32_t num_heavy, int32_t num_recent, GroupReduce gqa_agg);
   // A stream's scores after it kept slots `kept` (ascending).
   static void keep_scores(std::vector<float>& acc, std::span<const int32_t> kept);
   // The oldest position of a stream's recent window: the num_recent_-th largest of `positions`, which is
@@ -88,7 +88,7 @@ class H2oMethod final : public MethodRuntime {
   nlohmann::ordered_json config_;
   int32_t num_heavy_ = 0;   // heavy hitters kept per stream
   int32_t num_recent_ = 0;  // newest tokens kept per stream
-  GroupAgg gqa_agg_ = GroupAgg::kMean;
+  GroupReduce gqa_agg_ = GroupReduce::kMean;
   struct SequenceScores {
     int32_t num_kv_heads = 0;
     std::vector<std::vector<float>> acc;  // [layer * num_kv_heads + kv_head] -> one score per resident row

@@ -33,13 +33,19 @@ int64_t most_pages(int64_t num_streams, int64_t base, int64_t cap, int64_t total
 
 Result<std::unique_ptr<MethodRuntime>> KvzipMethod::create(const nlohmann::json& config,
                                                            const MethodEnvironment& environment) {
+  SE_ASSIGN_OR_RETURN(std::unique_ptr<KvzipMethod> method, make(config, environment));
+  return std::unique_ptr<MethodRuntime>(std::move(method));
+}
+
+Result<std::unique_ptr<KvzipMethod>> KvzipMethod::make(const nlohmann::json& config,
+                                                       const MethodEnvironment& environment) {
   SE_ASSIGN_OR_RETURN(MethodConfig reader, MethodConfig::parse("kvzip", config));
   SE_ASSIGN_OR_RETURN(double ratio, reader.get_double("ratio", 0.3, 0.0, 1.0));
   SE_ASSIGN_OR_RETURN(int chunk_size, reader.get_int("chunk_size", 2048, 1, 1 << 20));
   SE_ASSIGN_OR_RETURN(int num_sink, reader.get_int("n_sink", 4, 0, 1 << 20));
   SE_ASSIGN_OR_RETURN(std::string level, reader.get_choice("level", "pair", {"pair", "pair-uniform"}));
   SE_RETURN_IF_ERROR(reader.finish());
-  return std::unique_ptr<MethodRuntime>(
+  return std::unique_ptr<KvzipMethod>(
       new KvzipMethod(reader.resolved(), ratio, chunk_size, num_sink, level == "pair-uniform", environment));
 }
 
@@ -48,7 +54,8 @@ KvzipMethod::KvzipMethod(nlohmann::ordered_json config, double ratio, int32_t ch
     : config_(std::move(config)), ratio_(ratio), chunk_size_(chunk_size), num_sink_(num_sink), uniform_(uniform) {
   traits_.family = MethodFamily::kEviction;
   traits_.keeps_full_history = false;
-  traits_.score_needs = ScoreNeeds::kReconstruction;
+  traits_.ops = {OpId::kSubsetAttentionMaxScores, OpId::kCompactKv, OpId::kMoveKvRows};
+  traits_.static_decode_forward = true;  // scores come from the reconstruction passes; decode steps only attend
   traits_.prefix_mode = PrefixMode::kChain;
   traits_.prefill_policy = PrefillPolicy::kCompressAfter;
   if (environment.encode) {

@@ -64,6 +64,8 @@ class KvzipMethod final : public MethodRuntime {
  public:
   static Result<std::unique_ptr<MethodRuntime>> create(const nlohmann::json& config,
                                                        const MethodEnvironment& environment);
+  // The same, typed, for a reader of last_scores (the kvzip_global prune scorer).
+  static Result<std::unique_ptr<KvzipMethod>> make(const nlohmann::json& config, const MethodEnvironment& environment);
 
   std::string_view name() const override { return "kvzip"; }
   const MethodTraits& traits() const override { return traits_; }

@@ -13,7 +13,8 @@ ObservationWindowMethod::ObservationWindowMethod(nlohmann::ordered_json config,
     : config_(std::move(config)), window_config_(window_config) {
   traits_.family = MethodFamily::kEviction;
   traits_.keeps_full_history = false;
-  traits_.score_needs = ScoreNeeds::kObservationWindow;
+  traits_.ops = {OpId::kAttentionScores, OpId::kCompactKv, OpId::kMoveKvRows};
+  traits_.static_decode_forward = true;  // scores come from the prompt; decode steps only attend
   traits_.prefix_mode = PrefixMode::kChain;
   traits_.prefill_policy = PrefillPolicy::kCompressAfter;
 }

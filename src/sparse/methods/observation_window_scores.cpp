@@ -29,7 +29,7 @@ Result<ObservationWindowConfig> read_observation_window_config(MethodConfig& rea
     return invalid_argument("{}: 'budget' = {} must exceed 'window' = {} (the budget includes the window)", method,
                             c.real_budget, c.window);
   c.pooling = pooling == "maxpool" ? WindowPooling::kMax : WindowPooling::kAvg;
-  c.gqa_agg = agg == "max" ? GroupAgg::kMax : agg == "sum" ? GroupAgg::kSum : GroupAgg::kMean;
+  c.gqa_agg = group_reduce_named(agg);
   c.gqa_order = order == "reduce_then_pool" ? GroupOrder::kReduceThenPool : GroupOrder::kPoolThenReduce;
   return c;
 }

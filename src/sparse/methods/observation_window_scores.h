@@ -38,7 +38,7 @@ struct ObservationWindowConfig {
   int32_t window = 64;    // observation window: the last prompt queries that score, and the tokens always kept
   int32_t kernel = 5;     // pooling kernel (odd)
   WindowPooling pooling = WindowPooling::kAvg;
-  GroupAgg gqa_agg = GroupAgg::kMean;
+  GroupReduce gqa_agg = GroupReduce::kMean;
   GroupOrder gqa_order = GroupOrder::kPoolThenReduce;
 };
 

@@ -35,7 +35,8 @@ OmniKvMethod::OmniKvMethod(nlohmann::ordered_json config, std::vector<int> filte
       selected_fraction_(selected_fraction) {
   traits_.family = MethodFamily::kDynamicSelection;
   traits_.keeps_full_history = true;
-  traits_.score_needs = ScoreNeeds::kFilterLogits;
+  traits_.ops = {OpId::kTopKeysByLogitsMaxOverHeads, OpId::kTokenListsWithTail, OpId::kPagedAttentionOverSelection};
+  traits_.static_decode_forward = false;  // the filter layers' selections are built on the host every step
 }
 
 OmniKvMethod::LayerPlan OmniKvMethod::plan_layers(int32_t num_layers) const {

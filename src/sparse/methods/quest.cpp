@@ -4,6 +4,7 @@
 
 #include "backend/device_memory.h"
 #include "base/check.h"
+#include "sparse/group_reduce.h"
 
 namespace se {
 
@@ -17,9 +18,7 @@ Result<std::unique_ptr<MethodRuntime>> QuestMethod::create(const nlohmann::json&
   // How each KV head reduces its query group's page bounds.
   SE_ASSIGN_OR_RETURN(std::string gqa_agg, reader.get_choice("gqa_agg", "mean", {"mean", "max", "sum"}));
   SE_RETURN_IF_ERROR(reader.finish());
-  const GroupReduce reduce = gqa_agg == "max"   ? GroupReduce::kMax
-                             : gqa_agg == "sum" ? GroupReduce::kSum
-                                                : GroupReduce::kMean;
+  const GroupReduce reduce = group_reduce_named(gqa_agg);
   return std::unique_ptr<MethodRuntime>(new QuestMethod(reader.resolved(), token_budget, dense_layers, reduce));
 }
 
@@ -27,7 +26,10 @@ QuestMethod::QuestMethod(nlohmann::ordered_json config, int token_budget, int de
     : config_(std::move(config)), token_budget_(token_budget), dense_layers_(dense_layers), gqa_agg_(gqa_agg) {
   traits_.family = MethodFamily::kDynamicSelection;
   traits_.keeps_full_history = true;
-  traits_.score_needs = ScoreNeeds::kQueryKeyBounds;
+  traits_.ops = {OpId::kUpdatePageKeyBounds, OpId::kSelectPagesByKeyBounds, OpId::kPagedAttentionOverSelection};
+  // The key-bound ranking runs as ops over the device tables, its lists in the batch-wide layout that attention
+  // reads by value: a decode forward enqueues the same work every step.
+  traits_.static_decode_forward = true;
 }
 
 Result<std::unique_ptr<CacheManager>> QuestMethod::create_cache(const CacheSpec& spec) {

@@ -23,7 +23,8 @@ StreamingLlmMethod::StreamingLlmMethod(nlohmann::ordered_json config, int32_t bu
     : config_(std::move(config)), budget_(budget), num_sink_tokens_(num_sink_tokens) {
   traits_.family = MethodFamily::kEviction;
   traits_.keeps_full_history = false;
-  traits_.score_needs = ScoreNeeds::kNone;
+  traits_.ops = {OpId::kCompactKv, OpId::kMoveKvRows};
+  traits_.static_decode_forward = true;  // it evicts in finish_step, outside the forward
   traits_.prefix_mode = PrefixMode::kChain;
   traits_.prefill_policy = PrefillPolicy::kEvictDuring;
 }

@@ -16,9 +16,11 @@ class VanillaMethod final : public MethodRuntime {
   const nlohmann::ordered_json& config() const override { return config_; }
 
  private:
-  explicit VanillaMethod(nlohmann::ordered_json config) : config_(std::move(config)) {}
+  explicit VanillaMethod(nlohmann::ordered_json config) : config_(std::move(config)) {
+    traits_.static_decode_forward = true;  // the forward is the dense one, the same work every step
+  }
 
-  MethodTraits traits_;  // the defaults: dense, full history, radix, no scores
+  MethodTraits traits_;  // otherwise the defaults: dense, full history, radix, no ops beyond the dense forward
   nlohmann::ordered_json config_;
 };
 

@@ -72,3 +72,40 @@ nlohmann::json SnapKvGlobalScorer::debug_state(int32_t /*seq*/) const {
 }
 
 }  // namespace se
+
+namespace se {
+
+namespace {
+
+class SnapKvGlobalPruneScorer final : public PruneScorer {
+ public:
+  explicit SnapKvGlobalPruneScorer(int32_t window) : window_(window) {}
+
+  // The window's queries must be computed; the prefix before it can be the engine's cached KV.
+  std::optional<int32_t> computed_suffix() const override { return window_; }
+
+  Result<std::unique_ptr<MethodRuntime>> make_method(std::vector<int32_t> attached_positions) override {
+    auto method = std::make_unique<SnapKvGlobalScorer>(window_);
+    method->set_attached_positions(std::move(attached_positions));
+    method_ = method.get();
+    return std::unique_ptr<MethodRuntime>(std::move(method));
+  }
+
+  Result<std::vector<float>> position_scores(int32_t /*seq*/, const ModelConfig& /*config*/,
+                                             int32_t /*num_tokens*/) const override {
+    if (method_ == nullptr) return failed_precondition("snapkv_global: no scoring pass ran");
+    return method_->position_scores();
+  }
+
+ private:
+  int32_t window_;
+  const SnapKvGlobalScorer* method_ = nullptr;  // owned by the pass's driver
+};
+
+}  // namespace
+
+std::unique_ptr<PruneScorer> make_snapkv_global_prune_scorer(const PruneScorerOptions& options) {
+  return std::make_unique<SnapKvGlobalPruneScorer>(options.window);
+}
+
+}  // namespace se

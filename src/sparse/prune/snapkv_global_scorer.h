@@ -13,9 +13,11 @@
 // Keep masks then take the top positions of s inside a range (ties: the lower index).
 #pragma once
 
+#include <memory>
 #include <vector>
 
 #include "sparse/method_runtime.h"
+#include "sparse/prune/prune_scorer.h"
 
 namespace se {
 
@@ -52,5 +54,8 @@ class SnapKvGlobalScorer final : public MethodRuntime {
   std::vector<float> layer_sum_;     // [T] step 2 so far
   std::vector<float> probs_;         // scratch: [H, T]
 };
+
+// The policy's PruneScorer: runs a SnapKvGlobalScorer of options.window on top of the cached prefix when it can.
+std::unique_ptr<PruneScorer> make_snapkv_global_prune_scorer(const PruneScorerOptions& options);
 
 }  // namespace se
