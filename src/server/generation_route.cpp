@@ -46,11 +46,11 @@ struct ResponseState {
   std::vector<ChoiceState> choices;
   bool logprobs = false;
   bool started = false;
-  std::optional<double> timeout_s;  // the request's "timeout", counted from its arrival
-  std::chrono::steady_clock::time_point arrival = std::chrono::steady_clock::now();
+  std::optional<double> timeout_s;  // the request's "timeout", counted from its submission to the engine
+  std::chrono::steady_clock::time_point submitted = std::chrono::steady_clock::now();
 
   bool timed_out() const {
-    return timeout_s && std::chrono::steady_clock::now() - arrival >= std::chrono::duration<double>(*timeout_s);
+    return timeout_s && std::chrono::steady_clock::now() - submitted >= std::chrono::duration<double>(*timeout_s);
   }
   // Aborts the choices (the engine frees their pages at its next step) and says why.
   ApiError abort_for_timeout() {

@@ -18,8 +18,8 @@ constexpr int64_t kInt32Min = std::numeric_limits<int32_t>::min();
 
 // The body fields each endpoint reads. "user" is OpenAI's end-user tag: it never changes the output.
 constexpr std::array<std::string_view, 16> kCommonFields = {
-    "model", "max_tokens",       "temperature", "top_p",  "top_k",          "min_p",   "seed", "stop",
-    "stop_token_ids", "ignore_eos", "n",        "stream", "stream_options", "chain_id", "timeout", "user"};
+    "model",  "max_tokens",     "temperature", "top_p",   "top_k", "min_p", "seed",   "stop", "stop_token_ids",
+    "ignore_eos", "n", "stream", "stream_options", "chain_id", "timeout", "user"};
 constexpr std::array<std::string_view, 3> kCompletionFields = {"prompt", "logprobs", "echo"};
 constexpr std::array<std::string_view, 5> kChatFields = {"messages", "max_completion_tokens", "logprobs",
                                                           "top_logprobs", "chain_append_start"};
