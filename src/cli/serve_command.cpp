@@ -84,6 +84,13 @@ void add_serve_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--max-n", o->server.max_n, "choices per request (n) at most")->capture_default_str();
   cmd->add_option("--http-threads", o->server.num_threads, "HTTP worker threads (one per streaming client)")
       ->capture_default_str();
+  cmd->add_option("--api-key", o->server.api_key,
+                  "clients must send 'Authorization: Bearer <key>' on every route but /health (401 otherwise)")
+      ->envname("SPARSE_ENGINE_API_KEY");
+  cmd->add_option("--max-waiting-requests", o->server.max_waiting_requests,
+                  "generation requests answer 503 with Retry-After while this many wait (0 = no limit)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd->add_option("--drain-timeout", o->drain_timeout_s, "seconds to let requests finish on SIGINT/SIGTERM")
       ->capture_default_str();
   cmd->callback([o, &exit_code] { exit_code = run_serve(*o); });

@@ -25,8 +25,10 @@ int http_status_for(StatusCode code) {
 std::string ApiError::type() const {
   switch (http_status) {
     case 400: return "BadRequestError";
+    case 401: return "AuthenticationError";
     case 404: return "NotFoundError";
     case 405: return "MethodNotAllowedError";
+    case 408: return "RequestTimeoutError";
     case 409: return "ConflictError";
     case 410: return "GoneError";
     case 413: return "PayloadTooLargeError";

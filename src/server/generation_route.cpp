@@ -46,6 +46,17 @@ struct ResponseState {
   std::vector<ChoiceState> choices;
   bool logprobs = false;
   bool started = false;
+  std::optional<double> timeout_s;  // the request's "timeout", counted from its submission to the engine
+  std::chrono::steady_clock::time_point submitted = std::chrono::steady_clock::now();
+
+  bool timed_out() const {
+    return timeout_s && std::chrono::steady_clock::now() - submitted >= std::chrono::duration<double>(*timeout_s);
+  }
+  // Aborts the choices (the engine frees their pages at its next step) and says why.
+  ApiError abort_for_timeout() {
+    session.reset();
+    return ApiError{408, fmt::format("the request timed out after {} s and was aborted", *timeout_s), "timeout"};
+  }
 };
 
 // The error a choice that ended without stop/length reports.
@@ -64,12 +75,19 @@ bool write(httplib::DataSink& sink, const std::string& data) {
 }
 
 // One provider call: wait for a delta, send its SSE events; close with usage and [DONE] once all choices end.
+// A timeout ends the stream with an error event and [DONE].
 bool provide_stream(ResponseState& s, httplib::DataSink& sink) {
   if (!s.started) {
     s.started = true;
     if (!write(sink, s.formatter.stream_start(s.session->num_choices()))) return false;
   }
   if (!sink.is_writable()) return false;  // the client went away: dropping the state aborts the choices
+  if (s.timed_out()) {
+    if (!write(sink, sse_event(s.abort_for_timeout().to_json())) || !write(sink, std::string(kSseDone)))
+      return false;
+    sink.done();
+    return true;
+  }
   std::optional<ChoiceDelta> delta = s.session->next(kClientPollInterval);
   if (!delta) return true;
   if (failed(delta->output)) {
@@ -87,22 +105,39 @@ bool provide_stream(ResponseState& s, httplib::DataSink& sink) {
   return true;
 }
 
+// Waits for the next delta and adds it to its choice; the error to answer with when the choice failed.
+std::optional<ApiError> absorb_next(ResponseState& s) {
+  std::optional<ChoiceDelta> delta = s.session->next(kClientPollInterval);
+  if (!delta) return std::nullopt;
+  if (failed(delta->output)) return ended_early(delta->output);
+  s.choices[static_cast<size_t>(delta->index)].absorb(delta->output, s.logprobs);
+  return std::nullopt;
+}
+
 // One provider call of a non-streaming response: collect deltas; send the body once all choices end. The
 // status line is already out, so a choice that fails cuts the connection rather than claim success.
 bool provide_full(ResponseState& s, httplib::DataSink& sink) {
   if (!sink.is_writable()) return false;
-  std::optional<ChoiceDelta> delta = s.session->next(kClientPollInterval);
-  if (!delta) return true;
-  if (failed(delta->output)) {
-    SE_LOG_WARN("request failed after its response started: {}", ended_early(delta->output).message);
+  if (std::optional<ApiError> error = absorb_next(s)) {
+    SE_LOG_WARN("request failed after its response started: {}", error->message);
     return false;
   }
-  s.choices[static_cast<size_t>(delta->index)].absorb(delta->output, s.logprobs);
   if (s.session->finished()) {
     if (!write(sink, dump_json(s.formatter.full_response(s.choices)))) return false;
     sink.done();
   }
   return true;
+}
+
+// A non-streaming request with a timeout is collected before the status line goes out, so that a timeout can
+// answer 408. Its worker does not watch the client meanwhile; the timeout bounds how long a gone client's
+// choices run.
+void collect_before_status(ResponseState& s, httplib::Response& res) {
+  while (!s.session->finished()) {
+    if (s.timed_out()) return send_error(res, s.abort_for_timeout());
+    if (std::optional<ApiError> error = absorb_next(s)) return send_error(res, *error);
+  }
+  res.set_content(dump_json(s.formatter.full_response(s.choices)), "application/json");
 }
 
 }  // namespace
@@ -133,6 +168,15 @@ ApiResult<std::vector<int32_t>> prompt_token_ids(const OpenAiRequest& request, c
 
 void handle_generation(ServerContext& ctx, Endpoint endpoint, const httplib::Request& req, httplib::Response& res) {
   if (ctx.draining) return send_error(res, ApiError{503, "the server is shutting down", ""});
+  // Engine stats trail the queue by up to one step, so concurrent arrivals may pass the bound by a few.
+  const int max_waiting = ctx.config.max_waiting_requests;
+  if (max_waiting > 0 && ctx.engine.stats().num_waiting >= max_waiting) {
+    res.set_header("Retry-After", "1");
+    return send_error(res, ApiError{503, fmt::format("the server's queue is full ({} requests waiting): retry "
+                                                     "later",
+                                                     max_waiting),
+                                    ""});
+  }
   ApiResult<nlohmann::json> body = parse_json_body(req.body);
   if (!body.is_ok()) return send_error(res, body.error());
   const bool chat = endpoint == Endpoint::kChatCompletions;
@@ -176,6 +220,7 @@ void handle_generation(ServerContext& ctx, Endpoint endpoint, const httplib::Req
   state->session = std::move(session).value();
   state->choices.resize(static_cast<size_t>(request.n));
   state->logprobs = request.logprobs;
+  state->timeout_s = request.timeout_s;
 
   res.status = 200;
   if (chain) res.set_header("X-SparseVLLM-Chain-ID", chain->chain_id);
@@ -184,6 +229,8 @@ void handle_generation(ServerContext& ctx, Endpoint endpoint, const httplib::Req
     res.set_chunked_content_provider(
         "text/event-stream", [state](size_t, httplib::DataSink& sink) { return provide_stream(*state, sink); },
         [state](bool) { state->session.reset(); });
+  } else if (request.timeout_s) {
+    collect_before_status(*state, res);
   } else {
     res.set_chunked_content_provider(
         "application/json", [state](size_t, httplib::DataSink& sink) { return provide_full(*state, sink); },

@@ -7,6 +7,7 @@
 #include <exception>
 
 #include "base/logging.h"
+#include "server/api_key.h"
 #include "server/generation_route.h"
 #include "server/openai_response.h"
 #include "server/prometheus.h"
@@ -79,6 +80,16 @@ void HttpServer::stop() {
 void HttpServer::add_routes() {
   ServerContext& ctx = *ctx_;
   httplib::Server& http = *http_;
+  // With an API key, everything but /health (the load balancer's probe) needs it; checked before routing, so
+  // an unknown route does not tell a caller without the key which routes exist.
+  http.set_pre_routing_handler([&ctx](const httplib::Request& req, httplib::Response& res) {
+    if (ctx.config.api_key.empty() || req.path == "/health" ||
+        api_key_matches(ctx.config.api_key, req.get_header_value("Authorization")))
+      return httplib::Server::HandlerResponse::Unhandled;
+    res.set_header("WWW-Authenticate", "Bearer");
+    send_error(res, ApiError{401, "Incorrect API key provided: send it as 'Authorization: Bearer <key>'", ""});
+    return httplib::Server::HandlerResponse::Handled;
+  });
   http.Post("/v1/completions", [&ctx](const httplib::Request& req, httplib::Response& res) {
     handle_generation(ctx, Endpoint::kCompletions, req, res);
   });

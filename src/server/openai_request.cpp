@@ -16,7 +16,28 @@ namespace {
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 constexpr int64_t kInt32Min = std::numeric_limits<int32_t>::min();
 
-// Fields both endpoints share: model, sampling, n, stream.
+// The body fields each endpoint reads. "user" is OpenAI's end-user tag: it never changes the output.
+constexpr std::array<std::string_view, 16> kCommonFields = {
+    "model",  "max_tokens",     "temperature", "top_p",   "top_k", "min_p", "seed",   "stop", "stop_token_ids",
+    "ignore_eos", "n", "stream", "stream_options", "chain_id", "timeout", "user"};
+constexpr std::array<std::string_view, 3> kCompletionFields = {"prompt", "logprobs", "echo"};
+constexpr std::array<std::string_view, 5> kChatFields = {"messages", "max_completion_tokens", "logprobs",
+                                                          "top_logprobs", "chain_append_start"};
+
+// A 400 naming the first non-null field that neither the shared nor the endpoint's own list holds.
+template <size_t N>
+std::optional<ApiError> unsupported_field(const nlohmann::json& body,
+                                          const std::array<std::string_view, N>& endpoint_fields) {
+  for (const auto& [key, value] : body.items()) {
+    if (value.is_null()) continue;
+    const auto known = [&key](const auto& list) { return std::find(list.begin(), list.end(), key) != list.end(); };
+    if (!known(kCommonFields) && !known(endpoint_fields))
+      return ApiError::bad_request(fmt::format("'{}' is not supported by this server", key), key);
+  }
+  return std::nullopt;
+}
+
+// Fields both endpoints share: model, sampling, n, stream, timeout.
 ApiResult<OpenAiRequest> parse_common(const nlohmann::json& body, const RequestLimits& limits,
                                       Endpoint endpoint) {
   const FieldReader fields(body);
@@ -69,6 +90,11 @@ ApiResult<OpenAiRequest> parse_common(const nlohmann::json& body, const RequestL
     SE_API_ASSIGN_OR_RETURN(auto include_usage, FieldReader(*options, "stream_options").get_bool("include_usage"));
     request.include_usage = include_usage.value_or(false);
   }
+  SE_API_ASSIGN_OR_RETURN(request.timeout_s, fields.get_number("timeout"));
+  if (request.timeout_s && !(*request.timeout_s > 0))
+    return ApiError::bad_request(fmt::format("'timeout' must be a positive number of seconds, got {}",
+                                             *request.timeout_s),
+                                 "timeout");
   return request;
 }
 
@@ -223,6 +249,7 @@ ApiResult<nlohmann::json> parse_json_body(std::string_view body) {
 }
 
 ApiResult<OpenAiRequest> parse_completion_request(const nlohmann::json& body, const RequestLimits& limits) {
+  if (std::optional<ApiError> error = unsupported_field(body, kCompletionFields)) return *error;
   SE_API_ASSIGN_OR_RETURN(OpenAiRequest request, parse_common(body, limits, Endpoint::kCompletions));
   SE_API_ASSIGN_OR_RETURN(request, read_prompt(body, std::move(request)));
   const FieldReader fields(body);
@@ -236,6 +263,7 @@ ApiResult<OpenAiRequest> parse_completion_request(const nlohmann::json& body, co
 }
 
 ApiResult<OpenAiRequest> parse_chat_request(const nlohmann::json& body, const RequestLimits& limits) {
+  if (std::optional<ApiError> error = unsupported_field(body, kChatFields)) return *error;
   SE_API_ASSIGN_OR_RETURN(OpenAiRequest request, parse_common(body, limits, Endpoint::kChatCompletions));
   SE_API_ASSIGN_OR_RETURN(request.messages, read_messages(body));
   const FieldReader fields(body);

@@ -1,7 +1,8 @@
 // Parsing of OpenAI /v1/completions and /v1/chat/completions bodies into one OpenAiRequest, validated as far as
-// the body alone allows: field types (a known field of the wrong type is a 400 naming it; unknown fields are
-// ignored), ranges, the n cap, message roles and content parts, SamplingParams::validate(). What needs the
-// model (tokenizing, the chat template, the context-length check) comes after, in the HTTP layer, with
+// the body alone allows: field types (a known field of the wrong type is a 400 naming it), fields the server does
+// not support (a 400 naming the field, unless its value is null, which OpenAI clients mean as "not given"),
+// ranges, the n cap, message roles and content parts, SamplingParams::validate(). What needs the model
+// (tokenizing, the chat template, the context-length check) comes after, in the HTTP layer, with
 // resolve_max_tokens() for the length rule. Pure functions; thread-safe.
 #pragma once
 
@@ -37,6 +38,8 @@ struct OpenAiRequest {
   bool chain = false;
   std::string chain_id;
   std::optional<int> chain_append_start;
+  // "timeout" (seconds, extra body field): past it the request is aborted, its pages freed, and the client told.
+  std::optional<double> timeout_s;
 };
 
 struct RequestLimits {

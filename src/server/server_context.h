@@ -23,6 +23,8 @@ struct ServerConfig {
   int max_n = 8;                            // choices per request at most
   int num_threads = 64;                     // HTTP workers; each streaming client holds one while it streams
   size_t max_body_bytes = size_t{32} << 20; // larger bodies answer 413
+  std::string api_key;                      // non-empty: every route but /health needs "Bearer <api_key>"
+  int max_waiting_requests = 0;             // > 0: a generation request answers 503 while this many wait
 };
 
 // Counts generation requests from submission until their response is written or abandoned.

@@ -13,9 +13,12 @@ namespace {
 ApiResult<std::vector<int32_t>> tokenize(const ServerContext& ctx, const nlohmann::json& body) {
   const ModelBundle& bundle = ctx.engine.bundle();
   const bool chat = body.contains("messages");
-  SE_API_ASSIGN_OR_RETURN(OpenAiRequest request,
-                          chat ? parse_chat_request(body, ctx.limits) : parse_completion_request(body, ctx.limits));
   SE_API_ASSIGN_OR_RETURN(auto add_generation_prompt, FieldReader(body).get_bool("add_generation_prompt"));
+  // add_generation_prompt is this route's own field; the rest is a generation body.
+  nlohmann::json generation_body = body;
+  if (chat) generation_body.erase("add_generation_prompt");
+  SE_API_ASSIGN_OR_RETURN(OpenAiRequest request, chat ? parse_chat_request(generation_body, ctx.limits)
+                                                      : parse_completion_request(generation_body, ctx.limits));
   if (!chat || add_generation_prompt.value_or(true)) return prompt_token_ids(request, bundle);
   if (!bundle.tokenizer) return ApiError::bad_request("this model has no tokenizer", "messages");
   Result<std::string> rendered = bundle.render_chat(request.messages, /*add_generation_prompt=*/false);

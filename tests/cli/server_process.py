@@ -24,12 +24,15 @@ def require_default_model():
 
 
 class ServerProcess:
-    def __init__(self, *extra_args: str):
+    def __init__(self, *extra_args: str, api_key: str = "", env: dict = None):
+        """`api_key`: the key this helper's own requests (/metrics) send; `env`: extra environment variables."""
         require_default_model()
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.log = tempfile.NamedTemporaryFile(prefix="sparse-engine-serve-", suffix=".log", delete=False)
         self.args = [str(BINARY), "--log-level", "info", "serve", "--model", "default", "--host", "127.0.0.1",
                      "--port", "0", *extra_args]
-        self.proc = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT,
+                                     env={**os.environ, **(env or {})})
         self.port = self._wait_for_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self._wait_healthy()
@@ -65,7 +68,7 @@ class ServerProcess:
 
     def metrics(self) -> dict:
         """/metrics samples as {name: value}, labels dropped (every sample has only model_name, or le)."""
-        text = requests.get(self.base_url + "/metrics", timeout=10).text
+        text = requests.get(self.base_url + "/metrics", headers=self.headers, timeout=10).text
         out = {}
         for line in text.splitlines():
             if line.startswith("#") or not line:

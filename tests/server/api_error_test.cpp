@@ -26,6 +26,11 @@ TEST(ApiError, HasTheOpenAiShape) {
                                                       "type": "BadRequestError", "param": "n", "code": 400}})"));
 }
 
+TEST(ApiError, NamesAuthenticationAndTimeoutErrorsAsOpenAiClientsDo) {
+  EXPECT_EQ((ApiError{401, "no key", ""}.type()), "AuthenticationError");
+  EXPECT_EQ((ApiError{408, "too slow", "timeout"}.type()), "RequestTimeoutError");
+}
+
 TEST(ApiError, FromStatusKeepsTheMessageAndLeavesParamNull) {
   const ApiError error = ApiError::from_status(unavailable("the engine is shutting down"));
   EXPECT_EQ(error.http_status, 503);

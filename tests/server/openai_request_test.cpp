@@ -124,9 +124,35 @@ TEST(ParseCompletion, DefaultsAndNullsMeanNotGiven) {
   EXPECT_TRUE(r->model.empty());
 }
 
-TEST(ParseCompletion, IgnoresUnknownFields) {
-  auto r = completion({{"prompt", "x"}, {"user", "me"}, {"presence_penalty", 0.5}, {"some_extension", {1, 2}}});
-  EXPECT_TRUE(r.is_ok());
+TEST(UnsupportedFields, AreRejectedByNameUnlessNull) {
+  // "user" is an end-user tag that never changes the output; null means "not given" to OpenAI clients.
+  auto tagged = completion({{"prompt", "x"}, {"user", "me"}, {"presence_penalty", nullptr}});
+  EXPECT_TRUE(tagged.is_ok()) << tagged.error().message;
+  expect_bad_field(completion({{"prompt", "x"}, {"presence_penalty", 0.5}}), "presence_penalty");
+  expect_bad_field(completion({{"prompt", "x"}, {"some_extension", {1, 2}}}), "some_extension");
+  expect_bad_field(chat(user_chat({{"tools", json::array({{{"type", "function"}}})}})), "tools");
+  expect_bad_field(chat(user_chat({{"response_format", {{"type", "json_object"}}}})), "response_format");
+  expect_bad_field(chat(user_chat({{"logit_bias", {{"1", 5}}}})), "logit_bias");
+  // Each endpoint's own fields belong to it alone.
+  expect_bad_field(completion({{"prompt", "x"}, {"messages", json::array()}}), "messages");
+  expect_bad_field(completion({{"prompt", "x"}, {"top_logprobs", 2}}), "top_logprobs");
+  expect_bad_field(chat(user_chat({{"prompt", "x"}})), "prompt");
+  expect_bad_field(chat(user_chat({{"echo", false}})), "echo");
+}
+
+TEST(Timeout, IsPositiveSecondsOnBothEndpoints) {
+  auto none = chat(user_chat());
+  ASSERT_TRUE(none.is_ok());
+  EXPECT_FALSE(none->timeout_s.has_value());
+  auto given = chat(user_chat({{"timeout", 2.5}}));
+  ASSERT_TRUE(given.is_ok()) << given.error().message;
+  EXPECT_EQ(given->timeout_s, 2.5);
+  auto completion_timeout = completion({{"prompt", "x"}, {"timeout", 1}});
+  ASSERT_TRUE(completion_timeout.is_ok());
+  EXPECT_EQ(completion_timeout->timeout_s, 1.0);
+  expect_bad_field(chat(user_chat({{"timeout", 0}})), "timeout");
+  expect_bad_field(chat(user_chat({{"timeout", -1}})), "timeout");
+  expect_bad_field(chat(user_chat({{"timeout", "5"}})), "timeout");
 }
 
 TEST(ParseCompletion, NamesKnownFieldsOfTheWrongType) {
