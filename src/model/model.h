@@ -1,5 +1,6 @@
 // Model: a decoder-only transformer (the architectures in model/arch/) with its weights, run module by module
 // in native order on the device its weights live on (CPU or CUDA: one forward, written against backend/ops.h).
+// Each layer runs its architecture's block function (model/arch/<arch>.cpp), composed from model/layers/.
 // It owns no KV state and no activations: every layer's attention goes through the caller's ForwardHooks, which
 // also hear each layer's end, and every forward runs in the caller's ForwardWorkspace. Immutable after create(),
 // so threads may run forwards concurrently, each with its own workspace.
@@ -17,6 +18,8 @@
 #include "model/weights.h"
 
 namespace se {
+
+struct ArchSpec;
 
 class Model {
  public:
@@ -44,12 +47,9 @@ class Model {
   Tensor launch_forward(const ForwardBatch& batch, ForwardHooks& hooks, const ForwardWorkspace& workspace) const;
 
  private:
-  Model(ModelConfig config, ModelWeights weights, Device device);
+  Model(const ArchSpec& arch, ModelConfig config, ModelWeights weights, Device device);
 
-  // One decoder block over the batch's `t` rows of the residual stream in `ws` (updated in place).
-  void run_layer(int layer, const ForwardBatch& batch, int64_t t, ForwardHooks& hooks,
-                 const ForwardWorkspace& ws) const;
-
+  const ArchSpec* arch_;  // the registry's entry: static, never null
   ModelConfig config_;
   ModelWeights weights_;
   Device device_;

@@ -7,6 +7,8 @@
 
 #include "model/arch/arch_registry.h"
 #include "model/config_json.h"
+#include "model/layers/attention.h"
+#include "model/layers/gated_mlp.h"
 
 namespace se {
 
@@ -57,8 +59,25 @@ Status configure(const nlohmann::json& hf, ModelConfig& config) {
   }
   return Status::ok();
 }
+
+// Sandwich block: attention and MLP outputs are normed before they join the residual stream, so neither add
+// fuses into its GEMM; add_rms_norm fuses the attention add with the pre-MLP norm instead.
+void block(const BlockInputs& in) {
+  const float eps = in.config.rms_norm_eps;
+  const LayerWeights& w = in.weights;
+  const TensorView h = in.ws.hidden(in.t);
+  const TensorView x = in.ws.normed(in.t);
+  const TensorView out = in.ws.proj(in.t);
+  rms_norm(x, h, w.input_norm.view(), eps);
+  attention_out(in, out, x);
+  rms_norm(out, out, w.post_attention_norm.view(), eps);
+  add_rms_norm(x, h, out, w.pre_feedforward_norm.view(), eps);
+  gated_mlp_out(in, out, x);
+  rms_norm(out, out, w.post_feedforward_norm.view(), eps);
+  add_inplace(h, out);
+}
 }  // namespace
 
-const ArchSpec kGemma3Arch{"gemma3", kModelTypes, &configure};
+const ArchSpec kGemma3Arch{"gemma3", kModelTypes, &configure, &block};
 
 }  // namespace se

@@ -2,6 +2,7 @@
 #include <array>
 
 #include "model/arch/arch_registry.h"
+#include "model/arch/llama.h"
 
 namespace se {
 
@@ -13,6 +14,6 @@ Status configure(const nlohmann::json&, ModelConfig& config) {
 }
 }  // namespace
 
-const ArchSpec kQwen3Arch{"qwen3", kModelTypes, &configure};
+const ArchSpec kQwen3Arch{"qwen3", kModelTypes, &configure, &llama_block};
 
 }  // namespace se
