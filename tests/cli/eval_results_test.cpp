@@ -4,7 +4,7 @@
 #include <fstream>
 
 #include "cli/eval_results.h"
-#include "loader/test_models.h"
+#include "../loader/test_models.h"
 
 namespace se::cli {
 namespace {

@@ -10,7 +10,7 @@
 
 #include "cli/eval_ruler.h"
 #include "loader/gguf_file.h"
-#include "loader/test_models.h"
+#include "../loader/test_models.h"
 #include "tokenizer/tokenizer.h"
 
 namespace se::cli {

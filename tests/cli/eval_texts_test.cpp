@@ -7,7 +7,7 @@
 
 #include "cli/eval_texts.h"
 #include "loader/gguf_file.h"
-#include "loader/test_models.h"
+#include "../loader/test_models.h"
 
 namespace se::cli {
 namespace {
