@@ -27,23 +27,12 @@
 #include "backend/quant/seeded_gaussian.h"
 #include "backend/quant/turboquant.h"
 #include "kv/kivi_residual_window.h"
+#include "../support/array_files.h"
+
+using se::test::read_array;
+using se::test::write_array;
 
 namespace {
-
-template <typename T>
-std::vector<T> read_array(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::vector<char> raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::vector<T> out(raw.size() / sizeof(T));
-  std::memcpy(out.data(), raw.data(), out.size() * sizeof(T));
-  return out;
-}
-
-template <typename T>
-void write_array(const std::string& path, const std::vector<T>& v) {
-  std::ofstream(path, std::ios::binary)
-      .write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(T)));
-}
 
 se::Fp8Format fp8_format(const std::string& name) {
   return name == "e5m2" ? se::Fp8Format::kE5M2 : se::Fp8Format::kE4M3;

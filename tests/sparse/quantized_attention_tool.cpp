@@ -26,6 +26,7 @@
 #include "backend/quant/kivi_quant.h"
 #include "backend/quant/quantized_kv_layout.h"
 #include "kv/kivi_residual_window.h"
+#include "../support/array_files.h"
 
 using se::AttentionView;
 using se::AttentionParams;
@@ -38,21 +39,10 @@ using se::SeqKvView;
 using se::Shape;
 using se::TensorView;
 
+using se::test::read_array;
+using se::test::write_array;
+
 namespace {
-
-template <typename T>
-std::vector<T> read_array(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::vector<char> raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::vector<T> out(raw.size() / sizeof(T));
-  std::memcpy(out.data(), raw.data(), out.size() * sizeof(T));
-  return out;
-}
-
-void write_array(const std::string& path, const std::vector<float>& v) {
-  std::ofstream(path, std::ios::binary)
-      .write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float)));
-}
 
 // The batch as read from DIR.
 struct Batch {
