@@ -24,12 +24,21 @@ constexpr std::array<std::string_view, 3> kCompletionFields = {"prompt", "logpro
 constexpr std::array<std::string_view, 5> kChatFields = {"messages", "max_completion_tokens", "logprobs",
                                                           "top_logprobs", "chain_append_start"};
 
-// A 400 naming the first non-null field that neither the shared nor the endpoint's own list holds.
+// Whether `value` of field `key` asks for nothing: clients (LangChain, vLLM's benchmarks) send a zero penalty, a
+// repetition penalty of 1 or an empty logit_bias by default, and those change no output.
+bool is_neutral(std::string_view key, const nlohmann::json& value) {
+  if (key == "presence_penalty" || key == "frequency_penalty") return value.is_number() && value.get<double>() == 0.0;
+  if (key == "repetition_penalty") return value.is_number() && value.get<double>() == 1.0;
+  if (key == "logit_bias") return value.is_object() && value.empty();
+  return false;
+}
+
+// A 400 naming the first non-null, non-neutral field that neither the shared nor the endpoint's own list holds.
 template <size_t N>
 std::optional<ApiError> unsupported_field(const nlohmann::json& body,
                                           const std::array<std::string_view, N>& endpoint_fields) {
   for (const auto& [key, value] : body.items()) {
-    if (value.is_null()) continue;
+    if (value.is_null() || is_neutral(key, value)) continue;
     const auto known = [&key](const auto& list) { return std::find(list.begin(), list.end(), key) != list.end(); };
     if (!known(kCommonFields) && !known(endpoint_fields))
       return ApiError::bad_request(fmt::format("'{}' is not supported by this server", key), key);

@@ -129,6 +129,11 @@ TEST(UnsupportedFields, AreRejectedByNameUnlessNull) {
   auto tagged = completion({{"prompt", "x"}, {"user", "me"}, {"presence_penalty", nullptr}});
   EXPECT_TRUE(tagged.is_ok()) << tagged.error().message;
   expect_bad_field(completion({{"prompt", "x"}, {"presence_penalty", 0.5}}), "presence_penalty");
+  // Values that ask for nothing, as many clients send by default, pass.
+  auto neutral = chat(user_chat({{"presence_penalty", 0}, {"frequency_penalty", 0.0}, {"repetition_penalty", 1.0},
+                                 {"logit_bias", json::object()}}));
+  EXPECT_TRUE(neutral.is_ok()) << neutral.error().message;
+  expect_bad_field(chat(user_chat({{"repetition_penalty", 1.1}})), "repetition_penalty");
   expect_bad_field(completion({{"prompt", "x"}, {"some_extension", {1, 2}}}), "some_extension");
   expect_bad_field(chat(user_chat({{"tools", json::array({{{"type", "function"}}})}})), "tools");
   expect_bad_field(chat(user_chat({{"response_format", {{"type", "json_object"}}}})), "response_format");
