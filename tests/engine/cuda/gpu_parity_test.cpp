@@ -405,6 +405,21 @@ std::vector<EngineTrace> engine_traces(const ModelBundle& bundle, Device device,
   return traces;
 }
 
+// Each registered method with budgets small enough for the tiny model's 40-90-token prompts that it evicts or
+// selects (32 tokens kept).
+std::map<std::string, nlohmann::json> tiny_method_configs() {
+  return {{"vanilla", nullptr},
+          {"streamingllm", {{"budget", 32}}},
+          {"snapkv", {{"budget", 32}, {"window", 8}}},
+          {"pyramidkv", {{"budget", 32}, {"window", 8}}},
+          {"adakv", {{"budget", 32}, {"window", 8}}},
+          {"chunkkv", {{"budget", 32}, {"window", 8}}},
+          {"h2o", {{"budget", 32}}},
+          {"quest", {{"token_budget", 32}, {"dense_layers", 0}}},
+          {"omnikv", {{"num_selected_tokens", 32}, {"filter_layers", {0}}}},
+          {"kvzip", {{"ratio", 0.5}}}};
+}
+
 // The tiny Llama on both devices, with the same bf16 weights.
 struct TinyBundles {
   ModelBundle cpu, gpu;
@@ -433,17 +448,7 @@ TEST(GpuEngineTest, EveryMethodRunsLikeOnTheCpu) {
   const ModelBundle& cpu = bundles.cpu;
   const ModelBundle& gpu = bundles.gpu;
   const auto prompts = random_prompts(8, 96, 40, 90, 12);
-  const std::map<std::string, nlohmann::json> configs = {
-      {"vanilla", nullptr},
-      {"streamingllm", {{"budget", 32}}},
-      {"snapkv", {{"budget", 32}, {"window", 8}}},
-      {"pyramidkv", {{"budget", 32}, {"window", 8}}},
-      {"adakv", {{"budget", 32}, {"window", 8}}},
-      {"chunkkv", {{"budget", 32}, {"window", 8}}},
-      {"h2o", {{"budget", 32}}},
-      {"quest", {{"token_budget", 32}, {"dense_layers", 0}}},
-      {"omnikv", {{"num_selected_tokens", 32}, {"filter_layers", {0}}}},
-      {"kvzip", {{"ratio", 0.5}}}};
+  const std::map<std::string, nlohmann::json> configs = tiny_method_configs();
   constexpr float kNearTie = 0.25f;  // logprob margin
   for (const MethodInfo& info : registered_methods()) {
     auto it = configs.find(info.name);
@@ -593,15 +598,7 @@ TEST(GpuEngineTest, KeptSetsUnderTeacherForcing) {
   SE_SKIP_WITHOUT_CUDA_DEVICE();
   const TinyBundles bundles = tiny_cpu_and_gpu_bundles();
   const auto prompts = random_prompts(8, 96, 40, 90, 12);
-  const std::map<std::string, nlohmann::json> configs = {
-      {"vanilla", nullptr},
-      {"streamingllm", {{"budget", 32}}},
-      {"snapkv", {{"budget", 32}, {"window", 8}}},
-      {"adakv", {{"budget", 32}, {"window", 8}}},
-      {"h2o", {{"budget", 32}}},
-      {"quest", {{"token_budget", 32}, {"dense_layers", 0}}},
-      {"omnikv", {{"num_selected_tokens", 32}, {"filter_layers", {0}}}},
-      {"kvzip", {{"ratio", 0.5}}}};
+  const std::map<std::string, nlohmann::json> configs = tiny_method_configs();
   constexpr int kNumNew = 16;
   const ModelConfig& mc = bundles.cpu.model->config();
   double vanilla_noise = 0.0;  // the largest |GPU - CPU| logit of vanilla's steps, once vanilla has run
