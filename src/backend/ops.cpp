@@ -475,11 +475,11 @@ void paged_attention(TensorView out, TensorView q, const AttentionView& view, co
 
 // The sparse-method ops take the cache's host tables on both backends; a GPU pool (view.kv_device) sends them to
 // the CUDA twins, with q (and page key bounds) on the device and the scores written to host memory.
-void attention_scores(TensorView out, TensorView q, const AttentionView& view, int32_t seq,
+void attention_scores(TensorView out, TensorView q, const AttentionView& view, int32_t slice,
                       const AttentionParams& params, ScoreReduce reduce, ScoresReady ready) {
-  SE_CHECK(seq >= 0 && seq < view.num_seqs, "attention_scores: sequence {} of {}", seq, view.num_seqs);
+  SE_CHECK(slice >= 0 && slice < view.num_seqs, "attention_scores: sequence {} of {}", slice, view.num_seqs);
   int32_t max_len = 0;
-  for (int32_t h = 0; h < view.num_kv_heads; ++h) max_len = std::max(max_len, view.seqs[seq].num_tokens[h]);
+  for (int32_t h = 0; h < view.num_kv_heads; ++h) max_len = std::max(max_len, view.seqs[slice].num_tokens[h]);
   SE_CHECK(q.shape.rank() == 3 && q.shape[2] == view.head_dim && q.shape[1] % view.num_kv_heads == 0 &&
                q.shape[0] <= max_len && out.shape.rank() == 2 && out.shape[0] == q.shape[1] &&
                out.shape[1] == max_len,
@@ -488,13 +488,13 @@ void attention_scores(TensorView out, TensorView q, const AttentionView& view, i
   if (pool_on_cuda(view, "attention_scores")) {
     require_cuda_act(q, "attention_scores.q");
     require_host_scores(out, "attention_scores.out");
-    if constexpr (kCudaBuilt) cuda::attention_scores(out, q, view, seq, params, reduce, ready);
+    if constexpr (kCudaBuilt) cuda::attention_scores(out, q, view, slice, params, reduce, ready);
     return;
   }
   require_cpu_f32(out, "attention_scores.out");
   require_cpu_f32(q, "attention_scores.q");
   SE_CHECK(view.kv_dtype == DType::kF32, "attention_scores: the CPU backend keeps f32 pages");
-  cpu::attention_scores(out, q, view, seq, params, reduce);
+  cpu::attention_scores(out, q, view, slice, params, reduce);
 }
 
 void compact_kv(const AttentionView& pool, std::span<const StreamCompaction> streams) {
@@ -552,8 +552,8 @@ void update_page_key_bounds(TensorView bounds, const AttentionView& view, int32_
 }
 
 void page_key_bound_scores(TensorView out, TensorView q, TensorView bounds, const AttentionView& view,
-                           int32_t seq) {
-  SE_CHECK(seq >= 0 && seq < view.num_seqs, "page_key_bound_scores: sequence {} of {}", seq, view.num_seqs);
+                           int32_t slice) {
+  SE_CHECK(slice >= 0 && slice < view.num_seqs, "page_key_bound_scores: sequence {} of {}", slice, view.num_seqs);
   SE_CHECK(view.tables_device == Device::kCpu, "page_key_bound_scores: takes a view with host tables");
   SE_CHECK(q.shape.rank() == 2 && q.shape[1] == view.head_dim && q.shape[0] % view.num_kv_heads == 0 &&
                out.shape.rank() == 2 && out.shape[0] == q.shape[0] && bounds.shape.rank() == 3,
@@ -567,12 +567,12 @@ void page_key_bound_scores(TensorView out, TensorView q, TensorView bounds, cons
              "page_key_bound_scores: a GPU KV pool needs bf16 bounds [pages, 2, {}] on the GPU, got {} {} on {}",
              view.head_dim, dtype_name(bounds.dtype), bounds.shape.to_string(),
              bounds.device == Device::kCuda ? "the GPU" : "the host");
-    if constexpr (kCudaBuilt) cuda::page_key_bound_scores(out, q, bounds, view, seq);
+    if constexpr (kCudaBuilt) cuda::page_key_bound_scores(out, q, bounds, view, slice);
     return;
   }
   require_cpu_f32(out, "page_key_bound_scores.out");
   require_cpu_f32(q, "page_key_bound_scores.q");
-  cpu::page_key_bound_scores(out, q, bounds, view, seq);
+  cpu::page_key_bound_scores(out, q, bounds, view, slice);
 }
 
 void select_pages_by_key_bounds(TensorView selected, TensorView num_selected, TensorView q, TensorView bounds,
@@ -607,17 +607,17 @@ void select_pages_by_key_bounds(TensorView selected, TensorView num_selected, Te
 
 namespace {
 // The filter logits' shared contract: a sequence of the view, one query row, keys every KV head holds.
-void check_filter_logits(TensorView q, const AttentionView& view, int32_t seq, int64_t num_keys, const char* op) {
-  SE_CHECK(seq >= 0 && seq < view.num_seqs, "{}: sequence {} of {}", op, seq, view.num_seqs);
-  int32_t min_len = view.num_kv_heads > 0 ? view.seqs[seq].num_tokens[0] : 0;
-  for (int32_t h = 1; h < view.num_kv_heads; ++h) min_len = std::min(min_len, view.seqs[seq].num_tokens[h]);
+void check_filter_logits(TensorView q, const AttentionView& view, int32_t slice, int64_t num_keys, const char* op) {
+  SE_CHECK(slice >= 0 && slice < view.num_seqs, "{}: sequence {} of {}", op, slice, view.num_seqs);
+  int32_t min_len = view.num_kv_heads > 0 ? view.seqs[slice].num_tokens[0] : 0;
+  for (int32_t h = 1; h < view.num_kv_heads; ++h) min_len = std::min(min_len, view.seqs[slice].num_tokens[h]);
   SE_CHECK(q.shape.rank() == 2 && q.shape[1] == view.head_dim && q.shape[0] % view.num_kv_heads == 0 &&
                num_keys >= 0 && num_keys <= min_len,
            "{}: q {} and {} keys for {} stored tokens", op, q.shape.to_string(), num_keys, min_len);
 }
 }  // namespace
 
-void attention_logits_max_over_heads(TensorView out, TensorView q, const AttentionView& view, int32_t seq,
+void attention_logits_max_over_heads(TensorView out, TensorView q, const AttentionView& view, int32_t slice,
                                      float scale) {
   const bool on_gpu = pool_on_cuda(view, "attention_logits_max_over_heads");
   if (on_gpu) {
@@ -629,15 +629,15 @@ void attention_logits_max_over_heads(TensorView out, TensorView q, const Attenti
     SE_CHECK(view.kv_dtype == DType::kF32, "attention_logits_max_over_heads: the CPU backend keeps f32 pages");
   }
   SE_CHECK(out.shape.rank() == 1, "attention_logits_max_over_heads: out {}", out.shape.to_string());
-  check_filter_logits(q, view, seq, out.shape[0], "attention_logits_max_over_heads");
+  check_filter_logits(q, view, slice, out.shape[0], "attention_logits_max_over_heads");
   if (on_gpu) {
-    if constexpr (kCudaBuilt) cuda::attention_logits_max_over_heads(out, q, view, seq, scale);
+    if constexpr (kCudaBuilt) cuda::attention_logits_max_over_heads(out, q, view, slice, scale);
     return;
   }
-  cpu::attention_logits_max_over_heads(out, q, view, seq, scale);
+  cpu::attention_logits_max_over_heads(out, q, view, slice, scale);
 }
 
-void top_keys_by_logits_max_over_heads(TensorView out_tokens, TensorView q, const AttentionView& view, int32_t seq,
+void top_keys_by_logits_max_over_heads(TensorView out_tokens, TensorView q, const AttentionView& view, int32_t slice,
                                        int32_t num_keys, float scale) {
   SE_CHECK(out_tokens.device == view.kv_device && out_tokens.dtype == DType::kI32 && out_tokens.shape.rank() == 1 &&
                out_tokens.shape[0] <= num_keys,
@@ -646,23 +646,23 @@ void top_keys_by_logits_max_over_heads(TensorView out_tokens, TensorView q, cons
            device_name(view.kv_device));
   if (pool_on_cuda(view, "top_keys_by_logits_max_over_heads")) {
     require_cuda_act(q, "top_keys_by_logits_max_over_heads.q");
-    check_filter_logits(q, view, seq, num_keys, "top_keys_by_logits_max_over_heads");
-    if constexpr (kCudaBuilt) cuda::top_keys_by_logits_max_over_heads(out_tokens, q, view, seq, num_keys, scale);
+    check_filter_logits(q, view, slice, num_keys, "top_keys_by_logits_max_over_heads");
+    if constexpr (kCudaBuilt) cuda::top_keys_by_logits_max_over_heads(out_tokens, q, view, slice, num_keys, scale);
     return;
   }
   thread_local std::vector<float> logits;
   thread_local std::vector<int32_t> kept;
   logits.resize(static_cast<size_t>(num_keys));
   attention_logits_max_over_heads(TensorView{logits.data(), DType::kF32, Shape{num_keys}, Device::kCpu}, q, view,
-                                  seq, scale);
+                                  slice, scale);
   top_k_ascending(logits.data(), num_keys, static_cast<int32_t>(out_tokens.shape[0]), kept);
   std::copy(kept.begin(), kept.end(), out_tokens.ptr<int32_t>());
 }
 
 void token_lists_with_tail(TensorView lists, TensorView counts, TensorView tokens, const AttentionView& view,
-                           int32_t seq, int32_t tail_begin) {
-  SE_CHECK(seq >= 0 && seq < view.num_seqs && view.tables_device == Device::kCpu,
-           "token_lists_with_tail: sequence {} of {} with host tables", seq, view.num_seqs);
+                           int32_t slice, int32_t tail_begin) {
+  SE_CHECK(slice >= 0 && slice < view.num_seqs && view.tables_device == Device::kCpu,
+           "token_lists_with_tail: sequence {} of {} with host tables", slice, view.num_seqs);
   for (const TensorView* t : {&lists, &counts, &tokens})
     SE_CHECK(t->dtype == DType::kI32 && t->device == view.kv_device,
              "token_lists_with_tail: {} tensors where the pool lives ({}), got {} on {}", dtype_name(DType::kI32),
@@ -672,21 +672,21 @@ void token_lists_with_tail(TensorView lists, TensorView counts, TensorView token
            "token_lists_with_tail: lists {} and counts {} for {} KV heads", lists.shape.to_string(),
            counts.shape.to_string(), view.num_kv_heads);
   for (int32_t h = 0; h < view.num_kv_heads; ++h) {
-    const int32_t len = view.seqs[seq].num_tokens[h];
+    const int32_t len = view.seqs[slice].num_tokens[h];
     SE_CHECK(tail_begin >= k && tail_begin <= len && k + (len - tail_begin) <= lists.shape[1],
              "token_lists_with_tail: {} tokens and the tail [{}, {}) of KV head {} in lists of stride {}", k,
              tail_begin, len, h, lists.shape[1]);
   }
   if (pool_on_cuda(view, "token_lists_with_tail")) {
-    if constexpr (kCudaBuilt) cuda::token_lists_with_tail(lists, counts, tokens, view, seq, tail_begin);
+    if constexpr (kCudaBuilt) cuda::token_lists_with_tail(lists, counts, tokens, view, slice, tail_begin);
     return;
   }
-  cpu::token_lists_with_tail(lists, counts, tokens, view, seq, tail_begin);
+  cpu::token_lists_with_tail(lists, counts, tokens, view, slice, tail_begin);
 }
 
-void subset_attention_max_scores(TensorView out, TensorView q, const AttentionView& view, int32_t seq,
+void subset_attention_max_scores(TensorView out, TensorView q, const AttentionView& view, int32_t slice,
                                  int32_t num_sink, int32_t begin, const AttentionParams& params) {
-  SE_CHECK(seq >= 0 && seq < view.num_seqs, "subset_attention_max_scores: sequence {} of {}", seq, view.num_seqs);
+  SE_CHECK(slice >= 0 && slice < view.num_seqs, "subset_attention_max_scores: sequence {} of {}", slice, view.num_seqs);
   SE_CHECK(q.shape.rank() == 3 && q.shape[0] >= 1 && q.shape[2] == view.head_dim &&
                q.shape[1] % view.num_kv_heads == 0 && out.shape.rank() == 2 && out.shape[0] == view.num_kv_heads,
            "subset_attention_max_scores: q {} out {} for {} KV heads of dim {}", q.shape.to_string(),
@@ -694,19 +694,19 @@ void subset_attention_max_scores(TensorView out, TensorView q, const AttentionVi
   SE_CHECK(num_sink >= 0 && num_sink <= begin, "subset_attention_max_scores: {} sinks before range start {}",
            num_sink, begin);
   for (int32_t h = 0; h < view.num_kv_heads; ++h)
-    SE_CHECK(begin + out.shape[1] + q.shape[0] <= view.seqs[seq].num_tokens[h],
+    SE_CHECK(begin + out.shape[1] + q.shape[0] <= view.seqs[slice].num_tokens[h],
              "subset_attention_max_scores: range [{}, {}) and {} new rows exceed the {} tokens of KV head {}", begin,
-             begin + out.shape[1], q.shape[0], view.seqs[seq].num_tokens[h], h);
+             begin + out.shape[1], q.shape[0], view.seqs[slice].num_tokens[h], h);
   if (pool_on_cuda(view, "subset_attention_max_scores")) {
     require_cuda_act(q, "subset_attention_max_scores.q");
     require_host_scores(out, "subset_attention_max_scores.out");
-    if constexpr (kCudaBuilt) cuda::subset_attention_max_scores(out, q, view, seq, num_sink, begin, params);
+    if constexpr (kCudaBuilt) cuda::subset_attention_max_scores(out, q, view, slice, num_sink, begin, params);
     return;
   }
   require_cpu_f32(out, "subset_attention_max_scores.out");
   require_cpu_f32(q, "subset_attention_max_scores.q");
   SE_CHECK(view.kv_dtype == DType::kF32, "subset_attention_max_scores: the CPU backend keeps f32 pages");
-  cpu::subset_attention_max_scores(out, q, view, seq, num_sink, begin, params);
+  cpu::subset_attention_max_scores(out, q, view, slice, num_sink, begin, params);
 }
 
 }  // namespace se

@@ -135,7 +135,7 @@ void paged_attention(TensorView out, TensorView q, const AttentionView& view, co
 enum class ScoreReduce : uint8_t { kSum, kMax };
 enum class ScoresReady : uint8_t { kOnReturn, kAfterSynchronize };
 
-// Attention probabilities of the last n = q.shape[0] query positions of sequence `seq` of `view` against its
+// Attention probabilities of the last n = q.shape[0] query positions of sequence `slice` of `view` against its
 // stored keys, reduced over those rows: out[h, j] = reduce_r softmax_r(q[r, h] . k_j * scale)[j]. Row r sees the
 // keys paged_attention would show it (key j <= len - n + r, sliding window, selection); keys a row does not see
 // add 0. The softmax runs in fp32 over each row's visible keys. q [n, H, D]; out [H, max_len] F32, where
@@ -143,7 +143,7 @@ enum class ScoresReady : uint8_t { kOnReturn, kAfterSynchronize };
 // with kAfterSynchronize it must be staging memory (staging_allocator of the pool's device) and holds the result
 // once synchronize(device) returns: the call only enqueues, so a method that reads every layer's scores once per
 // step waits once, not once per layer.
-void attention_scores(TensorView out, TensorView q, const AttentionView& view, int32_t seq,
+void attention_scores(TensorView out, TensorView q, const AttentionView& view, int32_t slice,
                       const AttentionParams& params, ScoreReduce reduce,
                       ScoresReady ready = ScoresReady::kOnReturn);
 
@@ -180,12 +180,12 @@ void move_kv_rows(const AttentionView& pool, std::span<const KvRowMove> moves);
 // its launch).
 void update_page_key_bounds(TensorView bounds, const AttentionView& view, int32_t max_new_tokens);
 
-// Upper bounds of q . k over each page of sequence `seq` (page selection): out[h, p] = sum_d max(q[h,d] * min[p,d],
+// Upper bounds of q . k over each page of sequence `slice` (page selection): out[h, p] = sum_d max(q[h,d] * min[p,d],
 // q[h,d] * max[p,d]) for query head h and page p of h's KV head. q [H, D] (one query row); out [H, max_pages]
 // F32, where max_pages = the most pages of any KV head of the sequence; entries past a head's pages are -inf.
 // Host tables.
 void page_key_bound_scores(TensorView out, TensorView q, TensorView bounds, const AttentionView& view,
-                           int32_t seq);
+                           int32_t slice);
 
 // How a KV head reduces its query group's per-head scores: mean, max or sum over the group.
 enum class GroupReduce : uint8_t { kMean, kMax, kSum };
@@ -208,31 +208,31 @@ void select_pages_by_key_bounds(TensorView selected, TensorView num_selected, Te
 // (a filter layer's "last" token filter): out[j] = max_h scale * q[h] . k_j, where k_j is token j of head h's KV head
 // stream. No softmax, no softcap, no causal mask or selection: the caller names the keys, the first
 // num_keys = out.shape[0] stored tokens, which every KV head of the sequence must hold. q [H, D]; out [num_keys] F32.
-void attention_logits_max_over_heads(TensorView out, TensorView q, const AttentionView& view, int32_t seq,
+void attention_logits_max_over_heads(TensorView out, TensorView q, const AttentionView& view, int32_t slice,
                                      float scale);
 
-// The k = out_tokens.shape[0] tokens of the first num_keys of sequence `seq` with the largest
+// The k = out_tokens.shape[0] tokens of the first num_keys of sequence `slice` with the largest
 // attention_logits_max_over_heads, as ascending token indices, ties going to the lower index (top_k_ascending,
 // base/top_k.h): the filter layers' token index, ranked where the pool lives and left there (out_tokens I32 on the
 // pool's device), so the step never waits for it. k <= num_keys; host tables.
-void top_keys_by_logits_max_over_heads(TensorView out_tokens, TensorView q, const AttentionView& view, int32_t seq,
+void top_keys_by_logits_max_over_heads(TensorView out_tokens, TensorView q, const AttentionView& view, int32_t slice,
                                        int32_t num_keys, float scale);
 
 // Selection lists that share one token index and add each stream's tail (the layers after a filter layer): for every KV
-// head h of sequence `seq`, lists[h] = the k = tokens.shape[0] ascending `tokens` (all below tail_begin), then
+// head h of sequence `slice`, lists[h] = the k = tokens.shape[0] ascending `tokens` (all below tail_begin), then
 // tail_begin, tail_begin + 1, ... up to the stream's length; counts[h] their number. tokens I32 [k], lists I32
 // [num_kv_heads, stride >= k + the longest tail], counts I32 [num_kv_heads], all where the pool lives; host tables.
 void token_lists_with_tail(TensorView lists, TensorView counts, TensorView tokens, const AttentionView& view,
-                           int32_t seq, int32_t tail_begin);
+                           int32_t slice, int32_t tail_begin);
 
-// Attention probabilities of the last n = q.shape[0] query rows of sequence `seq` over a subset of its keys,
+// Attention probabilities of the last n = q.shape[0] query rows of sequence `slice` over a subset of its keys,
 // reduced by max over each KV head's query group and the rows (context-reconstruction scoring). Row r of query
 // head h takes its softmax over only these keys of its KV head's stream: the stored tokens [0, num_sink) and
 // [begin, begin + m) and the n new tokens up to its own (the last n of the stream; causal). Then
 // out[kvh, j] = max over the group's heads and the rows of the probability of token begin + j. Logits are
 // scale * q.k (softcapped if set); no sliding window, no selection. Every KV head must hold >= begin + m + n
 // tokens, num_sink <= begin. q [n, H, D]; out [Hkv, m] F32.
-void subset_attention_max_scores(TensorView out, TensorView q, const AttentionView& view, int32_t seq,
+void subset_attention_max_scores(TensorView out, TensorView q, const AttentionView& view, int32_t slice,
                                  int32_t num_sink, int32_t begin, const AttentionParams& params);
 
 }  // namespace se

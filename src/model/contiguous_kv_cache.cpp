@@ -4,27 +4,27 @@
 
 namespace se {
 
-ContiguousKvCache::ContiguousKvCache(const ModelConfig& config, int num_slots)
+ContiguousKvCache::ContiguousKvCache(const ModelConfig& config, int num_seqs)
     : num_layers_(config.num_layers),
       kv_row_(config.kv_size()),
       num_kv_heads_(config.num_kv_heads),
       head_dim_(config.head_dim),
-      stores_(static_cast<size_t>(num_slots * config.num_layers)) {}
+      stores_(static_cast<size_t>(num_seqs * config.num_layers)) {}
 
 void ContiguousKvCache::attend(int layer, const LayerConfig&, const ForwardBatch& batch, TensorView q,
                                TensorView k, TensorView v, TensorView out, const AttentionParams& params) {
   const int num_heads = static_cast<int>(q.shape[1]);
-  for (const SequenceSlice& seq : batch.sequences) {
-    LayerStore& s = store(seq.seq_slot, layer);
-    const size_t row_begin = static_cast<size_t>(seq.token_begin) * static_cast<size_t>(kv_row_);
-    const size_t row_end = row_begin + static_cast<size_t>(seq.num_tokens) * static_cast<size_t>(kv_row_);
+  for (const SequenceSlice& slice : batch.sequences) {
+    LayerStore& s = store(slice.seq, layer);
+    const size_t row_begin = static_cast<size_t>(slice.token_begin) * static_cast<size_t>(kv_row_);
+    const size_t row_end = row_begin + static_cast<size_t>(slice.num_tokens) * static_cast<size_t>(kv_row_);
     s.k.insert(s.k.end(), k.ptr<float>() + row_begin, k.ptr<float>() + row_end);
     s.v.insert(s.v.end(), v.ptr<float>() + row_begin, v.ptr<float>() + row_end);
-    s.positions.insert(s.positions.end(), batch.positions.begin() + seq.token_begin,
-                       batch.positions.begin() + seq.token_begin + seq.num_tokens);
+    s.positions.insert(s.positions.end(), batch.positions.begin() + slice.token_begin,
+                       batch.positions.begin() + slice.token_begin + slice.num_tokens);
     const int64_t n = static_cast<int64_t>(s.positions.size());
-    const int64_t t0 = seq.token_begin;
-    const int64_t nt = seq.num_tokens;
+    const int64_t t0 = slice.token_begin;
+    const int64_t nt = slice.num_tokens;
     const int64_t qrow = static_cast<int64_t>(num_heads) * head_dim_;
     TensorView q_seq{q.ptr<float>() + t0 * qrow, DType::kF32, {nt, num_heads, head_dim_}};
     TensorView out_seq{out.ptr<float>() + t0 * qrow, DType::kF32, {nt, num_heads, head_dim_}};
@@ -36,16 +36,16 @@ void ContiguousKvCache::attend(int layer, const LayerConfig&, const ForwardBatch
   }
 }
 
-int ContiguousKvCache::num_tokens(int slot) const {
-  return static_cast<int>(stores_[static_cast<size_t>(slot * num_layers_)].positions.size());
+int ContiguousKvCache::num_tokens(int seq) const {
+  return static_cast<int>(stores_[static_cast<size_t>(seq * num_layers_)].positions.size());
 }
 
-void ContiguousKvCache::clear(int slot) { truncate(slot, 0); }
+void ContiguousKvCache::clear(int seq) { truncate(seq, 0); }
 
-void ContiguousKvCache::truncate(int slot, int num_tokens) {
+void ContiguousKvCache::truncate(int seq, int num_tokens) {
   SE_CHECK(num_tokens >= 0, "truncate to {}", num_tokens);
   for (int l = 0; l < num_layers_; ++l) {
-    LayerStore& s = store(slot, l);
+    LayerStore& s = store(seq, l);
     if (static_cast<int>(s.positions.size()) <= num_tokens) continue;
     s.k.resize(static_cast<size_t>(num_tokens) * static_cast<size_t>(kv_row_));
     s.v.resize(static_cast<size_t>(num_tokens) * static_cast<size_t>(kv_row_));

@@ -30,7 +30,7 @@ bool AttentionViewMirror::place_regions(const KvLayout& l, const ForwardBatch& b
   const auto room = [](int32_t longest) { return longest + longest / 4 + 16; };
   size_t needed = 0;
   for (size_t s = 0; s < batch.sequences.size(); ++s) {
-    const auto it = regions_.find(batch.sequences[s].seq_slot);
+    const auto it = regions_.find(batch.sequences[s].seq);
     if (it == regions_.end() || it->second.capacity < longest_[s]) needed += row_bytes * room(longest_[s]);
   }
   if (needed == 0) return false;
@@ -46,7 +46,7 @@ bool AttentionViewMirror::place_regions(const KvLayout& l, const ForwardBatch& b
     relaid = true;
   }
   for (size_t s = 0; s < batch.sequences.size(); ++s) {
-    Region& r = regions_[batch.sequences[s].seq_slot];
+    Region& r = regions_[batch.sequences[s].seq];
     if (r.capacity >= longest_[s] && !r.uploaded.empty()) continue;
     r.capacity = room(longest_[s]);
     r.offset = lists_used_;
@@ -94,7 +94,7 @@ void AttentionViewMirror::upload(CacheManager& cache, const ForwardBatch& batch)
   char* const header_host = static_cast<char*>(header_.host.raw());
   const char* lists_device = static_cast<const char*>(lists_.device.raw());
   batch_seqs_now_.clear();
-  for (const SequenceSlice& slice : batch.sequences) batch_seqs_now_.push_back(slice.seq_slot);
+  for (const SequenceSlice& slice : batch.sequences) batch_seqs_now_.push_back(slice.seq);
   const bool views_stale = regions_moved || header_moved || batch_seqs_now_ != batch_seqs_;
   if (views_stale) {
     batch_seqs_ = batch_seqs_now_;

@@ -49,7 +49,7 @@ template <typename ChooseEvicted, typename ChooseKept>
 BudgetEvictions evict_to_budget(StepContext& ctx, const SequenceSlice& slice, int32_t budget, std::string_view method,
                                 BudgetEvictionScratch& scratch, ChooseEvicted&& choose_evicted,
                                 ChooseKept&& choose_kept) {
-  const int32_t seq = slice.seq_slot;
+  const int32_t seq = slice.seq;
   const KvLayout& layout = ctx.cache.layout();
   scratch.kept.resize(static_cast<size_t>(layout.num_streams()));
   scratch.evictions.clear();

@@ -158,7 +158,7 @@ AttentionView PagedCacheManager::build_view(int layer, const ForwardBatch& batch
   q_indptr_.assign(1, 0);
   seq_views_.clear();
   for (const SequenceSlice& slice : batch.sequences) {
-    const PageTableView t = sequence(slice.seq_slot).table.view();
+    const PageTableView t = sequence(slice.seq).table.view();
     q_indptr_.push_back(q_indptr_.back() + slice.num_tokens);
     seq_views_.push_back(SeqKvView{t.pages(layer, 0), t.stride, t.num_tokens + t.stream(layer, 0)});
   }

@@ -26,10 +26,10 @@ class RecordingMethod final : public MethodRuntime {
 
   void prepare_step(StepContext& ctx) override { log.push_back("prepare " + slots(ctx.batch)); }
   void build_prefill_selection(LayerContext& ctx, int32_t slice, Selection&) override {
-    log.push_back(fmt::format("prefill_selection {} {}", ctx.layer, ctx.batch.sequences[slice].seq_slot));
+    log.push_back(fmt::format("prefill_selection {} {}", ctx.layer, ctx.batch.sequences[slice].seq));
   }
   void build_decode_selection(LayerContext& ctx, int32_t slice, Selection&) override {
-    log.push_back(fmt::format("decode_selection {} {}", ctx.layer, ctx.batch.sequences[slice].seq_slot));
+    log.push_back(fmt::format("decode_selection {} {}", ctx.layer, ctx.batch.sequences[slice].seq));
   }
   void on_attention_end(LayerContext& ctx) override {
     log.push_back(fmt::format("attention_end {} {}", ctx.layer, slots(ctx.batch)));
@@ -45,8 +45,8 @@ class RecordingMethod final : public MethodRuntime {
       for (int layer = 0; layer < l.num_layers; ++layer)
         for (int h = 0; h < l.num_kv_heads; ++h) {
           std::vector<int32_t> kept;
-          for (int32_t j = 0; j < ctx.cache.stream_length(s.seq_slot, layer, h); j += 2) kept.push_back(j);
-          ASSERT_TRUE(ctx.cache.evict(s.seq_slot, layer, h, kept).is_ok());
+          for (int32_t j = 0; j < ctx.cache.stream_length(s.seq, layer, h); j += 2) kept.push_back(j);
+          ASSERT_TRUE(ctx.cache.evict(s.seq, layer, h, kept).is_ok());
           ASSERT_TRUE(ctx.cache.check_integrity().is_ok());
         }
     }
@@ -58,7 +58,7 @@ class RecordingMethod final : public MethodRuntime {
  private:
   static std::string slots(const ForwardBatch& batch) {
     std::string s;
-    for (const SequenceSlice& slice : batch.sequences) s += std::to_string(slice.seq_slot);
+    for (const SequenceSlice& slice : batch.sequences) s += std::to_string(slice.seq);
     return s;
   }
   MethodTraits traits_;

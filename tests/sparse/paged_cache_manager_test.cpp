@@ -80,13 +80,13 @@ void expect_paged_matches_contiguous(const std::string& model_type, const std::v
                               batch.token_ids.begin() + slice.token_begin + slice.num_tokens);
       single.positions.assign(batch.positions.begin() + slice.token_begin,
                               batch.positions.begin() + slice.token_begin + slice.num_tokens);
-      single.sequences = {{slice.seq_slot, 0, slice.num_tokens}};
+      single.sequences = {{slice.seq, 0, slice.num_tokens}};
       single.logit_rows = {slice.num_tokens - 1};
       Tensor want = model.forward(single, reference, reference_workspace);
       Tensor got_row = got.slice_rows(static_cast<int64_t>(i), static_cast<int64_t>(i) + 1);
-      EXPECT_LT(max_relative_error(got_row, want), 1e-5) << "sequence " << slice.seq_slot;
-      done[slice.seq_slot] += slice.num_tokens;
-      (*paged)->on_computed(slice.seq_slot, tokens[slice.seq_slot], done[slice.seq_slot]);
+      EXPECT_LT(max_relative_error(got_row, want), 1e-5) << "sequence " << slice.seq;
+      done[slice.seq] += slice.num_tokens;
+      (*paged)->on_computed(slice.seq, tokens[slice.seq], done[slice.seq]);
     }
     ASSERT_TRUE((*paged)->check_integrity().is_ok()) << (*paged)->check_integrity().to_string();
   }

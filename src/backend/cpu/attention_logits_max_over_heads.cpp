@@ -6,9 +6,9 @@
 
 namespace se::cpu {
 
-void attention_logits_max_over_heads(TensorView out, TensorView q, const AttentionView& view, int32_t seq,
+void attention_logits_max_over_heads(TensorView out, TensorView q, const AttentionView& view, int32_t slice,
                                      float scale) {
-  const SeqKvView& sv = view.seqs[seq];
+  const SeqKvView& sv = view.seqs[slice];
   const int64_t num_heads = q.shape[0];
   const int64_t group = num_heads / view.num_kv_heads;
   const int32_t head_dim = view.head_dim;
@@ -32,12 +32,12 @@ void attention_logits_max_over_heads(TensorView out, TensorView q, const Attenti
 }
 
 void token_lists_with_tail(TensorView lists, TensorView counts, TensorView tokens, const AttentionView& view,
-                           int32_t seq, int32_t tail_begin) {
+                           int32_t slice, int32_t tail_begin) {
   const int64_t k = tokens.numel();
   for (int32_t h = 0; h < view.num_kv_heads; ++h) {
     int32_t* list = lists.ptr<int32_t>() + h * lists.shape[1];
     std::copy_n(tokens.ptr<int32_t>(), k, list);
-    const int32_t len = view.seqs[seq].num_tokens[h];
+    const int32_t len = view.seqs[slice].num_tokens[h];
     for (int32_t j = tail_begin; j < len; ++j) list[k + (j - tail_begin)] = j;
     counts.ptr<int32_t>()[h] = static_cast<int32_t>(k + (len - tail_begin));
   }

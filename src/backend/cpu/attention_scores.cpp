@@ -8,9 +8,9 @@
 
 namespace se::cpu {
 
-void attention_scores(TensorView out, TensorView q, const AttentionView& view, int32_t seq,
+void attention_scores(TensorView out, TensorView q, const AttentionView& view, int32_t slice,
                       const AttentionParams& params, ScoreReduce reduce) {
-  const SeqKvView& sv = view.seqs[seq];
+  const SeqKvView& sv = view.seqs[slice];
   const int32_t n = static_cast<int32_t>(q.shape[0]);
   const int64_t num_heads = q.shape[1];
   const int64_t group = num_heads / view.num_kv_heads;

@@ -27,21 +27,21 @@ void write_kv(const AttentionView& view, TensorView k, TensorView v);
 void paged_attention(TensorView out, TensorView q, const AttentionView& view, const AttentionParams& params);
 void paged_attention_fp8(TensorView out, TensorView q, const AttentionView& view, const AttentionParams& params);
 void paged_attention_kivi(TensorView out, TensorView q, const AttentionView& view, const AttentionParams& params);
-void attention_scores(TensorView out, TensorView q, const AttentionView& view, int32_t seq,
+void attention_scores(TensorView out, TensorView q, const AttentionView& view, int32_t slice,
                       const AttentionParams& params, ScoreReduce reduce);
 void compact_kv(const AttentionView& pool, std::span<const StreamCompaction> streams);
 void move_kv_rows(const AttentionView& pool, std::span<const KvRowMove> moves);
 void token_lists_with_tail(TensorView lists, TensorView counts, TensorView tokens, const AttentionView& view,
-                           int32_t seq, int32_t tail_begin);
+                           int32_t slice, int32_t tail_begin);
 void update_page_key_bounds(TensorView bounds, const AttentionView& view, int32_t max_new_tokens);
 void page_key_bound_scores(TensorView out, TensorView q, TensorView bounds, const AttentionView& view,
-                           int32_t seq);
+                           int32_t slice);
 void select_pages_by_key_bounds(TensorView selected, TensorView num_selected, TensorView q, TensorView bounds,
                                 const AttentionView& view, int32_t page_budget, int32_t max_pages_per_stream,
                                 GroupReduce reduce);
-void attention_logits_max_over_heads(TensorView out, TensorView q, const AttentionView& view, int32_t seq,
+void attention_logits_max_over_heads(TensorView out, TensorView q, const AttentionView& view, int32_t slice,
                                      float scale);
-void subset_attention_max_scores(TensorView out, TensorView q, const AttentionView& view, int32_t seq,
+void subset_attention_max_scores(TensorView out, TensorView q, const AttentionView& view, int32_t slice,
                                  int32_t num_sink, int32_t begin, const AttentionParams& params);
 
 // Inverse frequencies of `params` (rotary_dim / 2 values), scaling applied; shared with the CUDA backend.

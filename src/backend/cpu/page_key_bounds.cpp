@@ -25,8 +25,8 @@ void update_page_key_bounds(TensorView bounds, const AttentionView& view, int32_
 }
 
 void page_key_bound_scores(TensorView out, TensorView q, TensorView bounds, const AttentionView& view,
-                           int32_t seq) {
-  const SeqKvView& sv = view.seqs[seq];
+                           int32_t slice) {
+  const SeqKvView& sv = view.seqs[slice];
   const int64_t num_heads = q.shape[0];
   const int64_t group = num_heads / view.num_kv_heads;
   const int32_t head_dim = view.head_dim;

@@ -9,12 +9,12 @@ void write_kv(const AttentionView& view, TensorView k, TensorView v) {
   const int32_t head_dim = view.head_dim;
   const int32_t num_kv_heads = view.num_kv_heads;
   for (int32_t s = 0; s < view.num_seqs; ++s) {
-    const SeqKvView& seq = view.seqs[s];
+    const SeqKvView& sv = view.seqs[s];
     const int32_t row_begin = view.q_indptr[s];
     const int32_t n = view.q_indptr[s + 1] - row_begin;
     for (int32_t h = 0; h < num_kv_heads; ++h) {
-      const int32_t* pages = seq.page_ids + static_cast<int64_t>(h) * seq.stride;
-      const int32_t first = seq.num_tokens[h] - n;
+      const int32_t* pages = sv.page_ids + static_cast<int64_t>(h) * sv.stride;
+      const int32_t first = sv.num_tokens[h] - n;
       for (int32_t r = 0; r < n; ++r) {
         const int32_t slot = first + r;
         const int32_t page = pages[slot / view.page_size];

@@ -67,11 +67,11 @@ void paged_attention_kivi(TensorView out, TensorView q, const AttentionView& vie
   const QuantizedKvView& qv = view.quantized;
   const KiviPageLayout layout = kivi_page_layout(qv.group_size, qv.value_group_size, view.head_dim, qv.bits);
   paged_attention_tiles(out, q, view, params, [&](int32_t s, int32_t h) {
-    const SeqKvView& seq = view.seqs[s];
+    const SeqKvView& sv = view.seqs[s];
     const KiviSeqView& kivi = qv.kivi_seqs[s];
     return KiviRows{&view,
                     &layout,
-                    seq.page_ids + static_cast<int64_t>(h) * seq.stride,
+                    sv.page_ids + static_cast<int64_t>(h) * sv.stride,
                     kivi.residual.page_ids + static_cast<int64_t>(h) * kivi.residual.stride,
                     kivi.num_quantized_keys[h],
                     kivi.num_quantized_values[h],

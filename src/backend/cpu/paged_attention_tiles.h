@@ -27,7 +27,7 @@ namespace paged_attention_detail {
 // Query rows of one sequence and one KV head handled as one unit of work: rows [row_begin, row_end) of the
 // sequence's n new rows, times the KV head's query group.
 struct AttentionTile {
-  int32_t seq = 0;
+  int32_t slice = 0;
   int32_t kv_head = 0;
   int32_t row_begin = 0;
   int32_t row_end = 0;
@@ -70,25 +70,25 @@ inline float softmax_row(float* logits, int32_t num_keys, int32_t first, int32_t
 template <typename Reader>
 void attend_tile(TensorView out, TensorView q, const AttentionView& view, const AttentionParams& params,
                  const AttentionTile& tile, const Reader& reader, TileScratch& scratch) {
-  const SeqKvView& seq = view.seqs[tile.seq];
+  const SeqKvView& sv = view.seqs[tile.slice];
   const int32_t num_heads = static_cast<int32_t>(q.shape[1]);
   const int32_t group = num_heads / view.num_kv_heads;
   const int32_t head_dim = view.head_dim;
-  const int32_t n = view.q_indptr[tile.seq + 1] - view.q_indptr[tile.seq];
+  const int32_t n = view.q_indptr[tile.slice + 1] - view.q_indptr[tile.slice];
   auto row_range = [&](int32_t row) {
-    return visible_range(seq, tile.kv_head, n, row, params.sliding_window);
+    return visible_range(sv, tile.kv_head, n, row, params.sliding_window);
   };
   // Query vector m of the tile: row tile.row_begin + m / group, head kv_head * group + m % group.
   const int32_t num_queries = (tile.row_end - tile.row_begin) * group;
   auto query_offset = [&](int32_t m) {
-    const int64_t row = view.q_indptr[tile.seq] + tile.row_begin + m / group;
+    const int64_t row = view.q_indptr[tile.slice] + tile.row_begin + m / group;
     return (row * num_heads + int64_t{tile.kv_head} * group + m % group) * head_dim;
   };
 
   std::vector<int32_t>& keys = scratch.keys;
   keys.clear();
   const VisibleRange all{row_range(tile.row_begin).first, row_range(tile.row_end - 1).last};
-  for_each_visible_key(view, seq, tile.kv_head, all, [&](int32_t j) { keys.push_back(j); });
+  for_each_visible_key(view, sv, tile.kv_head, all, [&](int32_t j) { keys.push_back(j); });
   const auto num_keys = static_cast<int32_t>(keys.size());
   std::vector<float>& scores = scratch.scores;
   scores.resize(static_cast<size_t>(num_queries) * static_cast<size_t>(std::max(num_keys, 1)));
@@ -157,7 +157,7 @@ void attend_tile(TensorView out, TensorView q, const AttentionView& view, const 
 
 }  // namespace paged_attention_detail
 
-// Runs every tile of the batch: make_reader(seq, kv_head) gives the row reader of one stream.
+// Runs every tile of the batch: make_reader(slice, kv_head) gives the row reader of one stream.
 template <typename MakeReader>
 void paged_attention_tiles(TensorView out, TensorView q, const AttentionView& view, const AttentionParams& params,
                            MakeReader&& make_reader) {
@@ -174,7 +174,7 @@ void paged_attention_tiles(TensorView out, TensorView q, const AttentionView& vi
     TileScratch scratch;
 #pragma omp for schedule(dynamic, 1)
     for (size_t i = 0; i < tiles.size(); ++i)
-      attend_tile(out, q, view, params, tiles[i], make_reader(tiles[i].seq, tiles[i].kv_head), scratch);
+      attend_tile(out, q, view, params, tiles[i], make_reader(tiles[i].slice, tiles[i].kv_head), scratch);
   }
 }
 

@@ -30,9 +30,9 @@ void gather_keys(const AttentionView& view, const int32_t* pages, int32_t first,
 
 }  // namespace
 
-void subset_attention_max_scores(TensorView out, TensorView q, const AttentionView& view, int32_t seq,
+void subset_attention_max_scores(TensorView out, TensorView q, const AttentionView& view, int32_t slice,
                                  int32_t num_sink, int32_t begin, const AttentionParams& params) {
-  const SeqKvView& sv = view.seqs[seq];
+  const SeqKvView& sv = view.seqs[slice];
   const int64_t num_rows = q.shape[0];
   const int64_t num_heads = q.shape[1];
   const int64_t group = num_heads / view.num_kv_heads;

@@ -21,24 +21,24 @@ struct VisibleRange {
 };
 
 // Visible range of query row `row` (0-based within the sequence's `num_rows` new rows) on KV head `kv_head`.
-inline VisibleRange visible_range(const SeqKvView& seq, int32_t kv_head, int32_t num_rows, int32_t row,
+inline VisibleRange visible_range(const SeqKvView& sv, int32_t kv_head, int32_t num_rows, int32_t row,
                                   int sliding_window) {
   VisibleRange r;
-  r.last = seq.num_tokens[kv_head] - num_rows + row;
+  r.last = sv.num_tokens[kv_head] - num_rows + row;
   r.first = sliding_window > 0 ? std::max(0, r.last - sliding_window + 1) : 0;
   return r;
 }
 
 // Calls fn(token_index) for every key of `range` that the sequence's selection keeps, in ascending order.
 template <typename Fn>
-void for_each_visible_key(const AttentionView& view, const SeqKvView& seq, int32_t kv_head, VisibleRange range,
+void for_each_visible_key(const AttentionView& view, const SeqKvView& sv, int32_t kv_head, VisibleRange range,
                           Fn&& fn) {
-  if (seq.selected == nullptr) {
+  if (sv.selected == nullptr) {
     for (int32_t j = range.first; j <= range.last; ++j) fn(j);
     return;
   }
-  const int32_t* sel = seq.selected + static_cast<int64_t>(kv_head) * seq.selected_stride;
-  const int32_t n = seq.num_selected[kv_head];
+  const int32_t* sel = sv.selected + static_cast<int64_t>(kv_head) * sv.selected_stride;
+  const int32_t n = sv.num_selected[kv_head];
   const int32_t unit = view.selection_unit == SelectionUnit::kPage ? view.page_size : 1;
   for (int32_t i = 0; i < n; ++i) {
     const int32_t begin = std::max(sel[i] * unit, range.first);
@@ -50,14 +50,14 @@ void for_each_visible_key(const AttentionView& view, const SeqKvView& seq, int32
 // The attention logits of query `q` (head_dim values) against every key for_each_visible_key yields:
 // keys[i] = the token index, logits[i] = q . k * scale (soft-capped when configured). Returns the largest logit
 // (-inf when nothing is visible).
-inline float visible_logits(const AttentionView& view, const SeqKvView& seq, int32_t kv_head, VisibleRange range,
+inline float visible_logits(const AttentionView& view, const SeqKvView& sv, int32_t kv_head, VisibleRange range,
                             const float* q, const AttentionParams& params, std::vector<int32_t>& keys,
                             std::vector<float>& logits) {
-  const int32_t* pages = seq.page_ids + static_cast<int64_t>(kv_head) * seq.stride;
+  const int32_t* pages = sv.page_ids + static_cast<int64_t>(kv_head) * sv.stride;
   keys.clear();
   logits.clear();
   float max_logit = -std::numeric_limits<float>::infinity();
-  for_each_visible_key(view, seq, kv_head, range, [&](int32_t j) {
+  for_each_visible_key(view, sv, kv_head, range, [&](int32_t j) {
     const float* k = view.element<float>(pages[j / view.page_size], 0, j % view.page_size);
     float logit = dot(q, k, view.head_dim) * params.scale;
     if (params.logit_softcap > 0.0f) logit = params.logit_softcap * std::tanh(logit / params.logit_softcap);

@@ -110,14 +110,14 @@ void launch_logits(float* result, TensorView q, const int32_t* page_ids, int pag
   SE_CUDA_CHECK_LAUNCH("attention_logits_max_over_heads_kernel");
 }
 
-// Enqueues the logits of sequence `seq`'s first num_keys tokens into device memory, with extra_bytes of scratch
+// Enqueues the logits of sequence `slice`'s first num_keys tokens into device memory, with extra_bytes of scratch
 // after them (16-byte aligned); returns the logits.
-float* enqueue_logits(TensorView q, const AttentionView& view, int32_t seq, int num_keys, float scale,
+float* enqueue_logits(TensorView q, const AttentionView& view, int32_t slice, int num_keys, float scale,
                       size_t extra_bytes, void** extra) {
   SE_CHECK(
       reinterpret_cast<uintptr_t>(view.kv_base) % 16 == 0 && view.page_bytes % 16 == 0,
       "cuda::attention_logits_max_over_heads: the KV base and page_bytes must be 16-byte aligned");
-  const SeqKvView& sv = view.seqs[seq];
+  const SeqKvView& sv = view.seqs[slice];
   const int group = static_cast<int>(q.shape[0] / view.num_kv_heads);
   const int pages_per_head = (num_keys + view.page_size - 1) / view.page_size;
   // page_ids [num_kv_heads][pages_per_head]: the pages holding each head's first num_keys tokens.
@@ -186,22 +186,22 @@ int top_k_chunks(int n, int k) {
 }  // namespace
 
 void attention_logits_max_over_heads(TensorView out, TensorView q, const AttentionView& view,
-                                     int32_t seq, float scale) {
+                                     int32_t slice, float scale) {
   const int num_keys = static_cast<int>(out.shape[0]);
   if (num_keys == 0) return;
-  const float* logits = enqueue_logits(q, view, seq, num_keys, scale, 0, nullptr);
+  const float* logits = enqueue_logits(q, view, slice, num_keys, scale, 0, nullptr);
   fetch_results(out.data, logits, static_cast<size_t>(num_keys) * sizeof(float));
 }
 
 void top_keys_by_logits_max_over_heads(TensorView out_tokens, TensorView q, const AttentionView& view,
-                                       int32_t seq, int32_t num_keys, float scale) {
+                                       int32_t slice, int32_t num_keys, float scale) {
   const int k = static_cast<int>(out_tokens.shape[0]);
   if (k == 0) return;
   // One block ranks a row alone on one SM; a long row goes to several blocks first, each keeping its chunk's top
   // k (a key of the row's top k is among its chunk's), and one block ranks their candidates.
   const int chunks = top_k_chunks(num_keys, k);
   void* candidates = nullptr;
-  const float* logits = enqueue_logits(q, view, seq, num_keys, scale,
+  const float* logits = enqueue_logits(q, view, slice, num_keys, scale,
                                        chunks > 1 ? static_cast<size_t>(chunks) * k * sizeof(int32_t) : 0,
                                        &candidates);
   cudaStream_t stream = CudaContext::current().stream();
@@ -238,11 +238,11 @@ __global__ void token_lists_with_tail_kernel(int32_t* lists, int64_t stride, int
 }  // namespace
 
 void token_lists_with_tail(TensorView lists, TensorView counts, TensorView tokens, const AttentionView& view,
-                           int32_t seq, int32_t tail_begin) {
+                           int32_t slice, int32_t tail_begin) {
   SE_CHECK(view.num_kv_heads <= TailLengths::kMaxHeads, "cuda::token_lists_with_tail: {} KV heads, at most {}",
            view.num_kv_heads, TailLengths::kMaxHeads);
   TailLengths lengths{};
-  std::copy_n(view.seqs[seq].num_tokens, view.num_kv_heads, lengths.of);
+  std::copy_n(view.seqs[slice].num_tokens, view.num_kv_heads, lengths.of);
   token_lists_with_tail_kernel<<<view.num_kv_heads, 256, 0, CudaContext::current().stream()>>>(
       lists.ptr<int32_t>(), lists.shape[1], counts.ptr<int32_t>(), tokens.ptr<int32_t>(),
       static_cast<int32_t>(tokens.numel()), tail_begin, lengths);

@@ -378,8 +378,8 @@ void launch_passes(const ProbArgs& a, int num_chunks, int64_t num_items) {
 size_t align_up(size_t bytes) { return (bytes + 255) / 256 * 256; }
 }  // namespace
 
-void run_attention_probs(const AttentionProbsJob& job, const AttentionView& view, int32_t seq) {
-  const SeqKvView& sv = view.seqs[seq];
+void run_attention_probs(const AttentionProbsJob& job, const AttentionView& view, int32_t slice) {
+  const SeqKvView& sv = view.seqs[slice];
   const int32_t n = static_cast<int32_t>(job.q.shape[0]);
   const int32_t num_heads = static_cast<int32_t>(job.q.shape[1]);
   const int32_t num_kv_heads = view.num_kv_heads;

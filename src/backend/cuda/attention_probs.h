@@ -32,8 +32,8 @@ struct AttentionProbsJob {
   int32_t out_cols = 0;  // kStream: the longest stream of the sequence
 };
 
-// Runs `job` for sequence `seq` of `view` (host tables, device bf16 pool); with kOnReturn, returns
+// Runs `job` for sequence `slice` of `view` (host tables, device bf16 pool); with kOnReturn, returns
 // when `out` holds the result.
-void run_attention_probs(const AttentionProbsJob& job, const AttentionView& view, int32_t seq);
+void run_attention_probs(const AttentionProbsJob& job, const AttentionView& view, int32_t slice);
 
 }  // namespace se::cuda

@@ -8,7 +8,7 @@
 
 namespace se::cuda {
 
-void attention_scores(TensorView out, TensorView q, const AttentionView& view, int32_t seq,
+void attention_scores(TensorView out, TensorView q, const AttentionView& view, int32_t slice,
                       const AttentionParams& params, ScoreReduce reduce, ScoresReady ready) {
   AttentionProbsJob job;
   job.keys = ProbKeys::kStream;
@@ -18,7 +18,7 @@ void attention_scores(TensorView out, TensorView q, const AttentionView& view, i
   job.out = out.ptr<float>();
   job.out_cols = static_cast<int32_t>(out.shape[1]);
   job.ready = ready;
-  run_attention_probs(job, view, seq);
+  run_attention_probs(job, view, slice);
 }
 
 }  // namespace se::cuda

@@ -193,7 +193,7 @@ struct KeyMap {
 // Finds which (sequence, tile within it) grid column `tile` is: the launch's sequences, in order,
 // each contribute ceil(n / rows_per_tile) tiles. Every warp runs it (same answer, no barrier
 // needed).
-__device__ inline bool find_tile(const PagedAttentionArgs& a, int tile, int& seq, int& tile_in_seq) {
+__device__ inline bool find_tile(const PagedAttentionArgs& a, int tile, int& slice, int& tile_in_seq) {
   const int lane = threadIdx.x & 31;
   int base = 0;
   for (int s0 = 0; s0 < a.num_seqs; s0 += 32) {
@@ -214,7 +214,7 @@ __device__ inline bool find_tile(const PagedAttentionArgs& a, int tile, int& seq
         __ballot_sync(kFullMask, tile >= base + exclusive && tile < base + inclusive);
     if (owner != 0) {
       const int src = __ffs(owner) - 1;
-      seq = __shfl_sync(kFullMask, s, src);
+      slice = __shfl_sync(kFullMask, s, src);
       tile_in_seq = tile - base - __shfl_sync(kFullMask, exclusive, src);
       return true;
     }
@@ -223,25 +223,25 @@ __device__ inline bool find_tile(const PagedAttentionArgs& a, int tile, int& seq
   return false;
 }
 
-// One CTA's query tile: rows [r_begin, r_begin + rows) of sequence `seq` (whose n rows start at batch row
+// One CTA's query tile: rows [r_begin, r_begin + rows) of sequence `slice` (whose n rows start at batch row
 // row0) x the query heads of one KV head (blockIdx.y / q_blocks), cut into blocks of query vectors
 // (blockIdx.y % q_blocks), and that KV head's stream.
 struct QueryTile {
-  int32_t seq, kv_head, q_block;
+  int32_t slice, kv_head, q_block;
   int32_t row0, n, r_begin, rows;
   int32_t len;           // tokens in the stream
   const int32_t* pages;  // the stream's page ids
 
-  __device__ __forceinline__ QueryTile(const PagedAttentionArgs& a, int32_t seq_, int32_t tile_in_seq)
-      : seq(seq_),
+  __device__ __forceinline__ QueryTile(const PagedAttentionArgs& a, int32_t slice_, int32_t tile_in_seq)
+      : slice(slice_),
         kv_head(static_cast<int32_t>(blockIdx.y) / a.q_blocks),
         q_block(static_cast<int32_t>(blockIdx.y) % a.q_blocks),
-        row0(a.q_indptr[seq_]),
-        n(a.q_indptr[seq_ + 1] - row0),
+        row0(a.q_indptr[slice_]),
+        n(a.q_indptr[slice_ + 1] - row0),
         r_begin(tile_in_seq * a.rows_per_tile),
         rows(min(a.rows_per_tile, n - r_begin)),
-        len(a.seqs[seq_].num_tokens[kv_head]),
-        pages(a.seqs[seq_].page_ids + static_cast<int64_t>(kv_head) * a.seqs[seq_].stride) {}
+        len(a.seqs[slice_].num_tokens[kv_head]),
+        pages(a.seqs[slice_].page_ids + static_cast<int64_t>(kv_head) * a.seqs[slice_].stride) {}
 
   // Query vector qv of the CTA's kQueryVectors -> batch row and query head; false for padding.
   template <int kQueryVectors>

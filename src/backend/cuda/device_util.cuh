@@ -13,17 +13,17 @@
 
 namespace se::cuda {
 
-// The selected entries of KV head `kv_head` of sequence `seq`: the batch-wide produced lists when the view has
+// The selected entries of KV head `kv_head` of sequence `slice`: the batch-wide produced lists when the view has
 // them, else the sequence's own (entries null: no selection, every token).
 struct SelectedEntries {
   const int32_t* entries;
   int32_t count;
 };
 __device__ __forceinline__ SelectedEntries selected_entries(const ProducedSelection& produced, const SeqKvView& sv,
-                                                            int32_t seq, int32_t kv_head, int32_t num_kv_heads) {
+                                                            int32_t slice, int32_t kv_head, int32_t num_kv_heads) {
   if (produced.lists != nullptr)
-    return {produced.lists + seq * produced.seq_stride + static_cast<int64_t>(kv_head) * produced.head_stride,
-            produced.counts[static_cast<int64_t>(seq) * num_kv_heads + kv_head]};
+    return {produced.lists + slice * produced.seq_stride + static_cast<int64_t>(kv_head) * produced.head_stride,
+            produced.counts[static_cast<int64_t>(slice) * num_kv_heads + kv_head]};
   if (sv.selected == nullptr) return {nullptr, 0};
   return {sv.selected + static_cast<int64_t>(kv_head) * sv.selected_stride, sv.num_selected[kv_head]};
 }

@@ -50,11 +50,11 @@ StagedView stage_view_tables(const AttentionView& host_view, size_t result_bytes
   // Per sequence: num_tokens [num_kv_heads], then its page lists [num_kv_heads][pages of its longest stream].
   const int32_t num_heads = host_view.num_kv_heads;
   const auto pages = [&](int32_t num_tokens) { return (num_tokens + host_view.page_size - 1) / host_view.page_size; };
-  const auto stride_of = [&](const SeqKvView& seq) {
-    return num_heads > 0 ? pages(*std::max_element(seq.num_tokens, seq.num_tokens + num_heads)) : 0;
+  const auto stride_of = [&](const SeqKvView& sv) {
+    return num_heads > 0 ? pages(*std::max_element(sv.num_tokens, sv.num_tokens + num_heads)) : 0;
   };
-  const auto seq_bytes = [&](const SeqKvView& seq) {
-    return (static_cast<size_t>(num_heads) * (1 + static_cast<size_t>(stride_of(seq))) * sizeof(int32_t) + 7) / 8 * 8;
+  const auto seq_bytes = [&](const SeqKvView& sv) {
+    return (static_cast<size_t>(num_heads) * (1 + static_cast<size_t>(stride_of(sv))) * sizeof(int32_t) + 7) / 8 * 8;
   };
   size_t num_bytes = tables_offset;
   for (int32_t s = 0; s < num_seqs; ++s) num_bytes += seq_bytes(host_view.seqs[s]);
@@ -64,19 +64,19 @@ StagedView stage_view_tables(const AttentionView& host_view, size_t result_bytes
               (static_cast<size_t>(num_seqs) + 1) * sizeof(int32_t));
   size_t offset = tables_offset;
   for (int32_t s = 0; s < num_seqs; ++s) {
-    const SeqKvView& seq = host_view.seqs[s];
-    const int32_t stride = stride_of(seq);
+    const SeqKvView& sv = host_view.seqs[s];
+    const int32_t stride = stride_of(sv);
     auto* num_tokens = reinterpret_cast<int32_t*>(staging.pinned + offset);
-    std::memcpy(num_tokens, seq.num_tokens, static_cast<size_t>(num_heads) * sizeof(int32_t));
+    std::memcpy(num_tokens, sv.num_tokens, static_cast<size_t>(num_heads) * sizeof(int32_t));
     for (int32_t h = 0; h < num_heads; ++h)
       std::memcpy(num_tokens + num_heads + static_cast<int64_t>(h) * stride,
-                  seq.page_ids + static_cast<int64_t>(h) * seq.stride,
-                  static_cast<size_t>(pages(seq.num_tokens[h])) * sizeof(int32_t));
+                  sv.page_ids + static_cast<int64_t>(h) * sv.stride,
+                  static_cast<size_t>(pages(sv.num_tokens[h])) * sizeof(int32_t));
     views[s] = SeqKvView{};
     views[s].num_tokens = reinterpret_cast<const int32_t*>(staging.device + offset);
     views[s].page_ids = views[s].num_tokens + num_heads;
     views[s].stride = stride;
-    offset += seq_bytes(seq);
+    offset += seq_bytes(sv);
   }
   staging.send();
   StagedView staged{host_view, staging.results()};

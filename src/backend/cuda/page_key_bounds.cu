@@ -352,12 +352,12 @@ void update_page_key_bounds(TensorView bounds, const AttentionView& view, int32_
 }
 
 void page_key_bound_scores(TensorView out, TensorView q, TensorView bounds, const AttentionView& view,
-                           int32_t seq) {
+                           int32_t slice) {
   if (out.numel() == 0) return;
-  // The one-sequence view of `seq`, its single query row being q's only row.
+  // The one-sequence view of `slice`, its single query row being q's only row.
   const int32_t one_row[2] = {0, 1};
   AttentionView one = view;
-  one.seqs = view.seqs + seq;
+  one.seqs = view.seqs + slice;
   one.q_indptr = one_row;
   one.num_seqs = 1;
   const int64_t stride = out.shape[1];
@@ -368,7 +368,7 @@ void page_key_bound_scores(TensorView out, TensorView q, TensorView bounds, cons
   // The kernel scores up to the sequence's longest stream; wider columns are -inf too.
   int32_t longest = 0;
   for (int32_t h = 0; h < view.num_kv_heads; ++h)
-    longest = std::max(longest, (view.seqs[seq].num_tokens[h] + view.page_size - 1) / view.page_size);
+    longest = std::max(longest, (view.seqs[slice].num_tokens[h] + view.page_size - 1) / view.page_size);
   for (int64_t row = 0; row < out.shape[0]; ++row)
     std::fill(out.ptr<float>() + row * stride + std::min<int64_t>(longest, stride), out.ptr<float>() + (row + 1) * stride,
               -INFINITY);

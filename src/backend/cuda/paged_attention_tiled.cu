@@ -112,20 +112,20 @@ __global__ void __launch_bounds__(TiledConfig<D, MW, kSel>::kThreads)
   // Prefill tiles later in a sequence see more keys under the causal mask: the grid runs them
   // first, so the light ones fill the last wave instead of leaving a tail of heavy ones.
   const int grid_tile = MW == 1 ? blockIdx.x : gridDim.x - 1 - blockIdx.x;
-  int seq = 0, tile_in_seq = 0;
-  if (!find_tile(a, grid_tile, seq, tile_in_seq)) return;  // past the launch's real tiles
+  int slice = 0, tile_in_seq = 0;
+  if (!find_tile(a, grid_tile, slice, tile_in_seq)) return;  // past the launch's real tiles
 
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
   const int mw = warp / kKG;  // this warp's 16-row block of query vectors
   const int kg = warp % kKG;  // this warp's share of each key tile
-  const QueryTile t(a, seq, tile_in_seq);
+  const QueryTile t(a, slice, tile_in_seq);
   int32_t kv_begin, kv_end;
   t.visible_keys(a, kv_begin, kv_end);
   KeyMap map{nullptr, 1};
   if constexpr (kSel) {
     // [kv_begin, kv_end) becomes the logical keys whose tokens fall in it; splits divide those.
-    const SelectedEntries sel = selected_entries(a.produced, a.seqs[seq], seq, t.kv_head, a.num_kv_heads);
+    const SelectedEntries sel = selected_entries(a.produced, a.seqs[slice], slice, t.kv_head, a.num_kv_heads);
     if (sel.entries != nullptr) {
       map.selected = sel.entries;
       map.unit = a.select_unit;

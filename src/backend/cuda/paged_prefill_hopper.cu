@@ -91,8 +91,8 @@ __global__ void __launch_bounds__(kThreads, 1) paged_prefill_hopper_kernel(const
   uint64_t* empty = full + kStages;                                        // [kStages]
 
   // Tiles later in a sequence see more keys under the causal mask: the grid runs them first.
-  int seq = 0, tile_in_seq = 0;
-  if (!find_tile(a, gridDim.x - 1 - blockIdx.x, seq, tile_in_seq)) return;  // the whole CTA
+  int slice = 0, tile_in_seq = 0;
+  if (!find_tile(a, gridDim.x - 1 - blockIdx.x, slice, tile_in_seq)) return;  // the whole CTA
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
@@ -102,7 +102,7 @@ __global__ void __launch_bounds__(kThreads, 1) paged_prefill_hopper_kernel(const
   }
   __syncthreads();
 
-  const QueryTile t(a, seq, tile_in_seq);
+  const QueryTile t(a, slice, tile_in_seq);
   int32_t kv_begin, kv_end, split_begin, split_end;
   t.visible_keys(a, kv_begin, kv_end);
   split_keys<kKeys>(a, kv_begin, kv_end, split_begin, split_end);

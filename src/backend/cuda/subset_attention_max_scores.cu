@@ -8,7 +8,7 @@
 namespace se::cuda {
 
 void subset_attention_max_scores(TensorView out, TensorView q, const AttentionView& view,
-                                 int32_t seq, int32_t num_sink, int32_t begin,
+                                 int32_t slice, int32_t num_sink, int32_t begin,
                                  const AttentionParams& params) {
   AttentionProbsJob job;
   job.keys = ProbKeys::kSubset;
@@ -20,7 +20,7 @@ void subset_attention_max_scores(TensorView out, TensorView q, const AttentionVi
   job.begin = begin;
   job.num_range = static_cast<int32_t>(out.shape[1]);
   job.out = out.ptr<float>();
-  run_attention_probs(job, view, seq);
+  run_attention_probs(job, view, slice);
 }
 
 }  // namespace se::cuda

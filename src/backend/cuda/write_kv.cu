@@ -39,13 +39,13 @@ __global__ void write_kv_kernel(WriteKvArgs a) {
   const int s = seq_of_row(a.q_indptr, a.num_seqs, row);
   const int32_t n = a.q_indptr[s + 1] - a.q_indptr[s];
   const int32_t r = row - a.q_indptr[s];
-  const SeqKvView seq = a.seqs[s];
+  const SeqKvView sv = a.seqs[s];
   const int chunks_per_head = a.head_dim / 8;
   for (int u = threadIdx.x; u < a.num_kv_heads * chunks_per_head; u += blockDim.x) {
     const int h = u / chunks_per_head;
     const int c = u - h * chunks_per_head;
-    const int32_t slot = seq.num_tokens[h] - n + r;
-    const int32_t page = seq.page_ids[static_cast<int64_t>(h) * seq.stride + slot / a.page_size];
+    const int32_t slot = sv.num_tokens[h] - n + r;
+    const int32_t page = sv.page_ids[static_cast<int64_t>(h) * sv.stride + slot / a.page_size];
     const int32_t offset = slot % a.page_size;
     char* page_base = a.kv_base + static_cast<size_t>(page) * a.page_bytes;
     const int64_t src = (static_cast<int64_t>(row) * a.num_kv_heads + h) * a.head_dim + c * 8;

@@ -64,7 +64,7 @@ void H2oMethod::plan_step_scores(const LayerContext& ctx, int64_t num_heads) {
   step_.layer_cols.assign(num_seqs * static_cast<size_t>(layout.num_layers), 0);
   int64_t total = 0;
   for (size_t i = 0; i < num_seqs; ++i) {
-    const int32_t seq = ctx.batch.sequences[i].seq_slot;
+    const int32_t seq = ctx.batch.sequences[i].seq;
     int32_t cols = 0;
     for (int layer = 0; layer < layout.num_layers; ++layer) {
       int32_t& layer_cols = step_.layer_cols[i * static_cast<size_t>(layout.num_layers) + layer];
@@ -122,7 +122,7 @@ void H2oMethod::accumulate_step_scores(StepContext& ctx) {
   for (size_t i = 0; i < ctx.batch.sequences.size(); ++i) {
     const SequenceSlice& slice = ctx.batch.sequences[i];
     const int32_t n = slice.num_tokens;
-    SequenceScores& scores = scores_[slice.seq_slot];
+    SequenceScores& scores = scores_[slice.seq];
     if (scores.acc.empty()) {
       scores.num_kv_heads = layout.num_kv_heads;
       scores.acc.resize(static_cast<size_t>(layout.num_streams()));
@@ -137,10 +137,10 @@ void H2oMethod::accumulate_step_scores(StepContext& ctx) {
           const int32_t max_len = step_.layer_cols[i * static_cast<size_t>(layout.num_layers) + layer];
           const float* head_scores = step_.of(i, layer) + kvh * group * max_len;  // [group, max_len] of [H, max_len]
           std::vector<float>& acc = scores.acc[static_cast<size_t>(layout.stream(layer, kvh))];
-          const int32_t len = ctx.cache.stream_length(slice.seq_slot, layer, kvh);
+          const int32_t len = ctx.cache.stream_length(slice.seq, layer, kvh);
           SE_CHECK(static_cast<int64_t>(acc.size()) == len - n,
                    "h2o: seq {} layer {} head {} has {} scores for {} resident rows (state not restored?)",
-                   slice.seq_slot, layer, kvh, acc.size(), len - n);
+                   slice.seq, layer, kvh, acc.size(), len - n);
           acc.resize(static_cast<size_t>(len), 0.0f);
           reduced.resize(static_cast<size_t>(len));
           reduce_group(head_scores, max_len, static_cast<int32_t>(group), reduced.data(), len, gqa_agg_);
@@ -195,10 +195,10 @@ void H2oMethod::finish_step(StepContext& ctx) {
   accumulate_step_scores(ctx);
   const KvLayout& layout = ctx.cache.layout();
   for (const SequenceSlice& slice : ctx.batch.sequences) {
-    auto it = scores_.find(slice.seq_slot);
-    SE_CHECK(it != scores_.end(), "h2o: no scores for seq {}", slice.seq_slot);
+    auto it = scores_.find(slice.seq);
+    SE_CHECK(it != scores_.end(), "h2o: no scores for seq {}", slice.seq);
     std::vector<std::vector<float>>& acc = it->second.acc;
-    const int32_t num_logical = ctx.cache.num_logical_tokens(slice.seq_slot);
+    const int32_t num_logical = ctx.cache.num_logical_tokens(slice.seq);
     const auto stream_acc = [&](int layer, int kv_head, size_t len) -> std::vector<float>& {
       std::vector<float>& scores = acc[static_cast<size_t>(layout.stream(layer, kv_head))];
       SE_CHECK(scores.size() == len, "h2o: acc out of step with stream");
@@ -213,7 +213,7 @@ void H2oMethod::finish_step(StepContext& ctx) {
 #pragma omp parallel for schedule(static)
           for (size_t i = 0; i < streams.size(); ++i) {
             CacheManager::SlotEviction& e = streams[i];
-            const std::span<const int32_t> positions = ctx.cache.slot_positions(slice.seq_slot, e.layer, e.kv_head);
+            const std::span<const int32_t> positions = ctx.cache.slot_positions(slice.seq, e.layer, e.kv_head);
             e.slot = lowest_scored_slot(stream_acc(e.layer, e.kv_head, positions.size()), positions,
                                         recent_window_start(positions, num_logical));
           }

@@ -93,11 +93,11 @@ int64_t KvzipMethod::resident_pages(const KvLayout& layout, int32_t num_prefill_
 void KvzipMethod::prepare_step(StepContext& ctx) {
   for (const SequenceSlice& slice : ctx.batch.sequences) {
     if (slice.is_decode(ctx.batch.positions)) {
-      sequences_.erase(slice.seq_slot);  // the scores of its compression were for debug_state only
+      sequences_.erase(slice.seq);  // the scores of its compression were for debug_state only
       continue;
     }
     if (ratio_ >= 1.0 || slice.num_prefill_tokens <= num_sink_) continue;
-    std::vector<int32_t>& ids = sequences_[slice.seq_slot].token_ids;
+    std::vector<int32_t>& ids = sequences_[slice.seq].token_ids;
     const auto first = static_cast<size_t>(ctx.batch.positions[static_cast<size_t>(slice.token_begin)]);
     if (ids.size() < first) continue;  // earlier tokens never passed by: compress() will decline
     ids.resize(first);
@@ -110,7 +110,7 @@ void KvzipMethod::on_attention_end(LayerContext& ctx) {
   if (active_.state == nullptr) return;
   for (int32_t i = 0; i < ctx.view.num_seqs; ++i) {
     const SequenceSlice& slice = ctx.batch.sequences[static_cast<size_t>(i)];
-    if (slice.seq_slot != active_.seq) continue;
+    if (slice.seq != active_.seq) continue;
     ++active_.num_scored_layers;
     // A sliding-window layer is not rated: select() keeps what its later queries can see.
     active_.state->windows[static_cast<size_t>(ctx.layer)] = ctx.params.sliding_window;
@@ -134,9 +134,9 @@ void KvzipMethod::on_attention_end(LayerContext& ctx) {
 void KvzipMethod::finish_step(StepContext& ctx) {
   for (const SequenceSlice& slice : ctx.batch.sequences) {
     if (!slice.completes_prefill(ctx.batch.positions)) continue;
-    auto it = sequences_.find(slice.seq_slot);
+    auto it = sequences_.find(slice.seq);
     if (it == sequences_.end()) continue;
-    if (!compress(ctx, slice.seq_slot, slice.num_prefill_tokens, it->second)) sequences_.erase(it);
+    if (!compress(ctx, slice.seq, slice.num_prefill_tokens, it->second)) sequences_.erase(it);
   }
 }
 

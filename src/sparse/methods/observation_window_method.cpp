@@ -34,7 +34,7 @@ void ObservationWindowMethod::on_attention_end(LayerContext& ctx) {
   for (int32_t i = 0; i < ctx.view.num_seqs; ++i) {
     const SequenceSlice& slice = ctx.batch.sequences[static_cast<size_t>(i)];
     if (slice.num_prefill_tokens <= window_config_.budget || slice.is_decode(ctx.batch.positions)) continue;
-    SequenceState& state = sequences_[slice.seq_slot];
+    SequenceState& state = sequences_[slice.seq];
     if (state.window_q.empty()) {
       state.window_q.resize(static_cast<size_t>(num_layers));
       state.kept.resize(static_cast<size_t>(num_layers));
@@ -68,7 +68,7 @@ void ObservationWindowMethod::on_attention_end(LayerContext& ctx) {
       std::vector<float>().swap(rows);
       continue;
     }
-    SE_CHECK(num_tokens > window, "{}: seq {} layer {} has {} tokens for a window of {}", name(), slice.seq_slot,
+    SE_CHECK(num_tokens > window, "{}: seq {} layer {} has {} tokens for a window of {}", name(), slice.seq,
              ctx.layer, num_tokens, window);
     TensorView q{rows.data() + (num_rows - window) * row_size, DType::kF32, {window, num_heads, ctx.q.shape[2]},
                  Device::kCpu};  // [w, H, D]
@@ -99,7 +99,7 @@ void ObservationWindowMethod::on_attention_end(LayerContext& ctx) {
 void ObservationWindowMethod::finish_step(StepContext& ctx) {
   for (const SequenceSlice& slice : ctx.batch.sequences) {
     if (!slice.completes_prefill(ctx.batch.positions)) continue;
-    auto it = sequences_.find(slice.seq_slot);
+    auto it = sequences_.find(slice.seq);
     if (it == sequences_.end()) continue;
     std::vector<CacheManager::StreamEviction> evictions;
     for (size_t layer = 0; layer < it->second.kept.size(); ++layer) {
@@ -107,7 +107,7 @@ void ObservationWindowMethod::finish_step(StepContext& ctx) {
       for (size_t h = 0; h < heads.size(); ++h)
         evictions.push_back({static_cast<int>(layer), static_cast<int>(h), heads[h]});
     }
-    const Status s = ctx.cache.evict_streams(slice.seq_slot, evictions);
+    const Status s = ctx.cache.evict_streams(slice.seq, evictions);
     SE_CHECK(s.is_ok(), "{}: {}", name(), s.to_string());
     sequences_.erase(it);
   }

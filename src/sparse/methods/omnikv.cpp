@@ -118,7 +118,7 @@ void OmniKvMethod::build_decode_selection(LayerContext& ctx, int32_t slice, Sele
   const int32_t position = ctx.batch.positions[static_cast<size_t>(s.token_begin)];
 
   if (role == LayerRole::kFilter) {  // pick the index; the filter layer itself attends densely
-    TokenIndex& index = indices_[s.seq_slot];
+    TokenIndex& index = indices_[s.seq];
     select_tokens(ctx, slice, prefill_len, num_kept, index);
     index.filter_layer = ctx.layer;
     index.position = position;
@@ -126,11 +126,11 @@ void OmniKvMethod::build_decode_selection(LayerContext& ctx, int32_t slice, Sele
   }
   // A sliding-window layer already reads a bounded window; the prompt index would mostly point outside it.
   if (ctx.params.sliding_window > 0) return;
-  const auto it = indices_.find(s.seq_slot);
+  const auto it = indices_.find(s.seq);
   SE_CHECK(it != indices_.end() && it->second.filter_layer == layers.sources[static_cast<size_t>(ctx.layer)] &&
                it->second.position == position,
            "omnikv: sparse layer {} of seq {} runs before its filter layer {} at position {}", ctx.layer,
-           s.seq_slot, layers.sources[static_cast<size_t>(ctx.layer)], position);
+           s.seq, layers.sources[static_cast<size_t>(ctx.layer)], position);
   // Every layer of the step holds the same tokens, so the filter layer's lists serve its whole segment.
   const TokenIndex& index = it->second;
   selection.set_produced(slice, index.lists.view().ptr<int32_t>(), static_cast<int32_t>(index.lists.shape()[1]),

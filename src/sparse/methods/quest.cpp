@@ -86,7 +86,7 @@ void QuestMethod::prepare_step(StepContext& ctx) {
     if (!slice.is_decode(ctx.batch.positions)) continue;
     any_decode = true;
     longest = std::max(longest,
-                       static_cast<int32_t>(l.pages_per_stream(ctx.cache.num_logical_tokens(slice.seq_slot))));
+                       static_cast<int32_t>(l.pages_per_stream(ctx.cache.num_logical_tokens(slice.seq))));
   }
   if (!any_decode) return;  // nothing ranks this step
   reserve_ranking(bounds_.device(), static_cast<int32_t>(ctx.batch.sequences.size()), l.num_kv_heads,

@@ -59,7 +59,7 @@ void StreamingLlmMethod::finish_step(StepContext& ctx) {
           // The full-attention streams share their position map, so one search serves them all.
           int32_t shared_slot = -1, shared_position = -1;
           for (CacheManager::SlotEviction& e : streams) {
-            const std::span<const int32_t> positions = ctx.cache.slot_positions(slice.seq_slot, e.layer, e.kv_head);
+            const std::span<const int32_t> positions = ctx.cache.slot_positions(slice.seq, e.layer, e.kv_head);
             if (shared_slot < 0 || positions[static_cast<size_t>(shared_slot)] != shared_position) {
               shared_slot = oldest_window_slot(positions);
               shared_position = positions[static_cast<size_t>(shared_slot)];
