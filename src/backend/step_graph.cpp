@@ -1,5 +1,6 @@
 #include "backend/step_graph.h"
 
+#include <atomic>
 #include <utility>
 
 #include "base/check.h"
@@ -12,6 +13,14 @@
 #endif
 
 namespace se {
+
+namespace {
+std::atomic<uint64_t> buffers_moved{0};
+}  // namespace
+
+void StepGraph::note_buffers_moved() { buffers_moved.fetch_add(1, std::memory_order_relaxed); }
+
+uint64_t StepGraph::buffers_generation() { return buffers_moved.load(std::memory_order_relaxed); }
 
 StepGraph::~StepGraph() { reset(); }
 
@@ -54,8 +63,6 @@ void StepGraph::replay() const {
   SE_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), cuda::CudaContext::current().stream()));
 }
 
-uint64_t StepGraph::memory_generation() { return cuda::CudaContext::current().scratch_generation(); }
-
 #else
 
 void StepGraph::reset() {}
@@ -65,8 +72,6 @@ void StepGraph::capture(const std::function<void()>& /*launch*/) {
 }
 
 void StepGraph::replay() const { SE_CHECK(false, "CUDA graphs need the CUDA backend (configure with -DSE_CUDA=ON)"); }
-
-uint64_t StepGraph::memory_generation() { return 0; }
 
 #endif
 

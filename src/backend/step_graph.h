@@ -1,8 +1,8 @@
 // StepGraph: the work one forward enqueues on the current CUDA context's stream, captured once as a CUDA graph and
 // replayed as one launch. It serves the decode step of one batch size, whose launches are the same every step:
 // the inputs and page tables change in place, in buffers that stay put. A replay is valid only while every
-// buffer its kernels read is where it was at capture, so the owner keys each graph on those buffers'
-// generations (ForwardWorkspace, AttentionViewMirror, memory_generation below) and captures again when one moves.
+// buffer its kernels read is where it was at capture, so the owner keys each graph on buffers_generation() and
+// captures again when it changed.
 // CUDA only (device_built(Device::kCuda)); engine thread only.
 #pragma once
 
@@ -27,8 +27,12 @@ class StepGraph final {
   void replay() const;
   bool captured() const { return exec_ != nullptr; }
 
-  // Changes whenever the current CUDA context moves a buffer its kernels keep (the split-KV scratch).
-  static uint64_t memory_generation();
+  // Captured work holds buffer addresses and launch sizes. Whatever owns a buffer a captured step reads (the
+  // forward workspace, the device page tables, a method's device buffers, the CUDA context's scratch) calls
+  // note_buffers_moved when that buffer moves or a launch size a capture fixes changes; graphs captured at an
+  // older buffers_generation() are stale. One count for the process: a move anywhere costs at most a recapture.
+  static void note_buffers_moved();
+  static uint64_t buffers_generation();
 
  private:
   void reset();

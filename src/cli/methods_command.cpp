@@ -30,7 +30,7 @@ Result<nlohmann::ordered_json> describe(const MethodInfo& info) {
       {"static_decode_forward", traits.static_decode_forward},
       {"prefix_mode", prefix_mode_name(traits.prefix_mode)},
       {"prefill_policy", prefill_policy_name(traits.prefill_policy)},
-      {"selection_unit", (*method)->selection_unit() == SelectionUnit::kPage ? "page" : "token"},
+      {"selection_unit", (*method)->traits().selection_unit == SelectionUnit::kPage ? "page" : "token"},
       {"defaults", (*method)->config()},
   };
 }

@@ -369,8 +369,9 @@ void EngineLoop::publish_stats() {
   s.num_kv_pages_free = cache_->num_free_pages();
   s.num_kv_pages_cached = cache_->num_available_pages() - s.num_kv_pages_free;
   s.num_kv_pages_used = s.num_kv_pages_total - cache_->num_available_pages();
-  s.prefix_cache_queries_total = static_cast<uint64_t>(cache_->num_prefix_query_tokens());
-  s.prefix_cache_hits_total = static_cast<uint64_t>(cache_->num_prefix_hit_tokens());
+  const CacheManager::PrefixCacheCounters prefix = cache_->prefix_cache_counters();
+  s.prefix_cache_queries_total = static_cast<uint64_t>(prefix.query_tokens);
+  s.prefix_cache_hits_total = static_cast<uint64_t>(prefix.hit_tokens);
   s.transient_pass_tokens_total = static_cast<uint64_t>(controller_.num_transient_pass_tokens());
   s.attended_kv_tokens_total = static_cast<uint64_t>(controller_.num_attended_kv_tokens());
   s.method_metadata_bytes_total = static_cast<uint64_t>(controller_.num_method_metadata_bytes());

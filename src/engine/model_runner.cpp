@@ -62,10 +62,6 @@ std::vector<SampleResult> ModelRunner::sample(const Tensor& logits, const std::v
   return results;
 }
 
-ModelRunner::BufferStamp ModelRunner::buffer_stamp() const {
-  return {workspace_.generation(), controller_.device_tables_generation(), StepGraph::memory_generation()};
-}
-
 Tensor ModelRunner::run_forward() {
   const std::optional<std::chrono::steady_clock::time_point> results_at = std::exchange(results_at_, std::nullopt);
   const int32_t num_rows = batch_.num_tokens();
@@ -79,7 +75,7 @@ Tensor ModelRunner::run_forward() {
     return model_.forward(batch_, controller_, workspace_);
   model_.prepare_forward(batch_, controller_, workspace_);
   DecodeGraph& g = decode_graphs_[num_rows];
-  const BufferStamp stamp = buffer_stamp();
+  const uint64_t stamp = StepGraph::buffers_generation();
   if (g.graph.captured() && g.captured == stamp) {
     if (results_at)
       host_gap_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - *results_at).count();
@@ -98,7 +94,7 @@ Tensor ModelRunner::run_forward() {
   }
   Tensor logits = model_.launch_forward(batch_, controller_, workspace_);
   g.warm = true;
-  g.warmed = buffer_stamp();  // the eager run may have grown the attention scratch
+  g.warmed = StepGraph::buffers_generation();  // the eager run may have grown the attention scratch
   return logits;
 }
 

@@ -50,18 +50,14 @@ class ModelRunner {
   double host_gap_seconds() const { return host_gap_seconds_; }
 
  private:
-  // Where the buffers a captured step reads are: a graph replays only under the stamp it was captured with.
-  struct BufferStamp {
-    uint64_t workspace = 0, page_tables = 0, scratch = 0;
-    bool operator==(const BufferStamp&) const = default;
-  };
+  // A graph replays only while the buffers its step reads are where they were at capture
+  // (StepGraph::buffers_generation).
   struct DecodeGraph {
     StepGraph graph;
-    BufferStamp captured;   // valid when graph.captured()
-    BufferStamp warmed;     // after the last eager run of this size
+    uint64_t captured = 0;  // the buffers' generation at capture; valid when graph.captured()
+    uint64_t warmed = 0;    // after the last eager run of this size
     bool warm = false;
   };
-  BufferStamp buffer_stamp() const;
   // The forward of batch_, replayed or captured when the step allows, else eager.
   Tensor run_forward();
 

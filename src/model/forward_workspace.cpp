@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "backend/device_memory.h"
+#include "backend/step_graph.h"
 
 namespace se {
 
@@ -57,9 +58,8 @@ void ForwardWorkspace::reserve(int32_t num_tokens, int32_t num_logit_rows) {
   const int64_t r = std::max({num_logit_rows, capacity_logit_rows_, 1});
   const ModelConfig& c = config_;
   // Drop the old buffers first so the device never holds two generations at once.
-  const uint64_t generation = generation_ + 1;
   *this = ForwardWorkspace(c, device_, matmul_dtype_);
-  generation_ = generation;
+  StepGraph::note_buffers_moved();  // every buffer address changed
   inputs_ = buffer(DType::kI32, {2 * t + r});
   for (const BufferSpec& spec : buffer_specs(c, matmul_dtype_))
     this->*spec.tensor = buffer(spec.dtype, spec.shape_for(t, r));

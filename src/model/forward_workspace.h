@@ -32,8 +32,6 @@ class ForwardWorkspace final {
   Device device() const { return device_; }
   DType matmul_dtype() const { return matmul_dtype_; }
   int32_t capacity_tokens() const { return capacity_tokens_; }
-  // Counts reallocations: every buffer address changes with it (CUDA graphs captured before are stale).
-  uint64_t generation() const { return generation_; }
 
   // Views of the first rows of each buffer for the current batch; `t` batch rows, `r` logit rows.
   TensorView token_ids(int64_t t) const { return i32_rows(0, t); }                           // [t]
@@ -76,7 +74,6 @@ class ForwardWorkspace final {
   DType matmul_dtype_;
   int32_t capacity_tokens_ = 0;
   int32_t capacity_logit_rows_ = 0;
-  uint64_t generation_ = 0;
   std::vector<int32_t> host_inputs_;  // staging of the one input copy
   Tensor inputs_;                      // [2 * capacity_tokens + capacity_logit_rows] I32
   Tensor hidden_, normed_, q_, k_, v_, attn_, proj_, gate_up_, act_, last_, last_normed_, logits_;

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "backend/device_memory.h"
+#include "backend/step_graph.h"
 #include "base/check.h"
 
 namespace se {
@@ -88,9 +89,10 @@ void AttentionViewMirror::upload(CacheManager& cache, const ForwardBatch& batch)
   q_indptr_offset_ = static_cast<size_t>(L) * static_cast<size_t>(num_seqs) * sizeof(SeqKvView);
   num_tokens_offset_ = align8(q_indptr_offset_ + (static_cast<size_t>(num_seqs) + 1) * sizeof(int32_t));
   const size_t header_bytes = align8(num_tokens_offset_ + static_cast<size_t>(num_seqs) * L * H * sizeof(int32_t));
-  // Captured graphs hold the header's addresses (the page lists they reach through the views).
+  // Captured graphs hold the header's addresses (they reach the page lists through the views, so a move of those
+  // needs no new capture).
   const bool header_moved = grow(header_, header_bytes);
-  if (header_moved) ++generation_;
+  if (header_moved) StepGraph::note_buffers_moved();
   char* const header_host = static_cast<char*>(header_.host.raw());
   const char* lists_device = static_cast<const char*>(lists_.device.raw());
   batch_seqs_now_.clear();

@@ -15,7 +15,7 @@
 // stream. A selection produced for the whole batch in one layout (AttentionView::produced) needs no copy: the
 // device view carries it by value, so such a forward enqueues no host copy after upload() and a CUDA graph can
 // replay it. Valid while the cache's tables are unchanged, i.e. until the forward's method hooks evict.
-// The buffers grow geometrically, so a steady decode allocates nothing; generation() counts their moves.
+// The buffers grow geometrically, so a steady decode allocates nothing; a move of the header notes StepGraph::note_buffers_moved.
 // Engine thread only.
 #pragma once
 
@@ -38,9 +38,6 @@ class AttentionViewMirror final {
   // The device twin of `host_view` (the cache's view of layer `layer` of the uploaded batch, or that view narrowed
   // by a Selection): same pool and layout, device tables.
   AttentionView device_view(int layer, const AttentionView& host_view);
-  // Counts moves of the header buffer, whose addresses captured CUDA graphs hold (they reach the page lists
-  // through the views, so a move of those needs no new capture).
-  uint64_t generation() const { return generation_; }
   // Bytes of views and page lists sent to the device so far (selections excluded).
   uint64_t bytes_sent() const { return bytes_sent_; }
 
@@ -82,7 +79,6 @@ class AttentionViewMirror final {
   Staged lists_;
   size_t lists_used_ = 0;
   std::unordered_map<int32_t, Region> regions_;
-  uint64_t generation_ = 0;
   uint64_t bytes_sent_ = 0;
 
   // Selections of the current forward: packed at selection_used_ bytes into pinned selection_staging_ and copied

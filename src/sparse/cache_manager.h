@@ -73,12 +73,15 @@ class CacheManager {
   // the ends of its streams); never repeats, even across sequences, so a copy of the views' page lists (the
   // device mirror) can tell which of its lists still hold and only add the new pages.
   virtual uint64_t table_epoch(int32_t seq) const = 0;
-  // Tokens of `seq` ever appended (the absolute position of its next token) and one stream's physical length.
+  // Tokens of `seq` ever appended (the absolute position of its next token).
   virtual int32_t num_logical_tokens(int32_t seq) const = 0;
-  virtual int32_t stream_length(int32_t seq, int layer, int kv_head) const = 0;
-  // The position map: the absolute position each slot of stream (layer, kv_head) of `seq` holds, slot order
-  // (stream_length of them). Valid until the sequence next changes.
+  // The position map: the absolute position each slot of stream (layer, kv_head) of `seq` holds, slot order.
+  // Valid until the sequence next changes.
   virtual std::span<const int32_t> slot_positions(int32_t seq, int layer, int kv_head) const = 0;
+  // The stream's physical length: one position per slot.
+  int32_t stream_length(int32_t seq, int layer, int kv_head) const {
+    return static_cast<int32_t>(slot_positions(seq, layer, kv_head).size());
+  }
   // Physical eviction: each listed stream (layer, kv_head) of `seq` keeps only the tokens at its ascending
   // indices `kept`, compacted to the front of its pages in this order; the pages no longer needed return to the
   // pool now. The logical length is unchanged, so new tokens keep their absolute positions. Every stream is
@@ -138,9 +141,12 @@ class CacheManager {
                          tokens.size(), blocks.first_block, blocks.end_block, kept_positions.size());
   }
 
-  // Metrics of the prefix cache: prompt tokens looked up and found.
-  virtual int64_t num_prefix_query_tokens() const = 0;
-  virtual int64_t num_prefix_hit_tokens() const = 0;
+  // Metrics of the prefix cache: prompt tokens looked up and found (zeros without one).
+  struct PrefixCacheCounters {
+    int64_t query_tokens = 0;
+    int64_t hit_tokens = 0;
+  };
+  virtual PrefixCacheCounters prefix_cache_counters() const { return {}; }
 
   // Ok, or the first broken invariant of the pool, tables and caches.
   virtual Status check_integrity() const = 0;

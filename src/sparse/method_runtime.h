@@ -91,10 +91,11 @@ class MethodRuntime {
  public:
   virtual ~MethodRuntime() = default;
 
-  virtual std::string_view name() const = 0;
-  virtual const MethodTraits& traits() const = 0;
+  // Its name in the registry.
+  std::string_view name() const { return name_; }
+  const MethodTraits& traits() const { return traits_; }
   // The hyperparameters it runs with, defaults filled in.
-  virtual const nlohmann::ordered_json& config() const = 0;
+  const nlohmann::ordered_json& config() const { return config_; }
 
   // Builds the cache this method keeps its KV in (default: the paged cache, prefix caching only for methods
   // that keep full history).
@@ -123,22 +124,20 @@ class MethodRuntime {
   // Narrow what attention reads for batch sequence `slice` (an index into ctx.batch.sequences).
   virtual void build_prefill_selection(LayerContext& /*ctx*/, int32_t /*slice*/, Selection& /*selection*/) {}
   virtual void build_decode_selection(LayerContext& /*ctx*/, int32_t /*slice*/, Selection& /*selection*/) {}
-  // Tokens the last query row of decode sequence `slice` of `view` (layer `layer`, a `sliding_window` of 0 =
-  // none) reads over all KV heads under the method's selection, for a decode forward replayed without running
-  // the hooks (MethodTraits::static_decode_forward); nullopt when the method leaves the layer dense.
-  virtual std::optional<int64_t> replayed_tokens_read(int /*layer*/, int32_t /*sliding_window*/,
-                                                      const AttentionView& /*view*/, int32_t /*slice*/) const {
-    return std::nullopt;
+  // What the last query row of decode sequence `slice` of `view` reads in layer `layer` (a `sliding_window` of 0 =
+  // none) under the method's selection: KV tokens over all KV heads (nullopt when the method leaves the layer
+  // dense) and bytes of its per-page metadata (page_metadata_bytes, e.g. key bounds). It counts toward the step's
+  // roofline, and is all that counts the reads of a decode forward replayed without its hooks
+  // (MethodTraits::static_decode_forward). A method whose decode buffers move calls
+  // StepGraph::note_buffers_moved, so no stale replay runs.
+  struct DecodeReads {
+    std::optional<int64_t> kv_tokens;
+    int64_t metadata_bytes = 0;
+  };
+  virtual DecodeReads decode_reads(int /*layer*/, int32_t /*sliding_window*/, const AttentionView& /*view*/,
+                                   int32_t /*slice*/) const {
+    return {};
   }
-  // Bytes of the method's per-page metadata (page_metadata_bytes) its selection reads for decode sequence `slice`
-  // of `view` in layer `layer` (e.g. key bounds): counted with the KV the step reads, for its roofline.
-  virtual int64_t decode_metadata_bytes(int /*layer*/, int32_t /*sliding_window*/, const AttentionView& /*view*/,
-                                        int32_t /*slice*/) const {
-    return 0;
-  }
-  // Changes when a device buffer the method's decode hooks enqueue work on moves, or a launch size they fix
-  // changes: decode forwards captured before (CUDA graphs) are then stale.
-  virtual uint64_t device_buffers_generation() const { return 0; }
   virtual void on_attention_end(LayerContext& /*ctx*/) {}
   virtual void on_layer_end(int /*layer*/, const ForwardBatch& /*batch*/, TensorView /*hidden*/) {}
   virtual void finish_step(StepContext& /*ctx*/) {}
@@ -160,13 +159,21 @@ class MethodRuntime {
     if (state) return invalid_argument("{} keeps no per-sequence state to import for sequence {}", name(), seq);
     return Status::ok();
   }
-  // The unit build_*_selection hands out (token or page indices).
-  virtual SelectionUnit selection_unit() const { return SelectionUnit::kToken; }
 
   // --- introspection (tests and debugging only; never read by the engine) ---
   // The method's per-sequence metadata for `seq` as JSON (e.g. accumulated attention scores), so fidelity tests can
   // compare it with an oracle; null when the method keeps none.
   virtual nlohmann::json debug_state(int32_t /*seq*/) const { return {}; }
+
+ protected:
+  MethodRuntime(std::string name, nlohmann::ordered_json config)
+      : name_(std::move(name)), config_(std::move(config)) {}
+
+  MethodTraits traits_;  // each method fills its own in its constructor
+
+ private:
+  std::string name_;
+  nlohmann::ordered_json config_;
 };
 
 }  // namespace se

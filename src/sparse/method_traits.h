@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "backend/attention_view.h"
 #include "backend/op_id.h"
 #include "base/status.h"
 #include "tensor/tensor.h"
@@ -38,6 +39,8 @@ struct MethodTraits {
   // launches depend on the batch shape alone and that read and write device buffers in place (a ranking over
   // device tables). The engine may then replay it as a CUDA graph.
   bool static_decode_forward = false;
+  // The unit build_*_selection hands out (token or page indices).
+  SelectionUnit selection_unit = SelectionUnit::kToken;
   PrefixMode prefix_mode = PrefixMode::kRadix;
   PrefillPolicy prefill_policy = PrefillPolicy::kDense;
 };

@@ -64,10 +64,6 @@ int32_t PagedCacheManager::num_logical_tokens(int32_t seq) const {
   return sequence(seq).table.num_logical_tokens();
 }
 
-int32_t PagedCacheManager::stream_length(int32_t seq, int layer, int kv_head) const {
-  return sequence(seq).table.num_tokens(layer, kv_head);
-}
-
 std::span<const int32_t> PagedCacheManager::slot_positions(int32_t seq, int layer, int kv_head) const {
   return sequence(seq).positions.of(layout().stream(layer, kv_head));
 }

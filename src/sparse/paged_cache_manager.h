@@ -41,7 +41,6 @@ class PagedCacheManager final : public CacheManager {
   AttentionView build_sequence_view(int32_t seq, int layer) override;
   uint64_t table_epoch(int32_t seq) const override { return sequence(seq).table.epoch(); }
   int32_t num_logical_tokens(int32_t seq) const override;
-  int32_t stream_length(int32_t seq, int layer, int kv_head) const override;
   std::span<const int32_t> slot_positions(int32_t seq, int layer, int kv_head) const override;
   Status evict_streams(int32_t seq, std::span<const StreamEviction> streams) override;
   Status evict_slots(int32_t seq, std::span<const SlotEviction> streams) override;
@@ -53,8 +52,9 @@ class PagedCacheManager final : public CacheManager {
                                std::span<const int32_t> kept_positions,
                                const PagesRewrittenFn& pages_rewritten) override;
 
-  int64_t num_prefix_query_tokens() const override { return radix_ ? radix_->num_query_tokens() : 0; }
-  int64_t num_prefix_hit_tokens() const override { return radix_ ? radix_->num_hit_tokens() : 0; }
+  PrefixCacheCounters prefix_cache_counters() const override {
+    return radix_ ? PrefixCacheCounters{radix_->num_query_tokens(), radix_->num_hit_tokens()} : PrefixCacheCounters{};
+  }
   int64_t num_free_pages() const override { return pool_.num_free_pages(); }
   const PageTable* table(int32_t seq) const;
 

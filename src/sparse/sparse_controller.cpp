@@ -85,13 +85,13 @@ void SparseController::attend(int layer, const LayerConfig& layer_config, const 
   const AttentionView dense_device = device_views_ ? device_views_->device_view(layer, dense) : dense;
   write_kv(dense_device, k, v);
   LayerContext ctx{layer, layer_config, batch, q, k, v, out, dense, dense_device, params, cache_};
-  selection_.reset(dense.num_seqs, dense.num_kv_heads, method_.selection_unit());
+  selection_.reset(dense.num_seqs, dense.num_kv_heads, method_.traits().selection_unit);
   method_.build_layer_selection(ctx, selection_);
   const AttentionView attended = selection_.apply(dense);
   num_attended_kv_tokens_ += tokens_read_by_last_rows(attended, &selection_, params.sliding_window);
   for (int32_t s = 0; s < dense.num_seqs; ++s)
     if (batch.sequences[static_cast<size_t>(s)].is_decode(batch.positions))
-      num_method_metadata_bytes_ += method_.decode_metadata_bytes(layer, params.sliding_window, dense, s);
+      num_method_metadata_bytes_ += method_.decode_reads(layer, params.sliding_window, dense, s).metadata_bytes;
   if (layer >= static_cast<int>(layer_windows_.size())) layer_windows_.resize(static_cast<size_t>(layer) + 1, 0);
   layer_windows_[static_cast<size_t>(layer)] = params.sliding_window;
   if (attention_observer_) attention_observer_(ctx, attended);
@@ -104,10 +104,10 @@ void SparseController::count_replayed_forward(const ForwardBatch& batch) {
     const AttentionView view = cache_.build_view(static_cast<int>(layer), batch);
     const int32_t window = layer_windows_[layer];
     for (int32_t s = 0; s < view.num_seqs; ++s) {
-      num_method_metadata_bytes_ += method_.decode_metadata_bytes(static_cast<int>(layer), window, view, s);
-      const std::optional<int64_t> selected = method_.replayed_tokens_read(static_cast<int>(layer), window, view, s);
-      if (selected) {
-        num_attended_kv_tokens_ += *selected;
+      const MethodRuntime::DecodeReads reads = method_.decode_reads(static_cast<int>(layer), window, view, s);
+      num_method_metadata_bytes_ += reads.metadata_bytes;
+      if (reads.kv_tokens) {
+        num_attended_kv_tokens_ += *reads.kv_tokens;
         continue;
       }
       for (int32_t h = 0; h < view.num_kv_heads; ++h)

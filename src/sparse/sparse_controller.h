@@ -49,20 +49,15 @@ class SparseController final : public ForwardHooks {
   // KV tokens attention has read, counted per layer, sequence and KV head as what the sequence's last query
   // row sees (EngineStats::attended_kv_tokens_total).
   int64_t num_attended_kv_tokens() const { return num_attended_kv_tokens_; }
-  // Bytes of per-page method metadata the decode steps' selections read (MethodRuntime::decode_metadata_bytes).
+  // Bytes of per-page method metadata the decode steps' selections read (MethodRuntime::decode_reads).
   int64_t num_method_metadata_bytes() const { return num_method_metadata_bytes_; }
   // Counts a forward of `batch` that ran without calling attend (a CUDA graph replay of a static decode step):
-  // the tokens the method's selection reads in every layer (replayed_tokens_read), else the dense tokens,
+  // the tokens the method's selection reads in every layer (MethodRuntime::decode_reads), else the dense tokens,
   // windowed as that layer's last attend was, and the metadata the selection reads.
   void count_replayed_forward(const ForwardBatch& batch);
 
   // Whether the method's decode forward may replay as a CUDA graph (MethodTraits::static_decode_forward).
   bool decode_forward_is_static() const { return method_.traits().static_decode_forward; }
-  // Changes when the device page tables or a device buffer of the method move (0 on the CPU); CUDA graphs
-  // captured before are stale.
-  uint64_t device_tables_generation() const {
-    return (device_views_ ? device_views_->generation() : 0) + method_.device_buffers_generation();
-  }
 
   // Called in every layer once the method's selection is applied, before attention reads `attended` (its
   // tables on the host; produced lists where the pool lives), so a caller can see what each layer read (the

@@ -78,11 +78,11 @@ TEST_F(PruneScoringTest, ScoresOnTheCachedPrefixEqualAFullRecompute) {
   const auto tokens = random_tokens(61, 3);
   cache_prompt(tokens);
   const int64_t free_before = cache_->num_free_pages();
-  const int64_t hits_before = cache_->num_prefix_hit_tokens();
+  const int64_t hits_before = cache_->prefix_cache_counters().hit_tokens;
   auto on_cache = score_positions(model_, tokens, options(true));
   ASSERT_TRUE(on_cache.is_ok()) << on_cache.status().to_string();
   // It reused the cached prefix (whole blocks before the window)...
-  EXPECT_EQ(cache_->num_prefix_hit_tokens() - hits_before, (61 - 8) / kPageSize * kPageSize);
+  EXPECT_EQ(cache_->prefix_cache_counters().hit_tokens - hits_before, (61 - 8) / kPageSize * kPageSize);
   // ...and gave everything back.
   EXPECT_EQ(cache_->num_free_pages(), free_before);
   EXPECT_EQ(cache_->inspect_prefix(tokens)->num_blocks(), 61 / kPageSize);
@@ -98,12 +98,12 @@ TEST_F(PruneScoringTest, APrunedPrefixIsScoredOverWhatItKeeps) {
   cache_prompt(tokens);
   const std::vector<int32_t> kept = {9, 10, 17, 20};  // one page of the segment [8, 24)
   ASSERT_TRUE(cache_->prune_prefix(tokens, {2, 6}, kept, {}).is_ok());
-  const int64_t hits_before = cache_->num_prefix_hit_tokens();
+  const int64_t hits_before = cache_->prefix_cache_counters().hit_tokens;
   const int64_t free_before = cache_->num_free_pages();
   auto scores = score_positions(model_, tokens, options(true));
   ASSERT_TRUE(scores.is_ok()) << scores.status().to_string();
   // The whole cached prefix before the window is attached, the pruned segment included...
-  EXPECT_EQ(cache_->num_prefix_hit_tokens() - hits_before, (61 - 8) / kPageSize * kPageSize);
+  EXPECT_EQ(cache_->prefix_cache_counters().hit_tokens - hits_before, (61 - 8) / kPageSize * kPageSize);
   EXPECT_EQ(cache_->num_free_pages(), free_before);
   // ...so the positions it dropped score -inf, the kept ones and the rest a real score, the window +inf.
   for (int32_t j = 0; j < 61; ++j) {

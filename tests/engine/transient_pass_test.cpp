@@ -78,9 +78,7 @@ TEST(TransientPassTest, LeavesNoTraceInPagesLengthsOrLaterLogits) {
 // Records what finish_step offers and tries to nest a pass from inside one.
 class ProbeMethod final : public MethodRuntime {
  public:
-  std::string_view name() const override { return "probe"; }
-  const MethodTraits& traits() const override { return traits_; }
-  const nlohmann::ordered_json& config() const override { return config_; }
+  ProbeMethod() : MethodRuntime("probe", {}) {}
   void on_attention_end(LayerContext& /*ctx*/) override {
     if (in_pass && controller != nullptr) nested = controller->run_transient_pass(0, std::vector<int32_t>{1});
   }
@@ -94,10 +92,6 @@ class ProbeMethod final : public MethodRuntime {
   SparseController* controller = nullptr;
   bool offered = false, in_pass = false;
   Status outcome, nested;
-
- private:
-  MethodTraits traits_;
-  nlohmann::ordered_json config_;
 };
 
 TEST(TransientPassTest, OfferedOnlyWithAModelForwardAndNeverNested) {

@@ -20,9 +20,7 @@ namespace {
 // prefill completed this step.
 class RecordingMethod final : public MethodRuntime {
  public:
-  std::string_view name() const override { return "recording"; }
-  const MethodTraits& traits() const override { return traits_; }
-  const nlohmann::ordered_json& config() const override { return config_; }
+  RecordingMethod() : MethodRuntime("recording", {}) {}
 
   void prepare_step(StepContext& ctx) override { log.push_back("prepare " + slots(ctx.batch)); }
   void build_prefill_selection(LayerContext& ctx, int32_t slice, Selection&) override {
@@ -61,8 +59,6 @@ class RecordingMethod final : public MethodRuntime {
     for (const SequenceSlice& slice : batch.sequences) s += std::to_string(slice.seq);
     return s;
   }
-  MethodTraits traits_;
-  nlohmann::ordered_json config_;
 };
 
 KvLayout layout_of(const ModelConfig& c) { return KvLayout{c.num_layers, c.num_kv_heads, c.head_dim, 4, DType::kF32}; }

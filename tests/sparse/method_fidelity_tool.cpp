@@ -37,10 +37,10 @@ namespace {
 // Forwards every hook to the method and records the selections it builds.
 class RecordingMethod final : public MethodRuntime {
  public:
-  explicit RecordingMethod(MethodRuntime& inner) : inner_(inner) {}
-  std::string_view name() const override { return inner_.name(); }
-  const MethodTraits& traits() const override { return inner_.traits(); }
-  const nlohmann::ordered_json& config() const override { return inner_.config(); }
+  explicit RecordingMethod(MethodRuntime& inner)
+      : MethodRuntime(std::string(inner.name()), inner.config()), inner_(inner) {
+    traits_ = inner.traits();
+  }
   Result<std::unique_ptr<CacheManager>> create_cache(const CacheSpec& spec) override {
     return inner_.create_cache(spec);
   }
@@ -59,15 +59,9 @@ class RecordingMethod final : public MethodRuntime {
   }
   void finish_step(StepContext& ctx) override { inner_.finish_step(ctx); }
   void on_sequence_end(int32_t seq) override { inner_.on_sequence_end(seq); }
-  std::optional<int64_t> replayed_tokens_read(int layer, int32_t window, const AttentionView& view,
-                                              int32_t slice) const override {
-    return inner_.replayed_tokens_read(layer, window, view, slice);
+  DecodeReads decode_reads(int layer, int32_t window, const AttentionView& view, int32_t slice) const override {
+    return inner_.decode_reads(layer, window, view, slice);
   }
-  int64_t decode_metadata_bytes(int layer, int32_t window, const AttentionView& view, int32_t slice) const override {
-    return inner_.decode_metadata_bytes(layer, window, view, slice);
-  }
-  uint64_t device_buffers_generation() const override { return inner_.device_buffers_generation(); }
-  SelectionUnit selection_unit() const override { return inner_.selection_unit(); }
   nlohmann::json debug_state(int32_t seq) const override { return inner_.debug_state(seq); }
 
   nlohmann::json selected = nlohmann::json::array();  // [layer][head] of the current step
@@ -224,7 +218,7 @@ int run(const std::string& case_path, const std::string& out_path) {
   SE_CHECK((*cache)->num_free_pages() == (*cache)->num_total_pages(), "pages leaked after close");
   nlohmann::json out = {{"steps", steps},
                         {"outputs", outputs_path},
-                        {"selection_unit", recorder.selection_unit() == SelectionUnit::kPage ? "page" : "token"},
+                        {"selection_unit", recorder.traits().selection_unit == SelectionUnit::kPage ? "page" : "token"},
                         {"resident_pages", resident},
                         {"reported_pages", reported},
                         {"passes", passes},

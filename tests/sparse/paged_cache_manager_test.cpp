@@ -122,7 +122,7 @@ TEST(PagedCacheManagerTest, PrefixCacheReusesFullBlocksAndFreesOnClose) {
   auto hit = (*cache)->open(1, prompt);
   ASSERT_TRUE(hit.is_ok());
   EXPECT_EQ(*hit, 8);
-  EXPECT_EQ((*cache)->num_prefix_hit_tokens(), 8);
+  EXPECT_EQ((*cache)->prefix_cache_counters().hit_tokens, 8);
   (*cache)->close(1);
   EXPECT_TRUE((*cache)->check_integrity().is_ok());
   // Everything not cached is free; the cached blocks are reclaimable.

@@ -3,6 +3,7 @@
 // sequences' growth, and each change bumps device_buffers_generation.
 #include <gtest/gtest.h>
 
+#include "backend/step_graph.h"
 #include "sparse/method_registry.h"
 #include "sparse/method_runtime.h"
 
@@ -35,7 +36,7 @@ TEST(QuestTest, PrepareStepGrowsTheRankingBeforeTheForward) {
     batch.sequences = {{0, 0, 1, 100}};
     StepContext ctx{batch, **cache, {}, {}};
     quest.prepare_step(ctx);
-    return quest.device_buffers_generation();
+    return StepGraph::buffers_generation();
   };
   const uint64_t first = decode_step(2000);  // 125 pages
   EXPECT_EQ(decode_step(2016), first) << "one page more fits the room laid out";

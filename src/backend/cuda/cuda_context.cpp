@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/step_graph.h"
 
 namespace se::cuda {
 
@@ -50,7 +51,7 @@ void* CudaContext::scratch(size_t nbytes) {
   scratch_bytes_ = 0;
   SE_CUDA_CHECK(cudaMalloc(&scratch_, grown));
   scratch_bytes_ = grown;
-  ++scratch_generation_;
+  StepGraph::note_buffers_moved();  // graphs captured over the old buffer are stale
   return scratch_;
 }
 

@@ -48,8 +48,6 @@ class CudaContext final {
   // Device scratch of at least `nbytes`, valid until the next call; growing it waits for the stream
   // first, since earlier ops may still read the old buffer.
   void* scratch(size_t nbytes);
-  // Counts the scratch buffer's moves (CUDA graphs captured over the old one are stale).
-  uint64_t scratch_generation() const { return scratch_generation_; }
   // Pinned host memory for one staged host-to-device copy of `nbytes`, from a ring: a copy enqueued from it
   // may run later, so the ring waits for the stream only when it wraps (or grows).
   void* host_staging(size_t nbytes);
@@ -69,7 +67,6 @@ class CudaContext final {
   void* workspace_ = nullptr;
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
-  uint64_t scratch_generation_ = 0;
   void* host_staging_ = nullptr;
   size_t host_staging_bytes_ = 0;
   size_t host_staging_used_ = 0;

@@ -42,7 +42,6 @@ enum class AdaKvVariant : uint8_t { kKvpress, kAdaKvReference };
 class AdaKvMethod final : public ObservationWindowMethod {
  public:
   static Result<std::unique_ptr<MethodRuntime>> create(const nlohmann::json& config);
-  std::string_view name() const override { return "adakv"; }
 
   // adakv_reference: per KV head, the prefix tokens it keeps (step 3's cap_h) from a layer's scores.
   static std::vector<int32_t> head_capacities(const WindowScores& scores, int32_t num_prefix_budget,
@@ -56,7 +55,7 @@ class AdaKvMethod final : public ObservationWindowMethod {
  private:
   AdaKvMethod(nlohmann::ordered_json config, const ObservationWindowConfig& window_config, AdaKvVariant variant,
               double floor_alpha)
-      : ObservationWindowMethod(std::move(config), window_config), variant_(variant), floor_alpha_(floor_alpha) {}
+      : ObservationWindowMethod("adakv", std::move(config), window_config), variant_(variant), floor_alpha_(floor_alpha) {}
   std::vector<std::vector<int32_t>> select_prefix(const WindowScores& scores, int layer,
                                                   int num_layers) const override;
   // An upper bound: the split of a layer's tokens over its heads depends on the scores, so this is the most

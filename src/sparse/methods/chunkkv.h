@@ -28,14 +28,13 @@ namespace se {
 class ChunkKvMethod final : public ObservationWindowMethod {
  public:
   static Result<std::unique_ptr<MethodRuntime>> create(const nlohmann::json& config);
-  std::string_view name() const override { return "chunkkv"; }
 
   // Prompt tokens (window included) each stream keeps from a prompt of num_prompt_tokens > budget tokens.
   static int32_t num_kept_tokens(int32_t num_prompt_tokens, int32_t budget, int32_t window, int32_t chunk_length);
 
  private:
   ChunkKvMethod(nlohmann::ordered_json config, const ObservationWindowConfig& window_config, int32_t chunk_length)
-      : ObservationWindowMethod(std::move(config), window_config), chunk_length_(chunk_length) {}
+      : ObservationWindowMethod("chunkkv", std::move(config), window_config), chunk_length_(chunk_length) {}
   std::vector<std::vector<int32_t>> select_prefix(const WindowScores& scores, int layer,
                                                   int num_layers) const override;
   int64_t compressed_pages(const KvLayout& layout, int32_t num_prompt_tokens,

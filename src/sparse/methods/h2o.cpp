@@ -42,7 +42,7 @@ Result<std::unique_ptr<MethodRuntime>> H2oMethod::create(const nlohmann::json& c
 }
 
 H2oMethod::H2oMethod(nlohmann::ordered_json config, int32_t num_heavy, int32_t num_recent, GroupReduce gqa_agg)
-    : config_(std::move(config)), num_heavy_(num_heavy), num_recent_(num_recent), gqa_agg_(gqa_agg) {
+    : MethodRuntime("h2o", std::move(config)), num_heavy_(num_heavy), num_recent_(num_recent), gqa_agg_(gqa_agg) {
   traits_.family = MethodFamily::kEviction;
   traits_.keeps_full_history = false;
   traits_.ops = {OpId::kAttentionScores, OpId::kCompactKv, OpId::kMoveKvRows};

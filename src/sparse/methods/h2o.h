@@ -44,10 +44,6 @@ class H2oMethod final : public MethodRuntime {
  public:
   static Result<std::unique_ptr<MethodRuntime>> create(const nlohmann::json& config);
 
-  std::string_view name() const override { return "h2o"; }
-  const MethodTraits& traits() const override { return traits_; }
-  const nlohmann::ordered_json& config() const override { return config_; }
-
   // Every stream holds min(num_tokens, heavy + recent) tokens once a step is done (budget_resident_pages).
   int64_t resident_pages(const KvLayout& layout, int32_t num_prefill_tokens, int32_t num_tokens) const override;
   // Enqueues the step's column sums of every sequence (copied to host memory as the device gets to them).
@@ -84,8 +80,6 @@ class H2oMethod final : public MethodRuntime {
   // Waits for the step's scores, then adds them to acc.
   void accumulate_step_scores(StepContext& ctx);
 
-  MethodTraits traits_;
-  nlohmann::ordered_json config_;
   int32_t num_heavy_ = 0;   // heavy hitters kept per stream
   int32_t num_recent_ = 0;  // newest tokens kept per stream
   GroupReduce gqa_agg_ = GroupReduce::kMean;

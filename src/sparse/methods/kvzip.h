@@ -67,10 +67,6 @@ class KvzipMethod final : public MethodRuntime {
   // The same, typed, for a reader of last_scores (the kvzip_global prune scorer).
   static Result<std::unique_ptr<KvzipMethod>> make(const nlohmann::json& config, const MethodEnvironment& environment);
 
-  std::string_view name() const override { return "kvzip"; }
-  const MethodTraits& traits() const override { return traits_; }
-  const nlohmann::ordered_json& config() const override { return config_; }
-
   int64_t resident_pages(const KvLayout& layout, int32_t num_prefill_tokens, int32_t num_tokens) const override;
   int32_t transient_extra_tokens(int32_t num_prefill_tokens) const override;
 
@@ -115,8 +111,6 @@ class KvzipMethod final : public MethodRuntime {
   std::vector<std::vector<int32_t>> select(SequenceState& state, int32_t num_context, int num_streams) const;
   void warn_once(bool& flag, const std::string& message);
 
-  MethodTraits traits_;
-  nlohmann::ordered_json config_;
   double ratio_ = 0.3;
   int32_t chunk_size_ = 2048;
   int32_t num_sink_ = 4;

@@ -8,9 +8,9 @@
 
 namespace se {
 
-ObservationWindowMethod::ObservationWindowMethod(nlohmann::ordered_json config,
+ObservationWindowMethod::ObservationWindowMethod(std::string name, nlohmann::ordered_json config,
                                                  const ObservationWindowConfig& window_config)
-    : config_(std::move(config)), window_config_(window_config) {
+    : MethodRuntime(std::move(name), std::move(config)), window_config_(window_config) {
   traits_.family = MethodFamily::kEviction;
   traits_.keeps_full_history = false;
   traits_.ops = {OpId::kAttentionScores, OpId::kCompactKv, OpId::kMoveKvRows};

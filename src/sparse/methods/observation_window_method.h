@@ -31,8 +31,6 @@ namespace se {
 
 class ObservationWindowMethod : public MethodRuntime {
  public:
-  const MethodTraits& traits() const override { return traits_; }
-  const nlohmann::ordered_json& config() const override { return config_; }
   const ObservationWindowConfig& window_config() const { return window_config_; }
 
   // Before the prompt completes (num_tokens < num_prefill_tokens) every token is resident; afterwards the
@@ -43,7 +41,7 @@ class ObservationWindowMethod : public MethodRuntime {
   void on_sequence_end(int32_t seq) override { sequences_.erase(seq); }
 
  protected:
-  ObservationWindowMethod(nlohmann::ordered_json config, const ObservationWindowConfig& window_config);
+  ObservationWindowMethod(std::string name, nlohmann::ordered_json config, const ObservationWindowConfig& window_config);
 
   // Per KV head, the ascending indices (< scores.num_prefix) of the prefix tokens layer `layer` of
   // `num_layers` keeps; called only for prompts longer than the budget.
@@ -60,8 +58,6 @@ class ObservationWindowMethod : public MethodRuntime {
     std::vector<std::vector<std::vector<int32_t>>> kept;  // [layer][kv_head] ascending; empty = not computed
   };
 
-  MethodTraits traits_;
-  nlohmann::ordered_json config_;
   ObservationWindowConfig window_config_;
   std::unordered_map<int32_t, SequenceState> sequences_;  // by seq slot, while a prompt is being compressed
   std::vector<float> probs_;  // scratch: [H, T] window probabilities of one sequence

@@ -28,7 +28,7 @@ Result<std::unique_ptr<MethodRuntime>> OmniKvMethod::create(const nlohmann::json
 
 OmniKvMethod::OmniKvMethod(nlohmann::ordered_json config, std::vector<int> filter_layers, int num_wait,
                            int num_selected_tokens, double selected_fraction)
-    : config_(std::move(config)),
+    : MethodRuntime("omnikv", std::move(config)),
       filter_layers_(std::move(filter_layers)),
       num_wait_(num_wait),
       num_selected_tokens_(num_selected_tokens),

@@ -34,10 +34,6 @@ class OmniKvMethod final : public MethodRuntime {
 
   static Result<std::unique_ptr<MethodRuntime>> create(const nlohmann::json& config);
 
-  std::string_view name() const override { return "omnikv"; }
-  const MethodTraits& traits() const override { return traits_; }
-  const nlohmann::ordered_json& config() const override { return config_; }
-
   void build_decode_selection(LayerContext& ctx, int32_t slice, Selection& selection) override;
   // The slot's buffers stay for the next sequence in it.
   void on_sequence_end(int32_t seq) override {
@@ -72,8 +68,6 @@ class OmniKvMethod final : public MethodRuntime {
   const LayerPlan& plan(int32_t num_layers);
   void select_tokens(LayerContext& ctx, int32_t slice, int32_t prefill_len, int32_t num_kept, TokenIndex& index);
 
-  MethodTraits traits_;
-  nlohmann::ordered_json config_;
   std::vector<int> filter_layers_;
   int num_wait_ = 0;
   int num_selected_tokens_ = 0;

@@ -40,7 +40,6 @@ enum class PyramidSchedule : uint8_t { kKvpress, kKvCacheFactory };
 class PyramidKvMethod final : public ObservationWindowMethod {
  public:
   static Result<std::unique_ptr<MethodRuntime>> create(const nlohmann::json& config);
-  std::string_view name() const override { return "pyramidkv"; }
 
   // kvpress: tokens (the window included) layer `layer` of `num_layers` keeps from a prompt of
   // num_prompt_tokens > budget tokens.
@@ -54,7 +53,7 @@ class PyramidKvMethod final : public ObservationWindowMethod {
  private:
   PyramidKvMethod(nlohmann::ordered_json config, const ObservationWindowConfig& window_config,
                   PyramidSchedule schedule, int32_t beta)
-      : ObservationWindowMethod(std::move(config), window_config), schedule_(schedule), beta_(beta) {}
+      : ObservationWindowMethod("pyramidkv", std::move(config), window_config), schedule_(schedule), beta_(beta) {}
   // Prefix tokens layer `layer` keeps under the configured schedule, in [0, T - w].
   int32_t num_prefix_kept(int32_t num_prompt_tokens, int num_layers, int layer) const;
   std::vector<std::vector<int32_t>> select_prefix(const WindowScores& scores, int layer,

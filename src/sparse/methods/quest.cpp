@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "backend/device_memory.h"
+#include "backend/step_graph.h"
 #include "base/check.h"
 #include "sparse/group_reduce.h"
 
@@ -23,8 +24,9 @@ Result<std::unique_ptr<MethodRuntime>> QuestMethod::create(const nlohmann::json&
 }
 
 QuestMethod::QuestMethod(nlohmann::ordered_json config, int token_budget, int dense_layers, GroupReduce gqa_agg)
-    : config_(std::move(config)), token_budget_(token_budget), dense_layers_(dense_layers), gqa_agg_(gqa_agg) {
+    : MethodRuntime("quest", std::move(config)), token_budget_(token_budget), dense_layers_(dense_layers), gqa_agg_(gqa_agg) {
   traits_.family = MethodFamily::kDynamicSelection;
+  traits_.selection_unit = SelectionUnit::kPage;
   traits_.keeps_full_history = true;
   traits_.ops = {OpId::kUpdatePageKeyBounds, OpId::kSelectPagesByKeyBounds, OpId::kPagedAttentionOverSelection};
   // The key-bound ranking runs as ops over the device tables, its lists in the batch-wide layout that attention
@@ -42,7 +44,7 @@ Result<std::unique_ptr<CacheManager>> QuestMethod::create_cache(const CacheSpec&
                               page_metadata_bytes(spec.layout));
   page_lists_ = page_counts_ = Tensor();
   list_capacity_seqs_ = list_budget_ = ranking_capacity_pages_ = 0;
-  ++buffers_generation_;
+  StepGraph::note_buffers_moved();
   return cache;
 }
 
@@ -65,13 +67,13 @@ void QuestMethod::reserve_ranking(Device device, int32_t num_seqs, int32_t num_k
     list_budget_ = page_budget;
     page_lists_ = empty_on(device, DType::kI32, {list_capacity_seqs_, num_kv_heads, page_budget});
     page_counts_ = empty_on(device, DType::kI32, {list_capacity_seqs_, num_kv_heads});
-    ++buffers_generation_;
+    StepGraph::note_buffers_moved();
   }
   if (longest_stream_pages > ranking_capacity_pages_) {
     // An eighth of headroom, so a decoding batch changes the ranking's stride (and so its captured launches)
     // only every few thousand tokens.
     ranking_capacity_pages_ = (longest_stream_pages + longest_stream_pages / 8 + 255) / 256 * 256;
-    ++buffers_generation_;
+    StepGraph::note_buffers_moved();
   }
 }
 
@@ -132,19 +134,14 @@ void QuestMethod::build_layer_selection(LayerContext& ctx, Selection& selection)
   }
 }
 
-std::optional<int64_t> QuestMethod::replayed_tokens_read(int layer, int32_t sliding_window, const AttentionView& view,
-                                                         int32_t slice) const {
-  if (layer < dense_layers_ || sliding_window > 0) return std::nullopt;
-  return tokens_read(view.seqs[slice], view.num_kv_heads, view.page_size);
-}
-
-int64_t QuestMethod::decode_metadata_bytes(int layer, int32_t sliding_window, const AttentionView& view,
-                                           int32_t slice) const {
-  if (layer < dense_layers_ || sliding_window > 0) return 0;
+MethodRuntime::DecodeReads QuestMethod::decode_reads(int layer, int32_t sliding_window, const AttentionView& view,
+                                                     int32_t slice) const {
+  if (layer < dense_layers_ || sliding_window > 0) return {};
   int64_t pages = 0;
   for (int32_t h = 0; h < view.num_kv_heads; ++h)
     pages += (view.seqs[slice].num_tokens[h] + view.page_size - 1) / view.page_size;
-  return pages * 2 * view.head_dim * static_cast<int64_t>(dtype_size(view.kv_dtype));
+  return {tokens_read(view.seqs[slice], view.num_kv_heads, view.page_size),
+          pages * 2 * view.head_dim * static_cast<int64_t>(dtype_size(view.kv_dtype))};
 }
 
 void QuestMethod::on_pages_rewritten(int layer, const AttentionView& view) {

@@ -25,10 +25,6 @@ class QuestMethod final : public MethodRuntime {
  public:
   static Result<std::unique_ptr<MethodRuntime>> create(const nlohmann::json& config);
 
-  std::string_view name() const override { return "quest"; }
-  const MethodTraits& traits() const override { return traits_; }
-  const nlohmann::ordered_json& config() const override { return config_; }
-
   // The paged cache, plus a bounds tensor [num_pages, 2, head_dim] of the pool's dtype for its pool.
   Result<std::unique_ptr<CacheManager>> create_cache(const CacheSpec& spec) override;
   size_t page_metadata_bytes(const KvLayout& layout) const override {
@@ -40,13 +36,8 @@ class QuestMethod final : public MethodRuntime {
   // Every layer from dense_layers on: the bounds of the pages that took new tokens, then (full-attention layers,
   // decode sequences) the page ranking of the whole batch in one op.
   void build_layer_selection(LayerContext& ctx, Selection& selection) override;
-  std::optional<int64_t> replayed_tokens_read(int layer, int32_t sliding_window, const AttentionView& view,
-                                              int32_t slice) const override;
-  // The bounds of every page of every stream the ranking scores.
-  int64_t decode_metadata_bytes(int layer, int32_t sliding_window, const AttentionView& view,
-                                int32_t slice) const override;
-  uint64_t device_buffers_generation() const override { return buffers_generation_; }
-  SelectionUnit selection_unit() const override { return SelectionUnit::kPage; }
+  // The selected pages' tokens, and the bounds of every page of every stream the ranking scores.
+  DecodeReads decode_reads(int layer, int32_t sliding_window, const AttentionView& view, int32_t slice) const override;
   // Prefix pruning compacted kept keys into these pages: their bounds are recomputed.
   void on_pages_rewritten(int layer, const AttentionView& view) override;
 
@@ -55,12 +46,10 @@ class QuestMethod final : public MethodRuntime {
   // Tokens the last query row of a decode sequence with tables `sv` reads over its KV heads.
   int64_t tokens_read(const SeqKvView& sv, int32_t num_kv_heads, int32_t page_size) const;
   // Lists for num_seqs sequences and a ranking stride covering streams of longest_stream_pages pages; a move
-  // or a new stride bumps buffers_generation_.
+  // or a new stride makes captured decode steps stale (StepGraph::note_buffers_moved).
   void reserve_ranking(Device device, int32_t num_seqs, int32_t num_kv_heads, int32_t page_budget,
                        int32_t longest_stream_pages);
 
-  MethodTraits traits_;
-  nlohmann::ordered_json config_;
   int token_budget_ = 0;
   int dense_layers_ = 0;
   GroupReduce gqa_agg_ = GroupReduce::kMean;
@@ -74,7 +63,6 @@ class QuestMethod final : public MethodRuntime {
   int32_t list_capacity_seqs_ = 0;
   int32_t list_budget_ = 0;
   int32_t ranking_capacity_pages_ = 0;  // max_pages_per_stream of the ranking; grows with the longest stream
-  uint64_t buffers_generation_ = 0;
 };
 
 }  // namespace se

@@ -9,7 +9,7 @@ Result<std::unique_ptr<MethodRuntime>> SnapKvMethod::create(const nlohmann::json
   SE_ASSIGN_OR_RETURN(const ObservationWindowConfig window_config,
                       read_observation_window_config(reader, "snapkv", ObservationWindowDefaults{}));
   SE_RETURN_IF_ERROR(reader.finish());
-  return std::unique_ptr<MethodRuntime>(new SnapKvMethod(reader.resolved(), window_config));
+  return std::unique_ptr<MethodRuntime>(new SnapKvMethod("snapkv", reader.resolved(), window_config));
 }
 
 std::vector<std::vector<int32_t>> SnapKvMethod::select_prefix(const WindowScores& scores, int /*layer*/,

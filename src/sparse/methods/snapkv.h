@@ -18,7 +18,6 @@ namespace se {
 class SnapKvMethod final : public ObservationWindowMethod {
  public:
   static Result<std::unique_ptr<MethodRuntime>> create(const nlohmann::json& config);
-  std::string_view name() const override { return "snapkv"; }
 
  private:
   using ObservationWindowMethod::ObservationWindowMethod;

@@ -20,7 +20,7 @@ Result<std::unique_ptr<MethodRuntime>> StreamingLlmMethod::create(const nlohmann
 }
 
 StreamingLlmMethod::StreamingLlmMethod(nlohmann::ordered_json config, int32_t budget, int32_t num_sink_tokens)
-    : config_(std::move(config)), budget_(budget), num_sink_tokens_(num_sink_tokens) {
+    : MethodRuntime("streamingllm", std::move(config)), budget_(budget), num_sink_tokens_(num_sink_tokens) {
   traits_.family = MethodFamily::kEviction;
   traits_.keeps_full_history = false;
   traits_.ops = {OpId::kCompactKv, OpId::kMoveKvRows};

@@ -43,10 +43,6 @@ class StreamingLlmMethod final : public MethodRuntime {
  public:
   static Result<std::unique_ptr<MethodRuntime>> create(const nlohmann::json& config);
 
-  std::string_view name() const override { return "streamingllm"; }
-  const MethodTraits& traits() const override { return traits_; }
-  const nlohmann::ordered_json& config() const override { return config_; }
-
   // Every stream holds min(num_tokens, budget) tokens once a step is done (budget_resident_pages).
   int64_t resident_pages(const KvLayout& layout, int32_t num_prefill_tokens, int32_t num_tokens) const override;
   // Compacts every stream of the step's sequences that grew past the budget.
@@ -61,8 +57,6 @@ class StreamingLlmMethod final : public MethodRuntime {
   // positions, ascending.
   void keep_by_position(std::span<const int32_t> positions, std::vector<int32_t>& kept);
 
-  MethodTraits traits_;
-  nlohmann::ordered_json config_;
   int32_t budget_ = 0;                                   // tokens per stream after eviction
   int32_t num_sink_tokens_ = 0;                          // leading tokens never evicted
   BudgetEvictionScratch scratch_;  // of finish_step

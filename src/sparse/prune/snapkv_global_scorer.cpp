@@ -8,7 +8,7 @@
 namespace se {
 
 SnapKvGlobalScorer::SnapKvGlobalScorer(int32_t window)
-    : config_({{"window", window}, {"kernel", kKernel}}), window_(window) {
+    : MethodRuntime("snapkv_global", {{"window", window}, {"kernel", kKernel}}), window_(window) {
   SE_CHECK(window >= 1, "snapkv_global: window {}", window);
 }
 

@@ -29,10 +29,6 @@ class SnapKvGlobalScorer final : public MethodRuntime {
   // Precondition: window >= 1.
   explicit SnapKvGlobalScorer(int32_t window);
 
-  std::string_view name() const override { return "snapkv_global"; }
-  const MethodTraits& traits() const override { return traits_; }
-  const nlohmann::ordered_json& config() const override { return config_; }
-
   // The positions the slots of the prefix the sequence attached hold, ascending (slot i holds [i]).
   void set_attached_positions(std::vector<int32_t> positions) { attached_positions_ = std::move(positions); }
   void on_attention_end(LayerContext& ctx) override;
@@ -44,8 +40,6 @@ class SnapKvGlobalScorer final : public MethodRuntime {
   Result<std::vector<float>> position_scores() const;
 
  private:
-  MethodTraits traits_;  // the defaults: dense, full history
-  nlohmann::ordered_json config_;
   int32_t window_;
   std::vector<int32_t> attached_positions_;
   std::vector<int32_t> slot_positions_;  // [stream length] the position each slot holds, this forward
