@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <cstdio>
 #include <cstdlib>
 #include <iterator>
@@ -27,7 +28,9 @@
 #include "engine/engine.h"
 #include "engine/teacher_forcing.h"
 #include "loader/model_loader.h"
+#include "sparse/method_config.h"
 #include "sparse/method_registry.h"
+#include "sparse/methods/observation_window_scores.h"
 #include "sparse/method_traits.h"
 #include "sparse/paged_cache_manager.h"
 #include "sparse/sparse_controller.h"
@@ -584,6 +587,130 @@ std::string describe_selection_difference(const std::vector<LayerSelection>& cpu
   return {};
 }
 
+// The observation-window scores the SnapKV family ranks a prompt's tokens by (snapkv, pyramidkv, adakv), recomputed
+// on one device from what that device's forward produced: the last `window` query rows of every layer and the keys
+// it stored, through the same functions the methods call (attention_scores, reduce_window_scores). Fed the GPU's
+// rows, it gives the scores the GPU's selection saw, so a kept set that parts from the CPU's can be told apart: a
+// pair the GPU's own scores rank the other way (its forward's bf16 rounding moved them) from a selection that
+// departs from its scores (a bug).
+class WindowScoreRecorder {
+ public:
+  explicit WindowScoreRecorder(const MethodRuntime& method) {
+    const nlohmann::ordered_json& resolved = method.config();
+    auto reader = MethodConfig::parse(std::string(method.name()), resolved);
+    SE_CHECK(reader.is_ok(), "{}", reader.status().to_string());
+    ObservationWindowDefaults defaults;
+    defaults.fractional_budget = resolved.contains("budget") && resolved["budget"].is_number_float();
+    auto config = read_observation_window_config(*reader, std::string(method.name()), defaults);
+    SE_CHECK(config.is_ok(), "{}", config.status().to_string());
+    config_ = *config;
+  }
+
+  // The attention observer's call: keeps the window's rows and scores each layer once the prompt is in.
+  void observe(const LayerContext& ctx) {
+    const SequenceSlice& slice = ctx.batch.sequences[0];
+    if (slice.is_decode(ctx.batch.positions)) return;
+    const auto layer = static_cast<size_t>(ctx.layer);
+    if (layer >= rows_.size()) {
+      rows_.resize(layer + 1);
+      scores_.resize(layer + 1);
+    }
+    const int64_t row_size = ctx.q.shape[1] * ctx.q.shape[2];
+    std::vector<float>& rows = rows_[layer];
+    const size_t first = rows.size();
+    rows.resize(first + static_cast<size_t>(slice.num_tokens * row_size));
+    copy_bytes(ctx.q.device, rows.data() + first, ctx.q.ptr<float>() + slice.token_begin * row_size,
+               static_cast<size_t>(slice.num_tokens * row_size) * sizeof(float));
+    if (!slice.completes_prefill(ctx.batch.positions)) return;
+    const int32_t num_tokens = ctx.view.seqs[0].num_tokens[0];
+    const int32_t window = config_.window;
+    if (num_tokens <= config_.budget) return;
+    const auto num_heads = static_cast<int32_t>(ctx.q.shape[1]);
+    const TensorView host_q{rows.data() + (static_cast<int64_t>(rows.size()) / row_size - window) * row_size,
+                            DType::kF32, {window, num_heads, ctx.q.shape[2]}, Device::kCpu};  // [w, H, D]
+    Tensor device_q;
+    TensorView q = host_q;
+    if (ctx.q.device != Device::kCpu) {
+      device_q = empty_on(ctx.q.device, DType::kF32, host_q.shape);
+      copy_bytes(ctx.q.device, device_q.raw(), host_q.data, host_q.nbytes());
+      q = device_q.view();
+    }
+    std::vector<float> probs(static_cast<size_t>(num_heads) * static_cast<size_t>(num_tokens));
+    attention_scores(TensorView{probs.data(), DType::kF32, {num_heads, num_tokens}, Device::kCpu}, q, ctx.view, 0,
+                     ctx.params, ScoreReduce::kSum);
+    scores_[layer] = reduce_window_scores(probs.data(), num_tokens, num_heads, ctx.view.num_kv_heads, num_tokens,
+                                          config_);
+  }
+
+  // Layer `layer`'s score of the prompt token at `position` in KV head `kv_head` (a scored, pre-window token).
+  double score(int layer, int32_t kv_head, int32_t position) const {
+    const WindowScores& s = scores_.at(static_cast<size_t>(layer));
+    SE_CHECK(position < s.num_prefix, "position {} is not scored (prefix of {})", position, s.num_prefix);
+    return s.head(kv_head)[position];
+  }
+
+ private:
+  ObservationWindowConfig config_;
+  std::vector<std::vector<float>> rows_;  // [layer]: every prompt query row so far, [rows, H, D]
+  std::vector<WindowScores> scores_;      // [layer]
+};
+
+// The (kv_head, position) pairs of layer `layer` that only `a` keeps, then those only `b` keeps.
+using HeadPositions = std::vector<std::pair<int32_t, int32_t>>;
+std::pair<HeadPositions, HeadPositions> kept_difference(const CacheManager& a, const CacheManager& b, int layer) {
+  HeadPositions only_a, only_b;
+  for (int32_t h = 0; h < a.layout().num_kv_heads; ++h) {
+    const auto sorted = [&](const CacheManager& c) {
+      const auto span = c.slot_positions(TeacherForcedSequence::kSeq, layer, h);
+      std::vector<int32_t> v(span.begin(), span.end());
+      std::sort(v.begin(), v.end());
+      return v;
+    };
+    const std::vector<int32_t> x = sorted(a), y = sorted(b);
+    std::vector<int32_t> ox, oy;
+    std::set_difference(x.begin(), x.end(), y.begin(), y.end(), std::back_inserter(ox));
+    std::set_difference(y.begin(), y.end(), x.begin(), x.end(), std::back_inserter(oy));
+    for (int32_t p : ox) only_a.emplace_back(h, p);
+    for (int32_t p : oy) only_b.emplace_back(h, p);
+  }
+  return {only_a, only_b};
+}
+
+// KVzip keeps every (layer, KV head, context token) whose reconstruction score exceeds one threshold over them all.
+// A pair kept on one device only must sit on the other side of that device's own threshold (its debug_state: the
+// scores of the compression and the threshold), else the GPU's selection departs from its scores. Returns the
+// first such pair's scores on both devices, or "" when the kept sets are the same.
+std::string judge_kvzip_difference(const TeacherForcedSequence& cpu, const TeacherForcedSequence& gpu, int num_layers,
+                                   const std::string& what) {
+  const nlohmann::json cpu_state = cpu.method().debug_state(TeacherForcedSequence::kSeq);
+  const nlohmann::json gpu_state = gpu.method().debug_state(TeacherForcedSequence::kSeq);
+  if (cpu_state.is_null() || gpu_state.is_null()) return {};
+  const int32_t num_sink = cpu.method().config().at("n_sink").get<int32_t>();
+  const double cpu_threshold = cpu_state.at("threshold").get<double>();
+  const double gpu_threshold = gpu_state.at("threshold").get<double>();
+  std::string first;
+  for (int l = 0; l < num_layers; ++l) {
+    const auto [only_cpu, only_gpu] = kept_difference(cpu.cache(), gpu.cache(), l);
+    for (const auto& [pairs, kept_on_cpu] : {std::pair{only_cpu, true}, std::pair{only_gpu, false}}) {
+      for (const auto& [h, position] : pairs) {
+        const auto j = static_cast<size_t>(position - num_sink);
+        const double c = cpu_state.at("scores").at(l).at(h).at(j).get<double>();
+        const double g = gpu_state.at("scores").at(l).at(h).at(j).get<double>();
+        // Kept means above the device's own threshold.
+        EXPECT_EQ(g > gpu_threshold, !kept_on_cpu) << what << " layer " << l << " head " << h << " position "
+                                                   << position << ": the GPU's selection departs from its scores";
+        if (first.empty())
+          first = fmt::format(
+              "layer {} h{}:{} kept on the {} only: cpu score {:.6f} vs threshold {:.6f} ({:.2e} relative), gpu "
+              "score {:.6f} vs threshold {:.6f}",
+              l, h, position, kept_on_cpu ? "cpu" : "gpu", c, cpu_threshold, (c - cpu_threshold) / cpu_threshold, g,
+              gpu_threshold);
+      }
+    }
+  }
+  return first;
+}
+
 // Where each method's GPU run first parts from the CPU's, with the token stream held fixed: both devices are fed
 // the CPU's greedy tokens (teacher forcing, prefill chunks of 24 tokens as the engine test's steps). After the
 // prefill and every decode step the test compares the positions each (layer, KV head) stream keeps, what each
@@ -592,8 +719,9 @@ std::string describe_selection_difference(const std::vector<LayerSelection>& cpu
 // the first step and layer whose selection differs (with the CPU's Quest page scores of the pages in question),
 // and the first step where the GPU picks another token at a confident CPU margin: above twice the largest
 // |GPU - CPU| logit vanilla shows over the same streams (dense attention's bf16 noise). Checks: vanilla's picks
-// part only at near-ties of its own step, and a page selection parts only where the pages' scores lie within
-// their bf16 rounding. The per-method counts are in docs/fidelity.md.
+// part only at near-ties of its own step, a page selection parts only where the pages' scores lie within their
+// bf16 rounding, and a SnapKV-family kept set parts only by pairs the GPU's own window scores rank the other way
+// (WindowScoreRecorder). The per-method counts are in docs/fidelity.md.
 TEST(GpuEngineTest, KeptSetsUnderTeacherForcing) {
   SE_SKIP_WITHOUT_CUDA_DEVICE();
   const TinyBundles bundles = tiny_cpu_and_gpu_bundles();
@@ -615,33 +743,33 @@ TEST(GpuEngineTest, KeptSetsUnderTeacherForcing) {
       auto cpu = TeacherForcedSequence::create(*bundles.cpu.model, o);
       auto gpu = TeacherForcedSequence::create(*bundles.gpu.model, o);
       ASSERT_TRUE(cpu.is_ok() && gpu.is_ok()) << method;
-      std::string kept_diff, pick_diff, selection_diff;
+      std::string kept_diff, pick_diff, selection_diff, score_note;
       std::vector<LayerSelection> cpu_layers, gpu_layers;  // the running step's selections, by layer
+      const bool window_method = method == "snapkv" || method == "pyramidkv" || method == "adakv";
+      std::optional<WindowScoreRecorder> cpu_scores, gpu_scores;
+      if (window_method) {
+        cpu_scores.emplace((*cpu)->method());
+        gpu_scores.emplace((*gpu)->method());
+      }
       (*cpu)->set_attention_observer([&](const LayerContext& ctx, const AttentionView& attended) {
         cpu_layers.push_back(record_selection(ctx, attended));
+        if (cpu_scores) cpu_scores->observe(ctx);
       });
       (*gpu)->set_attention_observer([&](const LayerContext& ctx, const AttentionView& attended) {
         gpu_layers.push_back(record_selection(ctx, attended));
+        if (gpu_scores) gpu_scores->observe(ctx);
       });
       const auto compare = [&](int step, const Tensor& want_logits, const Tensor& got_logits) {
-        if (kept_diff.empty()) {
-          for (int l = 0; l < mc.num_layers && kept_diff.empty(); ++l) {
-            for (int h = 0; h < mc.num_kv_heads && kept_diff.empty(); ++h) {
-              auto sorted = [&](const TeacherForcedSequence& s) {
-                const auto span = s.cache().slot_positions(TeacherForcedSequence::kSeq, l, h);
-                std::vector<int32_t> v(span.begin(), span.end());
-                std::sort(v.begin(), v.end());
-                return v;
-              };
-              const std::vector<int32_t> a = sorted(**cpu), b = sorted(**gpu);
-              if (a == b) continue;
-              std::vector<int32_t> only_cpu, only_gpu;
-              std::set_difference(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(only_cpu));
-              std::set_difference(b.begin(), b.end(), a.begin(), a.end(), std::back_inserter(only_gpu));
-              kept_diff = fmt::format("kept sets part at step {} layer {} head {}: cpu only {}, gpu only {}", step,
-                                      l, h, fmt::join(only_cpu, ","), fmt::join(only_gpu, ","));
-            }
-          }
+        for (int l = 0; l < mc.num_layers && kept_diff.empty(); ++l) {
+          const auto [only_cpu, only_gpu] = kept_difference((*cpu)->cache(), (*gpu)->cache(), l);
+          const auto describe = [](const HeadPositions& pairs) {
+            std::string out;
+            for (const auto& [h, position] : pairs) out += fmt::format("{}h{}:{}", out.empty() ? "" : ",", h, position);
+            return out;
+          };
+          if (!only_cpu.empty() || !only_gpu.empty())
+            kept_diff = fmt::format("kept sets part at step {} layer {}: cpu only {}, gpu only {}", step, l,
+                                    describe(only_cpu), describe(only_gpu));
         }
         const std::vector<float> want(want_logits.data<float>(), want_logits.data<float>() + want_logits.numel());
         const std::vector<float> got(got_logits.data<float>(), got_logits.data<float>() + got_logits.numel());
@@ -660,6 +788,37 @@ TEST(GpuEngineTest, KeptSetsUnderTeacherForcing) {
       auto got = (*gpu)->prefill(prompts[p]);
       ASSERT_TRUE(want.is_ok() && got.is_ok()) << method;
       int32_t token = compare(0, *want, *got);
+      if (window_method) {
+        // Every token only the CPU keeps must have a counterpart only the GPU keeps (same KV head where there is
+        // one; AdaKV trades across the heads of a layer) that the CPU's scores rank below it and the GPU's own
+        // scores rank above it: the GPU kept what its scores said.
+        for (int l = 0; l < mc.num_layers; ++l) {
+          const auto [only_cpu, only_gpu] = kept_difference((*cpu)->cache(), (*gpu)->cache(), l);
+          for (const auto& [h, a] : only_cpu) {
+            const auto explains = [&](const std::pair<int32_t, int32_t>& other) {
+              const auto [h2, b] = other;
+              return cpu_scores->score(l, h, a) >= cpu_scores->score(l, h2, b) &&
+                     gpu_scores->score(l, h2, b) >= gpu_scores->score(l, h, a);
+            };
+            auto it = std::find_if(only_gpu.begin(), only_gpu.end(),
+                                   [&](const auto& o) { return o.first == h && explains(o); });
+            if (it == only_gpu.end()) it = std::find_if(only_gpu.begin(), only_gpu.end(), explains);
+            EXPECT_NE(it, only_gpu.end()) << method << " request " << p << " layer " << l << " head " << h
+                                          << ": the GPU dropped position " << a << " against its own scores";
+            if (it == only_gpu.end() || !score_note.empty()) continue;
+            const auto [h2, b] = *it;
+            const double ca = cpu_scores->score(l, h, a), cb = cpu_scores->score(l, h2, b);
+            const double ga = gpu_scores->score(l, h, a), gb = gpu_scores->score(l, h2, b);
+            score_note = fmt::format(
+                "layer {}: cpu keeps h{}:{} ({:.6f}, gpu {:.6f}) over h{}:{} ({:.6f}, gpu {:.6f}), cpu gap {:.2e} "
+                "relative, gpu deviation {:.2e} relative",
+                l, h, a, ca, ga, h2, b, cb, gb, (ca - cb) / (ca + cb),
+                std::max(std::abs(ga - ca) / ca, std::abs(gb - cb) / cb));
+          }
+        }
+      }
+      if (method == "kvzip")
+        score_note = judge_kvzip_difference(**cpu, **gpu, mc.num_layers, fmt::format("kvzip request {}", p));
       for (int step = 1; step <= kNumNew; ++step) {
         cpu_layers.clear();
         gpu_layers.clear();
@@ -674,6 +833,7 @@ TEST(GpuEngineTest, KeptSetsUnderTeacherForcing) {
         token = compare(step, *want, *got);
       }
       num_confident += !pick_diff.empty();
+      if (!score_note.empty()) kept_diff += "; " + score_note;
       std::printf("KEPTSET %-12s request %zu: %s; %s; %s\n", method.c_str(), p,
                   kept_diff.empty() ? "kept sets identical" : kept_diff.c_str(),
                   selection_diff.empty() ? "selections identical" : selection_diff.c_str(),
