@@ -551,8 +551,7 @@ void update_page_key_bounds(TensorView bounds, const AttentionView& view, int32_
   cpu::update_page_key_bounds(bounds, view, max_new_tokens);
 }
 
-void page_key_bound_scores(TensorView out, TensorView q, TensorView bounds, const AttentionView& view,
-                           int32_t slice) {
+void page_key_bound_scores(TensorView out, TensorView q, TensorView bounds, const AttentionView& view, int32_t slice) {
   SE_CHECK(slice >= 0 && slice < view.num_seqs, "page_key_bound_scores: sequence {} of {}", slice, view.num_seqs);
   SE_CHECK(view.tables_device == Device::kCpu, "page_key_bound_scores: takes a view with host tables");
   SE_CHECK(q.shape.rank() == 2 && q.shape[1] == view.head_dim && q.shape[0] % view.num_kv_heads == 0 &&
@@ -653,8 +652,8 @@ void top_keys_by_logits_max_over_heads(TensorView out_tokens, TensorView q, cons
   thread_local std::vector<float> logits;
   thread_local std::vector<int32_t> kept;
   logits.resize(static_cast<size_t>(num_keys));
-  attention_logits_max_over_heads(TensorView{logits.data(), DType::kF32, Shape{num_keys}, Device::kCpu}, q, view,
-                                  slice, scale);
+  attention_logits_max_over_heads(TensorView{logits.data(), DType::kF32, Shape{num_keys}, Device::kCpu}, q, view, slice,
+                                  scale);
   top_k_ascending(logits.data(), num_keys, static_cast<int32_t>(out_tokens.shape[0]), kept);
   std::copy(kept.begin(), kept.end(), out_tokens.ptr<int32_t>());
 }

@@ -144,8 +144,7 @@ enum class ScoresReady : uint8_t { kOnReturn, kAfterSynchronize };
 // once synchronize(device) returns: the call only enqueues, so a method that reads every layer's scores once per
 // step waits once, not once per layer.
 void attention_scores(TensorView out, TensorView q, const AttentionView& view, int32_t slice,
-                      const AttentionParams& params, ScoreReduce reduce,
-                      ScoresReady ready = ScoresReady::kOnReturn);
+                      const AttentionParams& params, ScoreReduce reduce, ScoresReady ready = ScoresReady::kOnReturn);
 
 // One stream of a compaction: its page list and the strictly ascending indices of the tokens it keeps.
 struct StreamCompaction {
@@ -184,8 +183,7 @@ void update_page_key_bounds(TensorView bounds, const AttentionView& view, int32_
 // q[h,d] * max[p,d]) for query head h and page p of h's KV head. q [H, D] (one query row); out [H, max_pages]
 // F32, where max_pages = the most pages of any KV head of the sequence; entries past a head's pages are -inf.
 // Host tables.
-void page_key_bound_scores(TensorView out, TensorView q, TensorView bounds, const AttentionView& view,
-                           int32_t slice);
+void page_key_bound_scores(TensorView out, TensorView q, TensorView bounds, const AttentionView& view, int32_t slice);
 
 // How a KV head reduces its query group's per-head scores: mean, max or sum over the group.
 enum class GroupReduce : uint8_t { kMean, kMax, kSum };

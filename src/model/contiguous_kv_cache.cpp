@@ -9,7 +9,7 @@ ContiguousKvCache::ContiguousKvCache(const ModelConfig& config, int num_seqs)
       kv_row_(config.kv_size()),
       num_kv_heads_(config.num_kv_heads),
       head_dim_(config.head_dim),
-      stores_(static_cast<size_t>(num_seqs * config.num_layers)) {}
+      stores_(static_cast<size_t>(num_seqs) * static_cast<size_t>(config.num_layers)) {}
 
 void ContiguousKvCache::attend(int layer, const LayerConfig&, const ForwardBatch& batch, TensorView q,
                                TensorView k, TensorView v, TensorView out, const AttentionParams& params) {
@@ -37,7 +37,7 @@ void ContiguousKvCache::attend(int layer, const LayerConfig&, const ForwardBatch
 }
 
 int ContiguousKvCache::num_tokens(int seq) const {
-  return static_cast<int>(stores_[static_cast<size_t>(seq * num_layers_)].positions.size());
+  return static_cast<int>(stores_[static_cast<size_t>(seq) * static_cast<size_t>(num_layers_)].positions.size());
 }
 
 void ContiguousKvCache::clear(int seq) { truncate(seq, 0); }

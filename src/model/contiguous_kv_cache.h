@@ -30,7 +30,9 @@ class ContiguousKvCache final : public ForwardHooks {
     std::vector<float> v;  // [n, Hkv, D]
     std::vector<int32_t> positions;  // [n]
   };
-  LayerStore& store(int seq, int layer) { return stores_[static_cast<size_t>(seq * num_layers_ + layer)]; }
+  LayerStore& store(int seq, int layer) {
+    return stores_[static_cast<size_t>(seq) * static_cast<size_t>(num_layers_) + static_cast<size_t>(layer)];
+  }
 
   int num_layers_;
   int kv_row_;  // Hkv * D

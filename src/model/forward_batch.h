@@ -8,7 +8,7 @@
 namespace se {
 
 struct SequenceSlice {
-  int32_t seq = 0;     // the caller's handle for the sequence's KV state
+  int32_t seq = 0;          // the caller's handle for the sequence's KV state
   int32_t token_begin = 0;  // first row of this sequence in the batch
   int32_t num_tokens = 0;
   // Tokens the sequence prefills before it decodes: its prompt, plus any outputs it recomputes after a

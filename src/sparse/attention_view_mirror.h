@@ -15,8 +15,8 @@
 // stream. A selection produced for the whole batch in one layout (AttentionView::produced) needs no copy: the
 // device view carries it by value, so such a forward enqueues no host copy after upload() and a CUDA graph can
 // replay it. Valid while the cache's tables are unchanged, i.e. until the forward's method hooks evict.
-// The buffers grow geometrically, so a steady decode allocates nothing; a move of the header notes StepGraph::note_buffers_moved.
-// Engine thread only.
+// The buffers grow geometrically, so a steady decode allocates nothing; a move of the header notes
+// StepGraph::note_buffers_moved. Engine thread only.
 #pragma once
 
 #include <cstdint>

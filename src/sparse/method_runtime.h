@@ -166,8 +166,7 @@ class MethodRuntime {
   virtual nlohmann::json debug_state(int32_t /*seq*/) const { return {}; }
 
  protected:
-  MethodRuntime(std::string name, nlohmann::ordered_json config)
-      : name_(std::move(name)), config_(std::move(config)) {}
+  MethodRuntime(std::string name, nlohmann::ordered_json config) : name_(std::move(name)), config_(std::move(config)) {}
 
   MethodTraits traits_;  // each method fills its own in its constructor
 

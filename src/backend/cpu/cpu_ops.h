@@ -34,8 +34,7 @@ void move_kv_rows(const AttentionView& pool, std::span<const KvRowMove> moves);
 void token_lists_with_tail(TensorView lists, TensorView counts, TensorView tokens, const AttentionView& view,
                            int32_t slice, int32_t tail_begin);
 void update_page_key_bounds(TensorView bounds, const AttentionView& view, int32_t max_new_tokens);
-void page_key_bound_scores(TensorView out, TensorView q, TensorView bounds, const AttentionView& view,
-                           int32_t slice);
+void page_key_bound_scores(TensorView out, TensorView q, TensorView bounds, const AttentionView& view, int32_t slice);
 void select_pages_by_key_bounds(TensorView selected, TensorView num_selected, TensorView q, TensorView bounds,
                                 const AttentionView& view, int32_t page_budget, int32_t max_pages_per_stream,
                                 GroupReduce reduce);

@@ -24,8 +24,7 @@ void update_page_key_bounds(TensorView bounds, const AttentionView& view, int32_
   });
 }
 
-void page_key_bound_scores(TensorView out, TensorView q, TensorView bounds, const AttentionView& view,
-                           int32_t slice) {
+void page_key_bound_scores(TensorView out, TensorView q, TensorView bounds, const AttentionView& view, int32_t slice) {
   const SeqKvView& sv = view.seqs[slice];
   const int64_t num_heads = q.shape[0];
   const int64_t group = num_heads / view.num_kv_heads;

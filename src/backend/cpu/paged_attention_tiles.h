@@ -75,9 +75,7 @@ void attend_tile(TensorView out, TensorView q, const AttentionView& view, const 
   const int32_t group = num_heads / view.num_kv_heads;
   const int32_t head_dim = view.head_dim;
   const int32_t n = view.q_indptr[tile.slice + 1] - view.q_indptr[tile.slice];
-  auto row_range = [&](int32_t row) {
-    return visible_range(sv, tile.kv_head, n, row, params.sliding_window);
-  };
+  auto row_range = [&](int32_t row) { return visible_range(sv, tile.kv_head, n, row, params.sliding_window); };
   // Query vector m of the tile: row tile.row_begin + m / group, head kv_head * group + m % group.
   const int32_t num_queries = (tile.row_end - tile.row_begin) * group;
   auto query_offset = [&](int32_t m) {

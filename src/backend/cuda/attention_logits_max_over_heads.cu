@@ -185,16 +185,16 @@ int top_k_chunks(int n, int k) {
 }
 }  // namespace
 
-void attention_logits_max_over_heads(TensorView out, TensorView q, const AttentionView& view,
-                                     int32_t slice, float scale) {
+void attention_logits_max_over_heads(TensorView out, TensorView q, const AttentionView& view, int32_t slice,
+                                     float scale) {
   const int num_keys = static_cast<int>(out.shape[0]);
   if (num_keys == 0) return;
   const float* logits = enqueue_logits(q, view, slice, num_keys, scale, 0, nullptr);
   fetch_results(out.data, logits, static_cast<size_t>(num_keys) * sizeof(float));
 }
 
-void top_keys_by_logits_max_over_heads(TensorView out_tokens, TensorView q, const AttentionView& view,
-                                       int32_t slice, int32_t num_keys, float scale) {
+void top_keys_by_logits_max_over_heads(TensorView out_tokens, TensorView q, const AttentionView& view, int32_t slice,
+                                       int32_t num_keys, float scale) {
   const int k = static_cast<int>(out_tokens.shape[0]);
   if (k == 0) return;
   // One block ranks a row alone on one SM; a long row goes to several blocks first, each keeping its chunk's top
@@ -202,8 +202,7 @@ void top_keys_by_logits_max_over_heads(TensorView out_tokens, TensorView q, cons
   const int chunks = top_k_chunks(num_keys, k);
   void* candidates = nullptr;
   const float* logits = enqueue_logits(q, view, slice, num_keys, scale,
-                                       chunks > 1 ? static_cast<size_t>(chunks) * k * sizeof(int32_t) : 0,
-                                       &candidates);
+                                       chunks > 1 ? static_cast<size_t>(chunks) * k * sizeof(int32_t) : 0, &candidates);
   cudaStream_t stream = CudaContext::current().stream();
   if (chunks == 1) {
     chunk_top_k_kernel<<<1, kTopKThreads, 0, stream>>>(out_tokens.ptr<int32_t>(), logits, num_keys, num_keys, k);

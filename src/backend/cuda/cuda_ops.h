@@ -62,23 +62,21 @@ void attention_scores(TensorView out, TensorView q, const AttentionView& view, i
 void compact_kv(const AttentionView& pool, std::span<const StreamCompaction> streams);
 // One thread per 16-byte piece of every moved row; enqueued only.
 void move_kv_rows(const AttentionView& pool, std::span<const KvRowMove> moves);
-void subset_attention_max_scores(TensorView out, TensorView q, const AttentionView& view,
-                                 int32_t slice, int32_t num_sink, int32_t begin,
-                                 const AttentionParams& params);
+void subset_attention_max_scores(TensorView out, TensorView q, const AttentionView& view, int32_t slice,
+                                 int32_t num_sink, int32_t begin, const AttentionParams& params);
 void update_page_key_bounds(TensorView bounds, const AttentionView& view, int32_t max_new_tokens);
-void page_key_bound_scores(TensorView out, TensorView q, TensorView bounds,
-                           const AttentionView& view, int32_t slice);
+void page_key_bound_scores(TensorView out, TensorView q, TensorView bounds, const AttentionView& view, int32_t slice);
 // The group-reduced bound scores of every sequence go to scratch; one block per (KV head, sequence) then
 // radix-selects its top pages there.
 void select_pages_by_key_bounds(TensorView selected, TensorView num_selected, TensorView q, TensorView bounds,
                                 const AttentionView& view, int32_t page_budget, int32_t max_pages_per_stream,
                                 GroupReduce reduce);
 // head_dim 64, 128 or 256.
-void attention_logits_max_over_heads(TensorView out, TensorView q, const AttentionView& view,
-                                     int32_t slice, float scale);
+void attention_logits_max_over_heads(TensorView out, TensorView q, const AttentionView& view, int32_t slice,
+                                     float scale);
 // The logits stay on the device; one block radix-selects the k largest into out_tokens (device memory).
-void top_keys_by_logits_max_over_heads(TensorView out_tokens, TensorView q, const AttentionView& view,
-                                       int32_t slice, int32_t num_keys, float scale);
+void top_keys_by_logits_max_over_heads(TensorView out_tokens, TensorView q, const AttentionView& view, int32_t slice,
+                                       int32_t num_keys, float scale);
 // One block per KV head; the stream lengths travel as kernel arguments.
 void token_lists_with_tail(TensorView lists, TensorView counts, TensorView tokens, const AttentionView& view,
                            int32_t slice, int32_t tail_begin);

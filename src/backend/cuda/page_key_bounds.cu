@@ -351,8 +351,7 @@ void update_page_key_bounds(TensorView bounds, const AttentionView& view, int32_
   SE_CUDA_CHECK_LAUNCH("update_page_key_bounds_kernel");
 }
 
-void page_key_bound_scores(TensorView out, TensorView q, TensorView bounds, const AttentionView& view,
-                           int32_t slice) {
+void page_key_bound_scores(TensorView out, TensorView q, TensorView bounds, const AttentionView& view, int32_t slice) {
   if (out.numel() == 0) return;
   // The one-sequence view of `slice`, its single query row being q's only row.
   const int32_t one_row[2] = {0, 1};

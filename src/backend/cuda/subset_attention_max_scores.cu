@@ -7,9 +7,8 @@
 
 namespace se::cuda {
 
-void subset_attention_max_scores(TensorView out, TensorView q, const AttentionView& view,
-                                 int32_t slice, int32_t num_sink, int32_t begin,
-                                 const AttentionParams& params) {
+void subset_attention_max_scores(TensorView out, TensorView q, const AttentionView& view, int32_t slice,
+                                 int32_t num_sink, int32_t begin, const AttentionParams& params) {
   AttentionProbsJob job;
   job.keys = ProbKeys::kSubset;
   job.q = q;

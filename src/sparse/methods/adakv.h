@@ -55,7 +55,9 @@ class AdaKvMethod final : public ObservationWindowMethod {
  private:
   AdaKvMethod(nlohmann::ordered_json config, const ObservationWindowConfig& window_config, AdaKvVariant variant,
               double floor_alpha)
-      : ObservationWindowMethod("adakv", std::move(config), window_config), variant_(variant), floor_alpha_(floor_alpha) {}
+      : ObservationWindowMethod("adakv", std::move(config), window_config),
+        variant_(variant),
+        floor_alpha_(floor_alpha) {}
   std::vector<std::vector<int32_t>> select_prefix(const WindowScores& scores, int layer,
                                                   int num_layers) const override;
   // An upper bound: the split of a layer's tokens over its heads depends on the scores, so this is the most

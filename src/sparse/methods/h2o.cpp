@@ -139,8 +139,8 @@ void H2oMethod::accumulate_step_scores(StepContext& ctx) {
           std::vector<float>& acc = scores.acc[static_cast<size_t>(layout.stream(layer, kvh))];
           const int32_t len = ctx.cache.stream_length(slice.seq, layer, kvh);
           SE_CHECK(static_cast<int64_t>(acc.size()) == len - n,
-                   "h2o: seq {} layer {} head {} has {} scores for {} resident rows (state not restored?)",
-                   slice.seq, layer, kvh, acc.size(), len - n);
+                   "h2o: seq {} layer {} head {} has {} scores for {} resident rows (state not restored?)", slice.seq,
+                   layer, kvh, acc.size(), len - n);
           acc.resize(static_cast<size_t>(len), 0.0f);
           reduced.resize(static_cast<size_t>(len));
           reduce_group(head_scores, max_len, static_cast<int32_t>(group), reduced.data(), len, gqa_agg_);

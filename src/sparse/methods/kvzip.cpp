@@ -51,7 +51,11 @@ Result<std::unique_ptr<KvzipMethod>> KvzipMethod::make(const nlohmann::json& con
 
 KvzipMethod::KvzipMethod(nlohmann::ordered_json config, double ratio, int32_t chunk_size, int32_t num_sink,
                          bool uniform, const MethodEnvironment& environment)
-    : MethodRuntime("kvzip", std::move(config)), ratio_(ratio), chunk_size_(chunk_size), num_sink_(num_sink), uniform_(uniform) {
+    : MethodRuntime("kvzip", std::move(config)),
+      ratio_(ratio),
+      chunk_size_(chunk_size),
+      num_sink_(num_sink),
+      uniform_(uniform) {
   traits_.family = MethodFamily::kEviction;
   traits_.keeps_full_history = false;
   traits_.ops = {OpId::kSubsetAttentionMaxScores, OpId::kCompactKv, OpId::kMoveKvRows};

@@ -68,8 +68,8 @@ void ObservationWindowMethod::on_attention_end(LayerContext& ctx) {
       std::vector<float>().swap(rows);
       continue;
     }
-    SE_CHECK(num_tokens > window, "{}: seq {} layer {} has {} tokens for a window of {}", name(), slice.seq,
-             ctx.layer, num_tokens, window);
+    SE_CHECK(num_tokens > window, "{}: seq {} layer {} has {} tokens for a window of {}", name(), slice.seq, ctx.layer,
+             num_tokens, window);
     TensorView q{rows.data() + (num_rows - window) * row_size, DType::kF32, {window, num_heads, ctx.q.shape[2]},
                  Device::kCpu};  // [w, H, D]
     if (ctx.q.device != Device::kCpu) {  // the scoring op reads q where the forward runs

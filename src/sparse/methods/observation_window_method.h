@@ -41,7 +41,8 @@ class ObservationWindowMethod : public MethodRuntime {
   void on_sequence_end(int32_t seq) override { sequences_.erase(seq); }
 
  protected:
-  ObservationWindowMethod(std::string name, nlohmann::ordered_json config, const ObservationWindowConfig& window_config);
+  ObservationWindowMethod(std::string name, nlohmann::ordered_json config,
+                          const ObservationWindowConfig& window_config);
 
   // Per KV head, the ascending indices (< scores.num_prefix) of the prefix tokens layer `layer` of
   // `num_layers` keeps; called only for prompts longer than the budget.

@@ -129,8 +129,8 @@ void OmniKvMethod::build_decode_selection(LayerContext& ctx, int32_t slice, Sele
   const auto it = indices_.find(s.seq);
   SE_CHECK(it != indices_.end() && it->second.filter_layer == layers.sources[static_cast<size_t>(ctx.layer)] &&
                it->second.position == position,
-           "omnikv: sparse layer {} of seq {} runs before its filter layer {} at position {}", ctx.layer,
-           s.seq, layers.sources[static_cast<size_t>(ctx.layer)], position);
+           "omnikv: sparse layer {} of seq {} runs before its filter layer {} at position {}", ctx.layer, s.seq,
+           layers.sources[static_cast<size_t>(ctx.layer)], position);
   // Every layer of the step holds the same tokens, so the filter layer's lists serve its whole segment.
   const TokenIndex& index = it->second;
   selection.set_produced(slice, index.lists.view().ptr<int32_t>(), static_cast<int32_t>(index.lists.shape()[1]),

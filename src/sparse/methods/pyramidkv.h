@@ -51,8 +51,8 @@ class PyramidKvMethod final : public ObservationWindowMethod {
                                      int num_layers, int layer);
 
  private:
-  PyramidKvMethod(nlohmann::ordered_json config, const ObservationWindowConfig& window_config,
-                  PyramidSchedule schedule, int32_t beta)
+  PyramidKvMethod(nlohmann::ordered_json config, const ObservationWindowConfig& window_config, PyramidSchedule schedule,
+                  int32_t beta)
       : ObservationWindowMethod("pyramidkv", std::move(config), window_config), schedule_(schedule), beta_(beta) {}
   // Prefix tokens layer `layer` keeps under the configured schedule, in [0, T - w].
   int32_t num_prefix_kept(int32_t num_prompt_tokens, int num_layers, int layer) const;

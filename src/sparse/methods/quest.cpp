@@ -24,7 +24,10 @@ Result<std::unique_ptr<MethodRuntime>> QuestMethod::create(const nlohmann::json&
 }
 
 QuestMethod::QuestMethod(nlohmann::ordered_json config, int token_budget, int dense_layers, GroupReduce gqa_agg)
-    : MethodRuntime("quest", std::move(config)), token_budget_(token_budget), dense_layers_(dense_layers), gqa_agg_(gqa_agg) {
+    : MethodRuntime("quest", std::move(config)),
+      token_budget_(token_budget),
+      dense_layers_(dense_layers),
+      gqa_agg_(gqa_agg) {
   traits_.family = MethodFamily::kDynamicSelection;
   traits_.selection_unit = SelectionUnit::kPage;
   traits_.keeps_full_history = true;
@@ -87,8 +90,7 @@ void QuestMethod::prepare_step(StepContext& ctx) {
   for (const SequenceSlice& slice : ctx.batch.sequences) {
     if (!slice.is_decode(ctx.batch.positions)) continue;
     any_decode = true;
-    longest = std::max(longest,
-                       static_cast<int32_t>(l.pages_per_stream(ctx.cache.num_logical_tokens(slice.seq))));
+    longest = std::max(longest, static_cast<int32_t>(l.pages_per_stream(ctx.cache.num_logical_tokens(slice.seq))));
   }
   if (!any_decode) return;  // nothing ranks this step
   reserve_ranking(bounds_.device(), static_cast<int32_t>(ctx.batch.sequences.size()), l.num_kv_heads,

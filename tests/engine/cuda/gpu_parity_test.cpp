@@ -627,7 +627,9 @@ class WindowScoreRecorder {
     if (num_tokens <= config_.budget) return;
     const auto num_heads = static_cast<int32_t>(ctx.q.shape[1]);
     const TensorView host_q{rows.data() + (static_cast<int64_t>(rows.size()) / row_size - window) * row_size,
-                            DType::kF32, {window, num_heads, ctx.q.shape[2]}, Device::kCpu};  // [w, H, D]
+                            DType::kF32,
+                            {window, num_heads, ctx.q.shape[2]},
+                            Device::kCpu};  // [w, H, D]
     Tensor device_q;
     TensorView q = host_q;
     if (ctx.q.device != Device::kCpu) {
@@ -638,8 +640,8 @@ class WindowScoreRecorder {
     std::vector<float> probs(static_cast<size_t>(num_heads) * static_cast<size_t>(num_tokens));
     attention_scores(TensorView{probs.data(), DType::kF32, {num_heads, num_tokens}, Device::kCpu}, q, ctx.view, 0,
                      ctx.params, ScoreReduce::kSum);
-    scores_[layer] = reduce_window_scores(probs.data(), num_tokens, num_heads, ctx.view.num_kv_heads, num_tokens,
-                                          config_);
+    scores_[layer] =
+        reduce_window_scores(probs.data(), num_tokens, num_heads, ctx.view.num_kv_heads, num_tokens, config_);
   }
 
   // Layer `layer`'s score of the prompt token at `position` in KV head `kv_head` (a scored, pre-window token).
