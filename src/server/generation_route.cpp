@@ -257,7 +257,8 @@ void handle_generation(ServerContext& ctx, Endpoint endpoint, const httplib::Req
   if (chain) state->formatter.set_chain_id(chain->chain_id);
   if (chat) {
     const bool calls = !request.chat_extras.tools.is_null() && request.tool_choice != ToolChoice::kNone;
-    state->formatter.set_chat_output({ctx.config.reasoning_format,
+    // Constrained output (response_format, a required call) is the answer itself: all of it is content.
+    state->formatter.set_chat_output({request.params.grammar ? std::nullopt : ctx.config.reasoning_format,
                                       calls ? ctx.config.tool_call_format : std::nullopt,
                                       "call_" + random_hex(24) + "_"});
   }
