@@ -1,6 +1,6 @@
 // ServerConfig (the HTTP knobs) and ServerContext: what every route handler shares: the engine, the limits, the
-// drain flag, the count of generation requests in flight, and the vocabulary trie constrained decoding walks. The context outlives the HTTP threads; its
-// mutable parts are atomics or guarded by their own mutex.
+// drain flag, the count of generation requests in flight, and the vocabulary trie constrained decoding walks. The
+// context outlives the HTTP threads; its mutable parts are atomics or guarded by their own mutex.
 #pragma once
 
 #include <atomic>

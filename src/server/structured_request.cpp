@@ -154,8 +154,9 @@ ApiResult<JsonGrammar> required_call_grammar(const OpenAiRequest& request, ToolC
     if (request.tool_choice == ToolChoice::kNamed && name != request.tool_name) continue;
     const ToolCallSyntax syntax = tool_call_syntax(format, name);
     // A tool without parameters takes any object.
-    nlohmann::ordered_json schema = tool["function"].contains("parameters") ? tool["function"]["parameters"]
-                                                                            : nlohmann::ordered_json{{"type", "object"}};
+    const nlohmann::ordered_json& function = tool["function"];
+    nlohmann::ordered_json schema =
+        function.contains("parameters") ? function["parameters"] : nlohmann::ordered_json{{"type", "object"}};
     calls.push_back({syntax.prefix, std::move(schema), syntax.suffix});
   }
   Result<JsonGrammar> grammar = JsonGrammar::choice(calls);

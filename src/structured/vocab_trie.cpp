@@ -18,7 +18,8 @@ VocabTrie::VocabTrie(const std::vector<std::string>& token_bytes) : bytes_(token
 VocabTrie VocabTrie::from_tokenizer(const Tokenizer& tokenizer) {
   std::vector<std::string> bytes(static_cast<size_t>(tokenizer.vocab_size()));
   for (int32_t id = 0; id < tokenizer.vocab_size(); ++id)
-    if (tokenizer.is_valid_id(id) && !tokenizer.is_special(id)) bytes[static_cast<size_t>(id)] = tokenizer.token_bytes(id);
+    if (tokenizer.is_valid_id(id) && !tokenizer.is_special(id))
+      bytes[static_cast<size_t>(id)] = tokenizer.token_bytes(id);
   return VocabTrie(bytes);
 }
 
