@@ -8,6 +8,8 @@
 
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <memory>
 #include <string>
 
@@ -25,11 +27,25 @@ constexpr std::chrono::seconds kAbortFlushTimeout{5};
 
 struct ServeOptions {
   ModelOptions model;
+  std::string chat_template_path;
+  std::string reasoning_parser;
+  std::string tool_call_parser;
   EngineConfig engine;
   server::ServerConfig server;
   std::string served_model_name;
   double drain_timeout_s = 30.0;
 };
+
+// A --chat-template file: the Jinja text replaces the model's own template.
+Result<ChatTemplate> load_chat_template(const std::string& path) {
+  std::ifstream file(path);
+  if (!file) return not_found("--chat-template: cannot read '{}'", path);
+  std::stringstream text;
+  text << file.rdbuf();
+  Result<ChatTemplate> parsed = ChatTemplate::parse(text.str());
+  if (!parsed.is_ok()) return parsed.status().with_context(path);
+  return parsed;
+}
 
 const char* signal_name(int sig) { return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "signal"; }
 
@@ -46,9 +62,20 @@ int run_serve(const ServeOptions& o) {
   auto bundle = o.model.load(o.engine.device);
   if (!bundle.is_ok()) return report_error(bundle.status());
   if (!o.served_model_name.empty()) bundle->name = o.served_model_name;
+  if (!o.chat_template_path.empty()) {
+    Result<ChatTemplate> chat_template = load_chat_template(o.chat_template_path);
+    if (!chat_template.is_ok()) return report_error(chat_template.status());
+    bundle->chat_template = std::move(chat_template).value();
+  }
+  server::ServerConfig server_config = o.server;
+  // The names were checked as the flags were read.
+  if (!o.reasoning_parser.empty())
+    server_config.reasoning_format = server::reasoning_format_from_name(o.reasoning_parser);
+  if (!o.tool_call_parser.empty())
+    server_config.tool_call_format = server::tool_call_format_from_name(o.tool_call_parser);
   auto engine = Engine::create(*bundle, o.engine);
   if (!engine.is_ok()) return report_error(engine.status());
-  auto http = server::HttpServer::start(**engine, o.server);
+  auto http = server::HttpServer::start(**engine, server_config);
   if (!http.is_ok()) {
     (*engine)->shutdown(/*drain=*/false);
     return report_error(http.status());
@@ -91,6 +118,15 @@ void add_serve_command(CLI::App& app, int& exit_code) {
                   "generation requests answer 503 with Retry-After while this many wait (0 = no limit)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  cmd->add_option("--chat-template", o->chat_template_path,
+                  "a Jinja chat template file that replaces the model's own (e.g. one that renders tools)");
+  cmd->add_option("--reasoning-parser", o->reasoning_parser,
+                  "split <think> reasoning into reasoning_content: qwen3 or deepseek_r1")
+      ->check(CLI::IsMember({"qwen3", "deepseek_r1"}));
+  cmd->add_option("--tool-call-parser", o->tool_call_parser,
+                  "parse tool calls from chat output (and allow tools with tool_choice auto/required/named): hermes "
+                  "or llama3_json")
+      ->check(CLI::IsMember({"hermes", "llama3_json"}));
   cmd->add_option("--drain-timeout", o->drain_timeout_s, "seconds to let requests finish on SIGINT/SIGTERM")
       ->capture_default_str();
   cmd->callback([o, &exit_code] { exit_code = run_serve(*o); });

@@ -45,14 +45,20 @@ Result<ModelBundle> ModelBundle::load(const std::string& path, const LoadOptions
   return bundle;
 }
 
-Result<std::string> ModelBundle::render_chat(const nlohmann::ordered_json& messages,
-                                             bool add_generation_prompt) const {
+Result<std::string> ModelBundle::render_chat(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                                             const ChatExtras& extras) const {
   if (!chat_template) return failed_precondition("model '{}' has no chat template", name);
   ChatTemplateOptions options;
   options.add_generation_prompt = add_generation_prompt;
   options.bos_token = tokenizer->bos_token();
   options.eos_token = tokenizer->eos_token();
+  options.tools = extras.tools;
+  options.extra_variables = extras.template_kwargs;
   return chat_template->render(messages, options);
+}
+
+bool ModelBundle::chat_template_supports_tools() const {
+  return chat_template && chat_template->source().find("tools") != std::string::npos;
 }
 
 }  // namespace se

@@ -13,6 +13,13 @@
 
 namespace se {
 
+// What a chat request adds to its messages when the template renders: tool schemas (a list, or null) and its
+// chat_template_kwargs (e.g. enable_thinking).
+struct ChatExtras {
+  nlohmann::ordered_json tools = nullptr;
+  nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();
+};
+
 struct ModelBundle {
   std::string name;        // served model name (--served-model-name, else the file or directory name)
   std::string path;
@@ -26,7 +33,10 @@ struct ModelBundle {
   static Result<ModelBundle> load(const std::string& path, const LoadOptions& options, Device device = Device::kCpu);
 
   // The prompt of a chat: the template rendered with the generation prompt on (or off: a conversation so far).
-  Result<std::string> render_chat(const nlohmann::ordered_json& messages, bool add_generation_prompt = true) const;
+  Result<std::string> render_chat(const nlohmann::ordered_json& messages, bool add_generation_prompt = true,
+                                  const ChatExtras& extras = {}) const;
+  // Whether the chat template renders tool schemas at all (it reads a `tools` variable).
+  bool chat_template_supports_tools() const;
 };
 
 // The tokenizer of a loaded model: the GGUF vocabulary, or tokenizer.json (+ tokenizer_config.json) of its

@@ -34,7 +34,9 @@ int32_t argmax(std::span<const float> logits) {
 }  // namespace
 
 RequestSampler::RequestSampler(const SamplingParams& params)
-    : params_(params), rng_(params.seed ? *params.seed : std::random_device{}()) {}
+    : params_(params), rng_(params.seed ? *params.seed : std::random_device{}()) {
+  if (params_.grammar) matcher_.emplace(params_.grammar);
+}
 
 SampleResult RequestSampler::sample(std::span<float> logits) {
   const int32_t vocab = static_cast<int32_t>(logits.size());
@@ -49,20 +51,25 @@ SampleResult RequestSampler::sample(std::span<float> logits) {
     for (int i = 0; i < n; ++i)
       result.top.push_back({order_[static_cast<size_t>(i)], raw.logprob(logits[order_[static_cast<size_t>(i)]])});
   }
+  if (matcher_) matcher_->mask_logits(logits);
 
   if (params_.greedy()) {
     result.token_id = argmax(logits);
     result.logprob = raw.logprob(logits[result.token_id]);
-    return result;
+  } else {
+    RowSampling row = row_sampling();
+    int32_t token = 0;
+    TensorView x{logits.data(), DType::kF32, {1, vocab}};
+    TensorView ids{&token, DType::kI32, {1}};
+    TensorView logprob{&result.logprob, DType::kF32, {1}};
+    sample_rows(ids, logprob, x, std::span<const RowSampling>(&row, 1));
+    result.token_id = token;
   }
-
-  RowSampling row = row_sampling();
-  int32_t token = 0;
-  TensorView x{logits.data(), DType::kF32, {1, vocab}};
-  TensorView ids{&token, DType::kI32, {1}};
-  TensorView logprob{&result.logprob, DType::kF32, {1}};
-  sample_rows(ids, logprob, x, std::span<const RowSampling>(&row, 1));
-  result.token_id = token;
+  if (matcher_) {
+    // The mask leaves allowed logits as they were: the logprob is the model's, not the masked row's.
+    result.logprob = raw.logprob(logits[result.token_id]);
+    matcher_->accept(result.token_id);
+  }
   return result;
 }
 

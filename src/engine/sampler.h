@@ -1,16 +1,19 @@
 // Sampler: turns one row of logits into a token under a request's SamplingParams (temperature, then min-p and
 // top-k, then top-p, as vLLM applies them: the sample_rows op), plus the logprobs the request asked for. Each
 // request owns its random state (seeded when `seed` is set), so results do not depend on what else is batched
-// with it.
+// with it. A request with a grammar has its refused tokens masked out before sampling and its matcher advanced
+// past each sampled token.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <random>
 #include <span>
 #include <vector>
 
 #include "backend/ops.h"
 #include "engine/sampling_params.h"
+#include "structured/grammar_matcher.h"
 
 namespace se {
 
@@ -29,7 +32,8 @@ class RequestSampler {
  public:
   explicit RequestSampler(const SamplingParams& params);
 
-  // logits [vocab] (modified: scratch use). Precondition: params validated.
+  // logits [vocab] (modified: scratch use). Precondition: params validated. Logprobs are of the model's
+  // distribution before any grammar mask.
   SampleResult sample(std::span<float> logits);
   // The settings and the next uniform draw of one random (non-greedy) sample, for sample_rows on the device:
   // it advances the random state exactly as sample() does.
@@ -39,6 +43,7 @@ class RequestSampler {
   SamplingParams params_;
   std::mt19937_64 rng_;
   std::vector<int32_t> order_;  // scratch: ids ranked for the top-N logprobs
+  std::optional<GrammarMatcher> matcher_;
 };
 
 }  // namespace se

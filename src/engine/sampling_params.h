@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -10,6 +11,8 @@
 #include "base/status.h"
 
 namespace se {
+
+struct TokenGrammar;
 
 struct SamplingParams {
   int max_tokens = 16;
@@ -22,6 +25,9 @@ struct SamplingParams {
   std::vector<int32_t> stop_token_ids;  // extra stop tokens, besides the model's end-of-generation ids
   bool ignore_eos = false;
   int logprobs = -1;  // -1 = none; N >= 0 returns the sampled token's logprob and the top-N alternatives
+  // Constrained decoding (structured output, required tool calls): only tokens the grammar allows are sampled,
+  // on the host. Shared and immutable; null = unconstrained.
+  std::shared_ptr<const TokenGrammar> grammar;
 
   static constexpr int kMaxLogprobs = 20;
   static constexpr int kMaxStopStrings = 16;

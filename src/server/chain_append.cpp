@@ -5,7 +5,8 @@
 namespace se::server {
 
 ApiResult<std::vector<int32_t>> chain_append_prompt(const ModelBundle& bundle, const nlohmann::json& messages,
-                                                    int append_start, const std::vector<int32_t>& chain_tokens) {
+                                                    int append_start, const std::vector<int32_t>& chain_tokens,
+                                                    const ChatExtras& extras) {
   constexpr const char* kParam = "chain_append_start";
   if (!bundle.tokenizer || !bundle.chat_template)
     return ApiError::bad_request(fmt::format("model '{}' has no chat template to append with", bundle.name), kParam);
@@ -16,9 +17,9 @@ ApiResult<std::vector<int32_t>> chain_append_prompt(const ModelBundle& bundle, c
                                  "that ended the chain's last turn", kParam);
   nlohmann::json context_messages = nlohmann::json::array();
   for (int i = 0; i < append_start; ++i) context_messages.push_back(messages[static_cast<size_t>(i)]);
-  Result<std::string> context = bundle.render_chat(context_messages, /*add_generation_prompt=*/false);
+  Result<std::string> context = bundle.render_chat(context_messages, /*add_generation_prompt=*/false, extras);
   if (!context.is_ok()) return ApiError::from_status(context.status(), "messages");
-  Result<std::string> full = bundle.render_chat(messages);
+  Result<std::string> full = bundle.render_chat(messages, /*add_generation_prompt=*/true, extras);
   if (!full.is_ok()) return ApiError::from_status(full.status(), "messages");
   if (full->compare(0, context->size(), *context) != 0)
     return ApiError::bad_request("the chat template does not render this conversation append-only", kParam);

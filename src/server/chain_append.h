@@ -19,6 +19,7 @@ namespace se::server {
 // that turn's tokens (Engine::chain_prefix). 400 when the message before append_start is not an assistant reply
 // with text, or the template does not render the conversation append-only.
 ApiResult<std::vector<int32_t>> chain_append_prompt(const ModelBundle& bundle, const nlohmann::json& messages,
-                                                    int append_start, const std::vector<int32_t>& chain_tokens);
+                                                    int append_start, const std::vector<int32_t>& chain_tokens,
+                                                    const ChatExtras& extras);
 
 }  // namespace se::server

@@ -11,6 +11,8 @@
 #include "server/chain_append.h"
 #include "server/generation_session.h"
 #include "server/openai_response.h"
+#include "server/structured_request.h"
+#include "structured/grammar_matcher.h"
 
 namespace se::server {
 
@@ -140,6 +142,37 @@ void collect_before_status(ResponseState& s, httplib::Response& res) {
   res.set_content(dump_json(s.formatter.full_response(s.choices)), "application/json");
 }
 
+// Checks a request's tools against the model and the server, and sets the grammar that constrains its output
+// (response_format, or a required tool call).
+std::optional<ApiError> prepare_constraints(const ServerContext& ctx, OpenAiRequest& request) {
+  const ModelBundle& bundle = ctx.engine.bundle();
+  std::optional<JsonGrammar> grammar = std::move(request.response_grammar);
+  if (!request.chat_extras.tools.is_null()) {
+    if (!bundle.chat_template_supports_tools())
+      return ApiError::bad_request(fmt::format("model '{}' has a chat template without tool support: 'tools' cannot "
+                                               "be used (serve it with a --chat-template that renders tools)",
+                                               bundle.name),
+                                   "tools");
+    if (request.tool_choice != ToolChoice::kNone && !ctx.config.tool_call_format)
+      return ApiError::bad_request("tool calls need the server started with --tool-call-parser (hermes or "
+                                   "llama3_json); send tool_choice \"none\" to only show the tools",
+                                   "tool_choice");
+    if (request.tool_choice == ToolChoice::kRequired || request.tool_choice == ToolChoice::kNamed) {
+      ApiResult<JsonGrammar> call = required_call_grammar(request, *ctx.config.tool_call_format);
+      if (!call.is_ok()) return call.error();
+      grammar = std::move(call).value();
+    }
+  }
+  if (!grammar) return std::nullopt;
+  if (!ctx.vocab || !bundle.tokenizer)
+    return ApiError::bad_request(fmt::format("model '{}' has no tokenizer: its output cannot be constrained",
+                                             bundle.name),
+                                 "response_format");
+  request.params.grammar = std::make_shared<const TokenGrammar>(
+      TokenGrammar{std::move(*grammar), ctx.vocab, bundle.tokenizer->eog_ids()});
+  return std::nullopt;
+}
+
 }  // namespace
 
 void send_error(httplib::Response& res, const ApiError& error) {
@@ -156,7 +189,8 @@ ApiResult<std::vector<int32_t>> prompt_token_ids(const OpenAiRequest& request, c
                                  chat ? "messages" : "prompt");
   std::vector<int32_t> ids;
   if (chat) {
-    Result<std::string> rendered = bundle.render_chat(request.messages);
+    Result<std::string> rendered = bundle.render_chat(request.messages, /*add_generation_prompt=*/true,
+                                                      request.chat_extras);
     if (!rendered.is_ok()) return ApiError::from_status(rendered.status(), "messages");
     ids = bundle.tokenizer->encode(*rendered, /*add_special=*/false, /*parse_special=*/true);
   } else {
@@ -180,14 +214,20 @@ void handle_generation(ServerContext& ctx, Endpoint endpoint, const httplib::Req
   ApiResult<nlohmann::json> body = parse_json_body(req.body);
   if (!body.is_ok()) return send_error(res, body.error());
   const bool chat = endpoint == Endpoint::kChatCompletions;
-  ApiResult<OpenAiRequest> parsed =
-      chat ? parse_chat_request(body.value(), ctx.limits) : parse_completion_request(body.value(), ctx.limits);
+  // Schemas keep their key order: constrained output writes properties in it.
+  const bool has_schemas = body->contains("tools") || body->contains("response_format");
+  const nlohmann::ordered_json ordered_body =
+      has_schemas ? nlohmann::ordered_json::parse(req.body, nullptr, false) : nlohmann::ordered_json();
+  const nlohmann::ordered_json* ordered = has_schemas ? &ordered_body : nullptr;
+  ApiResult<OpenAiRequest> parsed = chat ? parse_chat_request(body.value(), ctx.limits, ordered)
+                                         : parse_completion_request(body.value(), ctx.limits, ordered);
   if (!parsed.is_ok()) return send_error(res, parsed.error());
   OpenAiRequest& request = parsed.value();
 
   const ModelBundle& bundle = ctx.engine.bundle();
   if (!request.model.empty() && request.model != bundle.name)
     return send_error(res, ApiError{404, fmt::format("The model `{}` does not exist.", request.model), "model"});
+  if (std::optional<ApiError> error = prepare_constraints(ctx, request)) return send_error(res, *error);
   std::optional<ChainRequest> chain;
   if (request.chain) {
     const bool create = request.chain_id.empty();
@@ -200,7 +240,8 @@ void handle_generation(ServerContext& ctx, Endpoint endpoint, const httplib::Req
   ApiResult<std::vector<int32_t>> prompt =
       chain_tokens.empty()
           ? prompt_token_ids(request, bundle)
-          : chain_append_prompt(bundle, request.messages, *request.chain_append_start, chain_tokens);
+          : chain_append_prompt(bundle, request.messages, *request.chain_append_start, chain_tokens,
+                                request.chat_extras);
   if (!prompt.is_ok()) return send_error(res, prompt.error());
   ApiResult<int> max_tokens = resolve_max_tokens(request, static_cast<int>(prompt->size()), ctx.max_model_len);
   if (!max_tokens.is_ok()) return send_error(res, max_tokens.error());
@@ -214,6 +255,13 @@ void handle_generation(ServerContext& ctx, Endpoint endpoint, const httplib::Req
       ctx, ResponseFormatter(endpoint, id, bundle.name, static_cast<int64_t>(std::time(nullptr)), request.logprobs,
                              request.include_usage, std::move(token_bytes)));
   if (chain) state->formatter.set_chain_id(chain->chain_id);
+  if (chat) {
+    const bool calls = !request.chat_extras.tools.is_null() && request.tool_choice != ToolChoice::kNone;
+    // Constrained output (response_format, a required call) is the answer itself: all of it is content.
+    state->formatter.set_chat_output({request.params.grammar ? std::nullopt : ctx.config.reasoning_format,
+                                      calls ? ctx.config.tool_call_format : std::nullopt,
+                                      "call_" + random_hex(24) + "_"});
+  }
   Result<std::unique_ptr<GenerationSession>> session =
       GenerationSession::submit(ctx.engine, id, prompt.value(), request.params, request.n, chain);
   if (!session.is_ok()) return send_error(res, ApiError::from_status(session.status(), chain ? "chain_id" : ""));

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "server/json_fields.h"
+#include "server/structured_request.h"
 #include "tokenizer/utf8.h"
 
 namespace se::server {
@@ -17,12 +18,13 @@ constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 constexpr int64_t kInt32Min = std::numeric_limits<int32_t>::min();
 
 // The body fields each endpoint reads. "user" is OpenAI's end-user tag: it never changes the output.
-constexpr std::array<std::string_view, 16> kCommonFields = {
+constexpr std::array<std::string_view, 17> kCommonFields = {
     "model",  "max_tokens",     "temperature", "top_p",   "top_k", "min_p", "seed",   "stop", "stop_token_ids",
-    "ignore_eos", "n", "stream", "stream_options", "chain_id", "timeout", "user"};
+    "ignore_eos", "n", "stream", "stream_options", "chain_id", "timeout", "user", "response_format"};
 constexpr std::array<std::string_view, 3> kCompletionFields = {"prompt", "logprobs", "echo"};
-constexpr std::array<std::string_view, 5> kChatFields = {"messages", "max_completion_tokens", "logprobs",
-                                                          "top_logprobs", "chain_append_start"};
+constexpr std::array<std::string_view, 8> kChatFields = {
+    "messages", "max_completion_tokens", "logprobs", "top_logprobs", "chain_append_start", "tools", "tool_choice",
+    "chat_template_kwargs"};
 
 // Whether `value` of field `key` asks for nothing: clients (LangChain, vLLM's benchmarks) send a zero penalty, a
 // repetition penalty of 1 or an empty logit_bias by default, and those change no output.
@@ -240,6 +242,7 @@ ApiResult<nlohmann::json> read_messages(const nlohmann::json& body) {
     nlohmann::json out = message;  // keeps name, tool_calls, tool_call_id for the template
     out["role"] = role;
     out["content"] = std::move(content);
+    SE_API_ASSIGN_OR_RETURN(out, with_parsed_tool_arguments(std::move(out), field));
     normalized.push_back(std::move(out));
   }
   return normalized;
@@ -257,7 +260,8 @@ ApiResult<nlohmann::json> parse_json_body(std::string_view body) {
   return parsed;
 }
 
-ApiResult<OpenAiRequest> parse_completion_request(const nlohmann::json& body, const RequestLimits& limits) {
+ApiResult<OpenAiRequest> parse_completion_request(const nlohmann::json& body, const RequestLimits& limits,
+                                                  const nlohmann::ordered_json* ordered_body) {
   if (std::optional<ApiError> error = unsupported_field(body, kCompletionFields)) return *error;
   SE_API_ASSIGN_OR_RETURN(OpenAiRequest request, parse_common(body, limits, Endpoint::kCompletions));
   SE_API_ASSIGN_OR_RETURN(request, read_prompt(body, std::move(request)));
@@ -268,10 +272,12 @@ ApiResult<OpenAiRequest> parse_completion_request(const nlohmann::json& body, co
   SE_API_ASSIGN_OR_RETURN(auto echo, fields.get_bool("echo"));
   if (echo.value_or(false)) return ApiError::bad_request("'echo' is not supported", "echo");
   SE_API_ASSIGN_OR_RETURN(request, read_chain_fields(body, std::move(request)));
+  SE_API_ASSIGN_OR_RETURN(request, read_response_format(body, ordered_body, std::move(request)));
   return validated(std::move(request));
 }
 
-ApiResult<OpenAiRequest> parse_chat_request(const nlohmann::json& body, const RequestLimits& limits) {
+ApiResult<OpenAiRequest> parse_chat_request(const nlohmann::json& body, const RequestLimits& limits,
+                                            const nlohmann::ordered_json* ordered_body) {
   if (std::optional<ApiError> error = unsupported_field(body, kChatFields)) return *error;
   SE_API_ASSIGN_OR_RETURN(OpenAiRequest request, parse_common(body, limits, Endpoint::kChatCompletions));
   SE_API_ASSIGN_OR_RETURN(request.messages, read_messages(body));
@@ -286,6 +292,8 @@ ApiResult<OpenAiRequest> parse_chat_request(const nlohmann::json& body, const Re
   if (request.chain_append_start && *request.chain_append_start >= static_cast<int>(request.messages.size()))
     return ApiError::bad_request("'chain_append_start' must point at a message after the chain's last reply",
                                  "chain_append_start");
+  SE_API_ASSIGN_OR_RETURN(request, read_tools(body, ordered_body, std::move(request)));
+  SE_API_ASSIGN_OR_RETURN(request, read_response_format(body, ordered_body, std::move(request)));
   return validated(std::move(request));
 }
 

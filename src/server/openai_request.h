@@ -14,12 +14,18 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/model_bundle.h"
 #include "engine/sampling_params.h"
+#include "structured/json_grammar.h"
 #include "server/api_error.h"
 
 namespace se::server {
 
 enum class Endpoint { kCompletions, kChatCompletions };
+
+// tool_choice: "none" (tools shown, no call parsed), "auto" (calls parsed when the model writes them),
+// "required" (one call of any tool, enforced by constrained decoding), or a named function (one call of it).
+enum class ToolChoice { kNone, kAuto, kRequired, kNamed };
 
 struct OpenAiRequest {
   Endpoint endpoint = Endpoint::kCompletions;
@@ -40,6 +46,13 @@ struct OpenAiRequest {
   std::optional<int> chain_append_start;
   // "timeout" (seconds, extra body field): past it the request is aborted, its pages freed, and the client told.
   std::optional<double> timeout_s;
+  // Chat: "tools" (validated: each {"type": "function", "function": {"name", ...}}) and "chat_template_kwargs",
+  // for the template; "tool_choice" and, for kNamed, the function's name.
+  ChatExtras chat_extras;
+  ToolChoice tool_choice = ToolChoice::kNone;
+  std::string tool_name;
+  // "response_format" json_object / json_schema: the grammar the output must follow; nullopt = free text.
+  std::optional<JsonGrammar> response_grammar;
 };
 
 struct RequestLimits {
@@ -49,8 +62,12 @@ struct RequestLimits {
 // The body as a JSON object. 400 for invalid UTF-8, malformed JSON or a top level that is not an object.
 ApiResult<nlohmann::json> parse_json_body(std::string_view body);
 
-ApiResult<OpenAiRequest> parse_completion_request(const nlohmann::json& body, const RequestLimits& limits);
-ApiResult<OpenAiRequest> parse_chat_request(const nlohmann::json& body, const RequestLimits& limits);
+// `ordered_body`: the same body parsed with its key order kept, when the caller has it: tool and response
+// schemas are then read from it, so that constrained output writes properties in the order the schema gives.
+ApiResult<OpenAiRequest> parse_completion_request(const nlohmann::json& body, const RequestLimits& limits,
+                                                  const nlohmann::ordered_json* ordered_body = nullptr);
+ApiResult<OpenAiRequest> parse_chat_request(const nlohmann::json& body, const RequestLimits& limits,
+                                            const nlohmann::ordered_json* ordered_body = nullptr);
 
 // The max_tokens a request runs with, as vLLM decides it: the client's value, else what is left of the context
 // (max_model_len - num_prompt_tokens). 400 when the prompt leaves no room or prompt + max_tokens exceeds

@@ -156,19 +156,52 @@ std::string ResponseFormatter::stream_start(int num_choices) const {
   return events;
 }
 
+nlohmann::json ResponseFormatter::chat_delta_json(const ChatDelta& delta) const {
+  nlohmann::json out = nlohmann::json::object();
+  if (!delta.reasoning.empty()) out["reasoning_content"] = delta.reasoning;
+  if (!delta.content.empty()) out["content"] = delta.content;
+  if (delta.calls.empty()) return out;
+  nlohmann::json calls = nlohmann::json::array();
+  for (const ToolCallDelta& d : delta.calls) {
+    nlohmann::json call = {{"index", d.index}, {"function", {{"arguments", d.arguments}}}};
+    if (!d.id.empty()) {  // a call's first delta: OpenAI sends its id, type and name with it
+      call["id"] = d.id;
+      call["type"] = "function";
+      call["function"]["name"] = d.name;
+    }
+    calls.push_back(std::move(call));
+  }
+  out["tool_calls"] = std::move(calls);
+  return out;
+}
+
+nlohmann::json ResponseFormatter::chat_finish_json(FinishReason reason, int num_calls) const {
+  if (reason == FinishReason::kStop && num_calls > 0) return "tool_calls";
+  return finish_json(reason);
+}
+
 std::string ResponseFormatter::stream_delta(int index, const RequestOutput& delta, ChoiceState& state) const {
   state.absorb(delta, /*keep_tokens=*/false);
   const bool has_logprobs = logprobs_ && !delta.tokens.empty();
-  if (delta.text.empty() && !delta.finished && !has_logprobs) return "";
-  nlohmann::json logprobs = has_logprobs ? logprobs_json(delta.tokens, state.text_offset) : nlohmann::json(nullptr);
-  const nlohmann::json finish = delta.finished ? finish_json(delta.finish_reason) : nlohmann::json(nullptr);
   if (endpoint_ == Endpoint::kChatCompletions) {
-    nlohmann::json content = delta.text.empty() ? nlohmann::json::object() : nlohmann::json{{"content", delta.text}};
-    nlohmann::json choice = {
-        {"index", index}, {"delta", std::move(content)}, {"logprobs", std::move(logprobs)}, {"finish_reason", finish}};
+    if (!state.parser) state.parser.emplace(chat_output_);
+    ChatDelta parsed = state.parser->push(delta.text);
+    if (delta.finished) parsed.append(state.parser->flush());
+    if (parsed.empty() && !delta.finished && !has_logprobs) return "";
+    nlohmann::json logprobs =
+        has_logprobs ? logprobs_json(delta.tokens, state.text_offset) : nlohmann::json(nullptr);
+    const nlohmann::json finish =
+        delta.finished ? chat_finish_json(delta.finish_reason, state.parser->num_calls()) : nlohmann::json(nullptr);
+    nlohmann::json choice = {{"index", index},
+                             {"delta", chat_delta_json(parsed)},
+                             {"logprobs", std::move(logprobs)},
+                             {"finish_reason", finish}};
     if (delta.finished) choice["stop_reason"] = stop_reason_json(state);
     return sse_event(with_chain_status(chunk(std::move(choice)), state));
   }
+  if (delta.text.empty() && !delta.finished && !has_logprobs) return "";
+  nlohmann::json logprobs = has_logprobs ? logprobs_json(delta.tokens, state.text_offset) : nlohmann::json(nullptr);
+  const nlohmann::json finish = delta.finished ? finish_json(delta.finish_reason) : nlohmann::json(nullptr);
   return sse_event(with_chain_status(
       chunk({{"index", index},
              {"text", delta.text},
@@ -200,7 +233,18 @@ nlohmann::json ResponseFormatter::full_response(std::span<const ChoiceState> cho
     nlohmann::json choice = {{"index", i}, {"logprobs", std::move(logprobs)},
                              {"finish_reason", finish_json(c.finish_reason)}, {"stop_reason", stop_reason_json(c)}};
     if (chat) {
-      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      ChatOutputParser parser(chat_output_);
+      ChatDelta message = parser.push(c.text);
+      message.append(parser.flush());
+      // As vLLM: no content is null when the text went to reasoning or tool calls.
+      const bool no_content = message.content.empty() && (!message.reasoning.empty() || !message.calls.empty());
+      choice["message"] = {{"role", "assistant"},
+                           {"content", no_content ? nlohmann::json(nullptr) : nlohmann::json(message.content)}};
+      if (chat_output_.reasoning)
+        choice["message"]["reasoning_content"] =
+            message.reasoning.empty() ? nlohmann::json(nullptr) : nlohmann::json(message.reasoning);
+      if (!message.calls.empty()) choice["message"]["tool_calls"] = tool_calls_json(message.calls);
+      choice["finish_reason"] = chat_finish_json(c.finish_reason, parser.num_calls());
     } else {
       choice["text"] = c.text;
     }

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -15,6 +16,7 @@
 
 #include "engine/request_output.h"
 #include "server/api_error.h"
+#include "server/chat_output_parser.h"
 #include "server/openai_request.h"
 
 namespace se::server {
@@ -51,6 +53,7 @@ struct ChoiceState {
   int num_output_tokens = 0;
   size_t text_offset = 0;  // completions logprobs: where the next token's text starts, in characters
   ChainStatus chain_status = ChainStatus::kNone;
+  std::optional<ChatOutputParser> parser;  // chat streams: splits the deltas as they come
 
   bool finished() const { return finish_reason != FinishReason::kNone; }
   void absorb(const RequestOutput& delta, bool keep_tokens);
@@ -76,6 +79,8 @@ class ResponseFormatter {
   nlohmann::json full_response(std::span<const ChoiceState> choices) const;
   // A chain request's responses carry `chain_id` (every chunk) and `chain_status` (the body, the last chunk).
   void set_chain_id(std::string chain_id) { chain_id_ = std::move(chain_id); }
+  // Chat: how the generated text splits into reasoning, content and tool calls.
+  void set_chat_output(ChatOutputOptions options) { chat_output_ = std::move(options); }
 
   // Logprobs of `tokens` in the endpoint's format; `text_offset` (completions) advances past them.
   nlohmann::json logprobs_json(std::span<const TokenOutput> tokens, size_t& text_offset) const;
@@ -85,6 +90,10 @@ class ResponseFormatter {
   // `chunk` with the chain status once the choice finished (chain requests only).
   nlohmann::json with_chain_status(nlohmann::json chunk, const ChoiceState& state) const;
   nlohmann::json chat_logprob_entry(int32_t token_id, float logprob) const;
+  // A chat stream's delta object for one parsed piece.
+  nlohmann::json chat_delta_json(const ChatDelta& delta) const;
+  // "tool_calls" when the choice stopped after calling tools, else OpenAI's name of `reason`.
+  nlohmann::json chat_finish_json(FinishReason reason, int num_calls) const;
 
   Endpoint endpoint_;
   std::string id_;
@@ -94,6 +103,7 @@ class ResponseFormatter {
   bool include_usage_;
   TokenBytesFn token_bytes_;
   std::string chain_id_;  // empty: not a chain request
+  ChatOutputOptions chat_output_;
 };
 
 }  // namespace se::server

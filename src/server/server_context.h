@@ -1,6 +1,6 @@
 // ServerConfig (the HTTP knobs) and ServerContext: what every route handler shares: the engine, the limits, the
-// drain flag and the count of generation requests in flight. The context outlives the HTTP threads; its
-// mutable parts are atomics or guarded by their own mutex.
+// drain flag, the count of generation requests in flight, and the vocabulary trie constrained decoding walks. The
+// context outlives the HTTP threads; its mutable parts are atomics or guarded by their own mutex.
 #pragma once
 
 #include <atomic>
@@ -8,12 +8,17 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 
 #include "engine/engine.h"
 #include "server/openai_request.h"
+#include "server/reasoning_parser.h"
+#include "server/tool_call_parser.h"
+#include "structured/vocab_trie.h"
 
 namespace se::server {
 
@@ -25,6 +30,8 @@ struct ServerConfig {
   size_t max_body_bytes = size_t{32} << 20; // larger bodies answer 413
   std::string api_key;                      // non-empty: every route but /health needs "Bearer <api_key>"
   int max_waiting_requests = 0;             // > 0: a generation request answers 503 while this many wait
+  std::optional<ReasoningFormat> reasoning_format;  // --reasoning-parser: chat replies get reasoning_content
+  std::optional<ToolCallFormat> tool_call_format;   // --tool-call-parser: chat requests may use tools
 };
 
 // Counts generation requests from submission until their response is written or abandoned.
@@ -60,7 +67,10 @@ class InflightCounter {
 struct ServerContext {
   ServerContext(Engine& engine, ServerConfig config, int max_model_len, int64_t created)
       : engine(engine), config(std::move(config)), limits{this->config.max_n}, max_model_len(max_model_len),
-        created(created) {}
+        created(created) {
+    if (engine.bundle().tokenizer)
+      vocab = std::make_shared<const VocabTrie>(VocabTrie::from_tokenizer(*engine.bundle().tokenizer));
+  }
 
   Engine& engine;
   ServerConfig config;
@@ -69,6 +79,7 @@ struct ServerContext {
   int64_t created = 0;    // Unix seconds when serving started (/v1/models)
   std::atomic<bool> draining{false};
   InflightCounter inflight;
+  std::shared_ptr<const VocabTrie> vocab;  // for constrained decoding; null without a tokenizer
 };
 
 }  // namespace se::server

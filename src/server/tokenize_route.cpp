@@ -21,7 +21,8 @@ ApiResult<std::vector<int32_t>> tokenize(const ServerContext& ctx, const nlohman
                                                       : parse_completion_request(generation_body, ctx.limits));
   if (!chat || add_generation_prompt.value_or(true)) return prompt_token_ids(request, bundle);
   if (!bundle.tokenizer) return ApiError::bad_request("this model has no tokenizer", "messages");
-  Result<std::string> rendered = bundle.render_chat(request.messages, /*add_generation_prompt=*/false);
+  Result<std::string> rendered =
+      bundle.render_chat(request.messages, /*add_generation_prompt=*/false, request.chat_extras);
   if (!rendered.is_ok()) return ApiError::from_status(rendered.status(), "messages");
   return bundle.tokenizer->encode(*rendered, /*add_special=*/false, /*parse_special=*/true);
 }

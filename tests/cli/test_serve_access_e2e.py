@@ -72,8 +72,8 @@ def test_the_key_can_come_from_the_environment():
 def test_unsupported_fields_are_rejected_by_name(server, client):
     tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}]
     messages = [{"role": "user", "content": "Hi"}]
-    for kwargs, param in [(dict(tools=tools), "tools"), (dict(response_format={"type": "json_object"}),
-                                                         "response_format"),
+    # tools: this model's template renders none; response_format: a type the server does not know.
+    for kwargs, param in [(dict(tools=tools), "tools"), (dict(response_format={"type": "regex"}), "response_format"),
                           (dict(presence_penalty=0.5), "presence_penalty"), (dict(logit_bias={"1": 5}),
                                                                               "logit_bias")]:
         with pytest.raises(openai.BadRequestError) as e:

@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <map>
+#include <memory>
+#include <string>
 #include <vector>
 
 namespace se {
@@ -23,6 +25,28 @@ std::map<int, int> histogram(const SamplingParams& params, const std::vector<flo
     ++counts[sampler.sample(row).token_id];
   }
   return counts;
+}
+
+// A grammar's mask: only the tokens it allows are sampled, greedy or not, and the logprob stays the model's.
+TEST(SamplerTest, GrammarMasksRefusedTokens) {
+  // Token 0 "x" is the model's favourite but never JSON; "{" then "}" then end-of-generation (3) is the only way.
+  const std::vector<std::string> vocab = {"x", "{", "}", ""};
+  auto trie = std::make_shared<const VocabTrie>(vocab);
+  auto grammar = std::make_shared<const TokenGrammar>(TokenGrammar{JsonGrammar::any_object(), trie, {3}});
+  const std::vector<float> logits = logits_from_probs({0.7, 0.1, 0.1, 0.1});
+  for (float temperature : {0.0f, 1.0f}) {
+    SamplingParams p;
+    p.temperature = temperature;
+    p.seed = 5;
+    p.grammar = grammar;
+    RequestSampler sampler(p);
+    for (int32_t expected : {1, 2, 3}) {
+      std::vector<float> row = logits;
+      SampleResult r = sampler.sample(row);
+      EXPECT_EQ(r.token_id, expected) << "temperature " << temperature;
+      EXPECT_NEAR(r.logprob, std::log(0.1), 1e-5);
+    }
+  }
 }
 
 TEST(SamplerTest, GreedyPicksArgmaxAndReportsLogprobs) {

@@ -135,14 +135,79 @@ TEST(UnsupportedFields, AreRejectedByNameUnlessNull) {
   EXPECT_TRUE(neutral.is_ok()) << neutral.error().message;
   expect_bad_field(chat(user_chat({{"repetition_penalty", 1.1}})), "repetition_penalty");
   expect_bad_field(completion({{"prompt", "x"}, {"some_extension", {1, 2}}}), "some_extension");
-  expect_bad_field(chat(user_chat({{"tools", json::array({{{"type", "function"}}})}})), "tools");
-  expect_bad_field(chat(user_chat({{"response_format", {{"type", "json_object"}}}})), "response_format");
+  expect_bad_field(completion({{"prompt", "x"}, {"tools", json::array()}}), "tools");
+  expect_bad_field(chat(user_chat({{"parallel_tool_calls", false}})), "parallel_tool_calls");
   expect_bad_field(chat(user_chat({{"logit_bias", {{"1", 5}}}})), "logit_bias");
   // Each endpoint's own fields belong to it alone.
   expect_bad_field(completion({{"prompt", "x"}, {"messages", json::array()}}), "messages");
   expect_bad_field(completion({{"prompt", "x"}, {"top_logprobs", 2}}), "top_logprobs");
   expect_bad_field(chat(user_chat({{"prompt", "x"}})), "prompt");
   expect_bad_field(chat(user_chat({{"echo", false}})), "echo");
+}
+
+json weather_tool() {
+  return {{"type", "function"},
+          {"function", {{"name", "get_weather"},
+                        {"parameters", {{"type", "object"}, {"properties", {{"city", {{"type", "string"}}}}}}}}}};
+}
+
+TEST(Tools, ChoiceAndListAreChecked) {
+  auto plain = chat(user_chat({{"tools", json::array({weather_tool()})}}));
+  ASSERT_TRUE(plain.is_ok()) << plain.error().message;
+  EXPECT_EQ(plain->tool_choice, ToolChoice::kAuto);
+  EXPECT_EQ(plain->chat_extras.tools[0]["function"]["name"], "get_weather");
+  auto named = chat(user_chat({{"tools", json::array({weather_tool()})},
+                               {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_weather"}}}}}}));
+  ASSERT_TRUE(named.is_ok()) << named.error().message;
+  EXPECT_EQ(named->tool_choice, ToolChoice::kNamed);
+  EXPECT_EQ(named->tool_name, "get_weather");
+  expect_bad_field(chat(user_chat({{"tools", json::array({weather_tool()})},
+                                   {"tool_choice", {{"type", "function"}, {"function", {{"name", "other"}}}}}})),
+                   "tool_choice");
+  expect_bad_field(chat(user_chat({{"tool_choice", "required"}})), "tool_choice");
+  expect_bad_field(chat(user_chat({{"tools", json::array({weather_tool()})}, {"tool_choice", "sometimes"}})),
+                   "tool_choice");
+  expect_bad_field(chat(user_chat({{"tools", json::array({{{"type", "function"}}})}})), "tools[0]");
+  expect_bad_field(chat(user_chat({{"tools", json::array({weather_tool(), weather_tool()})}})), "tools[1]");
+  expect_bad_field(chat(user_chat({{"chat_template_kwargs", 3}})), "chat_template_kwargs");
+  auto kwargs = chat(user_chat({{"chat_template_kwargs", {{"enable_thinking", false}}}}));
+  ASSERT_TRUE(kwargs.is_ok());
+  EXPECT_EQ(kwargs->chat_extras.template_kwargs["enable_thinking"], false);
+}
+
+TEST(Tools, AssistantCallArgumentsAreParsedForTheTemplate) {
+  json call = {{"id", "c1"}, {"type", "function"},
+               {"function", {{"name", "get_weather"}, {"arguments", "{\"city\": \"Paris\"}"}}}};
+  auto r = chat({{"messages", json::array({{{"role", "user"}, {"content", "hi"}},
+                                           {{"role", "assistant"}, {"content", nullptr},
+                                            {"tool_calls", json::array({call})}},
+                                           {{"role", "tool"}, {"tool_call_id", "c1"}, {"content", "sunny"}}})}});
+  ASSERT_TRUE(r.is_ok()) << r.error().message;
+  EXPECT_EQ(r->messages[1]["tool_calls"][0]["function"]["arguments"]["city"], "Paris");
+  call["function"]["arguments"] = "not json";
+  expect_bad_field(chat({{"messages", json::array({{{"role", "assistant"}, {"content", ""},
+                                                    {"tool_calls", json::array({call})}}})}}),
+                   "messages[0].tool_calls[0]");
+}
+
+TEST(ResponseFormat, SchemasCompileOrNameWhatIsUnsupported) {
+  auto object = chat(user_chat({{"response_format", {{"type", "json_object"}}}}));
+  ASSERT_TRUE(object.is_ok());
+  EXPECT_TRUE(object->response_grammar.has_value());
+  auto text = completion({{"prompt", "x"}, {"response_format", {{"type", "text"}}}});
+  ASSERT_TRUE(text.is_ok());
+  EXPECT_FALSE(text->response_grammar.has_value());
+  json schema = {{"type", "object"}, {"properties", {{"n", {{"type", "integer"}, {"minimum", 1}}}}}};
+  auto bad = chat(user_chat({{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "x"},
+                                                                                           {"schema", schema}}}}}}));
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_EQ(bad.error().param, "response_format");
+  EXPECT_NE(bad.error().message.find("minimum"), std::string::npos) << bad.error().message;
+  expect_bad_field(chat(user_chat({{"response_format", {{"type", "grammar"}}}})), "response_format");
+  expect_bad_field(chat(user_chat({{"response_format", {{"type", "json_schema"}}}})), "response_format");
+  expect_bad_field(chat(user_chat({{"tools", json::array({weather_tool()})}, {"tool_choice", "required"},
+                                   {"response_format", {{"type", "json_object"}}}})),
+                   "response_format");
 }
 
 TEST(Timeout, IsPositiveSecondsOnBothEndpoints) {
