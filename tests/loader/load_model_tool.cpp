@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <fstream>
 
-#include "loader/model_loader.h"
+#include "model/model_loader.h"
 
 int main(int argc, char** argv) {
   if (argc != 4) {

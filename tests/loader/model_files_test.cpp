@@ -6,12 +6,14 @@
 #include <cstring>
 
 #include "loader/gguf_file.h"
-#include "loader/model_loader.h"
-#include "loader/weight_spec.h"
+#include "model/model_loader.h"
+#include "model/weight_spec.h"
 #include "test_models.h"
 
 namespace se {
 namespace {
+
+using testing::typed;
 
 TEST(GgufFileModelTest, ReadsSmolLM2) {
   auto path = testing::smollm2_path();
@@ -88,7 +90,7 @@ TEST(ModelLoadTest, LoadsGemma3) {
   EXPECT_TRUE(c["final_logit_softcapping"].is_null());
   EXPECT_EQ(c["tie_word_embeddings"], true);
   EXPECT_EQ(c["bos_token_id"], 2);
-  EXPECT_EQ(model->weights.size(), expected_weights(model_dims(c)).size());
+  EXPECT_EQ(model->weights.size(), expected_weights(typed(c)).size());
   // Norms are stored as the multiplier (GGUF's 1 + w): identical to the file's F32 bytes.
   const GgufTensorInfo* norm = model->gguf->find_tensor("blk.3.post_ffw_norm.weight");
   ASSERT_NE(norm, nullptr);
