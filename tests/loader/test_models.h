@@ -12,12 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "model/config.h"
-
 namespace se::testing {
-
-// The typed config of a normalized one (the test built it valid).
-inline ModelConfig typed(const nlohmann::json& normalized) { return *parse_model_config(normalized); }
 
 inline std::filesystem::path site_packages() {
   const char* src = std::getenv("SE_SOURCE_DIR");

@@ -8,7 +8,8 @@
 #include "loader/gguf_file.h"
 #include "model/model_loader.h"
 #include "model/weight_spec.h"
-#include "test_models.h"
+#include "../loader/test_models.h"
+#include "typed_config.h"
 
 namespace se {
 namespace {

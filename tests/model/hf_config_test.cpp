@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "test_models.h"
+#include "typed_config.h"
 
 namespace se {
 namespace {

@@ -10,12 +10,13 @@
 #include <functional>
 #include <random>
 
-#include "gguf_builder.h"
+#include "../loader/gguf_builder.h"
 #include "model/hf_config.h"
 #include "model/weight_spec.h"
 #include "loader/weight_transforms.h"
-#include "safetensors_builder.h"
-#include "test_models.h"
+#include "../loader/safetensors_builder.h"
+#include "../loader/test_models.h"
+#include "typed_config.h"
 
 namespace se {
 namespace {
