@@ -10,24 +10,30 @@
 
 namespace se {
 
-void route_token(const float* logits, int num_experts, int k, bool normalize, int32_t* experts, float* weights) {
-  // Softmax in fp32, as transformers computes it before its top-k.
-  const float max_logit = *std::max_element(logits, logits + num_experts);
+void route_tokens(TensorView logits, bool normalize, TensorView experts, TensorView weights) {
+  const int64_t t = logits.shape[0], num_experts = logits.shape[1], k = experts.shape[1];
   std::vector<float> probs(static_cast<size_t>(num_experts));
-  float sum = 0.0f;
-  for (int e = 0; e < num_experts; ++e) sum += probs[static_cast<size_t>(e)] = std::exp(logits[e] - max_logit);
-  for (float& p : probs) p /= sum;
   std::vector<int32_t> order(static_cast<size_t>(num_experts));
-  std::iota(order.begin(), order.end(), 0);
-  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&probs](int32_t a, int32_t b) {
-    const float pa = probs[static_cast<size_t>(a)], pb = probs[static_cast<size_t>(b)];
-    return pa > pb || (pa == pb && a < b);
-  });
-  float chosen = 0.0f;
-  for (int j = 0; j < k; ++j) chosen += probs[static_cast<size_t>(order[static_cast<size_t>(j)])];
-  for (int j = 0; j < k; ++j) {
-    experts[j] = order[static_cast<size_t>(j)];
-    weights[j] = probs[static_cast<size_t>(experts[j])] / (normalize ? chosen : 1.0f);
+  for (int64_t row = 0; row < t; ++row) {
+    // Softmax in fp32, as transformers computes it before its top-k.
+    const float* logit = logits.ptr<float>() + row * num_experts;
+    const float max_logit = *std::max_element(logit, logit + num_experts);
+    float sum = 0.0f;
+    for (int64_t e = 0; e < num_experts; ++e) sum += probs[static_cast<size_t>(e)] = std::exp(logit[e] - max_logit);
+    for (float& p : probs) p /= sum;
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&probs](int32_t a, int32_t b) {
+      const float pa = probs[static_cast<size_t>(a)], pb = probs[static_cast<size_t>(b)];
+      return pa > pb || (pa == pb && a < b);
+    });
+    float chosen = 0.0f;
+    for (int64_t j = 0; j < k; ++j) chosen += probs[static_cast<size_t>(order[static_cast<size_t>(j)])];
+    int32_t* expert = experts.ptr<int32_t>() + row * k;
+    float* weight = weights.ptr<float>() + row * k;
+    for (int64_t j = 0; j < k; ++j) {
+      expert[j] = order[static_cast<size_t>(j)];
+      weight[j] = probs[static_cast<size_t>(expert[j])] / (normalize ? chosen : 1.0f);
+    }
   }
 }
 
@@ -42,12 +48,10 @@ void moe_add(const BlockInputs& in, TensorView h, TensorView x) {
   linear(logits, x, w.router.view());
   const TensorView ids = in.ws.expert_ids(t);
   const TensorView gates = in.ws.expert_weights(t);
-  auto* id = static_cast<int32_t*>(ids.data);
-  auto* gate = static_cast<float*>(gates.data);
-  for (int64_t i = 0; i < t; ++i)
-    route_token(static_cast<const float*>(logits.data) + i * num_experts, num_experts, k, c.norm_topk_prob,
-                id + i * k, gate + i * k);
+  route_tokens(logits, c.norm_topk_prob, ids, gates);
   in.hooks.on_expert_choice(in.layer, in.batch, ids);
+  const int32_t* id = ids.ptr<int32_t>();
+  const float* gate = gates.ptr<float>();
 
   // The (token, slot) pairs grouped by expert: a counting sort of the t * k choices.
   std::vector<int64_t> begin(static_cast<size_t>(num_experts) + 1, 0);

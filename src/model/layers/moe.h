@@ -17,9 +17,9 @@ namespace se {
 // normed input. Precondition: the model runs on the CPU.
 void moe_add(const BlockInputs& in, TensorView h, TensorView x);
 
-// The routing of one token: `logits` [num_experts] router logits in, the top `k` experts out (`experts`, in
-// descending probability, ties to the lower index) with their softmax probabilities (`weights`), renormalized to
-// sum to 1 when `normalize`.
-void route_token(const float* logits, int num_experts, int k, bool normalize, int32_t* experts, float* weights);
+// The routing of each row (host memory): `logits` [t, num_experts] F32 router logits in; out per row the top k
+// experts (`experts` [t, k] I32, in descending probability, ties to the lower index) with their softmax
+// probabilities (`weights` [t, k] F32), renormalized to sum to 1 when `normalize`.
+void route_tokens(TensorView logits, bool normalize, TensorView experts, TensorView weights);
 
 }  // namespace se
