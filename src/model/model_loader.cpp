@@ -49,10 +49,10 @@ Result<LoadedModel> load_gguf(const std::string& path, const LoadOptions& option
   LoadedModel model;
   model.source_format = "gguf";
   SE_ASSIGN_OR_RETURN(GgufFile file, GgufFile::open(path));
-  SE_ASSIGN_OR_RETURN(model.config, gguf_hf_config(file));
-  SE_ASSIGN_OR_RETURN(ModelConfig config, typed_config(model.config, path));
-  ProgressBar progress(label(path), num_weights(config), options.show_progress);
-  SE_ASSIGN_OR_RETURN(model.weights, load_gguf_weights(file, config, options.dtype, &progress));
+  SE_ASSIGN_OR_RETURN(model.hf_config, gguf_hf_config(file));
+  SE_ASSIGN_OR_RETURN(model.config, typed_config(model.hf_config, path));
+  ProgressBar progress(label(path), num_weights(model.config), options.show_progress);
+  SE_ASSIGN_OR_RETURN(model.weights, load_gguf_weights(file, model.config, options.dtype, &progress));
   model.gguf = std::move(file);
   return model;
 }
@@ -62,10 +62,10 @@ Result<LoadedModel> load_hf(const std::string& dir, const LoadOptions& options) 
   model.source_format = "hf";
   SE_ASSIGN_OR_RETURN(HfDir hf, open_hf_dir(dir));
   SE_ASSIGN_OR_RETURN(SafetensorsCheckpoint checkpoint, SafetensorsCheckpoint::open_dir(dir));
-  SE_ASSIGN_OR_RETURN(ModelConfig config, typed_config(hf.config, dir));
-  ProgressBar progress(label(dir), num_weights(config), options.show_progress);
-  SE_ASSIGN_OR_RETURN(model.weights, load_hf_weights(hf, config, checkpoint, options.dtype, &progress));
-  model.config = hf.config;
+  SE_ASSIGN_OR_RETURN(model.config, typed_config(hf.config, dir));
+  ProgressBar progress(label(dir), num_weights(model.config), options.show_progress);
+  SE_ASSIGN_OR_RETURN(model.weights, load_hf_weights(hf, model.config, checkpoint, options.dtype, &progress));
+  model.hf_config = hf.config;
   model.hf_dir = dir;
   return model;
 }
@@ -75,10 +75,10 @@ Result<LoadedModel> load_dummy(const std::string& path, const LoadOptions& optio
       fs::is_directory(path) ? fs::path(path) / "config.json" : fs::path(path);
   LoadedModel model;
   model.source_format = "dummy";
-  SE_ASSIGN_OR_RETURN(model.config, read_hf_config(config_path.string()));
-  SE_ASSIGN_OR_RETURN(ModelConfig config, typed_config(model.config, config_path.string()));
-  ProgressBar progress("Generating dummy weights", num_weights(config), options.show_progress);
-  model.weights = dummy_weights(config, options.dtype, options.seed, &progress);
+  SE_ASSIGN_OR_RETURN(model.hf_config, read_hf_config(config_path.string()));
+  SE_ASSIGN_OR_RETURN(model.config, typed_config(model.hf_config, config_path.string()));
+  ProgressBar progress("Generating dummy weights", num_weights(model.config), options.show_progress);
+  model.weights = dummy_weights(model.config, options.dtype, options.seed, &progress);
   model.hf_dir = config_path.parent_path().string();
   return model;
 }

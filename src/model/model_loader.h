@@ -34,7 +34,8 @@ struct LoadOptions {
 };
 
 struct LoadedModel {
-  nlohmann::json config;                  // normalized HF-style config (hf_config.h)
+  ModelConfig config;                     // typed, built by the model's architecture (model/arch/)
+  nlohmann::json hf_config;               // the normalized HF-style config it was built from (hf_config.h)
   std::map<std::string, Tensor> weights;  // canonical names and shapes (weight_spec.h)
   std::string source_format;              // "gguf", "hf" or "dummy"
   std::optional<GgufFile>

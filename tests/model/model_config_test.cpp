@@ -103,10 +103,10 @@ TEST(ModelConfigTest, MoeModelOnAGpuIsRefusedBeforeTouchingIt) {
   auto config = parse_model_config(hf);
   ASSERT_TRUE(config.is_ok());
   const auto weights = dummy_weights(*config, DType::kF32, 0, nullptr);
-  auto gpu = Model::create(hf, weights, Device::kCuda);
+  auto gpu = Model::create(*config, weights, Device::kCuda);
   EXPECT_EQ(gpu.status().code(), StatusCode::kUnimplemented);
   EXPECT_NE(gpu.status().message().find("CPU only"), std::string::npos) << gpu.status().to_string();
-  EXPECT_TRUE(Model::create(hf, weights, Device::kCpu).is_ok());
+  EXPECT_TRUE(Model::create(*config, weights, Device::kCpu).is_ok());
 }
 
 }  // namespace

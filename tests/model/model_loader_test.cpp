@@ -136,17 +136,17 @@ TEST_P(ModelLoaderArchTest, GgufAndHfDirLoadTheSameModel) {
                           "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size",
                           "tie_word_embeddings", "attention_bias", "bos_token_id", "eos_token_id",
                           "max_position_embeddings", "architectures"}) {
-    EXPECT_EQ(from_hf->config[key], from_gguf->config[key]) << key;
+    EXPECT_EQ(from_hf->hf_config[key], from_gguf->hf_config[key]) << key;
   }
-  EXPECT_FLOAT_EQ(from_hf->config["rope_theta"].get<float>(),
-                  from_gguf->config["rope_theta"].get<float>());
-  EXPECT_FLOAT_EQ(from_hf->config["rms_norm_eps"].get<float>(),
-                  from_gguf->config["rms_norm_eps"].get<float>());
+  EXPECT_FLOAT_EQ(from_hf->hf_config["rope_theta"].get<float>(),
+                  from_gguf->hf_config["rope_theta"].get<float>());
+  EXPECT_FLOAT_EQ(from_hf->hf_config["rms_norm_eps"].get<float>(),
+                  from_gguf->hf_config["rms_norm_eps"].get<float>());
   if (model_type == "gemma3_text") {
     for (const char* key :
          {"sliding_window", "sliding_window_pattern", "layer_types", "rope_local_base_freq",
           "query_pre_attn_scalar", "hidden_activation", "final_logit_softcapping"}) {
-      EXPECT_EQ(from_hf->config[key], from_gguf->config[key]) << key;
+      EXPECT_EQ(from_hf->hf_config[key], from_gguf->hf_config[key]) << key;
     }
   }
   expect_same_weights(*from_hf, *from_gguf);
@@ -190,7 +190,7 @@ TEST(ModelLoaderTest, Llama3RopeFreqsBecomeRopeScaling) {
   });
   auto m = load_model(path);
   ASSERT_TRUE(m.is_ok()) << m.status().to_string();
-  const json& s = m->config["rope_scaling"];
+  const json& s = m->hf_config["rope_scaling"];
   EXPECT_EQ(s["rope_type"], "llama3");
   EXPECT_EQ(s["factor"], 8.0);
   EXPECT_EQ(s["original_max_position_embeddings"], 8192);
@@ -201,9 +201,9 @@ TEST(ModelLoaderTest, Llama3RopeFreqsBecomeRopeScaling) {
   });
   auto raw = load_model(path);
   ASSERT_TRUE(raw.is_ok()) << raw.status().to_string();
-  EXPECT_TRUE(raw->config["rope_scaling"].is_null());
-  EXPECT_EQ(raw->config["rope_freq_factors"].size(), 8u);
-  EXPECT_EQ(raw->config["rope_freq_factors"][0], 3.0);
+  EXPECT_TRUE(raw->hf_config["rope_scaling"].is_null());
+  EXPECT_EQ(raw->hf_config["rope_freq_factors"].size(), 8u);
+  EXPECT_EQ(raw->hf_config["rope_freq_factors"][0], 3.0);
 }
 
 TEST(ModelLoaderTest, LinearRopeScalingFromMetadata) {
@@ -215,7 +215,7 @@ TEST(ModelLoaderTest, LinearRopeScalingFromMetadata) {
   });
   auto m = load_model(path);
   ASSERT_TRUE(m.is_ok()) << m.status().to_string();
-  EXPECT_EQ(m->config["rope_scaling"], (json{{"rope_type", "linear"}, {"factor", 4.0}}));
+  EXPECT_EQ(m->hf_config["rope_scaling"], (json{{"rope_type", "linear"}, {"factor", 4.0}}));
 }
 
 TEST(ModelLoaderTest, DummyWeightsAreDeterministicAndSane) {
@@ -231,7 +231,7 @@ TEST(ModelLoaderTest, DummyWeightsAreDeterministicAndSane) {
   EXPECT_EQ(a->source_format, "dummy");
   EXPECT_EQ(a->hf_dir, dir);
   expect_same_weights(*a, *b);
-  EXPECT_EQ(a->weights.size(), expected_weights(typed(a->config)).size());
+  EXPECT_EQ(a->weights.size(), expected_weights(a->config).size());
   EXPECT_EQ(a->weights.at("model.norm.weight").data<float>()[3], 1.0f);
   EXPECT_EQ(a->weights.at("model.layers.0.self_attn.q_proj.bias").data<float>()[0], 0.0f);
   const Tensor& e = a->weights.at("model.embed_tokens.weight");

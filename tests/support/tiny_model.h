@@ -35,7 +35,7 @@ inline Model tiny_model(const std::string& model_type = "llama", float weight_sc
     if (name.find("norm") != std::string::npos) continue;
     for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] *= weight_scale;
   }
-  auto model = Model::create(*normalized, weights, device);
+  auto model = Model::create(*config, weights, device);
   SE_CHECK(model.is_ok(), "{}", model.status().to_string());
   return std::move(model).value();
 }

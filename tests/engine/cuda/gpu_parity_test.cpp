@@ -185,7 +185,7 @@ std::map<std::string, Tensor> bf16_dummy_weights(const nlohmann::json& normalize
 }
 
 Model create_model(const nlohmann::json& normalized, const std::map<std::string, Tensor>& weights, Device device) {
-  auto model = Model::create(normalized, weights, device);
+  auto model = Model::create(*parse_model_config(normalized), weights, device);
   SE_CHECK(model.is_ok(), "{}", model.status().to_string());
   return std::move(model).value();
 }
