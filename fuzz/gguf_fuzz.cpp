@@ -6,7 +6,7 @@
 
 #include "loader/gguf_dequant.h"
 #include "loader/gguf_file.h"
-#include "loader/gguf_model.h"
+#include "model/gguf_model.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto owned = std::make_shared<std::vector<uint8_t>>(data, data + size);

@@ -35,14 +35,12 @@ int run_inspect(const ModelOptions& opts) {
   load.seed = opts.dummy_seed;
   auto loaded = load_model(*path, load);
   if (!loaded.is_ok()) return report_error(loaded.status());
-  auto config = parse_model_config(loaded->config);
-  if (!config.is_ok()) return report_error(config.status());
 
   nlohmann::json out;
   out["path"] = *path;
   out["source_format"] = loaded->source_format;
-  out["config"] = loaded->config;
-  out["architecture"] = config->arch;
+  out["config"] = loaded->hf_config;
+  out["architecture"] = loaded->config.arch;
   int64_t num_params = 0;
   nlohmann::json tensors = nlohmann::json::array();
   for (const auto& [name, tensor] : loaded->weights) {

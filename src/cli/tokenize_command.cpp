@@ -9,7 +9,7 @@
 #include "cli/commands.h"
 #include "cli/model_options.h"
 #include "cli/model_resolver.h"
-#include "loader/model_loader.h"
+#include "model/model_loader.h"
 
 namespace se::cli {
 

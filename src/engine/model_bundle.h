@@ -7,7 +7,7 @@
 #include <string>
 
 #include "chat/chat_template.h"
-#include "loader/model_loader.h"
+#include "model/model_loader.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 

@@ -2,10 +2,6 @@
 
 #include <cmath>
 
-#include "loader/hf_config.h"
-#include "loader/weight_spec.h"
-#include "loader/weight_transforms.h"
-
 namespace se {
 
 namespace {
@@ -40,28 +36,21 @@ void fill_normal(float* dst, int64_t n, uint64_t key) {
 
 }  // namespace
 
-std::map<std::string, Tensor> dummy_weights(const nlohmann::json& config, DType dtype,
-                                            uint64_t seed, ProgressBar* progress) {
-  std::map<std::string, Tensor> weights;
-  for (const WeightSpec& spec : expected_weights(model_dims(config))) {
-    Tensor t = Tensor::empty(DType::kF32, spec.shape);
-    float* p = t.data<float>();
-    switch (spec.kind) {
-      case WeightKind::kNorm:
-        for (int64_t i = 0; i < t.numel(); ++i) p[i] = 1.0f;
-        break;
-      case WeightKind::kBias:
-        for (int64_t i = 0; i < t.numel(); ++i) p[i] = 0.0f;
-        break;
-      case WeightKind::kLinear:
-      case WeightKind::kEmbedding:
-        fill_normal(p, t.numel(), name_hash(spec.name, seed));
-        break;
-    }
-    weights[spec.name] = cast_weight(t, dtype);
-    if (progress != nullptr) progress->advance();
+Tensor dummy_tensor(const std::string& name, const Shape& shape, DummyFill fill, uint64_t seed) {
+  Tensor t = Tensor::empty(DType::kF32, shape);
+  float* p = t.data<float>();
+  switch (fill) {
+    case DummyFill::kOnes:
+      for (int64_t i = 0; i < t.numel(); ++i) p[i] = 1.0f;
+      break;
+    case DummyFill::kZeros:
+      for (int64_t i = 0; i < t.numel(); ++i) p[i] = 0.0f;
+      break;
+    case DummyFill::kNormal:
+      fill_normal(p, t.numel(), name_hash(name, seed));
+      break;
   }
-  return weights;
+  return t;
 }
 
 }  // namespace se

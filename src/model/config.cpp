@@ -109,8 +109,7 @@ Result<ModelConfig> parse_model_config(const nlohmann::json& hf) {
   SE_ASSIGN_OR_RETURN(c.model_type, cj::string_or(hf, "model_type", ""));
   const ArchSpec* spec = find_arch(c.model_type);
   if (spec == nullptr)
-    return unimplemented("config: model_type '{}' is not supported (llama, qwen2, qwen3, gemma3_text)",
-                         c.model_type);
+    return unimplemented("config: model_type '{}' is not supported ({})", c.model_type, supported_model_types());
   c.arch = spec->name;
   SE_ASSIGN_OR_RETURN(c.vocab_size, cj::positive_int(hf, "vocab_size"));
   SE_ASSIGN_OR_RETURN(c.hidden_size, cj::positive_int(hf, "hidden_size"));
@@ -127,6 +126,7 @@ Result<ModelConfig> parse_model_config(const nlohmann::json& hf) {
   SE_ASSIGN_OR_RETURN(c.max_position_embeddings, cj::int_or(hf, "max_position_embeddings", 8192));
   SE_ASSIGN_OR_RETURN(c.rms_norm_eps, cj::float_or(hf, "rms_norm_eps", 1e-6f));
   SE_ASSIGN_OR_RETURN(c.tie_word_embeddings, cj::bool_or(hf, "tie_word_embeddings", false));
+  SE_ASSIGN_OR_RETURN(c.attention_bias, cj::bool_or(hf, "attention_bias", false));
   SE_ASSIGN_OR_RETURN(c.bos_token_id, cj::int_or(hf, "bos_token_id", -1));
   SE_ASSIGN_OR_RETURN(c.eos_token_ids, parse_eos(hf));
   c.attention_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
@@ -139,7 +139,7 @@ Result<ModelConfig> parse_model_config(const nlohmann::json& hf) {
     if (served > INT32_MAX) return invalid_argument("config: yarn serves {} positions, over 2^31", served);
     c.max_position_embeddings = std::max(c.max_position_embeddings, static_cast<int>(served));
   }
-  c.layers.assign(static_cast<size_t>(c.num_layers), LayerConfig{false, rope});
+  c.layers.assign(static_cast<size_t>(c.num_layers), LayerConfig{false, false, rope});
   SE_RETURN_IF_ERROR(spec->configure(hf, c));
   return c;
 }

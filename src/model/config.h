@@ -1,5 +1,6 @@
-// ModelConfig: the normalized description of a decoder-only model, built from an HF-style config.json (the
-// loader synthesizes one for GGUF files) by the architecture registry. Plain data; immutable after load.
+// ModelConfig: the typed description of a decoder-only model, built from a normalized HF-style config.json
+// (hf_config.h; gguf_model.h writes one from GGUF metadata): the common fields here, the architecture's own by its
+// registry entry (model/arch/). Plain data; immutable after load.
 #pragma once
 
 #include <string>
@@ -14,11 +15,12 @@ namespace se {
 
 struct LayerConfig {
   bool sliding = false;  // sliding-window attention (window = ModelConfig::sliding_window)
+  bool moe = false;      // the MLP is the mixture of experts (ModelConfig::num_experts), not the dense one
   RopeParams rope;
 };
 
 struct ModelConfig {
-  std::string arch;        // registry name: "llama", "qwen2", "qwen3", "gemma3"
+  std::string arch;        // registry name (ArchSpec::name)
   std::string model_type;  // as written in config.json
   int vocab_size = 0;
   int hidden_size = 0;
@@ -41,6 +43,13 @@ struct ModelConfig {
   bool qk_norm = false;               // Qwen3, Gemma 3: RMSNorm over each head of q and k before RoPE
   bool sandwich_norm = false;         // Gemma 3: extra norms after attention and after the MLP
   bool tie_word_embeddings = false;
+
+  // Mixture of experts: each MoE layer routes a token to num_experts_per_tok of num_experts gated MLPs of width
+  // moe_intermediate_size (0 experts: a dense model).
+  int num_experts = 0;
+  int num_experts_per_tok = 0;
+  int moe_intermediate_size = 0;
+  bool norm_topk_prob = false;  // renormalize the chosen experts' router probabilities to sum to 1
 
   int bos_token_id = -1;
   std::vector<int> eos_token_ids;

@@ -2,6 +2,8 @@
 // attend() once per layer with the batch's new q/k/v after RoPE (the hooks' owner stores k/v, decides what
 // attention reads and writes the output) and on_layer_end() after the layer's MLP. The model never sees
 // pages, selections or methods; the sparse controller implements these hooks (sparse/sparse_controller.h).
+// A mixture-of-experts layer reports which experts each token was routed to (on_expert_choice), so an observer
+// can count the expert weights a step reads.
 #pragma once
 
 #include "backend/ops.h"
@@ -20,6 +22,9 @@ class ForwardHooks {
   // the CPU and the model's matmul dtype (BF16) on CUDA.
   virtual void attend(int layer, const LayerConfig& layer_config, const ForwardBatch& batch, TensorView q,
                       TensorView k, TensorView v, TensorView out, const AttentionParams& params) = 0;
+  // experts [T, num_experts_per_tok] I32: the experts each row of `batch` is routed to in MoE layer `layer`, in
+  // descending router probability, on the model's device.
+  virtual void on_expert_choice(int /*layer*/, const ForwardBatch& /*batch*/, TensorView /*experts*/) {}
   // hidden [T, hidden_size]: the residual stream after the layer.
   virtual void on_layer_end(int /*layer*/, const ForwardBatch& /*batch*/, TensorView /*hidden*/) {}
 };

@@ -13,6 +13,19 @@ TensorView ForwardWorkspace::rows(const Tensor& buffer, int64_t n) {
   return v;
 }
 
+TensorView ForwardWorkspace::rows_of_width(const Tensor& buffer, int64_t n, int64_t width) {
+  return TensorView{buffer.raw(), buffer.dtype(), {n, width}, buffer.device()};
+}
+
+TensorView ForwardWorkspace::gate_up(int64_t t) const { return rows_of_width(gate_up_, t, 2 * config_.intermediate_size); }
+TensorView ForwardWorkspace::act(int64_t t) const { return rows_of_width(act_, t, config_.intermediate_size); }
+TensorView ForwardWorkspace::expert_gate_up(int64_t n) const {
+  return rows_of_width(gate_up_, n, 2 * config_.moe_intermediate_size);
+}
+TensorView ForwardWorkspace::expert_act(int64_t n) const {
+  return rows_of_width(act_, n, config_.moe_intermediate_size);
+}
+
 TensorView ForwardWorkspace::i32_rows(int64_t offset, int64_t n) const {
   return TensorView{inputs_.data<int32_t>() + offset, DType::kI32, {n}, device_};
 }
@@ -31,7 +44,8 @@ Shape ForwardWorkspace::BufferSpec::shape_for(int64_t num_tokens, int64_t num_lo
 
 std::vector<ForwardWorkspace::BufferSpec> ForwardWorkspace::buffer_specs(const ModelConfig& c, DType matmul_dtype) {
   const int64_t hidden = c.hidden_size, heads = c.num_heads, kv_heads = c.num_kv_heads, head_dim = c.head_dim;
-  const int64_t intermediate = c.intermediate_size;
+  // The dense MLP and the experts' share the gate_up and act buffers.
+  const int64_t intermediate = std::max(c.intermediate_size, c.num_experts > 0 ? c.moe_intermediate_size : 0);
   std::vector<BufferSpec> specs = {
       {&ForwardWorkspace::hidden_, DType::kF32, {0, hidden}},
       {&ForwardWorkspace::normed_, matmul_dtype, {0, hidden}},
@@ -46,6 +60,13 @@ std::vector<ForwardWorkspace::BufferSpec> ForwardWorkspace::buffer_specs(const M
       {&ForwardWorkspace::last_normed_, matmul_dtype, {0, hidden}, true},
       {&ForwardWorkspace::logits_, DType::kF32, {0, int64_t{c.vocab_size}}, true},
   };
+  if (c.num_experts > 0) {
+    const int64_t k = c.num_experts_per_tok;
+    specs.push_back({&ForwardWorkspace::router_logits_, DType::kF32, {0, int64_t{c.num_experts}}});
+    specs.push_back({&ForwardWorkspace::expert_ids_, DType::kI32, {0, k}});
+    specs.push_back({&ForwardWorkspace::expert_weights_, DType::kF32, {0, k}});
+    specs.push_back({&ForwardWorkspace::expert_in_, matmul_dtype, {0, hidden}});
+  }
   // The fused QKV projection shares gate_up_ when that is wide enough.
   if (const int64_t qkv_width = c.q_size() + 2 * c.kv_size(); qkv_width > 2 * intermediate)
     specs.push_back({&ForwardWorkspace::qkv_, DType::kF32, {0, qkv_width}});

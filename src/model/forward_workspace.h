@@ -47,8 +47,16 @@ class ForwardWorkspace final {
   TensorView v(int64_t t) const { return rows(v_, t); }                 // [t, num_kv_heads, head_dim] F32
   TensorView attn(int64_t t) const { return rows(attn_, t); }           // [t, num_heads, head_dim] matmul input
   TensorView proj(int64_t t) const { return rows(proj_, t); }           // [t, hidden] F32: o_proj, then down
-  TensorView gate_up(int64_t t) const { return rows(gate_up_, t); }     // [t, 2 * intermediate] F32
-  TensorView act(int64_t t) const { return rows(act_, t); }             // [t, intermediate] matmul input
+  TensorView gate_up(int64_t t) const;  // [t, 2 * intermediate] F32
+  TensorView act(int64_t t) const;      // [t, intermediate] matmul input
+  // The mixture of experts (models with num_experts > 0). The experts' MLP reuses the gate_up and act buffers
+  // at their own width; `n` rows are the tokens routed to one expert.
+  TensorView router_logits(int64_t t) const { return rows(router_logits_, t); }  // [t, num_experts] F32
+  TensorView expert_ids(int64_t t) const { return rows(expert_ids_, t); }        // [t, experts_per_tok] I32
+  TensorView expert_weights(int64_t t) const { return rows(expert_weights_, t); }  // [t, experts_per_tok] F32
+  TensorView expert_in(int64_t n) const { return rows(expert_in_, n); }          // [n, hidden] matmul input
+  TensorView expert_gate_up(int64_t n) const;  // [n, 2 * moe_intermediate] F32
+  TensorView expert_act(int64_t n) const;      // [n, moe_intermediate] matmul input
   TensorView last(int64_t r) const { return rows(last_, r); }           // [r, hidden] F32 gathered rows
   TensorView last_normed(int64_t r) const { return rows(last_normed_, r); }  // [r, hidden] matmul input
   Tensor logits(int64_t r) const { return logits_.slice_rows(0, r); }   // [r, vocab] F32
@@ -66,6 +74,8 @@ class ForwardWorkspace final {
   // Every buffer besides the inputs, for reserve() to allocate and bytes_for() to count.
   static std::vector<BufferSpec> buffer_specs(const ModelConfig& config, DType matmul_dtype);
   static TensorView rows(const Tensor& buffer, int64_t n);
+  // The first n rows of `buffer` read as rows of `width` elements (a buffer shared by layers of two widths).
+  static TensorView rows_of_width(const Tensor& buffer, int64_t n, int64_t width);
   TensorView i32_rows(int64_t offset, int64_t n) const;
   Tensor buffer(DType dtype, Shape shape) const;
 
@@ -78,6 +88,7 @@ class ForwardWorkspace final {
   Tensor inputs_;                      // [2 * capacity_tokens + capacity_logit_rows] I32
   Tensor hidden_, normed_, q_, k_, v_, attn_, proj_, gate_up_, act_, last_, last_normed_, logits_;
   Tensor qkv_;  // gate_up_ itself when it is wide enough
+  Tensor router_logits_, expert_ids_, expert_weights_, expert_in_;  // MoE models only
 };
 
 }  // namespace se

@@ -6,13 +6,14 @@
 
 namespace se {
 
-Result<Model> Model::create(const nlohmann::json& hf_config, const std::map<std::string, Tensor>& tensors,
+Result<Model> Model::create(const ModelConfig& config, const std::map<std::string, Tensor>& tensors,
                             Device device) {
-  SE_ASSIGN_OR_RETURN(ModelConfig config, parse_model_config(hf_config));
+  // The experts have a CPU reference path only so far.
+  if (config.num_experts > 0 && device != Device::kCpu)
+    return unimplemented("{}: mixture-of-experts models run on the CPU only, not on {} (use --device cpu)",
+                         config.model_type, device_name(device));
   SE_ASSIGN_OR_RETURN(ModelWeights weights, ModelWeights::build(config, tensors));
-  const ArchSpec* arch = find_arch(config.model_type);
-  SE_CHECK(arch != nullptr, "parse_model_config accepted model_type '{}' without an architecture", config.model_type);
-  return Model(*arch, std::move(config), weights.on_device(device), device);
+  return Model(arch_of(config), config, weights.on_device(device), device);
 }
 
 Model::Model(const ArchSpec& arch, ModelConfig config, ModelWeights weights, Device device)

@@ -23,9 +23,9 @@ struct ArchSpec;
 
 class Model {
  public:
-  // Normalizes `hf_config`, binds `tensors` (HF names) and places the weights on `device`; errors name the bad
-  // key or tensor.
-  static Result<Model> create(const nlohmann::json& hf_config, const std::map<std::string, Tensor>& tensors,
+  // Binds `tensors` (canonical HF names, weight_spec.h) to `config` and places the weights on `device`; errors
+  // name the missing or mis-shaped tensor, or what `device` cannot run.
+  static Result<Model> create(const ModelConfig& config, const std::map<std::string, Tensor>& tensors,
                               Device device = Device::kCpu);
 
   const ModelConfig& config() const { return config_; }

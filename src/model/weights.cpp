@@ -46,6 +46,20 @@ Tensor concat_rows(const std::vector<Tensor>& parts) {
   return out;
 }
 
+// gate, up [experts, inter, hidden] fp32 -> [experts, 2 * inter, hidden]: each expert's gate rows, then its up
+// rows, so one GEMM per expert computes both.
+Tensor stack_expert_gate_up(const Tensor& gate, const Tensor& up) {
+  const int64_t experts = gate.dim(0), inter = gate.dim(1), hidden = gate.dim(2);
+  Tensor out = Tensor::empty(DType::kF32, {experts, 2 * inter, hidden});
+  const size_t block = static_cast<size_t>(inter * hidden) * sizeof(float);
+  for (int64_t e = 0; e < experts; ++e) {
+    char* dst = static_cast<char*>(out.raw()) + 2 * static_cast<size_t>(e) * block;
+    std::memcpy(dst, static_cast<const char*>(gate.raw()) + static_cast<size_t>(e) * block, block);
+    std::memcpy(dst + block, static_cast<const char*>(up.raw()) + static_cast<size_t>(e) * block, block);
+  }
+  return out;
+}
+
 }  // namespace
 
 ModelWeights ModelWeights::on_device(Device device) const {
@@ -64,6 +78,7 @@ ModelWeights ModelWeights::on_device(Device device) const {
     return to_device(bf16, device);
   };
   const auto vector = [device](const Tensor& t) { return t.defined() ? to_device(t, device) : Tensor(); };
+  const auto optional_matrix = [&matrix](const Tensor& t) { return t.defined() ? matrix(t) : Tensor(); };
   ModelWeights w;
   w.embed_tokens = matrix(embed_tokens);
   w.final_norm = vector(final_norm);
@@ -71,8 +86,9 @@ ModelWeights ModelWeights::on_device(Device device) const {
   for (const LayerWeights& l : layers) {
     w.layers.push_back({vector(l.input_norm), matrix(l.qkv), vector(l.qkv_bias), vector(l.q_norm),
                         vector(l.k_norm), matrix(l.o_proj), vector(l.post_attention_norm),
-                        vector(l.pre_feedforward_norm), vector(l.post_feedforward_norm), matrix(l.gate_up),
-                        matrix(l.down)});
+                        vector(l.pre_feedforward_norm), vector(l.post_feedforward_norm), optional_matrix(l.gate_up),
+                        optional_matrix(l.down), optional_matrix(l.router), optional_matrix(l.experts_gate_up),
+                        optional_matrix(l.experts_down)});
   }
   return w;
 }
@@ -113,6 +129,15 @@ Result<ModelWeights> ModelWeights::build(const ModelConfig& c, const std::map<st
       SE_ASSIGN_OR_RETURN(l.pre_feedforward_norm, table.get(p + "pre_feedforward_layernorm.weight", {hidden}));
       SE_ASSIGN_OR_RETURN(l.post_feedforward_norm,
                           table.get(p + "post_feedforward_layernorm.weight", {hidden}));
+    }
+    if (c.layers[static_cast<size_t>(i)].moe) {
+      const int64_t experts = c.num_experts, inter = c.moe_intermediate_size;
+      SE_ASSIGN_OR_RETURN(l.router, table.get(p + "mlp.gate.weight", {experts, hidden}));
+      SE_ASSIGN_OR_RETURN(Tensor gate, table.get(p + "mlp.experts.gate_proj.weight", {experts, inter, hidden}));
+      SE_ASSIGN_OR_RETURN(Tensor up, table.get(p + "mlp.experts.up_proj.weight", {experts, inter, hidden}));
+      l.experts_gate_up = stack_expert_gate_up(gate, up);
+      SE_ASSIGN_OR_RETURN(l.experts_down, table.get(p + "mlp.experts.down_proj.weight", {experts, hidden, inter}));
+      continue;
     }
     SE_ASSIGN_OR_RETURN(Tensor gate, table.get(p + "mlp.gate_proj.weight", {c.intermediate_size, hidden}));
     SE_ASSIGN_OR_RETURN(Tensor up, table.get(p + "mlp.up_proj.weight", {c.intermediate_size, hidden}));

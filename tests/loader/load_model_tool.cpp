@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <fstream>
 
-#include "loader/model_loader.h"
+#include "model/model_loader.h"
 
 int main(int argc, char** argv) {
   if (argc != 4) {
@@ -25,7 +25,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", model.status().to_string().c_str());
     return 1;
   }
-  nlohmann::json out = {{"config", model->config}, {"source_format", model->source_format}};
+  nlohmann::json out = {{"config", model->hf_config}, {"source_format", model->source_format}};
   for (const auto& [name, t] : model->weights) {
     uint64_t hash = 0xcbf29ce484222325ull;
     const auto* bytes = static_cast<const uint8_t*>(t.raw());

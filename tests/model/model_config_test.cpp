@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "model/config.h"
+#include "model/model.h"
+#include "model/model_loader.h"
 
 namespace se {
 namespace {
@@ -65,6 +67,46 @@ TEST(ModelConfigTest, RejectsBadYarn) {
     EXPECT_FALSE(c.is_ok()) << bad.dump();
     if (!c.is_ok()) EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument) << c.status().to_string();
   }
+}
+
+nlohmann::json qwen3_moe(const nlohmann::json& extra) {
+  nlohmann::json hf = {{"model_type", "qwen3_moe"}, {"vocab_size", 32},          {"hidden_size", 16},
+                       {"intermediate_size", 24},   {"moe_intermediate_size", 8}, {"num_hidden_layers", 6},
+                       {"num_attention_heads", 2},  {"num_key_value_heads", 1},  {"head_dim", 8},
+                       {"num_experts", 4},          {"num_experts_per_tok", 2}};
+  hf.update(extra);
+  return hf;
+}
+
+TEST(ModelConfigTest, MoeLayersFollowDecoderSparseStepAndMlpOnlyLayers) {
+  auto c = parse_model_config(qwen3_moe({{"decoder_sparse_step", 2}, {"mlp_only_layers", {3}}}));
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  std::vector<bool> moe;
+  for (const LayerConfig& layer : c->layers) moe.push_back(layer.moe);
+  EXPECT_EQ(moe, (std::vector<bool>{false, true, false, false, false, true}));
+  EXPECT_FALSE(c->norm_topk_prob);  // transformers' default
+  EXPECT_TRUE(c->qk_norm);
+  EXPECT_EQ(c->moe_intermediate_size, 8);
+
+  auto all = parse_model_config(qwen3_moe({{"norm_topk_prob", true}}));
+  ASSERT_TRUE(all.is_ok());
+  for (const LayerConfig& layer : all->layers) EXPECT_TRUE(layer.moe);
+  EXPECT_TRUE(all->norm_topk_prob);
+
+  auto too_many = parse_model_config(qwen3_moe({{"num_experts_per_tok", 5}}));
+  EXPECT_EQ(too_many.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(too_many.status().message().find("num_experts_per_tok"), std::string::npos);
+}
+
+TEST(ModelConfigTest, MoeModelOnAGpuIsRefusedBeforeTouchingIt) {
+  const nlohmann::json hf = qwen3_moe(nlohmann::json::object());
+  auto config = parse_model_config(hf);
+  ASSERT_TRUE(config.is_ok());
+  const auto weights = dummy_weights(*config, DType::kF32, 0, nullptr);
+  auto gpu = Model::create(*config, weights, Device::kCuda);
+  EXPECT_EQ(gpu.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(gpu.status().message().find("CPU only"), std::string::npos) << gpu.status().to_string();
+  EXPECT_TRUE(Model::create(*config, weights, Device::kCpu).is_ok());
 }
 
 }  // namespace

@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "loader/model_loader.h"
+#include "model/model_loader.h"
 #include "model/contiguous_kv_cache.h"
 #include "model/model.h"
 

@@ -30,7 +30,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/check.h"
-#include "loader/model_loader.h"
+#include "model/model_loader.h"
 #include "model/model.h"
 #include "sparse/method_registry.h"
 #include "sparse/sparse_controller.h"

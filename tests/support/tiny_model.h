@@ -5,9 +5,9 @@
 #include <nlohmann/json.hpp>
 
 #include "base/check.h"
-#include "loader/dummy_weights.h"
-#include "loader/hf_config.h"
+#include "model/hf_config.h"
 #include "model/model.h"
+#include "model/model_loader.h"
 
 namespace se::test {
 
@@ -28,12 +28,14 @@ inline Model tiny_model(const std::string& model_type = "llama", float weight_sc
                         Device device = Device::kCpu) {
   auto normalized = normalize_hf_config(tiny_config(model_type), "tiny");
   SE_CHECK(normalized.is_ok(), "{}", normalized.status().to_string());
-  auto weights = dummy_weights(*normalized, DType::kF32, seed, nullptr);
+  auto config = parse_model_config(*normalized);
+  SE_CHECK(config.is_ok(), "{}", config.status().to_string());
+  auto weights = dummy_weights(*config, DType::kF32, seed, nullptr);
   for (auto& [name, t] : weights) {
     if (name.find("norm") != std::string::npos) continue;
     for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] *= weight_scale;
   }
-  auto model = Model::create(*normalized, weights, device);
+  auto model = Model::create(*config, weights, device);
   SE_CHECK(model.is_ok(), "{}", model.status().to_string());
   return std::move(model).value();
 }

@@ -2,10 +2,13 @@
 
 #include <array>
 
+#include "base/check.h"
+
 namespace se {
 
 namespace {
-constexpr std::array<const ArchSpec*, 4> kArchs = {&kLlamaArch, &kQwen2Arch, &kQwen3Arch, &kGemma3Arch};
+constexpr std::array<const ArchSpec*, 5> kArchs = {&kLlamaArch, &kQwen2Arch, &kQwen3Arch, &kQwen3MoeArch,
+                                                   &kGemma3Arch};
 }
 
 const ArchSpec* find_arch(std::string_view model_type) {
@@ -15,6 +18,29 @@ const ArchSpec* find_arch(std::string_view model_type) {
   return nullptr;
 }
 
-std::span<const ArchSpec* const> all_archs() { return kArchs; }
+const ArchSpec* find_gguf_arch(std::string_view architecture) {
+  for (const ArchSpec* spec : kArchs)
+    if (spec->gguf_architecture == architecture) return spec;
+  return nullptr;
+}
+
+const ArchSpec& arch_of(const ModelConfig& config) {
+  for (const ArchSpec* spec : kArchs)
+    if (spec->name == config.arch) return *spec;
+  SE_CHECK(false, "config names no registered architecture: '{}'", config.arch);
+  return *kArchs[0];
+}
+
+std::string supported_model_types() {
+  std::string out;
+  for (const ArchSpec* spec : kArchs) out += (out.empty() ? "" : ", ") + std::string(spec->model_types[0]);
+  return out;
+}
+
+std::string supported_gguf_architectures() {
+  std::string out;
+  for (const ArchSpec* spec : kArchs) out += (out.empty() ? "" : ", ") + std::string(spec->gguf_architecture);
+  return out;
+}
 
 }  // namespace se

@@ -1,11 +1,25 @@
-// Llama's decoder block, which the architectures that keep its shape (Qwen2, Qwen3) run too.
+// Llama's parts that the architectures keeping its shape (Qwen2, Qwen3, Qwen3-MoE) share: its decoder block,
+// its HF config checks, and its layer weights.
 #pragma once
 
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "model/config.h"
 #include "model/layers/block_inputs.h"
+#include "model/weight_spec.h"
 
 namespace se {
 
 // Pre-norm block: h += attention(norm(h)); h += gated_mlp(norm(h)), each residual add fused into its last GEMM.
 void llama_block(const BlockInputs& in);
+
+// The input norm, attention, post-attention norm (llama.cpp's ffn_norm) and dense gated MLP of `layer`.
+void llama_layer_weights(const ModelConfig& config, int layer, std::vector<WeightSpec>& specs);
+
+// A SwiGLU config: hidden_act silu.
+Status llama_finish_hf(nlohmann::json& hf, const std::string& source);
 
 }  // namespace se

