@@ -38,6 +38,7 @@ enum class OpId : uint8_t {
   kCompactKv,
   kMoveKvRows,
   kSubsetAttentionMaxScores,
+  kGatherKeys,
 };
 
 // The op's ops.h name ("paged_attention over a selection" for the selection mode).

@@ -328,6 +328,7 @@ constexpr OpEntry kOps[] = {
     {OpId::kCompactKv, "compact_kv", true},
     {OpId::kMoveKvRows, "move_kv_rows", true},
     {OpId::kSubsetAttentionMaxScores, "subset_attention_max_scores", true},
+    {OpId::kGatherKeys, "gather_keys", false},
 };
 
 constexpr bool rows_follow_ids() {
@@ -508,6 +509,24 @@ void compact_kv(const AttentionView& pool, std::span<const StreamCompaction> str
   }
   SE_CHECK(pool.kv_dtype == DType::kF32, "compact_kv: the CPU backend keeps f32 pages");
   cpu::compact_kv(pool, streams);
+}
+
+void gather_keys(TensorView out, const AttentionView& view, int32_t slice, int32_t first_slot) {
+  if (view.kv_device == Device::kCuda)
+    SE_CHECK(cuda_implements(OpId::kGatherKeys), "gather_keys: not implemented on CUDA");
+  require_cpu_f32(out, "gather_keys.out");
+  SE_CHECK(view.payload == KvPayload::kExplicit && view.kv_dtype == DType::kF32 &&
+               view.tables_device == Device::kCpu,
+           "gather_keys: host tables over f32 K/V pages only");
+  SE_CHECK(slice >= 0 && slice < view.num_seqs, "gather_keys: no sequence {} in a view of {}", slice,
+           view.num_seqs);
+  SE_CHECK(out.shape.rank() == 3 && out.shape[1] == view.num_kv_heads && out.shape[2] == view.head_dim,
+           "gather_keys: out {} for {} KV heads x {}", out.shape.to_string(), view.num_kv_heads, view.head_dim);
+  for (int32_t h = 0; h < view.num_kv_heads; ++h)
+    SE_CHECK(first_slot >= 0 && first_slot + out.shape[0] <= view.seqs[slice].num_tokens[h],
+             "gather_keys: slots [{}, {}) of KV head {}, which holds {}", first_slot, first_slot + out.shape[0], h,
+             view.seqs[slice].num_tokens[h]);
+  cpu::gather_keys(out, view, slice, first_slot);
 }
 
 void move_kv_rows(const AttentionView& pool, std::span<const KvRowMove> moves) {

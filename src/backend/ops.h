@@ -172,6 +172,12 @@ struct KvRowMove {
 // evicted slot with a stream's last token uses: one row per stream, where compact_kv moves every later slot.
 void move_kv_rows(const AttentionView& pool, std::span<const KvRowMove> moves);
 
+// Copies the keys of slots [first_slot, first_slot + n) of every KV head of sequence `slice` of `view` into
+// out [n, num_kv_heads, head_dim], host F32, in slot order: what methods that score keys on the host read (key
+// similarity, attention among the window's own tokens). Host tables over an f32 pool; no CUDA kernel yet, so a
+// GPU pool is refused.
+void gather_keys(TensorView out, const AttentionView& view, int32_t slice, int32_t first_slot);
+
 // Page key bounds (query-aware page selection): bounds [num_pool_pages, 2, D], of the pool's dtype (so exact), holds
 // per page the elementwise min (row 0) and max (row 1) of the keys it stores. Recomputes them for every page that
 // received one of the batch's new tokens (the last n slots of each sequence's streams), n <= max_new_tokens. The view's

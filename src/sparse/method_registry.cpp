@@ -3,10 +3,12 @@
 #include "sparse/methods/adakv.h"
 #include "sparse/methods/chunkkv.h"
 #include "sparse/methods/h2o.h"
+#include "sparse/methods/kara.h"
 #include "sparse/methods/kvzip.h"
 #include "sparse/methods/omnikv.h"
 #include "sparse/methods/pyramidkv.h"
 #include "sparse/methods/quest.h"
+#include "sparse/methods/rkv.h"
 #include "sparse/methods/snapkv.h"
 #include "sparse/methods/streamingllm.h"
 #include "sparse/methods/vanilla.h"
@@ -45,6 +47,13 @@ const std::vector<Entry>& entries() {
        nullptr, &KvzipMethod::create},
       {{"chunkkv", "once after the prompt: top chunks of 20 tokens by window attention, same for every head"},
        &ChunkKvMethod::create},
+      {{"rkv", "decode-time: the generated part, at budget + buffer, keeps its top tokens by attention minus key "
+               "redundancy; the prompt stays whole (composes with no prompt-time method yet); CPU only"},
+       &RkvMethod::create},
+      {{"kara", "decode-time: every period, the newest window of generated tokens keeps its top tokens by "
+                "bidirectional window attention, as Token2Chunk spans; the prompt stays whole (composes with no "
+                "prompt-time method yet); CPU only"},
+       &KaraMethod::create},
   };
   return kEntries;
 }

@@ -154,6 +154,7 @@ struct MethodCase {
   const char* name;
   nlohmann::json config;
   const char* model_type = "llama";  // gemma3_text: every other layer a sliding window of 8
+  int turn1 = 6;                     // tokens turn 1 generates (decode-time methods compress within it)
 };
 
 // Turn 2 of chain "c": turn 1's prompt and output, then `suffix`, generating `num_tokens`.
@@ -176,12 +177,13 @@ TEST_P(ChainResumeTest, ResumedTurnEqualsReplayedTurns) {
   std::mt19937 rng(5);
   const std::vector<int32_t> prompt1 = random_tokens(rng, 70);
   const std::vector<int32_t> suffix = random_tokens(rng, 40);
-  constexpr int kTurn1 = 6, kTurn2 = 8;
+  const int num_turn1 = m.turn1;
+  constexpr int kTurn2 = 8;
 
   auto engine = Engine::create(bundle, config);
   ASSERT_TRUE(engine.is_ok()) << engine.status().to_string();
   EXPECT_EQ((*engine)->config().prefix_cache_mode, "chain");
-  auto first = (*engine)->submit({"t1", prompt1, greedy(kTurn1), ChainRequest{"c", /*create=*/true}});
+  auto first = (*engine)->submit({"t1", prompt1, greedy(num_turn1), ChainRequest{"c", /*create=*/true}});
   ASSERT_TRUE(first.is_ok()) << first.status().to_string();
   const TurnOutput turn1 = collect(**first);
   EXPECT_EQ(turn1.last.chain_status, ChainStatus::kCreated);
@@ -189,9 +191,9 @@ TEST_P(ChainResumeTest, ResumedTurnEqualsReplayedTurns) {
   const TurnOutput turn2 = resume_turn(**engine, prompt1, turn1, suffix, kTurn2);
   EXPECT_EQ(turn2.last.chain_status, ChainStatus::kResumed);
   // Turn 1's last sampled token was never computed: the state covers every token before it.
-  EXPECT_EQ(turn2.last.num_cached_tokens, static_cast<int>(prompt1.size()) + kTurn1 - 1);
+  EXPECT_EQ(turn2.last.num_cached_tokens, static_cast<int>(prompt1.size()) + num_turn1 - 1);
 
-  expect_same_turn(turn2, replay_two_turns(bundle, config, prompt1, kTurn1, suffix, kTurn2));
+  expect_same_turn(turn2, replay_two_turns(bundle, config, prompt1, num_turn1, suffix, kTurn2));
   (*engine)->shutdown(/*drain=*/true);
 }
 
@@ -203,7 +205,13 @@ INSTANTIATE_TEST_SUITE_P(
                       MethodCase{"pyramidkv", {{"budget", 32}, {"window", 8}}},
                       MethodCase{"adakv", {{"budget", 32}, {"window", 8}}},
                       MethodCase{"chunkkv", {{"budget", 32}, {"window", 8}}},
-                      MethodCase{"kvzip", {{"ratio", 0.5}, {"chunk_size", 24}}}),
+                      MethodCase{"kvzip", {{"ratio", 0.5}, {"chunk_size", 24}}},
+                      // Turn 1 compresses its generated part several times; turn 2 resumes that state.
+                      MethodCase{"rkv", {{"budget", 8}, {"buffer", 4}, {"window", 2}, {"kernel", 3}}, "llama", 30},
+                      MethodCase{"kara",
+                                 {{"window", 8}, {"buffer", 2}, {"candidates", 2}, {"budget", 4}, {"period", 4}},
+                                 "llama",
+                                 30}),
     [](const ::testing::TestParamInfo<MethodCase>& info) { return std::string(info.param.name); });
 
 // The `keep` best positions of [range.start, range.end) by `scores`, ties to the lower position, ascending.

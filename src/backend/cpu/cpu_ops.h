@@ -31,6 +31,7 @@ void attention_scores(TensorView out, TensorView q, const AttentionView& view, i
                       const AttentionParams& params, ScoreReduce reduce);
 void compact_kv(const AttentionView& pool, std::span<const StreamCompaction> streams);
 void move_kv_rows(const AttentionView& pool, std::span<const KvRowMove> moves);
+void gather_keys(TensorView out, const AttentionView& view, int32_t slice, int32_t first_slot);
 void token_lists_with_tail(TensorView lists, TensorView counts, TensorView tokens, const AttentionView& view,
                            int32_t slice, int32_t tail_begin);
 void update_page_key_bounds(TensorView bounds, const AttentionView& view, int32_t max_new_tokens);

@@ -1,0 +1,169 @@
+#include "sparse/methods/decode_compression_method.h"
+
+#include <algorithm>
+
+#include "base/check.h"
+#include "sparse/sliding_window_tail.h"
+
+namespace se {
+
+DecodeCompressionMethod::DecodeCompressionMethod(std::string name, nlohmann::ordered_json config,
+                                                 int32_t query_capacity)
+    : MethodRuntime(std::move(name), std::move(config)), query_capacity_(query_capacity) {
+  traits_.family = MethodFamily::kEviction;
+  traits_.keeps_full_history = false;
+  // gather_keys reads a region's keys for host scoring; compact_kv evicts. Neither has a CUDA path here yet
+  // (gather_keys has no kernel), so the engine refuses these methods on a GPU at startup.
+  traits_.ops = {OpId::kGatherKeys, OpId::kCompactKv};
+  traits_.static_decode_forward = false;  // every decode forward copies its queries out on the host
+  traits_.prefix_mode = PrefixMode::kChain;
+  traits_.prefill_policy = PrefillPolicy::kDense;
+}
+
+int64_t DecodeCompressionMethod::resident_pages(const KvLayout& layout, int32_t num_prefill_tokens,
+                                                int32_t num_tokens) const {
+  if (num_tokens <= num_prefill_tokens) return layout.pages_for_tokens(num_tokens);
+  return layout.pages_for_tokens(int64_t{num_prefill_tokens} +
+                                 peak_generated_tokens(num_tokens - num_prefill_tokens));
+}
+
+void DecodeCompressionMethod::on_attention_end(LayerContext& ctx) {
+  const int num_layers = ctx.cache.layout().num_layers;
+  const int64_t row_elements = ctx.q.shape[1] * ctx.q.shape[2];
+  for (const SequenceSlice& slice : ctx.batch.sequences) {
+    if (!slice.is_decode(ctx.batch.positions)) continue;
+    SE_CHECK(ctx.q.device == Device::kCpu, "{}: decode queries are kept in host memory (CPU backend only)", name());
+    auto it = sequences_.find(slice.seq);
+    // A sequence that took more prompt since it last decoded (the next turn of a conversation in the same slot)
+    // starts its generated part again, as a resumed Chain Cache turn does.
+    if (it != sequences_.end() && it->second.prompt_end != slice.num_prefill_tokens) {
+      sequences_.erase(it);
+      it = sequences_.end();
+    }
+    if (it == sequences_.end())
+      it = sequences_
+               .emplace(slice.seq,
+                        SequenceState{RecentQueries(num_layers, query_capacity_, row_elements),
+                                      slice.num_prefill_tokens, slice.num_prefill_tokens, 0, {}, {}})
+               .first;
+    it->second.queries.append(ctx.layer, ctx.q.ptr<float>() + int64_t{slice.token_begin} * row_elements,
+                              slice.num_tokens);
+  }
+}
+
+void DecodeCompressionMethod::finish_step(StepContext& ctx) {
+  const KvLayout& layout = ctx.cache.layout();
+  int plan_layer = 0;  // a full-attention layer holds every generated token the policy counts
+  while (plan_layer + 1 < layout.num_layers && ctx.sliding_window(plan_layer) > 0) ++plan_layer;
+  for (const SequenceSlice& slice : ctx.batch.sequences) {
+    if (!slice.is_decode(ctx.batch.positions)) continue;
+    auto it = sequences_.find(slice.seq);
+    SE_CHECK(it != sequences_.end(), "{}: seq {} decoded without its queries", name(), slice.seq);
+    SequenceState& state = it->second;
+    Clock clock;
+    clock.num_logical = ctx.cache.num_logical_tokens(slice.seq);
+    clock.num_decoded = clock.num_logical - slice.num_prefill_tokens;
+    const std::span<const int32_t> positions = ctx.cache.slot_positions(slice.seq, plan_layer, 0);
+    clock.num_generated_resident = static_cast<int32_t>(
+        positions.end() - std::lower_bound(positions.begin(), positions.end(), slice.num_prefill_tokens));
+    clock.uncompressed_from = state.uncompressed_from;
+    if (const std::optional<Region> region = plan_compression(clock)) compress(ctx, slice, state, *region);
+  }
+}
+
+void DecodeCompressionMethod::compress(StepContext& ctx, const SequenceSlice& slice, SequenceState& state,
+                                       const Region& region) {
+  const KvLayout& layout = ctx.cache.layout();
+  const int32_t seq = slice.seq;
+  const int num_layers = layout.num_layers;
+  const int32_t num_kv_heads = layout.num_kv_heads, head_dim = layout.head_dim;
+  SE_CHECK(region.first < region.end && region.num_queries > 0, "{}: empty region [{}, {})", name(), region.first,
+           region.end);
+  // Per layer: the region's slots [first_slot, first_slot + n) (the same in every KV head of a full-attention
+  // layer), its keys and queries; gathered one layer after another (views are the cache's), scored in parallel.
+  std::vector<int32_t> first_slot(static_cast<size_t>(num_layers)), count(static_cast<size_t>(num_layers));
+  std::vector<std::vector<float>> keys(static_cast<size_t>(num_layers)), queries(static_cast<size_t>(num_layers));
+  for (int layer = 0; layer < num_layers; ++layer) {
+    const auto slots_before = [&](int32_t h, int32_t position) {
+      const std::span<const int32_t> positions = ctx.cache.slot_positions(seq, layer, h);
+      return static_cast<int32_t>(std::lower_bound(positions.begin(), positions.end(), position) -
+                                  positions.begin());
+    };
+    const int32_t a = slots_before(0, region.first), b = slots_before(0, region.end);
+    first_slot[static_cast<size_t>(layer)] = a;
+    count[static_cast<size_t>(layer)] = b - a;
+    if (ctx.sliding_window(layer) > 0 || b == a) continue;
+    // Every KV head keeps the same number of each region, so the region is the same run of slots in all of them.
+    for (int32_t h = 1; h < num_kv_heads; ++h)
+      SE_CHECK(slots_before(h, region.first) == a && slots_before(h, region.end) == b &&
+                   ctx.cache.stream_length(seq, layer, h) == ctx.cache.stream_length(seq, layer, 0),
+               "{}: seq {} layer {}: KV head {} holds the region elsewhere", name(), seq, layer, h);
+    auto& k = keys[static_cast<size_t>(layer)];
+    k.resize(static_cast<size_t>(b - a) * num_kv_heads * head_dim);
+    const AttentionView view = ctx.cache.build_sequence_view(seq, layer);
+    gather_keys(TensorView{k.data(), DType::kF32, {b - a, num_kv_heads, head_dim}, Device::kCpu}, view, 0, a);
+    auto& q = queries[static_cast<size_t>(layer)];
+    SE_CHECK(state.queries.size(layer) >= region.num_queries, "{}: seq {} layer {} holds {} of {} queries", name(),
+             seq, layer, state.queries.size(layer), region.num_queries);
+    q.resize(static_cast<size_t>(state.queries.row_elements()) * region.num_queries);
+    state.queries.newest(layer, region.num_queries, q.data());
+  }
+  const auto num_heads = static_cast<int32_t>(state.queries.row_elements() / head_dim);
+  kept_.resize(static_cast<size_t>(layout.num_streams()));
+  state.last_kept.assign(static_cast<size_t>(layout.num_streams()), {});
+#pragma omp parallel for schedule(dynamic)
+  for (int layer = 0; layer < num_layers; ++layer) {
+    const int32_t a = first_slot[static_cast<size_t>(layer)], n = count[static_cast<size_t>(layer)];
+    const int32_t window = ctx.sliding_window(layer);
+    std::vector<std::vector<int32_t>> chosen;
+    if (window == 0 && n > 0)
+      chosen = select(queries[static_cast<size_t>(layer)].data(), region.num_queries,
+                      keys[static_cast<size_t>(layer)].data(), n, num_heads, num_kv_heads, head_dim);
+    for (int32_t h = 0; h < num_kv_heads; ++h) {
+      const int stream = layout.stream(layer, h);
+      std::vector<int32_t>& kept = kept_[static_cast<size_t>(stream)];
+      const auto len = static_cast<int32_t>(ctx.cache.slot_positions(seq, layer, h).size());
+      if (window > 0) {
+        keep_sliding_window_tail(len, window, len - (n - num_kept(n)), kept);
+        continue;
+      }
+      kept.clear();
+      for (int32_t s = 0; s < a; ++s) kept.push_back(s);
+      if (n > 0) {
+        for (const int32_t i : chosen[static_cast<size_t>(h)]) kept.push_back(a + i);
+        state.last_kept[static_cast<size_t>(stream)] = chosen[static_cast<size_t>(h)];
+      }
+      for (int32_t s = a + n; s < len; ++s) kept.push_back(s);
+    }
+  }
+  evictions_.clear();
+  for (int layer = 0; layer < num_layers; ++layer)
+    for (int32_t h = 0; h < num_kv_heads; ++h) {
+      const std::vector<int32_t>& kept = kept_[static_cast<size_t>(layout.stream(layer, h))];
+      if (static_cast<int32_t>(kept.size()) < ctx.cache.stream_length(seq, layer, h))
+        evictions_.push_back({layer, h, kept});
+    }
+  const Status evicted = ctx.cache.evict_streams(seq, evictions_);
+  SE_CHECK(evicted.is_ok(), "{}: {}", name(), evicted.to_string());
+  state.uncompressed_from = region.end;
+  state.last_region = {region.first, region.end};
+  ++state.num_compressions;
+}
+
+nlohmann::json DecodeCompressionMethod::debug_state(int32_t seq) const {
+  auto it = sequences_.find(seq);
+  if (it == sequences_.end()) return nullptr;
+  const SequenceState& state = it->second;
+  nlohmann::json kept = nlohmann::json::array();
+  const size_t num_layers = static_cast<size_t>(state.queries.num_layers());
+  for (size_t stream = 0; stream < state.last_kept.size(); ++stream) {
+    if (stream % (state.last_kept.size() / num_layers) == 0) kept.push_back(nlohmann::json::array());
+    kept.back().push_back(state.last_kept[stream]);
+  }
+  return {{"uncompressed_from", state.uncompressed_from},
+          {"compressions", state.num_compressions},
+          {"last_region", {state.last_region.first, state.last_region.second}},
+          {"last_kept", kept}};
+}
+
+}  // namespace se

@@ -1,0 +1,89 @@
+// DecodeCompressionMethod: the lifecycle the decode-time compression methods share (rkv, kara): the prompt
+// is prefilled densely and stays as it is; as the sequence decodes, the method keeps its recent queries and, at
+// the decode steps its policy picks, rescores one region of the generated tokens and physically evicts the rest
+// of that region, returning the freed pages to the pool in the same step. Subclasses choose when and which region
+// (plan_compression) and which of its tokens each (layer, KV head) keeps (select). Engine thread only.
+//
+// Per decode step of a sequence:
+//   * on_attention_end: the step's post-RoPE query rows of each layer go into the sequence's RecentQueries ring
+//     (host memory: the CPU backend's q; the GPU path needs a device ring, see traits().ops);
+//   * finish_step: plan_compression sees the clock (decoded tokens, generated tokens resident, the position where
+//     uncompressed tokens begin) and may name a region [first, end) of positions and how many of the newest
+//     queries score it. Each layer then reads the region's keys (gather_keys: slot order is position order,
+//     since this method only ever compacts), select() picks the kept tokens per KV head, and every stream of the
+//     sequence is compacted at once (CacheManager::evict_streams): tokens outside the region all stay. On a
+//     sliding-window layer the stream keeps its tail instead (sliding_window_tail.h), as many tokens as the full
+//     layers keep.
+// A sequence's prompt is the part before SequenceSlice::num_prefill_tokens: a resumed Chain Cache turn (whose
+// prompt is the whole retained chain, compressed decode state included) and a preempted sequence (which
+// recomputes its outputs as prompt) start their generated part again at their new prompt's end.
+#pragma once
+
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "sparse/method_runtime.h"
+#include "sparse/methods/recent_queries.h"
+
+namespace se {
+
+class DecodeCompressionMethod : public MethodRuntime {
+ public:
+  // Every prompt token, plus the most generated tokens resident at once by the step that brings the sequence to
+  // `num_tokens` (peak_generated_tokens), per stream.
+  int64_t resident_pages(const KvLayout& layout, int32_t num_prefill_tokens, int32_t num_tokens) const override;
+  void on_attention_end(LayerContext& ctx) override;
+  void finish_step(StepContext& ctx) override;
+  void on_sequence_end(int32_t seq) override { sequences_.erase(seq); }
+  // {"uncompressed_from": position, "compressions": count, "last_region": [first, end) positions of the last
+  // compression, "last_kept": [layer][kv_head] -> the region-relative indices select() kept there (empty on
+  // sliding-window layers)}, or null for a sequence that has not decoded.
+  nlohmann::json debug_state(int32_t seq) const override;
+
+ protected:
+  DecodeCompressionMethod(std::string name, nlohmann::ordered_json config, int32_t query_capacity);
+
+  struct Clock {
+    int32_t num_decoded = 0;           // decode tokens of the sequence so far, this step's included
+    int32_t num_generated_resident = 0;  // tokens at positions >= the prompt's end a full-attention stream holds
+    int32_t num_logical = 0;           // the sequence's logical length
+    int32_t uncompressed_from = 0;     // position after the last compressed region (the prompt's end at first)
+  };
+  struct Region {
+    int32_t first = 0;        // positions [first, end) are rescored
+    int32_t end = 0;
+    int32_t num_queries = 0;  // the newest decode queries that score them (<= the ring's capacity)
+  };
+  virtual std::optional<Region> plan_compression(const Clock& clock) const = 0;
+  // Per KV head, the ascending region-relative indices one layer keeps of the region's n keys.
+  // queries [num_queries, H, D] oldest first; keys [n, Hkv, D] in position order.
+  virtual std::vector<std::vector<int32_t>> select(const float* queries, int32_t num_queries, const float* keys,
+                                                   int32_t n, int32_t num_heads, int32_t num_kv_heads,
+                                                   int32_t head_dim) const = 0;
+  // How many of a region of n tokens select() keeps (what sliding-window layers keep of it as a tail).
+  virtual int32_t num_kept(int32_t n) const = 0;
+  // The most generated tokens resident at once (before a compression step compacts them) up to `num_decoded`
+  // decoded tokens.
+  virtual int32_t peak_generated_tokens(int32_t num_decoded) const = 0;
+
+ private:
+  struct SequenceState {
+    RecentQueries queries;
+    int32_t prompt_end = 0;  // the num_prefill_tokens its generated part follows
+    int32_t uncompressed_from = 0;
+    int32_t num_compressions = 0;
+    std::pair<int32_t, int32_t> last_region{0, 0};
+    std::vector<std::vector<int32_t>> last_kept;  // [stream] region-relative indices kept in the last region
+  };
+  // Compresses positions region [first, end) of `slice`'s sequence.
+  void compress(StepContext& ctx, const SequenceSlice& slice, SequenceState& state, const Region& region);
+
+  int32_t query_capacity_ = 0;
+  std::unordered_map<int32_t, SequenceState> sequences_;  // by seq slot, from its first decode step
+  // Scratch of compress(), per stream.
+  std::vector<std::vector<int32_t>> kept_;
+  std::vector<CacheManager::StreamEviction> evictions_;
+};
+
+}  // namespace se
