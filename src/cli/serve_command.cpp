@@ -17,6 +17,7 @@
 #include "cli/model_options.h"
 #include "engine/engine.h"
 #include "server/http_server.h"
+#include "server/reasoning_parser.h"
 
 namespace se::cli {
 
@@ -121,8 +122,8 @@ void add_serve_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--chat-template", o->chat_template_path,
                   "a Jinja chat template file that replaces the model's own (e.g. one that renders tools)");
   cmd->add_option("--reasoning-parser", o->reasoning_parser,
-                  "split <think> reasoning into reasoning_content: qwen3 or deepseek_r1")
-      ->check(CLI::IsMember({"qwen3", "deepseek_r1"}));
+                  "split <think> reasoning into reasoning_content (vLLM's parser names)")
+      ->check(CLI::IsMember(server::reasoning_parser_names()));
   cmd->add_option("--tool-call-parser", o->tool_call_parser,
                   "parse tool calls from chat output (and allow tools with tool_choice auto/required/named): hermes "
                   "or llama3_json")

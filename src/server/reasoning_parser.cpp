@@ -1,6 +1,7 @@
 #include "server/reasoning_parser.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace se::server {
 
@@ -18,10 +19,22 @@ size_t partial_tag_tail(std::string_view text, std::string_view tag) {
 
 }  // namespace
 
+namespace {
+// vLLM's parser names, which are those of the model families that write the format.
+constexpr std::pair<std::string_view, ReasoningFormat> kFormats[] = {{"qwen3", ReasoningFormat::kQwen3},
+                                                                     {"deepseek_r1", ReasoningFormat::kDeepSeekR1}};
+}  // namespace
+
 std::optional<ReasoningFormat> reasoning_format_from_name(std::string_view name) {
-  if (name == "qwen3") return ReasoningFormat::kQwen3;
-  if (name == "deepseek_r1") return ReasoningFormat::kDeepSeekR1;
+  for (const auto& [known, format] : kFormats)
+    if (name == known) return format;
   return std::nullopt;
+}
+
+std::vector<std::string> reasoning_parser_names() {
+  std::vector<std::string> names;
+  for (const auto& entry : kFormats) names.emplace_back(entry.first);
+  return names;
 }
 
 ReasoningDelta ReasoningParser::push(std::string_view text) {

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace se::server {
 
@@ -17,6 +18,8 @@ enum class ReasoningFormat { kQwen3, kDeepSeekR1 };
 
 // The format of a --reasoning-parser name; nullopt when unknown.
 std::optional<ReasoningFormat> reasoning_format_from_name(std::string_view name);
+// Every --reasoning-parser name.
+std::vector<std::string> reasoning_parser_names();
 
 struct ReasoningDelta {
   std::string reasoning;
