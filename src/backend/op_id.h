@@ -26,8 +26,8 @@ enum class OpId : uint8_t {
   kWriteKv,
   kPagedAttention,
   kPagedAttentionOverSelection,  // paged_attention reading a per-sequence page or token selection
-  kPagedAttentionOverFp8Pages,    // paged_attention over FP8 (e4m3) KV pages
-  kPagedAttentionOverKiviPages,   // paged_attention over KIVI-quantized pages and their residual
+  kPagedAttentionOverFp8Pages,   // paged_attention over FP8 (e4m3) KV pages
+  kPagedAttentionOverKiviPages,  // paged_attention over KIVI-quantized pages and their residual
   kUpdatePageKeyBounds,
   kPageKeyBoundScores,
   kSelectPagesByKeyBounds,

@@ -515,11 +515,9 @@ void gather_keys(TensorView out, const AttentionView& view, int32_t slice, int32
   if (view.kv_device == Device::kCuda)
     SE_CHECK(cuda_implements(OpId::kGatherKeys), "gather_keys: not implemented on CUDA");
   require_cpu_f32(out, "gather_keys.out");
-  SE_CHECK(view.payload == KvPayload::kExplicit && view.kv_dtype == DType::kF32 &&
-               view.tables_device == Device::kCpu,
+  SE_CHECK(view.payload == KvPayload::kExplicit && view.kv_dtype == DType::kF32 && view.tables_device == Device::kCpu,
            "gather_keys: host tables over f32 K/V pages only");
-  SE_CHECK(slice >= 0 && slice < view.num_seqs, "gather_keys: no sequence {} in a view of {}", slice,
-           view.num_seqs);
+  SE_CHECK(slice >= 0 && slice < view.num_seqs, "gather_keys: no sequence {} in a view of {}", slice, view.num_seqs);
   SE_CHECK(out.shape.rank() == 3 && out.shape[1] == view.num_kv_heads && out.shape[2] == view.head_dim,
            "gather_keys: out {} for {} KV heads x {}", out.shape.to_string(), view.num_kv_heads, view.head_dim);
   for (int32_t h = 0; h < view.num_kv_heads; ++h)

@@ -12,9 +12,7 @@ namespace {
 // Without logprobs a request needs only its token and that token's logprob, which the device computes (top-N
 // alternatives still come from the host sampler). A grammar's mask is computed and applied on the host, where its
 // matcher lives: constrained requests sample there.
-bool samples_on_device(const Request& request) {
-  return request.params.logprobs < 0 && !request.params.grammar;
-}
+bool samples_on_device(const Request& request) { return request.params.logprobs < 0 && !request.params.grammar; }
 }  // namespace
 
 std::vector<SampleResult> ModelRunner::sample(const Tensor& logits, const std::vector<Request*>& requests) {

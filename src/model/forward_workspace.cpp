@@ -17,7 +17,9 @@ TensorView ForwardWorkspace::rows_of_width(const Tensor& buffer, int64_t n, int6
   return TensorView{buffer.raw(), buffer.dtype(), {n, width}, buffer.device()};
 }
 
-TensorView ForwardWorkspace::gate_up(int64_t t) const { return rows_of_width(gate_up_, t, 2 * config_.intermediate_size); }
+TensorView ForwardWorkspace::gate_up(int64_t t) const {
+  return rows_of_width(gate_up_, t, 2 * config_.intermediate_size);
+}
 TensorView ForwardWorkspace::act(int64_t t) const { return rows_of_width(act_, t, config_.intermediate_size); }
 TensorView ForwardWorkspace::expert_gate_up(int64_t n) const {
   return rows_of_width(gate_up_, n, 2 * config_.moe_intermediate_size);

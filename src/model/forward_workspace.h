@@ -47,16 +47,16 @@ class ForwardWorkspace final {
   TensorView v(int64_t t) const { return rows(v_, t); }                 // [t, num_kv_heads, head_dim] F32
   TensorView attn(int64_t t) const { return rows(attn_, t); }           // [t, num_heads, head_dim] matmul input
   TensorView proj(int64_t t) const { return rows(proj_, t); }           // [t, hidden] F32: o_proj, then down
-  TensorView gate_up(int64_t t) const;  // [t, 2 * intermediate] F32
-  TensorView act(int64_t t) const;      // [t, intermediate] matmul input
+  TensorView gate_up(int64_t t) const;                                  // [t, 2 * intermediate] F32
+  TensorView act(int64_t t) const;                                      // [t, intermediate] matmul input
   // The mixture of experts (models with num_experts > 0). The experts' MLP reuses the gate_up and act buffers
   // at their own width; `n` rows are the tokens routed to one expert.
-  TensorView router_logits(int64_t t) const { return rows(router_logits_, t); }  // [t, num_experts] F32
-  TensorView expert_ids(int64_t t) const { return rows(expert_ids_, t); }        // [t, experts_per_tok] I32
+  TensorView router_logits(int64_t t) const { return rows(router_logits_, t); }    // [t, num_experts] F32
+  TensorView expert_ids(int64_t t) const { return rows(expert_ids_, t); }          // [t, experts_per_tok] I32
   TensorView expert_weights(int64_t t) const { return rows(expert_weights_, t); }  // [t, experts_per_tok] F32
-  TensorView expert_in(int64_t n) const { return rows(expert_in_, n); }          // [n, hidden] matmul input
-  TensorView expert_gate_up(int64_t n) const;  // [n, 2 * moe_intermediate] F32
-  TensorView expert_act(int64_t n) const;      // [n, moe_intermediate] matmul input
+  TensorView expert_in(int64_t n) const { return rows(expert_in_, n); }            // [n, hidden] matmul input
+  TensorView expert_gate_up(int64_t n) const;                                      // [n, 2 * moe_intermediate] F32
+  TensorView expert_act(int64_t n) const;                                          // [n, moe_intermediate] matmul input
   TensorView last(int64_t r) const { return rows(last_, r); }           // [r, hidden] F32 gathered rows
   TensorView last_normed(int64_t r) const { return rows(last_normed_, r); }  // [r, hidden] matmul input
   Tensor logits(int64_t r) const { return logits_.slice_rows(0, r); }   // [r, vocab] F32

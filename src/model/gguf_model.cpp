@@ -18,14 +18,13 @@ namespace {
 using nlohmann::json;
 
 // llama.cpp's converter stores llama3 rope scaling as per-pair divisors of the rotary frequencies.
-std::vector<double> llama3_factors(double base, int64_t head_dim, double factor, double low,
-                                   double high, double original_context) {
+std::vector<double> llama3_factors(double base, int64_t head_dim, double factor, double low, double high,
+                                   double original_context) {
   std::vector<double> out;
   const double low_wavelen = original_context / low;
   const double high_wavelen = original_context / high;
   for (int64_t i = 0; i < head_dim; i += 2) {
-    const double freq =
-        1.0 / std::pow(base, static_cast<double>(i) / static_cast<double>(head_dim));
+    const double freq = 1.0 / std::pow(base, static_cast<double>(i) / static_cast<double>(head_dim));
     const double wavelen = 2 * std::numbers::pi / freq;
     if (wavelen < high_wavelen) {
       out.push_back(1.0);
@@ -41,21 +40,18 @@ std::vector<double> llama3_factors(double base, int64_t head_dim, double factor,
 
 // Turns a rope_freqs tensor into config: llama3 parameters when the standard formula reproduces it,
 // else the raw factors.
-Status rope_freqs_to_config(const GgufFile& file, const GgufTensorInfo& info,
-                            const std::string& arch, json& c) {
+Status rope_freqs_to_config(const GgufFile& file, const GgufTensorInfo& info, const std::string& arch, json& c) {
   SE_ASSIGN_OR_RETURN(Tensor t, dequantize_tensor(info));
   const int64_t head_dim = c["head_dim"].get<int64_t>();
   if (t.numel() != head_dim / 2) {
-    return data_loss("{}: rope_freqs.weight has {} values, expected head_dim / 2 = {}", file.path(),
-                     t.numel(), head_dim / 2);
+    return data_loss("{}: rope_freqs.weight has {} values, expected head_dim / 2 = {}", file.path(), t.numel(),
+                     head_dim / 2);
   }
   std::vector<double> factors(t.data<float>(), t.data<float>() + t.numel());
   double factor = 1.0;
   for (double f : factors) factor = std::max(factor, f);
-  const double original =
-      file.find_u32(arch + ".rope.scaling.original_context_length").value_or(8192);
-  const std::vector<double> fit =
-      llama3_factors(c["rope_theta"].get<double>(), head_dim, factor, 1.0, 4.0, original);
+  const double original = file.find_u32(arch + ".rope.scaling.original_context_length").value_or(8192);
+  const std::vector<double> fit = llama3_factors(c["rope_theta"].get<double>(), head_dim, factor, 1.0, 4.0, original);
   bool matches = true;
   for (size_t i = 0; i < fit.size(); ++i) matches &= std::abs(fit[i] - factors[i]) <= 1e-4 * fit[i];
   if (matches) {
@@ -77,11 +73,8 @@ Result<json> rope_scaling_from_metadata(const GgufFile& file, const std::string&
     type = "linear";
     factor = file.find_f32(arch + ".rope.scale_linear");
   }
-  if (!type || *type == "none" || (factor && *factor == 1.0f && *type == "linear"))
-    return json(nullptr);
-  if (!factor)
-    return data_loss("{}: rope scaling \"{}\" without {}.rope.scaling.factor", file.path(), *type,
-                     arch);
+  if (!type || *type == "none" || (factor && *factor == 1.0f && *type == "linear")) return json(nullptr);
+  if (!factor) return data_loss("{}: rope scaling \"{}\" without {}.rope.scaling.factor", file.path(), *type, arch);
   if (*type == "linear") return json{{"rope_type", "linear"}, {"factor", *factor}};
   if (*type == "yarn") {
     json s = {{"rope_type", "yarn"}, {"factor", *factor}};
@@ -95,8 +88,7 @@ Result<json> rope_scaling_from_metadata(const GgufFile& file, const std::string&
     if (auto beta = file.find_f32(arch + ".rope.scaling.yarn_beta_slow")) s["beta_slow"] = *beta;
     return s;
   }
-  return unimplemented("{}: rope scaling type \"{}\" is not supported (linear, yarn)", file.path(),
-                       *type);
+  return unimplemented("{}: rope scaling type \"{}\" is not supported (linear, yarn)", file.path(), *type);
 }
 
 }  // namespace
@@ -121,8 +113,7 @@ Result<json> gguf_hf_config(const GgufFile& file) {
   if (heads == 0) return data_loss("{}: {} is 0", file.path(), key("attention.head_count"));
   const uint32_t head_dim = file.find_u32(key("attention.key_length")).value_or(hidden / heads);
   if (auto v = file.find_u32(key("attention.value_length")); v && *v != head_dim) {
-    return unimplemented("{}: value_length {} differs from key_length {}", file.path(), *v,
-                         head_dim);
+    return unimplemented("{}: value_length {} differs from key_length {}", file.path(), *v, head_dim);
   }
   c["hidden_size"] = hidden;
   c["num_hidden_layers"] = layers;
@@ -144,15 +135,13 @@ Result<json> gguf_hf_config(const GgufFile& file) {
   } else if (embed != nullptr && embed->dims.size() == 2) {
     c["vocab_size"] = embed->dims[1];
   } else {
-    return data_loss(
-        "{}: cannot tell the vocabulary size (no tokenizer.ggml.tokens, {}, or token_embd.weight)",
-        file.path(), key("vocab_size"));
+    return data_loss("{}: cannot tell the vocabulary size (no tokenizer.ggml.tokens, {}, or token_embd.weight)",
+                     file.path(), key("vocab_size"));
   }
   c["tie_word_embeddings"] = file.find_tensor("output.weight") == nullptr;
-  for (const auto& [gguf_key, hf_key] :
-       {std::pair{"tokenizer.ggml.bos_token_id", "bos_token_id"},
-        std::pair{"tokenizer.ggml.eos_token_id", "eos_token_id"},
-        std::pair{"tokenizer.ggml.padding_token_id", "pad_token_id"}}) {
+  for (const auto& [gguf_key, hf_key] : {std::pair{"tokenizer.ggml.bos_token_id", "bos_token_id"},
+                                         std::pair{"tokenizer.ggml.eos_token_id", "eos_token_id"},
+                                         std::pair{"tokenizer.ggml.padding_token_id", "pad_token_id"}}) {
     if (auto id = file.find_u32(gguf_key)) c[hf_key] = *id;
   }
   if (file.find_tensor("blk.0.attn_q.bias") != nullptr) c["attention_bias"] = true;
@@ -164,20 +153,19 @@ Result<json> gguf_hf_config(const GgufFile& file) {
   return normalize_hf_config(c, file.path());
 }
 
-Result<std::map<std::string, Tensor>> load_gguf_weights(const GgufFile& file, const ModelConfig& config,
-                                                        DType dtype, ProgressBar* progress) {
+Result<std::map<std::string, Tensor>> load_gguf_weights(const GgufFile& file, const ModelConfig& config, DType dtype,
+                                                        ProgressBar* progress) {
   const ArchSpec& arch = arch_of(config);
   std::map<std::string, Tensor> weights;
   std::set<std::string> used = {"rope_freqs.weight"};
   for (const WeightSpec& spec : expected_weights(config)) {
     const std::string& name = spec.gguf_name;
     const GgufTensorInfo* info = file.find_tensor(name);
-    if (info == nullptr)
-      return data_loss("{}: missing tensor '{}' ({})", file.path(), name, spec.name);
+    if (info == nullptr) return data_loss("{}: missing tensor '{}' ({})", file.path(), name, spec.name);
     const Shape shape(info->dims.rbegin(), info->dims.rend());
     if (!(shape == spec.shape)) {
-      return data_loss("{}: tensor '{}' has shape {} but the model config implies {}", file.path(),
-                       name, shape.to_string(), spec.shape.to_string());
+      return data_loss("{}: tensor '{}' has shape {} but the model config implies {}", file.path(), name,
+                       shape.to_string(), spec.shape.to_string());
     }
     Result<Tensor> t = dequantize_tensor(*info);
     if (!t.is_ok()) return t.status().with_context(file.path());
@@ -189,8 +177,8 @@ Result<std::map<std::string, Tensor>> load_gguf_weights(const GgufFile& file, co
   }
   for (const GgufTensorInfo& t : file.tensors()) {
     if (!used.count(t.name)) {
-      return unimplemented("{}: tensor '{}' is not part of the {} model this loader knows",
-                           file.path(), t.name, file.architecture());
+      return unimplemented("{}: tensor '{}' is not part of the {} model this loader knows", file.path(), t.name,
+                           file.architecture());
     }
   }
   return weights;

@@ -24,7 +24,7 @@ Result<nlohmann::json> gguf_hf_config(const GgufFile& file);
 // Every weight of expected_weights(config) from `file`, in `dtype` (F32/F16/BF16). Errors name the
 // file and tensor: missing tensors, wrong shapes, unsupported quant types, tensors this loader does
 // not know. `progress` (nullable) advances once per tensor.
-Result<std::map<std::string, Tensor>> load_gguf_weights(const GgufFile& file, const ModelConfig& config,
-                                                        DType dtype, ProgressBar* progress);
+Result<std::map<std::string, Tensor>> load_gguf_weights(const GgufFile& file, const ModelConfig& config, DType dtype,
+                                                        ProgressBar* progress);
 
 }  // namespace se

@@ -19,31 +19,25 @@ Result<int64_t> read_size(const json& c, const char* key, int64_t max, const std
     return invalid_argument("{}: \"{}\" must be an integer, got {}", source, key, it->dump());
   const int64_t v = it->get<int64_t>();
   if (it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(max)) {
-    return invalid_argument("{}: \"{}\" = {} is out of range [1, {}]", source, key, it->dump(),
-                            max);
+    return invalid_argument("{}: \"{}\" = {} is out of range [1, {}]", source, key, it->dump(), max);
   }
-  if (v < 1 || v > max)
-    return invalid_argument("{}: \"{}\" = {} is out of range [1, {}]", source, key, v, max);
+  if (v < 1 || v > max) return invalid_argument("{}: \"{}\" = {} is out of range [1, {}]", source, key, v, max);
   return v;
 }
 
-Result<double> read_positive(const json& c, const char* key, double fallback,
-                             const std::string& source) {
+Result<double> read_positive(const json& c, const char* key, double fallback, const std::string& source) {
   auto it = c.find(key);
   if (it == c.end() || it->is_null()) return fallback;
-  if (!it->is_number())
-    return invalid_argument("{}: \"{}\" must be a number, got {}", source, key, it->dump());
+  if (!it->is_number()) return invalid_argument("{}: \"{}\" must be a number, got {}", source, key, it->dump());
   const double v = it->get<double>();
-  if (!(v > 0) || v > 1e30)
-    return invalid_argument("{}: \"{}\" = {} must be positive", source, key, v);
+  if (!(v > 0) || v > 1e30) return invalid_argument("{}: \"{}\" = {} must be positive", source, key, v);
   return v;
 }
 
 Result<bool> read_bool(const json& c, const char* key, bool fallback, const std::string& source) {
   auto it = c.find(key);
   if (it == c.end() || it->is_null()) return fallback;
-  if (!it->is_boolean())
-    return invalid_argument("{}: \"{}\" must be true or false, got {}", source, key, it->dump());
+  if (!it->is_boolean()) return invalid_argument("{}: \"{}\" must be true or false, got {}", source, key, it->dump());
   return it->get<bool>();
 }
 
@@ -55,10 +49,8 @@ constexpr int64_t kMaxVocab = int64_t{1} << 24;
 // Normalizes a rope_scaling object ("type" -> "rope_type") and checks the fields its type needs.
 Result<json> normalize_rope_scaling(json scaling, const std::string& source) {
   if (scaling.is_null()) return json(nullptr);
-  if (!scaling.is_object())
-    return invalid_argument("{}: \"rope_scaling\" must be an object or null", source);
-  if (!scaling.contains("rope_type") && scaling.contains("type"))
-    scaling["rope_type"] = scaling["type"];
+  if (!scaling.is_object()) return invalid_argument("{}: \"rope_scaling\" must be an object or null", source);
+  if (!scaling.contains("rope_type") && scaling.contains("type")) scaling["rope_type"] = scaling["type"];
   scaling.erase("type");
   scaling.erase("rope_theta");
   if (!scaling.contains("rope_type") || !scaling["rope_type"].is_string()) {
@@ -74,13 +66,11 @@ Result<json> normalize_rope_scaling(json scaling, const std::string& source) {
   } else if (type == "yarn") {
     needed = {"factor"};
   } else {
-    return unimplemented("{}: rope_scaling type \"{}\" is not supported (linear, llama3, yarn)",
-                         source, type);
+    return unimplemented("{}: rope_scaling type \"{}\" is not supported (linear, llama3, yarn)", source, type);
   }
   for (const char* key : needed) {
     SE_ASSIGN_OR_RETURN(double v, read_positive(scaling, key, -1.0, source));
-    if (v < 0)
-      return invalid_argument("{}: rope_scaling of type \"{}\" needs \"{}\"", source, type, key);
+    if (v < 0) return invalid_argument("{}: rope_scaling of type \"{}\" needs \"{}\"", source, type, key);
   }
   return scaling;
 }
@@ -97,8 +87,7 @@ void fold_rope_parameters(json& c) {
   };
   if (params.contains("full_attention") || params.contains("sliding_attention")) {
     if (params.contains("full_attention")) apply(params["full_attention"], "rope_theta", true);
-    if (params.contains("sliding_attention"))
-      apply(params["sliding_attention"], "rope_local_base_freq", false);
+    if (params.contains("sliding_attention")) apply(params["sliding_attention"], "rope_local_base_freq", false);
   } else {
     apply(params, "rope_theta", true);
   }
@@ -115,8 +104,7 @@ Result<json> normalize_hf_config(const json& config, const std::string& source) 
   const std::string model_type = c["model_type"].get<std::string>();
   const ArchSpec* arch = find_arch(model_type);
   if (arch == nullptr) {
-    return unimplemented("{}: model_type \"{}\" is not supported ({})", source, model_type,
-                         supported_model_types());
+    return unimplemented("{}: model_type \"{}\" is not supported ({})", source, model_type, supported_model_types());
   }
   if (arch->prepare_hf != nullptr) SE_RETURN_IF_ERROR(arch->prepare_hf(c, source));
   fold_rope_parameters(c);
@@ -125,13 +113,11 @@ Result<json> normalize_hf_config(const json& config, const std::string& source) 
   SE_ASSIGN_OR_RETURN(int64_t inter, read_size(c, "intermediate_size", kMaxConfigWidth, source));
   SE_ASSIGN_OR_RETURN(int64_t layers, read_size(c, "num_hidden_layers", kMaxConfigLayers, source));
   SE_ASSIGN_OR_RETURN(int64_t heads, read_size(c, "num_attention_heads", kMaxHeads, source));
-  SE_ASSIGN_OR_RETURN(int64_t kv_heads,
-                      read_size(c, "num_key_value_heads", kMaxHeads, source, heads));
+  SE_ASSIGN_OR_RETURN(int64_t kv_heads, read_size(c, "num_key_value_heads", kMaxHeads, source, heads));
   SE_ASSIGN_OR_RETURN(int64_t vocab, read_size(c, "vocab_size", kMaxVocab, source));
   if (heads % kv_heads != 0) {
-    return invalid_argument(
-        "{}: num_attention_heads ({}) is not a multiple of num_key_value_heads ({})", source, heads,
-        kv_heads);
+    return invalid_argument("{}: num_attention_heads ({}) is not a multiple of num_key_value_heads ({})", source, heads,
+                            kv_heads);
   }
   std::optional<int64_t> default_head_dim;
   if (hidden % heads == 0) default_head_dim = hidden / heads;
@@ -141,20 +127,15 @@ Result<json> normalize_hf_config(const json& config, const std::string& source) 
         "given",
         source, hidden, heads);
   }
-  SE_ASSIGN_OR_RETURN(int64_t head_dim,
-                      read_size(c, "head_dim", kMaxConfigWidth, source, default_head_dim));
+  SE_ASSIGN_OR_RETURN(int64_t head_dim, read_size(c, "head_dim", kMaxConfigWidth, source, default_head_dim));
   if (head_dim % 2 != 0)
-    return invalid_argument("{}: head_dim ({}) must be even for rotary embeddings", source,
-                            head_dim);
-  SE_ASSIGN_OR_RETURN(int64_t positions, read_size(c, "max_position_embeddings", kMaxConfigPositions,
-                                                   source, 2048));
+    return invalid_argument("{}: head_dim ({}) must be even for rotary embeddings", source, head_dim);
+  SE_ASSIGN_OR_RETURN(int64_t positions, read_size(c, "max_position_embeddings", kMaxConfigPositions, source, 2048));
   SE_ASSIGN_OR_RETURN(double eps, read_positive(c, "rms_norm_eps", 1e-6, source));
   SE_ASSIGN_OR_RETURN(double theta, read_positive(c, "rope_theta", 10000.0, source));
   SE_ASSIGN_OR_RETURN(bool tie, read_bool(c, "tie_word_embeddings", false, source));
-  SE_ASSIGN_OR_RETURN(bool bias,
-                      read_bool(c, "attention_bias", false, source));
-  SE_ASSIGN_OR_RETURN(json scaling,
-                      normalize_rope_scaling(c.value("rope_scaling", json(nullptr)), source));
+  SE_ASSIGN_OR_RETURN(bool bias, read_bool(c, "attention_bias", false, source));
+  SE_ASSIGN_OR_RETURN(json scaling, normalize_rope_scaling(c.value("rope_scaling", json(nullptr)), source));
 
   c["architectures"] = json::array({std::string(arch->hf_architecture)});
   c["hidden_size"] = hidden;

@@ -53,8 +53,8 @@ Result<HfDir> open_hf_dir(const std::string& dir) {
 }
 
 Result<std::map<std::string, Tensor>> load_hf_weights(const HfDir& hf, const ModelConfig& config,
-                                                      const SafetensorsCheckpoint& checkpoint,
-                                                      DType dtype, ProgressBar* progress) {
+                                                      const SafetensorsCheckpoint& checkpoint, DType dtype,
+                                                      ProgressBar* progress) {
   const ArchSpec& arch = arch_of(config);
   // One stored tensor, checked against `shape`.
   const auto read = [&](const std::string& name, const Shape& shape) -> Result<Tensor> {
@@ -70,12 +70,12 @@ Result<std::map<std::string, Tensor>> load_hf_weights(const HfDir& hf, const Mod
     const SafetensorsTensorInfo* info = file->find(found);
     const Shape stored(info->shape.begin(), info->shape.end());
     if (!(stored == shape)) {
-      return data_loss("{}: tensor '{}' has shape {} but config.json implies {}", file->path(),
-                       found, stored.to_string(), shape.to_string());
+      return data_loss("{}: tensor '{}' has shape {} but config.json implies {}", file->path(), found,
+                       stored.to_string(), shape.to_string());
     }
     if (info->dtype != "F32" && info->dtype != "F16" && info->dtype != "BF16") {
-      return unimplemented("{}: tensor '{}' has dtype {} (F32, F16 and BF16 are supported)",
-                           file->path(), found, info->dtype);
+      return unimplemented("{}: tensor '{}' has dtype {} (F32, F16 and BF16 are supported)", file->path(), found,
+                           info->dtype);
     }
     return file->load(found);
   };

@@ -34,7 +34,7 @@ Result<nlohmann::json> read_hf_config(const std::string& path);
 // (language_model.model.*, model.language_model.*) are accepted; tensors the model does not use (vision tower,
 // rotary caches) are ignored. Errors name the tensor.
 Result<std::map<std::string, Tensor>> load_hf_weights(const HfDir& hf, const ModelConfig& config,
-                                                      const SafetensorsCheckpoint& checkpoint,
-                                                      DType dtype, ProgressBar* progress);
+                                                      const SafetensorsCheckpoint& checkpoint, DType dtype,
+                                                      ProgressBar* progress);
 
 }  // namespace se

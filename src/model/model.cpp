@@ -6,8 +6,7 @@
 
 namespace se {
 
-Result<Model> Model::create(const ModelConfig& config, const std::map<std::string, Tensor>& tensors,
-                            Device device) {
+Result<Model> Model::create(const ModelConfig& config, const std::map<std::string, Tensor>& tensors, Device device) {
   // The experts have a CPU reference path only so far.
   if (config.num_experts > 0 && device != Device::kCpu)
     return unimplemented("{}: mixture-of-experts models run on the CPU only, not on {} (use --device cpu)",

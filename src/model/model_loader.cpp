@@ -71,8 +71,7 @@ Result<LoadedModel> load_hf(const std::string& dir, const LoadOptions& options) 
 }
 
 Result<LoadedModel> load_dummy(const std::string& path, const LoadOptions& options) {
-  const fs::path config_path =
-      fs::is_directory(path) ? fs::path(path) / "config.json" : fs::path(path);
+  const fs::path config_path = fs::is_directory(path) ? fs::path(path) / "config.json" : fs::path(path);
   LoadedModel model;
   model.source_format = "dummy";
   SE_ASSIGN_OR_RETURN(model.hf_config, read_hf_config(config_path.string()));
@@ -104,10 +103,8 @@ Result<LoadFormat> parse_load_format(const std::string& name) {
 }
 
 Result<LoadedModel> load_model(const std::string& path, const LoadOptions& options) {
-  if (options.dtype != DType::kF32 && options.dtype != DType::kF16 &&
-      options.dtype != DType::kBF16) {
-    return invalid_argument("{}: weights can load as f32, f16 or bf16, not {}", path,
-                            dtype_name(options.dtype));
+  if (options.dtype != DType::kF32 && options.dtype != DType::kF16 && options.dtype != DType::kBF16) {
+    return invalid_argument("{}: weights can load as f32, f16 or bf16, not {}", path, dtype_name(options.dtype));
   }
   std::error_code ec;
   if (!fs::exists(path, ec)) return not_found("{}: no such file or directory", path);
@@ -122,15 +119,13 @@ Result<LoadedModel> load_model(const std::string& path, const LoadOptions& optio
       break;
   }
   if (fs::is_directory(path)) {
-    if (!fs::exists(fs::path(path) / "config.json"))
-      return not_found("{}: directory has no config.json", path);
+    if (!fs::exists(fs::path(path) / "config.json")) return not_found("{}: directory has no config.json", path);
     return load_hf(path, options);
   }
   if (fs::path(path).extension() == ".gguf") return load_gguf(path, options);
   // Anything else: sniff the GGUF magic.
   SE_ASSIGN_OR_RETURN(MappedFile file, MappedFile::open(path));
-  if (file.size() >= 4 &&
-      std::string_view(reinterpret_cast<const char*>(file.data()), 4) == "GGUF") {
+  if (file.size() >= 4 && std::string_view(reinterpret_cast<const char*>(file.data()), 4) == "GGUF") {
     return load_gguf(path, options);
   }
   return invalid_argument(

@@ -38,10 +38,9 @@ struct LoadedModel {
   nlohmann::json hf_config;               // the normalized HF-style config it was built from (hf_config.h)
   std::map<std::string, Tensor> weights;  // canonical names and shapes (weight_spec.h)
   std::string source_format;              // "gguf", "hf" or "dummy"
-  std::optional<GgufFile>
-      gguf;            // the GGUF file (vocabulary, chat template) when source_format == "gguf"
-  std::string hf_dir;  // the HF directory (tokenizer.json, tokenizer_config.json) for "hf"; for
-                       // "dummy" the directory of the config
+  std::optional<GgufFile> gguf;           // the GGUF file (vocabulary, chat template) when source_format == "gguf"
+  std::string hf_dir;                     // the HF directory (tokenizer.json, tokenizer_config.json) for "hf"; for
+                                          // "dummy" the directory of the config
 };
 
 // Loads `path` per `options`. Errors name the path and what is wrong (kNotFound, kDataLoss,

@@ -35,8 +35,8 @@ void append_attention_weights(const ModelConfig& c, int layer, std::vector<Weigh
 
 void append_layer_norm(const ModelConfig& c, int layer, std::string_view hf, std::string_view gguf,
                        std::vector<WeightSpec>& specs) {
-  specs.push_back({hf_layer_name(layer, hf), gguf_layer_name(layer, gguf), Shape{c.hidden_size}, WeightKind::kNorm,
-                   {}});
+  specs.push_back(
+      {hf_layer_name(layer, hf), gguf_layer_name(layer, gguf), Shape{c.hidden_size}, WeightKind::kNorm, {}});
 }
 
 void append_gated_mlp_weights(const ModelConfig& c, int layer, std::vector<WeightSpec>& specs) {

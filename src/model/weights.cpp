@@ -84,10 +84,10 @@ ModelWeights ModelWeights::on_device(Device device) const {
   w.final_norm = vector(final_norm);
   w.lm_head = lm_head.raw() == embed_tokens.raw() ? w.embed_tokens : matrix(lm_head);
   for (const LayerWeights& l : layers) {
-    w.layers.push_back({vector(l.input_norm), matrix(l.qkv), vector(l.qkv_bias), vector(l.q_norm),
-                        vector(l.k_norm), matrix(l.o_proj), vector(l.post_attention_norm),
-                        vector(l.pre_feedforward_norm), vector(l.post_feedforward_norm), optional_matrix(l.gate_up),
-                        optional_matrix(l.down), optional_matrix(l.router), optional_matrix(l.experts_gate_up),
+    w.layers.push_back({vector(l.input_norm), matrix(l.qkv), vector(l.qkv_bias), vector(l.q_norm), vector(l.k_norm),
+                        matrix(l.o_proj), vector(l.post_attention_norm), vector(l.pre_feedforward_norm),
+                        vector(l.post_feedforward_norm), optional_matrix(l.gate_up), optional_matrix(l.down),
+                        optional_matrix(l.router), optional_matrix(l.experts_gate_up),
                         optional_matrix(l.experts_down)});
   }
   return w;

@@ -1,8 +1,8 @@
 // ModelWeights: the tensors of a decoder model in the layout the forward uses. Built once from the loader's
 // HF-named tensor map as fp32 host tensors; q/k/v and gate/up projections are stacked into single matrices (one
-// allocation each; the forward multiplies by row ranges), and so are each expert's gate/up projections. on_device() gives the copy a device runs: on CUDA the
-// matrices in BF16 (what cuBLASLt multiplies), norms and biases fp32. Owns its tensors (shared with the loader's
-// map where no copies were needed). Immutable after build.
+// allocation each; the forward multiplies by row ranges), and so are each expert's gate/up projections. on_device()
+// gives the copy a device runs: on CUDA the matrices in BF16 (what cuBLASLt multiplies), norms and biases fp32. Owns
+// its tensors (shared with the loader's map where no copies were needed). Immutable after build.
 #pragma once
 
 #include <map>
@@ -25,12 +25,12 @@ struct LayerWeights {
   Tensor post_attention_norm;  // [hidden]: pre-MLP norm (Llama), post-attention norm (Gemma sandwich)
   Tensor pre_feedforward_norm;   // [hidden] (sandwich only)
   Tensor post_feedforward_norm;  // [hidden] (sandwich only)
-  Tensor gate_up;              // [2 * intermediate, hidden]: gate rows first (dense MLP layers)
-  Tensor down;                 // [hidden, intermediate] (dense MLP layers)
+  Tensor gate_up;                // [2 * intermediate, hidden]: gate rows first (dense MLP layers)
+  Tensor down;                   // [hidden, intermediate] (dense MLP layers)
   // Mixture-of-experts layers (LayerConfig::moe) instead of gate_up / down:
-  Tensor router;               // [num_experts, hidden]
-  Tensor experts_gate_up;      // [num_experts, 2 * moe_intermediate, hidden]: each expert's gate rows first
-  Tensor experts_down;         // [num_experts, hidden, moe_intermediate]
+  Tensor router;           // [num_experts, hidden]
+  Tensor experts_gate_up;  // [num_experts, 2 * moe_intermediate, hidden]: each expert's gate rows first
+  Tensor experts_down;     // [num_experts, hidden, moe_intermediate]
 };
 
 struct ModelWeights {

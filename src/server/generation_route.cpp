@@ -154,9 +154,10 @@ std::optional<ApiError> prepare_constraints(const ServerContext& ctx, OpenAiRequ
                                                bundle.name),
                                    "tools");
     if (request.tool_choice != ToolChoice::kNone && !ctx.config.tool_call_format)
-      return ApiError::bad_request("tool calls need the server started with --tool-call-parser (hermes or "
-                                   "llama3_json); send tool_choice \"none\" to only show the tools",
-                                   "tool_choice");
+      return ApiError::bad_request(
+          "tool calls need the server started with --tool-call-parser (hermes or "
+          "llama3_json); send tool_choice \"none\" to only show the tools",
+          "tool_choice");
     if (request.tool_choice == ToolChoice::kRequired || request.tool_choice == ToolChoice::kNamed) {
       ApiResult<JsonGrammar> call = required_call_grammar(request, *ctx.config.tool_call_format);
       if (!call.is_ok()) return call.error();
@@ -165,11 +166,10 @@ std::optional<ApiError> prepare_constraints(const ServerContext& ctx, OpenAiRequ
   }
   if (!grammar) return std::nullopt;
   if (!ctx.vocab || !bundle.tokenizer)
-    return ApiError::bad_request(fmt::format("model '{}' has no tokenizer: its output cannot be constrained",
-                                             bundle.name),
-                                 "response_format");
-  request.params.grammar = std::make_shared<const TokenGrammar>(
-      TokenGrammar{std::move(*grammar), ctx.vocab, bundle.tokenizer->eog_ids()});
+    return ApiError::bad_request(
+        fmt::format("model '{}' has no tokenizer: its output cannot be constrained", bundle.name), "response_format");
+  request.params.grammar =
+      std::make_shared<const TokenGrammar>(TokenGrammar{std::move(*grammar), ctx.vocab, bundle.tokenizer->eog_ids()});
   return std::nullopt;
 }
 
@@ -189,8 +189,8 @@ ApiResult<std::vector<int32_t>> prompt_token_ids(const OpenAiRequest& request, c
                                  chat ? "messages" : "prompt");
   std::vector<int32_t> ids;
   if (chat) {
-    Result<std::string> rendered = bundle.render_chat(request.messages, /*add_generation_prompt=*/true,
-                                                      request.chat_extras);
+    Result<std::string> rendered =
+        bundle.render_chat(request.messages, /*add_generation_prompt=*/true, request.chat_extras);
     if (!rendered.is_ok()) return ApiError::from_status(rendered.status(), "messages");
     ids = bundle.tokenizer->encode(*rendered, /*add_special=*/false, /*parse_special=*/true);
   } else {
@@ -238,10 +238,9 @@ void handle_generation(ServerContext& ctx, Endpoint endpoint, const httplib::Req
   const std::vector<int32_t> chain_tokens =
       request.chain_append_start ? ctx.engine.chain_prefix(request.chain_id) : std::vector<int32_t>();
   ApiResult<std::vector<int32_t>> prompt =
-      chain_tokens.empty()
-          ? prompt_token_ids(request, bundle)
-          : chain_append_prompt(bundle, request.messages, *request.chain_append_start, chain_tokens,
-                                request.chat_extras);
+      chain_tokens.empty() ? prompt_token_ids(request, bundle)
+                           : chain_append_prompt(bundle, request.messages, *request.chain_append_start, chain_tokens,
+                                                 request.chat_extras);
   if (!prompt.is_ok()) return send_error(res, prompt.error());
   ApiResult<int> max_tokens = resolve_max_tokens(request, static_cast<int>(prompt->size()), ctx.max_model_len);
   if (!max_tokens.is_ok()) return send_error(res, max_tokens.error());

@@ -19,12 +19,13 @@ constexpr int64_t kInt32Min = std::numeric_limits<int32_t>::min();
 
 // The body fields each endpoint reads. "user" is OpenAI's end-user tag: it never changes the output.
 constexpr std::array<std::string_view, 17> kCommonFields = {
-    "model",  "max_tokens",     "temperature", "top_p",   "top_k", "min_p", "seed",   "stop", "stop_token_ids",
-    "ignore_eos", "n", "stream", "stream_options", "chain_id", "timeout", "user", "response_format"};
+    "model",   "max_tokens",     "temperature",    "top_p", "top_k",  "min_p",          "seed",
+    "stop",    "stop_token_ids", "ignore_eos",     "n",     "stream", "stream_options", "chain_id",
+    "timeout", "user",           "response_format"};
 constexpr std::array<std::string_view, 3> kCompletionFields = {"prompt", "logprobs", "echo"};
-constexpr std::array<std::string_view, 8> kChatFields = {
-    "messages", "max_completion_tokens", "logprobs", "top_logprobs", "chain_append_start", "tools", "tool_choice",
-    "chat_template_kwargs"};
+constexpr std::array<std::string_view, 8> kChatFields = {"messages",     "max_completion_tokens", "logprobs",
+                                                         "top_logprobs", "chain_append_start",    "tools",
+                                                         "tool_choice",  "chat_template_kwargs"};
 
 // Whether `value` of field `key` asks for nothing: clients (LangChain, vLLM's benchmarks) send a zero penalty, a
 // repetition penalty of 1 or an empty logit_bias by default, and those change no output.

@@ -188,8 +188,7 @@ std::string ResponseFormatter::stream_delta(int index, const RequestOutput& delt
     ChatDelta parsed = state.parser->push(delta.text);
     if (delta.finished) parsed.append(state.parser->flush());
     if (parsed.empty() && !delta.finished && !has_logprobs) return "";
-    nlohmann::json logprobs =
-        has_logprobs ? logprobs_json(delta.tokens, state.text_offset) : nlohmann::json(nullptr);
+    nlohmann::json logprobs = has_logprobs ? logprobs_json(delta.tokens, state.text_offset) : nlohmann::json(nullptr);
     const nlohmann::json finish =
         delta.finished ? chat_finish_json(delta.finish_reason, state.parser->num_calls()) : nlohmann::json(nullptr);
     nlohmann::json choice = {{"index", index},

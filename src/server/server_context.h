@@ -66,7 +66,10 @@ class InflightCounter {
 
 struct ServerContext {
   ServerContext(Engine& engine, ServerConfig config, int max_model_len, int64_t created)
-      : engine(engine), config(std::move(config)), limits{this->config.max_n}, max_model_len(max_model_len),
+      : engine(engine),
+        config(std::move(config)),
+        limits{this->config.max_n},
+        max_model_len(max_model_len),
         created(created) {
     if (engine.bundle().tokenizer)
       vocab = std::make_shared<const VocabTrie>(VocabTrie::from_tokenizer(*engine.bundle().tokenizer));

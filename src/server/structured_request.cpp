@@ -64,12 +64,16 @@ ApiResult<OpenAiRequest> read_tools(const nlohmann::json& body, const nlohmann::
   if (!choice) return request;
   if (choice->is_string()) {
     const std::string value = choice->get<std::string>();
-    if (value == "none") request.tool_choice = ToolChoice::kNone;
-    else if (value == "auto") request.tool_choice = ToolChoice::kAuto;
-    else if (value == "required") request.tool_choice = ToolChoice::kRequired;
+    if (value == "none")
+      request.tool_choice = ToolChoice::kNone;
+    else if (value == "auto")
+      request.tool_choice = ToolChoice::kAuto;
+    else if (value == "required")
+      request.tool_choice = ToolChoice::kRequired;
     else
       return ApiError::bad_request(fmt::format("'tool_choice' must be none, auto, required or a named function, "
-                                               "got {}", choice->dump()),
+                                               "got {}",
+                                               choice->dump()),
                                    "tool_choice");
   } else if (choice->is_object() && choice->value("type", "") == "function" && choice->contains("function") &&
              (*choice)["function"].is_object() && (*choice)["function"].contains("name") &&
@@ -77,8 +81,10 @@ ApiResult<OpenAiRequest> read_tools(const nlohmann::json& body, const nlohmann::
     request.tool_choice = ToolChoice::kNamed;
     request.tool_name = (*choice)["function"]["name"].get<std::string>();
   } else {
-    return fields.type_error("tool_choice", "none, auto, required or {\"type\": \"function\", \"function\": "
-                             "{\"name\": ...}}", *choice);
+    return fields.type_error("tool_choice",
+                             "none, auto, required or {\"type\": \"function\", \"function\": "
+                             "{\"name\": ...}}",
+                             *choice);
   }
   if (request.tool_choice != ToolChoice::kNone && !tools)
     return ApiError::bad_request("'tool_choice' needs 'tools'", "tool_choice");
@@ -86,15 +92,14 @@ ApiResult<OpenAiRequest> read_tools(const nlohmann::json& body, const nlohmann::
     bool found = false;
     for (const auto& tool : *tools) found = found || tool["function"]["name"] == request.tool_name;
     if (!found)
-      return ApiError::bad_request(fmt::format("'tool_choice' names '{}', which is not among the tools",
-                                               request.tool_name),
-                                   "tool_choice");
+      return ApiError::bad_request(
+          fmt::format("'tool_choice' names '{}', which is not among the tools", request.tool_name), "tool_choice");
   }
   return request;
 }
 
-ApiResult<OpenAiRequest> read_response_format(const nlohmann::json& body,
-                                              const nlohmann::ordered_json* ordered_body, OpenAiRequest request) {
+ApiResult<OpenAiRequest> read_response_format(const nlohmann::json& body, const nlohmann::ordered_json* ordered_body,
+                                              OpenAiRequest request) {
   const FieldReader fields(body);
   const nlohmann::json* format = fields.find("response_format");
   if (!format) return request;
@@ -109,20 +114,21 @@ ApiResult<OpenAiRequest> read_response_format(const nlohmann::json& body,
     if (spec == format->end() || !spec->is_object() || !spec->contains("schema"))
       return ApiError::bad_request("'response_format.json_schema' must be an object with a 'schema'",
                                    "response_format");
-    Result<JsonGrammar> grammar = JsonGrammar::from_schema(
-        ordered((*spec)["schema"], ordered_body,
-                nlohmann::ordered_json::json_pointer("/response_format/json_schema/schema")));
+    Result<JsonGrammar> grammar = JsonGrammar::from_schema(ordered(
+        (*spec)["schema"], ordered_body, nlohmann::ordered_json::json_pointer("/response_format/json_schema/schema")));
     if (!grammar.is_ok()) return schema_error(grammar.status(), "response_format");
     request.response_grammar = std::move(grammar).value();
   } else {
     return ApiError::bad_request(fmt::format("'response_format.type' must be text, json_object or json_schema, got "
-                                             "'{}'", type),
+                                             "'{}'",
+                                             type),
                                  "response_format");
   }
   if (request.tool_choice == ToolChoice::kRequired || request.tool_choice == ToolChoice::kNamed)
-    return ApiError::bad_request("'response_format' cannot constrain the output of a request whose 'tool_choice' "
-                                 "requires a tool call",
-                                 "response_format");
+    return ApiError::bad_request(
+        "'response_format' cannot constrain the output of a request whose 'tool_choice' "
+        "requires a tool call",
+        "response_format");
   return request;
 }
 

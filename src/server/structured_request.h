@@ -16,8 +16,8 @@ namespace se::server {
 // `ordered_body` (may be null): the body with its key order, which tool and response schemas are taken from.
 ApiResult<OpenAiRequest> read_tools(const nlohmann::json& body, const nlohmann::ordered_json* ordered_body,
                                     OpenAiRequest request);
-ApiResult<OpenAiRequest> read_response_format(const nlohmann::json& body,
-                                              const nlohmann::ordered_json* ordered_body, OpenAiRequest request);
+ApiResult<OpenAiRequest> read_response_format(const nlohmann::json& body, const nlohmann::ordered_json* ordered_body,
+                                              OpenAiRequest request);
 
 // An assistant message's tool_calls with each function's "arguments" JSON text parsed into an object, as chat
 // templates expect them (vLLM does the same). 400 when an arguments text is not a JSON object.

@@ -44,8 +44,7 @@ struct CallHead {
 // another order or with escapes in its name is read whole once complete instead.
 std::optional<CallHead> read_head(std::string_view body) {
   size_t pos = 0;
-  if (!expect(body, pos, "{") || !expect(body, pos, "\"name\"") || !expect(body, pos, ":") ||
-      !expect(body, pos, "\""))
+  if (!expect(body, pos, "{") || !expect(body, pos, "\"name\"") || !expect(body, pos, ":") || !expect(body, pos, "\""))
     return std::nullopt;
   const size_t name_end = body.find_first_of("\"\\", pos);
   if (name_end == std::string_view::npos || body[name_end] != '"') return std::nullopt;

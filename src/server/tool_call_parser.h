@@ -78,7 +78,7 @@ class ToolCallParser {
   bool after_call_ = false;  // hermes: only whitespace since the last call's closing tag
 
   // The call being read.
-  std::string body_;        // its text after the opening tag
+  std::string body_;  // its text after the opening tag
   bool body_started_ = false;
   Extent body_extent_;
   bool head_done_ = false;  // name emitted; its arguments stream from args_begin_

@@ -35,8 +35,7 @@ const std::vector<Entry>& entries() {
       {{"omnikv", "filter layers pick prompt tokens by max-head logits for the layers after them; full history"},
        &OmniKvMethod::create},
       {{"streamingllm", "attention sinks + recent window, evicted after every step"}, &StreamingLlmMethod::create},
-      {{"h2o", "heavy hitters by accumulated attention + recent window, evicted after every step"},
-       &H2oMethod::create},
+      {{"h2o", "heavy hitters by accumulated attention + recent window, evicted after every step"}, &H2oMethod::create},
       {{"snapkv", "once after the prompt: top tokens by observation-window attention + the window, per KV head"},
        &SnapKvMethod::create},
       {{"pyramidkv", "SnapKV with a per-layer budget shrinking linearly from the first layer to the last"},
@@ -44,15 +43,18 @@ const std::vector<Entry>& entries() {
       {{"adakv", "SnapKV scores; a layer's budget is split adaptively across its KV heads (per-head lengths)"},
        &AdaKvMethod::create},
       {{"kvzip", "once after the prompt: context-reconstruction passes rate every pair; one global threshold"},
-       nullptr, &KvzipMethod::create},
+       nullptr,
+       &KvzipMethod::create},
       {{"chunkkv", "once after the prompt: top chunks of 20 tokens by window attention, same for every head"},
        &ChunkKvMethod::create},
-      {{"rkv", "decode-time: the generated part, at budget + buffer, keeps its top tokens by attention minus key "
-               "redundancy; the prompt stays whole (composes with no prompt-time method yet); CPU only"},
+      {{"rkv",
+        "decode-time: the generated part, at budget + buffer, keeps its top tokens by attention minus key "
+        "redundancy; the prompt stays whole (composes with no prompt-time method yet); CPU only"},
        &RkvMethod::create},
-      {{"kara", "decode-time: every period, the newest window of generated tokens keeps its top tokens by "
-                "bidirectional window attention, as Token2Chunk spans; the prompt stays whole (composes with no "
-                "prompt-time method yet); CPU only"},
+      {{"kara",
+        "decode-time: every period, the newest window of generated tokens keeps its top tokens by "
+        "bidirectional window attention, as Token2Chunk spans; the prompt stays whole (composes with no "
+        "prompt-time method yet); CPU only"},
        &KaraMethod::create},
   };
   return kEntries;

@@ -35,7 +35,8 @@ Step number_step(GrammarFrame& f, uint8_t c, bool integer) {
       if (fraction) return f.phase = 4, Step::kTaken;
       if (exponent) return f.phase = 6, Step::kTaken;
       return Step::kEnded;
-    case 4: return digit ? (f.phase = 5, Step::kTaken) : Step::kRejected;
+    case 4:
+      return digit ? (f.phase = 5, Step::kTaken) : Step::kRejected;
     case 5:
       if (digit) return Step::kTaken;
       if (exponent) return f.phase = 6, Step::kTaken;
@@ -43,8 +44,10 @@ Step number_step(GrammarFrame& f, uint8_t c, bool integer) {
     case 6:
       if (c == '+' || c == '-') return f.phase = 7, Step::kTaken;
       return digit ? (f.phase = 8, Step::kTaken) : Step::kRejected;
-    case 7: return digit ? (f.phase = 8, Step::kTaken) : Step::kRejected;
-    default: return digit ? Step::kTaken : Step::kEnded;
+    case 7:
+      return digit ? (f.phase = 8, Step::kTaken) : Step::kRejected;
+    default:
+      return digit ? Step::kTaken : Step::kEnded;
   }
 }
 
@@ -136,31 +139,44 @@ bool GrammarState::advance(const JsonGrammar& grammar, uint8_t c) {
     switch (n.kind) {
       case GrammarNodeKind::kAny:
         --depth_;  // replaced by the kind its first byte names
-        if (c == '{') push(grammar, JsonGrammar::kOpenObjectNode);
-        else if (c == '[') push(grammar, JsonGrammar::kOpenArrayNode);
-        else if (c == '"') push(grammar, JsonGrammar::kStringNode);
-        else if (c == '-' || is_digit(c)) push(grammar, JsonGrammar::kNumberNode);
-        else if (c == 't' || c == 'f') push(grammar, JsonGrammar::kBooleanNode);
-        else if (c == 'n') push(grammar, JsonGrammar::kNullNode);
-        else return false;
+        if (c == '{')
+          push(grammar, JsonGrammar::kOpenObjectNode);
+        else if (c == '[')
+          push(grammar, JsonGrammar::kOpenArrayNode);
+        else if (c == '"')
+          push(grammar, JsonGrammar::kStringNode);
+        else if (c == '-' || is_digit(c))
+          push(grammar, JsonGrammar::kNumberNode);
+        else if (c == 't' || c == 'f')
+          push(grammar, JsonGrammar::kBooleanNode);
+        else if (c == 'n')
+          push(grammar, JsonGrammar::kNullNode);
+        else
+          return false;
         continue;
       case GrammarNodeKind::kString:
         switch (f.phase) {
-          case 0: return c == '"' ? (f.phase = 1, true) : false;
+          case 0:
+            return c == '"' ? (f.phase = 1, true) : false;
           case 1:
             if (c == '"') return --depth_, true;
             if (c == '\\') return f.phase = 2, true;
             if (c < 0x20) return false;
             if (c < 0x80) return true;
-            if (c >= 0xC2 && c <= 0xDF) f.pos = 1;
-            else if (c >= 0xE0 && c <= 0xEF) f.pos = 2;
-            else if (c >= 0xF0 && c <= 0xF4) f.pos = 3;
-            else return false;
+            if (c >= 0xC2 && c <= 0xDF)
+              f.pos = 1;
+            else if (c >= 0xE0 && c <= 0xEF)
+              f.pos = 2;
+            else if (c >= 0xF0 && c <= 0xF4)
+              f.pos = 3;
+            else
+              return false;
             return f.phase = 4, true;
           case 2:
             if (c == 'u') return f.phase = 3, f.pos = 4, true;
             return std::string_view("\"\\/bfnrt").find(static_cast<char>(c)) != std::string_view::npos
-                       ? (f.phase = 1, true) : false;
+                       ? (f.phase = 1, true)
+                       : false;
           case 3:
             if (!is_hex(c)) return false;
             if (--f.pos == 0) f.phase = 1;
@@ -173,8 +189,10 @@ bool GrammarState::advance(const JsonGrammar& grammar, uint8_t c) {
       case GrammarNodeKind::kNumber:
       case GrammarNodeKind::kInteger:
         switch (number_step(f, c, n.kind == GrammarNodeKind::kInteger)) {
-          case Step::kTaken: return true;
-          case Step::kRejected: return false;
+          case Step::kTaken:
+            return true;
+          case Step::kRejected:
+            return false;
           case Step::kEnded:
             --depth_;  // the byte belongs to what follows the number
             continue;
@@ -204,7 +222,8 @@ bool GrammarState::advance(const JsonGrammar& grammar, uint8_t c) {
         return true;
       case GrammarNodeKind::kArray:
         switch (f.phase) {
-          case 0: return c == '[' ? (f.phase = 1, true) : false;
+          case 0:
+            return c == '[' ? (f.phase = 1, true) : false;
           case 1:
             if (c == ']' && n.min_items == 0) return --depth_, true;
             if (n.max_items == 0) return false;
@@ -213,7 +232,8 @@ bool GrammarState::advance(const JsonGrammar& grammar, uint8_t c) {
             if (c == ',' && (n.max_items < 0 || f.count < n.max_items)) return f.phase = 3, true;
             if (c == ']' && f.count >= n.min_items) return --depth_, true;
             return false;
-          default: break;
+          default:
+            break;
         }
         ++f.count, f.phase = 2;
         push(grammar, n.items);
@@ -221,7 +241,8 @@ bool GrammarState::advance(const JsonGrammar& grammar, uint8_t c) {
       case GrammarNodeKind::kObject:
         if (n.open) {
           switch (f.phase) {
-            case 0: return c == '{' ? (f.phase = 1, true) : false;
+            case 0:
+              return c == '{' ? (f.phase = 1, true) : false;
             case 1:
             case 4:
               if (c == '}' && f.phase == 1) return --depth_, true;
@@ -241,7 +262,8 @@ bool GrammarState::advance(const JsonGrammar& grammar, uint8_t c) {
           }
         }
         switch (f.phase) {
-          case 0: return c == '{' ? (f.phase = 1, true) : false;
+          case 0:
+            return c == '{' ? (f.phase = 1, true) : false;
           case 1:
           case 4:
             if (c == '}' && f.phase == 1 && !required_left(n, 0)) return --depth_, true;

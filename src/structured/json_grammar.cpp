@@ -22,9 +22,10 @@ std::vector<std::string_view> keywords_of(const std::string& type) {
 }
 
 Status unsupported(const std::string& path, const std::string& what) {
-  return invalid_argument("{}: {} is not supported (supported: type object/array/string/number/integer/boolean/"
-                          "null, properties, required, items, minItems, maxItems, enum, const)",
-                          path, what);
+  return invalid_argument(
+      "{}: {} is not supported (supported: type object/array/string/number/integer/boolean/"
+      "null, properties, required, items, minItems, maxItems, enum, const)",
+      path, what);
 }
 
 Result<int32_t> count_of(const nlohmann::ordered_json& schema, const char* key, const std::string& path) {

@@ -9,9 +9,8 @@ namespace se {
 VocabTrie::VocabTrie(const std::vector<std::string>& token_bytes) : bytes_(token_bytes) {
   for (size_t id = 0; id < bytes_.size(); ++id)
     if (!bytes_[id].empty()) token_ids_.push_back(static_cast<int32_t>(id));
-  std::sort(token_ids_.begin(), token_ids_.end(), [this](int32_t a, int32_t b) {
-    return bytes_[static_cast<size_t>(a)] < bytes_[static_cast<size_t>(b)];
-  });
+  std::sort(token_ids_.begin(), token_ids_.end(),
+            [this](int32_t a, int32_t b) { return bytes_[static_cast<size_t>(a)] < bytes_[static_cast<size_t>(b)]; });
   build(0, static_cast<uint32_t>(token_ids_.size()), 0);
 }
 

@@ -15,8 +15,8 @@ class VocabTrie {
  public:
   struct Entry {
     uint8_t byte = 0;
-    uint32_t depth = 0;        // bytes from the root, this one included (>= 1)
-    uint32_t subtree_end = 0;  // the first entry after this node's subtree
+    uint32_t depth = 0;                         // bytes from the root, this one included (>= 1)
+    uint32_t subtree_end = 0;                   // the first entry after this node's subtree
     uint32_t tokens_begin = 0, tokens_end = 0;  // token_ids()[begin, end) spell exactly this node's bytes
   };
 

@@ -199,19 +199,15 @@ TEST_P(ChainResumeTest, ResumedTurnEqualsReplayedTurns) {
 
 INSTANTIATE_TEST_SUITE_P(
     EvictionMethods, ChainResumeTest,
-    ::testing::Values(MethodCase{"streamingllm", {{"budget", 32}, {"sink_tokens", 4}}},
-                      MethodCase{"h2o", {{"budget", 32}}},
-                      MethodCase{"snapkv", {{"budget", 32}, {"window", 8}}},
-                      MethodCase{"pyramidkv", {{"budget", 32}, {"window", 8}}},
-                      MethodCase{"adakv", {{"budget", 32}, {"window", 8}}},
-                      MethodCase{"chunkkv", {{"budget", 32}, {"window", 8}}},
-                      MethodCase{"kvzip", {{"ratio", 0.5}, {"chunk_size", 24}}},
-                      // Turn 1 compresses its generated part several times; turn 2 resumes that state.
-                      MethodCase{"rkv", {{"budget", 8}, {"buffer", 4}, {"window", 2}, {"kernel", 3}}, "llama", 30},
-                      MethodCase{"kara",
-                                 {{"window", 8}, {"buffer", 2}, {"candidates", 2}, {"budget", 4}, {"period", 4}},
-                                 "llama",
-                                 30}),
+    ::testing::Values(
+        MethodCase{"streamingllm", {{"budget", 32}, {"sink_tokens", 4}}}, MethodCase{"h2o", {{"budget", 32}}},
+        MethodCase{"snapkv", {{"budget", 32}, {"window", 8}}}, MethodCase{"pyramidkv", {{"budget", 32}, {"window", 8}}},
+        MethodCase{"adakv", {{"budget", 32}, {"window", 8}}}, MethodCase{"chunkkv", {{"budget", 32}, {"window", 8}}},
+        MethodCase{"kvzip", {{"ratio", 0.5}, {"chunk_size", 24}}},
+        // Turn 1 compresses its generated part several times; turn 2 resumes that state.
+        MethodCase{"rkv", {{"budget", 8}, {"buffer", 4}, {"window", 2}, {"kernel", 3}}, "llama", 30},
+        MethodCase{
+            "kara", {{"window", 8}, {"buffer", 2}, {"candidates", 2}, {"budget", 4}, {"period", 4}}, "llama", 30}),
     [](const ::testing::TestParamInfo<MethodCase>& info) { return std::string(info.param.name); });
 
 // The `keep` best positions of [range.start, range.end) by `scores`, ties to the lower position, ascending.

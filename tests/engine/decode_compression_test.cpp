@@ -147,8 +147,8 @@ TEST_P(DecodeCompressionTest, RandomizedStepsKeepTheCacheWhole) {
     for (Request* r : loop.scheduler().running()) held[r] = loop.cache().num_held_pages(r->seq);
     if (!loop.step()) break;
     ++num_steps;
-    ASSERT_TRUE(loop.cache().check_integrity().is_ok()) << "step " << num_steps << ": "
-                                                        << loop.cache().check_integrity().to_string();
+    ASSERT_TRUE(loop.cache().check_integrity().is_ok())
+        << "step " << num_steps << ": " << loop.cache().check_integrity().to_string();
     num_preemptions += static_cast<int>(loop.last_plan().preempted.size());
     bool prefill = false, decode = false;
     for (const ScheduledRequest& s : loop.last_plan().scheduled)
@@ -159,8 +159,7 @@ TEST_P(DecodeCompressionTest, RandomizedStepsKeepTheCacheWhole) {
       int& before = seen[r];
       if (now > before && held.count(r) != 0) {
         // A compression step appends one token per stream, and returns more pages than that takes in the same step.
-        EXPECT_LT(loop.cache().num_held_pages(r->seq), held[r])
-            << r->request_id << " at step " << num_steps;
+        EXPECT_LT(loop.cache().num_held_pages(r->seq), held[r]) << r->request_id << " at step " << num_steps;
         ++num_compressions;
       }
       before = now;
@@ -224,8 +223,10 @@ TEST_P(DecodeCompressionTest, KeptSetsEqualThePureSelection) {
     }
     const std::vector<int32_t>& positions = seen.positions[layer][0];
     seen.keys[layer].resize(positions.size() * static_cast<size_t>(c.num_kv_heads * c.head_dim));
-    gather_keys(TensorView{seen.keys[layer].data(), DType::kF32,
-                           {static_cast<int64_t>(positions.size()), c.num_kv_heads, c.head_dim}, Device::kCpu},
+    gather_keys(TensorView{seen.keys[layer].data(),
+                           DType::kF32,
+                           {static_cast<int64_t>(positions.size()), c.num_kv_heads, c.head_dim},
+                           Device::kCpu},
                 ctx.view, 0, 0);
   });
   const nlohmann::json& config = loop.method().config();
@@ -245,14 +246,14 @@ TEST_P(DecodeCompressionTest, KeptSetsEqualThePureSelection) {
         for (size_t i = 0; i < now.size(); ++i) ASSERT_EQ(now[i], positions.back() - (now.size() - 1 - i));
         continue;
       }
-      const auto a = static_cast<int32_t>(std::lower_bound(positions.begin(), positions.end(), first) -
-                                          positions.begin());
-      const auto n = static_cast<int32_t>(std::lower_bound(positions.begin(), positions.end(), end) -
-                                          positions.begin()) - a;
+      const auto a =
+          static_cast<int32_t>(std::lower_bound(positions.begin(), positions.end(), first) - positions.begin());
+      const auto n =
+          static_cast<int32_t>(std::lower_bound(positions.begin(), positions.end(), end) - positions.begin()) - a;
       const int64_t row = static_cast<int64_t>(c.num_heads) * c.head_dim;
-      const int32_t num_queries = m.name == std::string("rkv") ? config["window"].get<int32_t>()
-                                                                : config["window"].get<int32_t>() +
-                                                                      config["buffer"].get<int32_t>();
+      const int32_t num_queries = m.name == std::string("rkv")
+                                      ? config["window"].get<int32_t>()
+                                      : config["window"].get<int32_t>() + config["buffer"].get<int32_t>();
       const float* queries = seen.queries[l].data() + seen.queries[l].size() - num_queries * row;
       const float* keys = seen.keys[l].data() + static_cast<int64_t>(a) * c.num_kv_heads * c.head_dim;
       std::vector<std::vector<int32_t>> want;
@@ -277,8 +278,8 @@ TEST_P(DecodeCompressionTest, KeptSetsEqualThePureSelection) {
       }
       for (int h = 0; h < c.num_kv_heads; ++h) {
         const std::vector<int32_t> got = state["last_kept"][layer][h];
-        ASSERT_EQ(got, want[static_cast<size_t>(h)]) << "compression " << compressions << " layer " << layer
-                                                     << " head " << h;
+        ASSERT_EQ(got, want[static_cast<size_t>(h)])
+            << "compression " << compressions << " layer " << layer << " head " << h;
         // The cache now holds the positions before the region, the kept ones, and those after it (each head's
         // own: earlier compressions kept other tokens in each, the same number).
         const std::vector<int32_t>& held = seen.positions[l][static_cast<size_t>(h)];
@@ -303,10 +304,10 @@ INSTANTIATE_TEST_SUITE_P(
 
 INSTANTIATE_TEST_SUITE_P(
     SlidingWindowLayers, DecodeCompressionTest,
-    ::testing::Values(
-        MethodCase{"rkv", {{"budget", 24}, {"buffer", 8}, {"window", 4}, {"kernel", 3}}, "gemma3_text"},
-        MethodCase{"kara", {{"window", 16}, {"buffer", 4}, {"candidates", 4}, {"budget", 8}, {"period", 8}},
-                   "gemma3_text"}),
+    ::testing::Values(MethodCase{"rkv", {{"budget", 24}, {"buffer", 8}, {"window", 4}, {"kernel", 3}}, "gemma3_text"},
+                      MethodCase{"kara",
+                                 {{"window", 16}, {"buffer", 4}, {"candidates", 4}, {"budget", 8}, {"period", 8}},
+                                 "gemma3_text"}),
     [](const ::testing::TestParamInfo<MethodCase>& info) { return std::string(info.param.name); });
 
 // SmolLM2-135M generating SE_LONG_DECODE_TOKENS tokens (default 4,096) from a short prompt: every compression
@@ -356,8 +357,8 @@ TEST(DecodeCompressionModelTest, DISABLED_SmolLm2GenerationReturnsPagesAtEachCom
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::printf("%s: %d tokens, %d compressions, peak %lld pages (a dense run would end at %lld), %.1f s\n",
                 name.c_str(), num_tokens, compressions, static_cast<long long>(peak),
-                static_cast<long long>(loop.cache().layout().pages_for_tokens(
-                    static_cast<int64_t>(prompt.size()) + num_tokens)),
+                static_cast<long long>(
+                    loop.cache().layout().pages_for_tokens(static_cast<int64_t>(prompt.size()) + num_tokens)),
                 seconds);
   }
 }

@@ -70,9 +70,9 @@ TEST(ModelConfigTest, RejectsBadYarn) {
 }
 
 nlohmann::json qwen3_moe(const nlohmann::json& extra) {
-  nlohmann::json hf = {{"model_type", "qwen3_moe"}, {"vocab_size", 32},          {"hidden_size", 16},
+  nlohmann::json hf = {{"model_type", "qwen3_moe"}, {"vocab_size", 32},           {"hidden_size", 16},
                        {"intermediate_size", 24},   {"moe_intermediate_size", 8}, {"num_hidden_layers", 6},
-                       {"num_attention_heads", 2},  {"num_key_value_heads", 1},  {"head_dim", 8},
+                       {"num_attention_heads", 2},  {"num_key_value_heads", 1},   {"head_dim", 8},
                        {"num_experts", 4},          {"num_experts_per_tok", 2}};
   hf.update(extra);
   return hf;

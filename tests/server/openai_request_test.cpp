@@ -147,8 +147,9 @@ TEST(UnsupportedFields, AreRejectedByNameUnlessNull) {
 
 json weather_tool() {
   return {{"type", "function"},
-          {"function", {{"name", "get_weather"},
-                        {"parameters", {{"type", "object"}, {"properties", {{"city", {{"type", "string"}}}}}}}}}};
+          {"function",
+           {{"name", "get_weather"},
+            {"parameters", {{"type", "object"}, {"properties", {{"city", {{"type", "string"}}}}}}}}}};
 }
 
 TEST(Tools, ChoiceAndListAreChecked) {
@@ -176,18 +177,20 @@ TEST(Tools, ChoiceAndListAreChecked) {
 }
 
 TEST(Tools, AssistantCallArgumentsAreParsedForTheTemplate) {
-  json call = {{"id", "c1"}, {"type", "function"},
+  json call = {{"id", "c1"},
+               {"type", "function"},
                {"function", {{"name", "get_weather"}, {"arguments", "{\"city\": \"Paris\"}"}}}};
-  auto r = chat({{"messages", json::array({{{"role", "user"}, {"content", "hi"}},
-                                           {{"role", "assistant"}, {"content", nullptr},
-                                            {"tool_calls", json::array({call})}},
-                                           {{"role", "tool"}, {"tool_call_id", "c1"}, {"content", "sunny"}}})}});
+  auto r = chat(
+      {{"messages", json::array({{{"role", "user"}, {"content", "hi"}},
+                                 {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", json::array({call})}},
+                                 {{"role", "tool"}, {"tool_call_id", "c1"}, {"content", "sunny"}}})}});
   ASSERT_TRUE(r.is_ok()) << r.error().message;
   EXPECT_EQ(r->messages[1]["tool_calls"][0]["function"]["arguments"]["city"], "Paris");
   call["function"]["arguments"] = "not json";
-  expect_bad_field(chat({{"messages", json::array({{{"role", "assistant"}, {"content", ""},
-                                                    {"tool_calls", json::array({call})}}})}}),
-                   "messages[0].tool_calls[0]");
+  expect_bad_field(
+      chat(
+          {{"messages", json::array({{{"role", "assistant"}, {"content", ""}, {"tool_calls", json::array({call})}}})}}),
+      "messages[0].tool_calls[0]");
 }
 
 TEST(ResponseFormat, SchemasCompileOrNameWhatIsUnsupported) {
@@ -198,14 +201,15 @@ TEST(ResponseFormat, SchemasCompileOrNameWhatIsUnsupported) {
   ASSERT_TRUE(text.is_ok());
   EXPECT_FALSE(text->response_grammar.has_value());
   json schema = {{"type", "object"}, {"properties", {{"n", {{"type", "integer"}, {"minimum", 1}}}}}};
-  auto bad = chat(user_chat({{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "x"},
-                                                                                           {"schema", schema}}}}}}));
+  auto bad = chat(user_chat(
+      {{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "x"}, {"schema", schema}}}}}}));
   ASSERT_FALSE(bad.is_ok());
   EXPECT_EQ(bad.error().param, "response_format");
   EXPECT_NE(bad.error().message.find("minimum"), std::string::npos) << bad.error().message;
   expect_bad_field(chat(user_chat({{"response_format", {{"type", "grammar"}}}})), "response_format");
   expect_bad_field(chat(user_chat({{"response_format", {{"type", "json_schema"}}}})), "response_format");
-  expect_bad_field(chat(user_chat({{"tools", json::array({weather_tool()})}, {"tool_choice", "required"},
+  expect_bad_field(chat(user_chat({{"tools", json::array({weather_tool()})},
+                                   {"tool_choice", "required"},
                                    {"response_format", {{"type", "json_object"}}}})),
                    "response_format");
 }

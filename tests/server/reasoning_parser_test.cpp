@@ -52,8 +52,8 @@ TEST(ReasoningParser, Qwen3SplitsAnOpeningThinkBlock) {
 }
 
 TEST(ReasoningParser, Qwen3WithoutAnOpeningTagIsContent) {
-  expect_split(ReasoningFormat::kQwen3, "Plain answer with </think> and <think> in it",
-               "", "Plain answer with </think> and <think> in it");
+  expect_split(ReasoningFormat::kQwen3, "Plain answer with </think> and <think> in it", "",
+               "Plain answer with </think> and <think> in it");
   expect_split(ReasoningFormat::kQwen3, "<thin", "", "<thin");
 }
 

@@ -32,8 +32,8 @@ TEST(KaraMethodTest, ConfigDefaultsAndErrors) {
 // the bound is reached.
 TEST(KaraMethodTest, ResidentPagesCoverTheTransientPeak) {
   for (const int period : {8, 12}) {
-    const nlohmann::json config = {{"window", 32}, {"buffer", 8}, {"candidates", 4}, {"budget", 12},
-                                   {"period", period}};
+    const nlohmann::json config = {
+        {"window", 32}, {"buffer", 8}, {"candidates", 4}, {"budget", 12}, {"period", period}};
     auto method = create_method("kara", config);
     ASSERT_TRUE(method.is_ok());
     const KvLayout layout{2, 2, 8, 4, DType::kF32};

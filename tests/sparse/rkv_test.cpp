@@ -13,8 +13,8 @@ Status create_status(const nlohmann::json& config) { return create_method("rkv",
 TEST(RkvMethodTest, ConfigDefaultsAndErrors) {
   auto method = create_method("rkv", nullptr);
   ASSERT_TRUE(method.is_ok());
-  EXPECT_EQ((*method)->config(), nlohmann::ordered_json::parse(
-                                     R"({"budget":1024,"buffer":128,"window":8,"kernel":7,"mix_lambda":0.07})"));
+  EXPECT_EQ((*method)->config(),
+            nlohmann::ordered_json::parse(R"({"budget":1024,"buffer":128,"window":8,"kernel":7,"mix_lambda":0.07})"));
   EXPECT_TRUE(create_status({{"budget", 64}, {"buffer", 16}, {"window", 8}}).is_ok());
   for (const auto& [config, words] : std::vector<std::pair<nlohmann::json, std::string>>{
            {{{"kernel", 4}}, "'kernel' = 4 must be odd"},

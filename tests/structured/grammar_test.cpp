@@ -106,10 +106,11 @@ TEST(JsonGrammar, UnsupportedKeywordsAreNamed) {
 }
 
 TEST(JsonGrammar, ChoiceOfToolCalls) {
-  Result<JsonGrammar> g = JsonGrammar::choice(
-      {{"<call>{\"name\": \"f\", \"arguments\": ", {{"type", "object"}, {"properties", {{"x", {{"type", "integer"}}}}},
-                                                    {"required", {"x"}}}, "}</call>"},
-       {"<call>{\"name\": \"g\", \"arguments\": ", {{"type", "object"}}, "}</call>"}});
+  Result<JsonGrammar> g =
+      JsonGrammar::choice({{"<call>{\"name\": \"f\", \"arguments\": ",
+                            {{"type", "object"}, {"properties", {{"x", {{"type", "integer"}}}}}, {"required", {"x"}}},
+                            "}</call>"},
+                           {"<call>{\"name\": \"g\", \"arguments\": ", {{"type", "object"}}, "}</call>"}});
   ASSERT_TRUE(g.is_ok()) << g.status().to_string();
   EXPECT_TRUE(accepts(*g, "<call>{\"name\": \"f\", \"arguments\": {\"x\":5}}</call>"));
   EXPECT_TRUE(accepts(*g, "<call>{\"name\": \"g\", \"arguments\": {\"any\":[1]}}</call>"));
@@ -120,10 +121,13 @@ TEST(JsonGrammar, ChoiceOfToolCalls) {
 // The trie walk allows exactly the tokens a token-by-token check from scratch allows, over random outputs of a
 // small vocabulary; and end-of-generation only once the value is complete.
 TEST(GrammarMatcher, MaskMatchesBruteForce) {
-  std::vector<std::string> vocab = {"", "{", "}", "\"", "\":", "\"name", "\":\"", "a", "ab", "\\", "\\u", "00e9",
-                                    "1", "12", "-", ".", "e", ",", "[", "]", "true", "tr", "ue", "null", "\"}",
-                                    "\":1", " ", "\n", "\xc3", "\xa9", "\xc3\xa9", "age", "\"age\":", "{\"", ",\"",
-                                    "0", "\"ok\":", "false", "}}", "\"address\":{\"city\":", "]}", "\"tags\":["};
+  std::vector<std::string> vocab = {
+      "",         "{",         "}",   "\"",   "\":",     "\"name", "\":\"",    "a",
+      "ab",       "\\",        "\\u", "00e9", "1",       "12",     "-",        ".",
+      "e",        ",",         "[",   "]",    "true",    "tr",     "ue",       "null",
+      "\"}",      "\":1",      " ",   "\n",   "\xc3",    "\xa9",   "\xc3\xa9", "age",
+      "\"age\":", "{\"",       ",\"", "0",    "\"ok\":", "false",  "}}",       "\"address\":{\"city\":",
+      "]}",       "\"tags\":["};
   const int32_t eog = static_cast<int32_t>(vocab.size());
   vocab.push_back("");  // the end-of-generation token: no bytes
   auto trie = std::make_shared<const VocabTrie>(vocab);
@@ -142,8 +146,8 @@ TEST(GrammarMatcher, MaskMatchesBruteForce) {
           } else {
             ok = !vocab[static_cast<size_t>(id)].empty() && is_prefix(grammar, text + vocab[static_cast<size_t>(id)]);
           }
-          EXPECT_EQ(matcher.is_allowed(id), ok) << "after '" << text << "' token '" << vocab[static_cast<size_t>(id)]
-                                                << "'";
+          EXPECT_EQ(matcher.is_allowed(id), ok)
+              << "after '" << text << "' token '" << vocab[static_cast<size_t>(id)] << "'";
           if (ok) allowed.push_back(id);
         }
         if (allowed.empty()) break;

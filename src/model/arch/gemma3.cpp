@@ -59,8 +59,7 @@ Status finish_hf(json& c, const std::string& source) {
   if (c.contains("layer_types") && !c["layer_types"].is_null()) {
     layer_types = c["layer_types"];
     if (!layer_types.is_array() || static_cast<int64_t>(layer_types.size()) != num_layers) {
-      return invalid_argument("{}: \"layer_types\" must list one entry per layer ({})", source,
-                              num_layers);
+      return invalid_argument("{}: \"layer_types\" must list one entry per layer ({})", source, num_layers);
     }
     for (const json& t : layer_types) {
       if (t != "sliding_attention" && t != "full_attention") {
@@ -74,8 +73,7 @@ Status finish_hf(json& c, const std::string& source) {
     }
   }
   SE_ASSIGN_OR_RETURN(double local_base, read_positive(c, "rope_local_base_freq", 10000.0, source));
-  SE_ASSIGN_OR_RETURN(double scalar, read_positive(c, "query_pre_attn_scalar",
-                                                   static_cast<double>(head_dim), source));
+  SE_ASSIGN_OR_RETURN(double scalar, read_positive(c, "query_pre_attn_scalar", static_cast<double>(head_dim), source));
   c["sliding_window"] = window;
   c["sliding_window_pattern"] = pattern;
   c["layer_types"] = layer_types;
@@ -89,12 +87,10 @@ Status finish_hf(json& c, const std::string& source) {
     c["hidden_activation"] = c.value("hidden_act", json("gelu_pytorch_tanh"));
   }
   if (c["hidden_activation"] != "gelu_pytorch_tanh") {
-    return unimplemented("{}: gemma3 hidden_activation {} is not supported", source,
-                         c["hidden_activation"].dump());
+    return unimplemented("{}: gemma3 hidden_activation {} is not supported", source, c["hidden_activation"].dump());
   }
   return Status::ok();
 }
-
 
 // Gemma 3's GGUF metadata as HF keys (`hf` holds the common ones).
 Status from_gguf_metadata(const GgufFile& file, json& c) {
@@ -131,7 +127,6 @@ void layer_weights(const ModelConfig& config, int layer, std::vector<WeightSpec>
 Tensor from_hf_tensor(const WeightSpec& spec, Tensor t) {
   return spec.kind == WeightKind::kNorm ? add_one(cast_weight(t, DType::kF32)) : t;
 }
-
 
 // Which layers slide: an explicit `layer_types` list, else every `sliding_window_pattern`-th layer is global.
 Status assign_layer_types(const nlohmann::json& hf, ModelConfig& config) {

@@ -11,15 +11,17 @@
 
 namespace se {
 
-void llama_block(const BlockInputs& in) {
+void pre_norm_block(const BlockInputs& in, MlpAddFn mlp_add) {
   const float eps = in.config.rms_norm_eps;
   const TensorView h = in.ws.hidden(in.t);
   const TensorView x = in.ws.normed(in.t);
   rms_norm(x, h, in.weights.input_norm.view(), eps);
   attention_add(in, h, x);
   rms_norm(x, h, in.weights.post_attention_norm.view(), eps);
-  gated_mlp_add(in, h, x);
+  mlp_add(in, h, x);
 }
+
+void llama_block(const BlockInputs& in) { pre_norm_block(in, &gated_mlp_add); }
 
 void llama_layer_weights(const ModelConfig& config, int layer, std::vector<WeightSpec>& specs) {
   append_attention_weights(config, layer, specs);

@@ -13,7 +13,10 @@
 
 namespace se {
 
-// Pre-norm block: h += attention(norm(h)); h += gated_mlp(norm(h)), each residual add fused into its last GEMM.
+// Pre-norm block: h += attention(norm(h)); h += mlp_add(norm(h)), each residual add fused into its last GEMM.
+using MlpAddFn = void (*)(const BlockInputs& in, TensorView h, TensorView x);
+void pre_norm_block(const BlockInputs& in, MlpAddFn mlp_add);
+// The pre-norm block with the dense gated MLP.
 void llama_block(const BlockInputs& in);
 
 // The input norm, attention, post-attention norm (llama.cpp's ffn_norm) and dense gated MLP of `layer`.

@@ -12,7 +12,6 @@
 #include "model/arch/llama.h"
 #include "model/config_json.h"
 #include "model/hf_config.h"
-#include "model/layers/attention.h"
 #include "model/layers/gated_mlp.h"
 #include "model/layers/moe.h"
 
@@ -34,14 +33,15 @@ Status finish_hf(nlohmann::json& hf, const std::string& source) {
   hf["moe_intermediate_size"] = width;
   hf["decoder_sparse_step"] = step;
   hf["norm_topk_prob"] = norm;
-  if (!hf.contains("mlp_only_layers") || hf["mlp_only_layers"].is_null()) hf["mlp_only_layers"] = nlohmann::json::array();
+  if (!hf.contains("mlp_only_layers") || hf["mlp_only_layers"].is_null())
+    hf["mlp_only_layers"] = nlohmann::json::array();
   const int64_t layers = hf["num_hidden_layers"].get<int64_t>();
   if (!hf["mlp_only_layers"].is_array())
     return invalid_argument("{}: \"mlp_only_layers\" must be a list of layer indices", source);
   for (const auto& layer : hf["mlp_only_layers"]) {
     if (!layer.is_number_integer() || layer.get<int64_t>() < 0 || layer.get<int64_t>() >= layers)
-      return invalid_argument("{}: \"mlp_only_layers\" entry {} is not a layer index below {}", source,
-                              layer.dump(), layers);
+      return invalid_argument("{}: \"mlp_only_layers\" entry {} is not a layer index below {}", source, layer.dump(),
+                              layers);
   }
   return Status::ok();
 }
@@ -93,11 +93,17 @@ void layer_weights(const ModelConfig& config, int layer, std::vector<WeightSpec>
     return;
   }
   const int64_t experts = config.num_experts, hidden = config.hidden_size, inter = config.moe_intermediate_size;
-  specs.push_back({hf_layer_name(layer, "mlp.gate.weight"), gguf_layer_name(layer, "ffn_gate_inp.weight"),
-                   Shape{experts, hidden}, WeightKind::kLinear, {}});
+  specs.push_back({hf_layer_name(layer, "mlp.gate.weight"),
+                   gguf_layer_name(layer, "ffn_gate_inp.weight"),
+                   Shape{experts, hidden},
+                   WeightKind::kLinear,
+                   {}});
   const auto add_experts = [&](std::string_view proj, std::string_view gguf, Shape shape) {
-    WeightSpec spec{hf_layer_name(layer, fmt::format("mlp.experts.{}.weight", proj)), gguf_layer_name(layer, gguf),
-                    shape, WeightKind::kLinear, {}};
+    WeightSpec spec{hf_layer_name(layer, fmt::format("mlp.experts.{}.weight", proj)),
+                    gguf_layer_name(layer, gguf),
+                    shape,
+                    WeightKind::kLinear,
+                    {}};
     for (int64_t e = 0; e < experts; ++e)
       spec.hf_parts.push_back(hf_layer_name(layer, fmt::format("mlp.experts.{}.{}.weight", e, proj)));
     specs.push_back(std::move(spec));
@@ -108,19 +114,8 @@ void layer_weights(const ModelConfig& config, int layer, std::vector<WeightSpec>
 }
 
 // Pre-norm like Llama; the MoE layers' experts replace the dense MLP.
-void block(const BlockInputs& in) {
-  if (!in.layer_config.moe) {
-    llama_block(in);
-    return;
-  }
-  const float eps = in.config.rms_norm_eps;
-  const TensorView h = in.ws.hidden(in.t);
-  const TensorView x = in.ws.normed(in.t);
-  rms_norm(x, h, in.weights.input_norm.view(), eps);
-  attention_add(in, h, x);
-  rms_norm(x, h, in.weights.post_attention_norm.view(), eps);
-  moe_add(in, h, x);
-}
+// Llama's block; a sparse layer's MLP is the mixture of experts.
+void block(const BlockInputs& in) { pre_norm_block(in, in.layer_config.moe ? &moe_add : &gated_mlp_add); }
 }  // namespace
 
 const ArchSpec kQwen3MoeArch{.name = "qwen3_moe",

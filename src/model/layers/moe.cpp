@@ -69,14 +69,18 @@ void moe_add(const BlockInputs& in, TensorView h, TensorView x) {
     const TensorView xe = in.ws.expert_in(n);
     for (int64_t r = 0; r < n; ++r) {
       const int64_t token = pairs[static_cast<size_t>(first + r)] / k;
-      std::memcpy(static_cast<char*>(xe.data) + r * x_row_bytes,
-                  static_cast<const char*>(x.data) + token * x_row_bytes, x_row_bytes);
+      std::memcpy(static_cast<char*>(xe.data) + r * x_row_bytes, static_cast<const char*>(x.data) + token * x_row_bytes,
+                  x_row_bytes);
     }
     // This expert's [2 * inter, hidden] and [hidden, inter] slices of the stacked weights.
     const TensorView gate_up_w{static_cast<char*>(w.experts_gate_up.raw()) + e * 2 * inter * hidden * w_bytes,
-                               w.experts_gate_up.dtype(), {2 * inter, hidden}, in.ws.device()};
+                               w.experts_gate_up.dtype(),
+                               {2 * inter, hidden},
+                               in.ws.device()};
     const TensorView down_w{static_cast<char*>(w.experts_down.raw()) + e * hidden * inter * w_bytes,
-                            w.experts_down.dtype(), {hidden, inter}, in.ws.device()};
+                            w.experts_down.dtype(),
+                            {hidden, inter},
+                            in.ws.device()};
     const TensorView gate_up = in.ws.expert_gate_up(n);
     linear(gate_up, xe, gate_up_w);
     const TensorView act = in.ws.expert_act(n);

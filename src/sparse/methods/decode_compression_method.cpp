@@ -23,8 +23,7 @@ DecodeCompressionMethod::DecodeCompressionMethod(std::string name, nlohmann::ord
 int64_t DecodeCompressionMethod::resident_pages(const KvLayout& layout, int32_t num_prefill_tokens,
                                                 int32_t num_tokens) const {
   if (num_tokens <= num_prefill_tokens) return layout.pages_for_tokens(num_tokens);
-  return layout.pages_for_tokens(int64_t{num_prefill_tokens} +
-                                 peak_generated_tokens(num_tokens - num_prefill_tokens));
+  return layout.pages_for_tokens(int64_t{num_prefill_tokens} + peak_generated_tokens(num_tokens - num_prefill_tokens));
 }
 
 void DecodeCompressionMethod::on_attention_end(LayerContext& ctx) {
@@ -42,9 +41,12 @@ void DecodeCompressionMethod::on_attention_end(LayerContext& ctx) {
     }
     if (it == sequences_.end())
       it = sequences_
-               .emplace(slice.seq,
-                        SequenceState{RecentQueries(num_layers, query_capacity_, row_elements),
-                                      slice.num_prefill_tokens, slice.num_prefill_tokens, 0, {}, {}})
+               .emplace(slice.seq, SequenceState{RecentQueries(num_layers, query_capacity_, row_elements),
+                                                 slice.num_prefill_tokens,
+                                                 slice.num_prefill_tokens,
+                                                 0,
+                                                 {},
+                                                 {}})
                .first;
     it->second.queries.append(ctx.layer, ctx.q.ptr<float>() + int64_t{slice.token_begin} * row_elements,
                               slice.num_tokens);
@@ -86,8 +88,7 @@ void DecodeCompressionMethod::compress(StepContext& ctx, const SequenceSlice& sl
   for (int layer = 0; layer < num_layers; ++layer) {
     const auto slots_before = [&](int32_t h, int32_t position) {
       const std::span<const int32_t> positions = ctx.cache.slot_positions(seq, layer, h);
-      return static_cast<int32_t>(std::lower_bound(positions.begin(), positions.end(), position) -
-                                  positions.begin());
+      return static_cast<int32_t>(std::lower_bound(positions.begin(), positions.end(), position) - positions.begin());
     };
     const int32_t a = slots_before(0, region.first), b = slots_before(0, region.end);
     first_slot[static_cast<size_t>(layer)] = a;
@@ -103,8 +104,8 @@ void DecodeCompressionMethod::compress(StepContext& ctx, const SequenceSlice& sl
     const AttentionView view = ctx.cache.build_sequence_view(seq, layer);
     gather_keys(TensorView{k.data(), DType::kF32, {b - a, num_kv_heads, head_dim}, Device::kCpu}, view, 0, a);
     auto& q = queries[static_cast<size_t>(layer)];
-    SE_CHECK(state.queries.size(layer) >= region.num_queries, "{}: seq {} layer {} holds {} of {} queries", name(),
-             seq, layer, state.queries.size(layer), region.num_queries);
+    SE_CHECK(state.queries.size(layer) >= region.num_queries, "{}: seq {} layer {} holds {} of {} queries", name(), seq,
+             layer, state.queries.size(layer), region.num_queries);
     q.resize(static_cast<size_t>(state.queries.row_elements()) * region.num_queries);
     state.queries.newest(layer, region.num_queries, q.data());
   }

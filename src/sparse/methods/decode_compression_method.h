@@ -45,13 +45,13 @@ class DecodeCompressionMethod : public MethodRuntime {
   DecodeCompressionMethod(std::string name, nlohmann::ordered_json config, int32_t query_capacity);
 
   struct Clock {
-    int32_t num_decoded = 0;           // decode tokens of the sequence so far, this step's included
+    int32_t num_decoded = 0;             // decode tokens of the sequence so far, this step's included
     int32_t num_generated_resident = 0;  // tokens at positions >= the prompt's end a full-attention stream holds
-    int32_t num_logical = 0;           // the sequence's logical length
-    int32_t uncompressed_from = 0;     // position after the last compressed region (the prompt's end at first)
+    int32_t num_logical = 0;             // the sequence's logical length
+    int32_t uncompressed_from = 0;       // position after the last compressed region (the prompt's end at first)
   };
   struct Region {
-    int32_t first = 0;        // positions [first, end) are rescored
+    int32_t first = 0;  // positions [first, end) are rescored
     int32_t end = 0;
     int32_t num_queries = 0;  // the newest decode queries that score them (<= the ring's capacity)
   };

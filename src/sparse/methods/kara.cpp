@@ -35,8 +35,7 @@ std::vector<std::vector<int32_t>> KaraMethod::select(const float* queries, int32
                                                      int32_t n, int32_t num_heads, int32_t num_kv_heads,
                                                      int32_t head_dim) const {
   std::vector<std::vector<int32_t>> kept;
-  for (KaraSelection& s :
-       kara_select(queries, num_queries, keys, n, num_heads, num_kv_heads, head_dim, params_))
+  for (KaraSelection& s : kara_select(queries, num_queries, keys, n, num_heads, num_kv_heads, head_dim, params_))
     kept.push_back(std::move(s.kept));
   return kept;
 }

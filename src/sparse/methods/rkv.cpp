@@ -18,9 +18,10 @@ Result<std::unique_ptr<MethodRuntime>> RkvMethod::create(const nlohmann::json& c
   if (params.window >= params.budget)
     return invalid_argument("rkv: 'window' = {} must be below 'budget' = {}", params.window, params.budget);
   if (params.buffer < params.window)
-    return invalid_argument("rkv: 'buffer' = {} must be at least 'window' = {} (the window's queries are decode "
-                            "queries)",
-                            params.buffer, params.window);
+    return invalid_argument(
+        "rkv: 'buffer' = {} must be at least 'window' = {} (the window's queries are decode "
+        "queries)",
+        params.buffer, params.window);
   return std::unique_ptr<MethodRuntime>(new RkvMethod(reader.resolved(), params));
 }
 
@@ -43,8 +44,8 @@ std::vector<std::vector<int32_t>> RkvMethod::select(const float* queries, int32_
 int32_t RkvMethod::peak_generated_tokens(int32_t num_decoded) const {
   // Uncompressed until the first multiple of buffer at or past budget + buffer, which is the most ever resident:
   // each later compression starts from budget + buffer.
-  const int64_t first = (int64_t{params_.budget} + params_.buffer + params_.buffer - 1) / params_.buffer *
-                        params_.buffer;
+  const int64_t first =
+      (int64_t{params_.budget} + params_.buffer + params_.buffer - 1) / params_.buffer * params_.buffer;
   return static_cast<int32_t>(std::min<int64_t>(num_decoded, first));
 }
 
