@@ -59,12 +59,10 @@ Result<json> normalize_rope_scaling(json scaling, const std::string& source) {
   const std::string type = scaling["rope_type"].get<std::string>();
   if (type == "default") return json(nullptr);
   std::vector<const char*> needed;
-  if (type == "linear") {
+  if (type == "linear" || type == "yarn") {
     needed = {"factor"};
   } else if (type == "llama3") {
     needed = {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"};
-  } else if (type == "yarn") {
-    needed = {"factor"};
   } else {
     return unimplemented("{}: rope_scaling type \"{}\" is not supported (linear, llama3, yarn)", source, type);
   }

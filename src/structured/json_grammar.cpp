@@ -4,6 +4,8 @@
 #include <array>
 #include <string_view>
 
+#include <fmt/format.h>
+
 namespace se {
 
 namespace {
@@ -113,7 +115,7 @@ Result<int32_t> JsonGrammar::compile(const nlohmann::ordered_json& schema, const
   const std::vector<std::string_view> keywords = keywords_of(type);
   for (const auto& [key, value] : schema.items())
     if (!is_annotation(key) && std::find(keywords.begin(), keywords.end(), key) == keywords.end())
-      return unsupported(path, "keyword '" + key + "' (type " + type + ")");
+      return unsupported(path, fmt::format("keyword '{}' (type {})", key, type));
 
   if (type == "string") return kStringNode;
   if (type == "number") return kNumberNode;
@@ -154,7 +156,7 @@ Result<int32_t> JsonGrammar::compile(const nlohmann::ordered_json& schema, const
   }
   GrammarNode node{.kind = GrammarNodeKind::kObject};
   for (const auto& [key, value] : properties.items()) {
-    SE_ASSIGN_OR_RETURN(int32_t child, compile(value, path + ".properties." + key));
+    SE_ASSIGN_OR_RETURN(int32_t child, compile(value, fmt::format("{}.properties.{}", path, key)));
     node.keys.push_back(nlohmann::ordered_json(key).dump() + ":");
     node.values.push_back(child);
     node.required.push_back(std::find(required.begin(), required.end(), key) != required.end());

@@ -51,8 +51,8 @@ TEST(GatherKeysTest, ReadsKeyRowsInSlotOrderAcrossPages) {
   std::vector<float> want;
   for (int32_t slot = 2; slot < 6; ++slot)
     for (int32_t h = 0; h < 2; ++h) {
-      const float* k =
-          view.element<float>(pool.pages[static_cast<size_t>(h * 2 + slot / kPageSize)], 0, slot % kPageSize);
+      const float* k = view.element<float>(
+          pool.pages[static_cast<size_t>(h) * 2 + static_cast<size_t>(slot / kPageSize)], 0, slot % kPageSize);
       want.insert(want.end(), k, k + kHeadDim);
     }
   EXPECT_EQ(out, want);

@@ -137,6 +137,7 @@ TEST_P(DecodeCompressionTest, RandomizedStepsKeepTheCacheWhole) {
   Loop loop(model, m.name, m.config, kNumPages, SchedulerConfig{6, 24});
   std::mt19937 rng(17);
   std::vector<Request*> live;
+  live.reserve(10);
   for (int i = 0; i < 10; ++i)
     live.push_back(loop.add("r" + std::to_string(i), random_tokens(rng, 5 + static_cast<int>(rng() % 50), 96),
                             40 + static_cast<int>(rng() % 120)));
@@ -284,7 +285,7 @@ TEST_P(DecodeCompressionTest, KeptSetsEqualThePureSelection) {
         // own: earlier compressions kept other tokens in each, the same number).
         const std::vector<int32_t>& held = seen.positions[l][static_cast<size_t>(h)];
         std::vector<int32_t> expected(held.begin(), held.begin() + a);
-        for (const int32_t i : got) expected.push_back(held[static_cast<size_t>(a + i)]);
+        for (const int32_t i : got) expected.push_back(held[static_cast<size_t>(a) + static_cast<size_t>(i)]);
         expected.insert(expected.end(), held.begin() + a + n, held.end());
         const std::span<const int32_t> now = loop.cache().slot_positions(r->seq, layer, h);
         ASSERT_EQ(std::vector<int32_t>(now.begin(), now.end()), expected) << "layer " << layer << " head " << h;

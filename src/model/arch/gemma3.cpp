@@ -3,6 +3,7 @@
 #include <array>
 #include <cmath>
 #include <optional>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -125,7 +126,7 @@ void layer_weights(const ModelConfig& config, int layer, std::vector<WeightSpec>
 // HF Gemma computes x * (1 + w); the canonical norms hold the multiplier (added in fp32). llama.cpp's converter
 // adds the one already.
 Tensor from_hf_tensor(const WeightSpec& spec, Tensor t) {
-  return spec.kind == WeightKind::kNorm ? add_one(cast_weight(t, DType::kF32)) : t;
+  return spec.kind == WeightKind::kNorm ? add_one(cast_weight(t, DType::kF32)) : std::move(t);
 }
 
 // Which layers slide: an explicit `layer_types` list, else every `sliding_window_pattern`-th layer is global.
