@@ -15,6 +15,9 @@ import pathlib
 import re
 import sys
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import name_check  # noqa: E402
+
 ARCH_DIR = "src/model/arch/"
 UNCHECKED = ("src/tokenizer/", "src/server/reasoning_parser.cpp")
 SOURCE_SUFFIXES = {".h", ".cpp", ".cu", ".cuh"}
@@ -45,8 +48,7 @@ def violations(root: pathlib.Path) -> list[str]:
     names = arch_names(root)
     if not names:
         return [f"{ARCH_DIR}: no architecture names found"]
-    pattern = re.compile(r"(?<![A-Za-z0-9_])(" + "|".join(map(re.escape, names)) + r")(?![A-Za-z0-9_])(?![.\-_]cpp)",
-                         re.IGNORECASE)
+    pattern = name_check.whole_word_pattern(names, not_followed_by=r"(?![.\-_]cpp)")
     found = []
     for file in sorted((root / "src").rglob("*")):
         if not file.is_file() or file.suffix not in SOURCE_SUFFIXES:
@@ -65,17 +67,6 @@ def violations(root: pathlib.Path) -> list[str]:
     return found
 
 
-def main() -> int:
-    root = pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else pathlib.Path(__file__).resolve().parent.parent
-    found = violations(root)
-    for v in found:
-        print(v)
-    if found:
-        print(f"{len(found)} mention(s) of an architecture outside {ARCH_DIR} (move the fact into the architecture's "
-              f"file, or name no architecture)", file=sys.stderr)
-        return 1
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(name_check.run(violations, f"mention(s) of an architecture outside {ARCH_DIR} (move the fact into "
+                                        "the architecture's file, or name no architecture)"))

@@ -15,6 +15,9 @@ import pathlib
 import re
 import sys
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import name_check  # noqa: E402
+
 REGISTRY = "src/sparse/method_registry.cpp"
 REGISTRIES = {REGISTRY, "src/sparse/prune/prune_scorer_registry.cpp"}
 METHODS_DIR = "src/sparse/methods/"
@@ -40,8 +43,7 @@ def violations(root: pathlib.Path) -> list[str]:
     names = method_names(root)
     if not names:
         return [f"{REGISTRY}: no method names found"]
-    pattern = re.compile(r"(?<![A-Za-z0-9_])(" + "|".join(map(re.escape, names)) + r")(?![A-Za-z0-9_])",
-                         re.IGNORECASE)
+    pattern = name_check.whole_word_pattern(names)
     found = []
     for file in sorted((root / "src").rglob("*")):
         if not file.is_file():
@@ -61,17 +63,7 @@ def violations(root: pathlib.Path) -> list[str]:
     return found
 
 
-def main() -> int:
-    root = pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else pathlib.Path(__file__).resolve().parent.parent
-    found = violations(root)
-    for v in found:
-        print(v)
-    if found:
-        print(f"{len(found)} mention(s) of a method outside its own files and the registries "
-              f"(move the fact into the method, or name no method)", file=sys.stderr)
-        return 1
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(name_check.run(violations, "mention(s) of a method outside its own files and the registries (move the fact "
+                                        "into the method, or name no method)"))
+

@@ -17,9 +17,6 @@ size_t partial_tag_tail(std::string_view text, std::string_view tag) {
   return 0;
 }
 
-}  // namespace
-
-namespace {
 // vLLM's parser names, which are those of the model families that write the format.
 constexpr std::pair<std::string_view, ReasoningFormat> kFormats[] = {{"qwen3", ReasoningFormat::kQwen3},
                                                                      {"deepseek_r1", ReasoningFormat::kDeepSeekR1}};

@@ -2,10 +2,10 @@
 // [n, num_kv_heads, head_dim]; no value rows; ranges past a head's length are refused.
 #include <gtest/gtest.h>
 
-#include <numeric>
 #include <vector>
 
 #include "backend/ops.h"
+#include "op_test_util.h"
 
 namespace se {
 namespace {
@@ -14,27 +14,20 @@ constexpr int32_t kPageSize = 4;
 constexpr int32_t kHeadDim = 2;
 constexpr int32_t kNumPages = 6;
 
-// A pool whose element i holds i, and one sequence of two KV heads: head 0 on pages {4, 1} (7 tokens), head 1 on
-// pages {0, 5} (7 tokens).
-struct Pool {
-  std::vector<float> data = std::vector<float>(size_t{kNumPages} * 2 * kPageSize * kHeadDim);
+// A numbered pool and one sequence of two KV heads: head 0 on pages {4, 1} (7 tokens), head 1 on pages {0, 5}
+// (7 tokens).
+struct Pool : test::NumberedPool<kNumPages, kPageSize, kHeadDim> {
   std::vector<int32_t> pages = {4, 1, 0, 5};
   std::vector<int32_t> num_tokens = {7, 7};
   std::vector<int32_t> q_indptr = {0, 0};
   SeqKvView seq;
   Pool() {
-    std::iota(data.begin(), data.end(), 0.0f);
     seq.page_ids = pages.data();
     seq.stride = 2;
     seq.num_tokens = num_tokens.data();
   }
   AttentionView view() {
-    AttentionView v;
-    v.kv_base = data.data();
-    v.kv_dtype = DType::kF32;
-    v.page_bytes = sizeof(float) * 2 * kPageSize * kHeadDim;
-    v.page_size = kPageSize;
-    v.head_dim = kHeadDim;
+    AttentionView v = NumberedPool::view();
     v.num_kv_heads = 2;
     v.num_seqs = 1;
     v.q_indptr = q_indptr.data();

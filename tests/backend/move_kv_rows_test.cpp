@@ -2,10 +2,10 @@
 // are refused before anything is copied.
 #include <gtest/gtest.h>
 
-#include <numeric>
 #include <vector>
 
 #include "backend/ops.h"
+#include "op_test_util.h"
 
 namespace se {
 namespace {
@@ -14,19 +14,7 @@ constexpr int32_t kPageSize = 4;
 constexpr int32_t kHeadDim = 2;
 constexpr int32_t kNumPages = 3;
 
-// A pool whose element i holds i, so every row says where it came from.
-struct NumberedPool {
-  std::vector<float> data = std::vector<float>(size_t{kNumPages} * 2 * kPageSize * kHeadDim);
-  NumberedPool() { std::iota(data.begin(), data.end(), 0.0f); }
-  AttentionView view() {
-    AttentionView v;
-    v.kv_base = data.data();
-    v.kv_dtype = DType::kF32;
-    v.page_bytes = sizeof(float) * 2 * kPageSize * kHeadDim;
-    v.page_size = kPageSize;
-    v.head_dim = kHeadDim;
-    return v;
-  }
+struct NumberedPool : test::NumberedPool<kNumPages, kPageSize, kHeadDim> {
   std::vector<float> row(int32_t page, int kv, int32_t offset) {
     const float* p = view().element<float>(page, kv, offset);
     return {p, p + kHeadDim};

@@ -2,8 +2,11 @@
 #pragma once
 
 #include <cmath>
+#include <numeric>
 #include <random>
+#include <vector>
 
+#include "backend/attention_view.h"
 #include "tensor/tensor.h"
 
 namespace se::test {
@@ -24,5 +27,22 @@ inline double relative_error(const float* a, const double* ref, int64_t n) {
   }
   return std::sqrt(num / (den + 1e-30));
 }
+
+// An f32 page pool whose element i holds i, so every K/V row read or moved says where it came from. The view
+// describes the pool only (no sequences); a test adds those it needs.
+template <int32_t kNumPages, int32_t kPageSize, int32_t kHeadDim>
+struct NumberedPool {
+  std::vector<float> data = std::vector<float>(size_t{kNumPages} * 2 * kPageSize * kHeadDim);
+  NumberedPool() { std::iota(data.begin(), data.end(), 0.0f); }
+  AttentionView view() {
+    AttentionView v;
+    v.kv_base = data.data();
+    v.kv_dtype = DType::kF32;
+    v.page_bytes = sizeof(float) * 2 * kPageSize * kHeadDim;
+    v.page_size = kPageSize;
+    v.head_dim = kHeadDim;
+    return v;
+  }
+};
 
 }  // namespace se::test
