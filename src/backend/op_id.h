@@ -22,6 +22,8 @@ enum class OpId : uint8_t {
   kSoftcapInplace,
   kArgmaxRows,
   kSampleRows,
+  kMaskRefusedTokens,
+  kTokenLogprobs,
   kAttention,  // the dense CPU reference attention over contiguous K/V
   kWriteKv,
   kPagedAttention,

@@ -289,6 +289,40 @@ void sample_rows(TensorView ids, TensorView logprobs, TensorView x, std::span<co
   cpu::sample_rows(ids, logprobs, x, rows);
 }
 
+void mask_refused_tokens(TensorView out, TensorView x, TensorView allowed) {
+  SE_CHECK(x.shape.rank() == 2 && out.shape == x.shape && out.dtype == x.dtype && allowed.dtype == DType::kI64 &&
+               allowed.shape.rank() == 2 && allowed.shape[0] == x.shape[0] &&
+               allowed.shape[1] == (x.shape[1] + 63) / 64,
+           "mask_refused_tokens: out {} {} x {} {} allowed {} {}", dtype_name(out.dtype), out.shape.to_string(),
+           dtype_name(x.dtype), x.shape.to_string(), dtype_name(allowed.dtype), allowed.shape.to_string());
+  if (on_cuda(out, "mask_refused_tokens")) {
+    require_cuda_act(x, "mask_refused_tokens.x");
+    SE_CHECK(allowed.device == Device::kCuda, "mask_refused_tokens: allowed on the GPU");
+    if constexpr (kCudaBuilt) cuda::mask_refused_tokens(out, x, allowed);
+    return;
+  }
+  require_cpu_f32(x, "mask_refused_tokens.x");
+  cpu::mask_refused_tokens(out, x, allowed);
+}
+
+void token_logprobs(TensorView logprobs, TensorView x, TensorView ids) {
+  SE_CHECK(ids.dtype == DType::kI32 && logprobs.dtype == DType::kF32 && x.shape.rank() == 2 &&
+               ids.numel() == x.shape[0] && logprobs.numel() == x.shape[0] && x.shape[1] > 0,
+           "token_logprobs: logprobs {} ids {} {} for x {}", logprobs.shape.to_string(), dtype_name(ids.dtype),
+           ids.shape.to_string(), x.shape.to_string());
+  if (on_cuda(logprobs, "token_logprobs")) {
+    require_cuda_act(x, "token_logprobs.x");
+    SE_CHECK(ids.device == Device::kCuda, "token_logprobs: ids on the GPU");
+    if constexpr (kCudaBuilt) cuda::token_logprobs(logprobs, x, ids);
+    return;
+  }
+  require_cpu_f32(x, "token_logprobs.x");
+  for (int64_t r = 0; r < ids.numel(); ++r)
+    SE_CHECK(ids.ptr<int32_t>()[r] >= 0 && ids.ptr<int32_t>()[r] < x.shape[1],
+             "token_logprobs: id {} of row {} is not in [0, {})", ids.ptr<int32_t>()[r], r, x.shape[1]);
+  cpu::token_logprobs(logprobs, x, ids);
+}
+
 namespace {
 
 struct OpEntry {
@@ -312,6 +346,8 @@ constexpr OpEntry kOps[] = {
     {OpId::kSoftcapInplace, "softcap_inplace", true},
     {OpId::kArgmaxRows, "argmax_rows", true},
     {OpId::kSampleRows, "sample_rows", true},
+    {OpId::kMaskRefusedTokens, "mask_refused_tokens", true},
+    {OpId::kTokenLogprobs, "token_logprobs", true},
     {OpId::kAttention, "attention", false},
     {OpId::kWriteKv, "write_kv", true},
     {OpId::kPagedAttention, "paged_attention", true},

@@ -83,6 +83,14 @@ void softcap_inplace(TensorView x, float cap);
 // x [rows, width] F32 (BF16 too on CUDA); ids [rows] I32; logprobs [rows] F32.
 void argmax_rows(TensorView ids, TensorView logprobs, TensorView x);
 
+// Constrained decoding on the device. mask_refused_tokens: out[r, i] = x[r, i] where bit i % 64 of
+// allowed[r, i / 64] is set, else -inf. token_logprobs: logprobs[r] = the log-softmax of row r of x at ids[r],
+// x[r, ids[r]] - log(sum_i exp(x[r, i])), so a token sampled from a masked row reports the model's logprob.
+// x, out [rows, width] F32 (BF16 too on CUDA, out as x); allowed [rows, ceil(width / 64)] I64; ids [rows] I32
+// (each in [0, width)); logprobs [rows] F32.
+void mask_refused_tokens(TensorView out, TensorView x, TensorView allowed);
+void token_logprobs(TensorView logprobs, TensorView x, TensorView ids);
+
 // One row's sampling settings for sample_rows, applied in vLLM's order: temperature > 0 scales the logits, min-p
 // and top-k keep a prefix of the tokens sorted by logit (descending, the lower id first on a tie), top-p keeps the
 // smallest prefix of that whose renormalized mass reaches top_p. `u` in [0, 1) is the row's uniform draw: the

@@ -10,9 +10,9 @@ namespace se {
 
 namespace {
 // Without logprobs a request needs only its token and that token's logprob, which the device computes (top-N
-// alternatives still come from the host sampler). A grammar's mask is computed and applied on the host, where its
-// matcher lives: constrained requests sample there.
-bool samples_on_device(const Request& request) { return request.params.logprobs < 0 && !request.params.grammar; }
+// alternatives still come from the host sampler). A grammar's matcher lives on the host: it writes the allowed
+// tokens as bits, which the device applies to a copy of the logits before sampling.
+bool samples_on_device(const Request& request) { return request.params.logprobs < 0; }
 }  // namespace
 
 std::vector<SampleResult> ModelRunner::sample(const Tensor& logits, const std::vector<Request*>& requests) {
@@ -31,23 +31,31 @@ std::vector<SampleResult> ModelRunner::sample(const Tensor& logits, const std::v
     TensorView ids = device_ids_.view();
     TensorView logprobs = device_logprobs_.view();
     ids.shape = logprobs.shape = {num_rows};
+    const bool constrained =
+        std::any_of(requests.begin(), requests.end(), [](const Request* r) { return r->sampler.constrained(); });
+    const TensorView rows = constrained ? mask_refused_tokens_of(logits, requests) : logits.view();
     const bool all_greedy =
         std::all_of(requests.begin(), requests.end(), [](const Request* r) { return r->params.greedy(); });
     if (all_greedy) {
-      argmax_rows(ids, logprobs, logits.view());
+      argmax_rows(ids, logprobs, rows);
     } else {
       // A greedy row samples from its top-1 token: the argmax, lowest id on a tie.
       row_sampling_.clear();
       for (Request* r : requests)
         row_sampling_.push_back(r->params.greedy() ? RowSampling{1.0f, 1, 1.0f, 0.0f, 0.0} : r->sampler.row_sampling());
-      sample_rows(ids, logprobs, logits.view(), row_sampling_);
+      sample_rows(ids, logprobs, rows, row_sampling_);
     }
+    // The masked rows' logprobs are the masked distribution's; the model's are asked of the rows themselves.
+    if (constrained) token_logprobs(logprobs, logits.view(), ids);
     host_ids_.resize(static_cast<size_t>(num_rows));
     host_logprobs_.resize(static_cast<size_t>(num_rows));
     copy_bytes(device, host_ids_.data(), ids.data, ids.nbytes());
     copy_bytes(device, host_logprobs_.data(), logprobs.data, logprobs.nbytes());
     results_at_ = std::chrono::steady_clock::now();
-    for (size_t i = 0; i < results.size(); ++i) results[i] = {host_ids_[i], host_logprobs_[i], {}};
+    for (size_t i = 0; i < results.size(); ++i) {
+      results[i] = {host_ids_[i], host_logprobs_[i], {}};
+      if (requests[i]->sampler.constrained()) requests[i]->sampler.accept(host_ids_[i]);
+    }
     return results;
   }
   float* rows = logits.data<float>();
@@ -61,6 +69,29 @@ std::vector<SampleResult> ModelRunner::sample(const Tensor& logits, const std::v
     results[i] = requests[i]->sampler.sample(
         std::span<float>(rows + static_cast<int64_t>(i) * vocab, static_cast<size_t>(vocab)));
   return results;
+}
+
+TensorView ModelRunner::mask_refused_tokens_of(const Tensor& logits, const std::vector<Request*>& requests) {
+  const auto num_rows = static_cast<int64_t>(requests.size());
+  const int64_t width = logits.numel() / num_rows;
+  const int64_t words = (width + 63) / 64;
+  host_allowed_.assign(static_cast<size_t>(num_rows * words), ~uint64_t{0});
+  for (int64_t r = 0; r < num_rows; ++r)
+    if (requests[static_cast<size_t>(r)]->sampler.constrained())
+      requests[static_cast<size_t>(r)]->sampler.write_next_tokens(
+          std::span<uint64_t>(host_allowed_.data() + r * words, static_cast<size_t>(words)));
+  const Device device = logits.device();
+  if (!masked_logits_.defined() || masked_logits_.numel() < logits.numel() || masked_logits_.dtype() != logits.dtype())
+    masked_logits_ = empty_on(device, logits.dtype(), {logits.numel()});
+  if (!device_allowed_.defined() || device_allowed_.numel() < num_rows * words)
+    device_allowed_ = empty_on(device, DType::kI64, {num_rows * words});
+  TensorView allowed = device_allowed_.view();
+  allowed.shape = {num_rows, words};
+  copy_bytes(device, allowed.data, host_allowed_.data(), allowed.nbytes());
+  TensorView masked = masked_logits_.view();
+  masked.shape = logits.view().shape;
+  mask_refused_tokens(masked, logits.view(), allowed);
+  return masked;
 }
 
 Tensor ModelRunner::run_forward() {

@@ -63,6 +63,8 @@ class ModelRunner {
 
   // One result per row of `logits` [requests.size(), vocab] (on the model's device), in order.
   std::vector<SampleResult> sample(const Tensor& logits, const std::vector<Request*>& requests);
+  // A device copy of `logits` with each constrained request's refused tokens at -inf (other rows as they are).
+  TensorView mask_refused_tokens_of(const Tensor& logits, const std::vector<Request*>& requests);
 
   const Model& model_;
   SparseController& controller_;
@@ -78,6 +80,9 @@ class ModelRunner {
   std::vector<int32_t> host_ids_;
   std::vector<float> host_logprobs_;
   std::vector<RowSampling> row_sampling_;  // [rows] settings of a device-sampled step with random rows
+  std::vector<uint64_t> host_allowed_;     // [rows, words] the grammars' allowed tokens of a constrained step
+  Tensor device_allowed_;                  // the same, on the device
+  Tensor masked_logits_;                   // [rows, width] on the device: the logits with refused tokens at -inf
   std::vector<float> host_logits_;  // [rows, vocab] when the CPU sampler runs on device logits
 };
 

@@ -39,6 +39,13 @@ class RequestSampler {
   // it advances the random state exactly as sample() does.
   RowSampling row_sampling();
 
+  // Constrained decoding on the device: whether the request has a grammar, the tokens it allows next (as
+  // GrammarMatcher::write_next_tokens writes them), and moving past the token sampled under that mask, as
+  // sample() does after its own.
+  bool constrained() const { return matcher_.has_value(); }
+  void write_next_tokens(std::span<uint64_t> words) { matcher_->write_next_tokens(words); }
+  void accept(int32_t token_id) { matcher_->accept(token_id); }
+
  private:
   SamplingParams params_;
   std::mt19937_64 rng_;

@@ -66,17 +66,24 @@ bool GrammarMatcher::is_allowed(int32_t token_id) {
   return token_id >= 0 && token_id < grammar_->vocab->vocab_size() && bit(allowed_tokens(), token_id);
 }
 
-void GrammarMatcher::mask_logits(std::span<float> logits) {
+void GrammarMatcher::write_next_tokens(std::span<uint64_t> words) {
   const std::vector<uint64_t>& allowed = allowed_tokens();
-  const bool any = std::any_of(allowed.begin(), allowed.end(), [](uint64_t w) { return w != 0; });
-  const int32_t vocab = grammar_->vocab->vocab_size();
-  constexpr float kRefused = -std::numeric_limits<float>::infinity();
-  for (size_t i = 0; i < logits.size(); ++i) {
-    const auto id = static_cast<int32_t>(i);
-    const bool ok = any ? id < vocab && bit(allowed, id)
-                        : std::find(grammar_->eog_ids.begin(), grammar_->eog_ids.end(), id) != grammar_->eog_ids.end();
-    if (!ok) logits[i] = kRefused;
+  std::fill(words.begin(), words.end(), 0);
+  if (std::any_of(allowed.begin(), allowed.end(), [](uint64_t w) { return w != 0; })) {
+    // `allowed` has no bits past the vocabulary, which a padded logits row may outrun.
+    std::copy_n(allowed.begin(), std::min(allowed.size(), words.size()), words.begin());
+    return;
   }
+  for (int32_t id : grammar_->eog_ids)
+    if (static_cast<size_t>(id) / 64 < words.size()) words[static_cast<size_t>(id) / 64] |= uint64_t{1} << (id % 64);
+}
+
+void GrammarMatcher::mask_logits(std::span<float> logits) {
+  next_tokens_.resize((logits.size() + 63) / 64);
+  write_next_tokens(next_tokens_);
+  constexpr float kRefused = -std::numeric_limits<float>::infinity();
+  for (size_t i = 0; i < logits.size(); ++i)
+    if (!bit(next_tokens_, static_cast<int32_t>(i))) logits[i] = kRefused;
 }
 
 bool GrammarMatcher::accept(int32_t token_id) {

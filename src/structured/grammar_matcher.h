@@ -31,9 +31,11 @@ class GrammarMatcher {
 
   // The tokens allowed next: bit i of word i / 64 (vocab_size bits).
   const std::vector<uint64_t>& allowed_tokens();
-  // Sets the logits of refused tokens to -inf. logits: [vocab] (may be longer than the tokenizer's vocabulary;
-  // ids past it are refused). When nothing is allowed (a dead end the vocabulary cannot leave), only
-  // end-of-generation is.
+  // The tokens that may be sampled next, as bits (token i: bit i % 64 of words[i / 64]) over words.size() * 64
+  // ids, which may outnumber the tokenizer's vocabulary (ids past it are refused): allowed_tokens(), or, at a
+  // dead end the vocabulary cannot leave, end-of-generation only.
+  void write_next_tokens(std::span<uint64_t> words);
+  // Sets the logits of the tokens write_next_tokens refuses to -inf. logits: [vocab or more].
   void mask_logits(std::span<float> logits);
   // Moves past a sampled token; false when the grammar refuses it (the matcher is then unchanged).
   bool accept(int32_t token_id);
@@ -44,8 +46,9 @@ class GrammarMatcher {
 
   std::shared_ptr<const TokenGrammar> grammar_;
   GrammarState state_;
-  std::vector<GrammarState> walk_;  // scratch: one state per trie depth
-  std::string key_;                 // the state the cached mask below belongs to
+  std::vector<GrammarState> walk_;     // scratch: one state per trie depth
+  std::vector<uint64_t> next_tokens_;  // scratch of mask_logits
+  std::string key_;                    // the state the cached mask below belongs to
   const std::vector<uint64_t>* mask_ = nullptr;
   std::unordered_map<std::string, std::vector<uint64_t>> masks_;  // by GrammarState::key()
 };

@@ -175,5 +175,29 @@ TEST(GrammarMatcher, MaskLogitsRefusesOtherTokens) {
   EXPECT_FALSE(matcher.is_allowed(0));
 }
 
+// The bits the device masks with: allowed_tokens() over a row wider than the vocabulary (the padding refused), and
+// end-of-generation alone at a dead end.
+TEST(GrammarMatcher, NextTokenBitsCoverPaddedRowsAndDeadEnds) {
+  std::vector<std::string> vocab = {"{", "}", "x", "", "\"\"", "\""};
+  auto trie = std::make_shared<const VocabTrie>(vocab);
+  GrammarMatcher matcher(std::make_shared<const TokenGrammar>(TokenGrammar{JsonGrammar::any_object(), trie, {3}}));
+  std::vector<uint64_t> words(3, ~uint64_t{0});  // 192 ids for a 6-token vocabulary
+  matcher.write_next_tokens(words);
+  EXPECT_EQ(words, (std::vector<uint64_t>{0b1, 0, 0}));
+  ASSERT_TRUE(matcher.accept(0));
+  matcher.write_next_tokens(words);
+  EXPECT_EQ(words[0], 0b110010u) << "'}', '\"\"' or '\"'";
+  ASSERT_TRUE(matcher.accept(1));
+  matcher.write_next_tokens(words);
+  EXPECT_EQ(words[0], 0b1000u) << "only end-of-generation once the object is complete";
+
+  // "{" then a key that the vocabulary can only close as '""', after which ':' has no token: a dead end.
+  GrammarMatcher dead(std::make_shared<const TokenGrammar>(TokenGrammar{JsonGrammar::any_object(), trie, {3}}));
+  ASSERT_TRUE(dead.accept(0));
+  ASSERT_TRUE(dead.accept(4));
+  dead.write_next_tokens(words);
+  EXPECT_EQ(words, (std::vector<uint64_t>{0b1000, 0, 0}));
+}
+
 }  // namespace
 }  // namespace se

@@ -20,6 +20,8 @@ void scale_inplace(TensorView x, float s);
 void softcap_inplace(TensorView x, float cap);
 void argmax_rows(TensorView ids, TensorView logprobs, TensorView x);
 void sample_rows(TensorView ids, TensorView logprobs, TensorView x, std::span<const RowSampling> rows);
+void mask_refused_tokens(TensorView out, TensorView x, TensorView allowed);
+void token_logprobs(TensorView logprobs, TensorView x, TensorView ids);
 void attention(TensorView out, TensorView q, TensorView k, TensorView v, TensorView q_positions,
                TensorView k_positions, const AttentionParams& params);
 

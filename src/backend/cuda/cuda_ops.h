@@ -33,6 +33,8 @@ void argmax_rows(TensorView ids, TensorView logprobs, TensorView x);
 // A segmented radix sort of each row (stable, so ties keep the lower id first, as on the CPU), then one block
 // per row walks the sorted prefix in fp64.
 void sample_rows(TensorView ids, TensorView logprobs, TensorView x, std::span<const RowSampling> rows);
+void mask_refused_tokens(TensorView out, TensorView x, TensorView allowed);
+void token_logprobs(TensorView logprobs, TensorView x, TensorView ids);
 
 void write_kv(const AttentionView& view, TensorView k, TensorView v);
 // Tensor-core (mma.sync bf16) tiled kernels: a decode kernel (query rows of one sequence x its GQA

@@ -34,6 +34,7 @@
 #include "sparse/method_traits.h"
 #include "sparse/paged_cache_manager.h"
 #include "sparse/sparse_controller.h"
+#include "structured/grammar_matcher.h"
 
 namespace se {
 namespace {
@@ -854,6 +855,83 @@ TEST(GpuEngineTest, KeptSetsUnderTeacherForcing) {
     }
     std::printf("KEPTSET %-12s %d of %zu requests with a confident pick that differs (bound %.4f)\n",
                 method.c_str(), num_confident, prompts.size(), 2.0 * vanilla_noise);
+  }
+}
+
+// Constrained decoding samples on the device: the grammar's allowed tokens go up as bits, the device masks a copy
+// of the logits and samples it, and the host matcher moves past the token. Against the same GPU engine sampling
+// on the host (asking for logprobs keeps a request there), from the same logits: the same tokens, greedy and
+// seeded random, the same model logprobs, and every output a JSON object the grammar accepts. The tiny model's
+// 96 ids spell JSON pieces; id 95 ends generation.
+TEST(GpuEngineTest, ConstrainedDecodingSamplesOnTheDeviceLikeOnTheHost) {
+  SE_SKIP_WITHOUT_CUDA_DEVICE();
+  const TinyBundles bundles = tiny_cpu_and_gpu_bundles();
+  const std::vector<std::string> pieces = {"{", "}", "\"", "\":",  ",",    "a", "b",   "1",
+                                           "2", "[", "]",  "true", "null", " ", "\"k", "0"};
+  std::vector<std::string> vocab;
+  for (int32_t id = 0; id < 95; ++id) vocab.push_back(pieces[static_cast<size_t>(id) % pieces.size()]);
+  const int32_t eog = 95;
+  vocab.push_back("");
+  const auto grammar = std::make_shared<const TokenGrammar>(
+      TokenGrammar{JsonGrammar::any_object(), std::make_shared<const VocabTrie>(vocab), {eog}});
+  const auto prompts = random_prompts(6, 96, 10, 60, 31);
+  struct Output {
+    std::vector<int32_t> tokens;
+    std::vector<float> logprobs;
+  };
+  const auto run = [&](bool on_host, float temperature) {
+    EngineConfig config;
+    config.device = Device::kCuda;
+    config.max_num_seqs = 4;
+    config.max_num_batched_tokens = 24;
+    config.max_model_len = 512;
+    config.kv_cache_memory = int64_t{64} << 20;
+    auto engine = Engine::create(bundles.gpu, config);
+    SE_CHECK(engine.is_ok(), "{}", engine.status().to_string());
+    std::vector<GenerationRequest> batch;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      SamplingParams params;
+      params.temperature = temperature;
+      params.seed = 100 + i;
+      params.max_tokens = 48;
+      params.stop_token_ids = {eog};
+      params.logprobs = on_host ? 1 : -1;
+      params.grammar = grammar;
+      batch.push_back({"c" + std::to_string(i), prompts[i], params});
+    }
+    auto submitted = (*engine)->submit_batch(std::move(batch));
+    SE_CHECK(submitted.is_ok(), "{}", submitted.status().to_string());
+    std::vector<Output> outputs(prompts.size());
+    for (size_t i = 0; i < prompts.size(); ++i)
+      for (bool finished = false; !finished;) {
+        auto out = (*submitted)[i]->next(std::chrono::milliseconds(120000));
+        SE_CHECK(out.has_value() && out->finish_reason != FinishReason::kError, "request {} failed", i);
+        for (const TokenOutput& t : out->tokens) {
+          outputs[i].tokens.push_back(t.token_id);
+          outputs[i].logprobs.push_back(t.logprob);
+        }
+        finished = out->finished;
+      }
+    (*engine)->shutdown(/*drain=*/true);
+    return outputs;
+  };
+  for (float temperature : {0.0f, 1.0f}) {
+    const std::vector<Output> host = run(/*on_host=*/true, temperature);
+    const std::vector<Output> device = run(/*on_host=*/false, temperature);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      EXPECT_EQ(device[i].tokens, host[i].tokens) << "temperature " << temperature << " request " << i;
+      for (size_t t = 0; t < std::min(device[i].logprobs.size(), host[i].logprobs.size()); ++t)
+        EXPECT_NEAR(device[i].logprobs[t], host[i].logprobs[t], 1e-4) << "request " << i << " token " << t;
+      GrammarMatcher replay(grammar);
+      std::string text;
+      for (int32_t token : device[i].tokens) {
+        ASSERT_TRUE(replay.accept(token)) << "request " << i << " after '" << text << "'";
+        if (token != eog) text += vocab[static_cast<size_t>(token)];
+      }
+      if (!device[i].tokens.empty() && device[i].tokens.back() == eog)
+        EXPECT_TRUE(nlohmann::json::accept(text)) << text;
+      std::printf("CONSTRAINED t=%.0f request %zu: %s\n", temperature, i, text.c_str());
+    }
   }
 }
 
