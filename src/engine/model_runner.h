@@ -48,6 +48,9 @@ class ModelRunner {
   // summed: the device has only the inputs' copies queued meanwhile, so this is decode time it spends waiting for
   // the host (scheduling, the methods' step hooks, the tables and inputs of the next step).
   double host_gap_seconds() const { return host_gap_seconds_; }
+  // Bytes of expert weights the steps' mixture-of-experts layers read, summed: per step and MoE layer, each expert
+  // some row of the batch chose, once (what the grouped expert GEMMs read; 0 for dense models).
+  int64_t expert_weight_bytes() const { return expert_weight_bytes_; }
 
  private:
   // A graph replays only while the buffers its step reads are where they were at capture
@@ -63,6 +66,9 @@ class ModelRunner {
 
   // One result per row of `logits` [requests.size(), vocab] (on the model's device), in order.
   std::vector<SampleResult> sample(const Tensor& logits, const std::vector<Request*>& requests);
+  // Adds the step's expert reads to expert_weight_bytes_, from the expert offsets the forward left in the
+  // workspace (one small copy to the host, after the step's results came back).
+  void count_expert_reads();
 
   const Model& model_;
   SparseController& controller_;
@@ -79,6 +85,8 @@ class ModelRunner {
   std::vector<float> host_logprobs_;
   std::vector<RowSampling> row_sampling_;  // [rows] settings of a device-sampled step with random rows
   std::vector<float> host_logits_;  // [rows, vocab] when the CPU sampler runs on device logits
+  std::vector<int32_t> host_expert_offsets_;  // [num_layers, num_experts + 1]: the step's grouping, MoE models
+  int64_t expert_weight_bytes_ = 0;
 };
 
 }  // namespace se
