@@ -3,8 +3,9 @@
 // prompt is prefilled (the scheduler admits what the MemoryOracle lets in, eviction methods in waves as their
 // compression frees pages), then `--warmup-steps` decode steps run, then a timed window of `--steps` decode steps
 // with every sequence resident. Reported per batch: decode tokens/s over the window, ms per step, KV pages in
-// use, and the step's roofline: the bytes a step must read (every weight matrix once, plus the KV tokens
-// attention read and the method metadata its selection read, both counted by the engine) over the bandwidth
+// use, and the step's roofline: the bytes a step must read (every weight matrix once, of a mixture of experts only
+// the experts the batch chose, plus the KV tokens attention read and the method metadata its selection read, the
+// last three counted by the engine) over the bandwidth
 // measured in the same process; and the host gap, per step the time the device waited for the host between
 // CUDA-graph steps (ModelRunner::host_gap_seconds; 0 for eager steps).
 //
@@ -54,16 +55,18 @@ struct DecodePoint {
   int64_t kv_pages_total = 0;
   double kv_bytes_per_step = 0;
   double metadata_bytes_per_step = 0;
+  double expert_bytes_per_step = 0;  // expert weights the MoE layers read: the experts the batch chose
   double host_gap_ms = 0;  // per step, the device waiting for the host between graph replays
 };
 
-// Bytes one decode step reads of the weights: every matrix once (the embedding table is only gathered, unless
-// it is also the lm_head), norms and biases too.
+// Bytes one decode step reads of the weights every step reads: every matrix once (the embedding table is only
+// gathered, unless it is also the lm_head), norms, biases and routers too. Not the experts: a step reads those its
+// batch chose (DecodePoint::expert_bytes_per_step).
 double weight_bytes_per_step(const ModelWeights& w) {
   double bytes = static_cast<double>(w.lm_head.nbytes() + w.final_norm.nbytes());
   for (const LayerWeights& l : w.layers)
     for (const Tensor* t : {&l.input_norm, &l.qkv, &l.qkv_bias, &l.q_norm, &l.k_norm, &l.o_proj, &l.post_attention_norm,
-                            &l.pre_feedforward_norm, &l.post_feedforward_norm, &l.gate_up, &l.down})
+                            &l.pre_feedforward_norm, &l.post_feedforward_norm, &l.gate_up, &l.down, &l.router})
       if (t->defined()) bytes += static_cast<double>(t->nbytes());
   return bytes;
 }
@@ -244,6 +247,8 @@ Result<DecodePoint> run_point(const ModelBundle& bundle, const DecodeBenchOption
   p.metadata_bytes_per_step =
       static_cast<double>(end.method_metadata_bytes_total - begin.method_metadata_bytes_total) /
       static_cast<double>(timed_steps);
+  p.expert_bytes_per_step = static_cast<double>(end.expert_weight_bytes_total - begin.expert_weight_bytes_total) /
+                            static_cast<double>(timed_steps);
   p.host_gap_ms = 1e3 * (end.host_gap_seconds_total - begin.host_gap_seconds_total) / static_cast<double>(timed_steps);
   return p;
 }
@@ -273,13 +278,15 @@ int run_decode_bench(const DecodeBenchOptions& o) {
   const double bandwidth = measure_copy_bandwidth(o.engine.device);
   const double weight_bytes = weight_bytes_per_step(bundle->model->weights());
   const std::string config = o.engine.sparse_config.is_null() ? "{}" : o.engine.sparse_config.dump();
-  std::printf("bench decode: %s on %s, sparse method %s %s, %d prompt tokens, %d warm-up + %d timed decode steps\n"
-              "weights read per step %.2f GB; measured copy bandwidth %.0f GB/s (read + write)\n",
-              bundle->name.c_str(), std::string(device_name(o.engine.device)).c_str(), o.engine.sparse_method.c_str(),
-              config.c_str(), o.input_len, o.warmup_steps, o.steps, weight_bytes / 1e9, bandwidth / 1e9);
-  std::printf("| batch | decode tok/s | ms/step | KV GB read/step | metadata GB read/step | roofline ms | of roofline | "
-              "KV pages used/total | prefill s | host gap ms/step |\n"
-              "|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf(
+      "bench decode: %s on %s, sparse method %s %s, %d prompt tokens, %d warm-up + %d timed decode steps\n"
+      "weights every step reads %.2f GB (MoE experts apart); measured copy bandwidth %.0f GB/s (read + write)\n",
+      bundle->name.c_str(), std::string(device_name(o.engine.device)).c_str(), o.engine.sparse_method.c_str(),
+      config.c_str(), o.input_len, o.warmup_steps, o.steps, weight_bytes / 1e9, bandwidth / 1e9);
+  std::printf(
+      "| batch | decode tok/s | ms/step | KV GB read/step | metadata GB read/step | roofline ms | of roofline | "
+      "KV pages used/total | prefill s | host gap ms/step | expert GB read/step |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|\n");
   int failures = 0;
   for (int batch : *batches) {
     auto point = run_point(*bundle, o, batch);
@@ -290,25 +297,29 @@ int run_decode_bench(const DecodeBenchOptions& o) {
       continue;
     }
     const double roofline_ms =
-        1e3 * (weight_bytes + point->kv_bytes_per_step + point->metadata_bytes_per_step) / bandwidth;
-    std::printf("| %d | %.1f | %.3f | %.3f | %.3f | %.3f | %.0f%% | %lld/%lld | %.1f | %.3f |\n", point->batch,
+        1e3 *
+        (weight_bytes + point->expert_bytes_per_step + point->kv_bytes_per_step + point->metadata_bytes_per_step) /
+        bandwidth;
+    std::printf("| %d | %.1f | %.3f | %.3f | %.3f | %.3f | %.0f%% | %lld/%lld | %.1f | %.3f | %.3f |\n", point->batch,
                 point->decode_tok_s, point->step_ms, point->kv_bytes_per_step / 1e9,
                 point->metadata_bytes_per_step / 1e9, roofline_ms, 100.0 * roofline_ms / point->step_ms,
                 static_cast<long long>(point->kv_pages_used), static_cast<long long>(point->kv_pages_total),
-                point->prefill_seconds, point->host_gap_ms);
+                point->prefill_seconds, point->host_gap_ms, point->expert_bytes_per_step / 1e9);
     std::fflush(stdout);
     if (!o.csv_path.empty()) {
-      append_csv(o.csv_path,
-                 "model,device,method,sparse_config,input_len,batch,decode_tok_s,step_ms,weight_gb,kv_gb_per_step,"
-                 "metadata_gb_per_step,roofline_ms,of_roofline,kv_pages_used,kv_pages_total,bandwidth_gbs,prefill_s,"
-                 "host_gap_ms",
-                 fmt::format("{},{},{},\"{}\",{},{},{:.2f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{},{},{:.1f},{:.2f},{:.4f}",
-                             bundle->name, device_name(o.engine.device), o.engine.sparse_method,
-                             csv_escaped(config), o.input_len, point->batch, point->decode_tok_s, point->step_ms,
-                             weight_bytes / 1e9, point->kv_bytes_per_step / 1e9,
-                             point->metadata_bytes_per_step / 1e9, roofline_ms,
-                             roofline_ms / point->step_ms, point->kv_pages_used, point->kv_pages_total,
-                             bandwidth / 1e9, point->prefill_seconds, point->host_gap_ms));
+      append_csv(
+          o.csv_path,
+          "model,device,method,sparse_config,input_len,batch,decode_tok_s,step_ms,weight_gb,kv_gb_per_step,"
+          "metadata_gb_per_step,roofline_ms,of_roofline,kv_pages_used,kv_pages_total,bandwidth_gbs,prefill_s,"
+          "host_gap_ms,expert_gb_per_step",
+          fmt::format(
+              "{},{},{},\"{}\",{},{},{:.2f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{},{},{:.1f},{:.2f},{:.4f},"
+              "{:.4f}",
+              bundle->name, device_name(o.engine.device), o.engine.sparse_method, csv_escaped(config), o.input_len,
+              point->batch, point->decode_tok_s, point->step_ms, weight_bytes / 1e9, point->kv_bytes_per_step / 1e9,
+              point->metadata_bytes_per_step / 1e9, roofline_ms, roofline_ms / point->step_ms, point->kv_pages_used,
+              point->kv_pages_total, bandwidth / 1e9, point->prefill_seconds, point->host_gap_ms,
+              point->expert_bytes_per_step / 1e9));
     }
   }
   return failures == 0 ? 0 : 1;

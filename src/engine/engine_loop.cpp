@@ -376,6 +376,7 @@ void EngineLoop::publish_stats() {
   s.attended_kv_tokens_total = static_cast<uint64_t>(controller_.num_attended_kv_tokens());
   s.method_metadata_bytes_total = static_cast<uint64_t>(controller_.num_method_metadata_bytes());
   s.host_gap_seconds_total = runner_.host_gap_seconds();
+  s.expert_weight_bytes_total = static_cast<uint64_t>(runner_.expert_weight_bytes());
   s.published_at = std::chrono::steady_clock::now();
   std::lock_guard<std::mutex> lock(stats_mutex_);
   stats_ = std::move(s);

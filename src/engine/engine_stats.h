@@ -44,6 +44,8 @@ struct EngineStats {
   uint64_t attended_kv_tokens_total = 0;
   // Bytes of per-page method metadata decode selections read (e.g. per-page key bounds), on top of that KV.
   uint64_t method_metadata_bytes_total = 0;
+  // Bytes of expert weights MoE layers read (ModelRunner::expert_weight_bytes): the experts the batch chose.
+  uint64_t expert_weight_bytes_total = 0;
   // Decode time the device waited for the host between graph-replayed steps (ModelRunner::host_gap_seconds).
   double host_gap_seconds_total = 0.0;
   std::chrono::steady_clock::time_point published_at;  // when this snapshot was taken (right after a step)

@@ -149,8 +149,27 @@ std::vector<SampledToken> ModelRunner::execute(const StepPlan& plan) {
   run_step(controller_, batch_, [this] { return run_forward(); }, [&](const Tensor& logits) {
     std::vector<SampleResult> samples = sample(logits, sampling);
     for (size_t i = 0; i < sampling.size(); ++i) sampled.push_back({sampling[i], std::move(samples[i])});
+    count_expert_reads();
   });
   return sampled;
+}
+
+void ModelRunner::count_expert_reads() {
+  const ModelConfig& c = model_.config();
+  if (c.num_experts == 0) return;
+  const TensorView offsets = workspace_.all_expert_offsets();
+  host_expert_offsets_.resize(static_cast<size_t>(offsets.numel()));
+  copy_bytes(workspace_.device(), host_expert_offsets_.data(), offsets.data, offsets.nbytes());
+  const size_t width = static_cast<size_t>(c.num_experts) + 1;
+  for (int layer = 0; layer < c.num_layers; ++layer) {
+    if (!c.layers[static_cast<size_t>(layer)].moe) continue;
+    const int32_t* begin = host_expert_offsets_.data() + static_cast<size_t>(layer) * width;
+    int64_t chosen = 0;
+    for (int e = 0; e < c.num_experts; ++e) chosen += begin[e + 1] > begin[e];
+    const LayerWeights& w = model_.weights().layers[static_cast<size_t>(layer)];
+    expert_weight_bytes_ +=
+        chosen * static_cast<int64_t>(w.experts_gate_up.nbytes() + w.experts_down.nbytes()) / c.num_experts;
+  }
 }
 
 }  // namespace se

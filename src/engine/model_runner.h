@@ -48,6 +48,9 @@ class ModelRunner {
   // summed: the device has only the inputs' copies queued meanwhile, so this is decode time it spends waiting for
   // the host (scheduling, the methods' step hooks, the tables and inputs of the next step).
   double host_gap_seconds() const { return host_gap_seconds_; }
+  // Bytes of expert weights the steps' mixture-of-experts layers read, summed: per step and MoE layer, each expert
+  // some row of the batch chose, once (what the grouped expert GEMMs read; 0 for dense models).
+  int64_t expert_weight_bytes() const { return expert_weight_bytes_; }
 
  private:
   // A graph replays only while the buffers its step reads are where they were at capture
@@ -65,6 +68,9 @@ class ModelRunner {
   std::vector<SampleResult> sample(const Tensor& logits, const std::vector<Request*>& requests);
   // A device copy of `logits` with each constrained request's refused tokens at -inf (other rows as they are).
   TensorView mask_refused_tokens_of(const Tensor& logits, const std::vector<Request*>& requests);
+  // Adds the step's expert reads to expert_weight_bytes_, from the expert offsets the forward left in the
+  // workspace (one small copy to the host, after the step's results came back).
+  void count_expert_reads();
 
   const Model& model_;
   SparseController& controller_;
@@ -84,6 +90,8 @@ class ModelRunner {
   Tensor device_allowed_;                  // the same, on the device
   Tensor masked_logits_;                   // [rows, width] on the device: the logits with refused tokens at -inf
   std::vector<float> host_logits_;  // [rows, vocab] when the CPU sampler runs on device logits
+  std::vector<int32_t> host_expert_offsets_;  // [num_layers, num_experts + 1]: the step's grouping, MoE models
+  int64_t expert_weight_bytes_ = 0;
 };
 
 }  // namespace se

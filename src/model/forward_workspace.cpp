@@ -21,11 +21,27 @@ TensorView ForwardWorkspace::gate_up(int64_t t) const {
   return rows_of_width(gate_up_, t, 2 * config_.intermediate_size);
 }
 TensorView ForwardWorkspace::act(int64_t t) const { return rows_of_width(act_, t, config_.intermediate_size); }
-TensorView ForwardWorkspace::expert_gate_up(int64_t n) const {
-  return rows_of_width(gate_up_, n, 2 * config_.moe_intermediate_size);
+TensorView ForwardWorkspace::expert_offsets(int layer) const {
+  const int64_t width = int64_t{config_.num_experts} + 1;
+  return TensorView{expert_offsets_.data<int32_t>() + layer * width, DType::kI32, {width}, device_};
 }
-TensorView ForwardWorkspace::expert_act(int64_t n) const {
-  return rows_of_width(act_, n, config_.moe_intermediate_size);
+TensorView ForwardWorkspace::expert_rows(int64_t t) const {
+  return TensorView{expert_rows_.raw(), DType::kI32, {t * config_.num_experts_per_tok}, device_};
+}
+TensorView ForwardWorkspace::expert_slots(int64_t t) const {
+  return TensorView{expert_slots_.raw(), DType::kI32, {t * config_.num_experts_per_tok}, device_};
+}
+TensorView ForwardWorkspace::expert_in(int64_t t) const {
+  return rows_of_width(expert_in_, t * config_.num_experts_per_tok, config_.hidden_size);
+}
+TensorView ForwardWorkspace::expert_gate_up(int64_t t) const {
+  return rows_of_width(expert_gate_up_, t * config_.num_experts_per_tok, 2 * config_.moe_intermediate_size);
+}
+TensorView ForwardWorkspace::expert_act(int64_t t) const {
+  return rows_of_width(expert_act_, t * config_.num_experts_per_tok, config_.moe_intermediate_size);
+}
+TensorView ForwardWorkspace::expert_out(int64_t t) const {
+  return rows_of_width(expert_out_, t * config_.num_experts_per_tok, config_.hidden_size);
 }
 
 TensorView ForwardWorkspace::i32_rows(int64_t offset, int64_t n) const {
@@ -40,14 +56,13 @@ Tensor ForwardWorkspace::buffer(DType dtype, Shape shape) const { return empty_o
 
 Shape ForwardWorkspace::BufferSpec::shape_for(int64_t num_tokens, int64_t num_logit_rows) const {
   Shape s = shape;
-  s[0] = per_logit_row ? num_logit_rows : num_tokens;
+  if (!fixed) s[0] = per_logit_row ? num_logit_rows : num_tokens;
   return s;
 }
 
 std::vector<ForwardWorkspace::BufferSpec> ForwardWorkspace::buffer_specs(const ModelConfig& c, DType matmul_dtype) {
   const int64_t hidden = c.hidden_size, heads = c.num_heads, kv_heads = c.num_kv_heads, head_dim = c.head_dim;
-  // The dense MLP and the experts' share the gate_up and act buffers.
-  const int64_t intermediate = std::max(c.intermediate_size, c.num_experts > 0 ? c.moe_intermediate_size : 0);
+  const int64_t intermediate = c.intermediate_size;
   std::vector<BufferSpec> specs = {
       {&ForwardWorkspace::hidden_, DType::kF32, {0, hidden}},
       {&ForwardWorkspace::normed_, matmul_dtype, {0, hidden}},
@@ -67,7 +82,18 @@ std::vector<ForwardWorkspace::BufferSpec> ForwardWorkspace::buffer_specs(const M
     specs.push_back({&ForwardWorkspace::router_logits_, DType::kF32, {0, int64_t{c.num_experts}}});
     specs.push_back({&ForwardWorkspace::expert_ids_, DType::kI32, {0, k}});
     specs.push_back({&ForwardWorkspace::expert_weights_, DType::kF32, {0, k}});
-    specs.push_back({&ForwardWorkspace::expert_in_, matmul_dtype, {0, hidden}});
+    const int64_t inter = c.moe_intermediate_size;
+    specs.push_back({&ForwardWorkspace::expert_offsets_,
+                     DType::kI32,
+                     {int64_t{c.num_layers}, int64_t{c.num_experts} + 1},
+                     false,
+                     true});
+    specs.push_back({&ForwardWorkspace::expert_rows_, DType::kI32, {0, k}});
+    specs.push_back({&ForwardWorkspace::expert_slots_, DType::kI32, {0, k}});
+    specs.push_back({&ForwardWorkspace::expert_in_, matmul_dtype, {0, k * hidden}});
+    specs.push_back({&ForwardWorkspace::expert_gate_up_, DType::kF32, {0, k * 2 * inter}});
+    specs.push_back({&ForwardWorkspace::expert_act_, matmul_dtype, {0, k * inter}});
+    specs.push_back({&ForwardWorkspace::expert_out_, DType::kF32, {0, k * hidden}});
   }
   // The fused QKV projection shares gate_up_ when that is wide enough.
   if (const int64_t qkv_width = c.q_size() + 2 * c.kv_size(); qkv_width > 2 * intermediate)

@@ -49,14 +49,20 @@ class ForwardWorkspace final {
   TensorView proj(int64_t t) const { return rows(proj_, t); }           // [t, hidden] F32: o_proj, then down
   TensorView gate_up(int64_t t) const;                                  // [t, 2 * intermediate] F32
   TensorView act(int64_t t) const;                                      // [t, intermediate] matmul input
-  // The mixture of experts (models with num_experts > 0). The experts' MLP reuses the gate_up and act buffers
-  // at their own width; `n` rows are the tokens routed to one expert.
+  // The mixture of experts (models with num_experts > 0): the router's choice for each of the `t` batch rows, and
+  // the t * experts_per_tok (row, expert) pairs grouped by expert (backend/moe_ops.h).
   TensorView router_logits(int64_t t) const { return rows(router_logits_, t); }    // [t, num_experts] F32
   TensorView expert_ids(int64_t t) const { return rows(expert_ids_, t); }          // [t, experts_per_tok] I32
   TensorView expert_weights(int64_t t) const { return rows(expert_weights_, t); }  // [t, experts_per_tok] F32
-  TensorView expert_in(int64_t n) const { return rows(expert_in_, n); }            // [n, hidden] matmul input
-  TensorView expert_gate_up(int64_t n) const;                                      // [n, 2 * moe_intermediate] F32
-  TensorView expert_act(int64_t n) const;                                          // [n, moe_intermediate] matmul input
+  // [num_experts + 1] I32, MoE layer `layer`'s own, kept after the forward: which experts the step read.
+  TensorView expert_offsets(int layer) const;
+  TensorView all_expert_offsets() const { return expert_offsets_.view(); }  // [num_layers, num_experts + 1] I32
+  TensorView expert_rows(int64_t t) const;     // [t * experts_per_tok] I32: the batch row of each grouped row
+  TensorView expert_slots(int64_t t) const;    // [t * experts_per_tok] I32: the grouped row of each pair
+  TensorView expert_in(int64_t t) const;       // [t * experts_per_tok, hidden] matmul input
+  TensorView expert_gate_up(int64_t t) const;  // [t * experts_per_tok, 2 * moe_intermediate] F32
+  TensorView expert_act(int64_t t) const;      // [t * experts_per_tok, moe_intermediate] matmul input
+  TensorView expert_out(int64_t t) const;      // [t * experts_per_tok, hidden] F32
   TensorView last(int64_t r) const { return rows(last_, r); }           // [r, hidden] F32 gathered rows
   TensorView last_normed(int64_t r) const { return rows(last_normed_, r); }  // [r, hidden] matmul input
   Tensor logits(int64_t r) const { return logits_.slice_rows(0, r); }   // [r, vocab] F32
@@ -69,6 +75,7 @@ class ForwardWorkspace final {
     DType dtype;
     Shape shape;
     bool per_logit_row = false;
+    bool fixed = false;  // `shape` as it is, whatever the batch
     Shape shape_for(int64_t num_tokens, int64_t num_logit_rows) const;
   };
   // Every buffer besides the inputs, for reserve() to allocate and bytes_for() to count.
@@ -88,7 +95,9 @@ class ForwardWorkspace final {
   Tensor inputs_;                      // [2 * capacity_tokens + capacity_logit_rows] I32
   Tensor hidden_, normed_, q_, k_, v_, attn_, proj_, gate_up_, act_, last_, last_normed_, logits_;
   Tensor qkv_;  // gate_up_ itself when it is wide enough
-  Tensor router_logits_, expert_ids_, expert_weights_, expert_in_;  // MoE models only
+  // MoE models only:
+  Tensor router_logits_, expert_ids_, expert_weights_, expert_offsets_, expert_rows_, expert_slots_, expert_in_,
+      expert_gate_up_, expert_act_, expert_out_;
 };
 
 }  // namespace se

@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "base/mapped_file.h"
+#include "loader/fp8_block_weights.h"
 #include "loader/weight_transforms.h"
 #include "model/arch/arch_registry.h"
 #include "model/hf_config.h"
@@ -56,6 +57,23 @@ Result<std::map<std::string, Tensor>> load_hf_weights(const HfDir& hf, const Mod
                                                       const SafetensorsCheckpoint& checkpoint, DType dtype,
                                                       ProgressBar* progress) {
   const ArchSpec& arch = arch_of(config);
+  SE_ASSIGN_OR_RETURN(const std::optional<Fp8BlockQuantization> fp8,
+                      fp8_block_quantization(hf.config, (fs::path(hf.dir) / "config.json").string()));
+  // An e4m3 weight `name` (its shape checked), dequantized to fp32 with the scales stored beside it.
+  const auto read_fp8 = [&](const SafetensorsFile& file, const std::string& name,
+                            const Shape& shape) -> Result<Tensor> {
+    if (!fp8) {
+      return unimplemented("{}: tensor '{}' is F8_E4M3 but config.json has no fp8 quantization_config", file.path(),
+                           name);
+    }
+    const std::string scale_name = fp8_scale_name(name);
+    if (!checkpoint.contains(scale_name))
+      return data_loss("{}: FP8 tensor '{}' has no scale tensor '{}'", hf.dir, name, scale_name);
+    SE_ASSIGN_OR_RETURN(Tensor scale, checkpoint.load(scale_name));
+    Result<Tensor> w = dequantize_fp8_blocks(file.find(name)->data, shape, scale, *fp8, scale_name);
+    if (!w.is_ok()) return w.status().with_context(hf.dir);
+    return w;
+  };
   // One stored tensor, checked against `shape`.
   const auto read = [&](const std::string& name, const Shape& shape) -> Result<Tensor> {
     std::string found;
@@ -73,9 +91,10 @@ Result<std::map<std::string, Tensor>> load_hf_weights(const HfDir& hf, const Mod
       return data_loss("{}: tensor '{}' has shape {} but config.json implies {}", file->path(), found,
                        stored.to_string(), shape.to_string());
     }
+    if (info->dtype == "F8_E4M3") return read_fp8(*file, found, shape);
     if (info->dtype != "F32" && info->dtype != "F16" && info->dtype != "BF16") {
-      return unimplemented("{}: tensor '{}' has dtype {} (F32, F16 and BF16 are supported)", file->path(), found,
-                           info->dtype);
+      return unimplemented("{}: tensor '{}' has dtype {} (F32, F16, BF16 and block-scaled F8_E4M3 are supported)",
+                           file->path(), found, info->dtype);
     }
     return file->load(found);
   };

@@ -30,7 +30,9 @@ Result<HfDir> open_hf_dir(const std::string& dir);
 Result<nlohmann::json> read_hf_config(const std::string& path);
 
 // Every weight of expected_weights(config) (`config` parsed from hf.config) from `checkpoint`, in `dtype`, in
-// the canonical layout (the architecture's from_hf_tensor; per-expert tensors stacked). Multimodal names
+// the canonical layout (the architecture's from_hf_tensor; per-expert tensors stacked). F8_E4M3 weights of a
+// checkpoint with a block-scaled fp8 quantization_config are dequantized with their weight_scale_inv
+// (loader/fp8_block_weights.h); a missing or mis-shaped scale is an error naming it. Multimodal names
 // (language_model.model.*, model.language_model.*) are accepted; tensors the model does not use (vision tower,
 // rotary caches) are ignored. Errors name the tensor.
 Result<std::map<std::string, Tensor>> load_hf_weights(const HfDir& hf, const ModelConfig& config,

@@ -7,10 +7,6 @@
 namespace se {
 
 Result<Model> Model::create(const ModelConfig& config, const std::map<std::string, Tensor>& tensors, Device device) {
-  // The experts have a CPU reference path only so far.
-  if (config.num_experts > 0 && device != Device::kCpu)
-    return unimplemented("{}: mixture-of-experts models run on the CPU only, not on {} (use --device cpu)",
-                         config.model_type, device_name(device));
   SE_ASSIGN_OR_RETURN(ModelWeights weights, ModelWeights::build(config, tensors));
   return Model(arch_of(config), config, weights.on_device(device), device);
 }

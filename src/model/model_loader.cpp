@@ -2,8 +2,10 @@
 
 #include <filesystem>
 
+#include "base/check.h"
 #include "base/mapped_file.h"
 #include "loader/dummy_weights.h"
+#include "loader/fp8_block_weights.h"
 #include "loader/progress_bar.h"
 #include "loader/safetensors_file.h"
 #include "loader/weight_transforms.h"
@@ -76,8 +78,10 @@ Result<LoadedModel> load_dummy(const std::string& path, const LoadOptions& optio
   model.source_format = "dummy";
   SE_ASSIGN_OR_RETURN(model.hf_config, read_hf_config(config_path.string()));
   SE_ASSIGN_OR_RETURN(model.config, typed_config(model.hf_config, config_path.string()));
+  SE_ASSIGN_OR_RETURN(const std::optional<Fp8BlockQuantization> fp8,
+                      fp8_block_quantization(model.hf_config, config_path.string()));
   ProgressBar progress("Generating dummy weights", num_weights(model.config), options.show_progress);
-  model.weights = dummy_weights(model.config, options.dtype, options.seed, &progress);
+  model.weights = dummy_weights(model.config, options.dtype, options.seed, &progress, fp8 ? &*fp8 : nullptr);
   model.hf_dir = config_path.parent_path().string();
   return model;
 }
@@ -85,10 +89,19 @@ Result<LoadedModel> load_dummy(const std::string& path, const LoadOptions& optio
 }  // namespace
 
 std::map<std::string, Tensor> dummy_weights(const ModelConfig& config, DType dtype, uint64_t seed,
-                                            ProgressBar* progress) {
+                                            ProgressBar* progress, const Fp8BlockQuantization* fp8) {
   std::map<std::string, Tensor> weights;
   for (const WeightSpec& spec : expected_weights(config)) {
-    weights[spec.name] = cast_weight(dummy_tensor(spec.name, spec.shape, dummy_fill(spec.kind), seed), dtype);
+    Tensor t = dummy_tensor(spec.name, spec.shape, dummy_fill(spec.kind), seed);
+    if (fp8 != nullptr && spec.kind == WeightKind::kLinear && fp8_quantizes(*fp8, spec.name)) {
+      // What an FP8 checkpoint stores, read back as the HF loader reads it.
+      const Fp8BlockWeight q = quantize_fp8_blocks(t, *fp8);
+      Result<Tensor> w =
+          dequantize_fp8_blocks(q.codes.data<uint8_t>(), q.codes.shape(), q.scale_inv, *fp8, fp8_scale_name(spec.name));
+      SE_CHECK(w.is_ok(), "{}", w.status().to_string());  // the scales are shaped for the codes above
+      t = std::move(w).value();
+    }
+    weights[spec.name] = cast_weight(t, dtype);
     if (progress != nullptr) progress->advance();
   }
   return weights;

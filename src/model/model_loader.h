@@ -12,6 +12,7 @@
 #include <string>
 
 #include "base/status.h"
+#include "loader/fp8_block_weights.h"
 #include "loader/gguf_file.h"
 #include "loader/progress_bar.h"
 #include "model/config.h"
@@ -48,9 +49,11 @@ struct LoadedModel {
 Result<LoadedModel> load_model(const std::string& path, const LoadOptions& options = {});
 
 // Every weight of `config` with dummy values (loader/dummy_weights.h): linear and embedding weights roughly
-// normal(0, 0.02), norms ones, biases zeros. `progress` (nullable) advances once per weight.
+// normal(0, 0.02), norms ones, biases zeros. With `fp8` (nullable; config.json's block-scaled FP8
+// quantization_config) the linear weights an FP8 checkpoint quantizes are written as e4m3 codes and block scales
+// and dequantized as load_hf_weights reads them. `progress` (nullable) advances once per weight.
 std::map<std::string, Tensor> dummy_weights(const ModelConfig& config, DType dtype, uint64_t seed,
-                                            ProgressBar* progress);
+                                            ProgressBar* progress, const Fp8BlockQuantization* fp8 = nullptr);
 
 // Parses "auto", "gguf", "hf"/"safetensors", "dummy" (the CLI's --load-format).
 Result<LoadFormat> parse_load_format(const std::string& name);

@@ -217,6 +217,28 @@ TEST(EngineTest, StatsCountStepsAndTheKvTokensAttentionReads) {
   EXPECT_EQ(stats.num_prefilling, 0);
 }
 
+// A mixture of experts reads, per step and MoE layer, the experts its rows chose: a decoding row exactly
+// num_experts_per_tok of them, the 10-token prefill between that and all of them. A dense model reads none.
+TEST(EngineTest, StatsCountTheExpertWeightsAStepReads) {
+  ModelBundle moe;
+  moe.name = "tiny-moe";
+  moe.source_format = "dummy";
+  moe.model = std::make_unique<Model>(test::tiny_model("qwen3_moe"));
+  const EngineStats stats = stats_after_one_request(moe, EngineConfig{});
+  const ModelConfig& c = moe.model->config();
+  const LayerWeights& w = moe.model->weights().layers[0];
+  const auto expert_bytes =
+      static_cast<uint64_t>((w.experts_gate_up.nbytes() + w.experts_down.nbytes()) / c.num_experts);
+  const auto moe_layers = static_cast<uint64_t>(c.num_layers), k = static_cast<uint64_t>(c.num_experts_per_tok);
+  ASSERT_EQ(stats.steps_total, 5u);
+  ASSERT_EQ(stats.expert_weight_bytes_total % expert_bytes, 0u);
+  const uint64_t decode_experts = 4 * moe_layers * k;
+  const uint64_t prefill_experts = stats.expert_weight_bytes_total / expert_bytes - decode_experts;
+  EXPECT_GE(prefill_experts, moe_layers * k);
+  EXPECT_LE(prefill_experts, moe_layers * static_cast<uint64_t>(c.num_experts));
+  EXPECT_EQ(stats_after_one_request(tiny_bundle(), EngineConfig{}).expert_weight_bytes_total, 0u);
+}
+
 // Quest hands attention lists produced where the pool lives, which the host does not read: the count comes from
 // the method. A 2-page budget over 4-token pages reads the best page but the last (4 tokens) plus the last page.
 TEST(EngineTest, StatsCountTheKvTokensQuestsPageListsRead) {

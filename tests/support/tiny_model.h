@@ -21,6 +21,12 @@ inline nlohmann::json tiny_config(const std::string& model_type = "llama") {
     c["sliding_window"] = 8;
     c["sliding_window_pattern"] = 2;
   }
+  if (model_type == "qwen3_moe") {
+    c["num_experts"] = 8;
+    c["num_experts_per_tok"] = 3;
+    c["moe_intermediate_size"] = 32;
+    c["norm_topk_prob"] = true;
+  }
   return c;
 }
 

@@ -6,9 +6,9 @@
 #   tests/engine/cuda/device_run.sh BUNDLE_DIR OUT_DIR decode      decode tokens/s of a dummy Llama-3.1-8B at
 #                                                                  batch 1 and 8 (BUNDLE_DIR/llama-3.1-8b/config.json)
 #   tests/engine/cuda/device_run.sh BUNDLE_DIR OUT_DIR hf LAYERS   logits and greedy tokens against HF transformers
-#                                                                  on random Llama-3.1-8B- and Qwen3-8B-shaped
-#                                                                  checkpoints (Qwen3 also with its 128K YaRN)
-#                                                                  cut to LAYERS layers
+#                                                                  on random Llama-3.1-8B-, Qwen3-8B- and
+#                                                                  Qwen3-30B-A3B-shaped checkpoints (Qwen3 also with
+#                                                                  its 128K YaRN) cut to LAYERS layers
 # One process per suite, so a crash in one leaves the others' results; a short table is printed last.
 set -uo pipefail
 bundle=$1
@@ -18,7 +18,7 @@ export LD_LIBRARY_PATH=$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 case $stage in
   parity)
     nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$out/gpu.txt"
-    "$bundle/backend_cuda_test" --gtest_filter='CudaArgmaxTest.*:CudaOpsTest.*' > "$out/ops.log" 2>&1
+    "$bundle/backend_cuda_test" --gtest_filter='CudaArgmaxTest.*:CudaOpsTest.*:CudaMoeTest.*' > "$out/ops.log" 2>&1
     echo "backend_cuda_test exit $?"
     "$bundle/engine_cuda_test" --gtest_filter='-GpuModelTest.SmolLM2*:GpuModelTest.Gemma3MatchesCpu' \
       > "$out/model.log" 2>&1
@@ -38,7 +38,7 @@ case $stage in
     ;;
   hf)
     for config in bench/models/llama-3.1-8b/config.json bench/models/qwen3-8b/config.json \
-        bench/models/qwen3-8b-yarn/config.json; do
+        bench/models/qwen3-8b-yarn/config.json bench/models/qwen3-30b-a3b-fp8/config.json; do
       name=$(basename "$(dirname "$config")")
       timeout 280 python3 -W ignore tests/engine/cuda/hf_logits_parity.py --config "$config" --layers "$4" \
         --tool "$bundle/engine_logprobs_tool" --workdir "/tmp/hf-$name" > "$out/hf_$name.log" 2>&1
