@@ -27,6 +27,7 @@
 #include "cli/bench_commands.h"
 #include "cli/model_options.h"
 #include "engine/engine.h"
+#include "kv/kv_store_kind.h"
 
 namespace se::cli {
 
@@ -237,7 +238,9 @@ Result<DecodePoint> run_point(const ModelBundle& bundle, const DecodeBenchOption
   p.decode_tok_s = static_cast<double>(timed_steps) * resident / window;
   p.kv_pages_used = end.num_kv_pages_used;
   p.kv_pages_total = end.num_kv_pages_total;
-  const double kv_token_bytes = 2.0 * mc.head_dim * static_cast<double>(dtype_size(config.device == Device::kCpu ? DType::kF32 : DType::kBF16));
+  // The store's real bytes per token (FP8 codes are one byte per element); the scales are per layer, not per token.
+  SE_ASSIGN_OR_RETURN(const KvStoreKind store, parse_kv_cache_dtype(config.kv_cache_dtype));
+  const auto kv_token_bytes = static_cast<double>(kv_store_bytes_per_token(config.device, store, mc.head_dim));
   p.kv_bytes_per_step =
       static_cast<double>(end.attended_kv_tokens_total - begin.attended_kv_tokens_total) * kv_token_bytes /
       static_cast<double>(timed_steps);
