@@ -78,16 +78,24 @@ Generated generate(const ModelBundle& bundle, const EngineConfig& config,
   return g;
 }
 
-// Greedy tokens of `got` that follow `want` before the first divergence, over all requests.
-double fraction_of_leading_tokens_kept(const Generated& got, const Generated& want) {
-  size_t kept = 0, total = 0;
-  for (size_t r = 0; r < want.tokens.size(); ++r) {
-    size_t i = 0;
-    while (i < want.tokens[r].size() && got.tokens[r][i] == want.tokens[r][i]) ++i;
-    kept += i;
-    total += want.tokens[r].size();
-  }
-  return static_cast<double>(kept) / static_cast<double>(total);
+// Teacher-forced next-token agreement: for every step i of every request of `reference`, the token `config`'s
+// engine picks after the prompt and the reference's first i tokens, against the reference's token i. Greedy
+// continuations compound a single flip into a different text; this counts each step's decision on its own.
+double next_token_agreement(const ModelBundle& bundle, const EngineConfig& config,
+                            const std::vector<std::vector<int32_t>>& prompts, const Generated& reference) {
+  std::vector<std::vector<int32_t>> forced;
+  std::vector<int32_t> want;
+  for (size_t r = 0; r < prompts.size(); ++r)
+    for (size_t i = 0; i < reference.tokens[r].size(); ++i) {
+      std::vector<int32_t> prompt = prompts[r];
+      prompt.insert(prompt.end(), reference.tokens[r].begin(), reference.tokens[r].begin() + static_cast<int64_t>(i));
+      forced.push_back(std::move(prompt));
+      want.push_back(reference.tokens[r][i]);
+    }
+  const Generated got = generate(bundle, config, forced, 1);
+  size_t agree = 0;
+  for (size_t k = 0; k < want.size(); ++k) agree += got.tokens[k][0] == want[k] ? 1 : 0;
+  return static_cast<double>(agree) / static_cast<double>(want.size());
 }
 
 TEST(KvStoreEngineTest, Fp8GreedyGenerationStaysCloseToTheExplicitCache) {
@@ -97,17 +105,16 @@ TEST(KvStoreEngineTest, Fp8GreedyGenerationStaysCloseToTheExplicitCache) {
   for (int i = 0; i < 4; ++i) prompts.push_back(random_prompt(rng, 40 + 7 * i));
   const Generated f32 = generate(bundle, store_config("auto"), prompts, 24);
   const Generated fp8 = generate(bundle, store_config("fp8"), prompts, 24);
-  const double kept = fraction_of_leading_tokens_kept(fp8, f32);
-  RecordProperty("fp8_leading_tokens_kept", std::to_string(kept));
-  EXPECT_GE(kept, 0.75) << "FP8 greedy tokens diverge from fp32's too early";
   for (size_t r = 0; r < prompts.size(); ++r) EXPECT_EQ(fp8.tokens[r][0], f32.tokens[r][0]) << r;
+  const double agreement = next_token_agreement(bundle, store_config("fp8"), prompts, f32);
+  RecordProperty("fp8_next_token_agreement", std::to_string(agreement));
+  // 87 of 96 on this model (its weights are scaled up, so attention is sharp and a key's rounding can flip a step).
+  EXPECT_GE(agreement, 0.85) << "FP8 picks another next token than fp32 too often";
   // The same bytes hold four times the pages (one byte per element against four), and every page came back.
   EXPECT_EQ(fp8.stats.num_kv_pages_total, 4 * f32.stats.num_kv_pages_total);
   EXPECT_EQ(fp8.stats.num_kv_pages_used, 0);
 }
 
-// The scales are fixed once, so pages shared through the radix cache decode as they did for the request that wrote
-// them: reusing a prefix gives exactly the tokens of computing it again.
 TEST(KvStoreEngineTest, Fp8RadixPrefixReuseGivesTheTokensOfRecomputing) {
   const ModelBundle bundle = tiny_bundle();
   std::mt19937 rng(12);
