@@ -101,8 +101,8 @@ double next_token_agreement(const ModelBundle& bundle, const EngineConfig& confi
 TEST(KvStoreEngineTest, Fp8GreedyGenerationStaysCloseToTheExplicitCache) {
   const ModelBundle bundle = tiny_bundle();
   std::mt19937 rng(11);
-  std::vector<std::vector<int32_t>> prompts;
-  for (int i = 0; i < 4; ++i) prompts.push_back(random_prompt(rng, 40 + 7 * i));
+  std::vector<std::vector<int32_t>> prompts(4);
+  for (size_t i = 0; i < prompts.size(); ++i) prompts[i] = random_prompt(rng, 40 + 7 * static_cast<int>(i));
   const Generated f32 = generate(bundle, store_config("auto"), prompts, 24);
   const Generated fp8 = generate(bundle, store_config("fp8"), prompts, 24);
   for (size_t r = 0; r < prompts.size(); ++r) EXPECT_EQ(fp8.tokens[r][0], f32.tokens[r][0]) << r;

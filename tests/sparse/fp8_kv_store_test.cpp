@@ -110,9 +110,9 @@ TEST(Fp8KvStoreTest, EvictionAndSnapshotsMoveCodesAsTheyAre) {
     const uint8_t* row = view.element<uint8_t>(at.page_id, kv, at.offset);
     return std::vector<uint8_t>(row, row + kDim);
   };
-  std::vector<std::vector<uint8_t>> before;
   const std::vector<int32_t> kept = {0, 3, 7, 9};
-  for (int32_t t : kept) before.push_back(row_bytes(0, 1, t, 1));
+  std::vector<std::vector<uint8_t>> before(kept.size());
+  for (size_t i = 0; i < kept.size(); ++i) before[i] = row_bytes(0, 1, kept[i], 1);
   const std::vector<uint8_t> moved_key = row_bytes(0, 0, 9, 0);
   ASSERT_TRUE(cache.evict(0, 1, 1, kept).is_ok());
   for (size_t i = 0; i < kept.size(); ++i) EXPECT_EQ(row_bytes(0, 1, static_cast<int32_t>(i), 1), before[i]);
