@@ -276,10 +276,13 @@ int run_decode_bench(const DecodeBenchOptions& o) {
   const double bandwidth = measure_copy_bandwidth(o.engine.device);
   const double weight_bytes = weight_bytes_per_step(bundle->model->weights());
   const std::string config = o.engine.sparse_config.is_null() ? "{}" : o.engine.sparse_config.dump();
-  std::printf("bench decode: %s on %s, sparse method %s %s, %d prompt tokens, %d warm-up + %d timed decode steps\n"
-              "weights read per step %.2f GB; measured copy bandwidth %.0f GB/s (read + write)\n",
-              bundle->name.c_str(), std::string(device_name(o.engine.device)).c_str(), o.engine.sparse_method.c_str(),
-              config.c_str(), o.input_len, o.warmup_steps, o.steps, weight_bytes / 1e9, bandwidth / 1e9);
+  std::printf(
+      "bench decode: %s on %s, sparse method %s %s, KV cache %s, %d prompt tokens, %d warm-up + %d timed "
+      "decode steps\n"
+      "weights read per step %.2f GB; measured copy bandwidth %.0f GB/s (read + write)\n",
+      bundle->name.c_str(), std::string(device_name(o.engine.device)).c_str(), o.engine.sparse_method.c_str(),
+      config.c_str(), o.engine.kv_cache_dtype.c_str(), o.input_len, o.warmup_steps, o.steps, weight_bytes / 1e9,
+      bandwidth / 1e9);
   std::printf("| batch | decode tok/s | ms/step | KV GB read/step | metadata GB read/step | roofline ms | of roofline | "
               "KV pages used/total | prefill s | host gap ms/step |\n"
               "|---|---|---|---|---|---|---|---|---|---|\n");
