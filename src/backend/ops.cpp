@@ -43,6 +43,12 @@ bool pool_on_cuda(const AttentionView& view, const char* what) {
   SE_CHECK(view.kv_dtype == DType::kBF16, "{}: CUDA KV pages are bf16, got {}", what, dtype_name(view.kv_dtype));
   return true;
 }
+// An FP8 (e4m3) pool: one-byte codes in the explicit page layout, which write_kv quantizes into and the row
+// copies of eviction move as they are.
+bool is_fp8_pool(const AttentionView& view) {
+  return view.payload == KvPayload::kQuantized && view.quantized.scheme == KvQuantScheme::kFp8E4M3 &&
+         view.kv_dtype == DType::kU8;
+}
 // A score op's output with a GPU pool: host f32 memory, since the methods read scores on the host.
 void require_host_scores(const TensorView& out, const char* what) {
   SE_CHECK(out.device == Device::kCpu && out.dtype == DType::kF32,
@@ -399,7 +405,14 @@ void attention(TensorView out, TensorView q, TensorView k, TensorView v, TensorV
 }
 
 void write_kv(const AttentionView& view, TensorView k, TensorView v) {
-  SE_CHECK(view.payload == KvPayload::kExplicit, "write_kv: only explicit K/V pages are written by this op");
+  const bool fp8 = is_fp8_pool(view);
+  SE_CHECK(view.payload == KvPayload::kExplicit || fp8, "write_kv: only explicit and FP8 K/V pages are written");
+  if (fp8) {
+    SE_CHECK(k.device == Device::kCpu && view.kv_device == Device::kCpu,
+             "write_kv over fp8 pages: not implemented on CUDA");
+    SE_CHECK(view.quantized.k_scales != nullptr && view.quantized.v_scales != nullptr,
+             "write_kv: fp8 pages, no scales");
+  }
   if (on_cuda(k, "write_kv")) {
     // The view's tables are device memory here: row counts are the caller's contract, not checked.
     require_cuda_act(k, "write_kv.k");
@@ -414,8 +427,8 @@ void write_kv(const AttentionView& view, TensorView k, TensorView v) {
     return;
   }
   require_cpu_f32(k, "write_kv.k");
-  SE_CHECK(view.kv_dtype == DType::kF32, "write_kv: the CPU backend keeps f32 pages, got {}",
-           dtype_name(view.kv_dtype));
+  SE_CHECK(view.kv_dtype == (fp8 ? DType::kU8 : DType::kF32),
+           "write_kv: the CPU backend keeps f32 (or fp8) pages, got {}", dtype_name(view.kv_dtype));
   SE_CHECK(k.shape.rank() == 3 && k.shape[1] == view.num_kv_heads && k.shape[2] == view.head_dim &&
                v.shape == k.shape && k.shape[0] == view.q_indptr[view.num_seqs],
            "write_kv: k {} v {} for {} rows of {} KV heads x {}", k.shape.to_string(), v.shape.to_string(),
@@ -530,7 +543,8 @@ void attention_scores(TensorView out, TensorView q, const AttentionView& view, i
   }
   require_cpu_f32(out, "attention_scores.out");
   require_cpu_f32(q, "attention_scores.q");
-  SE_CHECK(view.kv_dtype == DType::kF32, "attention_scores: the CPU backend keeps f32 pages");
+  SE_CHECK(view.kv_dtype == DType::kF32 || is_fp8_pool(view),
+           "attention_scores: the CPU backend keeps f32 or fp8 pages");
   cpu::attention_scores(out, q, view, slice, params, reduce);
 }
 
@@ -543,7 +557,7 @@ void compact_kv(const AttentionView& pool, std::span<const StreamCompaction> str
     if constexpr (kCudaBuilt) cuda::compact_kv(pool, streams);
     return;
   }
-  SE_CHECK(pool.kv_dtype == DType::kF32, "compact_kv: the CPU backend keeps f32 pages");
+  SE_CHECK(pool.kv_dtype == DType::kF32 || is_fp8_pool(pool), "compact_kv: the CPU backend keeps f32 or fp8 pages");
   cpu::compact_kv(pool, streams);
 }
 
@@ -586,7 +600,7 @@ void move_kv_rows(const AttentionView& pool, std::span<const KvRowMove> moves) {
     if constexpr (kCudaBuilt) cuda::move_kv_rows(pool, moves);
     return;
   }
-  SE_CHECK(pool.kv_dtype == DType::kF32, "move_kv_rows: the CPU backend keeps f32 pages");
+  SE_CHECK(pool.kv_dtype == DType::kF32 || is_fp8_pool(pool), "move_kv_rows: the CPU backend keeps f32 or fp8 pages");
   cpu::move_kv_rows(pool, moves);
 }
 

@@ -28,6 +28,7 @@
 #include "cli/bench_commands.h"
 #include "cli/model_options.h"
 #include "engine/engine.h"
+#include "kv/kv_store_kind.h"
 
 namespace se::cli {
 
@@ -240,7 +241,9 @@ Result<DecodePoint> run_point(const ModelBundle& bundle, const DecodeBenchOption
   p.decode_tok_s = static_cast<double>(timed_steps) * resident / window;
   p.kv_pages_used = end.num_kv_pages_used;
   p.kv_pages_total = end.num_kv_pages_total;
-  const double kv_token_bytes = 2.0 * mc.head_dim * static_cast<double>(dtype_size(config.device == Device::kCpu ? DType::kF32 : DType::kBF16));
+  // The store's real bytes per token (FP8 codes are one byte per element); the scales are per layer, not per token.
+  SE_ASSIGN_OR_RETURN(const KvStoreKind store, parse_kv_cache_dtype(config.kv_cache_dtype));
+  const auto kv_token_bytes = static_cast<double>(kv_store_bytes_per_token(config.device, store, mc.head_dim));
   p.kv_bytes_per_step =
       static_cast<double>(end.attended_kv_tokens_total - begin.attended_kv_tokens_total) * kv_token_bytes /
       static_cast<double>(timed_steps);
@@ -279,10 +282,12 @@ int run_decode_bench(const DecodeBenchOptions& o) {
   const double weight_bytes = weight_bytes_per_step(bundle->model->weights());
   const std::string config = o.engine.sparse_config.is_null() ? "{}" : o.engine.sparse_config.dump();
   std::printf(
-      "bench decode: %s on %s, sparse method %s %s, %d prompt tokens, %d warm-up + %d timed decode steps\n"
+      "bench decode: %s on %s, sparse method %s %s, KV cache %s, %d prompt tokens, %d warm-up + %d timed "
+      "decode steps\n"
       "weights every step reads %.2f GB (MoE experts apart); measured copy bandwidth %.0f GB/s (read + write)\n",
       bundle->name.c_str(), std::string(device_name(o.engine.device)).c_str(), o.engine.sparse_method.c_str(),
-      config.c_str(), o.input_len, o.warmup_steps, o.steps, weight_bytes / 1e9, bandwidth / 1e9);
+      config.c_str(), o.engine.kv_cache_dtype.c_str(), o.input_len, o.warmup_steps, o.steps, weight_bytes / 1e9,
+      bandwidth / 1e9);
   std::printf(
       "| batch | decode tok/s | ms/step | KV GB read/step | metadata GB read/step | roofline ms | of roofline | "
       "KV pages used/total | prefill s | host gap ms/step | expert GB read/step |\n"

@@ -94,6 +94,11 @@ void add_engine_options(CLI::App& command, EngineConfig& config) {
                      "(by the method's traits)")
       ->check(CLI::IsMember({"auto", "radix", "chain", "off"}))
       ->capture_default_str();
+  command
+      .add_option("--kv-cache-dtype", config.kv_cache_dtype,
+                  "what the KV pages hold: auto (the backend's dtype), fp8 or fp8_e4m3 (e4m3 codes with "
+                  "per-layer, per-KV-head scales; CPU; `sparse-engine methods` lists the methods each supports)")
+      ->capture_default_str();
   command.add_option("--sparse-method", config.sparse_method, "sparse KV method (`sparse-engine methods` lists them)")
       ->capture_default_str();
   command.add_option_function<std::string>(
@@ -119,7 +124,9 @@ void add_engine_options(CLI::App& command, EngineConfig& config) {
 
 Status check_sparse_options(const EngineConfig& config) {
   SE_ASSIGN_OR_RETURN(std::unique_ptr<MethodRuntime> method, create_method(config.sparse_method, config.sparse_config));
-  return check_runs_on(config.device, method->traits(), method->name());
+  SE_RETURN_IF_ERROR(check_runs_on(config.device, method->traits(), method->name()));
+  SE_ASSIGN_OR_RETURN(const KvStoreKind store, parse_kv_cache_dtype(config.kv_cache_dtype));
+  return check_kv_store_supports(store, config.device, method->traits(), method->name());
 }
 
 int report_usage_error(const Status& status) {

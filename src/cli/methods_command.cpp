@@ -21,6 +21,11 @@ Result<nlohmann::ordered_json> describe(const MethodInfo& info) {
   const MethodTraits& traits = (*method)->traits();
   std::vector<std::string> ops;
   for (OpId op : traits.ops) ops.emplace_back(op_name(op));
+  // The --kv-cache-dtype stores the method can keep its KV in (on the CPU; CUDA has explicit pages only).
+  std::vector<std::string> stores;
+  for (KvStoreKind store : kKvStoreKinds)
+    if (check_kv_store_supports(store, Device::kCpu, traits, info.name).is_ok())
+      stores.emplace_back(kv_store_kind_name(store));
   return nlohmann::ordered_json{
       {"name", info.name},
       {"summary", info.summary},
@@ -31,6 +36,7 @@ Result<nlohmann::ordered_json> describe(const MethodInfo& info) {
       {"prefix_mode", prefix_mode_name(traits.prefix_mode)},
       {"prefill_policy", prefill_policy_name(traits.prefill_policy)},
       {"selection_unit", (*method)->traits().selection_unit == SelectionUnit::kPage ? "page" : "token"},
+      {"kv_cache_dtypes", stores},
       {"defaults", (*method)->config()},
   };
 }
@@ -49,15 +55,19 @@ int run_methods(bool as_json) {
     std::printf("%s\n", all.dump(2).c_str());
     return 0;
   }
-  std::printf("| method | family | keeps full history | ops | prefix mode | prefill policy | defaults |\n");
-  std::printf("|---|---|---|---|---|---|---|\n");
+  std::printf(
+      "| method | family | keeps full history | ops | prefix mode | prefill policy | kv cache dtypes | "
+      "defaults |\n");
+  std::printf("|---|---|---|---|---|---|---|---|\n");
   for (const auto& m : all) {
     std::string ops;
     for (const auto& op : m["ops"]) ops += (ops.empty() ? "" : ", ") + op.get<std::string>();
-    std::printf("| %s | %s | %s | %s | %s | %s | `%s` |\n", m["name"].get<std::string>().c_str(),
+    std::string stores;
+    for (const auto& store : m["kv_cache_dtypes"]) stores += (stores.empty() ? "" : ", ") + store.get<std::string>();
+    std::printf("| %s | %s | %s | %s | %s | %s | %s | `%s` |\n", m["name"].get<std::string>().c_str(),
                 m["family"].get<std::string>().c_str(), m["keeps_full_history"].get<bool>() ? "yes" : "no",
                 ops.empty() ? "-" : ops.c_str(), m["prefix_mode"].get<std::string>().c_str(),
-                m["prefill_policy"].get<std::string>().c_str(), m["defaults"].dump().c_str());
+                m["prefill_policy"].get<std::string>().c_str(), stores.c_str(), m["defaults"].dump().c_str());
   }
   std::printf("\n");
   for (const auto& m : all)

@@ -115,6 +115,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const ModelBundle& bundle, const 
   SE_ASSIGN_OR_RETURN(std::unique_ptr<MethodRuntime> method,
                       create_method(config.sparse_method, config.sparse_config, method_environment(bundle)));
   SE_RETURN_IF_ERROR(check_runs_on(config.device, method->traits(), method->name()));
+  SE_ASSIGN_OR_RETURN(const KvStoreKind store, parse_kv_cache_dtype(config.kv_cache_dtype));
+  SE_RETURN_IF_ERROR(check_kv_store_supports(store, config.device, method->traits(), method->name()));
   // The workspace first: the KV pool takes a share of what remains.
   ForwardWorkspace workspace = bundle.model->make_workspace();
   workspace.reserve(config.max_num_batched_tokens, config.max_num_seqs);
@@ -124,7 +126,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const ModelBundle& bundle, const 
   layout.num_kv_heads = model.num_kv_heads;
   layout.head_dim = model.head_dim;
   layout.page_size = config.page_size;
-  layout.dtype = kv_page_dtype(config.device);
+  layout.store = store;
+  layout.dtype = kv_page_dtype(config.device, store);
   SE_RETURN_IF_ERROR(layout.validate());
   const int64_t pool_bytes = kv_pool_bytes(config);
   const int64_t num_pages =
@@ -136,11 +139,12 @@ Result<std::unique_ptr<Engine>> Engine::create(const ModelBundle& bundle, const 
   CacheSpec spec{layout, static_cast<int32_t>(std::min<int64_t>(num_pages, INT32_MAX)),
                  device_allocator(config.device), config.prefix_cache_mode == "radix"};
   SE_ASSIGN_OR_RETURN(std::unique_ptr<CacheManager> cache, method->create_cache(spec));
-  SE_LOG_INFO("KV cache on {}: {} pages of {} tokens ({} tokens per layer and KV head across the pool); sparse "
-              "method {} {}; prefix cache {}",
-              device_name(config.device), num_pages, layout.page_size,
-              num_pages / layout.num_streams() * layout.page_size, method->name(), method->config().dump(),
-              config.prefix_cache_mode);
+  SE_LOG_INFO(
+      "KV cache on {}: {} pages of {} tokens, {} ({} tokens per layer and KV head across the pool); "
+      "sparse method {} {}; prefix cache {}",
+      device_name(config.device), num_pages, layout.page_size, kv_store_kind_name(store),
+      num_pages / layout.num_streams() * layout.page_size, method->name(), method->config().dump(),
+      config.prefix_cache_mode);
   std::string fingerprint =
       config.prefix_cache_mode == "chain" ? chain_fingerprint(bundle, layout, *method) : std::string();
   return std::unique_ptr<Engine>(

@@ -28,6 +28,9 @@ struct EngineConfig {
   std::string prefix_cache_mode = "auto";
   std::string sparse_method = "vanilla";  // a name from the method registry
   nlohmann::json sparse_config;            // the method's hyperparameters (JSON object or null)
+  // What the KV pages hold (vLLM's --kv-cache-dtype): "auto" (the backend's K/V dtype), "fp8" or "fp8_e4m3"
+  // (kv/kv_store_kind.h).
+  std::string kv_cache_dtype = "auto";
 };
 
 }  // namespace se

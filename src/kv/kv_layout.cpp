@@ -17,7 +17,10 @@ Status KvLayout::validate() const {
   if (page_size <= 0) {
     return invalid_argument("kv layout: page_size must be positive, got {}", page_size);
   }
-  if (dtype != DType::kF32 && dtype != DType::kF16 && dtype != DType::kBF16) {
+  if (store == KvStoreKind::kFp8E4M3 && dtype != DType::kU8) {
+    return invalid_argument("kv layout: the fp8 store keeps u8 codes, got {}", dtype_name(dtype));
+  }
+  if (store == KvStoreKind::kExplicit && dtype != DType::kF32 && dtype != DType::kF16 && dtype != DType::kBF16) {
     return invalid_argument("kv layout: dtype must be f32, f16 or bf16, got {}", dtype_name(dtype));
   }
   const int64_t num_streams = static_cast<int64_t>(num_layers) * num_kv_heads;

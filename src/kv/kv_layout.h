@@ -1,13 +1,14 @@
 // KvLayout: the shape of the paged KV cache, shared by the pool, page tables and prefix caches.
 // Plain data. A page holds `page_size` tokens of K and V for ONE KV head of ONE layer, laid out
-// [2 (K, V)][page_size][head_dim] contiguously. A (layer, KV head) pair is a "stream"; streams are
-// numbered layer * num_kv_heads + head.
+// [2 (K, V)][page_size][head_dim] contiguously, of `dtype` elements (one-byte codes for the FP8 store,
+// kv_store_kind.h). A (layer, KV head) pair is a "stream"; streams are numbered layer * num_kv_heads + head.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
 #include "base/status.h"
+#include "kv/kv_store_kind.h"
 #include "tensor/dtype.h"
 #include "tensor/tensor.h"
 
@@ -20,10 +21,11 @@ struct KvLayout {
   int32_t num_kv_heads = 0;
   int32_t head_dim = 0;
   int32_t page_size = kDefaultPageSize;  // tokens per page
-  DType dtype = DType::kBF16;            // element type of K and V
+  DType dtype = DType::kBF16;            // element type of K and V: kv_page_dtype(device, store)
+  KvStoreKind store = KvStoreKind::kExplicit;
 
-  // Ok when every field is positive, dtype is a float type, and a page and the stream count fit
-  // their types.
+  // Ok when every field is positive, dtype is a float type (kU8 for the FP8 store), and a page and the
+  // stream count fit their types.
   Status validate() const;
 
   int32_t num_streams() const { return num_layers * num_kv_heads; }
@@ -47,9 +49,6 @@ struct KvLayout {
     return num_streams() * pages_per_stream(num_tokens);
   }
 };
-
-// The element type of KV pages on `device`: what that backend's attention reads (fp32 on the CPU, bf16 on CUDA).
-inline DType kv_page_dtype(Device device) { return device == Device::kCuda ? DType::kBF16 : DType::kF32; }
 
 // Pages of `layout` that fit in `num_bytes` (capped at INT32_MAX since page ids are int32); an
 // invalid layout is reported as an error naming the bad field.

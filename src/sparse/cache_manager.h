@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backend/attention_view.h"
+#include "backend/ops.h"
 #include "base/status.h"
 #include "kv/kv_layout.h"
 #include "kv/radix_cache.h"
@@ -67,6 +68,9 @@ class CacheManager {
   // --- what attention and the methods read and change ---
   // Layer `layer` of the batch's sequences, after reserve(): each sequence's new rows are the last slots.
   virtual AttentionView build_view(int layer, const ForwardBatch& batch) = 0;
+  // Writes the batch's new K/V rows (k, v [T, Hkv, D]) into `view`, layer `layer`'s build_view (or its device
+  // mirror); a quantizing store encodes them on the way in (and may first fix its scales from them).
+  virtual void write(int /*layer*/, const AttentionView& view, TensorView k, TensorView v) { write_kv(view, k, v); }
   // Layer `layer` of one sequence with no new rows (q_indptr = {0, 0}), for work between forwards.
   virtual AttentionView build_sequence_view(int32_t seq, int layer) = 0;
   // Changes whenever a page already listed in one of `seq`'s views may have changed (anything but pages added at

@@ -14,6 +14,25 @@ Status check_runs_on(Device device, const MethodTraits& traits, std::string_view
                        missing);
 }
 
+Status check_kv_store_supports(KvStoreKind store, Device device, const MethodTraits& traits, std::string_view name) {
+  if (store == KvStoreKind::kExplicit) return Status::ok();
+  const std::string_view store_name = kv_store_kind_name(store);
+  if (device == Device::kCuda)
+    return unimplemented(
+        "--kv-cache-dtype {}: no CUDA kernel reads or writes quantized KV pages yet ({} is CPU "
+        "only); use --device cpu or --kv-cache-dtype auto",
+        store_name, op_name(OpId::kPagedAttentionOverFp8Pages));
+  // Eviction's row copies move codes as they are and attention_scores decodes FP8 keys as it reads them; every
+  // other method op reads explicit K/V.
+  for (OpId op : traits.ops)
+    if (op != OpId::kCompactKv && op != OpId::kMoveKvRows && op != OpId::kAttentionScores)
+      return invalid_argument(
+          "--kv-cache-dtype {} cannot run sparse method '{}': its op {} reads explicit K/V pages "
+          "only (with this store a method may call attention_scores, compact_kv and move_kv_rows)",
+          store_name, name, op_name(op));
+  return Status::ok();
+}
+
 std::string_view family_name(MethodFamily family) {
   switch (family) {
     case MethodFamily::kDense: return "dense";

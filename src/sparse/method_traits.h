@@ -11,6 +11,7 @@
 #include "backend/attention_view.h"
 #include "backend/op_id.h"
 #include "base/status.h"
+#include "kv/kv_store_kind.h"
 #include "tensor/tensor.h"
 
 namespace se {
@@ -48,6 +49,11 @@ struct MethodTraits {
 // Ok when every op of traits.ops has a kernel on `device`; else kUnimplemented naming method `name`, the
 // device and the missing ops.
 Status check_runs_on(Device device, const MethodTraits& traits, std::string_view name);
+
+// Ok when the method can keep its KV in `store` on `device`: the explicit store always; a quantized store on the
+// CPU only (kUnimplemented on CUDA, which has no kernel for it), and only for methods whose ops all read it:
+// eviction's row copies and attention_scores do, page bounds and selection do not (kInvalidArgument naming the op).
+Status check_kv_store_supports(KvStoreKind store, Device device, const MethodTraits& traits, std::string_view name);
 
 std::string_view family_name(MethodFamily family);
 std::string_view prefix_mode_name(PrefixMode mode);

@@ -19,6 +19,7 @@ PagedCacheManager::PagedCacheManager(const KvLayout& layout, std::unique_ptr<Pag
                                      bool enable_prefix_caching)
     : CacheManager(layout), pool_(std::move(storage)) {
   if (enable_prefix_caching) radix_ = std::make_unique<RadixCache>(&pool_, layout);
+  if (layout.store == KvStoreKind::kFp8E4M3) fp8_scales_.emplace(layout.num_layers, layout.num_kv_heads);
 }
 
 namespace {
@@ -133,7 +134,7 @@ Status PagedCacheManager::restore(int32_t seq, std::unique_ptr<SequenceSnapshot>
   return Status::ok();
 }
 
-AttentionView PagedCacheManager::make_view(const std::vector<SeqKvView>& seq_views,
+AttentionView PagedCacheManager::make_view(int layer, const std::vector<SeqKvView>& seq_views,
                                            const std::vector<int32_t>& q_indptr) const {
   const KvLayout& l = layout();
   AttentionView view;
@@ -147,7 +148,19 @@ AttentionView PagedCacheManager::make_view(const std::vector<SeqKvView>& seq_vie
   view.num_seqs = static_cast<int32_t>(seq_views.size());
   view.q_indptr = q_indptr.data();
   view.seqs = seq_views.data();
+  if (fp8_scales_) {
+    view.payload = KvPayload::kQuantized;
+    view.quantized.scheme = KvQuantScheme::kFp8E4M3;
+    view.quantized.k_scales = fp8_scales_->k_scales(layer);
+    view.quantized.v_scales = fp8_scales_->v_scales(layer);
+  }
   return view;
+}
+
+void PagedCacheManager::write(int layer, const AttentionView& view, TensorView k, TensorView v) {
+  // The scales are read through the view's pointers, so fixing them here reaches the view already built.
+  if (fp8_scales_) fp8_scales_->calibrate(layer, k, v);
+  write_kv(view, k, v);
 }
 
 AttentionView PagedCacheManager::build_view(int layer, const ForwardBatch& batch) {
@@ -158,13 +171,13 @@ AttentionView PagedCacheManager::build_view(int layer, const ForwardBatch& batch
     q_indptr_.push_back(q_indptr_.back() + slice.num_tokens);
     seq_views_.push_back(SeqKvView{t.pages(layer, 0), t.stride, t.num_tokens + t.stream(layer, 0)});
   }
-  return make_view(seq_views_, q_indptr_);
+  return make_view(layer, seq_views_, q_indptr_);
 }
 
 AttentionView PagedCacheManager::build_sequence_view(int32_t seq, int layer) {
   const PageTableView t = sequence(seq).table.view();
   one_seq_view_.assign(1, SeqKvView{t.pages(layer, 0), t.stride, t.num_tokens + t.stream(layer, 0)});
-  return make_view(one_seq_view_, one_q_indptr_);
+  return make_view(layer, one_seq_view_, one_q_indptr_);
 }
 
 Status PagedCacheManager::list_stream_once(int32_t seq, int layer, int kv_head) {
@@ -303,14 +316,14 @@ Result<int32_t> PagedCacheManager::prune_prefix(std::span<const int32_t> tokens,
   const std::vector<int32_t> segment_lengths(static_cast<size_t>(l.num_kv_heads), num_blocks * l.page_size);
   const std::vector<SeqKvView> pool_geometry = {SeqKvView{pages.data(), num_blocks, segment_lengths.data()}};
   const std::vector<int32_t> no_rows = {0, 0};
-  compact_kv(make_view(pool_geometry, no_rows), compactions_);
+  compact_kv(make_view(0, pool_geometry, no_rows), compactions_);
   if (pages_rewritten && num_kept > 0) {
     const std::vector<int32_t> kept_lengths(static_cast<size_t>(l.num_kv_heads), num_kept);
     const std::vector<int32_t> rewritten_q_indptr = {0, num_kept};
     for (int layer = 0; layer < l.num_layers; ++layer) {
       const std::vector<SeqKvView> rewritten = {
           SeqKvView{pages.data() + static_cast<size_t>(l.stream(layer, 0)) * num_blocks, num_blocks, kept_lengths.data()}};
-      pages_rewritten(layer, make_view(rewritten, rewritten_q_indptr));
+      pages_rewritten(layer, make_view(layer, rewritten, rewritten_q_indptr));
     }
   }
   return radix_->commit_prune(nodes, kept);

@@ -1,7 +1,9 @@
 // PagedCacheManager: K/V in per-(layer, KV head) pages of one BlockPool. Full-history methods (dense and
 // dynamic selection) keep every token resident and share a radix prefix cache over full blocks, so requests with a
 // common prompt prefix reuse its pages; eviction methods run it without the prefix cache and compact their
-// streams in place (evict). Engine thread only.
+// streams in place (evict). The layout's store kind (kv/kv_store_kind.h) says what the pages hold: explicit K/V,
+// or FP8 codes with per-(layer, KV head) scales fixed by the first batch each layer writes (kv/fp8_scale_table.h);
+// the views are then kQuantized and eviction and the prefix caches move the codes as they are. Engine thread only.
 #pragma once
 
 #include <memory>
@@ -12,6 +14,7 @@
 #include "backend/attention_view.h"
 #include "backend/ops.h"
 #include "kv/block_pool.h"
+#include "kv/fp8_scale_table.h"
 #include "kv/page_table.h"
 #include "kv/radix_cache.h"
 #include "kv/slot_positions.h"
@@ -38,6 +41,7 @@ class PagedCacheManager final : public CacheManager {
   Status restore(int32_t seq, std::unique_ptr<SequenceSnapshot> snapshot) override;
 
   AttentionView build_view(int layer, const ForwardBatch& batch) override;
+  void write(int layer, const AttentionView& view, TensorView k, TensorView v) override;
   AttentionView build_sequence_view(int32_t seq, int layer) override;
   uint64_t table_epoch(int32_t seq) const override { return sequence(seq).table.epoch(); }
   int32_t num_logical_tokens(int32_t seq) const override;
@@ -76,11 +80,14 @@ class PagedCacheManager final : public CacheManager {
   // Checks that stream (layer, kv_head) exists and marks it in stream_listed_: kInvalidArgument when it does not,
   // or was marked before (evict_streams and evict_slots take each stream once).
   Status list_stream_once(int32_t seq, int layer, int kv_head);
-  // A view of `num_seqs` sequences whose SeqKvViews and row offsets are in `seq_views` and `q_indptr`.
-  AttentionView make_view(const std::vector<SeqKvView>& seq_views, const std::vector<int32_t>& q_indptr) const;
+  // A view of layer `layer` (its FP8 scales) over the sequences whose SeqKvViews and row offsets are in
+  // `seq_views` and `q_indptr`.
+  AttentionView make_view(int layer, const std::vector<SeqKvView>& seq_views,
+                          const std::vector<int32_t>& q_indptr) const;
 
   BlockPool pool_;
   std::unique_ptr<RadixCache> radix_;  // null when prefix caching is off
+  std::optional<Fp8ScaleTable> fp8_scales_;  // the FP8 store's scales; empty for explicit pages
   std::unordered_map<int32_t, Sequence> sequences_;
   std::vector<int32_t> q_indptr_;      // scratch of build_view
   std::vector<SeqKvView> seq_views_;   // scratch of build_view

@@ -83,7 +83,7 @@ void SparseController::attend(int layer, const LayerConfig& layer_config, const 
                               TensorView k, TensorView v, TensorView out, const AttentionParams& params) {
   const AttentionView dense = cache_.build_view(layer, batch);
   const AttentionView dense_device = device_views_ ? device_views_->device_view(layer, dense) : dense;
-  write_kv(dense_device, k, v);
+  cache_.write(layer, dense_device, k, v);
   LayerContext ctx{layer, layer_config, batch, q, k, v, out, dense, dense_device, params, cache_};
   selection_.reset(dense.num_seqs, dense.num_kv_heads, method_.traits().selection_unit);
   method_.build_layer_selection(ctx, selection_);

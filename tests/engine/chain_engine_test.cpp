@@ -111,7 +111,8 @@ TurnOutput replay_two_turns(const ModelBundle& bundle, const EngineConfig& confi
   const ModelConfig& c = bundle.model->config();
   auto method = create_method(config.sparse_method, config.sparse_config);
   SE_CHECK(method.is_ok(), "{}", method.status().to_string());
-  const KvLayout layout{c.num_layers, c.num_kv_heads, c.head_dim, kPageSize, DType::kF32};
+  const KvStoreKind store = parse_kv_cache_dtype(config.kv_cache_dtype).value();
+  const KvLayout layout{c.num_layers, c.num_kv_heads, c.head_dim, kPageSize, kv_page_dtype(Device::kCpu, store), store};
   auto cache = (*method)->create_cache(CacheSpec{layout, 4096, cpu_allocator(), false});
   SE_CHECK(cache.is_ok(), "{}", cache.status().to_string());
   SparseController controller(**method, **cache);
@@ -155,6 +156,7 @@ struct MethodCase {
   nlohmann::json config;
   const char* model_type = "llama";  // gemma3_text: every other layer a sliding window of 8
   int turn1 = 6;                     // tokens turn 1 generates (decode-time methods compress within it)
+  const char* kv_cache_dtype = "auto";
 };
 
 // Turn 2 of chain "c": turn 1's prompt and output, then `suffix`, generating `num_tokens`.
@@ -173,7 +175,8 @@ class ChainResumeTest : public ::testing::TestWithParam<MethodCase> {};
 TEST_P(ChainResumeTest, ResumedTurnEqualsReplayedTurns) {
   const MethodCase& m = GetParam();
   const ModelBundle bundle = tiny_bundle();
-  const EngineConfig config = chain_config(m.name, m.config, 4096);
+  EngineConfig config = chain_config(m.name, m.config, 4096);
+  config.kv_cache_dtype = m.kv_cache_dtype;
   std::mt19937 rng(5);
   const std::vector<int32_t> prompt1 = random_tokens(rng, 70);
   const std::vector<int32_t> suffix = random_tokens(rng, 40);
@@ -207,8 +210,14 @@ INSTANTIATE_TEST_SUITE_P(
         // Turn 1 compresses its generated part several times; turn 2 resumes that state.
         MethodCase{"rkv", {{"budget", 8}, {"buffer", 4}, {"window", 2}, {"kernel", 3}}, "llama", 30},
         MethodCase{
-            "kara", {{"window", 8}, {"buffer", 2}, {"candidates", 2}, {"budget", 4}, {"period", 4}}, "llama", 30}),
-    [](const ::testing::TestParamInfo<MethodCase>& info) { return std::string(info.param.name); });
+            "kara", {{"window", 8}, {"buffer", 2}, {"candidates", 2}, {"budget", 4}, {"period", 4}}, "llama", 30},
+        // A chain over FP8 pages: the retained codes decode with the scales fixed by turn 1's first chunk.
+        MethodCase{"streamingllm", {{"budget", 32}, {"sink_tokens", 4}}, "llama", 6, "fp8"},
+        MethodCase{"snapkv", {{"budget", 32}, {"window", 8}}, "llama", 6, "fp8"}),
+    [](const ::testing::TestParamInfo<MethodCase>& info) {
+      const std::string dtype = info.param.kv_cache_dtype;
+      return std::string(info.param.name) + (dtype == "auto" ? "" : "_" + dtype);
+    });
 
 // The `keep` best positions of [range.start, range.end) by `scores`, ties to the lower position, ascending.
 std::vector<int32_t> best_positions(const std::vector<float>& scores, TokenRange range, int32_t keep) {

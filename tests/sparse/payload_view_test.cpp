@@ -279,8 +279,11 @@ TEST(PayloadViewTest, ExplicitOnlyOpsRejectOtherPayloads) {
   Tensor q = Tensor::empty(DType::kF32, {1, 1, kHeadDim}), out = Tensor::empty(DType::kF32, {1, 1, kHeadDim});
   view.payload = KvPayload::kLowRankLatent;
   EXPECT_DEATH(paged_attention(out.view(), q.view(), view, AttentionParams{}), "payloads are not implemented");
+  EXPECT_DEATH(write_kv(view, q.view(), q.view()), "only explicit and FP8 K/V pages are written");
+  // KIVI pages are written by no op yet; FP8 pages are (fp8_kv_store_test).
   view.payload = KvPayload::kQuantized;
-  EXPECT_DEATH(write_kv(view, q.view(), q.view()), "only explicit K/V pages are written");
+  view.quantized.scheme = KvQuantScheme::kKivi;
+  EXPECT_DEATH(write_kv(view, q.view(), q.view()), "only explicit and FP8 K/V pages are written");
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/paged_attention_tiles.h"
+#include "backend/quant/fp8_kv.h"
 
 namespace se::cpu {
 
@@ -20,6 +21,13 @@ void write_kv(const AttentionView& view, TensorView k, TensorView v) {
         const int32_t page = pages[slot / view.page_size];
         const int32_t offset = slot % view.page_size;
         const int64_t src = (static_cast<int64_t>(row_begin + r) * num_kv_heads + h) * head_dim;
+        if (view.payload == KvPayload::kQuantized) {  // FP8 (ops.cpp admits no other quantized store here)
+          fp8_quantize(k.ptr<float>() + src, static_cast<size_t>(head_dim), view.quantized.k_scales[h],
+                       Fp8Format::kE4M3, view.element<uint8_t>(page, 0, offset));
+          fp8_quantize(v.ptr<float>() + src, static_cast<size_t>(head_dim), view.quantized.v_scales[h],
+                       Fp8Format::kE4M3, view.element<uint8_t>(page, 1, offset));
+          continue;
+        }
         std::memcpy(view.element<float>(page, 0, offset), k.ptr<float>() + src, sizeof(float) * head_dim);
         std::memcpy(view.element<float>(page, 1, offset), v.ptr<float>() + src, sizeof(float) * head_dim);
       }

@@ -12,6 +12,7 @@
 
 #include "backend/cpu/vector_math.h"
 #include "backend/ops.h"
+#include "backend/quant/fp8_kv.h"
 
 namespace se::cpu {
 
@@ -49,7 +50,8 @@ void for_each_visible_key(const AttentionView& view, const SeqKvView& sv, int32_
 
 // The attention logits of query `q` (head_dim values) against every key for_each_visible_key yields:
 // keys[i] = the token index, logits[i] = q . k * scale (soft-capped when configured). Returns the largest logit
-// (-inf when nothing is visible).
+// (-inf when nothing is visible). Keys are f32 rows, or FP8 codes (the only quantized pool the callers admit),
+// each decoded with its KV head's scale into a per-thread row as it is read.
 inline float visible_logits(const AttentionView& view, const SeqKvView& sv, int32_t kv_head, VisibleRange range,
                             const float* q, const AttentionParams& params, std::vector<int32_t>& keys,
                             std::vector<float>& logits) {
@@ -57,8 +59,19 @@ inline float visible_logits(const AttentionView& view, const SeqKvView& sv, int3
   keys.clear();
   logits.clear();
   float max_logit = -std::numeric_limits<float>::infinity();
+  const bool fp8 = view.payload == KvPayload::kQuantized;
+  thread_local std::vector<float> decoded;
+  if (fp8) decoded.resize(static_cast<size_t>(view.head_dim));
   for_each_visible_key(view, sv, kv_head, range, [&](int32_t j) {
-    const float* k = view.element<float>(pages[j / view.page_size], 0, j % view.page_size);
+    const float* k = nullptr;
+    if (fp8) {
+      fp8_dequantize(view.element<const uint8_t>(pages[j / view.page_size], 0, j % view.page_size),
+                     static_cast<size_t>(view.head_dim), view.quantized.k_scales[kv_head], Fp8Format::kE4M3,
+                     decoded.data());
+      k = decoded.data();
+    } else {
+      k = view.element<float>(pages[j / view.page_size], 0, j % view.page_size);
+    }
     float logit = dot(q, k, view.head_dim) * params.scale;
     if (params.logit_softcap > 0.0f) logit = params.logit_softcap * std::tanh(logit / params.logit_softcap);
     keys.push_back(j);

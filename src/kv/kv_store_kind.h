@@ -1,0 +1,34 @@
+// KvStoreKind: what the paged cache's pages hold, chosen when the cache is created (vLLM's --kv-cache-dtype).
+// kExplicit keeps K/V in the backend's element type (fp32 on the CPU, bf16 on CUDA); kFp8E4M3 keeps one e4m3
+// code per element in the same page layout, read back through per-(layer, KV head) scales (attention_view.h,
+// kQuantized / kFp8E4M3). The store fixes the pages' element type and so their bytes, which the pool sizing,
+// the MemoryOracle and `bench decode`'s roofline read through KvLayout. Plain data; thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "base/status.h"
+#include "tensor/dtype.h"
+#include "tensor/tensor.h"
+
+namespace se {
+
+enum class KvStoreKind : uint8_t { kExplicit, kFp8E4M3 };
+inline constexpr KvStoreKind kKvStoreKinds[] = {KvStoreKind::kExplicit, KvStoreKind::kFp8E4M3};
+
+// The --kv-cache-dtype values: "auto" (the explicit store, the model's KV dtype on the backend), "fp8" and
+// "fp8_e4m3" (the same store, as vLLM accepts both). Anything else is kInvalidArgument listing them.
+Result<KvStoreKind> parse_kv_cache_dtype(std::string_view text);
+// The canonical name: "auto" or "fp8_e4m3".
+std::string_view kv_store_kind_name(KvStoreKind store);
+
+// The element type of the store's pages on `device`: the backend's float type for the explicit store (what its
+// attention reads: fp32 on the CPU, bf16 on CUDA), one byte (kU8) per element for FP8.
+DType kv_page_dtype(Device device, KvStoreKind store = KvStoreKind::kExplicit);
+
+// Bytes one token of one (layer, KV head) stream costs in the store: K and V of head_dim elements each.
+size_t kv_store_bytes_per_token(Device device, KvStoreKind store, int32_t head_dim);
+
+}  // namespace se
