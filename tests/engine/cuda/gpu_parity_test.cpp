@@ -46,6 +46,11 @@ namespace {
 // One op with bf16 operands lands under 1e-2; a whole model rounds its matmul inputs and K/V to bf16 in every
 // layer (rel. 2^-9 each) and compounds them: measured 0.5e-2 (Gemma-3-shaped) to 3.4e-2 (SmolLM2) on the H200.
 constexpr double kLogitsTolerance = 5e-2;
+// A MoE layer's router picks its top-k experts from logits computed on those rounded activations: where two
+// experts score within the rounding, the GPU routes the token to the other one and that token's output moves by
+// far more than rounding (the tiny Qwen3-MoE, 1 prompt of 10 on the H200: 8.3e-2, tokens identical). A wrong
+// expert kernel moves every token (rel. error ~1).
+constexpr double kMoeLogitsTolerance = 1.5e-1;
 
 // What the greedy continuations must show besides logits parity.
 enum class GreedyCheck : uint8_t {
@@ -145,7 +150,8 @@ Divergence divergence(const GreedyTrace& cpu, const std::vector<int32_t>& tokens
 // Model-level parity over `prompts`; returns the largest logits deviation seen (the noise the engine test allows).
 double expect_model_parity(const std::string& name, const Model& cpu, const Model& gpu,
                            const std::vector<std::vector<int32_t>>& prompts, int num_new, int prefill_chunk,
-                           GreedyCheck check, std::vector<GreedyTrace>* cpu_traces = nullptr) {
+                           GreedyCheck check, std::vector<GreedyTrace>* cpu_traces = nullptr,
+                           double logits_tolerance = kLogitsTolerance) {
   int num_identical = 0;
   double max_noise = 0.0;
   for (size_t p = 0; p < prompts.size(); ++p) {
@@ -168,7 +174,7 @@ double expect_model_parity(const std::string& name, const Model& cpu, const Mode
                 prompts[p].size(), rel_err, d.step < 0 ? "identical" : "diverged");
     if (d.step >= 0) std::printf(" at step %d (cpu margin %.4f, gpu deviation %.4f)", d.step, d.gap, d.noise);
     std::printf("\n");
-    EXPECT_LT(rel_err, kLogitsTolerance) << name << " prompt " << p;
+    EXPECT_LT(rel_err, logits_tolerance) << name << " prompt " << p;
     if (check != GreedyCheck::kNone && d.step >= 0)
       EXPECT_TRUE(d.near_tie()) << name << " prompt " << p << " step " << d.step;
     if (cpu_traces != nullptr) cpu_traces->push_back(want);
@@ -385,7 +391,8 @@ TEST(GpuModelTest, TinyQwen3MoeMatchesCpu) {
   const auto prompts = random_prompts(10, 96, 3, 90, 21);
   std::vector<GreedyTrace> cpu_traces;
   const double noise =
-      expect_model_parity("tiny-qwen3-moe", cpu, *gpu.model, prompts, 24, 40, GreedyCheck::kNearTies, &cpu_traces);
+      expect_model_parity("tiny-qwen3-moe", cpu, *gpu.model, prompts, 24, 40, GreedyCheck::kNearTies, &cpu_traces,
+                          kMoeLogitsTolerance);
   expect_engine_parity("tiny-qwen3-moe", gpu, prompts, cpu_traces, noise, 24, GreedyCheck::kNearTies);
 }
 
@@ -409,7 +416,7 @@ TEST(GpuModelTest, Fp8DummyQwen3MoeMatchesCpu) {
   ASSERT_TRUE(cpu.is_ok()) << cpu.status().to_string();
   ASSERT_TRUE(gpu.is_ok()) << gpu.status().to_string();
   expect_model_parity("fp8-dummy-moe", *cpu->model, *gpu->model, random_prompts(4, 96, 10, 60, 22), 8, 16,
-                      GreedyCheck::kNone);
+                      GreedyCheck::kNone, nullptr, kMoeLogitsTolerance);
 }
 
 // Greedy continuations of `prompts` through an engine on `device` running `method` with `config` (4 sequence
@@ -922,8 +929,9 @@ TEST(GpuEngineTest, KeptSetsUnderTeacherForcing) {
 TEST(GpuEngineTest, ConstrainedDecodingSamplesOnTheDeviceLikeOnTheHost) {
   SE_SKIP_WITHOUT_CUDA_DEVICE();
   const TinyBundles bundles = tiny_cpu_and_gpu_bundles();
-  const std::vector<std::string> pieces = {"{", "}", "\"", "\":",  ",",    "a", "b",   "1",
-                                           "2", "[", "]",  "true", "null", " ", "\"k", "0"};
+  // ":" among them: without it a key could only be closed into a dead end.
+  const std::vector<std::string> pieces = {"{", "}", "\"", "\":", ",", "a", "b", "1", "2",
+                                           "[", "]", "true", "null", " ", "\"k", "0", ":"};
   std::vector<std::string> vocab;
   for (int32_t id = 0; id < 95; ++id) vocab.push_back(pieces[static_cast<size_t>(id) % pieces.size()]);
   const int32_t eog = 95;
