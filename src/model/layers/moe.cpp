@@ -49,6 +49,7 @@ void moe_add(const BlockInputs& in, TensorView h, TensorView x) {
   const TensorView ids = in.ws.expert_ids(t);
   const TensorView gates = in.ws.expert_weights(t);
   route_tokens(logits, c.norm_topk_prob, ids, gates);
+  if (!c.norm_topk_prob && c.routed_scaling_factor != 1.0f) scale_inplace(gates, c.routed_scaling_factor);
   in.hooks.on_expert_choice(in.layer, in.batch, ids);
   const int32_t* id = ids.ptr<int32_t>();
   const float* gate = gates.ptr<float>();
@@ -97,6 +98,13 @@ void moe_add(const BlockInputs& in, TensorView h, TensorView x) {
       for (int64_t d = 0; d < hidden; ++d) dst[d] += p * src[d];
     }
   }
+  if (c.shared_expert_intermediate_size == 0) return;
+  // The shared experts (one gated MLP as wide as all of them together) see every token, with weight 1.
+  const TensorView shared_gate_up = in.ws.shared_expert_gate_up(t);
+  linear(shared_gate_up, x, w.shared_gate_up.view());
+  const TensorView shared_act = in.ws.shared_expert_act(t);
+  gated_activation(shared_act, shared_gate_up, c.activation);
+  linear_add(h, shared_act, w.shared_down.view());
 }
 
 }  // namespace se
