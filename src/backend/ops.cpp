@@ -364,8 +364,10 @@ void attention(TensorView out, TensorView q, TensorView k, TensorView v, TensorV
 }
 
 void write_kv(const AttentionView& view, TensorView k, TensorView v) {
-  SE_CHECK(view.payload == KvPayload::kExplicit, "write_kv: only explicit K/V pages are written by this op");
+  SE_CHECK(view.payload == KvPayload::kExplicit || view.payload == KvPayload::kSharedLatent,
+           "write_kv: only explicit K/V pages are written by this op, and shared latent rows");
   if (on_cuda(k, "write_kv")) {
+    SE_CHECK(view.payload == KvPayload::kExplicit, "write_kv: shared-latent pages are not written on CUDA yet");
     // The view's tables are device memory here: row counts are the caller's contract, not checked.
     require_cuda_act(k, "write_kv.k");
     require_cuda_act(v, "write_kv.v");

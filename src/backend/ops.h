@@ -116,7 +116,7 @@ void attention(TensorView out, TensorView q, TensorView k, TensorView v, TensorV
 
 // Writes the batch's new keys and values into the pages of `view`: for each sequence s with n query rows, row r
 // goes to physical slot num_tokens[h] - n + r of every KV head h (the slots the cache appended for this step).
-// k, v [T, Hkv, D] F32.
+// k, v [T, Hkv, D] F32. A kSharedLatent view (CPU only) takes the latent rows as k and has no V half: v is not read.
 void write_kv(const AttentionView& view, TensorView k, TensorView v);
 
 // Causal attention of every sequence's new queries against its paged KV (see attention_view.h), narrowed to

@@ -5,6 +5,11 @@
 
 namespace se {
 
+namespace {
+// Pruning scores a prefix's tokens per KV head and moves their K/V rows; a shared latent has neither yet.
+constexpr const char* kNoLatentPruning = "prefix pruning does not run over a shared-latent (MLA) store yet";
+}  // namespace
+
 Result<std::unique_ptr<PagedCacheManager>> PagedCacheManager::create(const KvLayout& layout, int32_t num_pages,
                                                                      Allocator* allocator,
                                                                      bool enable_prefix_caching) {
@@ -147,6 +152,7 @@ AttentionView PagedCacheManager::make_view(const std::vector<SeqKvView>& seq_vie
   view.num_seqs = static_cast<int32_t>(seq_views.size());
   view.q_indptr = q_indptr.data();
   view.seqs = seq_views.data();
+  if (l.shared_latent) view.payload = KvPayload::kSharedLatent;
   return view;
 }
 
@@ -266,6 +272,7 @@ Result<RadixCache::PrefixMatch> PagedCacheManager::inspect_prefix(std::span<cons
 
 Status PagedCacheManager::check_prunable(std::span<const int32_t> tokens, RadixCache::BlockRange blocks) const {
   if (!radix_) return unimplemented("prefix caching is off: there is no radix prefix cache to prune");
+  if (layout().shared_latent) return unimplemented("{}", kNoLatentPruning);
   return radix_->prunable_nodes(tokens, blocks.first_block, blocks.end_block).status();
 }
 
@@ -273,6 +280,7 @@ Result<int32_t> PagedCacheManager::prune_prefix(std::span<const int32_t> tokens,
                                                 std::span<const int32_t> kept_positions,
                                                 const PagesRewrittenFn& pages_rewritten) {
   if (!radix_) return unimplemented("prefix caching is off: there is no radix prefix cache to prune");
+  if (layout().shared_latent) return unimplemented("{}", kNoLatentPruning);
   SE_ASSIGN_OR_RETURN(std::vector<RadixCache::NodeId> nodes,
                       radix_->prunable_nodes(tokens, blocks.first_block, blocks.end_block));
   const KvLayout& l = layout();

@@ -6,6 +6,7 @@ position, prefill and decode, and route every token of every MoE layer to the or
 q_lora_rank null (V2-Lite) and set, yarn scaling with both mscales (cos/sin and softmax scale), the routed scaling
 factor, renormalized top-k, moe_layer_freq and several shared experts, each of which changes the result."""
 import json
+import re
 import subprocess
 
 import numpy as np
@@ -16,6 +17,8 @@ from conftest import BUILD_DIR
 
 TOOL = BUILD_DIR / "tests" / "model" / "moe_parity_tool"
 ENGINE_TOOL = BUILD_DIR / "tests" / "model" / "engine_greedy_tool"
+ENGINE_KV_BYTES = 64 << 20  # engine_greedy_tool's KV pool
+PAGE_SIZE = 4
 BASE = {"model_type": "deepseek_v2", "architectures": ["DeepseekV2ForCausalLM"], "vocab_size": 64,
         "hidden_size": 64, "intermediate_size": 96, "moe_intermediate_size": 16, "num_hidden_layers": 3,
         "num_attention_heads": 4, "num_key_value_heads": 4, "kv_lora_rank": 32, "q_lora_rank": None,
@@ -264,38 +267,46 @@ def oracle_greedy(config, weights, prompt, n):
 
 
 def engine_greedy(model, tmp_path, max_tokens, max_batched_tokens, *method):
+    """The engine's greedy tokens, and the tokens its KV pool holds per layer and KV head."""
     tokens = tmp_path / "prompt.json"
     tokens.write_text(json.dumps(PROMPT))
     out = subprocess.run([str(ENGINE_TOOL), str(model), "hf", str(tokens), str(max_tokens), str(max_batched_tokens),
-                          "4", *method], capture_output=True, text=True)
+                          str(PAGE_SIZE), *method], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout.splitlines()[-1])["tokens"]  # the engine logs to stdout before it
+    # The engine logs to stdout before the tool prints its result.
+    capacity = int(re.search(r"(\d+) tokens per layer and KV head", out.stdout).group(1))
+    return json.loads(out.stdout.splitlines()[-1])["tokens"], capacity
 
 
 @pytest.mark.parametrize("case", ["lite", "q_lora_yarn"])
 def test_engine_greedy_matches_oracle(case, tmp_path):
-    """The serving engine (paged KV cache, scheduler) generates the oracle's greedy tokens, with the prompt
-    prefilled in one step and in chunks of 5 tokens."""
+    """The serving engine (scheduler, paged shared-latent store, absorbed attention) generates the oracle's greedy
+    tokens, with the prompt prefilled in one step and in chunks of 5 tokens; its pool is sized by the latent's
+    bytes: one row of kv_lora_rank + qk_rope per token and layer, for all heads."""
     config = {**BASE, **CASES[case][0]}
     weights = random_weights(config, seed=CASES[case][1])
     model = write_hf_dir(tmp_path / "hf", config, weights)
     expected, logit_gap, routing_gap = oracle_greedy(config, weights, PROMPT, 10)
     assert logit_gap > 1e-3 and routing_gap > 1e-4, f"the test data has a near-tie ({logit_gap:.1e}, {routing_gap:.1e})"
-    assert engine_greedy(model, tmp_path, 10, 64) == expected
-    assert engine_greedy(model, tmp_path, 10, 5) == expected
+    latent_page = PAGE_SIZE * (config["kv_lora_rank"] + config["qk_rope_head_dim"]) * 4
+    layers = config["num_hidden_layers"]
+    for max_batched_tokens in (64, 5):
+        tokens, capacity = engine_greedy(model, tmp_path, 10, max_batched_tokens)
+        assert tokens == expected
+        assert capacity == ENGINE_KV_BYTES // latent_page // layers * PAGE_SIZE
 
 
 @pytest.mark.parametrize("method, sparse_config", [("streamingllm", {"budget": 64, "sink_tokens": 4}),
                                                    ("snapkv", {"budget": 64, "window": 4}),
                                                    ("quest", {"token_budget": 64, "dense_layers": 0})])
 def test_sparse_methods_run_over_latent_attention(method, sparse_config, tmp_path):
-    """Eviction and selection methods run over the heads latent attention hands the cache; with a budget above
-    the sequence they keep every token, so the oracle's greedy tokens come out."""
+    """Eviction and selection methods run over the expanded heads latent attention hands a per-head store; with a
+    budget above the sequence they keep every token, so the oracle's greedy tokens come out."""
     config = {**BASE, **CASES["lite"][0]}
     weights = random_weights(config, seed=CASES["lite"][1])
     model = write_hf_dir(tmp_path / "hf", config, weights)
     expected = oracle_greedy(config, weights, PROMPT, 10)[0]
-    assert engine_greedy(model, tmp_path, 10, 5, method, json.dumps(sparse_config)) == expected
+    assert engine_greedy(model, tmp_path, 10, 5, method, json.dumps(sparse_config))[0] == expected
 
 
 def test_dummy_weights_run(tmp_path):

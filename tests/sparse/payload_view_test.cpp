@@ -279,6 +279,8 @@ TEST(PayloadViewTest, ExplicitOnlyOpsRejectOtherPayloads) {
   Tensor q = Tensor::empty(DType::kF32, {1, 1, kHeadDim}), out = Tensor::empty(DType::kF32, {1, 1, kHeadDim});
   view.payload = KvPayload::kLowRankLatent;
   EXPECT_DEATH(paged_attention(out.view(), q.view(), view, AttentionParams{}), "payloads are not implemented");
+  view.payload = KvPayload::kSharedLatent;  // paged_latent_attention reads it
+  EXPECT_DEATH(paged_attention(out.view(), q.view(), view, AttentionParams{}), "payloads are not implemented");
   view.payload = KvPayload::kQuantized;
   EXPECT_DEATH(write_kv(view, q.view(), q.view()), "only explicit K/V pages are written");
 }

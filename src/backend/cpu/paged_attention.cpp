@@ -21,7 +21,8 @@ void write_kv(const AttentionView& view, TensorView k, TensorView v) {
         const int32_t offset = slot % view.page_size;
         const int64_t src = (static_cast<int64_t>(row_begin + r) * num_kv_heads + h) * head_dim;
         std::memcpy(view.element<float>(page, 0, offset), k.ptr<float>() + src, sizeof(float) * head_dim);
-        std::memcpy(view.element<float>(page, 1, offset), v.ptr<float>() + src, sizeof(float) * head_dim);
+        if (view.payload != KvPayload::kSharedLatent)
+          std::memcpy(view.element<float>(page, 1, offset), v.ptr<float>() + src, sizeof(float) * head_dim);
       }
     }
   }
