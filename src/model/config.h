@@ -49,7 +49,7 @@ struct ModelConfig {
   int num_experts = 0;
   int num_experts_per_tok = 0;
   int moe_intermediate_size = 0;
-  bool norm_topk_prob = false;  // renormalize the chosen experts' router probabilities to sum to 1
+  bool norm_topk_prob = false;              // renormalize the chosen experts' router probabilities to sum to 1
   float routed_scaling_factor = 1.0f;       // multiplies the chosen experts' weights when they are not renormalized
   int shared_expert_intermediate_size = 0;  // width of the MLP every token runs besides its experts (0: none)
 

@@ -98,7 +98,7 @@ class ForwardWorkspace final {
   Tensor inputs_;                      // [2 * capacity_tokens + capacity_logit_rows] I32
   Tensor hidden_, normed_, q_, k_, v_, attn_, proj_, gate_up_, act_, last_, last_normed_, logits_;
   Tensor qkv_;  // gate_up_ itself when it is wide enough
-  Tensor router_logits_, expert_ids_, expert_weights_, expert_in_;  // MoE models only
+  Tensor router_logits_, expert_ids_, expert_weights_, expert_in_;             // MoE models only
   Tensor q_latent_, q_proj_, kv_a_, kv_latent_, kv_b_, k_rope_, latent_rows_;  // latent-attention models only
 };
 
