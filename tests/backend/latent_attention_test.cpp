@@ -102,11 +102,13 @@ void check(const std::vector<Seq>& seqs, const AttentionParams& params, uint64_t
       for (int32_t r = 0; r < n; ++r) {
         const int64_t row = q_indptr[s] + r;
         std::vector<double> q;
+        q.reserve(kRope + kNope);
         for (int32_t d = 0; d < kRope; ++d) q.push_back(q_rope.data<float>()[(row * kHeads + h) * kRope + d]);
         for (int32_t d = 0; d < kNope; ++d) q.push_back(q_nope.data<float>()[(row * kHeads + h) * kNope + d]);
         const int32_t last = len - n + r;
         const int32_t first = params.sliding_window > 0 ? std::max(0, last - params.sliding_window + 1) : 0;
         std::vector<double> logits;
+        logits.reserve(static_cast<size_t>(last - first + 1));
         for (int32_t j = first; j <= last; ++j) {
           double dot = 0;
           for (size_t d = 0; d < q.size(); ++d) dot += q[d] * keys[static_cast<size_t>(j)][d];
