@@ -31,7 +31,13 @@ enum class SelectionUnit : uint8_t { kToken, kPage };
 // integer codes (plus, for KIVI, a full-precision residual window), the compression family keeps low-rank
 // latents that attention expands back; their CacheManagers describe those stores with the views below.
 // paged_attention reads kExplicit and kQuantized; the other ops accept kExplicit only.
-enum class KvPayload : uint8_t { kExplicit, kQuantized, kLowRankLatent };
+//
+// kSharedLatent (multi-head latent attention, DeepSeek-V2): each token stores one row of head_dim = kv_lora_rank +
+// qk_rope_head_dim, the normed KV latent c then the rotated RoPE key, shared by every query head, so the view has
+// num_kv_heads = 1. Page p starts at kv_base + p * page_bytes and holds [page_size][head_dim] (the K half of the
+// explicit layout, no V half: the latent stands for both); element(page, 0, offset) reads it. Page lists, token
+// counts, causality and selection are those of explicit pages. paged_latent_attention reads it.
+enum class KvPayload : uint8_t { kExplicit, kQuantized, kLowRankLatent, kSharedLatent };
 
 struct SeqKvView {
   const int32_t* page_ids = nullptr;    // [num_kv_heads][stride] for this layer

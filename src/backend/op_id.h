@@ -41,6 +41,7 @@ enum class OpId : uint8_t {
   kMoveKvRows,
   kSubsetAttentionMaxScores,
   kGatherKeys,
+  kPagedLatentAttention,  // multi-head latent attention with absorbed weights over a latent store
 };
 
 // The op's ops.h name ("paged_attention over a selection" for the selection mode).

@@ -371,6 +371,7 @@ constexpr OpEntry kOps[] = {
     {OpId::kMoveKvRows, "move_kv_rows", true},
     {OpId::kSubsetAttentionMaxScores, "subset_attention_max_scores", true},
     {OpId::kGatherKeys, "gather_keys", false},
+    {OpId::kPagedLatentAttention, "paged_latent_attention", false},
 };
 
 constexpr bool rows_follow_ids() {
@@ -406,7 +407,8 @@ void attention(TensorView out, TensorView q, TensorView k, TensorView v, TensorV
 
 void write_kv(const AttentionView& view, TensorView k, TensorView v) {
   const bool fp8 = is_fp8_pool(view);
-  SE_CHECK(view.payload == KvPayload::kExplicit || fp8, "write_kv: only explicit and FP8 K/V pages are written");
+  SE_CHECK(view.payload == KvPayload::kExplicit || view.payload == KvPayload::kSharedLatent || fp8,
+           "write_kv: only explicit and FP8 K/V pages are written by this op, and shared latent rows");
   if (fp8) {
     SE_CHECK(k.device == Device::kCpu && view.kv_device == Device::kCpu,
              "write_kv over fp8 pages: not implemented on CUDA");
@@ -414,6 +416,7 @@ void write_kv(const AttentionView& view, TensorView k, TensorView v) {
              "write_kv: fp8 pages, no scales");
   }
   if (on_cuda(k, "write_kv")) {
+    SE_CHECK(view.payload == KvPayload::kExplicit, "write_kv: shared-latent pages are not written on CUDA yet");
     // The view's tables are device memory here: row counts are the caller's contract, not checked.
     require_cuda_act(k, "write_kv.k");
     require_cuda_act(v, "write_kv.v");
@@ -521,6 +524,31 @@ void paged_attention(TensorView out, TensorView q, const AttentionView& view, co
   SE_CHECK(view.kv_dtype == DType::kF32, "paged_attention: the CPU backend keeps f32 pages");
   check_paged_attention_q(out, q, view);
   cpu::paged_attention(out, q, view, params);
+}
+
+void paged_latent_attention(TensorView out, TensorView q_nope, TensorView q_rope, const AttentionView& view,
+                            TensorView kv_b, const AttentionParams& params) {
+  const std::string_view op = op_name(OpId::kPagedLatentAttention);
+  if (out.device == Device::kCuda || view.kv_device == Device::kCuda)
+    SE_CHECK(cuda_implements(OpId::kPagedLatentAttention), "{}: not implemented on CUDA", op);
+  SE_CHECK(view.payload == KvPayload::kSharedLatent, "{}: the view does not hold a shared latent store", op);
+  SE_CHECK(view.kv_dtype == DType::kF32 && view.num_kv_heads == 1, "{}: f32 pages of one latent head, got {} x {}", op,
+           view.num_kv_heads, dtype_name(view.kv_dtype));
+  require_cpu_f32(out, "paged_latent_attention.out");
+  require_cpu_f32(q_nope, "paged_latent_attention.q_nope");
+  require_cpu_f32(q_rope, "paged_latent_attention.q_rope");
+  require_cpu_f32(kv_b, "paged_latent_attention.kv_b");
+  const int64_t rows = view.q_indptr[view.num_seqs];
+  SE_CHECK(q_nope.shape.rank() == 3 && q_rope.shape.rank() == 3 && out.shape.rank() == 3 && kv_b.shape.rank() == 2,
+           "{}: q_nope {} q_rope {} out {} kv_b {}", op, q_nope.shape.to_string(), q_rope.shape.to_string(),
+           out.shape.to_string(), kv_b.shape.to_string());
+  const int64_t heads = q_nope.shape[1], rank = kv_b.shape[1];
+  SE_CHECK(q_nope.shape[0] == rows && q_rope.shape[0] == rows && out.shape[0] == rows && q_rope.shape[1] == heads &&
+               out.shape[1] == heads && rank + q_rope.shape[2] == view.head_dim &&
+               kv_b.shape[0] == heads * (q_nope.shape[2] + out.shape[2]),
+           "{}: q_nope {} q_rope {} out {} kv_b {} for {} rows of latent width {}", op, q_nope.shape.to_string(),
+           q_rope.shape.to_string(), out.shape.to_string(), kv_b.shape.to_string(), rows, view.head_dim);
+  cpu::paged_latent_attention(out, q_nope, q_rope, view, kv_b, params);
 }
 
 // The sparse-method ops take the cache's host tables on both backends; a GPU pool (view.kv_device) sends them to

@@ -124,7 +124,7 @@ void attention(TensorView out, TensorView q, TensorView k, TensorView v, TensorV
 
 // Writes the batch's new keys and values into the pages of `view`: for each sequence s with n query rows, row r
 // goes to physical slot num_tokens[h] - n + r of every KV head h (the slots the cache appended for this step).
-// k, v [T, Hkv, D] F32.
+// k, v [T, Hkv, D] F32. A kSharedLatent view (CPU only) takes the latent rows as k and has no V half: v is not read.
 void write_kv(const AttentionView& view, TensorView k, TensorView v);
 
 // Causal attention of every sequence's new queries against its paged KV (see attention_view.h), narrowed to
@@ -133,6 +133,17 @@ void write_kv(const AttentionView& view, TensorView k, TensorView v);
 // selection yet). The quantized variants are the ops "paged_attention over fp8 pages" and "paged_attention over
 // kivi pages" for cuda_implements: CPU only for now, so a CUDA tensor or pool gets a "not implemented" error.
 void paged_attention(TensorView out, TensorView q, const AttentionView& view, const AttentionParams& params);
+
+// Multi-head latent attention over a kSharedLatent store (attention_view.h) with the weights absorbed, as
+// FlashMLA computes it: each head's query is taken into latent space (q_lat = W_uk[h]^T q_nope), the logits are
+// scale * (q_lat . c_j + q_rope . k_rope_j), the softmax-weighted latents sum to o = sum_j p_j c_j, and
+// out[h] = W_uv[h] o. W_uk[h] and W_uv[h] are head h's k_nope rows [qk_nope, rank] and v rows [v_head, rank] of
+// kv_b [heads * (qk_nope + v_head), rank], as the checkpoint stores it. Equal to attention over the expanded keys
+// [k_rope_j ; W_uk[h] c_j] and values W_uv[h] c_j, which it never materializes. Causality, sliding window and
+// selection as paged_attention. q_nope [T, H, qk_nope], q_rope [T, H, view.head_dim - rank] (rotated), out
+// [T, H, v_head] F32 on the CPU; no CUDA kernel yet (a CUDA tensor or pool gets a "not implemented" error).
+void paged_latent_attention(TensorView out, TensorView q_nope, TensorView q_rope, const AttentionView& view,
+                            TensorView kv_b, const AttentionParams& params);
 
 // --- what the sparse methods read and change (sparse/methods/) ---
 // The methods run on the host and pass the cache's host view: q_indptr, seqs and the tables they point to are host

@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "sparse/method_registry.h"
+#include "sparse/method_traits.h"
 
 namespace se::cli {
 
@@ -37,6 +38,7 @@ Result<nlohmann::ordered_json> describe(const MethodInfo& info) {
       {"prefill_policy", prefill_policy_name(traits.prefill_policy)},
       {"selection_unit", (*method)->traits().selection_unit == SelectionUnit::kPage ? "page" : "token"},
       {"kv_cache_dtypes", stores},
+      {"latent_attention_store", keeps_shared_latent(traits) ? "shared latent" : "expanded heads"},
       {"defaults", (*method)->config()},
   };
 }
@@ -72,6 +74,14 @@ int run_methods(bool as_json) {
   std::printf("\n");
   for (const auto& m : all)
     std::printf("%s: %s\n", m["name"].get<std::string>().c_str(), m["summary"].get<std::string>().c_str());
+  std::string latent;
+  for (const auto& m : all)
+    if (m["latent_attention_store"] == "shared latent")
+      latent += (latent.empty() ? "" : ", ") + m["name"].get<std::string>();
+  std::printf(
+      "\nOn latent-attention (MLA) models %s keep%s one shared latent row per token; the other methods keep "
+      "every head's expanded K/V.\n",
+      latent.c_str(), latent.find(',') == std::string::npos ? "s" : "");
   return 0;
 }
 

@@ -10,6 +10,7 @@
 #include "base/logging.h"
 #include "engine/engine_loop.h"
 #include "sparse/method_registry.h"
+#include "sparse/method_traits.h"
 
 namespace se {
 
@@ -123,8 +124,11 @@ Result<std::unique_ptr<Engine>> Engine::create(const ModelBundle& bundle, const 
 
   KvLayout layout;
   layout.num_layers = model.num_layers;
-  layout.num_kv_heads = model.num_kv_heads;
-  layout.head_dim = model.head_dim;
+  // Latent attention under the dense method keeps the shared latent: kv_lora_rank + qk_rope per token for every
+  // head, as one "KV head".
+  layout.shared_latent = model.latent_attention() && keeps_shared_latent(method->traits());
+  layout.num_kv_heads = layout.shared_latent ? 1 : model.num_kv_heads;
+  layout.head_dim = layout.shared_latent ? model.kv_lora_rank + model.qk_rope_head_dim : model.head_dim;
   layout.page_size = config.page_size;
   layout.store = store;
   layout.dtype = kv_page_dtype(config.device, store);

@@ -2,6 +2,9 @@
 // Plain data. A page holds `page_size` tokens of K and V for ONE KV head of ONE layer, laid out
 // [2 (K, V)][page_size][head_dim] contiguously, of `dtype` elements (one-byte codes for the FP8 store,
 // kv_store_kind.h). A (layer, KV head) pair is a "stream"; streams are numbered layer * num_kv_heads + head.
+// A shared-latent layout (multi-head latent attention) stores one row per token for all heads: num_kv_heads = 1,
+// head_dim = the latent width, and a page holds only the K half, [page_size][head_dim] (the backend's
+// KvPayload::kSharedLatent); the pool, page tables and prefix caches need nothing else.
 #pragma once
 
 #include <cstddef>
@@ -23,6 +26,7 @@ struct KvLayout {
   int32_t page_size = kDefaultPageSize;  // tokens per page
   DType dtype = DType::kBF16;            // element type of K and V: kv_page_dtype(device, store)
   KvStoreKind store = KvStoreKind::kExplicit;
+  bool shared_latent = false;            // pages hold one latent row per token and no V half
 
   // Ok when every field is positive, dtype is a float type (kU8 for the FP8 store), and a page and the
   // stream count fit their types.
@@ -30,9 +34,9 @@ struct KvLayout {
 
   int32_t num_streams() const { return num_layers * num_kv_heads; }
   int32_t stream(int32_t layer, int32_t head) const { return layer * num_kv_heads + head; }
-  // Bytes of one page: 2 * page_size * head_dim elements.
+  // Bytes of one page: 2 * page_size * head_dim elements (page_size * head_dim for a shared latent).
   size_t page_bytes() const {
-    return 2 * static_cast<size_t>(page_size) * static_cast<size_t>(head_dim) * dtype_size(dtype);
+    return (shared_latent ? 1 : 2) * static_cast<size_t>(page_size) * static_cast<size_t>(head_dim) * dtype_size(dtype);
   }
   // Element offset of token `offset` (< page_size) of K (kv = 0) or V (kv = 1) inside a page.
   size_t element_offset(int kv, int32_t offset) const {

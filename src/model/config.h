@@ -49,13 +49,26 @@ struct ModelConfig {
   int num_experts = 0;
   int num_experts_per_tok = 0;
   int moe_intermediate_size = 0;
-  bool norm_topk_prob = false;  // renormalize the chosen experts' router probabilities to sum to 1
+  bool norm_topk_prob = false;              // renormalize the chosen experts' router probabilities to sum to 1
+  float routed_scaling_factor = 1.0f;       // multiplies the chosen experts' weights when they are not renormalized
+  int shared_expert_intermediate_size = 0;  // width of the MLP every token runs besides its experts (0: none)
+
+  // Multi-head latent attention (DeepSeek-V2; kv_lora_rank 0: none). Keys and values come from one latent of
+  // kv_lora_rank per token (expanded per head by kv_b) plus a RoPE key of qk_rope_head_dim shared by the heads;
+  // queries from q_lora_rank (0: a single q projection). head_dim is qk_nope_head_dim + qk_rope_head_dim, each
+  // head's q and k laid out [rope ; nope]; each head's value fills the first v_head_dim of its head_dim.
+  int q_lora_rank = 0;
+  int kv_lora_rank = 0;
+  int qk_nope_head_dim = 0;
+  int qk_rope_head_dim = 0;
+  int v_head_dim = 0;
 
   int bos_token_id = -1;
   std::vector<int> eos_token_ids;
 
   int q_size() const { return num_heads * head_dim; }
   int kv_size() const { return num_kv_heads * head_dim; }
+  bool latent_attention() const { return kv_lora_rank > 0; }
 };
 
 // Normalizes an HF-style config.json through the architecture registry; errors name the offending key.

@@ -7,6 +7,7 @@
 #pragma once
 
 #include "backend/ops.h"
+#include "base/check.h"
 #include "model/config.h"
 #include "model/forward_batch.h"
 
@@ -22,6 +23,18 @@ class ForwardHooks {
   // the CPU and the model's matmul dtype (BF16) on CUDA.
   virtual void attend(int layer, const LayerConfig& layer_config, const ForwardBatch& batch, TensorView q,
                       TensorView k, TensorView v, TensorView out, const AttentionParams& params) = 0;
+  // Multi-head latent attention (model/layers/latent_attention.h) hands over its shared latent instead of expanded
+  // per-head K/V when the hooks' owner keeps a shared-latent store (KvLayout::shared_latent); else it calls attend()
+  // with the expanded heads.
+  virtual bool stores_latent() const { return false; }
+  // latent [T, 1, kv_lora_rank + qk_rope]: each new row's normed KV latent and rotated RoPE key, to store and attend
+  // to; q_nope [T, H, qk_nope], q_rope [T, H, qk_rope] (rotated); kv_b the layer's [H * (qk_nope + v_head),
+  // kv_lora_rank] expansion; out [T, H, v_head]. F32 on the CPU. Called only when stores_latent().
+  virtual void attend_latent(int /*layer*/, const ForwardBatch& /*batch*/, TensorView /*q_nope*/, TensorView /*q_rope*/,
+                             TensorView /*latent*/, TensorView /*kv_b*/, TensorView /*out*/,
+                             const AttentionParams& /*params*/) {
+    SE_CHECK(false, "attend_latent: these hooks keep no latent store");
+  }
   // experts [T, num_experts_per_tok] I32: the experts each row of `batch` is routed to in MoE layer `layer`, in
   // descending router probability, on the model's device.
   virtual void on_expert_choice(int /*layer*/, const ForwardBatch& /*batch*/, TensorView /*experts*/) {}

@@ -44,6 +44,13 @@ TensorView ForwardWorkspace::expert_out(int64_t t) const {
   return rows_of_width(expert_out_, t * config_.num_experts_per_tok, config_.hidden_size);
 }
 
+TensorView ForwardWorkspace::shared_expert_gate_up(int64_t t) const {
+  return rows_of_width(gate_up_, t, 2 * config_.shared_expert_intermediate_size);
+}
+TensorView ForwardWorkspace::shared_expert_act(int64_t t) const {
+  return rows_of_width(act_, t, config_.shared_expert_intermediate_size);
+}
+
 TensorView ForwardWorkspace::i32_rows(int64_t offset, int64_t n) const {
   return TensorView{inputs_.data<int32_t>() + offset, DType::kI32, {n}, device_};
 }
@@ -62,7 +69,8 @@ Shape ForwardWorkspace::BufferSpec::shape_for(int64_t num_tokens, int64_t num_lo
 
 std::vector<ForwardWorkspace::BufferSpec> ForwardWorkspace::buffer_specs(const ModelConfig& c, DType matmul_dtype) {
   const int64_t hidden = c.hidden_size, heads = c.num_heads, kv_heads = c.num_kv_heads, head_dim = c.head_dim;
-  const int64_t intermediate = c.intermediate_size;
+  // The dense MLP and the shared experts' share the gate_up and act buffers (the routed experts have their own).
+  const int64_t intermediate = std::max(c.intermediate_size, c.shared_expert_intermediate_size);
   std::vector<BufferSpec> specs = {
       {&ForwardWorkspace::hidden_, DType::kF32, {0, hidden}},
       {&ForwardWorkspace::normed_, matmul_dtype, {0, hidden}},
@@ -94,6 +102,16 @@ std::vector<ForwardWorkspace::BufferSpec> ForwardWorkspace::buffer_specs(const M
     specs.push_back({&ForwardWorkspace::expert_gate_up_, DType::kF32, {0, k * 2 * inter}});
     specs.push_back({&ForwardWorkspace::expert_act_, matmul_dtype, {0, k * inter}});
     specs.push_back({&ForwardWorkspace::expert_out_, DType::kF32, {0, k * hidden}});
+  }
+  if (c.latent_attention()) {
+    const int64_t rope = c.qk_rope_head_dim;
+    if (c.q_lora_rank > 0) specs.push_back({&ForwardWorkspace::q_latent_, matmul_dtype, {0, int64_t{c.q_lora_rank}}});
+    specs.push_back({&ForwardWorkspace::q_proj_, DType::kF32, {0, heads * head_dim}});
+    specs.push_back({&ForwardWorkspace::kv_a_, DType::kF32, {0, c.kv_lora_rank + rope}});
+    specs.push_back({&ForwardWorkspace::kv_latent_, matmul_dtype, {0, int64_t{c.kv_lora_rank}}});
+    specs.push_back({&ForwardWorkspace::kv_b_, DType::kF32, {0, heads * (c.qk_nope_head_dim + c.v_head_dim)}});
+    specs.push_back({&ForwardWorkspace::k_rope_, DType::kF32, {0, 1, rope}});
+    specs.push_back({&ForwardWorkspace::latent_rows_, DType::kF32, {0, 1, c.kv_lora_rank + rope}});
   }
   // The fused QKV projection shares gate_up_ when that is wide enough.
   if (const int64_t qkv_width = c.q_size() + 2 * c.kv_size(); qkv_width > 2 * intermediate)

@@ -49,6 +49,32 @@ void append_gated_mlp_weights(const ModelConfig& c, int layer, std::vector<Weigh
   add("mlp.down_proj.weight", "ffn_down.weight", Shape{hidden, inter});
 }
 
+void append_moe_weights(const ModelConfig& c, int layer, std::vector<WeightSpec>& specs) {
+  const int64_t experts = c.num_experts, hidden = c.hidden_size, inter = c.moe_intermediate_size;
+  const auto add = [&](std::string_view hf, std::string_view gguf, Shape shape) {
+    specs.push_back({hf_layer_name(layer, hf), gguf_layer_name(layer, gguf), shape, WeightKind::kLinear, {}});
+  };
+  add("mlp.gate.weight", "ffn_gate_inp.weight", Shape{experts, hidden});
+  const auto add_experts = [&](std::string_view proj, std::string_view gguf, Shape shape) {
+    WeightSpec spec{hf_layer_name(layer, fmt::format("mlp.experts.{}.weight", proj)),
+                    gguf_layer_name(layer, gguf),
+                    shape,
+                    WeightKind::kLinear,
+                    {}};
+    for (int64_t e = 0; e < experts; ++e)
+      spec.hf_parts.push_back(hf_layer_name(layer, fmt::format("mlp.experts.{}.{}.weight", e, proj)));
+    specs.push_back(std::move(spec));
+  };
+  add_experts("gate_proj", "ffn_gate_exps.weight", Shape{experts, inter, hidden});
+  add_experts("up_proj", "ffn_up_exps.weight", Shape{experts, inter, hidden});
+  add_experts("down_proj", "ffn_down_exps.weight", Shape{experts, hidden, inter});
+  if (const int64_t shared = c.shared_expert_intermediate_size; shared > 0) {
+    add("mlp.shared_experts.gate_proj.weight", "ffn_gate_shexp.weight", Shape{shared, hidden});
+    add("mlp.shared_experts.up_proj.weight", "ffn_up_shexp.weight", Shape{shared, hidden});
+    add("mlp.shared_experts.down_proj.weight", "ffn_down_shexp.weight", Shape{hidden, shared});
+  }
+}
+
 std::vector<WeightSpec> expected_weights(const ModelConfig& c) {
   const int64_t vocab = c.vocab_size, hidden = c.hidden_size;
   std::vector<WeightSpec> specs;

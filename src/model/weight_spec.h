@@ -46,5 +46,8 @@ void append_layer_norm(const ModelConfig& config, int layer, std::string_view hf
                        std::vector<WeightSpec>& specs);
 // The dense gated MLP's gate, up and down projections.
 void append_gated_mlp_weights(const ModelConfig& config, int layer, std::vector<WeightSpec>& specs);
+// The mixture of experts: the router, each expert's projections (HF: one tensor per expert; GGUF: stacked) and
+// the shared experts' when the config has them.
+void append_moe_weights(const ModelConfig& config, int layer, std::vector<WeightSpec>& specs);
 
 }  // namespace se

@@ -60,6 +60,46 @@ Tensor stack_expert_gate_up(const Tensor& gate, const Tensor& up) {
   return out;
 }
 
+// The q/k/v projections (stacked), their biases and per-head norms, and o_proj of the layer named by prefix `p`.
+Status load_attention(const ModelConfig& c, const TensorTable& table, const std::string& p, LayerWeights& l) {
+  const int64_t hidden = c.hidden_size;
+  SE_ASSIGN_OR_RETURN(Tensor q, table.get(p + "self_attn.q_proj.weight", {c.q_size(), hidden}));
+  SE_ASSIGN_OR_RETURN(Tensor k, table.get(p + "self_attn.k_proj.weight", {c.kv_size(), hidden}));
+  SE_ASSIGN_OR_RETURN(Tensor v, table.get(p + "self_attn.v_proj.weight", {c.kv_size(), hidden}));
+  l.qkv = concat_rows({q, k, v});
+  if (c.attention_bias) {
+    SE_ASSIGN_OR_RETURN(Tensor qb, table.get(p + "self_attn.q_proj.bias", {c.q_size()}));
+    SE_ASSIGN_OR_RETURN(Tensor kb, table.get(p + "self_attn.k_proj.bias", {c.kv_size()}));
+    SE_ASSIGN_OR_RETURN(Tensor vb, table.get(p + "self_attn.v_proj.bias", {c.kv_size()}));
+    l.qkv_bias = concat_rows({qb, kb, vb});
+  }
+  if (c.qk_norm) {
+    SE_ASSIGN_OR_RETURN(l.q_norm, table.get(p + "self_attn.q_norm.weight", {c.head_dim}));
+    SE_ASSIGN_OR_RETURN(l.k_norm, table.get(p + "self_attn.k_norm.weight", {c.head_dim}));
+  }
+  SE_ASSIGN_OR_RETURN(l.o_proj, table.get(p + "self_attn.o_proj.weight", {hidden, c.q_size()}));
+  return Status::ok();
+}
+
+// Multi-head latent attention's projections (names as DeepSeek-V2's checkpoints give them).
+Status load_latent_attention(const ModelConfig& c, const TensorTable& table, const std::string& p, LayerWeights& l) {
+  const int64_t hidden = c.hidden_size, heads = c.num_heads, rope = c.qk_rope_head_dim;
+  const int64_t q_in = c.q_lora_rank > 0 ? c.q_lora_rank : hidden;
+  if (c.q_lora_rank > 0) {
+    SE_ASSIGN_OR_RETURN(l.q_a, table.get(p + "self_attn.q_a_proj.weight", {c.q_lora_rank, hidden}));
+    SE_ASSIGN_OR_RETURN(l.q_a_norm, table.get(p + "self_attn.q_a_layernorm.weight", {c.q_lora_rank}));
+    SE_ASSIGN_OR_RETURN(l.q_proj, table.get(p + "self_attn.q_b_proj.weight", {heads * c.head_dim, q_in}));
+  } else {
+    SE_ASSIGN_OR_RETURN(l.q_proj, table.get(p + "self_attn.q_proj.weight", {heads * c.head_dim, q_in}));
+  }
+  SE_ASSIGN_OR_RETURN(l.kv_a, table.get(p + "self_attn.kv_a_proj_with_mqa.weight", {c.kv_lora_rank + rope, hidden}));
+  SE_ASSIGN_OR_RETURN(l.kv_a_norm, table.get(p + "self_attn.kv_a_layernorm.weight", {c.kv_lora_rank}));
+  SE_ASSIGN_OR_RETURN(l.kv_b, table.get(p + "self_attn.kv_b_proj.weight",
+                                        {heads * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank}));
+  SE_ASSIGN_OR_RETURN(l.o_proj, table.get(p + "self_attn.o_proj.weight", {hidden, heads * c.v_head_dim}));
+  return Status::ok();
+}
+
 }  // namespace
 
 ModelWeights ModelWeights::on_device(Device device) const {
@@ -84,11 +124,28 @@ ModelWeights ModelWeights::on_device(Device device) const {
   w.final_norm = vector(final_norm);
   w.lm_head = lm_head.raw() == embed_tokens.raw() ? w.embed_tokens : matrix(lm_head);
   for (const LayerWeights& l : layers) {
-    w.layers.push_back({vector(l.input_norm), matrix(l.qkv), vector(l.qkv_bias), vector(l.q_norm), vector(l.k_norm),
-                        matrix(l.o_proj), vector(l.post_attention_norm), vector(l.pre_feedforward_norm),
-                        vector(l.post_feedforward_norm), optional_matrix(l.gate_up), optional_matrix(l.down),
-                        optional_matrix(l.router), optional_matrix(l.experts_gate_up),
-                        optional_matrix(l.experts_down)});
+    w.layers.push_back({vector(l.input_norm),
+                        matrix(l.qkv),
+                        vector(l.qkv_bias),
+                        vector(l.q_norm),
+                        vector(l.k_norm),
+                        matrix(l.o_proj),
+                        vector(l.post_attention_norm),
+                        vector(l.pre_feedforward_norm),
+                        vector(l.post_feedforward_norm),
+                        optional_matrix(l.gate_up),
+                        optional_matrix(l.down),
+                        optional_matrix(l.router),
+                        optional_matrix(l.experts_gate_up),
+                        optional_matrix(l.experts_down),
+                        optional_matrix(l.shared_gate_up),
+                        optional_matrix(l.shared_down),
+                        optional_matrix(l.q_a),
+                        vector(l.q_a_norm),
+                        optional_matrix(l.q_proj),
+                        optional_matrix(l.kv_a),
+                        vector(l.kv_a_norm),
+                        optional_matrix(l.kv_b)});
   }
   return w;
 }
@@ -109,21 +166,11 @@ Result<ModelWeights> ModelWeights::build(const ModelConfig& c, const std::map<st
     LayerWeights& l = w.layers[static_cast<size_t>(i)];
     const std::string p = fmt::format("model.layers.{}.", i);
     SE_ASSIGN_OR_RETURN(l.input_norm, table.get(p + "input_layernorm.weight", {hidden}));
-    SE_ASSIGN_OR_RETURN(Tensor q, table.get(p + "self_attn.q_proj.weight", {c.q_size(), hidden}));
-    SE_ASSIGN_OR_RETURN(Tensor k, table.get(p + "self_attn.k_proj.weight", {c.kv_size(), hidden}));
-    SE_ASSIGN_OR_RETURN(Tensor v, table.get(p + "self_attn.v_proj.weight", {c.kv_size(), hidden}));
-    l.qkv = concat_rows({q, k, v});
-    if (c.attention_bias) {
-      SE_ASSIGN_OR_RETURN(Tensor qb, table.get(p + "self_attn.q_proj.bias", {c.q_size()}));
-      SE_ASSIGN_OR_RETURN(Tensor kb, table.get(p + "self_attn.k_proj.bias", {c.kv_size()}));
-      SE_ASSIGN_OR_RETURN(Tensor vb, table.get(p + "self_attn.v_proj.bias", {c.kv_size()}));
-      l.qkv_bias = concat_rows({qb, kb, vb});
+    if (c.latent_attention()) {
+      SE_RETURN_IF_ERROR(load_latent_attention(c, table, p, l));
+    } else {
+      SE_RETURN_IF_ERROR(load_attention(c, table, p, l));
     }
-    if (c.qk_norm) {
-      SE_ASSIGN_OR_RETURN(l.q_norm, table.get(p + "self_attn.q_norm.weight", {c.head_dim}));
-      SE_ASSIGN_OR_RETURN(l.k_norm, table.get(p + "self_attn.k_norm.weight", {c.head_dim}));
-    }
-    SE_ASSIGN_OR_RETURN(l.o_proj, table.get(p + "self_attn.o_proj.weight", {hidden, c.q_size()}));
     SE_ASSIGN_OR_RETURN(l.post_attention_norm, table.get(p + "post_attention_layernorm.weight", {hidden}));
     if (c.sandwich_norm) {
       SE_ASSIGN_OR_RETURN(l.pre_feedforward_norm, table.get(p + "pre_feedforward_layernorm.weight", {hidden}));
@@ -137,6 +184,12 @@ Result<ModelWeights> ModelWeights::build(const ModelConfig& c, const std::map<st
       SE_ASSIGN_OR_RETURN(Tensor up, table.get(p + "mlp.experts.up_proj.weight", {experts, inter, hidden}));
       l.experts_gate_up = stack_expert_gate_up(gate, up);
       SE_ASSIGN_OR_RETURN(l.experts_down, table.get(p + "mlp.experts.down_proj.weight", {experts, hidden, inter}));
+      if (const int64_t shared = c.shared_expert_intermediate_size; shared > 0) {
+        SE_ASSIGN_OR_RETURN(Tensor shared_gate, table.get(p + "mlp.shared_experts.gate_proj.weight", {shared, hidden}));
+        SE_ASSIGN_OR_RETURN(Tensor shared_up, table.get(p + "mlp.shared_experts.up_proj.weight", {shared, hidden}));
+        l.shared_gate_up = concat_rows({shared_gate, shared_up});
+        SE_ASSIGN_OR_RETURN(l.shared_down, table.get(p + "mlp.shared_experts.down_proj.weight", {hidden, shared}));
+      }
       continue;
     }
     SE_ASSIGN_OR_RETURN(Tensor gate, table.get(p + "mlp.gate_proj.weight", {c.intermediate_size, hidden}));

@@ -31,6 +31,16 @@ struct LayerWeights {
   Tensor router;           // [num_experts, hidden]
   Tensor experts_gate_up;  // [num_experts, 2 * moe_intermediate, hidden]: each expert's gate rows first
   Tensor experts_down;     // [num_experts, hidden, moe_intermediate]
+  Tensor shared_gate_up;   // [2 * shared_expert_intermediate, hidden] or undefined: the always-on experts
+  Tensor shared_down;      // [hidden, shared_expert_intermediate] or undefined
+  // Multi-head latent attention (ModelConfig::latent_attention) instead of qkv / qkv_bias / q_norm / k_norm; o_proj
+  // is then [hidden, num_heads * v_head_dim]. Rows as the checkpoint stores them (RoPE pairs interleaved).
+  Tensor q_a;        // [q_lora_rank, hidden] or undefined (no query latent)
+  Tensor q_a_norm;   // [q_lora_rank] or undefined
+  Tensor q_proj;     // [num_heads * (qk_nope + qk_rope), q_lora_rank or hidden]: each head's nope rows, then rope
+  Tensor kv_a;       // [kv_lora_rank + qk_rope, hidden]: the latent rows, then the shared RoPE key's
+  Tensor kv_a_norm;  // [kv_lora_rank]
+  Tensor kv_b;       // [num_heads * (qk_nope + v_head_dim), kv_lora_rank]: each head's k_nope rows, then its v rows
 };
 
 struct ModelWeights {

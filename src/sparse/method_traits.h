@@ -46,6 +46,11 @@ struct MethodTraits {
   PrefillPolicy prefill_policy = PrefillPolicy::kDense;
 };
 
+// Whether a method keeps a latent-attention (MLA) model's shared latent, one row per token for all heads
+// (KvLayout::shared_latent), rather than every head's expanded K/V: the dense method does; the others select,
+// score and evict per KV head, which only the expanded store has.
+inline bool keeps_shared_latent(const MethodTraits& traits) { return traits.family == MethodFamily::kDense; }
+
 // Ok when every op of traits.ops has a kernel on `device`; else kUnimplemented naming method `name`, the
 // device and the missing ops.
 Status check_runs_on(Device device, const MethodTraits& traits, std::string_view name);

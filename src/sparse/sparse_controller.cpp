@@ -99,6 +99,15 @@ void SparseController::attend(int layer, const LayerConfig& layer_config, const 
   method_.on_attention_end(ctx);
 }
 
+void SparseController::attend_latent(int layer, const ForwardBatch& batch, TensorView q_nope, TensorView q_rope,
+                                     TensorView latent, TensorView kv_b, TensorView out,
+                                     const AttentionParams& params) {
+  const AttentionView view = cache_.build_view(layer, batch);
+  write_kv(view, latent, latent);
+  num_attended_kv_tokens_ += tokens_read_by_last_rows(view, nullptr, params.sliding_window);
+  paged_latent_attention(out, q_nope, q_rope, view, kv_b, params);
+}
+
 void SparseController::count_replayed_forward(const ForwardBatch& batch) {
   for (size_t layer = 0; layer < layer_windows_.size(); ++layer) {
     const AttentionView view = cache_.build_view(static_cast<int>(layer), batch);

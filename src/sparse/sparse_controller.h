@@ -26,6 +26,12 @@ class SparseController final : public ForwardHooks {
         device_views_(device == Device::kCpu ? nullptr : std::make_unique<AttentionViewMirror>(device)) {}
 
   MethodRuntime& method() { return method_; }
+
+  bool stores_latent() const override { return cache_.layout().shared_latent; }
+  // A shared-latent store serves the dense method only (the engine picks it so): the rows are written and
+  // attended with the weights absorbed; no selection is built.
+  void attend_latent(int layer, const ForwardBatch& batch, TensorView q_nope, TensorView q_rope, TensorView latent,
+                     TensorView kv_b, TensorView out, const AttentionParams& params) override;
   CacheManager& cache() { return cache_; }
   const CacheManager& cache() const { return cache_; }
 

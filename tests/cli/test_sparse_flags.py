@@ -72,6 +72,8 @@ def test_methods_json_lists_the_registry_with_traits():
         assert isinstance(m["summary"], str) and m["summary"], m
         if m["family"] == "eviction":
             assert not m["keeps_full_history"], m  # eviction turns the radix prefix cache off
+        # Only the dense method reads a latent-attention model's shared latent; the others need per-head K/V.
+        assert m["latent_attention_store"] == ("shared latent" if m["family"] == "dense" else "expanded heads"), m
     vanilla = methods[0]
     assert vanilla["family"] == "dense" and vanilla["keeps_full_history"] and vanilla["defaults"] == {}
 

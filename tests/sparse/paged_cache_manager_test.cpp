@@ -129,6 +129,37 @@ TEST(PagedCacheManagerTest, PrefixCacheReusesFullBlocksAndFreesOnClose) {
   EXPECT_EQ((*cache)->num_available_pages(), (*cache)->num_total_pages());
 }
 
+TEST(PagedCacheManagerTest, SharedLatentStoreHalvesPagesAndRefusesPruning) {
+  // DeepSeek-V2-Lite's latent row: kv_lora_rank 512 + qk_rope 64, one "KV head".
+  KvLayout layout;
+  layout.num_layers = 2;
+  layout.num_kv_heads = 1;
+  layout.head_dim = 576;
+  layout.page_size = 4;
+  layout.dtype = DType::kF32;
+  const size_t explicit_bytes = layout.page_bytes();
+  layout.shared_latent = true;
+  EXPECT_EQ(layout.page_bytes() * 2, explicit_bytes);  // no V half
+  auto cache = PagedCacheManager::create(layout, 64, cpu_allocator(), true);
+  ASSERT_TRUE(cache.is_ok());
+  const std::vector<int32_t> prompt = {5, 6, 7, 8, 9, 10, 11, 12, 13, 14};
+  ASSERT_EQ(*(*cache)->open(0, prompt), 0);
+  ASSERT_TRUE((*cache)->reserve(0, 10).is_ok());
+  ForwardBatch batch;
+  batch.token_ids = prompt;
+  for (int32_t i = 0; i < 10; ++i) batch.positions.push_back(i);
+  batch.sequences = {{0, 0, 10}};
+  const AttentionView view = (*cache)->build_view(1, batch);
+  EXPECT_EQ(view.payload, KvPayload::kSharedLatent);
+  EXPECT_EQ(view.page_bytes, layout.page_bytes());
+  (*cache)->on_computed(0, prompt, 10);
+  (*cache)->close(0);
+  const Status refused = (*cache)->check_prunable(prompt, {0, 2});
+  EXPECT_EQ(refused.code(), StatusCode::kUnimplemented);
+  EXPECT_NE(refused.message().find("shared-latent"), std::string::npos) << refused.message();
+  EXPECT_TRUE((*cache)->check_integrity().is_ok());
+}
+
 std::vector<int32_t> positions_of(const CacheManager& cache, int32_t seq, int layer, int head) {
   const std::span<const int32_t> p = cache.slot_positions(seq, layer, head);
   return {p.begin(), p.end()};

@@ -281,6 +281,8 @@ TEST(PayloadViewTest, ExplicitOnlyOpsRejectOtherPayloads) {
   EXPECT_DEATH(paged_attention(out.view(), q.view(), view, AttentionParams{}), "payloads are not implemented");
   EXPECT_DEATH(write_kv(view, q.view(), q.view()), "only explicit and FP8 K/V pages are written");
   // KIVI pages are written by no op yet; FP8 pages are (fp8_kv_store_test).
+  view.payload = KvPayload::kSharedLatent;  // paged_latent_attention reads it
+  EXPECT_DEATH(paged_attention(out.view(), q.view(), view, AttentionParams{}), "payloads are not implemented");
   view.payload = KvPayload::kQuantized;
   view.quantized.scheme = KvQuantScheme::kKivi;
   EXPECT_DEATH(write_kv(view, q.view(), q.view()), "only explicit and FP8 K/V pages are written");

@@ -29,7 +29,8 @@ void write_kv(const AttentionView& view, TensorView k, TensorView v) {
           continue;
         }
         std::memcpy(view.element<float>(page, 0, offset), k.ptr<float>() + src, sizeof(float) * head_dim);
-        std::memcpy(view.element<float>(page, 1, offset), v.ptr<float>() + src, sizeof(float) * head_dim);
+        if (view.payload != KvPayload::kSharedLatent)
+          std::memcpy(view.element<float>(page, 1, offset), v.ptr<float>() + src, sizeof(float) * head_dim);
       }
     }
   }

@@ -7,7 +7,8 @@
 namespace se {
 
 namespace {
-constexpr std::array<const ArchSpec*, 5> kArchs = {&kLlamaArch, &kQwen2Arch, &kQwen3Arch, &kQwen3MoeArch, &kGemma3Arch};
+constexpr std::array<const ArchSpec*, 6> kArchs = {&kLlamaArch,    &kQwen2Arch,  &kQwen3Arch,
+                                                   &kQwen3MoeArch, &kGemma3Arch, &kDeepseekV2Arch};
 }
 
 const ArchSpec* find_arch(std::string_view model_type) {

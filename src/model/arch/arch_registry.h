@@ -60,5 +60,6 @@ extern const ArchSpec kQwen2Arch;
 extern const ArchSpec kQwen3Arch;
 extern const ArchSpec kQwen3MoeArch;
 extern const ArchSpec kGemma3Arch;
+extern const ArchSpec kDeepseekV2Arch;
 
 }  // namespace se

@@ -11,7 +11,7 @@
 
 namespace se {
 
-void pre_norm_block(const BlockInputs& in, MlpAddFn mlp_add) {
+void pre_norm_block(const BlockInputs& in, SublayerAddFn mlp_add, SublayerAddFn attention_add) {
   const float eps = in.config.rms_norm_eps;
   const TensorView h = in.ws.hidden(in.t);
   const TensorView x = in.ws.normed(in.t);

@@ -8,14 +8,16 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "model/config.h"
+#include "model/layers/attention.h"
 #include "model/layers/block_inputs.h"
 #include "model/weight_spec.h"
 
 namespace se {
 
-// Pre-norm block: h += attention(norm(h)); h += mlp_add(norm(h)), each residual add fused into its last GEMM.
-using MlpAddFn = void (*)(const BlockInputs& in, TensorView h, TensorView x);
-void pre_norm_block(const BlockInputs& in, MlpAddFn mlp_add);
+// Pre-norm block: h += attention_add(norm(h)); h += mlp_add(norm(h)), each residual add fused into its last GEMM.
+// A sublayer adds its output of the normed input x to the residual stream h.
+using SublayerAddFn = void (*)(const BlockInputs& in, TensorView h, TensorView x);
+void pre_norm_block(const BlockInputs& in, SublayerAddFn mlp_add, SublayerAddFn attention_add = &se::attention_add);
 // The pre-norm block with the dense gated MLP.
 void llama_block(const BlockInputs& in);
 

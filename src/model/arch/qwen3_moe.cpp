@@ -5,7 +5,6 @@
 #include <array>
 #include <set>
 
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "model/arch/arch_registry.h"
@@ -92,25 +91,7 @@ void layer_weights(const ModelConfig& config, int layer, std::vector<WeightSpec>
     append_gated_mlp_weights(config, layer, specs);
     return;
   }
-  const int64_t experts = config.num_experts, hidden = config.hidden_size, inter = config.moe_intermediate_size;
-  specs.push_back({hf_layer_name(layer, "mlp.gate.weight"),
-                   gguf_layer_name(layer, "ffn_gate_inp.weight"),
-                   Shape{experts, hidden},
-                   WeightKind::kLinear,
-                   {}});
-  const auto add_experts = [&](std::string_view proj, std::string_view gguf, Shape shape) {
-    WeightSpec spec{hf_layer_name(layer, fmt::format("mlp.experts.{}.weight", proj)),
-                    gguf_layer_name(layer, gguf),
-                    shape,
-                    WeightKind::kLinear,
-                    {}};
-    for (int64_t e = 0; e < experts; ++e)
-      spec.hf_parts.push_back(hf_layer_name(layer, fmt::format("mlp.experts.{}.{}.weight", e, proj)));
-    specs.push_back(std::move(spec));
-  };
-  add_experts("gate_proj", "ffn_gate_exps.weight", Shape{experts, inter, hidden});
-  add_experts("up_proj", "ffn_up_exps.weight", Shape{experts, inter, hidden});
-  add_experts("down_proj", "ffn_down_exps.weight", Shape{experts, hidden, inter});
+  append_moe_weights(config, layer, specs);
 }
 
 // Pre-norm like Llama; the MoE layers' experts replace the dense MLP.

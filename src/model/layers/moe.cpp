@@ -14,6 +14,7 @@ void moe_add(const BlockInputs& in, TensorView h, TensorView x) {
   const TensorView ids = in.ws.expert_ids(t);
   const TensorView gates = in.ws.expert_weights(t);
   route_experts(ids, gates, logits, c.norm_topk_prob);
+  if (!c.norm_topk_prob && c.routed_scaling_factor != 1.0f) scale_inplace(gates, c.routed_scaling_factor);
   in.hooks.on_expert_choice(in.layer, in.batch, ids);
 
   // The t * k (token, expert) pairs grouped by expert: each projection is one grouped GEMM over every expert's
@@ -31,6 +32,13 @@ void moe_add(const BlockInputs& in, TensorView h, TensorView x) {
   const TensorView out = in.ws.expert_out(t);
   grouped_linear(out, act, w.experts_down.view(), offsets, t);
   moe_combine(h, out, gates, slots);
+  if (c.shared_expert_intermediate_size == 0) return;
+  // The shared experts (one gated MLP as wide as all of them together) see every token, with weight 1.
+  const TensorView shared_gate_up = in.ws.shared_expert_gate_up(t);
+  linear(shared_gate_up, x, w.shared_gate_up.view());
+  const TensorView shared_act = in.ws.shared_expert_act(t);
+  gated_activation(shared_act, shared_gate_up, c.activation);
+  linear_add(h, shared_act, w.shared_down.view());
 }
 
 }  // namespace se

@@ -1,0 +1,342 @@
+"""DeepSeek-V2 (multi-head latent attention, shared experts, dense first layers) on the CPU reference path against a
+numpy oracle of the checkpoints' own modeling_deepseek.py (float64; the CPU torch wheel is not installable here,
+so the oracle follows its DeepseekV2Attention, MoEGate, DeepseekV2MoE and yarn rotary embedding line by line):
+random small checkpoints written as HF directories give the oracle's logits within fp32 tolerance at every
+position, prefill and decode, and route every token of every MoE layer to the oracle's experts. The cases cover
+q_lora_rank null (V2-Lite) and set, yarn scaling with both mscales (cos/sin and softmax scale), the routed scaling
+factor, renormalized top-k, moe_layer_freq and several shared experts, each of which changes the result."""
+import json
+import re
+import subprocess
+
+import numpy as np
+import pytest
+from safetensors.numpy import save_file
+
+from conftest import BUILD_DIR
+
+TOOL = BUILD_DIR / "tests" / "model" / "moe_parity_tool"
+ENGINE_TOOL = BUILD_DIR / "tests" / "model" / "engine_greedy_tool"
+ENGINE_KV_BYTES = 64 << 20  # engine_greedy_tool's KV pool
+PAGE_SIZE = 4
+BASE = {"model_type": "deepseek_v2", "architectures": ["DeepseekV2ForCausalLM"], "vocab_size": 64,
+        "hidden_size": 64, "intermediate_size": 96, "moe_intermediate_size": 16, "num_hidden_layers": 3,
+        "num_attention_heads": 4, "num_key_value_heads": 4, "kv_lora_rank": 32, "q_lora_rank": None,
+        "qk_rope_head_dim": 16, "qk_nope_head_dim": 32, "v_head_dim": 32, "n_routed_experts": 8,
+        "num_experts_per_tok": 2, "n_shared_experts": 1, "first_k_dense_replace": 1, "moe_layer_freq": 1,
+        "norm_topk_prob": False, "routed_scaling_factor": 1.0, "topk_method": "greedy", "scoring_func": "softmax",
+        "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "rope_scaling": None, "max_position_embeddings": 256,
+        "tie_word_embeddings": False, "hidden_act": "silu", "attention_bias": False, "bos_token_id": 1,
+        "eos_token_id": 2}
+PROMPT = [1, 17, 5, 33, 60, 8, 41, 2, 29, 12, 50, 3, 19, 44]
+
+
+def is_moe(config, layer):
+    return layer >= config["first_k_dense_replace"] and layer % config["moe_layer_freq"] == 0
+
+
+def random_weights(config, seed):
+    """HF-named float32 weights, experts one tensor each, as DeepSeek-V2-Lite's checkpoint stores them."""
+    rng = np.random.default_rng(seed)
+    hidden, heads = config["hidden_size"], config["num_attention_heads"]
+    nope, rope, v_dim, rank = (config[k] for k in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+                                                   "kv_lora_rank"))
+
+    def linear(out, inp, gain=1.0):
+        return (rng.standard_normal((out, inp)) * gain / np.sqrt(inp)).astype(np.float32)
+
+    def norm(n):
+        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+
+    w = {"model.embed_tokens.weight": rng.standard_normal((config["vocab_size"], hidden)).astype(np.float32),
+         "model.norm.weight": norm(hidden), "lm_head.weight": linear(config["vocab_size"], hidden)}
+    for i in range(config["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        w[p + "input_layernorm.weight"] = norm(hidden)
+        w[p + "post_attention_layernorm.weight"] = norm(hidden)
+        if config["q_lora_rank"] is None:
+            w[p + "self_attn.q_proj.weight"] = linear(heads * (nope + rope), hidden)
+        else:
+            w[p + "self_attn.q_a_proj.weight"] = linear(config["q_lora_rank"], hidden)
+            w[p + "self_attn.q_a_layernorm.weight"] = norm(config["q_lora_rank"])
+            w[p + "self_attn.q_b_proj.weight"] = linear(heads * (nope + rope), config["q_lora_rank"])
+        # Sharper attention than 1/sqrt(in) gives, so that the rope dimensions matter.
+        w[p + "self_attn.kv_a_proj_with_mqa.weight"] = linear(rank + rope, hidden, gain=2.0)
+        w[p + "self_attn.kv_a_layernorm.weight"] = norm(rank)
+        w[p + "self_attn.kv_b_proj.weight"] = linear(heads * (nope + v_dim), rank)
+        w[p + "self_attn.o_proj.weight"] = linear(hidden, heads * v_dim)
+        if is_moe(config, i):
+            # A router scaled up so that each token's choice stands clear of the next expert.
+            w[p + "mlp.gate.weight"] = linear(config["n_routed_experts"], hidden, gain=4.0)
+            inter = config["moe_intermediate_size"]
+            for e in range(config["n_routed_experts"]):
+                w[p + f"mlp.experts.{e}.gate_proj.weight"] = linear(inter, hidden)
+                w[p + f"mlp.experts.{e}.up_proj.weight"] = linear(inter, hidden)
+                w[p + f"mlp.experts.{e}.down_proj.weight"] = linear(hidden, inter)
+            shared = inter * config["n_shared_experts"]
+            if shared:
+                w[p + "mlp.shared_experts.gate_proj.weight"] = linear(shared, hidden)
+                w[p + "mlp.shared_experts.up_proj.weight"] = linear(shared, hidden)
+                w[p + "mlp.shared_experts.down_proj.weight"] = linear(hidden, shared)
+        else:
+            inter = config["intermediate_size"]
+            w[p + "mlp.gate_proj.weight"] = linear(inter, hidden)
+            w[p + "mlp.up_proj.weight"] = linear(inter, hidden)
+            w[p + "mlp.down_proj.weight"] = linear(hidden, inter)
+    return w
+
+
+def rms_norm(x, weight, eps):
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * weight
+
+
+def silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+def yarn_get_mscale(scale, mscale):
+    return 1.0 if scale <= 1 else 0.1 * mscale * np.log(scale) + 1.0
+
+
+def rotary(config):
+    """(inv_freq [rope / 2], cos/sin scale) of DeepseekV2RotaryEmbedding or DeepseekV2YarnRotaryEmbedding."""
+    dim, base, scaling = config["qk_rope_head_dim"], config["rope_theta"], config["rope_scaling"]
+    freq_extra = 1.0 / base ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
+    if scaling is None:
+        return freq_extra, 1.0
+    factor, original = scaling["factor"], scaling["original_max_position_embeddings"]
+
+    def correction_dim(rotations):
+        return dim * np.log(original / (rotations * 2 * np.pi)) / (2 * np.log(base))
+
+    low = max(np.floor(correction_dim(scaling["beta_fast"])), 0)
+    high = min(np.ceil(correction_dim(scaling["beta_slow"])), dim - 1)
+    if low == high:
+        high += 0.001
+    ramp = np.clip((np.arange(dim // 2, dtype=np.float64) - low) / (high - low), 0, 1)
+    mask = 1.0 - ramp
+    inv_freq = freq_extra / factor * (1 - mask) + freq_extra * mask
+    return inv_freq, yarn_get_mscale(factor, scaling["mscale"]) / yarn_get_mscale(factor, scaling["mscale_all_dim"])
+
+
+def apply_rope(x, positions, inv_freq, mscale):
+    """modeling_deepseek.py's apply_rotary_pos_emb on x [T, heads, rope]: its interleaved pairs permuted to halves,
+    then rotate_half RoPE with cos and sin scaled by the yarn mscale."""
+    x = np.concatenate([x[..., 0::2], x[..., 1::2]], -1)
+    angles = positions[:, None] * inv_freq[None, :]
+    cos = (np.cos(np.concatenate([angles, angles], -1)) * mscale)[:, None, :]
+    sin = (np.sin(np.concatenate([angles, angles], -1)) * mscale)[:, None, :]
+    half = x.shape[-1] // 2
+    rotated = np.concatenate([-x[..., half:], x[..., :half]], -1)
+    return x * cos + rotated * sin
+
+
+def softmax_scale(config):
+    scale = (config["qk_nope_head_dim"] + config["qk_rope_head_dim"]) ** -0.5
+    scaling = config["rope_scaling"]
+    if scaling is not None and scaling.get("mscale_all_dim", 0):
+        scale *= yarn_get_mscale(scaling["factor"], scaling["mscale_all_dim"]) ** 2
+    return scale
+
+
+def mlp(x, w, prefix):
+    return (silu(x @ w[prefix + "gate_proj.weight"].T) * (x @ w[prefix + "up_proj.weight"].T)) @ w[prefix + "down_proj.weight"].T
+
+
+def oracle(config, weights, tokens):
+    """Logits [T, vocab] and, per MoE layer, each position's experts (descending probability) and the smallest gap
+    between a token's last chosen and first unchosen expert probability."""
+    w = {k: v.astype(np.float64) for k, v in weights.items()}
+    eps, heads = config["rms_norm_eps"], config["num_attention_heads"]
+    nope, rope, v_dim, rank = (config[k] for k in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+                                                   "kv_lora_rank"))
+    t = len(tokens)
+    positions = np.arange(t, dtype=np.float64)
+    inv_freq, mscale = rotary(config)
+    h = w["model.embed_tokens.weight"][tokens]
+    experts, min_gap = {}, np.inf
+    mask = np.tril(np.ones((t, t), dtype=bool))
+    for i in range(config["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        x = rms_norm(h, w[p + "input_layernorm.weight"], eps)
+        if config["q_lora_rank"] is None:
+            q = x @ w[p + "self_attn.q_proj.weight"].T
+        else:
+            q_a = rms_norm(x @ w[p + "self_attn.q_a_proj.weight"].T, w[p + "self_attn.q_a_layernorm.weight"], eps)
+            q = q_a @ w[p + "self_attn.q_b_proj.weight"].T
+        q = q.reshape(t, heads, nope + rope)
+        q_nope, q_pe = q[..., :nope], q[..., nope:]
+        kv_a = x @ w[p + "self_attn.kv_a_proj_with_mqa.weight"].T
+        c_kv, k_pe = kv_a[:, :rank], kv_a[:, rank:].reshape(t, 1, rope)
+        kv = (rms_norm(c_kv, w[p + "self_attn.kv_a_layernorm.weight"], eps) @ w[p + "self_attn.kv_b_proj.weight"].T)
+        kv = kv.reshape(t, heads, nope + v_dim)
+        k_nope, v = kv[..., :nope], kv[..., nope:]
+        q_pe, k_pe = apply_rope(q_pe, positions, inv_freq, mscale), apply_rope(k_pe, positions, inv_freq, mscale)
+        query = np.concatenate([q_nope, q_pe], -1)
+        key = np.concatenate([k_nope, np.broadcast_to(k_pe, (t, heads, rope))], -1)
+        out = np.zeros((t, heads, v_dim))
+        for head in range(heads):
+            scores = query[:, head] @ key[:, head].T * softmax_scale(config)
+            scores = np.where(mask, scores, -np.inf)
+            probs = np.exp(scores - scores.max(-1, keepdims=True))
+            out[:, head] = (probs / probs.sum(-1, keepdims=True)) @ v[:, head]
+        h = h + out.reshape(t, heads * v_dim) @ w[p + "self_attn.o_proj.weight"].T
+        x = rms_norm(h, w[p + "post_attention_layernorm.weight"], eps)
+        if not is_moe(config, i):
+            h = h + mlp(x, w, p + "mlp.")
+            continue
+        logits = x @ w[p + "mlp.gate.weight"].T
+        probs = np.exp(logits - logits.max(-1, keepdims=True))
+        probs /= probs.sum(-1, keepdims=True)
+        top = config["num_experts_per_tok"]
+        order = np.argsort(-probs, axis=-1, kind="stable")
+        chosen = order[:, :top]
+        gates = np.take_along_axis(probs, chosen, -1)
+        sorted_probs = np.take_along_axis(probs, order, -1)
+        min_gap = min(min_gap, float(np.min(sorted_probs[:, top - 1] - sorted_probs[:, top])))
+        if top > 1 and config["norm_topk_prob"]:
+            gates = gates / (gates.sum(-1, keepdims=True) + 1e-20)
+        else:
+            gates = gates * config["routed_scaling_factor"]
+        moe = np.zeros_like(h)
+        for row in range(t):
+            for e, g in zip(chosen[row], gates[row]):
+                moe[row] += g * mlp(x[row], w, f"{p}mlp.experts.{e}.")
+        if config["n_shared_experts"]:
+            moe = moe + mlp(x, w, p + "mlp.shared_experts.")
+        h = h + moe
+        experts[str(i)] = chosen.tolist()
+    logits = rms_norm(h, w["model.norm.weight"], eps) @ w["lm_head.weight"].T
+    return logits, experts, min_gap
+
+
+def write_hf_dir(path, config, weights):
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(json.dumps(config))
+    save_file(weights, str(path / "model.safetensors"))
+    return path
+
+
+def run_tool(model, load_format, tmp_path):
+    tokens = tmp_path / "tokens.json"
+    tokens.write_text(json.dumps(PROMPT))
+    logits_file = tmp_path / "logits.f32"
+    return subprocess.run([str(TOOL), str(model), load_format, str(tokens), str(logits_file)], capture_output=True,
+                          text=True), logits_file
+
+
+YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64, "beta_fast": 32, "beta_slow": 1,
+        "mscale": 1.0, "mscale_all_dim": 0.8}
+# V2-Lite's shape (q_lora_rank null, one shared expert, plain top-k); a query latent with yarn, two shared experts
+# and a routed scaling factor; renormalized top-3 in every second layer. Each with a weight seed whose routing has
+# no near-tie.
+CASES = {"lite": ({}, 1),
+         "q_lora_yarn": ({"q_lora_rank": 24, "rope_scaling": YARN, "n_shared_experts": 2,
+                          "routed_scaling_factor": 2.5}, 6),
+         "norm_freq2": ({"num_hidden_layers": 4, "moe_layer_freq": 2, "num_experts_per_tok": 3,
+                         "norm_topk_prob": True, "routed_scaling_factor": 16.0}, 13)}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_hf_checkpoint_matches_oracle(case, tmp_path):
+    config = {**BASE, **CASES[case][0]}
+    weights = random_weights(config, seed=CASES[case][1])
+    out, logits_file = run_tool(write_hf_dir(tmp_path / "hf", config, weights), "hf", tmp_path)
+    assert out.returncode == 0, out.stderr
+    logits = np.fromfile(logits_file, dtype=np.float32).reshape(-1, config["vocab_size"])
+    experts = json.loads(out.stdout)["experts"]
+    assert sorted(experts) == [str(i) for i in range(config["num_hidden_layers"]) if is_moe(config, i)]
+    expected, expected_experts, min_gap = oracle(config, weights, PROMPT)
+    # fp32 router probabilities are good to ~1e-6; a smaller gap could flip a choice without any bug.
+    assert min_gap > 1e-4, f"the test data has a near-tie in routing (gap {min_gap:.1e}): pick another seed"
+    err = np.max(np.abs(logits - expected)) / np.max(np.abs(expected))
+    assert err < 2e-5, f"max relative logit error {err:.2e}"
+    assert experts == expected_experts
+
+
+def oracle_greedy(config, weights, prompt, n):
+    """The oracle's n greedy tokens after `prompt`, the smallest top-1 / top-2 logit gap on the way and the smallest
+    routing gap (oracle()'s) over every token but the last."""
+    tokens, logit_gap, routing_gap = list(prompt), np.inf, np.inf
+    for _ in range(n):
+        all_logits, _, gap = oracle(config, weights, tokens)
+        top2 = np.sort(all_logits[-1])[-2:]
+        logit_gap, routing_gap = min(logit_gap, float(top2[1] - top2[0])), min(routing_gap, gap)
+        tokens.append(int(np.argmax(all_logits[-1])))
+    return tokens[len(prompt):], logit_gap, routing_gap
+
+
+def engine_greedy(model, tmp_path, max_tokens, max_batched_tokens, *method):
+    """The engine's greedy tokens, and the tokens its KV pool holds per layer and KV head."""
+    tokens = tmp_path / "prompt.json"
+    tokens.write_text(json.dumps(PROMPT))
+    out = subprocess.run([str(ENGINE_TOOL), str(model), "hf", str(tokens), str(max_tokens), str(max_batched_tokens),
+                          str(PAGE_SIZE), *method], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    # The engine logs to stdout before the tool prints its result.
+    capacity = int(re.search(r"(\d+) tokens per layer and KV head", out.stdout).group(1))
+    return json.loads(out.stdout.splitlines()[-1])["tokens"], capacity
+
+
+@pytest.mark.parametrize("case", ["lite", "q_lora_yarn"])
+def test_engine_greedy_matches_oracle(case, tmp_path):
+    """The serving engine (scheduler, paged shared-latent store, absorbed attention) generates the oracle's greedy
+    tokens, with the prompt prefilled in one step and in chunks of 5 tokens; its pool is sized by the latent's
+    bytes: one row of kv_lora_rank + qk_rope per token and layer, for all heads."""
+    config = {**BASE, **CASES[case][0]}
+    weights = random_weights(config, seed=CASES[case][1])
+    model = write_hf_dir(tmp_path / "hf", config, weights)
+    expected, logit_gap, routing_gap = oracle_greedy(config, weights, PROMPT, 10)
+    assert logit_gap > 1e-3 and routing_gap > 1e-4, f"the test data has a near-tie ({logit_gap:.1e}, {routing_gap:.1e})"
+    latent_page = PAGE_SIZE * (config["kv_lora_rank"] + config["qk_rope_head_dim"]) * 4
+    layers = config["num_hidden_layers"]
+    for max_batched_tokens in (64, 5):
+        tokens, capacity = engine_greedy(model, tmp_path, 10, max_batched_tokens)
+        assert tokens == expected
+        assert capacity == ENGINE_KV_BYTES // latent_page // layers * PAGE_SIZE
+
+
+@pytest.mark.parametrize("method, sparse_config", [("streamingllm", {"budget": 64, "sink_tokens": 4}),
+                                                   ("snapkv", {"budget": 64, "window": 4}),
+                                                   ("quest", {"token_budget": 64, "dense_layers": 0})])
+def test_sparse_methods_run_over_latent_attention(method, sparse_config, tmp_path):
+    """Eviction and selection methods run over the expanded heads latent attention hands a per-head store; with a
+    budget above the sequence they keep every token, so the oracle's greedy tokens come out."""
+    config = {**BASE, **CASES["lite"][0]}
+    weights = random_weights(config, seed=CASES["lite"][1])
+    model = write_hf_dir(tmp_path / "hf", config, weights)
+    expected = oracle_greedy(config, weights, PROMPT, 10)[0]
+    assert engine_greedy(model, tmp_path, 10, 5, method, json.dumps(sparse_config))[0] == expected
+
+
+def test_dummy_weights_run(tmp_path):
+    config = {**BASE, **CASES["q_lora_yarn"][0]}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    out, logits_file = run_tool(tmp_path / "config.json", "dummy", tmp_path)
+    assert out.returncode == 0, out.stderr
+    logits = np.fromfile(logits_file, dtype=np.float32).reshape(-1, config["vocab_size"])
+    assert logits.shape == (len(PROMPT), config["vocab_size"]) and np.all(np.isfinite(logits))
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"kv_lora_rank": None}, "kv_lora_rank"),
+    ({"qk_rope_head_dim": 15}, "qk_rope_head_dim"),
+    ({"v_head_dim": 64}, "v_head_dim"),
+    ({"num_experts_per_tok": 9}, "num_experts_per_tok"),
+    ({"topk_method": "group_limited_greedy"}, "topk_method"),
+    ({"scoring_func": "sigmoid"}, "scoring_func"),
+    ({"first_k_dense_replace": 7}, "first_k_dense_replace"),
+    ({"n_shared_experts": -1}, "n_shared_experts"),
+])
+def test_bad_config_is_a_clear_error(change, message, tmp_path):
+    config = {**BASE, **change}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    out, _ = run_tool(tmp_path / "config.json", "dummy", tmp_path)
+    assert out.returncode == 1 and message in out.stderr, out.stderr
+
+
+def test_missing_latent_weight_is_a_clear_error(tmp_path):
+    weights = random_weights(BASE, seed=1)
+    del weights["model.layers.1.self_attn.kv_b_proj.weight"]
+    out, _ = run_tool(write_hf_dir(tmp_path / "hf", BASE, weights), "hf", tmp_path)
+    assert out.returncode == 1 and "model.layers.1.self_attn.kv_b_proj.weight" in out.stderr
