@@ -7,6 +7,9 @@
 namespace se {
 
 Result<Model> Model::create(const ModelConfig& config, const std::map<std::string, Tensor>& tensors, Device device) {
+  if (device != Device::kCpu && config.latent_attention())
+    return unimplemented("multi-head latent attention has no {} kernels yet; run this model with --device cpu",
+                         device_name(device));
   SE_ASSIGN_OR_RETURN(ModelWeights weights, ModelWeights::build(config, tensors));
   return Model(arch_of(config), config, weights.on_device(device), device);
 }
