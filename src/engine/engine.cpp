@@ -127,6 +127,9 @@ Result<std::unique_ptr<Engine>> Engine::create(const ModelBundle& bundle, const 
   // Latent attention under the dense method keeps the shared latent: kv_lora_rank + qk_rope per token for every
   // head, as one "KV head".
   layout.shared_latent = model.latent_attention() && keeps_shared_latent(method->traits());
+  if (layout.shared_latent && store != KvStoreKind::kExplicit)
+    return unimplemented("the {} KV store does not hold shared latent rows yet (--kv-cache-dtype auto)",
+                         kv_store_kind_name(store));
   layout.num_kv_heads = layout.shared_latent ? 1 : model.num_kv_heads;
   layout.head_dim = layout.shared_latent ? model.kv_lora_rank + model.qk_rope_head_dim : model.head_dim;
   layout.page_size = config.page_size;
