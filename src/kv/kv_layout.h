@@ -26,7 +26,7 @@ struct KvLayout {
   int32_t page_size = kDefaultPageSize;  // tokens per page
   DType dtype = DType::kBF16;            // element type of K and V: kv_page_dtype(device, store)
   KvStoreKind store = KvStoreKind::kExplicit;
-  bool shared_latent = false;            // pages hold one latent row per token and no V half
+  bool shared_latent = false;  // pages hold one latent row per token and no V half
 
   // Ok when every field is positive, dtype is a float type (kU8 for the FP8 store), and a page and the
   // stream count fit their types.

@@ -57,12 +57,12 @@ class ForwardWorkspace final {
   // [num_experts + 1] I32, MoE layer `layer`'s own, kept after the forward: which experts the step read.
   TensorView expert_offsets(int layer) const;
   TensorView all_expert_offsets() const { return expert_offsets_.view(); }  // [num_layers, num_experts + 1] I32
-  TensorView expert_rows(int64_t t) const;     // [t * experts_per_tok] I32: the batch row of each grouped row
-  TensorView expert_slots(int64_t t) const;    // [t * experts_per_tok] I32: the grouped row of each pair
-  TensorView expert_in(int64_t t) const;       // [t * experts_per_tok, hidden] matmul input
-  TensorView expert_gate_up(int64_t t) const;  // [t * experts_per_tok, 2 * moe_intermediate] F32
-  TensorView expert_act(int64_t t) const;      // [t * experts_per_tok, moe_intermediate] matmul input
-  TensorView expert_out(int64_t t) const;      // [t * experts_per_tok, hidden] F32
+  TensorView expert_rows(int64_t t) const;            // [t * experts_per_tok] I32: the batch row of each grouped row
+  TensorView expert_slots(int64_t t) const;           // [t * experts_per_tok] I32: the grouped row of each pair
+  TensorView expert_in(int64_t t) const;              // [t * experts_per_tok, hidden] matmul input
+  TensorView expert_gate_up(int64_t t) const;         // [t * experts_per_tok, 2 * moe_intermediate] F32
+  TensorView expert_act(int64_t t) const;             // [t * experts_per_tok, moe_intermediate] matmul input
+  TensorView expert_out(int64_t t) const;             // [t * experts_per_tok, hidden] F32
   TensorView shared_expert_gate_up(int64_t t) const;  // [t, 2 * shared_expert_intermediate] F32
   TensorView shared_expert_act(int64_t t) const;      // [t, shared_expert_intermediate] matmul input
   // Multi-head latent attention (ModelConfig::latent_attention).

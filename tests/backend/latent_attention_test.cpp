@@ -108,7 +108,7 @@ void check(const std::vector<Seq>& seqs, const AttentionParams& params, uint64_t
         const int32_t last = len - n + r;
         const int32_t first = params.sliding_window > 0 ? std::max(0, last - params.sliding_window + 1) : 0;
         std::vector<double> logits;
-        logits.reserve(static_cast<size_t>(last - first + 1));
+        logits.reserve(static_cast<size_t>(last) - static_cast<size_t>(first) + 1);
         for (int32_t j = first; j <= last; ++j) {
           double dot = 0;
           for (size_t d = 0; d < q.size(); ++d) dot += q[d] * keys[static_cast<size_t>(j)][d];

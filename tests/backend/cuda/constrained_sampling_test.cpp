@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <string>
 
 #include "backend/ops.h"
 #include "cuda_test_util.h"
@@ -56,8 +57,8 @@ TEST(CudaConstrainedSamplingTest, MaskAndTokenLogprobsMatchCpu) {
         const double ref = logprobs_ref.data<float>()[r], got = logprobs_got.data<float>()[r];
         max_err = std::isfinite(got) ? std::max(max_err, std::abs(got - ref) / std::max(1.0, std::abs(ref))) : INFINITY;
       }
-      std::printf("PARITY token_logprobs    %-4s [%d, %d] rel_err %.3e\n", dtype_name(dtype).data(), rows, width,
-                  max_err);
+      std::printf("PARITY token_logprobs    %-4s [%d, %d] rel_err %.3e\n", std::string(dtype_name(dtype)).c_str(), rows,
+                  width, max_err);
       EXPECT_LT(max_err, 1e-5);
     }
   }

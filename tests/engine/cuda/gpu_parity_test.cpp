@@ -390,9 +390,8 @@ TEST(GpuModelTest, TinyQwen3MoeMatchesCpu) {
   gpu.model = std::make_unique<Model>(create_model(*normalized, weights, Device::kCuda));
   const auto prompts = random_prompts(10, 96, 3, 90, 21);
   std::vector<GreedyTrace> cpu_traces;
-  const double noise =
-      expect_model_parity("tiny-qwen3-moe", cpu, *gpu.model, prompts, 24, 40, GreedyCheck::kNearTies, &cpu_traces,
-                          kMoeLogitsTolerance);
+  const double noise = expect_model_parity("tiny-qwen3-moe", cpu, *gpu.model, prompts, 24, 40, GreedyCheck::kNearTies,
+                                           &cpu_traces, kMoeLogitsTolerance);
   expect_engine_parity("tiny-qwen3-moe", gpu, prompts, cpu_traces, noise, 24, GreedyCheck::kNearTies);
 }
 
@@ -930,9 +929,10 @@ TEST(GpuEngineTest, ConstrainedDecodingSamplesOnTheDeviceLikeOnTheHost) {
   SE_SKIP_WITHOUT_CUDA_DEVICE();
   const TinyBundles bundles = tiny_cpu_and_gpu_bundles();
   // ":" among them: without it a key could only be closed into a dead end.
-  const std::vector<std::string> pieces = {"{", "}", "\"", "\":", ",", "a", "b", "1", "2",
+  const std::vector<std::string> pieces = {"{", "}", "\"",   "\":",  ",", "a",   "b", "1", "2",
                                            "[", "]", "true", "null", " ", "\"k", "0", ":"};
   std::vector<std::string> vocab;
+  vocab.reserve(96);
   for (int32_t id = 0; id < 95; ++id) vocab.push_back(pieces[static_cast<size_t>(id) % pieces.size()]);
   const int32_t eog = 95;
   vocab.push_back("");
