@@ -11,9 +11,9 @@ import subprocess
 
 import numpy as np
 import pytest
-from safetensors.numpy import save_file
 
 from conftest import BUILD_DIR
+from numpy_reference import rms_norm, silu, write_hf_dir
 
 TOOL = BUILD_DIR / "tests" / "model" / "moe_parity_tool"
 ENGINE_TOOL = BUILD_DIR / "tests" / "model" / "engine_greedy_tool"
@@ -84,14 +84,6 @@ def random_weights(config, seed):
             w[p + "mlp.up_proj.weight"] = linear(inter, hidden)
             w[p + "mlp.down_proj.weight"] = linear(hidden, inter)
     return w
-
-
-def rms_norm(x, weight, eps):
-    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * weight
-
-
-def silu(x):
-    return x / (1.0 + np.exp(-x))
 
 
 def yarn_get_mscale(scale, mscale):
@@ -208,13 +200,6 @@ def oracle(config, weights, tokens):
         experts[str(i)] = chosen.tolist()
     logits = rms_norm(h, w["model.norm.weight"], eps) @ w["lm_head.weight"].T
     return logits, experts, min_gap
-
-
-def write_hf_dir(path, config, weights):
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "config.json").write_text(json.dumps(config))
-    save_file(weights, str(path / "model.safetensors"))
-    return path
 
 
 def run_tool(model, load_format, tmp_path):

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from test_qwen3_moe import BASE, CASES, PROMPT, TOOL, check_against_oracle, random_weights, run_tool, write_hf_dir
+from numpy_reference import write_hf_dir
+from test_qwen3_moe import BASE, CASES, PROMPT, TOOL, check_against_oracle, random_weights, run_tool
 
 BLOCK = [16, 24]
 FP8 = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": BLOCK}

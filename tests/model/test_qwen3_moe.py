@@ -10,9 +10,9 @@ import subprocess
 import numpy as np
 import pytest
 from gguf import GGUFWriter
-from safetensors.numpy import save_file
 
 from conftest import BUILD_DIR
+from numpy_reference import rms_norm, silu, write_hf_dir
 
 TOOL = BUILD_DIR / "tests" / "model" / "moe_parity_tool"
 BASE = {"model_type": "qwen3_moe", "architectures": ["Qwen3MoeForCausalLM"], "vocab_size": 64, "hidden_size": 32,
@@ -65,14 +65,6 @@ def random_weights(config, seed):
             w[p + "mlp.up_proj.weight"] = linear(inter, hidden)
             w[p + "mlp.down_proj.weight"] = linear(hidden, inter)
     return w
-
-
-def rms_norm(x, weight, eps):
-    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * weight
-
-
-def silu(x):
-    return x / (1.0 + np.exp(-x))
 
 
 def rope(x, positions, theta):
@@ -147,13 +139,6 @@ def run_tool(model, load_format, tmp_path, vocab):
                          text=True)
     assert out.returncode == 0, out.stderr
     return np.fromfile(logits_file, dtype=np.float32).reshape(-1, vocab), json.loads(out.stdout)["experts"]
-
-
-def write_hf_dir(path, config, weights):
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "config.json").write_text(json.dumps(config))
-    save_file(weights, str(path / "model.safetensors"))
-    return path
 
 
 def write_gguf(path, config, weights):
