@@ -6,25 +6,19 @@
 #include "backend/cpu/moe.h"
 #include "backend/cuda/moe.h"
 #include "backend/device_memory.h"
+#include "backend/op_dispatch.h"
 #include "base/check.h"
 
 namespace se {
 
 namespace {
-#if SE_WITH_CUDA
-constexpr bool kCudaBuilt = true;
-#else
-constexpr bool kCudaBuilt = false;  // the se::cuda calls below sit in discarded branches and are never linked
-#endif
-
-// True when the op runs on the GPU: every tensor of it lives there, and the build has the CUDA backend.
-bool on_cuda(std::initializer_list<const TensorView*> tensors, const char* what) {
+// True when the op runs on the GPU: every tensor of it lives on one device, the GPU, and the build has the CUDA
+// backend.
+bool all_on_cuda(std::initializer_list<const TensorView*> tensors, const char* what) {
   const Device device = (*tensors.begin())->device;
   for (const TensorView* t : tensors)
     SE_CHECK(t->device == device, "{}: tensors on {} and {}", what, device_name(device), device_name(t->device));
-  if (device != Device::kCuda) return false;
-  SE_CHECK(kCudaBuilt, "{}: a CUDA tensor, but this build has no CUDA backend (configure with -DSE_CUDA=ON)", what);
-  return true;
+  return on_cuda(**tensors.begin(), what);
 }
 void require(const TensorView& t, DType dtype, int rank, const char* what) {
   SE_CHECK(t.dtype == dtype && t.shape.rank() == rank, "{}: expected a rank-{} {} tensor, got {} {}", what, rank,
@@ -41,7 +35,7 @@ void route_experts(TensorView experts, TensorView weights, TensorView logits, bo
            "route_experts: experts {} weights {} for logits {}", experts.shape.to_string(), weights.shape.to_string(),
            logits.shape.to_string());
   if (logits.shape[0] == 0) return;
-  if (on_cuda({&experts, &weights, &logits}, "route_experts")) {
+  if (all_on_cuda({&experts, &weights, &logits}, "route_experts")) {
     if constexpr (kCudaBuilt) cuda::route_experts(experts, weights, logits, normalize);
     return;
   }
@@ -54,7 +48,7 @@ void group_by_expert(TensorView offsets, TensorView rows, TensorView slots, Tens
                offsets.numel() >= 2 && rows.numel() == experts.numel() && slots.numel() == experts.numel(),
            "group_by_expert: offsets {} rows {} slots {} for experts {}", offsets.shape.to_string(),
            rows.shape.to_string(), slots.shape.to_string(), experts.shape.to_string());
-  if (on_cuda({&offsets, &rows, &slots, &experts}, "group_by_expert")) {
+  if (all_on_cuda({&offsets, &rows, &slots, &experts}, "group_by_expert")) {
     if constexpr (kCudaBuilt) cuda::group_by_expert(offsets, rows, slots, experts);
     return;
   }
@@ -70,7 +64,7 @@ void grouped_linear(TensorView out, TensorView x, TensorView w, TensorView offse
   SE_CHECK(x.dtype == w.dtype && (out.dtype == DType::kF32 || out.dtype == x.dtype),
            "grouped_linear: x {} w {} out {} (x and w of one dtype; out f32 or theirs)", dtype_name(x.dtype),
            dtype_name(w.dtype), dtype_name(out.dtype));
-  if (on_cuda({&out, &x, &w, &offsets}, "grouped_linear")) {
+  if (all_on_cuda({&out, &x, &w, &offsets}, "grouped_linear")) {
     SE_CHECK(x.dtype == DType::kBF16 || x.dtype == DType::kF32, "grouped_linear: CUDA takes bf16 or f32, got {}",
              dtype_name(x.dtype));
     if constexpr (kCudaBuilt) cuda::grouped_linear(out, x, w, offsets, max_rows);
@@ -90,7 +84,7 @@ void moe_combine(TensorView h, TensorView y, TensorView weights, TensorView slot
            "moe_combine: h {} y {} weights {} slots {}", h.shape.to_string(), y.shape.to_string(),
            weights.shape.to_string(), slots.shape.to_string());
   if (h.shape[0] == 0) return;
-  if (on_cuda({&h, &y, &weights, &slots}, "moe_combine")) {
+  if (all_on_cuda({&h, &y, &weights, &slots}, "moe_combine")) {
     if constexpr (kCudaBuilt) cuda::moe_combine(h, y, weights, slots);
     return;
   }

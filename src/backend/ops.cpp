@@ -7,6 +7,7 @@
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/device_memory.h"
+#include "backend/op_dispatch.h"
 #include "backend/quant/quantized_kv_layout.h"
 #include "base/check.h"
 #include "base/top_k.h"
@@ -14,25 +15,12 @@
 namespace se {
 
 namespace {
-#if SE_WITH_CUDA
-constexpr bool kCudaBuilt = true;
-#else
-constexpr bool kCudaBuilt = false;  // the se::cuda calls below sit in discarded branches and are never linked
-#endif
-
 void require_cpu_f32(const TensorView& t, const char* what) {
   SE_CHECK(t.device == Device::kCpu, "{}: only the CPU backend is built for this op", what);
   SE_CHECK(t.dtype == DType::kF32, "{}: expected f32, got {}", what, dtype_name(t.dtype));
 }
 int64_t last_dim(const TensorView& t) { return t.shape[t.shape.rank() - 1]; }
 
-// True when the op runs on the GPU (its output lives there); then the build must have the CUDA backend.
-bool on_cuda(const TensorView& out, const char* what) {
-  if (out.device != Device::kCuda) return false;
-  SE_CHECK(kCudaBuilt, "{}: a CUDA tensor, but this build has no CUDA backend (configure with -DSE_CUDA=ON)",
-           what);
-  return true;
-}
 // True when a sparse-method op works on a GPU KV pool (ops.h: host tables over a device pool); the
 // build must then have the CUDA backend, and the pages are bf16 K/V.
 bool pool_on_cuda(const AttentionView& view, const char* what) {

@@ -5,6 +5,7 @@
 #include <random>
 #include <thread>
 
+#include "../support/tiny_engine.h"
 #include "../support/tiny_model.h"
 #include "base/check.h"
 #include "engine/sequence_generator.h"
@@ -12,13 +13,8 @@
 namespace se {
 namespace {
 
-ModelBundle tiny_bundle() {
-  ModelBundle bundle;
-  bundle.name = "tiny";
-  bundle.source_format = "dummy";
-  bundle.model = std::make_unique<Model>(test::tiny_model());
-  return bundle;
-}
+using test::tiny_bundle;
+using test::greedy;
 
 // Collects a stream to the end: output tokens and the final delta.
 struct Collected {
@@ -42,14 +38,6 @@ Collected collect(OutputStream& stream) {
 std::vector<int32_t> random_prompt(std::mt19937& rng, int len) {
   std::vector<int32_t> p(static_cast<size_t>(len));
   for (int32_t& t : p) t = static_cast<int32_t>(rng() % 96);
-  return p;
-}
-
-SamplingParams greedy(int max_tokens) {
-  SamplingParams p;
-  p.temperature = 0.0f;
-  p.max_tokens = max_tokens;
-  p.ignore_eos = true;
   return p;
 }
 

@@ -6,27 +6,15 @@
 
 #include <random>
 
+#include "../support/tiny_engine.h"
 #include "../support/tiny_model.h"
 #include "engine/engine.h"
 
 namespace se {
 namespace {
 
-ModelBundle tiny_bundle() {
-  ModelBundle bundle;
-  bundle.name = "tiny";
-  bundle.source_format = "dummy";
-  bundle.model = std::make_unique<Model>(test::tiny_model());
-  return bundle;
-}
-
-SamplingParams greedy(int max_tokens) {
-  SamplingParams p;
-  p.temperature = 0.0f;
-  p.max_tokens = max_tokens;
-  p.ignore_eos = true;
-  return p;
-}
+using test::tiny_bundle;
+using test::greedy;
 
 std::vector<int32_t> random_prompt(std::mt19937& rng, int len) {
   std::vector<int32_t> p(static_cast<size_t>(len));

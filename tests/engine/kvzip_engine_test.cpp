@@ -9,19 +9,14 @@
 #include <random>
 
 #include "../loader/test_models.h"
+#include "../support/tiny_engine.h"
 #include "../support/tiny_model.h"
 #include "engine/engine.h"
 
 namespace se {
 namespace {
 
-SamplingParams greedy(int max_tokens) {
-  SamplingParams p;
-  p.temperature = 0.0f;
-  p.max_tokens = max_tokens;
-  p.ignore_eos = true;
-  return p;
-}
+using test::greedy;
 
 // The stream's output tokens and its final delta.
 std::pair<std::vector<int32_t>, RequestOutput> collect(OutputStream& stream) {

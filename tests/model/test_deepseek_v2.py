@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from conftest import BUILD_DIR
-from numpy_reference import rms_norm, silu, write_hf_dir
+from numpy_reference import RandomCheckpoint, rms_norm, silu, write_hf_dir
 
 TOOL = BUILD_DIR / "tests" / "model" / "moe_parity_tool"
 ENGINE_TOOL = BUILD_DIR / "tests" / "model" / "engine_greedy_tool"
@@ -37,23 +37,14 @@ def is_moe(config, layer):
 
 def random_weights(config, seed):
     """HF-named float32 weights, experts one tensor each, as DeepSeek-V2-Lite's checkpoint stores them."""
-    rng = np.random.default_rng(seed)
+    checkpoint = RandomCheckpoint(config, seed)
+    linear, norm, w = checkpoint.linear, checkpoint.norm, checkpoint.weights
     hidden, heads = config["hidden_size"], config["num_attention_heads"]
     nope, rope, v_dim, rank = (config[k] for k in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
                                                    "kv_lora_rank"))
-
-    def linear(out, inp, gain=1.0):
-        return (rng.standard_normal((out, inp)) * gain / np.sqrt(inp)).astype(np.float32)
-
-    def norm(n):
-        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
-
-    w = {"model.embed_tokens.weight": rng.standard_normal((config["vocab_size"], hidden)).astype(np.float32),
-         "model.norm.weight": norm(hidden), "lm_head.weight": linear(config["vocab_size"], hidden)}
     for i in range(config["num_hidden_layers"]):
         p = f"model.layers.{i}."
-        w[p + "input_layernorm.weight"] = norm(hidden)
-        w[p + "post_attention_layernorm.weight"] = norm(hidden)
+        checkpoint.layer_norms(p, hidden)
         if config["q_lora_rank"] is None:
             w[p + "self_attn.q_proj.weight"] = linear(heads * (nope + rope), hidden)
         else:
@@ -70,19 +61,11 @@ def random_weights(config, seed):
             w[p + "mlp.gate.weight"] = linear(config["n_routed_experts"], hidden, gain=4.0)
             inter = config["moe_intermediate_size"]
             for e in range(config["n_routed_experts"]):
-                w[p + f"mlp.experts.{e}.gate_proj.weight"] = linear(inter, hidden)
-                w[p + f"mlp.experts.{e}.up_proj.weight"] = linear(inter, hidden)
-                w[p + f"mlp.experts.{e}.down_proj.weight"] = linear(hidden, inter)
-            shared = inter * config["n_shared_experts"]
-            if shared:
-                w[p + "mlp.shared_experts.gate_proj.weight"] = linear(shared, hidden)
-                w[p + "mlp.shared_experts.up_proj.weight"] = linear(shared, hidden)
-                w[p + "mlp.shared_experts.down_proj.weight"] = linear(hidden, shared)
+                checkpoint.gated_mlp(p + f"mlp.experts.{e}.", inter, hidden)
+            if config["n_shared_experts"]:
+                checkpoint.gated_mlp(p + "mlp.shared_experts.", inter * config["n_shared_experts"], hidden)
         else:
-            inter = config["intermediate_size"]
-            w[p + "mlp.gate_proj.weight"] = linear(inter, hidden)
-            w[p + "mlp.up_proj.weight"] = linear(inter, hidden)
-            w[p + "mlp.down_proj.weight"] = linear(hidden, inter)
+            checkpoint.gated_mlp(p + "mlp.", config["intermediate_size"], hidden)
     return w
 
 

@@ -12,7 +12,7 @@ import pytest
 from gguf import GGUFWriter
 
 from conftest import BUILD_DIR
-from numpy_reference import rms_norm, silu, write_hf_dir
+from numpy_reference import RandomCheckpoint, rms_norm, silu, write_hf_dir
 
 TOOL = BUILD_DIR / "tests" / "model" / "moe_parity_tool"
 BASE = {"model_type": "qwen3_moe", "architectures": ["Qwen3MoeForCausalLM"], "vocab_size": 64, "hidden_size": 32,
@@ -29,22 +29,13 @@ def is_moe(config, layer):
 
 def random_weights(config, seed):
     """HF-named float32 weights; experts stored one tensor per expert, as Qwen3-30B-A3B's checkpoint does."""
-    rng = np.random.default_rng(seed)
+    checkpoint = RandomCheckpoint(config, seed)
+    linear, norm, w = checkpoint.linear, checkpoint.norm, checkpoint.weights
     hidden, heads, kv_heads, dim = (config[k] for k in ("hidden_size", "num_attention_heads",
                                                         "num_key_value_heads", "head_dim"))
-
-    def linear(out, inp, gain=1.0):
-        return (rng.standard_normal((out, inp)) * gain / np.sqrt(inp)).astype(np.float32)
-
-    def norm(n):
-        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
-
-    w = {"model.embed_tokens.weight": rng.standard_normal((config["vocab_size"], hidden)).astype(np.float32),
-         "model.norm.weight": norm(hidden), "lm_head.weight": linear(config["vocab_size"], hidden)}
     for i in range(config["num_hidden_layers"]):
         p = f"model.layers.{i}."
-        w[p + "input_layernorm.weight"] = norm(hidden)
-        w[p + "post_attention_layernorm.weight"] = norm(hidden)
+        checkpoint.layer_norms(p, hidden)
         w[p + "self_attn.q_proj.weight"] = linear(heads * dim, hidden)
         w[p + "self_attn.k_proj.weight"] = linear(kv_heads * dim, hidden)
         w[p + "self_attn.v_proj.weight"] = linear(kv_heads * dim, hidden)
@@ -55,15 +46,9 @@ def random_weights(config, seed):
             # A router scaled up so that each token's choice stands clear of the next expert.
             w[p + "mlp.gate.weight"] = linear(config["num_experts"], hidden, gain=4.0)
             for e in range(config["num_experts"]):
-                inter = config["moe_intermediate_size"]
-                w[p + f"mlp.experts.{e}.gate_proj.weight"] = linear(inter, hidden)
-                w[p + f"mlp.experts.{e}.up_proj.weight"] = linear(inter, hidden)
-                w[p + f"mlp.experts.{e}.down_proj.weight"] = linear(hidden, inter)
+                checkpoint.gated_mlp(p + f"mlp.experts.{e}.", config["moe_intermediate_size"], hidden)
         else:
-            inter = config["intermediate_size"]
-            w[p + "mlp.gate_proj.weight"] = linear(inter, hidden)
-            w[p + "mlp.up_proj.weight"] = linear(inter, hidden)
-            w[p + "mlp.down_proj.weight"] = linear(hidden, inter)
+            checkpoint.gated_mlp(p + "mlp.", config["intermediate_size"], hidden)
     return w
 
 
