@@ -17,8 +17,7 @@ inline constexpr bool kCudaBuilt = false;  // callers' se::cuda calls sit in dis
 // True when the op runs on the GPU (its output lives there); then the build must have the CUDA backend.
 inline bool on_cuda(const TensorView& out, const char* what) {
   if (out.device != Device::kCuda) return false;
-  SE_CHECK(kCudaBuilt, "{}: a CUDA tensor, but this build has no CUDA backend (configure with -DSE_CUDA=ON)",
-           what);
+  SE_CHECK(kCudaBuilt, "{}: a CUDA tensor, but this build has no CUDA backend (configure with -DSE_CUDA=ON)", what);
   return true;
 }
 

@@ -13,8 +13,8 @@
 namespace se {
 namespace {
 
-using test::tiny_bundle;
 using test::greedy;
+using test::tiny_bundle;
 
 // Collects a stream to the end: output tokens and the final delta.
 struct Collected {

@@ -13,8 +13,8 @@
 namespace se {
 namespace {
 
-using test::tiny_bundle;
 using test::greedy;
+using test::tiny_bundle;
 
 std::vector<int32_t> random_prompt(std::mt19937& rng, int len) {
   std::vector<int32_t> p(static_cast<size_t>(len));
