@@ -58,7 +58,7 @@ PruneStatus run_prune(const PruneRequest& request, CacheManager& cache, MethodRu
 
 // Runs `request` (chain_id set) against that Chain Cache chain on the engine thread: a chain with a turn in
 // flight is blocked (nothing changed); otherwise the chain is taken out (pinned), its prefix scored by the policy
-// in a scratch sequence, and its retained state opened in `controller` under a sequence slot of its own, where
+// in a scratch sequence, and its retained state opened in `controller` under a sequence id of its own, where
 // every stream drops the slots of the ranges' positions the policy does not keep: the resident set becomes
 // (R \ T) ∪ (R ∩ I), token by token. On a sliding-window layer the stream stays a contiguous tail
 // (sliding_window_tail.h): it drops its slots older than both the range's end and the layer's window, which no

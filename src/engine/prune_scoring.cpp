@@ -20,7 +20,7 @@ TeacherForcingOptions scratch_options(std::span<const int32_t> tokens, const Pru
   return o;
 }
 
-// A sequence slot no request uses (the engine's slots are >= 0).
+// A sequence id no request uses (the engine's ids are >= 0).
 constexpr int32_t kScoringSeq = -1;
 
 using MaybeScores = std::optional<std::vector<float>>;

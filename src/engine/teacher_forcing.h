@@ -31,7 +31,7 @@ struct TeacherForcingOptions {
 
 class TeacherForcedSequence {
  public:
-  static constexpr int32_t kSeq = 0;  // the one sequence slot (what the method sees)
+  static constexpr int32_t kSeq = 0;  // the one sequence id (what the method sees)
 
   // Builds the method and a KV pool that holds `options.max_tokens` tokens densely, with room to spare for
   // methods that work on top of the full cache. Errors: the method's (unknown name, bad config).

@@ -68,7 +68,7 @@ class AttentionViewMirror final {
   size_t num_tokens_offset_ = 0;
   std::vector<int32_t> batch_seqs_;  // the cache sequences whose views the header holds, in batch order
   // Per cache sequence, its region of the lists buffer: page ids [num_layers][num_kv_heads][capacity]. A region
-  // outlives its sequence until the buffer is next laid out; a new sequence in the same slot has another table
+  // outlives its sequence until the buffer is next laid out; a new sequence under the same id has another table
   // epoch, so its lists travel whole.
   struct Region {
     size_t offset = 0;

@@ -1,9 +1,9 @@
 // One sequence's eviction down to a per-stream budget, as the methods that evict after every step do
 // (PrefillPolicy::kEvictDuring). Every stream that holds more than `budget` tokens keeps, on a sliding-window layer,
 // the tail the layer can still see (sliding_window_tail.h); a full-attention stream one token over after a one-token
-// step (a decode step) loses the one slot the method names, refilled by its newest token (CacheManager::evict_slots:
+// step (a decode step) loses the one slot the method names, refilled by its newest token (KvStreams::evict_slots:
 // one row moves, so slot order drifts from position order); any other keeps the ascending slots the method's choice
-// writes. All of the sequence's streams are evicted in two CacheManager calls.
+// writes. All of the sequence's streams are evicted in two KvStreams calls.
 #pragma once
 
 #include <algorithm>
@@ -30,21 +30,21 @@ inline int64_t budget_resident_pages(const KvLayout& layout, int32_t num_tokens,
 // Scratch kept across steps by the method: one kept list per stream and the call's evictions.
 struct BudgetEvictionScratch {
   std::vector<std::vector<int32_t>> kept;
-  std::vector<CacheManager::StreamEviction> evictions;
-  std::vector<CacheManager::SlotEviction> slot_evictions;
+  std::vector<KvStreams::StreamEviction> evictions;
+  std::vector<KvStreams::SlotEviction> slot_evictions;
 };
 
 // What one call evicted (each kept list lives in the scratch until the next call).
 struct BudgetEvictions {
-  std::span<const CacheManager::SlotEviction> slots;      // one token each, refilled by the stream's last
-  std::span<const CacheManager::StreamEviction> streams;  // compacted to their kept slots
+  std::span<const KvStreams::SlotEviction> slots;      // one token each, refilled by the stream's last
+  std::span<const KvStreams::StreamEviction> streams;  // compacted to their kept slots
 };
 
 // For sequence `slice` of the step: choose_evicted(streams) sets the slot each listed full-attention stream
 // loses, for the streams one token over the budget after a one-token step (a decode step), all of them in one call
 // so a method may spread them over cores; choose_kept(layer, kv_head, positions, kept) fills `kept` for the other
 // full-attention streams over the budget, `positions` being the stream's position map
-// (CacheManager::slot_positions). A prefill chunk thus always compacts, keeping slot order in prompt order.
+// (KvStreams::slot_positions). A prefill chunk thus always compacts, keeping slot order in prompt order.
 template <typename ChooseEvicted, typename ChooseKept>
 BudgetEvictions evict_to_budget(StepContext& ctx, const SequenceSlice& slice, int32_t budget, std::string_view method,
                                 BudgetEvictionScratch& scratch, ChooseEvicted&& choose_evicted,
@@ -70,7 +70,7 @@ BudgetEvictions evict_to_budget(StepContext& ctx, const SequenceSlice& slice, in
       scratch.evictions.push_back({layer, head, kept});
     }
   }
-  choose_evicted(std::span<CacheManager::SlotEviction>(scratch.slot_evictions));
+  choose_evicted(std::span<KvStreams::SlotEviction>(scratch.slot_evictions));
   const Status refilled = ctx.cache.evict_slots(seq, scratch.slot_evictions);
   SE_CHECK(refilled.is_ok(), "{}: {}", method, refilled.to_string());
   const Status compacted = ctx.cache.evict_streams(seq, scratch.evictions);

@@ -1,7 +1,8 @@
 // CacheManager: owns the KV state of every running sequence for one method: representation, layout, the
 // position map (each sequence's logical length vs its streams' physical lengths), allocation, writes,
 // eviction and freeing, and per-sequence snapshots. It builds the AttentionView attention reads and answers
-// the scheduler's memory questions through the MemoryOracle. Sequences are named by the engine's slot ids.
+// the scheduler's memory questions through the MemoryOracle. The part a method's hooks use is KvStreams
+// (kv_streams.h, which also defines the names `seq`, `slot` and `slice`); the rest is the engine's.
 // Engine thread only.
 //
 // Lifecycle of a sequence: open() (prefix reuse) -> per step reserve(n) before the forward, the forward
@@ -21,6 +22,7 @@
 #include "kv/kv_layout.h"
 #include "kv/radix_cache.h"
 #include "model/forward_batch.h"
+#include "sparse/kv_streams.h"
 
 namespace se {
 
@@ -33,11 +35,8 @@ class SequenceSnapshot {
   virtual int64_t num_held_pages() const = 0;
 };
 
-class CacheManager {
+class CacheManager : public KvStreams {
  public:
-  virtual ~CacheManager() = default;
-  const KvLayout& layout() const { return layout_; }
-
   // --- MemoryOracle answers ---
   // Pages the pool holds in all.
   virtual int64_t num_total_pages() const = 0;
@@ -65,54 +64,16 @@ class CacheManager {
   virtual std::unique_ptr<SequenceSnapshot> snapshot(int32_t seq) = 0;
   virtual Status restore(int32_t seq, std::unique_ptr<SequenceSnapshot> snapshot) = 0;
 
-  // --- what attention and the methods read and change ---
+  // --- what the step writes and attention reads ---
   // Layer `layer` of the batch's sequences, after reserve(): each sequence's new rows are the last slots.
   virtual AttentionView build_view(int layer, const ForwardBatch& batch) = 0;
   // Writes the batch's new K/V rows (k, v [T, Hkv, D]) into `view`, layer `layer`'s build_view (or its device
   // mirror); a quantizing store encodes them on the way in (and may first fix its scales from them).
   virtual void write(int /*layer*/, const AttentionView& view, TensorView k, TensorView v) { write_kv(view, k, v); }
-  // Layer `layer` of one sequence with no new rows (q_indptr = {0, 0}), for work between forwards.
-  virtual AttentionView build_sequence_view(int32_t seq, int layer) = 0;
   // Changes whenever a page already listed in one of `seq`'s views may have changed (anything but pages added at
   // the ends of its streams); never repeats, even across sequences, so a copy of the views' page lists (the
   // device mirror) can tell which of its lists still hold and only add the new pages.
   virtual uint64_t table_epoch(int32_t seq) const = 0;
-  // Tokens of `seq` ever appended (the absolute position of its next token).
-  virtual int32_t num_logical_tokens(int32_t seq) const = 0;
-  // The position map: the absolute position each slot of stream (layer, kv_head) of `seq` holds, slot order.
-  // Valid until the sequence next changes.
-  virtual std::span<const int32_t> slot_positions(int32_t seq, int layer, int kv_head) const = 0;
-  // The stream's physical length: one position per slot.
-  int32_t stream_length(int32_t seq, int layer, int kv_head) const {
-    return static_cast<int32_t>(slot_positions(seq, layer, kv_head).size());
-  }
-  // Physical eviction: each listed stream (layer, kv_head) of `seq` keeps only the tokens at its ascending
-  // indices `kept`, compacted to the front of its pages in this order; the pages no longer needed return to the
-  // pool now. The logical length is unchanged, so new tokens keep their absolute positions. Every stream is
-  // checked before any changes (an error leaves the sequence as it was); the moves then run as one batch, which
-  // is what makes evicting every stream at every decode step affordable on the GPU.
-  struct StreamEviction {
-    int layer = 0;
-    int kv_head = 0;
-    std::span<const int32_t> kept;
-  };
-  virtual Status evict_streams(int32_t seq, std::span<const StreamEviction> streams) = 0;
-  Status evict(int32_t seq, int layer, int kv_head, const std::vector<int32_t>& kept) {
-    const StreamEviction stream{layer, kv_head, kept};
-    return evict_streams(seq, {&stream, 1});
-  }
-  // Physical eviction of one token per listed stream (layer, kv_head) of `seq`: the token in slot `slot` goes and
-  // the stream's last slot moves into its place, so the stream is one slot shorter and a page may return to the
-  // pool. One row moves per stream whatever its length (evict_streams moves every kept slot after the first
-  // evicted one), which is what evicting one token per stream every decode step needs. Slot order then no longer
-  // follows position order: slot_positions tells which slot holds which position. Every stream is checked before
-  // any changes (an error leaves the sequence as it was).
-  struct SlotEviction {
-    int layer = 0;
-    int kv_head = 0;
-    int32_t slot = 0;
-  };
-  virtual Status evict_slots(int32_t seq, std::span<const SlotEviction> streams) = 0;
   // Drops the sequence's newest tokens (e.g. a transient pass): back to `num_tokens` logical tokens, removing
   // the last (logical length - num_tokens) tokens of every stream, whose pages return to the pool now. Those
   // tokens must have been appended after any eviction of the stream. kOutOfRange / kFailedPrecondition leave
@@ -156,10 +117,7 @@ class CacheManager {
   virtual Status check_integrity() const = 0;
 
  protected:
-  explicit CacheManager(const KvLayout& layout) : layout_(layout) {}
-
- private:
-  KvLayout layout_;
+  explicit CacheManager(const KvLayout& layout) : KvStreams(layout) {}
 };
 
 }  // namespace se

@@ -1,6 +1,6 @@
 // MethodRuntime: one sparse method (or `vanilla`) at run time. The SparseController calls its hooks at the
 // model's module boundaries; the method decides what attention reads (selection), what stays resident
-// (eviction through its CacheManager) and what it remembers (per-sequence metadata). It declares its traits and
+// (eviction through its cache's KvStreams) and what it remembers (per-sequence metadata). It declares its traits and
 // answers how many pages a sequence needs, so the scheduler can plan without knowing which method runs.
 //
 // Hook order in one step (sparse_controller.h): prepare_step; then per layer, in layer order: write of the new
@@ -42,7 +42,7 @@ class MethodSequenceState {
 
 struct StepContext {
   const ForwardBatch& batch;
-  CacheManager& cache;
+  KvStreams& cache;
   // Set in finish_step when the driver can run model forwards (ModelRunner, the fidelity tool); empty
   // otherwise, and always empty in prepare_step and inside a transient pass.
   TransientPassFn run_transient_pass;
@@ -67,7 +67,7 @@ struct LayerContext {
   const AttentionView& view;
   const AttentionView& kernel_view;
   const AttentionParams& params;
-  CacheManager& cache;
+  KvStreams& cache;
 
   // The query rows [H, D] of the last token of the batch's sequence `slice`, where q lives.
   TensorView last_query_row(int32_t slice) const {

@@ -17,7 +17,7 @@ namespace se {
 // Empties `batch`, keeping its capacity.
 void clear_batch(ForwardBatch& batch);
 
-// Appends `token_ids` of sequence slot `seq` at positions first_position, first_position + 1, ... as one slice of
+// Appends `token_ids` of sequence `seq` at positions first_position, first_position + 1, ... as one slice of
 // `batch`; `num_prefill_tokens` as SequenceSlice has it. When `logit_row`, the slice's last row joins the rows
 // whose logits the forward returns. Returns the slice's first row.
 int32_t append_sequence(ForwardBatch& batch, int32_t seq, std::span<const int32_t> token_ids, int32_t first_position,

@@ -17,10 +17,10 @@ namespace se {
 namespace {
 
 // Logs every hook with the batch slots it saw; in finish_step evicts every other token of each sequence whose
-// prefill completed this step.
+// prefill completed this step, checking the whole cache (which the hooks' KvStreams does not show) after each.
 class RecordingMethod final : public MethodRuntime {
  public:
-  RecordingMethod() : MethodRuntime("recording", {}) {}
+  explicit RecordingMethod(const CacheManager& cache) : MethodRuntime("recording", {}), cache_(cache) {}
 
   void prepare_step(StepContext& ctx) override { log.push_back("prepare " + slots(ctx.batch)); }
   void build_prefill_selection(LayerContext& ctx, int32_t slice, Selection&) override {
@@ -45,7 +45,7 @@ class RecordingMethod final : public MethodRuntime {
           std::vector<int32_t> kept;
           for (int32_t j = 0; j < ctx.cache.stream_length(s.seq, layer, h); j += 2) kept.push_back(j);
           ASSERT_TRUE(ctx.cache.evict(s.seq, layer, h, kept).is_ok());
-          ASSERT_TRUE(ctx.cache.check_integrity().is_ok());
+          ASSERT_TRUE(cache_.check_integrity().is_ok());
         }
     }
   }
@@ -54,6 +54,7 @@ class RecordingMethod final : public MethodRuntime {
   std::vector<std::string> log;
 
  private:
+  const CacheManager& cache_;
   static std::string slots(const ForwardBatch& batch) {
     std::string s;
     for (const SequenceSlice& slice : batch.sequences) s += std::to_string(slice.seq);
@@ -93,7 +94,7 @@ class ControllerTest : public ::testing::Test {
 };
 
 TEST_F(ControllerTest, HooksFireInModuleOrderForPrefillDecodeAndMixedSteps) {
-  RecordingMethod method;
+  RecordingMethod method(*cache_);
   SparseController controller(method, *cache_);
   ASSERT_TRUE(controller.open(0, {}).is_ok());
   ASSERT_TRUE(controller.open(1, {}).is_ok());
@@ -122,7 +123,7 @@ TEST_F(ControllerTest, HooksFireInModuleOrderForPrefillDecodeAndMixedSteps) {
 }
 
 TEST_F(ControllerTest, EvictionReturnsPagesInTheSameStepAndKeepsAccountsBalanced) {
-  RecordingMethod method;
+  RecordingMethod method(*cache_);
   SparseController controller(method, *cache_);
   const KvLayout l = cache_->layout();
   ASSERT_TRUE(controller.open(0, {}).is_ok());

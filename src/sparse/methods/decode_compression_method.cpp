@@ -33,7 +33,7 @@ void DecodeCompressionMethod::on_attention_end(LayerContext& ctx) {
     if (!slice.is_decode(ctx.batch.positions)) continue;
     SE_CHECK(ctx.q.device == Device::kCpu, "{}: decode queries are kept in host memory (CPU backend only)", name());
     auto it = sequences_.find(slice.seq);
-    // A sequence that took more prompt since it last decoded (the next turn of a conversation in the same slot)
+    // A sequence that took more prompt since it last decoded (the next turn of a conversation under the same id)
     // starts its generated part again, as a resumed Chain Cache turn does.
     if (it != sequences_.end() && it->second.prompt_end != slice.num_prefill_tokens) {
       sequences_.erase(it);

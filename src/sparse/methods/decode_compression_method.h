@@ -11,7 +11,7 @@
 //     uncompressed tokens begin) and may name a region [first, end) of positions and how many of the newest
 //     queries score it. Each layer then reads the region's keys (gather_keys: slot order is position order,
 //     since this method only ever compacts), select() picks the kept tokens per KV head, and every stream of the
-//     sequence is compacted at once (CacheManager::evict_streams): tokens outside the region all stay. On a
+//     sequence is compacted at once (KvStreams::evict_streams): tokens outside the region all stay. On a
 //     sliding-window layer the stream keeps its tail instead (sliding_window_tail.h), as many tokens as the full
 //     layers keep.
 // A sequence's prompt is the part before SequenceSlice::num_prefill_tokens: a resumed Chain Cache turn (whose
@@ -80,10 +80,10 @@ class DecodeCompressionMethod : public MethodRuntime {
   void compress(StepContext& ctx, const SequenceSlice& slice, SequenceState& state, const Region& region);
 
   int32_t query_capacity_ = 0;
-  std::unordered_map<int32_t, SequenceState> sequences_;  // by seq slot, from its first decode step
+  std::unordered_map<int32_t, SequenceState> sequences_;  // by sequence id, from its first decode step
   // Scratch of compress(), per stream.
   std::vector<std::vector<int32_t>> kept_;
-  std::vector<CacheManager::StreamEviction> evictions_;
+  std::vector<KvStreams::StreamEviction> evictions_;
 };
 
 }  // namespace se

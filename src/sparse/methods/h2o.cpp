@@ -209,10 +209,10 @@ void H2oMethod::finish_step(StepContext& ctx) {
     // drops the lowest of them, every stream on its own core (the scans are most of the step's host work).
     const BudgetEvictions evicted = evict_to_budget(
         ctx, slice, num_heavy_ + num_recent_, "h2o", scratch_,
-        [&](std::span<CacheManager::SlotEviction> streams) {
+        [&](std::span<KvStreams::SlotEviction> streams) {
 #pragma omp parallel for schedule(static)
           for (size_t i = 0; i < streams.size(); ++i) {
-            CacheManager::SlotEviction& e = streams[i];
+            KvStreams::SlotEviction& e = streams[i];
             const std::span<const int32_t> positions = ctx.cache.slot_positions(slice.seq, e.layer, e.kv_head);
             e.slot = lowest_scored_slot(stream_acc(e.layer, e.kv_head, positions.size()), positions,
                                         recent_window_start(positions, num_logical));
@@ -222,12 +222,12 @@ void H2oMethod::finish_step(StepContext& ctx) {
           keep_heavy_and_recent(stream_acc(layer, kv_head, positions.size()), positions,
                                 recent_window_start(positions, num_logical), kept);
         });
-    for (const CacheManager::SlotEviction& e : evicted.slots) {
+    for (const KvStreams::SlotEviction& e : evicted.slots) {
       std::vector<float>& scores = acc[static_cast<size_t>(layout.stream(e.layer, e.kv_head))];
       scores[static_cast<size_t>(e.slot)] = scores.back();
       scores.pop_back();
     }
-    for (const CacheManager::StreamEviction& e : evicted.streams)
+    for (const KvStreams::StreamEviction& e : evicted.streams)
       keep_scores(acc[static_cast<size_t>(layout.stream(e.layer, e.kv_head))], e.kept);
   }
 }

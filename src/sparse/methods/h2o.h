@@ -2,7 +2,7 @@
 // `H2OKVCache_LayerWise`). Every (layer, KV head) stream keeps the `heavy` tokens with the largest accumulated
 // attention plus the `recent` newest tokens; the rest is physically evicted. Engine thread only.
 //
-// State (the method's per-sequence metadata, keyed by seq slot, dropped in on_sequence_end): per stream an
+// State (the method's per-sequence metadata, keyed by sequence id, dropped in on_sequence_end): per stream an
 // accumulated score vector acc aligned with the stream's resident rows.
 //   * Update, every step (prefill chunks and decode) after attention (on_attention_end): the step's n queries
 //     of the sequence attend causally to the resident keys (what earlier steps left) plus their own n keys; each
@@ -90,7 +90,7 @@ class H2oMethod final : public MethodRuntime {
   struct ExportedScores final : MethodSequenceState {
     SequenceScores scores;
   };
-  std::unordered_map<int32_t, SequenceScores> scores_;  // by seq slot
+  std::unordered_map<int32_t, SequenceScores> scores_;  // by sequence id
   // One step's column sums, every layer of every sequence of the batch, in staging memory of the pool's device.
   struct StepScores {
     Tensor scores;  // per sequence i: [num_layers][H][cols[i]], layer l's [H, layer_cols] at its start

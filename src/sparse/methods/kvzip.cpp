@@ -196,7 +196,7 @@ bool KvzipMethod::compress(StepContext& ctx, int32_t seq, int32_t num_prefill_to
 
   const std::vector<std::vector<int32_t>> kept = select(state, num_context, num_streams);
   std::vector<std::vector<int32_t>> indices(static_cast<size_t>(num_streams));
-  std::vector<CacheManager::StreamEviction> evictions;
+  std::vector<KvStreams::StreamEviction> evictions;
   for (int layer = 0; layer < layout.num_layers; ++layer) {
     for (int h = 0; h < layout.num_kv_heads; ++h) {
       const auto stream = static_cast<size_t>(layout.stream(layer, h));

@@ -121,7 +121,7 @@ class KvzipMethod final : public MethodRuntime {
   bool has_tokenizer_ = false;
   bool warned_no_tokenizer_ = false, warned_no_passes_ = false, warned_failed_pass_ = false;
 
-  std::unordered_map<int32_t, SequenceState> sequences_;  // by seq slot
+  std::unordered_map<int32_t, SequenceState> sequences_;  // by sequence id
   ActivePass active_;
   std::vector<float> chunk_scores_;  // scratch: [Hkv, chunk] of one layer
 };

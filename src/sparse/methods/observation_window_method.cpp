@@ -101,7 +101,7 @@ void ObservationWindowMethod::finish_step(StepContext& ctx) {
     if (!slice.completes_prefill(ctx.batch.positions)) continue;
     auto it = sequences_.find(slice.seq);
     if (it == sequences_.end()) continue;
-    std::vector<CacheManager::StreamEviction> evictions;
+    std::vector<KvStreams::StreamEviction> evictions;
     for (size_t layer = 0; layer < it->second.kept.size(); ++layer) {
       const auto& heads = it->second.kept[layer];
       for (size_t h = 0; h < heads.size(); ++h)

@@ -12,7 +12,7 @@
 // finish_step (after sampling) of that step evicts every (layer, KV head) to its kept set (cache.evict frees
 // the pages the same step) and drops the sequence's state. Prompts of T <= budget are never compressed.
 // Decode then appends to the compacted streams; kept keys keep their RoPE and new tokens their absolute
-// positions (the cache's logical counter). State is keyed by seq slot and dropped in on_sequence_end.
+// positions (the cache's logical counter). State is keyed by sequence id and dropped in on_sequence_end.
 // Chain Cache turns: a resumed sequence prefills only its new prompt tokens on top of the retained streams, and
 // its prompt completes like any other: when the streams have equal lengths and the turn's own rows fill the
 // window, the whole stream (retained tokens and new ones) is scored and compressed again; streams that differ in
@@ -60,7 +60,7 @@ class ObservationWindowMethod : public MethodRuntime {
   };
 
   ObservationWindowConfig window_config_;
-  std::unordered_map<int32_t, SequenceState> sequences_;  // by seq slot, while a prompt is being compressed
+  std::unordered_map<int32_t, SequenceState> sequences_;  // by sequence id, while a prompt is being compressed
   std::vector<float> probs_;  // scratch: [H, T] window probabilities of one sequence
   Tensor window_q_on_device_;  // scratch: the window rows on the forward's device, where the scoring op reads q
 };

@@ -35,7 +35,7 @@ class OmniKvMethod final : public MethodRuntime {
   static Result<std::unique_ptr<MethodRuntime>> create(const nlohmann::json& config);
 
   void build_decode_selection(LayerContext& ctx, int32_t slice, Selection& selection) override;
-  // The slot's buffers stay for the next sequence in it.
+  // The buffers stay for the next sequence given the same id.
   void on_sequence_end(int32_t seq) override {
     if (auto it = indices_.find(seq); it != indices_.end()) it->second.filter_layer = -1;
   }
@@ -51,7 +51,7 @@ class OmniKvMethod final : public MethodRuntime {
   // A sequence's current index: the prompt tokens its last filter layer kept, and the sparse layers' lists built
   // from it, where the pool lives.
   struct TokenIndex {
-    int32_t filter_layer = -1;  // -1: none yet (a new sequence in this slot)
+    int32_t filter_layer = -1;  // -1: none yet (a new sequence under this id)
     int32_t position = -1;      // logical position of the decode step that computed it
     Tensor tokens;              // I32 [num_kept]: ascending prompt token indices
     Tensor lists;               // I32 [num_kv_heads, stride]: per KV head, tokens then the decode tail
@@ -75,7 +75,7 @@ class OmniKvMethod final : public MethodRuntime {
 
   LayerPlan plan_;                                  // for plan_num_layers_ layers
   int32_t plan_num_layers_ = -1;
-  std::unordered_map<int32_t, TokenIndex> indices_;  // by seq slot
+  std::unordered_map<int32_t, TokenIndex> indices_;  // by sequence id
 };
 
 }  // namespace se

@@ -55,10 +55,10 @@ void StreamingLlmMethod::finish_step(StepContext& ctx) {
   for (const SequenceSlice& slice : ctx.batch.sequences) {
     evict_to_budget(
         ctx, slice, budget_, "streamingllm", scratch_,
-        [&](std::span<CacheManager::SlotEviction> streams) {
+        [&](std::span<KvStreams::SlotEviction> streams) {
           // The full-attention streams share their position map, so one search serves them all.
           int32_t shared_slot = -1, shared_position = -1;
-          for (CacheManager::SlotEviction& e : streams) {
+          for (KvStreams::SlotEviction& e : streams) {
             const std::span<const int32_t> positions = ctx.cache.slot_positions(slice.seq, e.layer, e.kv_head);
             if (shared_slot < 0 || positions[static_cast<size_t>(shared_slot)] != shared_position) {
               shared_slot = oldest_window_slot(positions);

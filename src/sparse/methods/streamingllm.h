@@ -14,12 +14,12 @@
 // The resident set after each step is exactly the kv_cache hook's; a step's transient peak is budget + n tokens.
 //
 // Layout: a full-attention stream one token over the budget (every decode step) evicts its oldest non-sink token
-// by moving its newest into that slot (CacheManager::evict_slots): the recent window is a ring in slot order,
+// by moving its newest into that slot (KvStreams::evict_slots): the recent window is a ring in slot order,
 // and a step moves one row per stream instead of shifting the whole window down. Which slot that is comes from
 // the position map, found once per sequence: the full-attention streams of a sequence hold the same positions in
 // the same slots, since this rule and every other change of the cache (appends, chain pruning) treat them alike;
 // a stream whose slot does not hold that position finds its own. Longer excesses (prefill chunks) keep the sinks
-// and the window by position through CacheManager::evict_streams, and a sliding-window layer, whose attention
+// and the window by position through KvStreams::evict_streams, and a sliding-window layer, whose attention
 // reads its last slots, keeps its tail in slot order (sliding_window_tail.h).
 //
 // RoPE: keys are cached post-RoPE and keep their original rotation; new tokens keep their absolute positions

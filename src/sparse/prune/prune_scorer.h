@@ -34,7 +34,7 @@ class PruneScorer {
   // hold, ascending (empty when none is attached). The scorer keeps a view of the method: it must stay alive
   // until position_scores returns.
   virtual Result<std::unique_ptr<MethodRuntime>> make_method(std::vector<int32_t> attached_positions) = 0;
-  // [num_tokens] one score per position (higher = keep) once sequence slot `seq` of the method built last has
+  // [num_tokens] one score per position (higher = keep) once sequence `seq` of the method built last has
   // been prefilled with the `num_tokens` tokens. Errors: the pass did not record what the policy needs.
   virtual Result<std::vector<float>> position_scores(int32_t seq, const ModelConfig& config,
                                                      int32_t num_tokens) const = 0;
