@@ -1,7 +1,7 @@
 // shadowkv through the Engine on the tiny model (2 layers, 2 KV heads of 16, pages of 4, prompts in chunks): at
 // full rank with a budget that reads every chunk the rewritten keys are the model's own (greedy tokens equal
 // vanilla's); at a generous budget and rank it stays close to vanilla; a prompt below min_prompt_tokens runs
-// dense; the pool is whole after every run.
+// dense; sliding-window layers are left alone; the pool is whole after every run.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -58,6 +58,19 @@ TEST(ShadowKvEngineTest, FullRankAndEveryChunkEqualsVanilla) {
   const Generated full = generate(bundle, config_for("shadowkv", shadowkv_config(32, 12)), {prompts()[0]}, 16);
   EXPECT_EQ(full.tokens[0], vanilla.tokens[0]);
   EXPECT_EQ(full.stats.num_kv_pages_used, 0);
+}
+
+TEST(ShadowKvEngineTest, SlidingWindowLayersStayDense) {
+  // Gemma 3's tiny config: every other layer slides over 8 tokens. The full layers are sketched and read as
+  // above; the sliding ones are left as they are, so full rank and every chunk still equal vanilla.
+  const ModelBundle bundle = tiny_bundle("gemma3_text");
+  const auto ps = prompts();
+  const Generated vanilla = generate(bundle, config_for("vanilla"), {ps[0]}, 16);
+  const Generated full = generate(bundle, config_for("shadowkv", shadowkv_config(32, 12)), {ps[0]}, 16);
+  EXPECT_EQ(full.tokens[0], vanilla.tokens[0]);
+  const Generated narrow = generate(bundle, config_for("shadowkv", shadowkv_config(2, 1)), ps, 16);
+  EXPECT_EQ(narrow.tokens.size(), ps.size());
+  EXPECT_EQ(narrow.stats.num_kv_pages_used, 0);
 }
 
 TEST(ShadowKvEngineTest, GenerousBudgetStaysCloseToVanilla) {

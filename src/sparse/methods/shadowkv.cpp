@@ -80,8 +80,7 @@ void ShadowKvMethod::sketch_layer(LayerContext& ctx, int32_t slice, int32_t n, S
     for (size_t row = 0; row < pre.size() / d; ++row)
       for (int32_t e = 0; e < rope_params.rotary_dim; ++e) pre[row * d + e] *= undo;
   }
-  LayerState state{shadowkv_sketch(pre.data(), post.data(), n, kv_heads, d, params_), {}};
-  ShadowKvLayerSketch& sketch = state.sketch;
+  ShadowKvLayerSketch sketch = shadowkv_sketch(pre.data(), post.data(), n, kv_heads, d, params_);
 
   // Rewrite the landmark chunks' keys with their rebuild: what the reference rebuilds at every step, once.
   const SeqKvView& sv = view.seqs[slice];
@@ -106,24 +105,23 @@ void ShadowKvMethod::sketch_layer(LayerContext& ctx, int32_t slice, int32_t n, S
   // The factors are spent: decode reads the rewritten keys.
   sketch.u = {};
   sketch.sv = {};
-  layers[static_cast<size_t>(ctx.layer)] = std::move(state);
+  layers[static_cast<size_t>(ctx.layer)] = std::move(sketch);
 }
 
 void ShadowKvMethod::build_decode_selection(LayerContext& ctx, int32_t slice, Selection& selection) {
   const SequenceSlice& s = ctx.batch.sequences[static_cast<size_t>(slice)];
   const auto it = sketches_.find(s.seq);
   if (it == sketches_.end() || !it->second[static_cast<size_t>(ctx.layer)]) return;
-  LayerState& state = *it->second[static_cast<size_t>(ctx.layer)];
-  const ShadowKvLayerSketch& sketch = state.sketch;
+  const ShadowKvLayerSketch& sketch = *it->second[static_cast<size_t>(ctx.layer)];
   SE_CHECK(ctx.q.device == Device::kCpu, "shadowkv: decode queries are scored in host memory (CPU backend only)");
   const TensorView q = ctx.last_query_row(slice);
   const auto scores = shadowkv_chunk_scores(sketch, q.ptr<float>(), 1, static_cast<int32_t>(q.shape[0]));
-  state.chosen = shadowkv_select_chunks(scores, sketch, params_);
+  const auto chosen = shadowkv_select_chunks(scores, sketch, params_);
   const SeqKvView& sv = ctx.view.seqs[slice];
   std::vector<int32_t> tokens;
   for (int32_t h = 0; h < sketch.num_kv_heads; ++h) {
     tokens.clear();
-    for (int32_t c : state.chosen[h])
+    for (int32_t c : chosen[h])
       for (int32_t j = 0; j < sketch.chunk_size; ++j) tokens.push_back(c * sketch.chunk_size + j);
     const std::vector<int32_t> exact = shadowkv_exact_positions(sketch, h);
     const auto middle = static_cast<std::ptrdiff_t>(tokens.size());
@@ -150,17 +148,6 @@ Status ShadowKvMethod::import_sequence_state(int32_t seq, std::unique_ptr<Method
   if (own == nullptr) return invalid_argument("shadowkv: sequence {} was given another method's state", seq);
   sketches_[seq] = std::move(own->layers);
   return Status::ok();
-}
-
-nlohmann::json ShadowKvMethod::debug_state(int32_t seq) const {
-  const auto it = sketches_.find(seq);
-  if (it == sketches_.end()) return {};
-  nlohmann::json layers = nlohmann::json::object();
-  for (size_t l = 0; l < it->second.size(); ++l) {
-    if (!it->second[l]) continue;
-    layers[std::to_string(l)] = {{"outliers", it->second[l]->sketch.outliers}, {"chosen", it->second[l]->chosen}};
-  }
-  return layers;
 }
 
 }  // namespace se

@@ -35,17 +35,11 @@ class ShadowKvMethod final : public MethodRuntime {
   void on_sequence_end(int32_t seq) override { sketches_.erase(seq); }
   std::unique_ptr<MethodSequenceState> export_sequence_state(int32_t seq) override;
   Status import_sequence_state(int32_t seq, std::unique_ptr<MethodSequenceState> state) override;
-  // Per sketched layer: its outlier chunks and the chunks the last decode step chose, per KV head.
-  nlohmann::json debug_state(int32_t seq) const override;
 
  private:
-  // What a decode step reads of a sketched layer: the landmarks and outliers (the low-rank factors are spent once
-  // the keys are rewritten), and the chunks the last step chose.
-  struct LayerState {
-    ShadowKvLayerSketch sketch;
-    std::vector<std::vector<int32_t>> chosen;  // [Hkv] ascending chunk ids
-  };
-  using SequenceSketch = std::vector<std::optional<LayerState>>;  // [num_layers]; empty: layer dense
+  // Per layer, what a decode step reads of the sketch: the landmarks and outliers (the low-rank factors are spent
+  // once the keys are rewritten). Empty: the layer is dense.
+  using SequenceSketch = std::vector<std::optional<ShadowKvLayerSketch>>;  // [num_layers]
   struct State;
 
   ShadowKvMethod(nlohmann::ordered_json config, ShadowKvParams params, int32_t min_prompt_tokens);
