@@ -51,13 +51,16 @@ void expect_tokens(const BlockPool& pool, const PageTable& t, int32_t seq) {
                 << "seq " << seq << " stream (" << l << ", " << h << ") token " << i;
 }
 
-// A sequence of `length` tokens whose streams were then cut unevenly (head-wise eviction) and one of which keeps a
-// spare page.
+// A sequence of `length` tokens whose streams were then cut, at times all of them (so its logical length exceeds
+// every stream's), at times unevenly (head-wise eviction), and one of which at times keeps a spare page.
 Result<PageTable> new_sequence(BlockPool* pool, int32_t seq, int32_t length, std::mt19937& rng) {
   PageTable t(pool, kLayout);
   SE_RETURN_IF_ERROR(t.append(length));
-  if (length > 2 && rng() % 2 == 0)
-    SE_RETURN_IF_ERROR(t.shrink_stream(1, 1, length - 1 - static_cast<int32_t>(rng() % 2)));
+  if (length > 3 && rng() % 4 == 0)
+    for (int32_t l = 0; l < kLayout.num_layers; ++l)
+      for (int32_t h = 0; h < kLayout.num_kv_heads; ++h) SE_RETURN_IF_ERROR(t.shrink_stream(l, h, length - 1));
+  if (length > 3 && rng() % 2 == 0)
+    SE_RETURN_IF_ERROR(t.shrink_stream(1, 1, length - 2 - static_cast<int32_t>(rng() % 2)));
   if (length > 1 && rng() % 3 == 0) SE_RETURN_IF_ERROR(t.drop_last_slot(0, 0));
   write_tokens(*pool, t, seq);
   return t;
@@ -68,6 +71,7 @@ struct Checker {
   const BlockPool& host;
   const HostTier& tier;
   const std::map<int32_t, int32_t>& seqs;  // held sequence -> its id in the pattern
+  bool& logical_above_streams;             // set once a held table's logical length exceeded its streams'
 
   void operator()(const std::string& where) const {
     const Status s = tier.check_integrity();
@@ -75,6 +79,7 @@ struct Checker {
     int64_t on_device = 0, on_host = 0;
     for (const auto& [seq, id] : seqs) {
       ASSERT_TRUE(tier.contains(seq)) << where;
+      logical_above_streams |= tier.table(seq).num_logical_tokens() > tier.table(seq).num_tokens(0, 1);
       const bool resident = tier.is_resident(seq);
       (resident ? on_device : on_host) += tier.table(seq).num_held_pages();
       expect_tokens(resident ? device : host, tier.table(seq), id);
@@ -90,7 +95,8 @@ TEST(HostTierTest, RandomOffloadRetrieveEvictResume) {
   BlockPool host = make_pool(160);
   HostTier tier(&device, &host);
   std::map<int32_t, int32_t> seqs;
-  const Checker check{device, host, tier, seqs};
+  bool logical_above_streams = false;
+  const Checker check{device, host, tier, seqs, logical_above_streams};
   std::mt19937 rng(35);
   int32_t next_seq = 0;
   int counts[7] = {};
@@ -170,6 +176,7 @@ TEST(HostTierTest, RandomOffloadRetrieveEvictResume) {
   // The device pool was often full: sequences were evicted to make room, and retrieves had to wait for it.
   EXPECT_GT(evicted, 100);
   EXPECT_GT(refused_retrieves, 50);
+  EXPECT_TRUE(logical_above_streams);
   for (const auto& [seq, id] : seqs) ASSERT_TRUE(tier.drop(seq).is_ok());
   EXPECT_EQ(device.num_free_pages(), device.num_total_pages());
   EXPECT_EQ(host.num_free_pages(), host.num_total_pages());
