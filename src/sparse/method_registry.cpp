@@ -9,6 +9,7 @@
 #include "sparse/methods/pyramidkv.h"
 #include "sparse/methods/quest.h"
 #include "sparse/methods/rkv.h"
+#include "sparse/methods/shadowkv.h"
 #include "sparse/methods/snapkv.h"
 #include "sparse/methods/streamingllm.h"
 #include "sparse/methods/vanilla.h"
@@ -56,6 +57,10 @@ const std::vector<Entry>& entries() {
         "bidirectional window attention, as Token2Chunk spans; the prompt stays whole (composes with no "
         "prompt-time method yet); CPU only"},
        &KaraMethod::create},
+      {{"shadowkv",
+        "after the prompt: low-rank pre-RoPE keys, chunk landmarks and exact outliers; decode reads the top "
+        "chunks by landmark score, their keys rebuilt, plus the local window; CPU only"},
+       &ShadowKvMethod::create},
   };
   return kEntries;
 }

@@ -211,6 +211,14 @@ INSTANTIATE_TEST_SUITE_P(
         MethodCase{"rkv", {{"budget", 8}, {"buffer", 4}, {"window", 2}, {"kernel", 3}}, "llama", 30},
         MethodCase{
             "kara", {{"window", 8}, {"buffer", 2}, {"candidates", 2}, {"budget", 4}, {"period", 4}}, "llama", 30},
+        // Turn 1 sketches its 70-token prompt; turn 2 keeps that sketch and reads every later token exact.
+        MethodCase{"shadowkv",
+                   {{"sparse_budget", 16},
+                    {"chunk_size", 8},
+                    {"rank", 8},
+                    {"local_chunks", 1},
+                    {"outlier_chunks", 1},
+                    {"min_prompt_tokens", 64}}},
         // A chain over FP8 pages: the retained codes decode with the scales fixed by turn 1's first chunk.
         MethodCase{"streamingllm", {{"budget", 32}, {"sink_tokens", 4}}, "llama", 6, "fp8"},
         MethodCase{"snapkv", {{"budget", 32}, {"window", 8}}, "llama", 6, "fp8"}),

@@ -6,6 +6,7 @@
 
 #include <random>
 
+#include "../support/engine_runs.h"
 #include "../support/tiny_engine.h"
 #include "../support/tiny_model.h"
 #include "engine/engine.h"
@@ -13,7 +14,9 @@
 namespace se {
 namespace {
 
-using test::greedy;
+using test::generate;
+using test::Generated;
+using test::next_token_agreement;
 using test::tiny_bundle;
 
 std::vector<int32_t> random_prompt(std::mt19937& rng, int len) {
@@ -32,58 +35,6 @@ EngineConfig store_config(const std::string& kv_cache_dtype, const std::string& 
   config.max_num_batched_tokens = 32;  // prompts arrive in several chunks
   config.kv_cache_memory = 8 << 20;
   return config;
-}
-
-struct Generated {
-  std::vector<std::vector<int32_t>> tokens;  // per request
-  std::vector<int> num_cached_tokens;        // per request
-  EngineStats stats;                         // once drained
-};
-
-// Runs the prompts one after another (so a later one may reuse an earlier one's prefix), each to max_tokens.
-Generated generate(const ModelBundle& bundle, const EngineConfig& config,
-                   const std::vector<std::vector<int32_t>>& prompts, int max_tokens) {
-  auto engine = Engine::create(bundle, config);
-  SE_CHECK(engine.is_ok(), "{}", engine.status().to_string());
-  Generated g;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    auto stream = (*engine)->submit({"r" + std::to_string(i), prompts[i], greedy(max_tokens)});
-    SE_CHECK(stream.is_ok(), "{}", stream.status().to_string());
-    std::vector<int32_t> tokens;
-    while (true) {
-      auto out = (*stream)->next(std::chrono::milliseconds(60000));
-      SE_CHECK(out.has_value(), "stream stalled");
-      for (const TokenOutput& t : out->tokens) tokens.push_back(t.token_id);
-      if (out->finished) {
-        g.num_cached_tokens.push_back(out->num_cached_tokens);
-        break;
-      }
-    }
-    g.tokens.push_back(std::move(tokens));
-  }
-  (*engine)->shutdown(/*drain=*/true);
-  g.stats = (*engine)->stats();
-  return g;
-}
-
-// Teacher-forced next-token agreement: for every step i of every request of `reference`, the token `config`'s
-// engine picks after the prompt and the reference's first i tokens, against the reference's token i. Greedy
-// continuations compound a single flip into a different text; this counts each step's decision on its own.
-double next_token_agreement(const ModelBundle& bundle, const EngineConfig& config,
-                            const std::vector<std::vector<int32_t>>& prompts, const Generated& reference) {
-  std::vector<std::vector<int32_t>> forced;
-  std::vector<int32_t> want;
-  for (size_t r = 0; r < prompts.size(); ++r)
-    for (size_t i = 0; i < reference.tokens[r].size(); ++i) {
-      std::vector<int32_t> prompt = prompts[r];
-      prompt.insert(prompt.end(), reference.tokens[r].begin(), reference.tokens[r].begin() + static_cast<int64_t>(i));
-      forced.push_back(std::move(prompt));
-      want.push_back(reference.tokens[r][i]);
-    }
-  const Generated got = generate(bundle, config, forced, 1);
-  size_t agree = 0;
-  for (size_t k = 0; k < want.size(); ++k) agree += got.tokens[k][0] == want[k] ? 1 : 0;
-  return static_cast<double>(agree) / static_cast<double>(want.size());
 }
 
 TEST(KvStoreEngineTest, Fp8GreedyGenerationStaysCloseToTheExplicitCache) {

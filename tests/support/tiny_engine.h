@@ -10,11 +10,11 @@
 
 namespace se::test {
 
-inline ModelBundle tiny_bundle() {
+inline ModelBundle tiny_bundle(const std::string& model_type = "llama") {
   ModelBundle bundle;
   bundle.name = "tiny";
   bundle.source_format = "dummy";
-  bundle.model = std::make_unique<Model>(tiny_model());
+  bundle.model = std::make_unique<Model>(tiny_model(model_type));
   return bundle;
 }
 

@@ -1,0 +1,57 @@
+#include "kv/page_table_transfer.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "backend/device_memory.h"
+
+namespace se {
+namespace {
+
+int32_t longest_stream(const PageTable& table) {
+  const KvLayout& layout = table.layout();
+  int32_t longest = 0;
+  for (int32_t l = 0; l < layout.num_layers; ++l)
+    for (int32_t h = 0; h < layout.num_kv_heads; ++h) longest = std::max(longest, table.num_tokens(l, h));
+  return longest;
+}
+
+}  // namespace
+
+int64_t pages_to_copy_page_table(const PageTable& table) {
+  return table.layout().pages_for_tokens(longest_stream(table));
+}
+
+Result<PageTable> copy_page_table(const PageTable& src, const BlockPool& src_pool, BlockPool* dst_pool) {
+  const PageStorage* from = src_pool.storage();
+  const PageStorage* to = dst_pool->storage();
+  if (from == nullptr || to == nullptr) return invalid_argument("page copy: a pool without page storage");
+  if (from->page_bytes() != to->page_bytes())
+    return invalid_argument("page copy: pages of {} bytes into pages of {}", from->page_bytes(), to->page_bytes());
+  if (from->device() != Device::kCpu || to->device() != Device::kCpu)
+    return unimplemented("page copy: {} pages to {} pages (only host memory is copied yet)",
+                         device_name(from->device()), device_name(to->device()));
+  const int64_t needed = pages_to_copy_page_table(src);
+  if (needed > dst_pool->num_free_pages())
+    return resource_exhausted("page copy: {} pages needed, {} free of {}", needed, dst_pool->num_free_pages(),
+                              dst_pool->num_total_pages());
+
+  const KvLayout& layout = src.layout();
+  PageTable dst(dst_pool, layout);
+  const int32_t longest = longest_stream(src);
+  // The positions before the longest stream's end were appended and then evicted: an empty prefix carries them.
+  SE_RETURN_IF_ERROR(dst.attach_prefix({}, 0, src.num_logical_tokens() - longest));
+  SE_RETURN_IF_ERROR(dst.append(longest));
+  for (int32_t l = 0; l < layout.num_layers; ++l) {
+    for (int32_t h = 0; h < layout.num_kv_heads; ++h) {
+      SE_RETURN_IF_ERROR(dst.shrink_stream(l, h, src.num_tokens(l, h)));
+      const std::span<const int32_t> src_pages = src.pages(l, h);
+      const std::span<const int32_t> dst_pages = dst.pages(l, h);
+      for (size_t p = 0; p < src_pages.size(); ++p)
+        std::memcpy(to->page(dst_pages[p]), from->page(src_pages[p]), from->page_bytes());
+    }
+  }
+  return dst;
+}
+
+}  // namespace se

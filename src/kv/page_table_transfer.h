@@ -1,0 +1,24 @@
+// Moving a sequence's KV between page pools (the device pool and the host tier's pool): a copy of a PageTable into
+// another pool, page by page, with the same streams, physical lengths, logical length and page contents. The
+// caller then frees the source table: the ownership rule of block_pool.h holds (the copy owns its own pages, the
+// source keeps its). Engine thread only.
+#pragma once
+
+#include "base/status.h"
+#include "kv/block_pool.h"
+#include "kv/page_table.h"
+
+namespace se {
+
+// Pages copy_page_table takes from the destination pool while it copies `table`: its longest stream's pages in
+// every stream (the table is grown in lockstep, then each stream cut to its length), so a compacted sequence with
+// uneven streams briefly needs more than it ends up holding.
+int64_t pages_to_copy_page_table(const PageTable& table);
+
+// A table over `dst_pool` holding what `src` (over `src_pool`) holds. All or nothing: kResourceExhausted when
+// dst_pool lacks pages_to_copy_page_table(src) free pages, kUnimplemented when a pool's pages are not host memory
+// (the copy on its own CUDA stream is not built yet), kInvalidArgument when the pools' page sizes differ or a pool
+// has no storage; nothing changes on error. A stream's spare page is not copied.
+Result<PageTable> copy_page_table(const PageTable& src, const BlockPool& src_pool, BlockPool* dst_pool);
+
+}  // namespace se
