@@ -97,7 +97,18 @@ void add_engine_options(CLI::App& command, EngineConfig& config) {
   command
       .add_option("--kv-cache-dtype", config.kv_cache_dtype,
                   "what the KV pages hold: auto (the backend's dtype), fp8 or fp8_e4m3 (e4m3 codes with "
-                  "per-layer, per-KV-head scales; CPU; `sparse-engine methods` lists the methods each supports)")
+                  "per-layer, per-KV-head scales), kivi2 or kivi4 (KIVI's 2- or 4-bit group codes and a "
+                  "full-precision residual window); CPU; `sparse-engine methods` lists the methods each supports")
+      ->capture_default_str();
+  command
+      .add_option("--kivi-group-size", config.kivi_group_size,
+                  "KIVI stores: tokens per key group and per quantized page (a multiple of 16 for kivi2, of 8 "
+                  "for kivi4); values are grouped per token in min(this, head_dim) channels")
+      ->capture_default_str();
+  command
+      .add_option("--kivi-residual", config.kivi_residual,
+                  "KIVI stores: R, the newest tokens per stream kept in full precision (a multiple of "
+                  "--kivi-group-size)")
       ->capture_default_str();
   command.add_option("--sparse-method", config.sparse_method, "sparse KV method (`sparse-engine methods` lists them)")
       ->capture_default_str();
