@@ -244,9 +244,10 @@ Result<DecodePoint> run_point(const ModelBundle& bundle, const DecodeBenchOption
   // The store's real bytes per token (FP8 codes are one byte per element; KIVI's codes, group parameters and
   // residual window at the prompt's length); FP8's scales are per layer, not per token.
   SE_ASSIGN_OR_RETURN(const KvStoreKind store, parse_kv_cache_dtype(config.kv_cache_dtype));
-  const double kv_token_bytes = make_kv_layout(mc.num_layers, mc.num_kv_heads, mc.head_dim, config.page_size,
-                                               config.device, store, config.kivi_group_size, config.kivi_residual)
-                                    .bytes_per_token(std::max(o.input_len, 1));
+  const double kv_token_bytes =
+      make_kv_layout(mc.num_layers, mc.num_kv_heads, mc.head_dim, config.page_size, config.device, store,
+                     config.kivi_group_size, config.kivi_residual, config.max_num_batched_tokens)
+          .bytes_per_token(std::max(o.input_len, 1));
   p.kv_bytes_per_step =
       static_cast<double>(end.attended_kv_tokens_total - begin.attended_kv_tokens_total) * kv_token_bytes /
       static_cast<double>(timed_steps);

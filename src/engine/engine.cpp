@@ -137,7 +137,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const ModelBundle& bundle, const 
   KvLayout layout =
       make_kv_layout(model.num_layers, shared_latent ? 1 : model.num_kv_heads,
                      shared_latent ? model.kv_lora_rank + model.qk_rope_head_dim : model.head_dim, config.page_size,
-                     config.device, store, config.kivi_group_size, config.kivi_residual);
+                     config.device, store, config.kivi_group_size, config.kivi_residual, config.max_num_batched_tokens);
   layout.shared_latent = shared_latent;
   SE_RETURN_IF_ERROR(layout.validate());
   const int64_t pool_bytes = kv_pool_bytes(config);

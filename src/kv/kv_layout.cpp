@@ -36,6 +36,8 @@ Status KvLayout::validate() const {
     if (kivi_residual <= 0 || kivi_residual % page_size != 0)
       return invalid_argument("kv layout: the KIVI residual {} must be a positive multiple of the group size {}",
                               kivi_residual, page_size);
+    if (kivi_max_step_tokens <= 0)
+      return invalid_argument("kv layout: a KIVI store needs the most tokens of a step, got {}", kivi_max_step_tokens);
     if (kivi_value_group_size <= 0 || head_dim % kivi_value_group_size != 0)
       return invalid_argument("kv layout: the KIVI value group size {} does not divide head_dim {}",
                               kivi_value_group_size, head_dim);
@@ -66,9 +68,10 @@ int32_t KvLayout::residual_page_tokens() const {
 }
 
 int64_t KvLayout::kivi_pages_per_stream(int64_t num_tokens) const {
-  // After a step's flush the window holds min(num_tokens, R) tokens, starting anywhere in its first page.
+  // A step from L to L + n <= num_tokens tokens holds the quantized pages of L + n and, until it flushes, a
+  // window of min(L, R) + n <= min(num_tokens, R + n) tokens, starting anywhere in its first page.
   const int64_t quantized_keys = num_tokens / kivi_residual * kivi_residual;
-  const int64_t full = std::min<int64_t>(num_tokens, kivi_residual);
+  const int64_t full = std::min<int64_t>(num_tokens, int64_t{kivi_residual} + kivi_max_step_tokens);
   const int64_t per_page = residual_page_tokens();
   return quantized_keys / page_size + (full == 0 ? 0 : (full + 2 * (per_page - 1)) / per_page);
 }
@@ -84,7 +87,7 @@ double KvLayout::bytes_per_token(int64_t num_tokens) const {
 }
 
 KvLayout make_kv_layout(int32_t num_layers, int32_t num_kv_heads, int32_t head_dim, int32_t page_size, Device device,
-                        KvStoreKind store, int32_t kivi_group_size, int32_t kivi_residual) {
+                        KvStoreKind store, int32_t kivi_group_size, int32_t kivi_residual, int32_t max_step_tokens) {
   KvLayout layout;
   layout.num_layers = num_layers;
   layout.num_kv_heads = num_kv_heads;
@@ -96,6 +99,7 @@ KvLayout make_kv_layout(int32_t num_layers, int32_t num_kv_heads, int32_t head_d
     layout.page_size = kivi_group_size;
     layout.kivi_residual = kivi_residual;
     layout.kivi_value_group_size = std::min(kivi_group_size, head_dim);
+    layout.kivi_max_step_tokens = max_step_tokens;
   }
   return layout;
 }

@@ -31,10 +31,12 @@ struct KvLayout {
   DType dtype = DType::kBF16;            // element type of K and V: kv_page_dtype(device, store)
   KvStoreKind store = KvStoreKind::kExplicit;
   bool shared_latent = false;  // pages hold one latent row per token and no V half
-  // KIVI stores only: R, the residual window (a multiple of page_size), and the channels per value group (a
-  // divisor of head_dim).
+  // KIVI stores only: R, the residual window (a multiple of page_size), the channels per value group (a
+  // divisor of head_dim), and the most tokens one step appends to a sequence (the engine's
+  // max_num_batched_tokens): a step holds them in the window beside its R tokens until the step flushes.
   int32_t kivi_residual = 0;
   int32_t kivi_value_group_size = 0;
+  int32_t kivi_max_step_tokens = 0;
 
   // Ok when every field is positive, dtype is a float type (kU8 for the FP8 store), and a page and the
   // stream count fit their types; for KIVI, page_size is a whole number of code words, R a multiple of it and
@@ -58,8 +60,8 @@ struct KvLayout {
             static_cast<size_t>(offset)) *
            static_cast<size_t>(head_dim);
   }
-  // Pages one stream needs for `num_tokens` tokens (KIVI: its quantized pages and its residual window's pages once
-  // the tokens' step has flushed the window, kivi_residual_window.h).
+  // Pages one stream needs for `num_tokens` tokens (KIVI: the most it holds on the way there, its quantized pages
+  // and its window at its fullest, R tokens plus one step's, kivi_residual_window.h).
   int64_t pages_per_stream(int64_t num_tokens) const {
     if (kivi()) return kivi_pages_per_stream(num_tokens);
     return (num_tokens + page_size - 1) / page_size;
@@ -80,9 +82,9 @@ struct KvLayout {
 // The layout of `store` on `device` for a model's KV shape, pages of `page_size` tokens; a KIVI store's page is
 // instead one key group of `kivi_group_size` tokens, its window `kivi_residual` tokens and its value groups
 // min(kivi_group_size, head_dim) channels (KIVI groups values by the group size too; a head narrower than a group
-// is one group). Not validated.
+// is one group), a step appending at most `max_step_tokens`. Not validated.
 KvLayout make_kv_layout(int32_t num_layers, int32_t num_kv_heads, int32_t head_dim, int32_t page_size, Device device,
-                        KvStoreKind store, int32_t kivi_group_size, int32_t kivi_residual);
+                        KvStoreKind store, int32_t kivi_group_size, int32_t kivi_residual, int32_t max_step_tokens);
 
 // Pages of `layout` that fit in `num_bytes` (capped at INT32_MAX since page ids are int32); an
 // invalid layout is reported as an error naming the bad field.
