@@ -79,9 +79,9 @@ int64_t KvLayout::kivi_pages_per_stream(int64_t num_tokens) const {
 double KvLayout::bytes_per_token(int64_t num_tokens) const {
   const double row_bytes = 2.0 * head_dim * static_cast<double>(dtype_size(dtype));
   if (!kivi()) return shared_latent ? row_bytes / 2 : row_bytes;
-  const int64_t quantized_keys = num_tokens / kivi_residual * kivi_residual;
+  const int64_t quantized_pages = num_tokens / kivi_residual * kivi_residual / page_size;  // whole key groups
   const int64_t full = std::min<int64_t>(num_tokens, kivi_residual);
-  return (static_cast<double>(quantized_keys / page_size) * static_cast<double>(kivi_page_bytes()) +
+  return (static_cast<double>(quantized_pages) * static_cast<double>(kivi_page_bytes()) +
           static_cast<double>(full) * row_bytes) /
          static_cast<double>(num_tokens);
 }

@@ -232,6 +232,19 @@ TEST(KiviKvStoreLimitsTest, AShortPoolRefusesAStepAndChangesNothing) {
   EXPECT_TRUE(cache->check_integrity().is_ok());
 }
 
+TEST(KiviKvStoreLimitsTest, TheLayoutCountsKiviBytes) {
+  // 2 bits, head_dim 64, group 32: key codes 64 x 2 words, value codes 32 x 4 words, fp16 scale and minimum of 64
+  // key groups and 32 x 2 value groups: 512 + 512 + 256 + 256 bytes; an f32 row pair is 512 bytes.
+  const KvLayout l = kivi_layout(KvStoreKind::kKivi2);
+  EXPECT_EQ(l.page_bytes(), 1536u);
+  EXPECT_EQ(l.residual_page_tokens(), 3);
+  // 640 tokens: 20 quantized key groups and a window of R = 64 explicit tokens.
+  EXPECT_DOUBLE_EQ(l.bytes_per_token(640), (20.0 * 1536 + 64.0 * 512) / 640);
+  EXPECT_DOUBLE_EQ(l.bytes_per_token(40), 512.0);  // all in the window
+  // A stream of 640 tokens holds at most its 20 group pages and a window of R + one step, 264 tokens, from any slot.
+  EXPECT_EQ(l.pages_per_stream(640), 20 + (264 + 4) / 3);
+}
+
 TEST(KiviKvStoreLimitsTest, TheLayoutRefusesGeometriesKiviCannotHold) {
   KvLayout l = kivi_layout(KvStoreKind::kKivi2);
   EXPECT_TRUE(l.validate().is_ok());
