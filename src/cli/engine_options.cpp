@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/device_memory.h"
+#include "kv/kv_layout.h"
 #include "sparse/method_registry.h"
 
 namespace se::cli {
@@ -137,7 +138,13 @@ Status check_sparse_options(const EngineConfig& config) {
   SE_ASSIGN_OR_RETURN(std::unique_ptr<MethodRuntime> method, create_method(config.sparse_method, config.sparse_config));
   SE_RETURN_IF_ERROR(check_runs_on(config.device, method->traits(), method->name()));
   SE_ASSIGN_OR_RETURN(const KvStoreKind store, parse_kv_cache_dtype(config.kv_cache_dtype));
-  return check_kv_store_supports(store, config.device, method->traits(), method->name());
+  SE_RETURN_IF_ERROR(check_kv_store_supports(store, config.device, method->traits(), method->name()));
+  if (kivi_bits(store) == 0) return Status::ok();
+  // The KIVI geometry as far as it does not depend on the model: a stand-in head of one group's channels
+  // (Engine::create checks it again with the model's head_dim).
+  return make_kv_layout(1, 1, config.kivi_group_size, config.page_size, config.device, store, config.kivi_group_size,
+                        config.kivi_residual, config.max_num_batched_tokens)
+      .validate();
 }
 
 int report_usage_error(const Status& status) {

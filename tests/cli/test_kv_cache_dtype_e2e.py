@@ -38,6 +38,8 @@ def test_methods_list_the_stores_each_method_takes():
 @pytest.mark.parametrize("flags, message", [
     (["--kv-cache-dtype", "int3"], "--kv-cache-dtype must be auto, fp8, fp8_e4m3, kivi2 or kivi4, got 'int3'"),
     (["--kv-cache-dtype", "kivi2", "--sparse-method", "snapkv"], "cannot run sparse method 'snapkv'"),
+    (["--kv-cache-dtype", "kivi4", "--kivi-residual", "40"], "must be a positive multiple of the group size 32"),
+    (["--kv-cache-dtype", "kivi2", "--kivi-group-size", "24"], "is not a whole number of 2-bit code words"),
     (["--kv-cache-dtype", "fp8", "--sparse-method", "quest"], "its op update_page_key_bounds reads explicit K/V"),
     (["--kv-cache-dtype", "fp8_e4m3", "--sparse-method", "omnikv"], "reads explicit K/V pages only"),
 ])
