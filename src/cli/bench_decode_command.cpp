@@ -28,7 +28,7 @@
 #include "cli/bench_commands.h"
 #include "cli/model_options.h"
 #include "engine/engine.h"
-#include "kv/kv_store_kind.h"
+#include "kv/kv_layout.h"
 
 namespace se::cli {
 
@@ -241,9 +241,13 @@ Result<DecodePoint> run_point(const ModelBundle& bundle, const DecodeBenchOption
   p.decode_tok_s = static_cast<double>(timed_steps) * resident / window;
   p.kv_pages_used = end.num_kv_pages_used;
   p.kv_pages_total = end.num_kv_pages_total;
-  // The store's real bytes per token (FP8 codes are one byte per element); the scales are per layer, not per token.
+  // The store's real bytes per token (FP8 codes are one byte per element; KIVI's codes, group parameters and
+  // residual window at the prompt's length); FP8's scales are per layer, not per token.
   SE_ASSIGN_OR_RETURN(const KvStoreKind store, parse_kv_cache_dtype(config.kv_cache_dtype));
-  const auto kv_token_bytes = static_cast<double>(kv_store_bytes_per_token(config.device, store, mc.head_dim));
+  const double kv_token_bytes =
+      make_kv_layout(mc.num_layers, mc.num_kv_heads, mc.head_dim, config.page_size, config.device, store,
+                     config.kivi_group_size, config.kivi_residual, config.max_num_batched_tokens)
+          .bytes_per_token(std::max(o.input_len, 1));
   p.kv_bytes_per_step =
       static_cast<double>(end.attended_kv_tokens_total - begin.attended_kv_tokens_total) * kv_token_bytes /
       static_cast<double>(timed_steps);

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/device_memory.h"
+#include "kv/kv_layout.h"
 #include "sparse/method_registry.h"
 
 namespace se::cli {
@@ -97,7 +98,18 @@ void add_engine_options(CLI::App& command, EngineConfig& config) {
   command
       .add_option("--kv-cache-dtype", config.kv_cache_dtype,
                   "what the KV pages hold: auto (the backend's dtype), fp8 or fp8_e4m3 (e4m3 codes with "
-                  "per-layer, per-KV-head scales; CPU; `sparse-engine methods` lists the methods each supports)")
+                  "per-layer, per-KV-head scales), kivi2 or kivi4 (KIVI's 2- or 4-bit group codes and a "
+                  "full-precision residual window); CPU; `sparse-engine methods` lists the methods each supports")
+      ->capture_default_str();
+  command
+      .add_option("--kivi-group-size", config.kivi_group_size,
+                  "KIVI stores: tokens per key group and per quantized page (a multiple of 16 for kivi2, of 8 "
+                  "for kivi4); values are grouped per token in min(this, head_dim) channels")
+      ->capture_default_str();
+  command
+      .add_option("--kivi-residual", config.kivi_residual,
+                  "KIVI stores: R, the newest tokens per stream kept in full precision (a multiple of "
+                  "--kivi-group-size)")
       ->capture_default_str();
   command.add_option("--sparse-method", config.sparse_method, "sparse KV method (`sparse-engine methods` lists them)")
       ->capture_default_str();
@@ -126,7 +138,13 @@ Status check_sparse_options(const EngineConfig& config) {
   SE_ASSIGN_OR_RETURN(std::unique_ptr<MethodRuntime> method, create_method(config.sparse_method, config.sparse_config));
   SE_RETURN_IF_ERROR(check_runs_on(config.device, method->traits(), method->name()));
   SE_ASSIGN_OR_RETURN(const KvStoreKind store, parse_kv_cache_dtype(config.kv_cache_dtype));
-  return check_kv_store_supports(store, config.device, method->traits(), method->name());
+  SE_RETURN_IF_ERROR(check_kv_store_supports(store, config.device, method->traits(), method->name()));
+  if (kivi_bits(store) == 0) return Status::ok();
+  // The KIVI geometry as far as it does not depend on the model: a stand-in head of one group's channels
+  // (Engine::create checks it again with the model's head_dim).
+  return make_kv_layout(1, 1, config.kivi_group_size, config.page_size, config.device, store, config.kivi_group_size,
+                        config.kivi_residual, config.max_num_batched_tokens)
+      .validate();
 }
 
 int report_usage_error(const Status& status) {

@@ -17,7 +17,8 @@ void add_engine_options(CLI::App& command, EngineConfig& config);
 // Builds the method once from --sparse-method / --sparse-config and drops it: an unknown method, unknown key
 // or out-of-range value comes back as kInvalidArgument naming it; a method that cannot run on --device as
 // kUnimplemented naming the missing ops; an unknown --kv-cache-dtype, or a store the method or the device cannot
-// use, as check_kv_store_supports says.
+// use, as check_kv_store_supports says; a --kivi-group-size / --kivi-residual a KIVI store cannot hold as
+// kInvalidArgument.
 Status check_sparse_options(const EngineConfig& config);
 
 // Prints "error: <message>" to stderr and returns 2 (a usage error).

@@ -60,12 +60,18 @@ std::string chat_reply_suffix(const ModelBundle& bundle) {
 }
 
 // EngineConfig::prefix_cache_mode resolved against the method: "radix", "chain" or "off".
-Result<std::string> resolve_prefix_cache_mode(const EngineConfig& config, const MethodRuntime& method) {
+Result<std::string> resolve_prefix_cache_mode(const EngineConfig& config, const MethodRuntime& method,
+                                              const KvLayout& layout) {
   const MethodTraits& traits = method.traits();
   const std::string& mode = config.prefix_cache_mode;
   if (mode != "auto" && mode != "radix" && mode != "chain" && mode != "off")
     return invalid_argument("--prefix-cache-mode must be auto, radix, chain or off, got '{}'", mode);
   if (!config.enable_prefix_caching || mode == "off") return std::string("off");
+  // A KIVI stream's window flushes into groups as it slides, so no block of its pages stays the same to share.
+  if (layout.kivi() && mode != "auto")
+    return invalid_argument("--prefix-cache-mode {}: the {} KV store keeps no prefix cache yet (use off or auto)", mode,
+                            kv_store_kind_name(layout.store));
+  if (layout.kivi()) return std::string("off");
   const bool chain = traits.prefix_mode == PrefixMode::kChain;
   if (mode == "radix" && !traits.keeps_full_history)
     return invalid_argument("--prefix-cache-mode radix needs a method that keeps every token resident; {} evicts "
@@ -122,19 +128,17 @@ Result<std::unique_ptr<Engine>> Engine::create(const ModelBundle& bundle, const 
   ForwardWorkspace workspace = bundle.model->make_workspace();
   workspace.reserve(config.max_num_batched_tokens, config.max_num_seqs);
 
-  KvLayout layout;
-  layout.num_layers = model.num_layers;
   // Latent attention under the dense method keeps the shared latent: kv_lora_rank + qk_rope per token for every
   // head, as one "KV head".
-  layout.shared_latent = model.latent_attention() && keeps_shared_latent(method->traits());
-  if (layout.shared_latent && store != KvStoreKind::kExplicit)
+  const bool shared_latent = model.latent_attention() && keeps_shared_latent(method->traits());
+  if (shared_latent && store != KvStoreKind::kExplicit)
     return unimplemented("the {} KV store does not hold shared latent rows yet (--kv-cache-dtype auto)",
                          kv_store_kind_name(store));
-  layout.num_kv_heads = layout.shared_latent ? 1 : model.num_kv_heads;
-  layout.head_dim = layout.shared_latent ? model.kv_lora_rank + model.qk_rope_head_dim : model.head_dim;
-  layout.page_size = config.page_size;
-  layout.store = store;
-  layout.dtype = kv_page_dtype(config.device, store);
+  KvLayout layout =
+      make_kv_layout(model.num_layers, shared_latent ? 1 : model.num_kv_heads,
+                     shared_latent ? model.kv_lora_rank + model.qk_rope_head_dim : model.head_dim, config.page_size,
+                     config.device, store, config.kivi_group_size, config.kivi_residual, config.max_num_batched_tokens);
+  layout.shared_latent = shared_latent;
   SE_RETURN_IF_ERROR(layout.validate());
   const int64_t pool_bytes = kv_pool_bytes(config);
   const int64_t num_pages =
@@ -142,7 +146,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const ModelBundle& bundle, const 
   if (num_pages < layout.num_streams())
     return resource_exhausted("the KV cache budget of {} bytes holds {} pages, fewer than the {} one token needs",
                               pool_bytes, num_pages, layout.num_streams());
-  SE_ASSIGN_OR_RETURN(config.prefix_cache_mode, resolve_prefix_cache_mode(config, *method));
+  SE_ASSIGN_OR_RETURN(config.prefix_cache_mode, resolve_prefix_cache_mode(config, *method, layout));
   CacheSpec spec{layout, static_cast<int32_t>(std::min<int64_t>(num_pages, INT32_MAX)),
                  device_allocator(config.device), config.prefix_cache_mode == "radix"};
   SE_ASSIGN_OR_RETURN(std::unique_ptr<CacheManager> cache, method->create_cache(spec));

@@ -28,9 +28,14 @@ struct EngineConfig {
   std::string prefix_cache_mode = "auto";
   std::string sparse_method = "vanilla";  // a name from the method registry
   nlohmann::json sparse_config;            // the method's hyperparameters (JSON object or null)
-  // What the KV pages hold (vLLM's --kv-cache-dtype): "auto" (the backend's K/V dtype), "fp8" or "fp8_e4m3"
-  // (kv/kv_store_kind.h).
+  // What the KV pages hold (vLLM's --kv-cache-dtype): "auto" (the backend's K/V dtype), "fp8" or "fp8_e4m3",
+  // "kivi2" or "kivi4" (kv/kv_store_kind.h).
   std::string kv_cache_dtype = "auto";
+  // The KIVI stores' geometry (KIVI's defaults): tokens per key group (and per quantized page), and R, the
+  // full-precision residual window per stream, a multiple of the group. Values are grouped per token in groups of
+  // min(kivi_group_size, head_dim) channels.
+  int kivi_group_size = 32;
+  int kivi_residual = 128;
 };
 
 }  // namespace se

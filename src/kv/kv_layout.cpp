@@ -1,6 +1,9 @@
 #include "kv/kv_layout.h"
 
+#include <algorithm>
 #include <limits>
+
+#include "backend/quant/quantized_kv_layout.h"
 
 namespace se {
 
@@ -20,8 +23,24 @@ Status KvLayout::validate() const {
   if (store == KvStoreKind::kFp8E4M3 && dtype != DType::kU8) {
     return invalid_argument("kv layout: the fp8 store keeps u8 codes, got {}", dtype_name(dtype));
   }
-  if (store == KvStoreKind::kExplicit && dtype != DType::kF32 && dtype != DType::kF16 && dtype != DType::kBF16) {
+  if ((store == KvStoreKind::kExplicit || kivi()) && dtype != DType::kF32 && dtype != DType::kF16 &&
+      dtype != DType::kBF16) {
     return invalid_argument("kv layout: dtype must be f32, f16 or bf16, got {}", dtype_name(dtype));
+  }
+  if (kivi()) {
+    const int32_t bits = kivi_bits(store);
+    if (shared_latent) return invalid_argument("kv layout: a KIVI store keeps no shared latent rows");
+    if (page_size % (32 / bits) != 0)
+      return invalid_argument("kv layout: the KIVI group size {} is not a whole number of {}-bit code words", page_size,
+                              bits);
+    if (kivi_residual <= 0 || kivi_residual % page_size != 0)
+      return invalid_argument("kv layout: the KIVI residual {} must be a positive multiple of the group size {}",
+                              kivi_residual, page_size);
+    if (kivi_max_step_tokens <= 0)
+      return invalid_argument("kv layout: a KIVI store needs the most tokens of a step, got {}", kivi_max_step_tokens);
+    if (kivi_value_group_size <= 0 || head_dim % kivi_value_group_size != 0)
+      return invalid_argument("kv layout: the KIVI value group size {} does not divide head_dim {}",
+                              kivi_value_group_size, head_dim);
   }
   const int64_t num_streams = static_cast<int64_t>(num_layers) * num_kv_heads;
   if (num_streams > std::numeric_limits<int32_t>::max()) {
@@ -34,7 +53,55 @@ Status KvLayout::validate() const {
     return invalid_argument("kv layout: page of {} tokens x head_dim {} is too large", page_size,
                             head_dim);
   }
+  if (kivi() && residual_page_tokens() < 1)
+    return invalid_argument("kv layout: a KIVI page of {} bytes holds no {} residual row of head_dim {}", page_bytes(),
+                            dtype_name(dtype), head_dim);
   return Status::ok();
+}
+
+size_t KvLayout::kivi_page_bytes() const {
+  return kivi_page_layout(page_size, kivi_value_group_size, head_dim, kivi_bits(store)).page_bytes;
+}
+
+int32_t KvLayout::residual_page_tokens() const {
+  return static_cast<int32_t>(kivi_page_bytes() / (2 * static_cast<size_t>(head_dim) * dtype_size(dtype)));
+}
+
+int64_t KvLayout::kivi_pages_per_stream(int64_t num_tokens) const {
+  // A step from L to L + n <= num_tokens tokens holds the quantized pages of L + n and, until it flushes, a
+  // window of min(L, R) + n <= min(num_tokens, R + n) tokens, starting anywhere in its first page.
+  const int64_t quantized_keys = num_tokens / kivi_residual * kivi_residual;
+  const int64_t full = std::min<int64_t>(num_tokens, int64_t{kivi_residual} + kivi_max_step_tokens);
+  const int64_t per_page = residual_page_tokens();
+  return quantized_keys / page_size + (full == 0 ? 0 : (full + 2 * (per_page - 1)) / per_page);
+}
+
+double KvLayout::bytes_per_token(int64_t num_tokens) const {
+  const double row_bytes = 2.0 * head_dim * static_cast<double>(dtype_size(dtype));
+  if (!kivi()) return shared_latent ? row_bytes / 2 : row_bytes;
+  const int64_t quantized_pages = num_tokens / kivi_residual * kivi_residual / page_size;  // whole key groups
+  const int64_t full = std::min<int64_t>(num_tokens, kivi_residual);
+  return (static_cast<double>(quantized_pages) * static_cast<double>(kivi_page_bytes()) +
+          static_cast<double>(full) * row_bytes) /
+         static_cast<double>(num_tokens);
+}
+
+KvLayout make_kv_layout(int32_t num_layers, int32_t num_kv_heads, int32_t head_dim, int32_t page_size, Device device,
+                        KvStoreKind store, int32_t kivi_group_size, int32_t kivi_residual, int32_t max_step_tokens) {
+  KvLayout layout;
+  layout.num_layers = num_layers;
+  layout.num_kv_heads = num_kv_heads;
+  layout.head_dim = head_dim;
+  layout.page_size = page_size;
+  layout.store = store;
+  layout.dtype = kv_page_dtype(device, store);
+  if (kivi_bits(store) != 0) {
+    layout.page_size = kivi_group_size;
+    layout.kivi_residual = kivi_residual;
+    layout.kivi_value_group_size = std::min(kivi_group_size, head_dim);
+    layout.kivi_max_step_tokens = max_step_tokens;
+  }
+  return layout;
 }
 
 Result<int32_t> num_pages_that_fit(const KvLayout& layout, size_t num_bytes) {

@@ -1,8 +1,10 @@
 // KvStoreKind: what the paged cache's pages hold, chosen when the cache is created (vLLM's --kv-cache-dtype).
 // kExplicit keeps K/V in the backend's element type (fp32 on the CPU, bf16 on CUDA); kFp8E4M3 keeps one e4m3
 // code per element in the same page layout, read back through per-(layer, KV head) scales (attention_view.h,
-// kQuantized / kFp8E4M3). The store fixes the pages' element type and so their bytes, which the pool sizing,
-// the MemoryOracle and `bench decode`'s roofline read through KvLayout. Plain data; thread-safe.
+// kQuantized / kFp8E4M3). kKivi2 and kKivi4 keep KIVI's 2- or 4-bit group codes in pages of one key group each,
+// beside a full-precision residual window in the backend's element type (attention_view.h, kKivi; the geometry
+// is KvLayout's). The store fixes the pages' element type and so their bytes, which the pool sizing, the
+// MemoryOracle and `bench decode`'s roofline read through KvLayout. Plain data; thread-safe.
 #pragma once
 
 #include <cstddef>
@@ -15,20 +17,23 @@
 
 namespace se {
 
-enum class KvStoreKind : uint8_t { kExplicit, kFp8E4M3 };
-inline constexpr KvStoreKind kKvStoreKinds[] = {KvStoreKind::kExplicit, KvStoreKind::kFp8E4M3};
+enum class KvStoreKind : uint8_t { kExplicit, kFp8E4M3, kKivi2, kKivi4 };
+inline constexpr KvStoreKind kKvStoreKinds[] = {KvStoreKind::kExplicit, KvStoreKind::kFp8E4M3, KvStoreKind::kKivi2,
+                                                KvStoreKind::kKivi4};
 
 // The --kv-cache-dtype values: "auto" (the explicit store, the model's KV dtype on the backend), "fp8" and
-// "fp8_e4m3" (the same store, as vLLM accepts both). Anything else is kInvalidArgument listing them.
+// "fp8_e4m3" (the same store, as vLLM accepts both), "kivi2" and "kivi4". Anything else is kInvalidArgument
+// listing them.
 Result<KvStoreKind> parse_kv_cache_dtype(std::string_view text);
-// The canonical name: "auto" or "fp8_e4m3".
+// The canonical name: "auto", "fp8_e4m3", "kivi2" or "kivi4".
 std::string_view kv_store_kind_name(KvStoreKind store);
 
-// The element type of the store's pages on `device`: the backend's float type for the explicit store (what its
-// attention reads: fp32 on the CPU, bf16 on CUDA), one byte (kU8) per element for FP8.
-DType kv_page_dtype(Device device, KvStoreKind store = KvStoreKind::kExplicit);
+// KIVI's bits per code for kKivi2 / kKivi4, 0 for the other stores.
+int32_t kivi_bits(KvStoreKind store);
 
-// Bytes one token of one (layer, KV head) stream costs in the store: K and V of head_dim elements each.
-size_t kv_store_bytes_per_token(Device device, KvStoreKind store, int32_t head_dim);
+// The element type of the store's explicit rows on `device`: the backend's float type for the explicit store and
+// KIVI's residual window (what their attention reads: fp32 on the CPU, bf16 on CUDA), one byte (kU8) per element
+// for FP8.
+DType kv_page_dtype(Device device, KvStoreKind store = KvStoreKind::kExplicit);
 
 }  // namespace se

@@ -2,11 +2,17 @@
 
 #include <algorithm>
 
+#include "sparse/kivi_cache_manager.h"
 #include "sparse/paged_cache_manager.h"
 
 namespace se {
 
 Result<std::unique_ptr<CacheManager>> MethodRuntime::create_cache(const CacheSpec& spec) {
+  if (spec.layout.kivi()) {
+    SE_ASSIGN_OR_RETURN(std::unique_ptr<KiviCacheManager> cache,
+                        KiviCacheManager::create(spec.layout, spec.num_pages, spec.allocator));
+    return std::unique_ptr<CacheManager>(std::move(cache));
+  }
   SE_ASSIGN_OR_RETURN(std::unique_ptr<PagedCacheManager> cache,
                       PagedCacheManager::create(spec.layout, spec.num_pages, spec.allocator,
                                                 spec.enable_prefix_caching && traits().keeps_full_history));

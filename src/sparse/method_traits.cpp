@@ -21,7 +21,15 @@ Status check_kv_store_supports(KvStoreKind store, Device device, const MethodTra
     return unimplemented(
         "--kv-cache-dtype {}: no CUDA kernel reads or writes quantized KV pages yet ({} is CPU "
         "only); use --device cpu or --kv-cache-dtype auto",
-        store_name, op_name(OpId::kPagedAttentionOverFp8Pages));
+        store_name,
+        op_name(kivi_bits(store) != 0 ? OpId::kPagedAttentionOverKiviPages : OpId::kPagedAttentionOverFp8Pages));
+  // A KIVI stream is quantized groups plus a sliding window: no method op reads or moves it yet.
+  if (kivi_bits(store) != 0 && !traits.ops.empty())
+    return invalid_argument(
+        "--kv-cache-dtype {} cannot run sparse method '{}': its op {} reads or moves explicit K/V pages, and KIVI "
+        "keeps quantized groups beside its residual window (only methods without ops of their own, such as "
+        "vanilla, run over it)",
+        store_name, name, op_name(traits.ops.front()));
   // Eviction's row copies move codes as they are and attention_scores decodes FP8 keys as it reads them; every
   // other method op reads explicit K/V.
   for (OpId op : traits.ops)

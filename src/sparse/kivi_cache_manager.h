@@ -1,0 +1,107 @@
+// KiviCacheManager: the KV of the KIVI stores (--kv-cache-dtype kivi2 | kivi4; jy-yuan/KIVI) in one BlockPool
+// whose page is a quantized page of one key group (kv_layout.h). Each stream (layer, KV head) of a sequence lists
+// its quantized pages (one per group of quantized keys; their value rows fill as values leave the window) and its
+// residual pages (the explicit rows of tokens [quantized values, length), from `first_slot` of the first one).
+// The views are kQuantized / kKivi (attention_view.h). No method evicts, selects or prunes over KIVI yet, so every
+// stream of a sequence has the same shape and one KiviResidualWindow per sequence says what each step flushes.
+//
+// A step, as KIVI's model runs it: reserve(n) takes the residual pages of the n new tokens and the quantized pages
+// the step's flush fills; the forward writes the new rows into the window (write) and attends over what was
+// quantized before the step plus every newer token at full precision (a prefill attends at full precision, a
+// decode token before its flush); on_computed then flushes: keys of whole R-token blocks and values older than
+// the last R tokens are quantized from their window rows into their pages, and the window's pages it slid past
+// return to the pool. No dequantized copy of the cache is ever stored. There is no prefix cache over these pages
+// yet (the engine turns it off). Owns one reference to each page it lists; snapshots own theirs and must not
+// outlive the manager. Engine thread only.
+#pragma once
+
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/quant/quantized_kv_layout.h"
+#include "kv/block_pool.h"
+#include "kv/kivi_residual_window.h"
+#include "sparse/cache_manager.h"
+
+namespace se {
+
+class KiviCacheManager final : public CacheManager {
+ public:
+  // A pool of `num_pages` pages of `layout` (a valid KIVI layout on the CPU) from `allocator`.
+  static Result<std::unique_ptr<KiviCacheManager>> create(const KvLayout& layout, int32_t num_pages,
+                                                          Allocator* allocator);
+
+  int64_t num_total_pages() const override { return pool_.num_total_pages(); }
+  int64_t num_free_pages() const override { return pool_.num_free_pages(); }
+  int64_t num_available_pages() const override { return pool_.num_free_pages(); }
+  int64_t pages_to_reserve(int32_t seq, int32_t num_new_tokens) const override;
+  int64_t num_held_pages(int32_t seq) const override;
+
+  Result<int32_t> open(int32_t seq, std::span<const int32_t> prompt) override;
+  Status reserve(int32_t seq, int32_t num_new_tokens) override;
+  void on_computed(int32_t seq, std::span<const int32_t> tokens, int32_t num_computed) override;
+  void close(int32_t seq) override;
+  std::unique_ptr<SequenceSnapshot> snapshot(int32_t seq) override;
+  Status restore(int32_t seq, std::unique_ptr<SequenceSnapshot> snapshot) override;
+
+  AttentionView build_view(int layer, const ForwardBatch& batch) override;
+  void write(int layer, const AttentionView& view, TensorView k, TensorView v) override;
+  AttentionView build_sequence_view(int32_t seq, int layer) override;
+  uint64_t table_epoch(int32_t seq) const override { return sequence(seq).epoch; }
+  int32_t num_logical_tokens(int32_t seq) const override;
+  std::span<const int32_t> slot_positions(int32_t seq, int layer, int kv_head) const override;
+  Status evict_streams(int32_t seq, std::span<const StreamEviction> streams) override;
+  Status evict_slots(int32_t seq, std::span<const SlotEviction> streams) override;
+
+  Status check_integrity() const override;
+
+  // The quantized page layout of this store's pages.
+  const KiviPageLayout& page_layout() const { return page_layout_; }
+
+ private:
+  // One sequence: every stream shares the window's shape.
+  struct Sequence {
+    KiviResidualWindow window;  // counts once the last reserved step has flushed
+    // Quantized now (what views show); below the window's counts while a reserved step has not flushed yet.
+    int32_t stored_keys = 0;
+    int32_t stored_values = 0;
+    int32_t first_slot = 0;                       // slot of token stored_values in each stream's first residual page
+    std::vector<std::vector<int32_t>> quantized;  // [num_streams] page ids, group order (flush targets included)
+    std::vector<std::vector<int32_t>> residual;   // [num_streams] page ids of the window, token order
+    std::vector<int32_t> positions;               // 0 .. length - 1: slots are positions (nothing evicts)
+    uint64_t epoch = 0;
+  };
+  // Pages one stream takes for `num_new_tokens` more tokens once the pending flush has run.
+  struct StepPages {
+    int64_t residual = 0;
+    int64_t quantized = 0;
+  };
+
+  class Snapshot;  // a sequence taken out, owning its pages
+
+  KiviCacheManager(const KvLayout& layout, std::unique_ptr<PageStorage> storage);
+  Sequence& sequence(int32_t seq);
+  const Sequence& sequence(int32_t seq) const;
+  Sequence new_sequence() const;
+  StepPages step_pages(const Sequence& s, int32_t num_new_tokens) const;
+  // Quantizes what the last reserved step flushes and returns the window's pages it slid past to the pool.
+  void flush(Sequence& s);
+  static void release_pages(BlockPool& pool, Sequence& s);
+  // Layer `layer` of `sequences` into the scratch tables, with q_indptr_ for their new rows.
+  AttentionView make_view(int layer, const std::vector<const Sequence*>& sequences);
+
+  BlockPool pool_;
+  KiviPageLayout page_layout_;
+  int32_t residual_page_tokens_;
+  std::unordered_map<int32_t, Sequence> sequences_;
+  // Scratch of make_view: the tables its view points into, rebuilt by each call.
+  std::vector<int32_t> q_indptr_;
+  std::vector<int32_t> tables_;
+  std::vector<SeqKvView> seq_views_;
+  std::vector<KiviSeqView> kivi_views_;
+  std::vector<const Sequence*> view_sequences_;
+  std::vector<float> rows_;  // scratch of flush: one key group's rows [group][head_dim]
+};
+
+}  // namespace se
