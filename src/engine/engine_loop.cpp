@@ -368,7 +368,9 @@ void EngineLoop::publish_stats() {
   s.num_kv_pages_total = cache_->num_total_pages();
   s.num_kv_pages_free = cache_->num_free_pages();
   s.num_kv_pages_cached = cache_->num_available_pages() - s.num_kv_pages_free;
-  s.num_kv_pages_used = s.num_kv_pages_total - cache_->num_available_pages();
+  s.num_kv_pages_chains = chains_ ? chains_->num_reclaimable_pages() : 0;
+  s.num_kv_pages_used = s.num_kv_pages_total - cache_->num_available_pages() - s.num_kv_pages_chains;
+  s.num_chains = chains_ ? chains_->num_chains() : 0;
   const CacheManager::PrefixCacheCounters prefix = cache_->prefix_cache_counters();
   s.prefix_cache_queries_total = static_cast<uint64_t>(prefix.query_tokens);
   s.prefix_cache_hits_total = static_cast<uint64_t>(prefix.hit_tokens);

@@ -30,6 +30,8 @@ struct EngineStats {
   int64_t num_kv_pages_used = 0;    // held by live requests
   int64_t num_kv_pages_free = 0;    // in the pool's free list
   int64_t num_kv_pages_cached = 0;  // held only by the idle prefix cache (reclaimable)
+  int64_t num_kv_pages_chains = 0;  // held by idle Chain Cache chains (reclaimable); total = the four
+  int num_chains = 0;               // Chain Cache chains, idle or with a turn in flight
   uint64_t prompt_tokens_total = 0;
   uint64_t generation_tokens_total = 0;
   uint64_t prefix_cache_queries_total = 0;  // prompt tokens looked up

@@ -15,28 +15,32 @@ ApiResult<std::vector<int32_t>> chain_append_prompt(const ModelBundle& bundle, c
       reply["content"].get<std::string>().empty())
     return ApiError::bad_request("the message before 'chain_append_start' must be the assistant reply (with text) "
                                  "that ended the chain's last turn", kParam);
-  nlohmann::json context_messages = nlohmann::json::array();
-  for (int i = 0; i < append_start; ++i) context_messages.push_back(messages[static_cast<size_t>(i)]);
-  Result<std::string> context = bundle.render_chat(context_messages, /*add_generation_prompt=*/false, extras);
-  if (!context.is_ok()) return ApiError::from_status(context.status(), "messages");
+  // What follows the reply's text in the whole conversation's rendering (its closing, the appended messages and
+  // the generation prompt), found by rendering the conversation with a marker in the reply's place: a template may
+  // render a reply differently once a later turn makes it history (Qwen3 drops a past reply's empty think block),
+  // and the chain holds the reply as it was generated.
+  constexpr std::string_view kMarker = "\x01chain-append-marker\x01";
+  const std::string& text = reply["content"].get_ref<const std::string&>();
+  nlohmann::json marked = messages;
+  marked[static_cast<size_t>(append_start - 1)]["content"] = std::string(kMarker);
+  Result<std::string> marked_render = bundle.render_chat(marked, /*add_generation_prompt=*/true, extras);
+  if (!marked_render.is_ok()) return ApiError::from_status(marked_render.status(), "messages");
   Result<std::string> full = bundle.render_chat(messages, /*add_generation_prompt=*/true, extras);
   if (!full.is_ok()) return ApiError::from_status(full.status(), "messages");
-  if (full->compare(0, context->size(), *context) != 0)
-    return ApiError::bad_request("the chat template does not render this conversation append-only", kParam);
-
-  // What the template puts after the reply's text (e.g. "<|im_end|>\n"), less the end-of-turn token the model
-  // generated itself, which the chain already holds.
-  const std::string& text = reply["content"].get_ref<const std::string&>();
-  const size_t at = context->rfind(text);
-  if (at == std::string::npos)
+  const size_t marker_at = marked_render->find(kMarker);
+  if (marker_at == std::string::npos)
     return ApiError::bad_request("the chat template does not render the assistant reply verbatim", kParam);
-  std::string closing = context->substr(at + text.size());
+  const std::string after_reply = marked_render->substr(marker_at + kMarker.size());
+  if (!full->ends_with(text + after_reply))
+    return ApiError::bad_request("the chat template does not render the assistant reply verbatim", kParam);
+  // Less the end-of-turn token the model generated itself, which the chain already holds.
+  std::string_view appended_text = after_reply;
   if (!chain_tokens.empty()) {
     const std::string_view last = bundle.tokenizer->token_bytes(chain_tokens.back());
-    if (!last.empty() && closing.compare(0, last.size(), last) == 0) closing.erase(0, last.size());
+    if (!last.empty() && appended_text.starts_with(last)) appended_text.remove_prefix(last.size());
   }
-  const std::vector<int32_t> appended = bundle.tokenizer->encode(closing + full->substr(context->size()),
-                                                                 /*add_special=*/false, /*parse_special=*/true);
+  const std::vector<int32_t> appended = bundle.tokenizer->encode(appended_text, /*add_special=*/false,
+                                                                 /*parse_special=*/true);
   std::vector<int32_t> prompt = chain_tokens;
   prompt.insert(prompt.end(), appended.begin(), appended.end());
   return prompt;

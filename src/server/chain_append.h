@@ -17,7 +17,7 @@ namespace se::server {
 
 // `messages[append_start - 1]` must be the assistant reply that ended the chain's last turn and `chain_tokens`
 // that turn's tokens (Engine::chain_prefix). 400 when the message before append_start is not an assistant reply
-// with text, or the template does not render the conversation append-only.
+// with text, or the template does not render that reply verbatim (what follows it is then unknown).
 ApiResult<std::vector<int32_t>> chain_append_prompt(const ModelBundle& bundle, const nlohmann::json& messages,
                                                     int append_start, const std::vector<int32_t>& chain_tokens,
                                                     const ChatExtras& extras);

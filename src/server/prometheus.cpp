@@ -67,6 +67,9 @@ std::string render_prometheus(const EngineStats& s, std::string_view model_name)
   e.scalar("kv_pages_free", "gauge", "KV cache pages in the free list.", s.num_kv_pages_free);
   e.scalar("kv_pages_cached", "gauge", "KV cache pages held only by the idle prefix cache (reclaimable).",
            s.num_kv_pages_cached);
+  e.scalar("kv_pages_chains", "gauge", "KV cache pages held by idle Chain Cache chains (reclaimable).",
+           s.num_kv_pages_chains);
+  e.scalar("num_chains", "gauge", "Chain Cache chains, idle or with a turn in flight.", s.num_chains);
   e.scalar("kv_cache_usage_perc", "gauge", "Fraction of KV cache pages used (1 = full).",
            ratio(static_cast<double>(s.num_kv_pages_used), static_cast<double>(s.num_kv_pages_total)));
   e.scalar("prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.",

@@ -15,8 +15,10 @@ EngineStats sample_stats() {
   s.num_waiting = 1;
   s.num_kv_pages_total = 100;
   s.num_kv_pages_used = 25;
-  s.num_kv_pages_free = 60;
+  s.num_kv_pages_free = 52;
   s.num_kv_pages_cached = 15;
+  s.num_kv_pages_chains = 8;
+  s.num_chains = 3;
   s.prefix_cache_queries_total = 400;
   s.prefix_cache_hits_total = 100;
   s.prompt_tokens_total = 400;
@@ -68,8 +70,10 @@ TEST(Prometheus, ReportsGaugesCountersAndRates) {
   EXPECT_EQ(s.at("sparse_engine_num_requests_waiting" + l), "1");
   EXPECT_EQ(s.at("sparse_engine_kv_pages_total" + l), "100");
   EXPECT_EQ(s.at("sparse_engine_kv_pages_used" + l), "25");
-  EXPECT_EQ(s.at("sparse_engine_kv_pages_free" + l), "60");
+  EXPECT_EQ(s.at("sparse_engine_kv_pages_free" + l), "52");
   EXPECT_EQ(s.at("sparse_engine_kv_pages_cached" + l), "15");
+  EXPECT_EQ(s.at("sparse_engine_kv_pages_chains" + l), "8");
+  EXPECT_EQ(s.at("sparse_engine_num_chains" + l), "3");
   EXPECT_EQ(s.at("sparse_engine_kv_cache_usage_perc" + l), "0.25");
   EXPECT_EQ(s.at("sparse_engine_prefix_cache_hit_rate" + l), "0.25");
   EXPECT_EQ(s.at("sparse_engine_prefix_cache_hits_total" + l), "100");
