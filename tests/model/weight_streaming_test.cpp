@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <string>
 #include <vector>
 
 #include "../loader/safetensors_builder.h"
@@ -97,6 +98,8 @@ TEST(WeightStreamingTest, DummyLoadHoldsAboutOneWeightOnTheHost) {
   auto loaded = load_model(dir, dummy_options(), sink);
   const size_t peak = host_tensor_peak_bytes() - before;
   ASSERT_TRUE(loaded.is_ok()) << loaded.status().to_string();
+  RecordProperty("host_peak_bytes", std::to_string(peak));
+  RecordProperty("largest_weight_bytes", std::to_string(sink.largest_bytes()));
   EXPECT_TRUE(loaded->weights.empty());
   EXPECT_EQ(sink.names().size(), sink.num_weights());
   // The bound means something only when the model is much larger than it.
