@@ -7,6 +7,7 @@
 // Not thread-safe; spent by finish().
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
