@@ -24,8 +24,7 @@ Tensor converter_permute(const Tensor& w, int64_t n_head) {
     for (int64_t i = 0; i < half; ++i)
       for (int64_t j = 0; j < 2; ++j)
         for (int64_t c = 0; c < cols; ++c)
-          out.data<float>()[((h * half + i) * 2 + j) * cols + c] =
-              w.data<float>()[((h * 2 + j) * half + i) * cols + c];
+          out.data<float>()[((h * half + i) * 2 + j) * cols + c] = w.data<float>()[((h * 2 + j) * half + i) * cols + c];
   return out;
 }
 
