@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "backend/cpu/thread_pool.h"
+#include "model/weights_builder.h"
 
 namespace se {
 
@@ -23,15 +24,17 @@ Result<std::optional<Tokenizer>> load_tokenizer(const LoadedModel& loaded) {
 }
 
 Result<ModelBundle> ModelBundle::load(const std::string& path, const LoadOptions& options, Device device) {
-  SE_ASSIGN_OR_RETURN(LoadedModel loaded, load_model(path, options));
+  // Each weight goes to the device as it is read: a GPU load never holds the whole model on the host.
+  ModelWeightsBuilder builder(device, matrix_dtype(device));
+  SE_ASSIGN_OR_RETURN(LoadedModel loaded, load_model(path, options, builder));
+  SE_ASSIGN_OR_RETURN(ModelWeights weights, builder.finish());
   ModelBundle bundle;
   bundle.path = path;
   bundle.name = std::filesystem::path(path).filename().string();
   if (bundle.name.empty()) bundle.name = std::filesystem::path(path).parent_path().filename().string();
   bundle.source_format = loaded.source_format;
-  SE_ASSIGN_OR_RETURN(Model model, Model::create(loaded.config, loaded.weights, device));
+  SE_ASSIGN_OR_RETURN(Model model, Model::from_weights(loaded.config, std::move(weights), device));
   bundle.model = std::make_unique<Model>(std::move(model));
-  loaded.weights.clear();  // the model holds what it needs
   SE_ASSIGN_OR_RETURN(bundle.tokenizer, load_tokenizer(loaded));
   if (bundle.tokenizer && !bundle.tokenizer->chat_template().empty()) {
     auto parsed = ChatTemplate::parse(bundle.tokenizer->chat_template());

@@ -153,10 +153,9 @@ Result<json> gguf_hf_config(const GgufFile& file) {
   return normalize_hf_config(c, file.path());
 }
 
-Result<std::map<std::string, Tensor>> load_gguf_weights(const GgufFile& file, const ModelConfig& config, DType dtype,
-                                                        ProgressBar* progress) {
+Status stream_gguf_weights(const GgufFile& file, const ModelConfig& config, DType dtype, WeightSink& sink,
+                           ProgressBar* progress) {
   const ArchSpec& arch = arch_of(config);
-  std::map<std::string, Tensor> weights;
   std::set<std::string> used = {"rope_freqs.weight"};
   for (const WeightSpec& spec : expected_weights(config)) {
     const std::string& name = spec.gguf_name;
@@ -171,7 +170,9 @@ Result<std::map<std::string, Tensor>> load_gguf_weights(const GgufFile& file, co
     if (!t.is_ok()) return t.status().with_context(file.path());
     Tensor w = std::move(t).value();
     if (arch.from_gguf_tensor != nullptr) w = arch.from_gguf_tensor(config, spec, std::move(w));
-    weights[spec.name] = cast_weight(w, dtype);
+    Tensor cast = cast_weight(w, dtype);
+    w = Tensor();  // the sink may free the weight at once
+    SE_RETURN_IF_ERROR(sink.put(spec, std::move(cast)));
     used.insert(name);
     if (progress != nullptr) progress->advance();
   }
@@ -181,7 +182,7 @@ Result<std::map<std::string, Tensor>> load_gguf_weights(const GgufFile& file, co
                            file.architecture());
     }
   }
-  return weights;
+  return Status::ok();
 }
 
 }  // namespace se

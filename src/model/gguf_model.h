@@ -3,7 +3,6 @@
 // layout by the architecture). Stateless functions; thread-safe for distinct outputs.
 #pragma once
 
-#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -11,6 +10,7 @@
 #include "loader/gguf_file.h"
 #include "loader/progress_bar.h"
 #include "model/config.h"
+#include "model/weight_sink.h"
 #include "tensor/tensor.h"
 
 namespace se {
@@ -21,10 +21,10 @@ namespace se {
 // divisor per rotary pair). Errors name the file and the missing or invalid key.
 Result<nlohmann::json> gguf_hf_config(const GgufFile& file);
 
-// Every weight of expected_weights(config) from `file`, in `dtype` (F32/F16/BF16). Errors name the
-// file and tensor: missing tensors, wrong shapes, unsupported quant types, tensors this loader does
-// not know. `progress` (nullable) advances once per tensor.
-Result<std::map<std::string, Tensor>> load_gguf_weights(const GgufFile& file, const ModelConfig& config, DType dtype,
-                                                        ProgressBar* progress);
+// Every weight of expected_weights(config) from `file`, in `dtype` (F32/F16/BF16), handed to `sink` one at a
+// time. Errors name the file and tensor: missing tensors, wrong shapes, unsupported quant types, tensors this
+// loader does not know. `progress` (nullable) advances once per tensor.
+Status stream_gguf_weights(const GgufFile& file, const ModelConfig& config, DType dtype, WeightSink& sink,
+                           ProgressBar* progress);
 
 }  // namespace se

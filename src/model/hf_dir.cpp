@@ -53,9 +53,8 @@ Result<HfDir> open_hf_dir(const std::string& dir) {
   return hf;
 }
 
-Result<std::map<std::string, Tensor>> load_hf_weights(const HfDir& hf, const ModelConfig& config,
-                                                      const SafetensorsCheckpoint& checkpoint, DType dtype,
-                                                      ProgressBar* progress) {
+Status stream_hf_weights(const HfDir& hf, const ModelConfig& config, const SafetensorsCheckpoint& checkpoint,
+                         DType dtype, WeightSink& sink, ProgressBar* progress) {
   const ArchSpec& arch = arch_of(config);
   SE_ASSIGN_OR_RETURN(const std::optional<Fp8BlockQuantization> fp8,
                       fp8_block_quantization(hf.config, (fs::path(hf.dir) / "config.json").string()));
@@ -98,7 +97,6 @@ Result<std::map<std::string, Tensor>> load_hf_weights(const HfDir& hf, const Mod
     }
     return file->load(found);
   };
-  std::map<std::string, Tensor> weights;
   for (const WeightSpec& spec : expected_weights(config)) {
     Tensor t;
     if (spec.hf_parts.empty()) {
@@ -118,10 +116,12 @@ Result<std::map<std::string, Tensor>> load_hf_weights(const HfDir& hf, const Mod
       }
     }
     if (arch.from_hf_tensor != nullptr) t = arch.from_hf_tensor(spec, std::move(t));
-    weights[spec.name] = cast_weight(t, dtype);
+    Tensor w = cast_weight(t, dtype);
+    t = Tensor();  // the sink may free w at once: nothing else here keeps the weight alive
+    SE_RETURN_IF_ERROR(sink.put(spec, std::move(w)));
     if (progress != nullptr) progress->advance();
   }
-  return weights;
+  return Status::ok();
 }
 
 }  // namespace se

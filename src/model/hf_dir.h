@@ -1,9 +1,8 @@
 // HfDir: a Hugging Face model directory: the validated config.json, the paths of the tokenizer
-// files, and the canonical weights read from its safetensors. Plain values; load_hf_weights is
+// files, and the canonical weights read from its safetensors. Plain values; stream_hf_weights is
 // thread-safe for distinct outputs.
 #pragma once
 
-#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -11,6 +10,7 @@
 #include "loader/progress_bar.h"
 #include "loader/safetensors_file.h"
 #include "model/config.h"
+#include "model/weight_sink.h"
 #include "tensor/tensor.h"
 
 namespace se {
@@ -30,13 +30,12 @@ Result<HfDir> open_hf_dir(const std::string& dir);
 Result<nlohmann::json> read_hf_config(const std::string& path);
 
 // Every weight of expected_weights(config) (`config` parsed from hf.config) from `checkpoint`, in `dtype`, in
-// the canonical layout (the architecture's from_hf_tensor; per-expert tensors stacked). F8_E4M3 weights of a
-// checkpoint with a block-scaled fp8 quantization_config are dequantized with their weight_scale_inv
-// (loader/fp8_block_weights.h); a missing or mis-shaped scale is an error naming it. Multimodal names
-// (language_model.model.*, model.language_model.*) are accepted; tensors the model does not use (vision tower,
-// rotary caches) are ignored. Errors name the tensor.
-Result<std::map<std::string, Tensor>> load_hf_weights(const HfDir& hf, const ModelConfig& config,
-                                                      const SafetensorsCheckpoint& checkpoint, DType dtype,
-                                                      ProgressBar* progress);
+// the canonical layout (the architecture's from_hf_tensor; per-expert tensors stacked), handed to `sink` one at a
+// time. F8_E4M3 weights of a checkpoint with a block-scaled fp8 quantization_config are dequantized with their
+// weight_scale_inv (loader/fp8_block_weights.h); a missing or mis-shaped scale is an error naming it. Multimodal
+// names (language_model.model.*, model.language_model.*) are accepted; tensors the model does not use (vision
+// tower, rotary caches) are ignored. Errors name the tensor.
+Status stream_hf_weights(const HfDir& hf, const ModelConfig& config, const SafetensorsCheckpoint& checkpoint,
+                         DType dtype, WeightSink& sink, ProgressBar* progress);
 
 }  // namespace se

@@ -3,15 +3,33 @@
 #include "backend/device_memory.h"
 #include "base/check.h"
 #include "model/arch/arch_registry.h"
+#include "model/weights_builder.h"
 
 namespace se {
 
-Result<Model> Model::create(const ModelConfig& config, const std::map<std::string, Tensor>& tensors, Device device) {
+namespace {
+
+Status check_device(const ModelConfig& config, Device device) {
   if (device != Device::kCpu && config.latent_attention())
     return unimplemented("multi-head latent attention has no {} kernels yet; run this model with --device cpu",
                          device_name(device));
-  SE_ASSIGN_OR_RETURN(ModelWeights weights, ModelWeights::build(config, tensors));
-  return Model(arch_of(config), config, weights.on_device(device), device);
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<Model> Model::create(const ModelConfig& config, const std::map<std::string, Tensor>& tensors, Device device) {
+  SE_RETURN_IF_ERROR(check_device(config, device));
+  ModelWeightsBuilder builder(device, matrix_dtype(device));
+  SE_RETURN_IF_ERROR(builder.begin(config));
+  SE_RETURN_IF_ERROR(builder.put_all(tensors));
+  SE_ASSIGN_OR_RETURN(ModelWeights weights, builder.finish());
+  return Model(arch_of(config), config, std::move(weights), device);
+}
+
+Result<Model> Model::from_weights(const ModelConfig& config, ModelWeights weights, Device device) {
+  SE_RETURN_IF_ERROR(check_device(config, device));
+  return Model(arch_of(config), config, std::move(weights), device);
 }
 
 Model::Model(const ArchSpec& arch, ModelConfig config, ModelWeights weights, Device device)

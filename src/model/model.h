@@ -27,6 +27,8 @@ class Model {
   // name the missing or mis-shaped tensor, or what `device` cannot run.
   static Result<Model> create(const ModelConfig& config, const std::map<std::string, Tensor>& tensors,
                               Device device = Device::kCpu);
+  // A model of weights built for `device` (weights_builder.h), e.g. by a streaming load.
+  static Result<Model> from_weights(const ModelConfig& config, ModelWeights weights, Device device);
 
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return weights_; }

@@ -16,6 +16,7 @@
 #include "loader/gguf_file.h"
 #include "loader/progress_bar.h"
 #include "model/config.h"
+#include "model/weight_sink.h"
 #include "tensor/tensor.h"
 
 namespace se {
@@ -47,11 +48,19 @@ struct LoadedModel {
 // Loads `path` per `options`. Errors name the path and what is wrong (kNotFound, kDataLoss,
 // kInvalidArgument, kUnimplemented for unsupported architectures and quant types).
 Result<LoadedModel> load_model(const std::string& path, const LoadOptions& options = {});
+// The same load with the weights handed to `sink` one at a time as they are read (LoadedModel::weights stays
+// empty), so the host holds about one weight at a time whatever the sink keeps: a GPU's ModelWeightsBuilder
+// uploads each and frees it (weights_builder.h).
+Result<LoadedModel> load_model(const std::string& path, const LoadOptions& options, WeightSink& sink);
 
-// Every weight of `config` with dummy values (loader/dummy_weights.h): linear and embedding weights roughly
-// normal(0, 0.02), norms ones, biases zeros. With `fp8` (nullable; config.json's block-scaled FP8
-// quantization_config) the linear weights an FP8 checkpoint quantizes are written as e4m3 codes and block scales
-// and dequantized as load_hf_weights reads them. `progress` (nullable) advances once per weight.
+// Every weight of `config` with dummy values (loader/dummy_weights.h), in `dtype`, handed to `sink` one at a
+// time: linear and embedding weights roughly normal(0, 0.02), norms ones, biases zeros. With `fp8` (nullable;
+// config.json's block-scaled FP8 quantization_config) the linear weights an FP8 checkpoint quantizes are written
+// as e4m3 codes and block scales and dequantized as stream_hf_weights reads them. `progress` (nullable) advances
+// once per weight.
+Status stream_dummy_weights(const ModelConfig& config, DType dtype, uint64_t seed, const Fp8BlockQuantization* fp8,
+                            WeightSink& sink, ProgressBar* progress);
+// The same weights in a map.
 std::map<std::string, Tensor> dummy_weights(const ModelConfig& config, DType dtype, uint64_t seed,
                                             ProgressBar* progress, const Fp8BlockQuantization* fp8 = nullptr);
 

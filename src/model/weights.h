@@ -1,16 +1,12 @@
-// ModelWeights: the tensors of a decoder model in the layout the forward uses. Built once from the loader's
-// HF-named tensor map as fp32 host tensors; q/k/v and gate/up projections are stacked into single matrices (one
-// allocation each; the forward multiplies by row ranges), and so are each expert's gate/up projections. on_device()
-// gives the copy a device runs: on CUDA the matrices in BF16 (what cuBLASLt multiplies), norms and biases fp32. Owns
-// its tensors (shared with the loader's map where no copies were needed). Immutable after build.
+// ModelWeights: the tensors of a decoder model in the layout the forward uses, on the device that runs it: q/k/v
+// and gate/up projections are stacked into single matrices (one allocation each; the forward multiplies by row
+// ranges), and so are each expert's gate/up projections. The matrices are fp32 on the CPU and BF16 on CUDA (what
+// cuBLASLt multiplies), norms and biases fp32. Built weight by weight by ModelWeightsBuilder (weights_builder.h).
+// Owns its tensors (on the CPU shared with the loader's where no copies were needed). Immutable once built.
 #pragma once
 
-#include <map>
-#include <string>
 #include <vector>
 
-#include "base/status.h"
-#include "model/config.h"
 #include "tensor/tensor.h"
 
 namespace se {
@@ -49,10 +45,6 @@ struct ModelWeights {
   Tensor final_norm;    // [hidden]
   Tensor lm_head;       // [vocab, hidden]; the embedding table when tied
 
-  // Checks names and shapes against `config`; errors name the missing or mis-shaped tensor.
-  static Result<ModelWeights> build(const ModelConfig& config, const std::map<std::string, Tensor>& tensors);
-  // These weights on `device` (themselves on the CPU); a tied lm_head stays one tensor.
-  ModelWeights on_device(Device device) const;
   // The dtype of the matrices, which the forward's matmul inputs take too.
   DType matmul_dtype() const { return embed_tokens.dtype(); }
 };

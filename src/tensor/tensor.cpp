@@ -1,25 +1,43 @@
 #include "tensor/tensor.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
 #include "base/check.h"
+#include "tensor/host_memory.h"
 
 namespace se {
 
 namespace {
+
+std::atomic<size_t> live_host_bytes{0};
+std::atomic<size_t> peak_host_bytes{0};
+
 class CpuAllocator final : public Allocator {
  public:
   void* allocate(size_t nbytes) override {
     size_t rounded = (nbytes + 63) / 64 * 64;
     void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
     SE_CHECK(p != nullptr, "host allocation of {} bytes failed", nbytes);
+    const size_t live = live_host_bytes.fetch_add(nbytes, std::memory_order_relaxed) + nbytes;
+    size_t peak = peak_host_bytes.load(std::memory_order_relaxed);
+    while (live > peak && !peak_host_bytes.compare_exchange_weak(peak, live, std::memory_order_relaxed)) {
+    }
     return p;
   }
-  void deallocate(void* ptr, size_t) override { std::free(ptr); }
+  void deallocate(void* ptr, size_t nbytes) override {
+    std::free(ptr);
+    live_host_bytes.fetch_sub(nbytes, std::memory_order_relaxed);
+  }
   Device device() const override { return Device::kCpu; }
 };
+
 }  // namespace
+
+size_t host_tensor_bytes() { return live_host_bytes.load(std::memory_order_relaxed); }
+size_t host_tensor_peak_bytes() { return peak_host_bytes.load(std::memory_order_relaxed); }
+void reset_host_tensor_peak() { peak_host_bytes.store(host_tensor_bytes(), std::memory_order_relaxed); }
 
 Allocator* cpu_allocator() {
   static CpuAllocator allocator;

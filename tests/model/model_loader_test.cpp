@@ -13,7 +13,8 @@
 #include "../loader/gguf_builder.h"
 #include "model/hf_config.h"
 #include "model/weight_spec.h"
-#include "loader/weight_transforms.h"
+#include "model/arch/gemma3.h"
+#include "model/arch/llama.h"
 #include "../loader/safetensors_builder.h"
 #include "../loader/test_models.h"
 #include "typed_config.h"
@@ -84,7 +85,7 @@ void write_gguf(const std::string& path, const json& c, const std::map<std::stri
     Tensor t = hf.at(spec.name);
     if (d.arch == "llama" && spec.name.find("q_proj") != std::string::npos) t = permute_qk_rows(t, d.num_heads);
     if (d.arch == "llama" && spec.name.find("k_proj") != std::string::npos) t = permute_qk_rows(t, d.num_kv_heads);
-    if (d.arch == "gemma3" && spec.kind == WeightKind::kNorm) t = add_one(t);
+    if (d.arch == "gemma3" && spec.kind == WeightKind::kNorm) t = gemma_norm_multiplier(t);
     std::vector<int64_t> dims;
     for (int i = t.rank() - 1; i >= 0; --i) dims.push_back(t.dim(i));
     b.add_f32_tensor(spec.gguf_name, dims, std::vector<float>(t.data<float>(), t.data<float>() + t.numel()));
@@ -114,7 +115,7 @@ TEST_P(ModelLoaderArchTest, GgufAndHfDirLoadTheSameModel) {
   std::map<std::string, Tensor> internal = hf_weights;
   for (const WeightSpec& spec : expected_weights(typed(c))) {
     if (model_type == "gemma3_text" && spec.kind == WeightKind::kNorm)
-      internal[spec.name] = add_one(hf_weights[spec.name]);
+      internal[spec.name] = gemma_norm_multiplier(hf_weights[spec.name]);
   }
   const std::string gguf = testing::scratch_path(model_type + ".gguf");
   write_gguf(gguf, c, hf_weights);

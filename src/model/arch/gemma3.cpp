@@ -1,5 +1,7 @@
 // Gemma 3 (text): sandwich norms around attention and MLP, q/k RMSNorm, GeGLU (tanh GELU), embeddings scaled
 // by sqrt(hidden_size), tied embeddings, and interleaved sliding-window (local RoPE base) and global layers.
+#include "model/arch/gemma3.h"
+
 #include <array>
 #include <cmath>
 #include <optional>
@@ -7,7 +9,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "loader/weight_transforms.h"
 #include "model/arch/arch_registry.h"
 #include "model/config_json.h"
 #include "model/hf_config.h"
@@ -15,6 +16,13 @@
 #include "model/layers/gated_mlp.h"
 
 namespace se {
+
+Tensor gemma_norm_multiplier(const Tensor& w) {
+  Tensor m = w.to_f32();  // always a fresh copy
+  float* p = m.data<float>();
+  for (int64_t i = 0; i < m.numel(); ++i) p[i] += 1.0f;
+  return m;
+}
 
 namespace {
 constexpr std::array<std::string_view, 2> kModelTypes = {"gemma3_text", "gemma3"};
@@ -123,10 +131,9 @@ void layer_weights(const ModelConfig& config, int layer, std::vector<WeightSpec>
   append_gated_mlp_weights(config, layer, specs);
 }
 
-// HF Gemma computes x * (1 + w); the canonical norms hold the multiplier (added in fp32). llama.cpp's converter
-// adds the one already.
+// llama.cpp's converter adds the one already; HF checkpoints store w.
 Tensor from_hf_tensor(const WeightSpec& spec, Tensor t) {
-  return spec.kind == WeightKind::kNorm ? add_one(cast_weight(t, DType::kF32)) : std::move(t);
+  return spec.kind == WeightKind::kNorm ? gemma_norm_multiplier(t) : std::move(t);
 }
 
 // Which layers slide: an explicit `layer_types` list, else every `sliding_window_pattern`-th layer is global.

@@ -2,8 +2,9 @@
 #include "model/arch/llama.h"
 
 #include <array>
+#include <cstring>
 
-#include "loader/weight_transforms.h"
+#include "base/check.h"
 #include "model/arch/arch_registry.h"
 #include "model/hf_config.h"
 #include "model/layers/attention.h"
@@ -30,6 +31,40 @@ void llama_layer_weights(const ModelConfig& config, int layer, std::vector<Weigh
 }
 
 Status llama_finish_hf(nlohmann::json& hf, const std::string& source) { return require_silu(hf, source); }
+
+namespace {
+
+// Moves rows within each head: row `from(r)` of a head in `t` becomes row r of the result.
+template <typename RowMap>
+Tensor regroup_rows(const Tensor& t, int64_t num_heads, RowMap from) {
+  SE_CHECK(t.rank() >= 1 && num_heads > 0 && t.dim(0) % (2 * num_heads) == 0, "Q/K rows {} for {} heads",
+           t.shape().to_string(), num_heads);
+  const int64_t rows = t.dim(0);
+  const int64_t head_dim = rows / num_heads;
+  const size_t row_bytes = t.nbytes() / static_cast<size_t>(rows);
+  Tensor out = Tensor::empty(t.dtype(), t.shape());
+  const auto* src = static_cast<const uint8_t*>(t.raw());
+  auto* dst = static_cast<uint8_t*>(out.raw());
+  for (int64_t h = 0; h < num_heads; ++h) {
+    for (int64_t r = 0; r < head_dim; ++r) {
+      const int64_t s = from(r, head_dim / 2);
+      std::memcpy(dst + (h * head_dim + r) * row_bytes, src + (h * head_dim + s) * row_bytes, row_bytes);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+Tensor unpermute_qk_rows(const Tensor& t, int64_t num_heads) {
+  // HF row r = j*half + i sits at GGUF row 2i + j.
+  return regroup_rows(t, num_heads, [](int64_t r, int64_t half) { return 2 * (r % half) + r / half; });
+}
+
+Tensor permute_qk_rows(const Tensor& t, int64_t num_heads) {
+  // GGUF row r = 2i + j comes from HF row j*half + i.
+  return regroup_rows(t, num_heads, [](int64_t r, int64_t half) { return (r % 2) * half + r / 2; });
+}
 
 namespace {
 constexpr std::array<std::string_view, 1> kModelTypes = {"llama"};

@@ -1,7 +1,8 @@
 // Llama's parts that the architectures keeping its shape (Qwen2, Qwen3, Qwen3-MoE) share: its decoder block,
-// its HF config checks, and its layer weights.
+// its HF config checks, its layer weights, and the Q/K row order llama.cpp's converter gives its GGUF files.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "model/layers/attention.h"
 #include "model/layers/block_inputs.h"
 #include "model/weight_spec.h"
+#include "tensor/tensor.h"
 
 namespace se {
 
@@ -26,5 +28,13 @@ void llama_layer_weights(const ModelConfig& config, int layer, std::vector<Weigh
 
 // A SwiGLU config: hidden_act silu.
 Status llama_finish_hf(nlohmann::json& hf, const std::string& source);
+
+// Undoes convert_hf_to_gguf.py's LlamaModel.permute on the rows of a Q or K projection (weight [out, in] or bias
+// [out]) with `num_heads` heads (the KV head count for K). The converter regroups each head's rows from HF's
+// rotate-half order (first half, second half) into interleaved pairs: GGUF row 2i+j of a head holds HF row
+// j*(head_dim/2)+i. Returns a new tensor. Precondition: out is a multiple of 2 * num_heads.
+Tensor unpermute_qk_rows(const Tensor& t, int64_t num_heads);
+// The inverse of unpermute_qk_rows (what the converter does), for tests and tools.
+Tensor permute_qk_rows(const Tensor& t, int64_t num_heads);
 
 }  // namespace se
