@@ -26,9 +26,11 @@ DecodeCompressionMethod::DecodeCompressionMethod(std::string name, nlohmann::ord
       query_capacity_(query_capacity) {
   traits_.family = MethodFamily::kEviction;
   traits_.keeps_full_history = false;
-  // gather_keys reads a region's keys for host scoring; compact_kv evicts. Neither has a CUDA path here yet
-  // (gather_keys has no kernel), so the engine refuses these methods on a GPU at startup.
+  // gather_keys reads a region's keys, the subclass's scoring ops score them (each adds its own); compact_kv
+  // evicts. All have CUDA kernels, but the decode queries are kept in host memory and the region is scored on
+  // host buffers, so the engine refuses these methods on a GPU at startup (host_hooks).
   traits_.ops = {OpId::kGatherKeys, OpId::kCompactKv};
+  traits_.host_hooks = true;
   traits_.static_decode_forward = false;  // every decode forward copies its queries out on the host
   traits_.prefix_mode = PrefixMode::kChain;
   traits_.prefill_policy = PrefillPolicy::kDense;

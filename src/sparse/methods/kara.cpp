@@ -25,7 +25,9 @@ Result<std::unique_ptr<MethodRuntime>> KaraMethod::create(const nlohmann::json& 
 KaraMethod::KaraMethod(nlohmann::ordered_json config, const KaraParams& params,
                        std::unique_ptr<MethodRuntime> prompt_method)
     : DecodeCompressionMethod("kara", std::move(config), params.window + params.buffer, std::move(prompt_method)),
-      params_(params) {}
+      params_(params) {
+  traits_.ops.insert(traits_.ops.end(), {OpId::kBidirectionalWindowScores});
+}
 
 std::optional<DecodeCompressionMethod::Region> KaraMethod::plan_compression(const Clock& clock) const {
   if (!kara_should_compress(clock.num_decoded, clock.num_logical - clock.uncompressed_from, params_))

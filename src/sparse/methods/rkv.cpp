@@ -28,7 +28,9 @@ Result<std::unique_ptr<MethodRuntime>> RkvMethod::create(const nlohmann::json& c
 
 RkvMethod::RkvMethod(nlohmann::ordered_json config, const RkvParams& params,
                      std::unique_ptr<MethodRuntime> prompt_method)
-    : DecodeCompressionMethod("rkv", std::move(config), params.window, std::move(prompt_method)), params_(params) {}
+    : DecodeCompressionMethod("rkv", std::move(config), params.window, std::move(prompt_method)), params_(params) {
+  traits_.ops.insert(traits_.ops.end(), {OpId::kGroupMaxAttentionImportance, OpId::kKeyRedundancy});
+}
 
 std::optional<DecodeCompressionMethod::Region> RkvMethod::plan_compression(const Clock& clock) const {
   if (!rkv_should_compress(clock.num_generated_resident, clock.num_decoded, 1, params_)) return std::nullopt;
