@@ -388,10 +388,9 @@ TEST_P(ComposedCompressionTest, PreemptedRequestContinuesAsAFreshRequestOfItsTok
   const Model model = test::tiny_model(m.model_type);
   Loop loop(model, m.name, m.config, 160, SchedulerConfig{6, 24});
   std::mt19937 rng(23);
-  std::vector<Request*> requests;
   for (int i = 0; i < 8; ++i)
-    requests.push_back(loop.add("r" + std::to_string(i), random_tokens(rng, 20 + static_cast<int>(rng() % 40), 96),
-                                60 + static_cast<int>(rng() % 100)));
+    loop.add("r" + std::to_string(i), random_tokens(rng, 20 + static_cast<int>(rng() % 40), 96),
+             60 + static_cast<int>(rng() % 100));
   std::map<const Request*, std::vector<int32_t>> at_preemption;  // the tokens a request had when last preempted
   while (loop.step()) {
     ASSERT_TRUE(loop.cache().check_integrity().is_ok());
