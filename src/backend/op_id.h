@@ -42,6 +42,9 @@ enum class OpId : uint8_t {
   kSubsetAttentionMaxScores,
   kGatherKeys,
   kPagedLatentAttention,  // multi-head latent attention with absorbed weights over a latent store
+  kBidirectionalWindowScores,
+  kGroupMaxAttentionImportance,
+  kKeyRedundancy,
 };
 
 // The op's ops.h name ("paged_attention over a selection" for the selection mode).

@@ -358,8 +358,11 @@ constexpr OpEntry kOps[] = {
     {OpId::kCompactKv, "compact_kv", true},
     {OpId::kMoveKvRows, "move_kv_rows", true},
     {OpId::kSubsetAttentionMaxScores, "subset_attention_max_scores", true},
-    {OpId::kGatherKeys, "gather_keys", false},
+    {OpId::kGatherKeys, "gather_keys", true},
     {OpId::kPagedLatentAttention, "paged_latent_attention", false},
+    {OpId::kBidirectionalWindowScores, "bidirectional_window_scores", true},
+    {OpId::kGroupMaxAttentionImportance, "group_max_attention_importance", true},
+    {OpId::kKeyRedundancy, "key_redundancy", true},
 };
 
 constexpr bool rows_follow_ids() {
@@ -578,11 +581,13 @@ void compact_kv(const AttentionView& pool, std::span<const StreamCompaction> str
 }
 
 void gather_keys(TensorView out, const AttentionView& view, int32_t slice, int32_t first_slot) {
-  if (view.kv_device == Device::kCuda)
-    SE_CHECK(cuda_implements(OpId::kGatherKeys), "gather_keys: not implemented on CUDA");
-  require_cpu_f32(out, "gather_keys.out");
-  SE_CHECK(view.payload == KvPayload::kExplicit && view.kv_dtype == DType::kF32 && view.tables_device == Device::kCpu,
-           "gather_keys: host tables over f32 K/V pages only");
+  const bool on_gpu = pool_on_cuda(view, "gather_keys");
+  SE_CHECK(out.dtype == DType::kF32 && out.device == view.kv_device,
+           "gather_keys: out must be F32 where the pool lives");
+  SE_CHECK(view.payload == KvPayload::kExplicit && view.tables_device == Device::kCpu,
+           "gather_keys: host tables over explicit K/V pages only");
+  SE_CHECK(on_gpu || view.kv_dtype == DType::kF32, "gather_keys: the CPU backend keeps f32 pages, got {}",
+           dtype_name(view.kv_dtype));
   SE_CHECK(slice >= 0 && slice < view.num_seqs, "gather_keys: no sequence {} in a view of {}", slice, view.num_seqs);
   SE_CHECK(out.shape.rank() == 3 && out.shape[1] == view.num_kv_heads && out.shape[2] == view.head_dim,
            "gather_keys: out {} for {} KV heads x {}", out.shape.to_string(), view.num_kv_heads, view.head_dim);
@@ -590,7 +595,60 @@ void gather_keys(TensorView out, const AttentionView& view, int32_t slice, int32
     SE_CHECK(first_slot >= 0 && first_slot + out.shape[0] <= view.seqs[slice].num_tokens[h],
              "gather_keys: slots [{}, {}) of KV head {}, which holds {}", first_slot, first_slot + out.shape[0], h,
              view.seqs[slice].num_tokens[h]);
+  if (out.shape[0] == 0) return;
+  if (on_gpu) {
+    if constexpr (kCudaBuilt) cuda::gather_keys(out, view, slice, first_slot);
+    return;
+  }
   cpu::gather_keys(out, view, slice, first_slot);
+}
+
+namespace {
+
+// The decode-time compression scores' shared checks: queries [R, H, D], keys [n, Hkv, D], out [Hkv, n], F32 on
+// one device. True when that device is CUDA.
+bool check_window_scores(TensorView out, TensorView queries, TensorView keys, const char* what) {
+  SE_CHECK(out.dtype == DType::kF32 && queries.dtype == DType::kF32 && keys.dtype == DType::kF32,
+           "{}: F32 out, queries and keys", what);
+  SE_CHECK(out.device == queries.device && out.device == keys.device, "{}: out, queries and keys on one device", what);
+  SE_CHECK(queries.shape.rank() == 3 && keys.shape.rank() == 3 && out.shape.rank() == 2, "{}: ranks", what);
+  SE_CHECK(queries.shape[2] == keys.shape[2] && keys.shape[1] > 0 && queries.shape[1] % keys.shape[1] == 0,
+           "{}: queries {} for keys {}", what, queries.shape.to_string(), keys.shape.to_string());
+  SE_CHECK(out.shape[0] == keys.shape[1] && out.shape[1] == keys.shape[0], "{}: out {} for keys {}", what,
+           out.shape.to_string(), keys.shape.to_string());
+  SE_CHECK(queries.shape[0] > 0 && keys.shape[0] > 0, "{}: no query rows or no keys", what);
+  return on_cuda(out, what);
+}
+
+}  // namespace
+
+void bidirectional_window_scores(TensorView out, TensorView queries, TensorView keys) {
+  if (check_window_scores(out, queries, keys, "bidirectional_window_scores")) {
+    if constexpr (kCudaBuilt) cuda::bidirectional_window_scores(out, queries, keys);
+    return;
+  }
+  cpu::bidirectional_window_scores(out, queries, keys);
+}
+
+void group_max_attention_importance(TensorView out, TensorView queries, TensorView keys) {
+  if (check_window_scores(out, queries, keys, "group_max_attention_importance")) {
+    if constexpr (kCudaBuilt) cuda::group_max_attention_importance(out, queries, keys);
+    return;
+  }
+  cpu::group_max_attention_importance(out, queries, keys);
+}
+
+void key_redundancy(TensorView out, TensorView keys, float threshold) {
+  SE_CHECK(out.dtype == DType::kF32 && keys.dtype == DType::kF32 && out.device == keys.device,
+           "key_redundancy: F32 out and keys on one device");
+  SE_CHECK(keys.shape.rank() == 3 && out.shape.rank() == 2 && out.shape[0] == keys.shape[1] &&
+               out.shape[1] == keys.shape[0] && keys.shape[0] > 0,
+           "key_redundancy: out {} for keys {}", out.shape.to_string(), keys.shape.to_string());
+  if (on_cuda(out, "key_redundancy")) {
+    if constexpr (kCudaBuilt) cuda::key_redundancy(out, keys, threshold);
+    return;
+  }
+  cpu::key_redundancy(out, keys, threshold);
 }
 
 void move_kv_rows(const AttentionView& pool, std::span<const KvRowMove> moves) {

@@ -192,10 +192,25 @@ struct KvRowMove {
 void move_kv_rows(const AttentionView& pool, std::span<const KvRowMove> moves);
 
 // Copies the keys of slots [first_slot, first_slot + n) of every KV head of sequence `slice` of `view` into
-// out [n, num_kv_heads, head_dim], host F32, in slot order: what methods that score keys on the host read (key
-// similarity, attention among the window's own tokens). Host tables over an f32 pool; no CUDA kernel yet, so a
-// GPU pool is refused.
+// out [n, num_kv_heads, head_dim] F32 where the pool lives, in slot order: what the decode-time compression scores
+// read (key similarity, attention among the window's own tokens). Host tables over an f32 pool on the host or a
+// bf16 pool on the device.
 void gather_keys(TensorView out, const AttentionView& view, int32_t slice, int32_t first_slot);
+
+// Decode-time compression scores over gathered keys (gather_keys' layout). queries [R, H, D] F32: R query rows,
+// post-RoPE; keys [n, Hkv, D] F32 (H = G * Hkv); out [Hkv, n] F32; all three on one device. Logits are
+// q . k / sqrt(D), accumulated in double; no mask, no softcap. The CUDA twins differ from the CPU only in
+// summation order.
+// Mask-free window scoring: out[h, j] = mean over the R rows and the G query heads of KV head h of
+// softmax over j < n (each row and query head its own).
+void bidirectional_window_scores(TensorView out, TensorView queries, TensorView keys);
+// Attention importance with the group's logits pooled before the softmax: out[h, j] = mean over the R rows of
+// softmax over j < n of max over the G query heads of KV head h of the logit.
+void group_max_attention_importance(TensorView out, TensorView queries, TensorView keys);
+// Key-similarity redundancy of T keys per KV head: S = cosine similarities of the unit keys k / (|k| + 1e-8),
+// diagonal 0; in each row i the largest j with S[i, j] > threshold (j = 0 when there is none) is set to 0;
+// out[h, j] = softmax over j of the mean over i of S[i, j]. keys [T, Hkv, D] F32; out [Hkv, T] F32.
+void key_redundancy(TensorView out, TensorView keys, float threshold);
 
 // Page key bounds (query-aware page selection): bounds [num_pool_pages, 2, D], of the pool's dtype (so exact), holds
 // per page the elementwise min (row 0) and max (row 1) of the keys it stores. Recomputes them for every page that

@@ -1,6 +1,7 @@
 // `sparse-engine methods`: every method of the registry with its family, traits and default hyperparameters
 // (the resolved configuration of the method built with no --sparse-config). It learns everything from the
-// registry and the methods' traits; no method is named here. --json prints the same as a JSON array.
+// registry and the methods' traits (which compositions are valid included); no method is named here. --json prints the
+// same as a JSON array.
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -39,6 +40,7 @@ Result<nlohmann::ordered_json> describe(const MethodInfo& info) {
       {"selection_unit", (*method)->traits().selection_unit == SelectionUnit::kPage ? "page" : "token"},
       {"kv_cache_dtypes", stores},
       {"latent_attention_store", keeps_shared_latent(traits) ? "shared latent" : "expanded heads"},
+      {"composition", composition_name(info.composition)},
       {"defaults", (*method)->config()},
   };
 }
@@ -82,6 +84,15 @@ int run_methods(bool as_json) {
       "\nOn latent-attention (MLA) models %s keep%s one shared latent row per token; the other methods keep "
       "every head's expanded K/V.\n",
       latent.c_str(), latent.find(',') == std::string::npos ? "s" : "");
+  std::string decode_time, prompt_time;
+  for (const auto& m : all) {
+    std::string& names = m["composition"] == "decode-time" ? decode_time : prompt_time;
+    if (m["composition"] != "none") names += (names.empty() ? "" : ", ") + m["name"].get<std::string>();
+  }
+  std::printf(
+      "\nCompositions: a decode-time method (%s) compresses the prompt with a prompt-time method (%s) given in its "
+      "--sparse-config as {\"prompt_method\": NAME, \"prompt_config\": {...}}; no other pairing is valid.\n",
+      decode_time.c_str(), prompt_time.c_str());
   return 0;
 }
 

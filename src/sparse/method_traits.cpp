@@ -6,6 +6,9 @@ namespace se {
 
 Status check_runs_on(Device device, const MethodTraits& traits, std::string_view name) {
   if (device == Device::kCpu) return Status::ok();
+  if (traits.host_hooks)
+    return unimplemented("sparse method '{}' cannot run on {}: its hooks read the step's tensors in host memory", name,
+                         device_name(device));
   std::string missing;
   for (OpId op : traits.ops)
     if (!cuda_implements(op)) missing += fmt::format("{}{}", missing.empty() ? "" : ", ", op_name(op));

@@ -44,6 +44,8 @@ struct MethodTraits {
   SelectionUnit selection_unit = SelectionUnit::kToken;
   PrefixMode prefix_mode = PrefixMode::kRadix;
   PrefillPolicy prefill_policy = PrefillPolicy::kDense;
+  // Whether its hooks read the step's tensors in host memory (the CPU backend only), whatever kernels its ops have.
+  bool host_hooks = false;
 };
 
 // Whether a method keeps a latent-attention (MLA) model's shared latent, one row per token for all heads
@@ -51,8 +53,8 @@ struct MethodTraits {
 // score and evict per KV head, which only the expanded store has.
 inline bool keeps_shared_latent(const MethodTraits& traits) { return traits.family == MethodFamily::kDense; }
 
-// Ok when every op of traits.ops has a kernel on `device`; else kUnimplemented naming method `name`, the
-// device and the missing ops.
+// Ok when every op of traits.ops has a kernel on `device` and its hooks do not need host memory; else
+// kUnimplemented naming method `name`, the device and the missing ops (or its host hooks).
 Status check_runs_on(Device device, const MethodTraits& traits, std::string_view name);
 
 // Ok when the method can keep its KV in `store` on `device`: the explicit store always; a quantized store on the

@@ -74,6 +74,9 @@ def test_methods_json_lists_the_registry_with_traits():
             assert not m["keeps_full_history"], m  # eviction turns the radix prefix cache off
         # Only the dense method reads a latent-attention model's shared latent; the others need per-head K/V.
         assert m["latent_attention_store"] == ("shared latent" if m["family"] == "dense" else "expanded heads"), m
+        assert m["composition"] in ("none", "prompt-time", "decode-time"), m
+        if m["composition"] != "none":
+            assert m["family"] == "eviction", m  # both parts evict; neither narrows what attention reads
     vanilla = methods[0]
     assert vanilla["family"] == "dense" and vanilla["keeps_full_history"] and vanilla["defaults"] == {}
 
@@ -83,6 +86,22 @@ def test_methods_table_names_every_method():
     assert r.returncode == 0, r.stderr
     for name in registry_names():
         assert f"| {name} |" in r.stdout
+
+
+def compositions():
+    """(decode-time names, prompt-time names) as `methods --json` states them."""
+    methods = methods_json()
+    return ([m["name"] for m in methods if m["composition"] == "decode-time"],
+            [m["name"] for m in methods if m["composition"] == "prompt-time"])
+
+
+def test_methods_table_states_the_valid_compositions():
+    decode_time, prompt_time = compositions()
+    assert decode_time and prompt_time
+    r = run("methods", timeout=60)
+    assert r.returncode == 0, r.stderr
+    line = next(l for l in r.stdout.splitlines() if l.startswith("Compositions:"))
+    assert ", ".join(decode_time) in line and ", ".join(prompt_time) in line and "prompt_method" in line, line
 
 
 # --- bad flags: exit code 2, one clear line, before the model loads ---
@@ -138,6 +157,24 @@ def test_out_of_range_value_is_a_usage_error(command):
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "out of range" in lines[0] and key in lines[0], r.stderr
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_invalid_composition_is_a_usage_error(command):
+    decode_time, prompt_time = compositions()
+    methods = methods_json()
+    not_prompt_time = next(m["name"] for m in methods if m["composition"] != "prompt-time" and m["name"] != "vanilla")
+    cases = [
+        (decode_time[0], {"prompt_method": not_prompt_time}, ", ".join(prompt_time)),
+        (prompt_time[0], {"prompt_method": prompt_time[0]}, ", ".join(decode_time)),
+        (decode_time[0], {"prompt_method": prompt_time[0], "prompt_config": {"no_such_key": 1}}, "no_such_key"),
+    ]
+    for method, config, words in cases:
+        r = run(*COMMANDS[command], "--model", "/nonexistent/model.gguf", "--sparse-method", method,
+                "--sparse-config", json.dumps(config))
+        assert r.returncode == 2, r.stderr
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"error: {method}: ") and words in lines[0], r.stderr
 
 
 def test_wrongly_typed_value_is_a_usage_error():

@@ -157,6 +157,7 @@ struct MethodCase {
   const char* model_type = "llama";  // gemma3_text: every other layer a sliding window of 8
   int turn1 = 6;                     // tokens turn 1 generates (decode-time methods compress within it)
   const char* kv_cache_dtype = "auto";
+  const char* label = nullptr;  // the test's name when the method and dtype do not tell the cases apart
 };
 
 // Turn 2 of chain "c": turn 1's prompt and output, then `suffix`, generating `num_tokens`.
@@ -221,8 +222,34 @@ INSTANTIATE_TEST_SUITE_P(
                     {"min_prompt_tokens", 64}}},
         // A chain over FP8 pages: the retained codes decode with the scales fixed by turn 1's first chunk.
         MethodCase{"streamingllm", {{"budget", 32}, {"sink_tokens", 4}}, "llama", 6, "fp8"},
-        MethodCase{"snapkv", {{"budget", 32}, {"window", 8}}, "llama", 6, "fp8"}),
+        MethodCase{"snapkv", {{"budget", 32}, {"window", 8}}, "llama", 6, "fp8"},
+        // A decode-time method over a prompt a prompt-time method compressed: turn 1 compresses both parts, turn 2
+        // resumes them (and its prompt, the whole chain, is compressed again by the prompt method).
+        MethodCase{"rkv",
+                   {{"budget", 8},
+                    {"buffer", 4},
+                    {"window", 2},
+                    {"kernel", 3},
+                    {"prompt_method", "snapkv"},
+                    {"prompt_config", {{"budget", 32}, {"window", 8}}}},
+                   "llama",
+                   30,
+                   "auto",
+                   "rkv_snapkv"},
+        MethodCase{"kara",
+                   {{"window", 8},
+                    {"buffer", 2},
+                    {"candidates", 2},
+                    {"budget", 4},
+                    {"period", 4},
+                    {"prompt_method", "snapkv"},
+                    {"prompt_config", {{"budget", 32}, {"window", 8}}}},
+                   "llama",
+                   30,
+                   "auto",
+                   "kara_snapkv"}),
     [](const ::testing::TestParamInfo<MethodCase>& info) {
+      if (info.param.label != nullptr) return std::string(info.param.label);
       const std::string dtype = info.param.kv_cache_dtype;
       return std::string(info.param.name) + (dtype == "auto" ? "" : "_" + dtype);
     });

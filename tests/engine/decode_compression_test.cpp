@@ -6,6 +6,9 @@
 //   * kept sets: at each compression, what every (layer, KV head) keeps inside the engine equals the method's pure
 //     selection (rkv_select / kara_select) over the same queries and keys, read independently through the
 //     controller's attention observer, and the cache then holds exactly those positions;
+//   * composed with a prompt-time method (the registry's "prompt_method"): the same two tests, plus the prompt's kept
+//     sets after prefill equal the prompt method's alone and stay so while the decode method compresses, and a
+//     preempted request (recomputed) continues exactly as a fresh request of the tokens it had;
 //   * DISABLED_SmolLm2Generation... (label `model`): SmolLM2-135M generating a long continuation (4,096 tokens by
 //     default, SE_LONG_DECODE_TOKENS to change), pages returned at every compression and the pool whole after it.
 #include <gtest/gtest.h>
@@ -126,7 +129,24 @@ struct MethodCase {
   const char* name;
   nlohmann::json config;
   const char* model_type = "llama";  // gemma3_text: every other layer a sliding window of 8
+  const char* label = nullptr;       // the test's name when it is not the method's
 };
+
+std::string case_name(const ::testing::TestParamInfo<MethodCase>& info) {
+  return info.param.label != nullptr ? info.param.label : info.param.name;
+}
+
+// Decode-time configs small enough to compress often on the tiny model, and a prompt-time config that compresses
+// the tests' prompts (longer than 16 tokens).
+const nlohmann::json kRkvConfig = {{"budget", 24}, {"buffer", 8}, {"window", 4}, {"kernel", 3}};
+const nlohmann::json kKaraConfig = {{"window", 16}, {"buffer", 4}, {"candidates", 4}, {"budget", 8}, {"period", 8}};
+const nlohmann::json kSnapKvConfig = {{"budget", 16}, {"window", 4}};
+
+nlohmann::json composed(nlohmann::json decode_config, const char* prompt_method, const nlohmann::json& prompt_config) {
+  decode_config["prompt_method"] = prompt_method;
+  decode_config["prompt_config"] = prompt_config;
+  return decode_config;
+}
 
 class DecodeCompressionTest : public ::testing::TestWithParam<MethodCase> {};
 
@@ -296,20 +316,106 @@ TEST_P(DecodeCompressionTest, KeptSetsEqualThePureSelection) {
   EXPECT_EQ(loop.cache().num_free_pages(), loop.cache().num_total_pages());
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Methods, DecodeCompressionTest,
-    ::testing::Values(MethodCase{"rkv", {{"budget", 24}, {"buffer", 8}, {"window", 4}, {"kernel", 3}}},
-                      MethodCase{"kara",
-                                 {{"window", 16}, {"buffer", 4}, {"candidates", 4}, {"budget", 8}, {"period", 8}}}),
-    [](const ::testing::TestParamInfo<MethodCase>& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(Methods, DecodeCompressionTest,
+                         ::testing::Values(MethodCase{"rkv", kRkvConfig}, MethodCase{"kara", kKaraConfig}), case_name);
 
-INSTANTIATE_TEST_SUITE_P(
-    SlidingWindowLayers, DecodeCompressionTest,
-    ::testing::Values(MethodCase{"rkv", {{"budget", 24}, {"buffer", 8}, {"window", 4}, {"kernel", 3}}, "gemma3_text"},
-                      MethodCase{"kara",
-                                 {{"window", 16}, {"buffer", 4}, {"candidates", 4}, {"budget", 8}, {"period", 8}},
-                                 "gemma3_text"}),
-    [](const ::testing::TestParamInfo<MethodCase>& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(SlidingWindowLayers, DecodeCompressionTest,
+                         ::testing::Values(MethodCase{"rkv", kRkvConfig, "gemma3_text"},
+                                           MethodCase{"kara", kKaraConfig, "gemma3_text"}),
+                         case_name);
+
+// The same, the prompt compressed first by a prompt-time method.
+const auto kComposedCases = ::testing::Values(
+    MethodCase{"rkv", composed(kRkvConfig, "snapkv", kSnapKvConfig), "llama", "rkv_snapkv"},
+    MethodCase{"kara", composed(kKaraConfig, "snapkv", kSnapKvConfig), "llama", "kara_snapkv"},
+    MethodCase{"rkv", composed(kRkvConfig, "pyramidkv", kSnapKvConfig), "llama", "rkv_pyramidkv"},
+    MethodCase{"kara", composed(kKaraConfig, "chunkkv", {{"budget", 16}, {"window", 4}, {"chunk_length", 4}}),
+               "gemma3_text", "kara_chunkkv_gemma3"});
+
+INSTANTIATE_TEST_SUITE_P(PromptMethod, DecodeCompressionTest, kComposedCases, case_name);
+
+class ComposedCompressionTest : public ::testing::TestWithParam<MethodCase> {};
+
+std::vector<std::vector<int32_t>> all_positions(CacheManager& cache, int32_t seq, const ModelConfig& c) {
+  std::vector<std::vector<int32_t>> positions;
+  for (int layer = 0; layer < c.num_layers; ++layer)
+    for (int h = 0; h < c.num_kv_heads; ++h) {
+      const std::span<const int32_t> p = cache.slot_positions(seq, layer, h);
+      positions.emplace_back(p.begin(), p.end());
+    }
+  return positions;
+}
+
+// After prefill every (layer, KV head) keeps exactly what the prompt method alone keeps; while the decode method
+// then compresses the generated part, the prompt's kept positions do not change.
+TEST_P(ComposedCompressionTest, PromptKeptSetsEqualThePromptMethodAlone) {
+  const MethodCase& m = GetParam();
+  const Model model = test::tiny_model(m.model_type);
+  const ModelConfig& c = model.config();
+  const std::string prompt_method = m.config["prompt_method"];
+  Loop both(model, m.name, m.config, 4096, SchedulerConfig{1, 16});
+  Loop alone(model, prompt_method, m.config["prompt_config"], 4096, SchedulerConfig{1, 16});
+  std::mt19937 rng(9);
+  const std::vector<int32_t> prompt = random_tokens(rng, 61, 96);
+  Request* r = both.add("both", prompt, 150);
+  Request* a = alone.add("alone", prompt, 2);  // still running after its prefill step
+  while (a->num_computed_tokens < a->num_prompt_tokens) ASSERT_TRUE(alone.step());
+  while (r->num_computed_tokens < r->num_prompt_tokens) ASSERT_TRUE(both.step());
+  const std::vector<std::vector<int32_t>> kept = all_positions(alone.cache(), a->seq, c);
+  ASSERT_EQ(all_positions(both.cache(), r->seq, c), kept);
+  ASSERT_LT(kept[0].size(), prompt.size()) << "the prompt method compressed nothing";
+  EXPECT_EQ(r->token_ids.back(), a->token_ids.back()) << "the first sampled token";
+  int compressions = 0;
+  while (both.step()) {
+    if (r->state != RequestState::kRunning) continue;
+    compressions = both.compressions(*r);
+    const std::vector<std::vector<int32_t>> now = all_positions(both.cache(), r->seq, c);
+    for (size_t stream = 0; stream < now.size(); ++stream) {
+      if (c.layers[stream / static_cast<size_t>(c.num_kv_heads)].sliding) continue;  // keeps a tail instead
+      const auto prompt_end =
+          std::lower_bound(now[stream].begin(), now[stream].end(), static_cast<int32_t>(prompt.size()));
+      ASSERT_EQ(std::vector<int32_t>(now[stream].begin(), prompt_end), kept[stream]) << "stream " << stream;
+    }
+  }
+  EXPECT_GE(compressions, 3);
+  EXPECT_EQ(both.cache().num_free_pages(), both.cache().num_total_pages());
+}
+
+// Requests in a pool small enough to preempt: each preempted one recomputes the tokens it had as prompt and then
+// generates exactly what a fresh request of those tokens generates (both compressions start again from them).
+TEST_P(ComposedCompressionTest, PreemptedRequestContinuesAsAFreshRequestOfItsTokens) {
+  const MethodCase& m = GetParam();
+  const Model model = test::tiny_model(m.model_type);
+  Loop loop(model, m.name, m.config, 160, SchedulerConfig{6, 24});
+  std::mt19937 rng(23);
+  for (int i = 0; i < 8; ++i)
+    loop.add("r" + std::to_string(i), random_tokens(rng, 20 + static_cast<int>(rng() % 40), 96),
+             60 + static_cast<int>(rng() % 100));
+  std::map<const Request*, std::vector<int32_t>> at_preemption;  // the tokens a request had when last preempted
+  while (loop.step()) {
+    ASSERT_TRUE(loop.cache().check_integrity().is_ok());
+    for (const Request* r : loop.last_plan().preempted) at_preemption[r] = r->token_ids;
+  }
+  EXPECT_EQ(loop.cache().num_free_pages(), loop.cache().num_total_pages());
+  ASSERT_FALSE(at_preemption.empty()) << "the pool never ran short";
+  int checked = 0;
+  for (const auto& [r, tokens] : at_preemption) {
+    const int num_done = static_cast<int>(tokens.size()) - r->num_prompt_tokens;
+    const int num_left = r->num_output_tokens() - num_done;
+    if (num_left < 20) continue;  // too few tokens after it to see a compression
+    Loop fresh(model, m.name, m.config, 4096, SchedulerConfig{1, 24});
+    Request* f = fresh.add("fresh", tokens, num_left);
+    while (fresh.step()) {
+    }
+    const std::vector<int32_t> continued(r->token_ids.begin() + static_cast<int64_t>(tokens.size()),
+                                         r->token_ids.end());
+    EXPECT_EQ(std::vector<int32_t>(f->output_ids().begin(), f->output_ids().end()), continued) << r->request_id;
+    ++checked;
+  }
+  EXPECT_GT(checked, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(PromptMethod, ComposedCompressionTest, kComposedCases, case_name);
 
 // SmolLM2-135M generating SE_LONG_DECODE_TOKENS tokens (default 4,096) from a short prompt: every compression
 // returns pages in its own step and the pool is whole after the run. Run by decode_compression_model_test (label

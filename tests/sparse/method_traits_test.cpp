@@ -20,8 +20,10 @@ TEST(MethodTraitsTest, MethodsDeclareTheirOps) {
   EXPECT_EQ(method_ops("quest"), (std::vector<std::string_view>{"update_page_key_bounds", "select_pages_by_key_bounds",
                                                                  "paged_attention over a selection"}));
   EXPECT_EQ(method_ops("h2o"), (std::vector<std::string_view>{"attention_scores", "compact_kv", "move_kv_rows"}));
-  EXPECT_EQ(method_ops("rkv"), (std::vector<std::string_view>{"gather_keys", "compact_kv"}));
-  EXPECT_EQ(method_ops("kara"), (std::vector<std::string_view>{"gather_keys", "compact_kv"}));
+  EXPECT_EQ(method_ops("rkv"), (std::vector<std::string_view>{"gather_keys", "compact_kv",
+                                                              "group_max_attention_importance", "key_redundancy"}));
+  EXPECT_EQ(method_ops("kara"),
+            (std::vector<std::string_view>{"gather_keys", "compact_kv", "bidirectional_window_scores"}));
   EXPECT_TRUE(method_ops("vanilla").empty());
   EXPECT_TRUE(MethodTraits{}.ops.empty());
 }
@@ -44,9 +46,10 @@ TEST(MethodTraitsTest, StaticDecodeForwards) {
   EXPECT_FALSE(is_static("kara"));
 }
 
-// A method runs on CUDA exactly when every op it calls has a CUDA kernel in this build; a refusal names the
-// method and each missing op (a CPU-only build has no CUDA kernels at all, so only vanilla runs there; a CUDA
-// build runs every registered method but the decode-time compressors, whose gather_keys has no kernel yet).
+// A method runs on CUDA exactly when every op it calls has a CUDA kernel in this build and its hooks need no host
+// memory; a refusal names the method and each missing op, or its host hooks (a CPU-only build has no CUDA kernels
+// at all, so only vanilla runs there; a CUDA build has a kernel for every op of every registered method, and
+// refuses the decode-time compressors only for their host hooks).
 TEST(MethodTraitsTest, MethodsRunOnCudaWhenTheirOpsHaveKernels) {
   const bool cuda_built = cuda_implements(OpId::kPagedAttention);
   for (const MethodInfo& info : registered_methods()) {
@@ -58,8 +61,13 @@ TEST(MethodTraitsTest, MethodsRunOnCudaWhenTheirOpsHaveKernels) {
     for (OpId op : (*method)->traits().ops)
       if (!cuda_implements(op)) missing.push_back(op_name(op));
     if (info.name == "vanilla") EXPECT_TRUE(missing.empty()) << info.name;
-    if (cuda_built)
-      for (std::string_view op : missing) EXPECT_EQ(op, "gather_keys") << info.name;
+    if (cuda_built) EXPECT_TRUE(missing.empty()) << info.name << " lacks " << missing.front();
+    if ((*method)->traits().host_hooks) {
+      ASSERT_EQ(on_cuda.code(), StatusCode::kUnimplemented) << info.name;
+      EXPECT_NE(on_cuda.message().find(info.name), std::string::npos) << on_cuda.message();
+      EXPECT_NE(on_cuda.message().find("host memory"), std::string::npos) << on_cuda.message();
+      continue;
+    }
     if (missing.empty()) {
       EXPECT_TRUE(on_cuda.is_ok()) << info.name << ": " << on_cuda.message();
       continue;
@@ -74,14 +82,13 @@ TEST(MethodTraitsTest, MethodsRunOnCudaWhenTheirOpsHaveKernels) {
 // Every op the registered methods call has a CUDA kernel exactly in CUDA builds.
 TEST(MethodTraitsTest, CudaKernelsOfTheMethodOps) {
   const bool cuda_built = cuda_implements(OpId::kPagedAttention);
-  for (OpId op :
-       {OpId::kAttentionScores, OpId::kCompactKv, OpId::kMoveKvRows, OpId::kSubsetAttentionMaxScores,
-        OpId::kUpdatePageKeyBounds, OpId::kSelectPagesByKeyBounds, OpId::kTopKeysByLogitsMaxOverHeads,
-        OpId::kTokenListsWithTail, OpId::kPagedAttentionOverSelection})
+  for (OpId op : {OpId::kAttentionScores, OpId::kCompactKv, OpId::kMoveKvRows, OpId::kSubsetAttentionMaxScores,
+                  OpId::kUpdatePageKeyBounds, OpId::kSelectPagesByKeyBounds, OpId::kTopKeysByLogitsMaxOverHeads,
+                  OpId::kTokenListsWithTail, OpId::kPagedAttentionOverSelection, OpId::kGatherKeys,
+                  OpId::kBidirectionalWindowScores, OpId::kGroupMaxAttentionImportance, OpId::kKeyRedundancy})
     EXPECT_EQ(cuda_implements(op), cuda_built) << op_name(op);
-  // The dense CPU reference attention has no CUDA twin, nor (yet) the key gather of host-scored compression.
+  // The dense CPU reference attention has no CUDA twin.
   EXPECT_FALSE(cuda_implements(OpId::kAttention));
-  EXPECT_FALSE(cuda_implements(OpId::kGatherKeys));
   EXPECT_EQ(op_name(OpId::kPagedAttentionOverSelection), "paged_attention over a selection");
 }
 

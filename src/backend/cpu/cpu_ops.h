@@ -36,6 +36,9 @@ void attention_scores(TensorView out, TensorView q, const AttentionView& view, i
 void compact_kv(const AttentionView& pool, std::span<const StreamCompaction> streams);
 void move_kv_rows(const AttentionView& pool, std::span<const KvRowMove> moves);
 void gather_keys(TensorView out, const AttentionView& view, int32_t slice, int32_t first_slot);
+void bidirectional_window_scores(TensorView out, TensorView queries, TensorView keys);
+void group_max_attention_importance(TensorView out, TensorView queries, TensorView keys);
+void key_redundancy(TensorView out, TensorView keys, float threshold);
 void token_lists_with_tail(TensorView lists, TensorView counts, TensorView tokens, const AttentionView& view,
                            int32_t slice, int32_t tail_begin);
 void update_page_key_bounds(TensorView bounds, const AttentionView& view, int32_t max_new_tokens);

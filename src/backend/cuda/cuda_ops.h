@@ -79,6 +79,15 @@ void attention_logits_max_over_heads(TensorView out, TensorView q, const Attenti
 // The logits stay on the device; one block radix-selects the k largest into out_tokens (device memory).
 void top_keys_by_logits_max_over_heads(TensorView out_tokens, TensorView q, const AttentionView& view, int32_t slice,
                                        int32_t num_keys, float scale);
+// The cache's host tables over the device pool (the page ids of the slots staged per KV head); out on the device.
+void gather_keys(TensorView out, const AttentionView& view, int32_t slice, int32_t first_slot);
+// Decode-time compression scores over device queries and keys, into device out: one block per softmax row (its
+// max and sum), then one thread per (KV head, key) sums the row's probabilities; double accumulation.
+void bidirectional_window_scores(TensorView out, TensorView queries, TensorView keys);
+void group_max_attention_importance(TensorView out, TensorView queries, TensorView keys);
+// Unit keys, then one block per row of S (its newest near-duplicate), one thread per (KV head, column) for the
+// column sums, one block per KV head for the softmax.
+void key_redundancy(TensorView out, TensorView keys, float threshold);
 // One block per KV head; the stream lengths travel as kernel arguments.
 void token_lists_with_tail(TensorView lists, TensorView counts, TensorView tokens, const AttentionView& view,
                            int32_t slice, int32_t tail_begin);

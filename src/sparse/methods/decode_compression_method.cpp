@@ -7,26 +7,89 @@
 
 namespace se {
 
+namespace {
+
+// The method's own resolved config, with the prompt-time method's name and resolved config when it composes one.
+nlohmann::ordered_json composed_config(nlohmann::ordered_json config, const MethodRuntime* prompt_method) {
+  if (prompt_method == nullptr) return config;
+  config["prompt_method"] = std::string(prompt_method->name());
+  config["prompt_config"] = prompt_method->config();
+  return config;
+}
+
+}  // namespace
+
 DecodeCompressionMethod::DecodeCompressionMethod(std::string name, nlohmann::ordered_json config,
-                                                 int32_t query_capacity)
-    : MethodRuntime(std::move(name), std::move(config)), query_capacity_(query_capacity) {
+                                                 int32_t query_capacity, std::unique_ptr<MethodRuntime> prompt_method)
+    : MethodRuntime(std::move(name), composed_config(std::move(config), prompt_method.get())),
+      prompt_method_(std::move(prompt_method)),
+      query_capacity_(query_capacity) {
   traits_.family = MethodFamily::kEviction;
   traits_.keeps_full_history = false;
-  // gather_keys reads a region's keys for host scoring; compact_kv evicts. Neither has a CUDA path here yet
-  // (gather_keys has no kernel), so the engine refuses these methods on a GPU at startup.
+  // gather_keys reads a region's keys, the subclass's scoring ops score them (each adds its own); compact_kv
+  // evicts. All have CUDA kernels, but the decode queries are kept in host memory and the region is scored on
+  // host buffers, so the engine refuses these methods on a GPU at startup (host_hooks).
   traits_.ops = {OpId::kGatherKeys, OpId::kCompactKv};
+  traits_.host_hooks = true;
   traits_.static_decode_forward = false;  // every decode forward copies its queries out on the host
   traits_.prefix_mode = PrefixMode::kChain;
   traits_.prefill_policy = PrefillPolicy::kDense;
+  if (prompt_method_) {
+    const MethodTraits& prompt = prompt_method_->traits();
+    SE_CHECK(prompt.family == MethodFamily::kEviction && prompt.prefix_mode == PrefixMode::kChain,
+             "{}: '{}' is not a prompt-time eviction method", this->name(), prompt_method_->name());
+    for (const OpId op : prompt.ops)
+      if (std::find(traits_.ops.begin(), traits_.ops.end(), op) == traits_.ops.end()) traits_.ops.push_back(op);
+    traits_.prefill_policy = prompt.prefill_policy;
+  }
 }
 
 int64_t DecodeCompressionMethod::resident_pages(const KvLayout& layout, int32_t num_prefill_tokens,
                                                 int32_t num_tokens) const {
-  if (num_tokens <= num_prefill_tokens) return layout.pages_for_tokens(num_tokens);
-  return layout.pages_for_tokens(int64_t{num_prefill_tokens} + peak_generated_tokens(num_tokens - num_prefill_tokens));
+  // The generated tokens resident count as tokens appended after the prompt.
+  const int64_t resident = num_tokens <= num_prefill_tokens
+                               ? num_tokens
+                               : int64_t{num_prefill_tokens} + peak_generated_tokens(num_tokens - num_prefill_tokens);
+  if (prompt_method_) return prompt_method_->resident_pages(layout, num_prefill_tokens, static_cast<int32_t>(resident));
+  return layout.pages_for_tokens(resident);
+}
+
+int32_t DecodeCompressionMethod::transient_extra_tokens(int32_t num_prefill_tokens) const {
+  return prompt_method_ ? prompt_method_->transient_extra_tokens(num_prefill_tokens) : 0;
+}
+
+void DecodeCompressionMethod::prepare_step(StepContext& ctx) {
+  if (prompt_method_) prompt_method_->prepare_step(ctx);
+}
+
+void DecodeCompressionMethod::on_layer_end(int layer, const ForwardBatch& batch, TensorView hidden) {
+  if (prompt_method_) prompt_method_->on_layer_end(layer, batch, hidden);
+}
+
+void DecodeCompressionMethod::on_pages_rewritten(int layer, const AttentionView& view) {
+  if (prompt_method_) prompt_method_->on_pages_rewritten(layer, view);
+}
+
+void DecodeCompressionMethod::on_stream_compacted(int32_t seq, int layer, int kv_head, std::span<const int32_t> kept) {
+  if (prompt_method_) prompt_method_->on_stream_compacted(seq, layer, kv_head, kept);
+}
+
+void DecodeCompressionMethod::on_sequence_end(int32_t seq) {
+  if (prompt_method_) prompt_method_->on_sequence_end(seq);
+  sequences_.erase(seq);
+}
+
+std::unique_ptr<MethodSequenceState> DecodeCompressionMethod::export_sequence_state(int32_t seq) {
+  return prompt_method_ ? prompt_method_->export_sequence_state(seq) : nullptr;
+}
+
+Status DecodeCompressionMethod::import_sequence_state(int32_t seq, std::unique_ptr<MethodSequenceState> state) {
+  if (prompt_method_) return prompt_method_->import_sequence_state(seq, std::move(state));
+  return MethodRuntime::import_sequence_state(seq, std::move(state));
 }
 
 void DecodeCompressionMethod::on_attention_end(LayerContext& ctx) {
+  if (prompt_method_) prompt_method_->on_attention_end(ctx);
   const int num_layers = ctx.cache.layout().num_layers;
   const int64_t row_elements = ctx.q.shape[1] * ctx.q.shape[2];
   for (const SequenceSlice& slice : ctx.batch.sequences) {
@@ -54,6 +117,8 @@ void DecodeCompressionMethod::on_attention_end(LayerContext& ctx) {
 }
 
 void DecodeCompressionMethod::finish_step(StepContext& ctx) {
+  // The prompt method compresses the prompts completed this step; decode slices are this method's.
+  if (prompt_method_) prompt_method_->finish_step(ctx);
   const KvLayout& layout = ctx.cache.layout();
   int plan_layer = 0;  // a full-attention layer holds every generated token the policy counts
   while (plan_layer + 1 < layout.num_layers && ctx.sliding_window(plan_layer) > 0) ++plan_layer;

@@ -14,11 +14,16 @@
 //     sequence is compacted at once (KvStreams::evict_streams): tokens outside the region all stay. On a
 //     sliding-window layer the stream keeps its tail instead (sliding_window_tail.h), as many tokens as the full
 //     layers keep.
+// Composed with a prompt-time method (the registry's "prompt_method", an eviction method that compresses a prompt
+// once at its end and keeps every KV head of a layer at the same length), that method runs every hook first: it
+// compresses the prompt at the end of prefill, and the generated part after it is this method's. The sequence's
+// memory is the prompt method's model with this method's generated tokens resident as its decode tokens.
 // A sequence's prompt is the part before SequenceSlice::num_prefill_tokens: a resumed Chain Cache turn (whose
 // prompt is the whole retained chain, compressed decode state included) and a preempted sequence (which
 // recomputes its outputs as prompt) start their generated part again at their new prompt's end.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <unordered_map>
 #include <vector>
@@ -33,16 +38,26 @@ class DecodeCompressionMethod : public MethodRuntime {
   // Every prompt token, plus the most generated tokens resident at once by the step that brings the sequence to
   // `num_tokens` (peak_generated_tokens), per stream.
   int64_t resident_pages(const KvLayout& layout, int32_t num_prefill_tokens, int32_t num_tokens) const override;
+  int32_t transient_extra_tokens(int32_t num_prefill_tokens) const override;
+  void prepare_step(StepContext& ctx) override;
   void on_attention_end(LayerContext& ctx) override;
+  void on_layer_end(int layer, const ForwardBatch& batch, TensorView hidden) override;
   void finish_step(StepContext& ctx) override;
-  void on_sequence_end(int32_t seq) override { sequences_.erase(seq); }
+  void on_pages_rewritten(int layer, const AttentionView& view) override;
+  void on_stream_compacted(int32_t seq, int layer, int kv_head, std::span<const int32_t> kept) override;
+  void on_sequence_end(int32_t seq) override;
+  // The prompt method's (this method keeps nothing the retained KV does not hold).
+  std::unique_ptr<MethodSequenceState> export_sequence_state(int32_t seq) override;
+  Status import_sequence_state(int32_t seq, std::unique_ptr<MethodSequenceState> state) override;
   // {"uncompressed_from": position, "compressions": count, "last_region": [first, end) positions of the last
   // compression, "last_kept": [layer][kv_head] -> the region-relative indices select() kept there (empty on
   // sliding-window layers)}, or null for a sequence that has not decoded.
   nlohmann::json debug_state(int32_t seq) const override;
 
  protected:
-  DecodeCompressionMethod(std::string name, nlohmann::ordered_json config, int32_t query_capacity);
+  // `config` is the method's own resolved one; `prompt_method` (or null) the prompt-time method it composes with.
+  DecodeCompressionMethod(std::string name, nlohmann::ordered_json config, int32_t query_capacity,
+                          std::unique_ptr<MethodRuntime> prompt_method);
 
   struct Clock {
     int32_t num_decoded = 0;             // decode tokens of the sequence so far, this step's included
@@ -79,6 +94,7 @@ class DecodeCompressionMethod : public MethodRuntime {
   // Compresses positions region [first, end) of `slice`'s sequence.
   void compress(StepContext& ctx, const SequenceSlice& slice, SequenceState& state, const Region& region);
 
+  std::unique_ptr<MethodRuntime> prompt_method_;  // null: the prompt stays whole
   int32_t query_capacity_ = 0;
   std::unordered_map<int32_t, SequenceState> sequences_;  // by sequence id, from its first decode step
   // Scratch of compress(), per stream.

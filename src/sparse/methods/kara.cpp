@@ -4,7 +4,8 @@
 
 namespace se {
 
-Result<std::unique_ptr<MethodRuntime>> KaraMethod::create(const nlohmann::json& config) {
+Result<std::unique_ptr<MethodRuntime>> KaraMethod::create(const nlohmann::json& config,
+                                                          std::unique_ptr<MethodRuntime> prompt_method) {
   SE_ASSIGN_OR_RETURN(MethodConfig reader, MethodConfig::parse("kara", config));
   KaraParams params;
   SE_ASSIGN_OR_RETURN(params.window, reader.get_int("window", params.window, 1, 1 << 16));
@@ -18,11 +19,15 @@ Result<std::unique_ptr<MethodRuntime>> KaraMethod::create(const nlohmann::json& 
   if (params.budget > params.window)
     return invalid_argument("kara: 'budget' = {} exceeds 'window' = {} (it is what the window keeps)", params.budget,
                             params.window);
-  return std::unique_ptr<MethodRuntime>(new KaraMethod(reader.resolved(), params));
+  return std::unique_ptr<MethodRuntime>(new KaraMethod(reader.resolved(), params, std::move(prompt_method)));
 }
 
-KaraMethod::KaraMethod(nlohmann::ordered_json config, const KaraParams& params)
-    : DecodeCompressionMethod("kara", std::move(config), params.window + params.buffer), params_(params) {}
+KaraMethod::KaraMethod(nlohmann::ordered_json config, const KaraParams& params,
+                       std::unique_ptr<MethodRuntime> prompt_method)
+    : DecodeCompressionMethod("kara", std::move(config), params.window + params.buffer, std::move(prompt_method)),
+      params_(params) {
+  traits_.ops.insert(traits_.ops.end(), {OpId::kBidirectionalWindowScores});
+}
 
 std::optional<DecodeCompressionMethod::Region> KaraMethod::plan_compression(const Clock& clock) const {
   if (!kara_should_compress(clock.num_decoded, clock.num_logical - clock.uncompressed_from, params_))

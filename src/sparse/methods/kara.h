@@ -9,7 +9,8 @@
 // Cache behaviour: decode_compression_method.h. Engine thread only.
 //
 // Config: window (W, default 512), buffer (P, 64), candidates (K, 64), budget (R, 160), period (128),
-// length_exponent (gamma, 1.0); budget <= window, candidates >= 1.
+// length_exponent (gamma, 1.0); budget <= window, candidates >= 1; plus "prompt_method" / "prompt_config": a
+// prompt-time method that compresses the prompt at the end of prefill (the registry lists the valid ones).
 // The sequence keeps the queries of its newest W + P decode tokens per layer (host memory).
 #pragma once
 
@@ -21,7 +22,9 @@ namespace se {
 
 class KaraMethod final : public DecodeCompressionMethod {
  public:
-  static Result<std::unique_ptr<MethodRuntime>> create(const nlohmann::json& config);
+  // `prompt_method` (or null): the prompt-time method that compresses the prompt (decode_compression_method.h).
+  static Result<std::unique_ptr<MethodRuntime>> create(const nlohmann::json& config,
+                                                       std::unique_ptr<MethodRuntime> prompt_method);
 
  protected:
   std::optional<Region> plan_compression(const Clock& clock) const override;
@@ -31,7 +34,7 @@ class KaraMethod final : public DecodeCompressionMethod {
   int32_t peak_generated_tokens(int32_t num_decoded) const override;
 
  private:
-  KaraMethod(nlohmann::ordered_json config, const KaraParams& params);
+  KaraMethod(nlohmann::ordered_json config, const KaraParams& params, std::unique_ptr<MethodRuntime> prompt_method);
   KaraParams params_;
 };
 

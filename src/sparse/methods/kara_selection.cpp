@@ -4,39 +4,19 @@
 #include <cmath>
 #include <numeric>
 
+#include "backend/ops.h"
 #include "base/top_k.h"
 
 namespace se {
 
 std::vector<float> kara_scores(const float* queries, int32_t num_queries, const float* keys,
                                int32_t num_compressible, int32_t num_heads, int32_t num_kv_heads, int32_t head_dim) {
-  const int32_t n = num_compressible, group = num_heads / num_kv_heads;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
-  const int64_t q_stride = static_cast<int64_t>(num_heads) * head_dim;
-  const int64_t k_stride = static_cast<int64_t>(num_kv_heads) * head_dim;
-  std::vector<float> out(static_cast<size_t>(num_kv_heads) * n);
-  std::vector<double> row(static_cast<size_t>(n)), acc(static_cast<size_t>(n));
-  for (int32_t kvh = 0; kvh < num_kv_heads; ++kvh) {
-    std::fill(acc.begin(), acc.end(), 0.0);
-    for (int32_t g = 0; g < group; ++g) {
-      const int32_t h = kvh * group + g;
-      for (int32_t r = 0; r < num_queries; ++r) {
-        const float* q = queries + r * q_stride + static_cast<int64_t>(h) * head_dim;
-        double top = -INFINITY;
-        for (int32_t j = 0; j < n; ++j) {
-          const float* k = keys + j * k_stride + static_cast<int64_t>(kvh) * head_dim;
-          double d = 0;
-          for (int32_t c = 0; c < head_dim; ++c) d += static_cast<double>(q[c]) * k[c];
-          top = std::max(top, row[j] = d * scale);
-        }
-        double sum = 0;
-        for (double& x : row) sum += (x = std::exp(x - top));
-        for (int32_t j = 0; j < n; ++j) acc[j] += row[j] / sum;
-      }
-    }
-    const double divisor = static_cast<double>(num_queries) * group;
-    for (int32_t j = 0; j < n; ++j) out[static_cast<size_t>(kvh) * n + j] = static_cast<float>(acc[j] / divisor);
-  }
+  std::vector<float> out(static_cast<size_t>(num_kv_heads) * num_compressible);
+  // TensorView holds a mutable pointer; the op only reads queries and keys.
+  bidirectional_window_scores(
+      TensorView{out.data(), DType::kF32, {num_kv_heads, num_compressible}, Device::kCpu},
+      TensorView{const_cast<float*>(queries), DType::kF32, {num_queries, num_heads, head_dim}, Device::kCpu},
+      TensorView{const_cast<float*>(keys), DType::kF32, {num_compressible, num_kv_heads, head_dim}, Device::kCpu});
   return out;
 }
 

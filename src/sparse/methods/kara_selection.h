@@ -35,7 +35,8 @@ struct KaraSelection {
   std::vector<std::pair<int32_t, int32_t>> chunks;
 };
 
-// Step 1. queries [num_queries, num_heads, head_dim]: the window's post-RoPE queries; keys [num_compressible,
+// Step 1, the backend op bidirectional_window_scores (ops.h) on host buffers (its CPU twin).
+// queries [num_queries, num_heads, head_dim]: the window's post-RoPE queries; keys [num_compressible,
 // num_kv_heads, head_dim]: the compressible region's post-RoPE keys. Returns [num_kv_heads, num_compressible].
 std::vector<float> kara_scores(const float* queries, int32_t num_queries, const float* keys,
                                int32_t num_compressible, int32_t num_heads, int32_t num_kv_heads, int32_t head_dim);

@@ -4,7 +4,8 @@
 
 namespace se {
 
-Result<std::unique_ptr<MethodRuntime>> RkvMethod::create(const nlohmann::json& config) {
+Result<std::unique_ptr<MethodRuntime>> RkvMethod::create(const nlohmann::json& config,
+                                                         std::unique_ptr<MethodRuntime> prompt_method) {
   SE_ASSIGN_OR_RETURN(MethodConfig reader, MethodConfig::parse("rkv", config));
   RkvParams params;
   SE_ASSIGN_OR_RETURN(params.budget, reader.get_int("budget", params.budget, 2, 1 << 20));
@@ -22,11 +23,14 @@ Result<std::unique_ptr<MethodRuntime>> RkvMethod::create(const nlohmann::json& c
         "rkv: 'buffer' = {} must be at least 'window' = {} (the window's queries are decode "
         "queries)",
         params.buffer, params.window);
-  return std::unique_ptr<MethodRuntime>(new RkvMethod(reader.resolved(), params));
+  return std::unique_ptr<MethodRuntime>(new RkvMethod(reader.resolved(), params, std::move(prompt_method)));
 }
 
-RkvMethod::RkvMethod(nlohmann::ordered_json config, const RkvParams& params)
-    : DecodeCompressionMethod("rkv", std::move(config), params.window), params_(params) {}
+RkvMethod::RkvMethod(nlohmann::ordered_json config, const RkvParams& params,
+                     std::unique_ptr<MethodRuntime> prompt_method)
+    : DecodeCompressionMethod("rkv", std::move(config), params.window, std::move(prompt_method)), params_(params) {
+  traits_.ops.insert(traits_.ops.end(), {OpId::kGroupMaxAttentionImportance, OpId::kKeyRedundancy});
+}
 
 std::optional<DecodeCompressionMethod::Region> RkvMethod::plan_compression(const Clock& clock) const {
   if (!rkv_should_compress(clock.num_generated_resident, clock.num_decoded, 1, params_)) return std::nullopt;

@@ -9,8 +9,9 @@
 // Config: budget (default 1024, the SGLang port's), buffer (128, the reference's divide_length), window (8),
 // kernel (7), mix_lambda (0.07, the reference code's default; its paper says 0.1); budget > window, buffer >=
 // window (the reference requires it: the window's queries are decode queries).
-// NOTE: the reference also compresses a prompt longer than the budget at prefill; here the prompt stays whole
-// (decode-time compression only; composing with a prompt-time method is not implemented yet).
+// Plus "prompt_method" / "prompt_config": a prompt-time method that compresses the prompt at the end of prefill
+// (the registry lists the valid ones); without it the prompt stays whole. The reference instead compresses a
+// prompt longer than the budget at prefill with its own scores.
 #pragma once
 
 #include "sparse/method_config.h"
@@ -21,7 +22,9 @@ namespace se {
 
 class RkvMethod final : public DecodeCompressionMethod {
  public:
-  static Result<std::unique_ptr<MethodRuntime>> create(const nlohmann::json& config);
+  // `prompt_method` (or null): the prompt-time method that compresses the prompt (decode_compression_method.h).
+  static Result<std::unique_ptr<MethodRuntime>> create(const nlohmann::json& config,
+                                                       std::unique_ptr<MethodRuntime> prompt_method);
 
  protected:
   std::optional<Region> plan_compression(const Clock& clock) const override;
@@ -31,7 +34,7 @@ class RkvMethod final : public DecodeCompressionMethod {
   int32_t peak_generated_tokens(int32_t num_decoded) const override;
 
  private:
-  RkvMethod(nlohmann::ordered_json config, const RkvParams& params);
+  RkvMethod(nlohmann::ordered_json config, const RkvParams& params, std::unique_ptr<MethodRuntime> prompt_method);
   RkvParams params_;
 };
 

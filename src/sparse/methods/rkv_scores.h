@@ -11,6 +11,8 @@
 //      token's newest near-duplicate goes unpenalized; redundancy[j] = softmax over j of the column mean of S;
 //   4. score[j] = lambda * importance[j] - (1 - lambda) * redundancy[j], j < T - w;
 //   5. keep the budget - w best of them (ties: the lower index) plus the w newest tokens.
+// Steps 1-2 are the backend op group_max_attention_importance and step 3 key_redundancy (ops.h), so a GPU runs
+// the same scoring; here they run on host buffers (their CPU twins).
 // NOTE: the reference casts the importance to the model dtype; this stays in fp32 and accumulates dot products in
 // double, so fp32 inputs rank as the reference does up to rounding-level near-ties.
 #pragma once
@@ -41,10 +43,6 @@ struct RkvScores {
 // head_dim]: the cached post-RoPE keys in stream order. Requires T > w and num_heads % num_kv_heads == 0.
 RkvScores rkv_scores(const float* queries, const float* keys, int32_t num_tokens, int32_t num_heads,
                      int32_t num_kv_heads, int32_t head_dim, const RkvParams& params);
-
-// Step 3 for one KV head: redundancy of each of the T keys ([T] out). keys as above.
-std::vector<float> rkv_redundancy(const float* keys, int32_t num_tokens, int32_t num_kv_heads, int32_t kv_head,
-                                  int32_t head_dim, float threshold);
 
 // The stream positions each KV head keeps ([num_kv_heads] lists, ascending, budget entries each); every position
 // when T <= budget (the reference compresses only a longer cache).

@@ -35,6 +35,8 @@ ShadowKvMethod::ShadowKvMethod(nlohmann::ordered_json config, ShadowKvParams par
   // The sketched chunks' keys are rewritten in the sequence's pages, which no other sequence may then share.
   traits_.keeps_full_history = false;
   traits_.ops = {OpId::kGatherKeys, OpId::kPagedAttentionOverSelection};
+  // The sketch is built and the keys rebuilt from host tensors (the step's queries, the pages).
+  traits_.host_hooks = true;
   traits_.static_decode_forward = false;  // the chunks are chosen on the host every step
   traits_.prefix_mode = PrefixMode::kChain;
   traits_.prefill_policy = PrefillPolicy::kCompressAfter;
