@@ -397,6 +397,30 @@ TEST(GpuModelTest, TinyQwen3MoeMatchesCpu) {
   expect_engine_parity("tiny-qwen3-moe", gpu, prompts, cpu_traces, noise, 24, GreedyCheck::kNearTies);
 }
 
+// A config.json in a directory of its own, loaded with --load-format dummy in bf16; removed with the object.
+class DummyCheckpoint {
+ public:
+  DummyCheckpoint(const nlohmann::json& config, std::string_view name)
+      : dir_(std::filesystem::temp_directory_path() / fmt::format("{}_{}", name, getpid())) {
+    std::filesystem::create_directories(dir_);
+    std::ofstream(dir_ / "config.json") << config.dump();
+  }
+  ~DummyCheckpoint() { std::filesystem::remove_all(dir_); }
+  DummyCheckpoint(const DummyCheckpoint&) = delete;
+  DummyCheckpoint& operator=(const DummyCheckpoint&) = delete;
+
+  Result<ModelBundle> load(Device device) const {
+    LoadOptions options;
+    options.format = LoadFormat::kDummy;
+    options.dtype = DType::kBF16;
+    options.show_progress = false;
+    return ModelBundle::load((dir_ / "config.json").string(), options, device);
+  }
+
+ private:
+  std::filesystem::path dir_;
+};
+
 // --load-format dummy with a block-scaled FP8 quantization_config: the projections are written as e4m3 codes and
 // scales and dequantized at load, then uploaded as bf16 (the GPU has no FP8 GEMM yet). Logits parity only: the
 // unscaled dummy weights leave greedy picks at ties.
@@ -404,16 +428,9 @@ TEST(GpuModelTest, Fp8DummyQwen3MoeMatchesCpu) {
   SE_SKIP_WITHOUT_CUDA_DEVICE();
   nlohmann::json config = tiny_moe_config();
   config["quantization_config"] = {{"quant_method", "fp8"}, {"fmt", "e4m3"}, {"weight_block_size", {32, 32}}};
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / fmt::format("se_fp8_moe_{}", getpid());
-  std::filesystem::create_directories(dir);
-  std::ofstream(dir / "config.json") << config.dump();
-  LoadOptions options;
-  options.format = LoadFormat::kDummy;
-  options.dtype = DType::kBF16;
-  options.show_progress = false;
-  auto cpu = ModelBundle::load((dir / "config.json").string(), options, Device::kCpu);
-  auto gpu = ModelBundle::load((dir / "config.json").string(), options, Device::kCuda);
-  std::filesystem::remove_all(dir);
+  const DummyCheckpoint checkpoint(config, "se_fp8_moe");
+  auto cpu = checkpoint.load(Device::kCpu);
+  auto gpu = checkpoint.load(Device::kCuda);
   ASSERT_TRUE(cpu.is_ok()) << cpu.status().to_string();
   ASSERT_TRUE(gpu.is_ok()) << gpu.status().to_string();
   expect_model_parity("fp8-dummy-moe", *cpu->model, *gpu->model, random_prompts(4, 96, 10, 60, 22), 8, 16,
@@ -444,20 +461,12 @@ TEST(GpuModelTest, StreamedMoeLoadHoldsOneWeightOnTheHost) {
     total += static_cast<size_t>(spec.shape.numel()) * sizeof(float);
   }
   ASSERT_GT(total, 4 * largest);  // the bound means something only for a model much larger than it
-  const std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / fmt::format("se_streamed_moe_{}", getpid());
-  std::filesystem::create_directories(dir);
-  std::ofstream(dir / "config.json") << config.dump();
-  LoadOptions options;
-  options.format = LoadFormat::kDummy;
-  options.dtype = DType::kBF16;
-  options.show_progress = false;
+  const DummyCheckpoint checkpoint(config, "se_streamed_moe");
   const size_t before = host_tensor_bytes();
   reset_host_tensor_peak();
-  auto gpu = ModelBundle::load((dir / "config.json").string(), options, Device::kCuda);
+  auto gpu = checkpoint.load(Device::kCuda);
   const size_t peak = host_tensor_peak_bytes() - before;
-  auto cpu = ModelBundle::load((dir / "config.json").string(), options, Device::kCpu);
-  std::filesystem::remove_all(dir);
+  auto cpu = checkpoint.load(Device::kCpu);
   ASSERT_TRUE(gpu.is_ok()) << gpu.status().to_string();
   ASSERT_TRUE(cpu.is_ok()) << cpu.status().to_string();
   EXPECT_LT(peak, 2 * largest) << "host peak " << peak << " B, largest weight " << largest << " B, model " << total
