@@ -25,7 +25,7 @@ struct Request {
   using Clock = std::chrono::steady_clock;
 
   std::string request_id;
-  int32_t seq = -1;                 // its sequence id in the cache while the request holds cache state
+  int32_t seq = -1;  // its sequence id in the cache while the request holds cache state
   RequestState state = RequestState::kWaiting;
   std::vector<int32_t> token_ids;    // the prompt, then every generated token
   int32_t num_prompt_tokens = 0;

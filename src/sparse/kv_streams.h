@@ -62,6 +62,7 @@ class KvStreams {
     int32_t slot = 0;
   };
   virtual Status evict_slots(int32_t seq, std::span<const SlotEviction> streams) = 0;
+
  protected:
   explicit KvStreams(const KvLayout& layout) : layout_(layout) {}
 
