@@ -573,6 +573,7 @@ void compact_kv(const AttentionView& pool, std::span<const StreamCompaction> str
       SE_CHECK(s.kept[i] >= 0 && (i == 0 || s.kept[i] > s.kept[i - 1]),
                "compact_kv: kept indices must ascend from 0, got {} at {}", s.kept[i], i);
   if (pool_on_cuda(pool, "compact_kv")) {
+    SE_CHECK(pool.payload != KvPayload::kSharedLatent, "compact_kv: shared-latent pages are kept on the CPU only");
     if constexpr (kCudaBuilt) cuda::compact_kv(pool, streams);
     return;
   }
@@ -671,6 +672,7 @@ void move_kv_rows(const AttentionView& pool, std::span<const KvRowMove> moves) {
              "move_kv_rows: slot {} of page {} is written by one move and read or written by another",
              slots[i].first % pool.page_size, slots[i].first / pool.page_size);
   if (pool_on_cuda(pool, "move_kv_rows")) {
+    SE_CHECK(pool.payload != KvPayload::kSharedLatent, "move_kv_rows: shared-latent pages are kept on the CPU only");
     if constexpr (kCudaBuilt) cuda::move_kv_rows(pool, moves);
     return;
   }

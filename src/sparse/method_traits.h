@@ -46,12 +46,15 @@ struct MethodTraits {
   PrefillPolicy prefill_policy = PrefillPolicy::kDense;
   // Whether its hooks read the step's tensors in host memory (the CPU backend only), whatever kernels its ops have.
   bool host_hooks = false;
+  // Whether its choices depend on token positions alone, never on keys, values or scores: it then runs over a
+  // latent-attention (MLA) model's shared latent store as it does over per-head K/V.
+  bool position_only = false;
 };
 
 // Whether a method keeps a latent-attention (MLA) model's shared latent, one row per token for all heads
-// (KvLayout::shared_latent), rather than every head's expanded K/V: the dense method does; the others select,
-// score and evict per KV head, which only the expanded store has.
-inline bool keeps_shared_latent(const MethodTraits& traits) { return traits.family == MethodFamily::kDense; }
+// (KvLayout::shared_latent), rather than every head's expanded K/V: methods whose choices read positions alone
+// do; the others select, score and evict per KV head from keys, which only the expanded store has.
+inline bool keeps_shared_latent(const MethodTraits& traits) { return traits.position_only; }
 
 // Ok when every op of traits.ops has a kernel on `device` and its hooks do not need host memory; else
 // kUnimplemented naming method `name`, the device and the missing ops (or its host hooks).

@@ -118,9 +118,10 @@ def mlp(x, w, prefix):
     return (silu(x @ w[prefix + "gate_proj.weight"].T) * (x @ w[prefix + "up_proj.weight"].T)) @ w[prefix + "down_proj.weight"].T
 
 
-def oracle(config, weights, tokens):
+def oracle(config, weights, tokens, mask=None):
     """Logits [T, vocab] and, per MoE layer, each position's experts (descending probability) and the smallest gap
-    between a token's last chosen and first unchosen expert probability."""
+    between a token's last chosen and first unchosen expert probability. `mask` [T, T]: the keys each query sees
+    (default: causal)."""
     w = {k: v.astype(np.float64) for k, v in weights.items()}
     eps, heads = config["rms_norm_eps"], config["num_attention_heads"]
     nope, rope, v_dim, rank = (config[k] for k in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
@@ -130,7 +131,7 @@ def oracle(config, weights, tokens):
     inv_freq, mscale = rotary(config)
     h = w["model.embed_tokens.weight"][tokens]
     experts, min_gap = {}, np.inf
-    mask = np.tril(np.ones((t, t), dtype=bool))
+    mask = np.tril(np.ones((t, t), dtype=bool)) if mask is None else mask
     for i in range(config["num_hidden_layers"]):
         p = f"model.layers.{i}."
         x = rms_norm(h, w[p + "input_layernorm.weight"], eps)
@@ -222,12 +223,12 @@ def test_hf_checkpoint_matches_oracle(case, tmp_path):
     assert experts == expected_experts
 
 
-def oracle_greedy(config, weights, prompt, n):
+def oracle_greedy(config, weights, prompt, n, mask_of=None):
     """The oracle's n greedy tokens after `prompt`, the smallest top-1 / top-2 logit gap on the way and the smallest
-    routing gap (oracle()'s) over every token but the last."""
+    routing gap (oracle()'s) over every token but the last. `mask_of(t)`: the attention mask of t tokens."""
     tokens, logit_gap, routing_gap = list(prompt), np.inf, np.inf
     for _ in range(n):
-        all_logits, _, gap = oracle(config, weights, tokens)
+        all_logits, _, gap = oracle(config, weights, tokens, mask_of(len(tokens)) if mask_of else None)
         top2 = np.sort(all_logits[-1])[-2:]
         logit_gap, routing_gap = min(logit_gap, float(top2[1] - top2[0])), min(routing_gap, gap)
         tokens.append(int(np.argmax(all_logits[-1])))
@@ -268,13 +269,42 @@ def test_engine_greedy_matches_oracle(case, tmp_path):
                                                    ("snapkv", {"budget": 64, "window": 4}),
                                                    ("quest", {"token_budget": 64, "dense_layers": 0})])
 def test_sparse_methods_run_over_latent_attention(method, sparse_config, tmp_path):
-    """Eviction and selection methods run over the expanded heads latent attention hands a per-head store; with a
-    budget above the sequence they keep every token, so the oracle's greedy tokens come out."""
+    """Eviction and selection methods run over the expanded heads latent attention hands a per-head store (StreamingLLM
+    over the shared latent); with a budget above the sequence they keep every token, so the oracle's greedy tokens
+    come out."""
     config = {**BASE, **CASES["lite"][0]}
     weights = random_weights(config, seed=CASES["lite"][1])
     model = write_hf_dir(tmp_path / "hf", config, weights)
     expected = oracle_greedy(config, weights, PROMPT, 10)[0]
     assert engine_greedy(model, tmp_path, 10, 5, method, json.dumps(sparse_config))[0] == expected
+
+
+def streaming_mask(t, prompt_len, budget, sinks):
+    """The keys StreamingLLM leaves each query of t tokens, the prompt prefilled in one step and evicted after every
+    step: causal over the prompt; a decode token at position q sees the sinks, the budget - sinks positions before
+    it, and itself."""
+    mask = np.tril(np.ones((t, t), dtype=bool))
+    for q in range(prompt_len, t):
+        mask[q, sinks:max(sinks, q - (budget - sinks))] = False
+    return mask
+
+
+def test_streamingllm_evicts_over_the_shared_latent_store(tmp_path):
+    """StreamingLLM chooses by position alone, so it keeps the shared latent (one row per token for all heads) and
+    evicts latent rows: its greedy tokens are the oracle's under its attention mask, and its pool is the latent's."""
+    config = {**BASE, **CASES["lite"][0]}
+    weights = random_weights(config, seed=CASES["lite"][1])
+    model = write_hf_dir(tmp_path / "hf", config, weights)
+    budget, sinks = 8, 2
+    mask_of = lambda t: streaming_mask(t, len(PROMPT), budget, sinks)
+    expected, logit_gap, _ = oracle_greedy(config, weights, PROMPT, 10, mask_of)
+    assert logit_gap > 1e-3, f"the test data has a near-tie ({logit_gap:.1e})"
+    assert expected != oracle_greedy(config, weights, PROMPT, 10)[0], "eviction must change the test's tokens"
+    tokens, capacity = engine_greedy(model, tmp_path, 10, 64, "streamingllm",
+                                     json.dumps({"budget": budget, "sink_tokens": sinks}))
+    assert tokens == expected
+    latent_page = PAGE_SIZE * (config["kv_lora_rank"] + config["qk_rope_head_dim"]) * 4
+    assert capacity == ENGINE_KV_BYTES // latent_page // config["num_hidden_layers"] * PAGE_SIZE
 
 
 def test_dummy_weights_run(tmp_path):

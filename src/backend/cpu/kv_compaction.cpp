@@ -1,5 +1,5 @@
 // Row copies inside a pool, for any element type the CPU keeps (f32 K/V, FP8 codes): a row is head_dim elements
-// of the pool's dtype, copied as bytes.
+// of the pool's dtype, copied as bytes; a token has a K and a V row, or one latent row in a shared-latent pool.
 #include <cstring>
 
 #include "backend/cpu/cpu_ops.h"
@@ -7,6 +7,9 @@
 namespace se::cpu {
 
 namespace {
+
+// The rows a token has in `pool`'s pages: K and V, or the shared latent alone.
+int rows_per_token(const AttentionView& pool) { return pool.payload == KvPayload::kSharedLatent ? 1 : 2; }
 
 char* kv_row(const AttentionView& pool, int32_t page_id, int kv, int32_t offset) {
   const size_t element = (static_cast<size_t>(kv) * static_cast<size_t>(pool.page_size) + static_cast<size_t>(offset)) *
@@ -25,7 +28,7 @@ void compact_kv(const AttentionView& pool, std::span<const StreamCompaction> str
       const int32_t src = s.kept[i];
       const auto dst = static_cast<int32_t>(i);
       if (src == dst) continue;
-      for (int kv = 0; kv < 2; ++kv)
+      for (int kv = 0; kv < rows_per_token(pool); ++kv)
         std::memcpy(kv_row(pool, s.pages[dst / pool.page_size], kv, dst % pool.page_size),
                     kv_row(pool, s.pages[src / pool.page_size], kv, src % pool.page_size), bytes);
     }
@@ -35,7 +38,7 @@ void compact_kv(const AttentionView& pool, std::span<const StreamCompaction> str
 void move_kv_rows(const AttentionView& pool, std::span<const KvRowMove> moves) {
   const size_t bytes = dtype_size(pool.kv_dtype) * static_cast<size_t>(pool.head_dim);
   for (const KvRowMove& m : moves)
-    for (int kv = 0; kv < 2; ++kv)
+    for (int kv = 0; kv < rows_per_token(pool); ++kv)
       std::memcpy(kv_row(pool, m.dest_page, kv, m.dest_offset), kv_row(pool, m.source_page, kv, m.source_offset),
                   bytes);
 }

@@ -24,6 +24,7 @@ StreamingLlmMethod::StreamingLlmMethod(nlohmann::ordered_json config, int32_t bu
   traits_.family = MethodFamily::kEviction;
   traits_.keeps_full_history = false;
   traits_.ops = {OpId::kCompactKv, OpId::kMoveKvRows};
+  traits_.position_only = true;
   traits_.static_decode_forward = true;  // it evicts in finish_step, outside the forward
   traits_.prefix_mode = PrefixMode::kChain;
   traits_.prefill_policy = PrefillPolicy::kEvictDuring;

@@ -14,6 +14,7 @@ class VanillaMethod final : public MethodRuntime {
  private:
   explicit VanillaMethod(nlohmann::ordered_json config) : MethodRuntime("vanilla", std::move(config)) {
     traits_.static_decode_forward = true;  // the forward is the dense one, the same work every step
+    traits_.position_only = true;          // it chooses nothing
   }
 };
 
