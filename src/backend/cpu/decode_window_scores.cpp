@@ -25,62 +25,65 @@ void softmax_row(std::vector<double>& row) {
   for (double& x : row) x /= sum;
 }
 
-struct Dims {
+// Scaled query-key logits over gathered keys: queries [rows, num_heads, head_dim], keys [n, num_kv_heads, head_dim].
+struct WindowLogits {
   int64_t rows, num_heads, num_kv_heads, head_dim, n, group;
-};
+  double scale;
+  const float* queries;
+  const float* keys;
 
-Dims dims_of(TensorView queries, TensorView keys) {
-  const Dims d{queries.shape[0], queries.shape[1], keys.shape[1], keys.shape[2], keys.shape[0], 0};
-  return Dims{d.rows, d.num_heads, d.num_kv_heads, d.head_dim, d.n, d.num_heads / d.num_kv_heads};
-}
+  WindowLogits(TensorView q, TensorView k)
+      : rows(q.shape[0]),
+        num_heads(q.shape[1]),
+        num_kv_heads(k.shape[1]),
+        head_dim(k.shape[2]),
+        n(k.shape[0]),
+        group(num_heads / num_kv_heads),
+        scale(1.0 / std::sqrt(static_cast<double>(head_dim))),
+        queries(q.ptr<float>()),
+        keys(k.ptr<float>()) {}
+
+  // Query row `r` of head `head` against key `j` of its KV head.
+  double operator()(int64_t r, int64_t head, int64_t j) const {
+    return dot(queries + (r * num_heads + head) * head_dim, keys + (j * num_kv_heads + head / group) * head_dim,
+               head_dim) *
+           scale;
+  }
+};
 
 }  // namespace
 
 void bidirectional_window_scores(TensorView out, TensorView queries, TensorView keys) {
-  const Dims d = dims_of(queries, keys);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(d.head_dim));
-  const float* q_all = queries.ptr<float>();
-  const float* k_all = keys.ptr<float>();
+  const WindowLogits logit(queries, keys);
 #pragma omp parallel for schedule(static)
-  for (int64_t kvh = 0; kvh < d.num_kv_heads; ++kvh) {
-    std::vector<double> row(static_cast<size_t>(d.n)), acc(static_cast<size_t>(d.n), 0.0);
-    for (int64_t g = 0; g < d.group; ++g) {
-      const int64_t h = kvh * d.group + g;
-      for (int64_t r = 0; r < d.rows; ++r) {
-        const float* q = q_all + (r * d.num_heads + h) * d.head_dim;
-        double top = -INFINITY;
-        for (int64_t j = 0; j < d.n; ++j)
-          top = std::max(top, row[j] = dot(q, k_all + (j * d.num_kv_heads + kvh) * d.head_dim, d.head_dim) * scale);
-        double sum = 0;
-        for (double& x : row) sum += (x = std::exp(x - top));
-        for (int64_t j = 0; j < d.n; ++j) acc[j] += row[j] / sum;
+  for (int64_t kvh = 0; kvh < logit.num_kv_heads; ++kvh) {
+    std::vector<double> row(static_cast<size_t>(logit.n)), acc(static_cast<size_t>(logit.n), 0.0);
+    for (int64_t h = kvh * logit.group; h < (kvh + 1) * logit.group; ++h) {
+      for (int64_t r = 0; r < logit.rows; ++r) {
+        for (int64_t j = 0; j < logit.n; ++j) row[j] = logit(r, h, j);
+        softmax_row(row);
+        for (int64_t j = 0; j < logit.n; ++j) acc[j] += row[j];
       }
     }
-    const double divisor = static_cast<double>(d.rows) * d.group;
-    for (int64_t j = 0; j < d.n; ++j) out.ptr<float>()[kvh * d.n + j] = static_cast<float>(acc[j] / divisor);
+    const double divisor = static_cast<double>(logit.rows) * logit.group;
+    for (int64_t j = 0; j < logit.n; ++j) out.ptr<float>()[kvh * logit.n + j] = static_cast<float>(acc[j] / divisor);
   }
 }
 
 void group_max_attention_importance(TensorView out, TensorView queries, TensorView keys) {
-  const Dims d = dims_of(queries, keys);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(d.head_dim));
-  const float* q_all = queries.ptr<float>();
-  const float* k_all = keys.ptr<float>();
+  const WindowLogits logit(queries, keys);
 #pragma omp parallel for schedule(static)
-  for (int64_t kvh = 0; kvh < d.num_kv_heads; ++kvh) {
-    std::vector<double> logits(static_cast<size_t>(d.n)), mean(static_cast<size_t>(d.n), 0.0);
-    for (int64_t r = 0; r < d.rows; ++r) {
-      std::fill(logits.begin(), logits.end(), -std::numeric_limits<double>::infinity());
-      for (int64_t g = 0; g < d.group; ++g) {
-        const float* q = q_all + (r * d.num_heads + kvh * d.group + g) * d.head_dim;
-        for (int64_t j = 0; j < d.n; ++j)
-          logits[j] = std::max(logits[j], dot(q, k_all + (j * d.num_kv_heads + kvh) * d.head_dim, d.head_dim) * scale);
-      }
-      softmax_row(logits);
-      for (int64_t j = 0; j < d.n; ++j) mean[j] += logits[j];
+  for (int64_t kvh = 0; kvh < logit.num_kv_heads; ++kvh) {
+    std::vector<double> row(static_cast<size_t>(logit.n)), mean(static_cast<size_t>(logit.n), 0.0);
+    for (int64_t r = 0; r < logit.rows; ++r) {
+      std::fill(row.begin(), row.end(), -std::numeric_limits<double>::infinity());
+      for (int64_t h = kvh * logit.group; h < (kvh + 1) * logit.group; ++h)
+        for (int64_t j = 0; j < logit.n; ++j) row[j] = std::max(row[j], logit(r, h, j));
+      softmax_row(row);
+      for (int64_t j = 0; j < logit.n; ++j) mean[j] += row[j];
     }
-    for (int64_t j = 0; j < d.n; ++j)
-      out.ptr<float>()[kvh * d.n + j] = static_cast<float>(mean[j] / static_cast<double>(d.rows));
+    for (int64_t j = 0; j < logit.n; ++j)
+      out.ptr<float>()[kvh * logit.n + j] = static_cast<float>(mean[j] / static_cast<double>(logit.rows));
   }
 }
 
