@@ -24,7 +24,7 @@ class ForwardHooks {
   virtual void attend(int layer, const LayerConfig& layer_config, const ForwardBatch& batch, TensorView q,
                       TensorView k, TensorView v, TensorView out, const AttentionParams& params) = 0;
   // Multi-head latent attention (model/layers/latent_attention.h) hands over its shared latent instead of expanded
-  // per-head K/V when the hooks' owner keeps a shared-latent store (KvLayout::shared_latent); else it calls attend()
+  // per-head K/V when the hooks' owner keeps a shared-latent store (KvStoreKind::kSharedLatent); else it calls attend()
   // with the expanded heads.
   virtual bool stores_latent() const { return false; }
   // latent [T, 1, kv_lora_rank + qk_rope]: each new row's normed KV latent and rotated RoPE key, to store and attend

@@ -27,7 +27,7 @@ class SparseController final : public ForwardHooks {
 
   MethodRuntime& method() { return method_; }
 
-  bool stores_latent() const override { return cache_.layout().shared_latent; }
+  bool stores_latent() const override { return cache_.layout().shared_latent(); }
   // A shared-latent store serves the dense method only (the engine picks it so): the rows are written and
   // attended with the weights absorbed; no selection is built.
   void attend_latent(int layer, const ForwardBatch& batch, TensorView q_nope, TensorView q_rope, TensorView latent,
