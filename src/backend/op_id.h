@@ -42,6 +42,7 @@ enum class OpId : uint8_t {
   kSubsetAttentionMaxScores,
   kGatherKeys,
   kPagedLatentAttention,  // multi-head latent attention with absorbed weights over a latent store
+  kAbsorbLatentQueries,   // the queries of multi-head latent attention taken into latent space
   kBidirectionalWindowScores,
   kGroupMaxAttentionImportance,
   kKeyRedundancy,

@@ -360,6 +360,7 @@ constexpr OpEntry kOps[] = {
     {OpId::kSubsetAttentionMaxScores, "subset_attention_max_scores", true},
     {OpId::kGatherKeys, "gather_keys", true},
     {OpId::kPagedLatentAttention, "paged_latent_attention", false},
+    {OpId::kAbsorbLatentQueries, "absorb_latent_queries", false},
     {OpId::kBidirectionalWindowScores, "bidirectional_window_scores", true},
     {OpId::kGroupMaxAttentionImportance, "group_max_attention_importance", true},
     {OpId::kKeyRedundancy, "key_redundancy", true},
@@ -517,8 +518,28 @@ void paged_attention(TensorView out, TensorView q, const AttentionView& view, co
   cpu::paged_attention(out, q, view, params);
 }
 
-void paged_latent_attention(TensorView out, TensorView q_nope, TensorView q_rope, const AttentionView& view,
-                            TensorView kv_b, const AttentionParams& params) {
+void absorb_latent_queries(TensorView q_latent, TensorView q_nope, TensorView q_rope, TensorView kv_b) {
+  const std::string_view op = op_name(OpId::kAbsorbLatentQueries);
+  if (q_latent.device == Device::kCuda || q_nope.device == Device::kCuda)
+    SE_CHECK(cuda_implements(OpId::kAbsorbLatentQueries), "{}: not implemented on CUDA", op);
+  require_cpu_f32(q_latent, "absorb_latent_queries.q_latent");
+  require_cpu_f32(q_nope, "absorb_latent_queries.q_nope");
+  require_cpu_f32(q_rope, "absorb_latent_queries.q_rope");
+  require_cpu_f32(kv_b, "absorb_latent_queries.kv_b");
+  SE_CHECK(q_latent.shape.rank() == 3 && q_nope.shape.rank() == 3 && q_rope.shape.rank() == 3 && kv_b.shape.rank() == 2,
+           "{}: q_latent {} q_nope {} q_rope {} kv_b {}", op, q_latent.shape.to_string(), q_nope.shape.to_string(),
+           q_rope.shape.to_string(), kv_b.shape.to_string());
+  const int64_t rows = q_nope.shape[0], heads = q_nope.shape[1], rank = kv_b.shape[1];
+  SE_CHECK(q_rope.shape[0] == rows && q_latent.shape[0] == rows && q_rope.shape[1] == heads &&
+               q_latent.shape[1] == heads && q_latent.shape[2] == rank + q_rope.shape[2] &&
+               kv_b.shape[0] % heads == 0 && kv_b.shape[0] / heads > q_nope.shape[2],
+           "{}: q_latent {} q_nope {} q_rope {} kv_b {}", op, q_latent.shape.to_string(), q_nope.shape.to_string(),
+           q_rope.shape.to_string(), kv_b.shape.to_string());
+  cpu::absorb_latent_queries(q_latent, q_nope, q_rope, kv_b);
+}
+
+void paged_latent_attention(TensorView out, TensorView q_latent, const AttentionView& view, TensorView kv_b,
+                            const AttentionParams& params) {
   const std::string_view op = op_name(OpId::kPagedLatentAttention);
   if (out.device == Device::kCuda || view.kv_device == Device::kCuda)
     SE_CHECK(cuda_implements(OpId::kPagedLatentAttention), "{}: not implemented on CUDA", op);
@@ -526,20 +547,19 @@ void paged_latent_attention(TensorView out, TensorView q_nope, TensorView q_rope
   SE_CHECK(view.kv_dtype == DType::kF32 && view.num_kv_heads == 1, "{}: f32 pages of one latent head, got {} x {}", op,
            view.num_kv_heads, dtype_name(view.kv_dtype));
   require_cpu_f32(out, "paged_latent_attention.out");
-  require_cpu_f32(q_nope, "paged_latent_attention.q_nope");
-  require_cpu_f32(q_rope, "paged_latent_attention.q_rope");
+  require_cpu_f32(q_latent, "paged_latent_attention.q_latent");
   require_cpu_f32(kv_b, "paged_latent_attention.kv_b");
   const int64_t rows = view.q_indptr[view.num_seqs];
-  SE_CHECK(q_nope.shape.rank() == 3 && q_rope.shape.rank() == 3 && out.shape.rank() == 3 && kv_b.shape.rank() == 2,
-           "{}: q_nope {} q_rope {} out {} kv_b {}", op, q_nope.shape.to_string(), q_rope.shape.to_string(),
-           out.shape.to_string(), kv_b.shape.to_string());
-  const int64_t heads = q_nope.shape[1], rank = kv_b.shape[1];
-  SE_CHECK(q_nope.shape[0] == rows && q_rope.shape[0] == rows && out.shape[0] == rows && q_rope.shape[1] == heads &&
-               out.shape[1] == heads && rank + q_rope.shape[2] == view.head_dim &&
-               kv_b.shape[0] == heads * (q_nope.shape[2] + out.shape[2]),
-           "{}: q_nope {} q_rope {} out {} kv_b {} for {} rows of latent width {}", op, q_nope.shape.to_string(),
-           q_rope.shape.to_string(), out.shape.to_string(), kv_b.shape.to_string(), rows, view.head_dim);
-  cpu::paged_latent_attention(out, q_nope, q_rope, view, kv_b, params);
+  SE_CHECK(q_latent.shape.rank() == 3 && out.shape.rank() == 3 && kv_b.shape.rank() == 2,
+           "{}: q_latent {} out {} kv_b {}", op, q_latent.shape.to_string(), out.shape.to_string(),
+           kv_b.shape.to_string());
+  const int64_t heads = q_latent.shape[1], rank = kv_b.shape[1];
+  SE_CHECK(q_latent.shape[0] == rows && out.shape[0] == rows && out.shape[1] == heads &&
+               q_latent.shape[2] == view.head_dim && rank < view.head_dim && kv_b.shape[0] % heads == 0 &&
+               kv_b.shape[0] / heads > out.shape[2],
+           "{}: q_latent {} out {} kv_b {} for {} rows of latent width {}", op, q_latent.shape.to_string(),
+           out.shape.to_string(), kv_b.shape.to_string(), rows, view.head_dim);
+  cpu::paged_latent_attention(out, q_latent, view, kv_b, params);
 }
 
 // The sparse-method ops take the cache's host tables on both backends; a GPU pool (view.kv_device) sends them to

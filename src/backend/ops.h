@@ -134,16 +134,21 @@ void write_kv(const AttentionView& view, TensorView k, TensorView v);
 // kivi pages" for cuda_implements: CPU only for now, so a CUDA tensor or pool gets a "not implemented" error.
 void paged_attention(TensorView out, TensorView q, const AttentionView& view, const AttentionParams& params);
 
-// Multi-head latent attention over a kSharedLatent store (attention_view.h) with the weights absorbed, as
-// FlashMLA computes it: each head's query is taken into latent space (q_lat = W_uk[h]^T q_nope), the logits are
-// scale * (q_lat . c_j + q_rope . k_rope_j), the softmax-weighted latents sum to o = sum_j p_j c_j, and
-// out[h] = W_uv[h] o. W_uk[h] and W_uv[h] are head h's k_nope rows [qk_nope, rank] and v rows [v_head, rank] of
-// kv_b [heads * (qk_nope + v_head), rank], as the checkpoint stores it. Equal to attention over the expanded keys
-// [k_rope_j ; W_uk[h] c_j] and values W_uv[h] c_j, which it never materializes. Causality, sliding window and
-// selection as paged_attention. q_nope [T, H, qk_nope], q_rope [T, H, view.head_dim - rank] (rotated), out
-// [T, H, v_head] F32 on the CPU; no CUDA kernel yet (a CUDA tensor or pool gets a "not implemented" error).
-void paged_latent_attention(TensorView out, TensorView q_nope, TensorView q_rope, const AttentionView& view,
-                            TensorView kv_b, const AttentionParams& params);
+// Multi-head latent attention (MLA) with the weights absorbed, as FlashMLA computes it, in two ops. W_uk[h] and
+// W_uv[h] are head h's k_nope rows [qk_nope, rank] and v rows [v_head, rank] of kv_b [heads * (qk_nope + v_head),
+// rank], as the checkpoint stores it.
+// absorb_latent_queries takes each head's query into latent space: q_latent[t, h] = [W_uk[h]^T q_nope[t, h] ;
+// q_rope[t, h]], so that q_latent . [c_j ; k_rope_j] is the logit q . k_j of the expanded key k_j = [W_uk[h] c_j ;
+// k_rope_j] (unscaled). These are the queries a method scores the latent store with. q_nope [T, H, qk_nope], q_rope
+// [T, H, qk_rope] (rotated), q_latent [T, H, rank + qk_rope] F32 on the CPU.
+void absorb_latent_queries(TensorView q_latent, TensorView q_nope, TensorView q_rope, TensorView kv_b);
+// paged_latent_attention attends over a kSharedLatent store (attention_view.h) with those queries: the logits are
+// scale * q_latent . [c_j ; k_rope_j], the softmax-weighted latents sum to o = sum_j p_j c_j, and out[h] =
+// W_uv[h] o. Equal to attention over the expanded keys and values W_uv[h] c_j, which it never materializes.
+// Causality, sliding window and selection as paged_attention. q_latent [T, H, view.head_dim], out [T, H, v_head] F32
+// on the CPU; no CUDA kernel yet for either op (a CUDA tensor or pool gets a "not implemented" error).
+void paged_latent_attention(TensorView out, TensorView q_latent, const AttentionView& view, TensorView kv_b,
+                            const AttentionParams& params);
 
 // --- what the sparse methods read and change (sparse/methods/) ---
 // The methods run on the host and pass the cache's host view: q_indptr, seqs and the tables they point to are host

@@ -122,23 +122,20 @@ Result<std::unique_ptr<Engine>> Engine::create(const ModelBundle& bundle, const 
   SE_ASSIGN_OR_RETURN(std::unique_ptr<MethodRuntime> method,
                       create_method(config.sparse_method, config.sparse_config, method_environment(bundle)));
   SE_RETURN_IF_ERROR(check_runs_on(config.device, method->traits(), method->name()));
-  SE_ASSIGN_OR_RETURN(const KvStoreKind store, parse_kv_cache_dtype(config.kv_cache_dtype));
-  SE_RETURN_IF_ERROR(check_kv_store_supports(store, config.device, method->traits(), method->name()));
+  SE_ASSIGN_OR_RETURN(const KvStoreKind requested_store, parse_kv_cache_dtype(config.kv_cache_dtype));
+  SE_RETURN_IF_ERROR(check_kv_store_supports(requested_store, config.device, method->traits(), method->name()));
   // The workspace first: the KV pool takes a share of what remains.
   ForwardWorkspace workspace = bundle.model->make_workspace();
   workspace.reserve(config.max_num_batched_tokens, config.max_num_seqs);
 
-  // Latent attention under the dense method keeps the shared latent: kv_lora_rank + qk_rope per token for every
-  // head, as one "KV head".
-  const bool shared_latent = model.latent_attention() && keeps_shared_latent(method->traits());
-  if (shared_latent && store != KvStoreKind::kExplicit)
-    return unimplemented("the {} KV store does not hold shared latent rows yet (--kv-cache-dtype auto)",
-                         kv_store_kind_name(store));
-  KvLayout layout =
+  // A shared latent is kv_lora_rank + qk_rope per token for every head, as one "KV head".
+  SE_ASSIGN_OR_RETURN(const KvStoreKind store,
+                      model_kv_store(requested_store, model.latent_attention(), method->traits()));
+  const bool shared_latent = store == KvStoreKind::kSharedLatent;
+  const KvLayout layout =
       make_kv_layout(model.num_layers, shared_latent ? 1 : model.num_kv_heads,
                      shared_latent ? model.kv_lora_rank + model.qk_rope_head_dim : model.head_dim, config.page_size,
                      config.device, store, config.kivi_group_size, config.kivi_residual, config.max_num_batched_tokens);
-  layout.shared_latent = shared_latent;
   SE_RETURN_IF_ERROR(layout.validate());
   const int64_t pool_bytes = kv_pool_bytes(config);
   const int64_t num_pages =

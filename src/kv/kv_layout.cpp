@@ -23,13 +23,11 @@ Status KvLayout::validate() const {
   if (store == KvStoreKind::kFp8E4M3 && dtype != DType::kU8) {
     return invalid_argument("kv layout: the fp8 store keeps u8 codes, got {}", dtype_name(dtype));
   }
-  if ((store == KvStoreKind::kExplicit || kivi()) && dtype != DType::kF32 && dtype != DType::kF16 &&
-      dtype != DType::kBF16) {
+  if (store != KvStoreKind::kFp8E4M3 && dtype != DType::kF32 && dtype != DType::kF16 && dtype != DType::kBF16) {
     return invalid_argument("kv layout: dtype must be f32, f16 or bf16, got {}", dtype_name(dtype));
   }
   if (kivi()) {
     const int32_t bits = kivi_bits(store);
-    if (shared_latent) return invalid_argument("kv layout: a KIVI store keeps no shared latent rows");
     if (page_size % (32 / bits) != 0)
       return invalid_argument("kv layout: the KIVI group size {} is not a whole number of {}-bit code words", page_size,
                               bits);
@@ -78,7 +76,7 @@ int64_t KvLayout::kivi_pages_per_stream(int64_t num_tokens) const {
 
 double KvLayout::bytes_per_token(int64_t num_tokens) const {
   const double row_bytes = 2.0 * head_dim * static_cast<double>(dtype_size(dtype));
-  if (!kivi()) return shared_latent ? row_bytes / 2 : row_bytes;
+  if (!kivi()) return shared_latent() ? row_bytes / 2 : row_bytes;
   const int64_t quantized_pages = num_tokens / kivi_residual * kivi_residual / page_size;  // whole key groups
   const int64_t full = std::min<int64_t>(num_tokens, kivi_residual);
   return (static_cast<double>(quantized_pages) * static_cast<double>(kivi_page_bytes()) +

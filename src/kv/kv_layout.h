@@ -2,7 +2,8 @@
 // Plain data. A page holds `page_size` tokens of K and V for ONE KV head of ONE layer, laid out
 // [2 (K, V)][page_size][head_dim] contiguously, of `dtype` elements (one-byte codes for the FP8 store,
 // kv_store_kind.h). A (layer, KV head) pair is a "stream"; streams are numbered layer * num_kv_heads + head.
-// A shared-latent layout (multi-head latent attention) stores one row per token for all heads: num_kv_heads = 1,
+// A shared-latent store (KvStoreKind::kSharedLatent, multi-head latent attention) keeps one row per token for all
+// heads: num_kv_heads = 1,
 // head_dim = the latent width, and a page holds only the K half, [page_size][head_dim] (the backend's
 // KvPayload::kSharedLatent); the pool, page tables and prefix caches need nothing else.
 // A KIVI store (kv_store_kind.h) keeps ONE pool whose page is a quantized page of `page_size` (= the key group
@@ -30,7 +31,6 @@ struct KvLayout {
   int32_t page_size = kDefaultPageSize;  // tokens per page
   DType dtype = DType::kBF16;            // element type of K and V: kv_page_dtype(device, store)
   KvStoreKind store = KvStoreKind::kExplicit;
-  bool shared_latent = false;  // pages hold one latent row per token and no V half
   // KIVI stores only: R, the residual window (a multiple of page_size), the channels per value group (a
   // divisor of head_dim), and the most tokens one step appends to a sequence (the engine's
   // max_num_batched_tokens): a step holds them in the window beside its R tokens until the step flushes.
@@ -43,6 +43,8 @@ struct KvLayout {
   // a residual page holds at least one token.
   Status validate() const;
   bool kivi() const { return store == KvStoreKind::kKivi2 || store == KvStoreKind::kKivi4; }
+  // Pages hold one latent row per token and no V half.
+  bool shared_latent() const { return store == KvStoreKind::kSharedLatent; }
 
   int32_t num_streams() const { return num_layers * num_kv_heads; }
   int32_t stream(int32_t layer, int32_t head) const { return layer * num_kv_heads + head; }
@@ -50,7 +52,8 @@ struct KvLayout {
   // A KIVI page: kivi_page_layout(page_size, kivi_value_group_size, head_dim, bits).page_bytes.
   size_t page_bytes() const {
     if (kivi()) return kivi_page_bytes();
-    return (shared_latent ? 1 : 2) * static_cast<size_t>(page_size) * static_cast<size_t>(head_dim) * dtype_size(dtype);
+    return (shared_latent() ? 1 : 2) * static_cast<size_t>(page_size) * static_cast<size_t>(head_dim) *
+           dtype_size(dtype);
   }
   // KIVI: the explicit rows one pool page holds as a residual page.
   int32_t residual_page_tokens() const;

@@ -20,6 +20,8 @@ std::string_view kv_store_kind_name(KvStoreKind store) {
       return "kivi2";
     case KvStoreKind::kKivi4:
       return "kivi4";
+    case KvStoreKind::kSharedLatent:
+      return "shared_latent";
   }
   return "?";
 }

@@ -3,8 +3,11 @@
 // code per element in the same page layout, read back through per-(layer, KV head) scales (attention_view.h,
 // kQuantized / kFp8E4M3). kKivi2 and kKivi4 keep KIVI's 2- or 4-bit group codes in pages of one key group each,
 // beside a full-precision residual window in the backend's element type (attention_view.h, kKivi; the geometry
-// is KvLayout's). The store fixes the pages' element type and so their bytes, which the pool sizing, the
-// MemoryOracle and `bench decode`'s roofline read through KvLayout. Plain data; thread-safe.
+// is KvLayout's). kSharedLatent keeps a multi-head latent attention (MLA) model's one latent row per token for all
+// heads, in the backend's element type, with no V half (attention_view.h, kSharedLatent); the engine picks it for a
+// latent-attention model whose method runs over it, never --kv-cache-dtype. The store fixes the pages' element type and
+// so their bytes, which the pool sizing, the MemoryOracle and `bench decode`'s roofline read through KvLayout. Plain
+// data; thread-safe.
 #pragma once
 
 #include <cstddef>
@@ -17,7 +20,8 @@
 
 namespace se {
 
-enum class KvStoreKind : uint8_t { kExplicit, kFp8E4M3, kKivi2, kKivi4 };
+enum class KvStoreKind : uint8_t { kExplicit, kFp8E4M3, kKivi2, kKivi4, kSharedLatent };
+// The stores --kv-cache-dtype names.
 inline constexpr KvStoreKind kKvStoreKinds[] = {KvStoreKind::kExplicit, KvStoreKind::kFp8E4M3, KvStoreKind::kKivi2,
                                                 KvStoreKind::kKivi4};
 
@@ -25,15 +29,15 @@ inline constexpr KvStoreKind kKvStoreKinds[] = {KvStoreKind::kExplicit, KvStoreK
 // "fp8_e4m3" (the same store, as vLLM accepts both), "kivi2" and "kivi4". Anything else is kInvalidArgument
 // listing them.
 Result<KvStoreKind> parse_kv_cache_dtype(std::string_view text);
-// The canonical name: "auto", "fp8_e4m3", "kivi2" or "kivi4".
+// The canonical name: "auto", "fp8_e4m3", "kivi2", "kivi4" or "shared_latent".
 std::string_view kv_store_kind_name(KvStoreKind store);
 
 // KIVI's bits per code for kKivi2 / kKivi4, 0 for the other stores.
 int32_t kivi_bits(KvStoreKind store);
 
-// The element type of the store's explicit rows on `device`: the backend's float type for the explicit store and
-// KIVI's residual window (what their attention reads: fp32 on the CPU, bf16 on CUDA), one byte (kU8) per element
-// for FP8.
+// The element type of the store's explicit rows on `device`: the backend's float type for the explicit store, the
+// shared latent and KIVI's residual window (what their attention reads: fp32 on the CPU, bf16 on CUDA), one byte (kU8)
+// per element for FP8.
 DType kv_page_dtype(Device device, KvStoreKind store = KvStoreKind::kExplicit);
 
 }  // namespace se

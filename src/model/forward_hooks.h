@@ -24,14 +24,15 @@ class ForwardHooks {
   virtual void attend(int layer, const LayerConfig& layer_config, const ForwardBatch& batch, TensorView q,
                       TensorView k, TensorView v, TensorView out, const AttentionParams& params) = 0;
   // Multi-head latent attention (model/layers/latent_attention.h) hands over its shared latent instead of expanded
-  // per-head K/V when the hooks' owner keeps a shared-latent store (KvLayout::shared_latent); else it calls attend()
+  // per-head K/V when the hooks' owner keeps a shared-latent store (KvStoreKind::kSharedLatent); else it calls attend()
   // with the expanded heads.
   virtual bool stores_latent() const { return false; }
   // latent [T, 1, kv_lora_rank + qk_rope]: each new row's normed KV latent and rotated RoPE key, to store and attend
-  // to; q_nope [T, H, qk_nope], q_rope [T, H, qk_rope] (rotated); kv_b the layer's [H * (qk_nope + v_head),
+  // to; q_latent [T, H, kv_lora_rank + qk_rope]: the queries with W_uk absorbed (absorb_latent_queries), whose dot
+  // products with the rows are the model's logits (unscaled); kv_b the layer's [H * (qk_nope + v_head),
   // kv_lora_rank] expansion; out [T, H, v_head]. F32 on the CPU. Called only when stores_latent().
-  virtual void attend_latent(int /*layer*/, const ForwardBatch& /*batch*/, TensorView /*q_nope*/, TensorView /*q_rope*/,
-                             TensorView /*latent*/, TensorView /*kv_b*/, TensorView /*out*/,
+  virtual void attend_latent(int /*layer*/, const LayerConfig& /*layer_config*/, const ForwardBatch& /*batch*/,
+                             TensorView /*q_latent*/, TensorView /*latent*/, TensorView /*kv_b*/, TensorView /*out*/,
                              const AttentionParams& /*params*/) {
     SE_CHECK(false, "attend_latent: these hooks keep no latent store");
   }

@@ -112,6 +112,7 @@ std::vector<ForwardWorkspace::BufferSpec> ForwardWorkspace::buffer_specs(const M
     specs.push_back({&ForwardWorkspace::kv_b_, DType::kF32, {0, heads * (c.qk_nope_head_dim + c.v_head_dim)}});
     specs.push_back({&ForwardWorkspace::k_rope_, DType::kF32, {0, 1, rope}});
     specs.push_back({&ForwardWorkspace::latent_rows_, DType::kF32, {0, 1, c.kv_lora_rank + rope}});
+    specs.push_back({&ForwardWorkspace::q_absorbed_, DType::kF32, {0, heads, c.kv_lora_rank + rope}});
   }
   // The fused QKV projection shares gate_up_ when that is wide enough.
   if (const int64_t qkv_width = c.q_size() + 2 * c.kv_size(); qkv_width > 2 * intermediate)

@@ -44,6 +44,14 @@ Status check_kv_store_supports(KvStoreKind store, Device device, const MethodTra
   return Status::ok();
 }
 
+Result<KvStoreKind> model_kv_store(KvStoreKind requested, bool latent_attention, const MethodTraits& traits) {
+  if (!latent_attention || !keeps_shared_latent(traits)) return requested;
+  if (requested != KvStoreKind::kExplicit)
+    return unimplemented("the {} KV store does not hold shared latent rows yet (--kv-cache-dtype auto)",
+                         kv_store_kind_name(requested));
+  return KvStoreKind::kSharedLatent;
+}
+
 std::string_view family_name(MethodFamily family) {
   switch (family) {
     case MethodFamily::kDense: return "dense";

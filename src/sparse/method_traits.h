@@ -49,12 +49,23 @@ struct MethodTraits {
   // Whether its choices depend on token positions alone, never on keys, values or scores: it then runs over a
   // latent-attention (MLA) model's shared latent store as it does over per-head K/V.
   bool position_only = false;
+  // Whether it reads keys only through the logits q . k (attention scores, bounds on them), never values, outputs
+  // or a key's own channels apart from such bounds: over a latent-attention model's shared latent it is handed the
+  // absorbed queries and the latent rows as q and k, whose products are those logits, and runs unchanged.
+  bool keys_through_logits = false;
 };
 
 // Whether a method keeps a latent-attention (MLA) model's shared latent, one row per token for all heads
-// (KvLayout::shared_latent), rather than every head's expanded K/V: methods whose choices read positions alone
-// do; the others select, score and evict per KV head from keys, which only the expanded store has.
-inline bool keeps_shared_latent(const MethodTraits& traits) { return traits.position_only; }
+// (KvStoreKind::kSharedLatent), rather than every head's expanded K/V: methods whose choices read positions alone or
+// keys through logits alone do; the others read per-head keys, values or outputs, which only the expanded store has.
+inline bool keeps_shared_latent(const MethodTraits& traits) {
+  return traits.position_only || traits.keys_through_logits;
+}
+
+// The store a model's KV is kept in: kSharedLatent for a latent-attention model whose method keeps the shared latent
+// (keeps_shared_latent), else `requested` (the --kv-cache-dtype store). A quantized store over the shared latent is
+// kUnimplemented: no quantized store holds latent rows yet.
+Result<KvStoreKind> model_kv_store(KvStoreKind requested, bool latent_attention, const MethodTraits& traits);
 
 // Ok when every op of traits.ops has a kernel on `device` and its hooks do not need host memory; else
 // kUnimplemented naming method `name`, the device and the missing ops (or its host hooks).

@@ -159,7 +159,7 @@ AttentionView PagedCacheManager::make_view(int layer, const std::vector<SeqKvVie
     view.quantized.k_scales = fp8_scales_->k_scales(layer);
     view.quantized.v_scales = fp8_scales_->v_scales(layer);
   }
-  if (l.shared_latent) view.payload = KvPayload::kSharedLatent;
+  if (l.shared_latent()) view.payload = KvPayload::kSharedLatent;
   return view;
 }
 
@@ -285,7 +285,7 @@ Result<RadixCache::PrefixMatch> PagedCacheManager::inspect_prefix(std::span<cons
 
 Status PagedCacheManager::check_prunable(std::span<const int32_t> tokens, RadixCache::BlockRange blocks) const {
   if (!radix_) return unimplemented("prefix caching is off: there is no radix prefix cache to prune");
-  if (layout().shared_latent) return unimplemented("{}", kNoLatentPruning);
+  if (layout().shared_latent()) return unimplemented("{}", kNoLatentPruning);
   return radix_->prunable_nodes(tokens, blocks.first_block, blocks.end_block).status();
 }
 
@@ -293,7 +293,7 @@ Result<int32_t> PagedCacheManager::prune_prefix(std::span<const int32_t> tokens,
                                                 std::span<const int32_t> kept_positions,
                                                 const PagesRewrittenFn& pages_rewritten) {
   if (!radix_) return unimplemented("prefix caching is off: there is no radix prefix cache to prune");
-  if (layout().shared_latent) return unimplemented("{}", kNoLatentPruning);
+  if (layout().shared_latent()) return unimplemented("{}", kNoLatentPruning);
   SE_ASSIGN_OR_RETURN(std::vector<RadixCache::NodeId> nodes,
                       radix_->prunable_nodes(tokens, blocks.first_block, blocks.end_block));
   const KvLayout& l = layout();

@@ -85,27 +85,36 @@ void SparseController::attend(int layer, const LayerConfig& layer_config, const 
   const AttentionView dense_device = device_views_ ? device_views_->device_view(layer, dense) : dense;
   cache_.write(layer, dense_device, k, v);
   LayerContext ctx{layer, layer_config, batch, q, k, v, out, dense, dense_device, params, cache_};
-  selection_.reset(dense.num_seqs, dense.num_kv_heads, method_.traits().selection_unit);
-  method_.build_layer_selection(ctx, selection_);
-  const AttentionView attended = selection_.apply(dense);
-  num_attended_kv_tokens_ += tokens_read_by_last_rows(attended, &selection_, params.sliding_window);
-  for (int32_t s = 0; s < dense.num_seqs; ++s)
-    if (batch.sequences[static_cast<size_t>(s)].is_decode(batch.positions))
-      num_method_metadata_bytes_ += method_.decode_reads(layer, params.sliding_window, dense, s).metadata_bytes;
-  if (layer >= static_cast<int>(layer_windows_.size())) layer_windows_.resize(static_cast<size_t>(layer) + 1, 0);
-  layer_windows_[static_cast<size_t>(layer)] = params.sliding_window;
-  if (attention_observer_) attention_observer_(ctx, attended);
+  const AttentionView attended = select(ctx);
   paged_attention(out, q, device_views_ ? device_views_->device_view(layer, attended) : attended, params);
   method_.on_attention_end(ctx);
 }
 
-void SparseController::attend_latent(int layer, const ForwardBatch& batch, TensorView q_nope, TensorView q_rope,
-                                     TensorView latent, TensorView kv_b, TensorView out,
+void SparseController::attend_latent(int layer, const LayerConfig& layer_config, const ForwardBatch& batch,
+                                     TensorView q_latent, TensorView latent, TensorView kv_b, TensorView out,
                                      const AttentionParams& params) {
-  const AttentionView view = cache_.build_view(layer, batch);
-  write_kv(view, latent, latent);
-  num_attended_kv_tokens_ += tokens_read_by_last_rows(view, nullptr, params.sliding_window);
-  paged_latent_attention(out, q_nope, q_rope, view, kv_b, params);
+  const AttentionView dense = cache_.build_view(layer, batch);
+  write_kv(dense, latent, latent);
+  LayerContext ctx{layer, layer_config, batch, q_latent, latent, latent, out, dense, dense, params, cache_};
+  paged_latent_attention(out, q_latent, select(ctx), kv_b, params);
+  method_.on_attention_end(ctx);
+}
+
+AttentionView SparseController::select(LayerContext& ctx) {
+  const AttentionView& dense = ctx.view;
+  const int32_t window = ctx.params.sliding_window;
+  selection_.reset(dense.num_seqs, dense.num_kv_heads, method_.traits().selection_unit);
+  method_.build_layer_selection(ctx, selection_);
+  const AttentionView attended = selection_.apply(dense);
+  num_attended_kv_tokens_ += tokens_read_by_last_rows(attended, &selection_, window);
+  for (int32_t s = 0; s < dense.num_seqs; ++s)
+    if (ctx.batch.sequences[static_cast<size_t>(s)].is_decode(ctx.batch.positions))
+      num_method_metadata_bytes_ += method_.decode_reads(ctx.layer, window, dense, s).metadata_bytes;
+  const auto layer = static_cast<size_t>(ctx.layer);
+  if (layer >= layer_windows_.size()) layer_windows_.resize(layer + 1, 0);
+  layer_windows_[layer] = window;
+  if (attention_observer_) attention_observer_(ctx, attended);
+  return attended;
 }
 
 void SparseController::count_replayed_forward(const ForwardBatch& batch) {

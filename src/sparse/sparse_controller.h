@@ -27,11 +27,13 @@ class SparseController final : public ForwardHooks {
 
   MethodRuntime& method() { return method_; }
 
-  bool stores_latent() const override { return cache_.layout().shared_latent; }
-  // A shared-latent store serves the dense method only (the engine picks it so): the rows are written and
-  // attended with the weights absorbed; no selection is built.
-  void attend_latent(int layer, const ForwardBatch& batch, TensorView q_nope, TensorView q_rope, TensorView latent,
-                     TensorView kv_b, TensorView out, const AttentionParams& params) override;
+  bool stores_latent() const override { return cache_.layout().shared_latent(); }
+  // A shared-latent store (the engine picks it for methods that keep one, keeps_shared_latent): the rows are written
+  // and the method sees the layer as multi-query attention of one latent "KV head", q the absorbed queries and k
+  // and v the latent rows, whose products are the model's logits; it selects and scores there, and the selection
+  // is attended with the weights absorbed.
+  void attend_latent(int layer, const LayerConfig& layer_config, const ForwardBatch& batch, TensorView q_latent,
+                     TensorView latent, TensorView kv_b, TensorView out, const AttentionParams& params) override;
   CacheManager& cache() { return cache_; }
   const CacheManager& cache() const { return cache_; }
 
@@ -98,6 +100,9 @@ class SparseController final : public ForwardHooks {
   }
 
  private:
+  // The method's selection for the layer of `ctx`, applied to its view and counted; what attention then reads.
+  AttentionView select(LayerContext& ctx);
+
   MethodRuntime& method_;
   CacheManager& cache_;
   std::unique_ptr<AttentionViewMirror> device_views_;  // null on the CPU

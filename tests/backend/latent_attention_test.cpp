@@ -1,7 +1,8 @@
-// paged_latent_attention (absorbed weights over a shared latent store) against a float64 reference of the naive
-// expanded form: every key k_j = [k_rope_j ; W_uk[h] c_j] and value v_j = W_uv[h] c_j materialized per head, then
-// plain causal attention. Ragged batches mix decode rows with prefill chunks (longer than one query tile), over
-// pages scattered in the pool; with and without a sliding window. Outputs start poisoned (NaN).
+// absorb_latent_queries then paged_latent_attention (absorbed weights over a shared latent store) against a float64
+// reference of the naive expanded form: every key k_j = [k_rope_j ; W_uk[h] c_j] and value v_j = W_uv[h] c_j
+// materialized per head, then plain causal attention. Ragged batches mix decode rows with prefill chunks (longer
+// than one query tile), over pages scattered in the pool; with and without a sliding window, and over a token
+// selection (what a sparse method narrows the latent store to). Outputs start poisoned (NaN).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -25,7 +26,10 @@ struct Seq {
   int32_t len;
 };
 
-void check(const std::vector<Seq>& seqs, const AttentionParams& params, uint64_t seed) {
+// A token selection that drops every third token from the second on (token 0, which every row sees, stays).
+bool in_selection(int32_t j) { return j % 3 != 1; }
+
+void check(const std::vector<Seq>& seqs, const AttentionParams& params, uint64_t seed, bool select = false) {
   std::mt19937 rng(static_cast<uint32_t>(seed));
   int32_t num_pages = 0, total_rows = 0;
   for (const Seq& s : seqs) {
@@ -49,12 +53,24 @@ void check(const std::vector<Seq>& seqs, const AttentionParams& params, uint64_t
     lengths.push_back(s.len);
     q_indptr.push_back(q_indptr.back() + s.rows);
   }
+  std::vector<std::vector<int32_t>> selected(seqs.size());
+  std::vector<int32_t> num_selected;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    for (int32_t j = 0; j < seqs[i].len; ++j)
+      if (in_selection(j)) selected[i].push_back(j);
+    num_selected.push_back(static_cast<int32_t>(selected[i].size()));
+  }
   std::vector<SeqKvView> views;
   for (size_t i = 0; i < seqs.size(); ++i) {
     SeqKvView v;
     v.page_ids = page_ids[i].data();
     v.stride = static_cast<int32_t>(page_ids[i].size());
     v.num_tokens = &lengths[i];
+    if (select) {
+      v.selected = selected[i].data();
+      v.selected_stride = num_selected[i];
+      v.num_selected = &num_selected[i];
+    }
     views.push_back(v);
   }
   AttentionView view;
@@ -67,10 +83,13 @@ void check(const std::vector<Seq>& seqs, const AttentionParams& params, uint64_t
   view.q_indptr = q_indptr.data();
   view.seqs = views.data();
   view.payload = KvPayload::kSharedLatent;
+  view.has_selection = select;
 
+  Tensor q_latent = Tensor::empty(DType::kF32, {total_rows, kHeads, kWidth});
+  absorb_latent_queries(q_latent.view(), q_nope.view(), q_rope.view(), kv_b.view());
   Tensor out = Tensor::empty(DType::kF32, {total_rows, kHeads, kValue});
   std::fill_n(out.data<float>(), out.numel(), std::numeric_limits<float>::quiet_NaN());
-  paged_latent_attention(out.view(), q_nope.view(), q_rope.view(), view, kv_b.view(), params);
+  paged_latent_attention(out.view(), q_latent.view(), view, kv_b.view(), params);
 
   // The expanded form in float64.
   std::vector<double> ref(static_cast<size_t>(out.numel()));
@@ -112,7 +131,7 @@ void check(const std::vector<Seq>& seqs, const AttentionParams& params, uint64_t
         for (int32_t j = first; j <= last; ++j) {
           double dot = 0;
           for (size_t d = 0; d < q.size(); ++d) dot += q[d] * keys[static_cast<size_t>(j)][d];
-          logits.push_back(dot * params.scale);
+          logits.push_back(select && !in_selection(j) ? -std::numeric_limits<double>::infinity() : dot * params.scale);
         }
         const double max_logit = *std::max_element(logits.begin(), logits.end());
         double sum = 0;
@@ -137,6 +156,12 @@ TEST(PagedLatentAttentionTest, AbsorbedEqualsExpandedOnRaggedBatches) {
   check({{3, 3}, {1, 64}, {9, 12}}, params, 12);
 }
 
+TEST(PagedLatentAttentionTest, TokenSelection) {
+  AttentionParams params;
+  params.scale = 0.3f;
+  check({{1, 1}, {1, 17}, {4, 33}, {40, 40}}, params, 14, /*select=*/true);
+}
+
 TEST(PagedLatentAttentionTest, SlidingWindow) {
   AttentionParams params;
   params.scale = 0.3f;
@@ -150,12 +175,10 @@ TEST(PagedLatentAttentionTest, RefusesOtherPayloads) {
   view.q_indptr = q_indptr;
   view.num_kv_heads = 1;
   view.head_dim = kWidth;
-  const Tensor q_nope = Tensor::empty(DType::kF32, {0, kHeads, kNope});
-  const Tensor q_rope = Tensor::empty(DType::kF32, {0, kHeads, kRope});
+  const Tensor q_latent = Tensor::empty(DType::kF32, {0, kHeads, kWidth});
   const Tensor kv_b = Tensor::empty(DType::kF32, {kHeads * (kNope + kValue), kRank});
   Tensor out = Tensor::empty(DType::kF32, {0, kHeads, kValue});
-  EXPECT_DEATH(paged_latent_attention(out.view(), q_nope.view(), q_rope.view(), view, kv_b.view(), {}),
-               "shared latent store");
+  EXPECT_DEATH(paged_latent_attention(out.view(), q_latent.view(), view, kv_b.view(), {}), "shared latent store");
 }
 
 }  // namespace

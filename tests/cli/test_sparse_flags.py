@@ -72,10 +72,10 @@ def test_methods_json_lists_the_registry_with_traits():
         assert isinstance(m["summary"], str) and m["summary"], m
         if m["family"] == "eviction":
             assert not m["keeps_full_history"], m  # eviction turns the radix prefix cache off
-        # The methods that choose by position alone keep a latent-attention model's shared latent; the others
-        # need per-head K/V.
-        by_position = m["name"] in ("vanilla", "streamingllm")
-        assert m["latent_attention_store"] == ("shared latent" if by_position else "expanded heads"), m
+        # The methods that choose by position alone, or read keys only through logits, keep a latent-attention
+        # model's shared latent; the others need per-head K/V.
+        over_latent = m["name"] in ("vanilla", "streamingllm", "snapkv", "quest")
+        assert m["latent_attention_store"] == ("shared latent" if over_latent else "expanded heads"), m
         assert m["composition"] in ("none", "prompt-time", "decode-time"), m
         if m["composition"] != "none":
             assert m["family"] == "eviction", m  # both parts evict; neither narrows what attention reads

@@ -118,10 +118,12 @@ def mlp(x, w, prefix):
     return (silu(x @ w[prefix + "gate_proj.weight"].T) * (x @ w[prefix + "up_proj.weight"].T)) @ w[prefix + "down_proj.weight"].T
 
 
-def oracle(config, weights, tokens, mask=None):
+def oracle(config, weights, tokens, mask=None, select=None):
     """Logits [T, vocab] and, per MoE layer, each position's experts (descending probability) and the smallest gap
     between a token's last chosen and first unchosen expert probability. `mask` [T, T]: the keys each query sees
-    (default: causal)."""
+    (default: causal). `select(layer, q_latent, latent)`, when given, returns each layer's mask from what a sparse
+    method over the shared latent sees: the queries with W_uk absorbed [T, heads, rank + rope] and the latent rows
+    [c ; k_rope] [T, rank + rope], whose products are the layer's logits before the softmax scale."""
     w = {k: v.astype(np.float64) for k, v in weights.items()}
     eps, heads = config["rms_norm_eps"], config["num_attention_heads"]
     nope, rope, v_dim, rank = (config[k] for k in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
@@ -144,10 +146,14 @@ def oracle(config, weights, tokens, mask=None):
         q_nope, q_pe = q[..., :nope], q[..., nope:]
         kv_a = x @ w[p + "self_attn.kv_a_proj_with_mqa.weight"].T
         c_kv, k_pe = kv_a[:, :rank], kv_a[:, rank:].reshape(t, 1, rope)
-        kv = (rms_norm(c_kv, w[p + "self_attn.kv_a_layernorm.weight"], eps) @ w[p + "self_attn.kv_b_proj.weight"].T)
-        kv = kv.reshape(t, heads, nope + v_dim)
+        c_kv = rms_norm(c_kv, w[p + "self_attn.kv_a_layernorm.weight"], eps)
+        kv_b = w[p + "self_attn.kv_b_proj.weight"].reshape(heads, nope + v_dim, rank)
+        kv = np.einsum("tr,hdr->thd", c_kv, kv_b)
         k_nope, v = kv[..., :nope], kv[..., nope:]
         q_pe, k_pe = apply_rope(q_pe, positions, inv_freq, mscale), apply_rope(k_pe, positions, inv_freq, mscale)
+        if select is not None:
+            q_latent = np.concatenate([np.einsum("thn,hnr->thr", q_nope, kv_b[:, :nope]), q_pe], -1)
+            mask = select(i, q_latent, np.concatenate([c_kv, k_pe[:, 0]], -1))
         query = np.concatenate([q_nope, q_pe], -1)
         key = np.concatenate([k_nope, np.broadcast_to(k_pe, (t, heads, rope))], -1)
         out = np.zeros((t, heads, v_dim))
@@ -223,12 +229,13 @@ def test_hf_checkpoint_matches_oracle(case, tmp_path):
     assert experts == expected_experts
 
 
-def oracle_greedy(config, weights, prompt, n, mask_of=None):
+def oracle_greedy(config, weights, prompt, n, mask_of=None, select=None):
     """The oracle's n greedy tokens after `prompt`, the smallest top-1 / top-2 logit gap on the way and the smallest
-    routing gap (oracle()'s) over every token but the last. `mask_of(t)`: the attention mask of t tokens."""
+    routing gap (oracle()'s) over every token but the last. `mask_of(t)`: the attention mask of t tokens; `select`:
+    oracle()'s."""
     tokens, logit_gap, routing_gap = list(prompt), np.inf, np.inf
     for _ in range(n):
-        all_logits, _, gap = oracle(config, weights, tokens, mask_of(len(tokens)) if mask_of else None)
+        all_logits, _, gap = oracle(config, weights, tokens, mask_of(len(tokens)) if mask_of else None, select)
         top2 = np.sort(all_logits[-1])[-2:]
         logit_gap, routing_gap = min(logit_gap, float(top2[1] - top2[0])), min(routing_gap, gap)
         tokens.append(int(np.argmax(all_logits[-1])))
@@ -269,9 +276,8 @@ def test_engine_greedy_matches_oracle(case, tmp_path):
                                                    ("snapkv", {"budget": 64, "window": 4}),
                                                    ("quest", {"token_budget": 64, "dense_layers": 0})])
 def test_sparse_methods_run_over_latent_attention(method, sparse_config, tmp_path):
-    """Eviction and selection methods run over the expanded heads latent attention hands a per-head store (StreamingLLM
-    over the shared latent); with a budget above the sequence they keep every token, so the oracle's greedy tokens
-    come out."""
+    """Eviction and selection methods run over the shared latent store; with a budget above the sequence they keep
+    every token, so the oracle's greedy tokens come out."""
     config = {**BASE, **CASES["lite"][0]}
     weights = random_weights(config, seed=CASES["lite"][1])
     model = write_hf_dir(tmp_path / "hf", config, weights)
@@ -305,6 +311,79 @@ def test_streamingllm_evicts_over_the_shared_latent_store(tmp_path):
     assert tokens == expected
     latent_page = PAGE_SIZE * (config["kv_lora_rank"] + config["qk_rope_head_dim"]) * 4
     assert capacity == ENGINE_KV_BYTES // latent_page // config["num_hidden_layers"] * PAGE_SIZE
+
+
+def snapkv_select(prompt_len, budget, window, kernel, scale, gaps):
+    """oracle()'s `select` for SnapKV over the shared latent, the prompt prefilled in one step: each layer keeps the
+    budget - window prefix tokens whose window scores (the last `window` prompt queries' softmax, summed, / window,
+    average-pooled with zero padding, averaged over every head) are highest, and the window; decode queries see
+    those and the decode tokens. Appends each layer's gap between the last kept and first dropped score to gaps."""
+    def select(layer, q_latent, latent):
+        t, prefix = len(latent), prompt_len - window
+        mask = np.tril(np.ones((t, t), dtype=bool))
+        logits = np.einsum("qhr,kr->hqk", q_latent[prefix:prompt_len], latent[:prompt_len]) * scale
+        logits = np.where(mask[None, prefix:prompt_len, :prompt_len], logits, -np.inf)
+        probs = np.exp(logits - logits.max(-1, keepdims=True))
+        probs = (probs / probs.sum(-1, keepdims=True)).sum(1) / window  # [heads, prompt_len]
+        padded = np.pad(probs[:, :prefix], ((0, 0), (kernel // 2, kernel // 2)))
+        scores = np.stack([padded[:, j:j + kernel].sum(-1) / kernel for j in range(prefix)], -1).mean(0)
+        order = np.argsort(-scores, kind="stable")
+        gaps.append(scores[order[budget - window - 1]] - scores[order[budget - window]])
+        dropped = order[budget - window:]
+        mask[prompt_len:, dropped] = False
+        return mask
+    return select
+
+
+def quest_select(prompt_len, token_budget, page_size, gaps):
+    """oracle()'s `select` for Quest over the shared latent (every layer ranks): a decode query whose sequence has
+    more pages than token_budget / page_size reads its last page and the budget - 1 other pages with the highest
+    bound on its logits, sum_d max(q_d lo_d, q_d hi_d) over the page's latent keys' channel minima and maxima, with
+    its absorbed query, averaged over the heads. Appends each ranking's gap at the budget's edge to gaps."""
+    budget = token_budget // page_size
+
+    def select(layer, q_latent, latent):
+        t = len(latent)
+        mask = np.tril(np.ones((t, t), dtype=bool))
+        for q in range(prompt_len, t):
+            pages = (q + page_size) // page_size
+            if pages <= budget:
+                continue
+            keys = [latent[p * page_size:(p + 1) * page_size] for p in range(pages - 1)]
+            scores = np.array([np.maximum(q_latent[q] * k.min(0), q_latent[q] * k.max(0)).sum(-1).mean() for k in keys])
+            order = np.argsort(-scores, kind="stable")
+            gaps.append(scores[order[budget - 2]] - scores[order[budget - 1]])
+            for p in order[budget - 1:]:
+                mask[q, p * page_size:(p + 1) * page_size] = False
+        return mask
+    return select
+
+
+@pytest.mark.parametrize("method", ["snapkv", "quest"])
+def test_scoring_methods_choose_over_the_shared_latent_store(method, tmp_path):
+    """SnapKV and Quest read keys only through logits, so they keep the shared latent and score it as the model
+    attends: SnapKV's window scores and Quest's page bounds over the latent rows with the absorbed queries. Their
+    greedy tokens are the oracle's under the masks those choices give, with the prompt prefilled in one step and in
+    chunks of 5 tokens (SnapKV gathers its window across them), and their pool is the latent's."""
+    config = {**BASE, **CASES["lite"][0]}
+    weights = random_weights(config, seed=CASES["lite"][1])
+    model = write_hf_dir(tmp_path / "hf", config, weights)
+    gaps = []
+    if method == "snapkv":
+        sparse_config = {"budget": 8, "window": 4, "kernel": 5}
+        select = snapkv_select(len(PROMPT), 8, 4, 5, softmax_scale(config), gaps)
+    else:
+        sparse_config = {"token_budget": 8, "dense_layers": 0}
+        select = quest_select(len(PROMPT), 8, PAGE_SIZE, gaps)
+    expected, logit_gap, _ = oracle_greedy(config, weights, PROMPT, 10, select=select)
+    assert logit_gap > 1e-3 and min(gaps) > 1e-5, f"the test data has a near-tie ({logit_gap:.1e}, {min(gaps):.1e})"
+    assert expected != oracle_greedy(config, weights, PROMPT, 10)[0], "the method must change the test's tokens"
+    latent_page = PAGE_SIZE * (config["kv_lora_rank"] + config["qk_rope_head_dim"]) * 4
+    metadata = 2 * (config["kv_lora_rank"] + config["qk_rope_head_dim"]) * 4 if method == "quest" else 0
+    for max_batched_tokens in (64, 5):
+        tokens, capacity = engine_greedy(model, tmp_path, 10, max_batched_tokens, method, json.dumps(sparse_config))
+        assert tokens == expected
+        assert capacity == ENGINE_KV_BYTES // (latent_page + metadata) // config["num_hidden_layers"] * PAGE_SIZE
 
 
 def test_dummy_weights_run(tmp_path):

@@ -138,7 +138,7 @@ TEST(PagedCacheManagerTest, SharedLatentStoreHalvesPagesAndRefusesPruning) {
   layout.page_size = 4;
   layout.dtype = DType::kF32;
   const size_t explicit_bytes = layout.page_bytes();
-  layout.shared_latent = true;
+  layout.store = KvStoreKind::kSharedLatent;
   EXPECT_EQ(layout.page_bytes() * 2, explicit_bytes);  // no V half
   auto cache = PagedCacheManager::create(layout, 64, cpu_allocator(), true);
   ASSERT_TRUE(cache.is_ok());

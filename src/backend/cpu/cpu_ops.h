@@ -29,8 +29,9 @@ void write_kv(const AttentionView& view, TensorView k, TensorView v);
 void paged_attention(TensorView out, TensorView q, const AttentionView& view, const AttentionParams& params);
 void paged_attention_fp8(TensorView out, TensorView q, const AttentionView& view, const AttentionParams& params);
 void paged_attention_kivi(TensorView out, TensorView q, const AttentionView& view, const AttentionParams& params);
-void paged_latent_attention(TensorView out, TensorView q_nope, TensorView q_rope, const AttentionView& view,
-                            TensorView kv_b, const AttentionParams& params);
+void absorb_latent_queries(TensorView q_latent, TensorView q_nope, TensorView q_rope, TensorView kv_b);
+void paged_latent_attention(TensorView out, TensorView q_latent, const AttentionView& view, TensorView kv_b,
+                            const AttentionParams& params);
 void attention_scores(TensorView out, TensorView q, const AttentionView& view, int32_t slice,
                       const AttentionParams& params, ScoreReduce reduce);
 void compact_kv(const AttentionView& pool, std::span<const StreamCompaction> streams);

@@ -89,8 +89,8 @@ TensorView attend_expanded(const BlockInputs& in, const AttentionParams& params)
   return attn;
 }
 
-// The latent rows [c ; k_rope] and the split queries handed to hooks.attend_latent, which stores the rows and
-// attends with the weights absorbed; the output [t, heads * v_head_dim] in the attn buffer.
+// The latent rows [c ; k_rope] and the queries with W_uk absorbed handed to hooks.attend_latent, which stores the
+// rows and attends to them; the output [t, heads * v_head_dim] in the attn buffer.
 TensorView attend_latent(const BlockInputs& in, const AttentionParams& params) {
   const ModelConfig& c = in.config;
   const int64_t t = in.t, heads = c.num_heads, head_dim = c.head_dim, rank = c.kv_lora_rank;
@@ -112,8 +112,10 @@ TensorView attend_latent(const BlockInputs& in, const AttentionParams& params) {
     deinterleave(q_rope.ptr<float>() + row * rope_dim, q_proj + row * head_dim + nope, rope_dim);
   }
   rope(q_rope, in.ws.positions(t), in.layer_config.rope);
+  const TensorView q_latent = in.ws.q_absorbed(t);
+  absorb_latent_queries(q_latent, q_nope, q_rope, in.weights.kv_b.view());
   TensorView out{in.ws.attn(t).data, DType::kF32, {t, heads, v_dim}, device};
-  in.hooks.attend_latent(in.layer, in.batch, q_nope, q_rope, rows, in.weights.kv_b.view(), out, params);
+  in.hooks.attend_latent(in.layer, in.layer_config, in.batch, q_latent, rows, in.weights.kv_b.view(), out, params);
   out.shape = {t, heads * v_dim};
   return out;
 }

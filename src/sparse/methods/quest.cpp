@@ -35,6 +35,7 @@ QuestMethod::QuestMethod(nlohmann::ordered_json config, int token_budget, int de
   // The key-bound ranking runs as ops over the device tables, its lists in the batch-wide layout that attention
   // reads by value: a decode forward enqueues the same work every step.
   traits_.static_decode_forward = true;
+  traits_.keys_through_logits = true;  // a page's score bounds q . k over its keys
 }
 
 Result<std::unique_ptr<CacheManager>> QuestMethod::create_cache(const CacheSpec& spec) {

@@ -14,6 +14,9 @@
 // shared through the radix cache are full and immutable, so the bounds their writer computed stay valid.
 // Engine thread only.
 // Sliding-window layers (Gemma 3's local layers) stay dense: their window already bounds what they read.
+// Over an MLA model's shared latent the bounds are those of the latent keys [c ; k_rope] (kv_lora_rank + qk_rope
+// channels) and the query is the absorbed one, so a page's bound is on the logits the model attends with; the
+// group reduction runs over every query head.
 #pragma once
 
 #include "sparse/method_config.h"

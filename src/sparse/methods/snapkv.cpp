@@ -1,5 +1,7 @@
 #include "sparse/methods/snapkv.h"
 
+#include <utility>
+
 #include "base/top_k.h"
 
 namespace se {
@@ -9,7 +11,12 @@ Result<std::unique_ptr<MethodRuntime>> SnapKvMethod::create(const nlohmann::json
   SE_ASSIGN_OR_RETURN(const ObservationWindowConfig window_config,
                       read_observation_window_config(reader, "snapkv", ObservationWindowDefaults{}));
   SE_RETURN_IF_ERROR(reader.finish());
-  return std::unique_ptr<MethodRuntime>(new SnapKvMethod("snapkv", reader.resolved(), window_config));
+  return std::unique_ptr<MethodRuntime>(new SnapKvMethod(reader.resolved(), window_config));
+}
+
+SnapKvMethod::SnapKvMethod(nlohmann::ordered_json config, const ObservationWindowConfig& window_config)
+    : ObservationWindowMethod("snapkv", std::move(config), window_config) {
+  traits_.keys_through_logits = true;  // its scores are the window's softmax over q . k
 }
 
 std::vector<std::vector<int32_t>> SnapKvMethod::select_prefix(const WindowScores& scores, int /*layer*/,

@@ -9,6 +9,8 @@
 //   window 64, kernel 5, pooling avgpool: kvpress SnapKVPress (SnapKV's own init uses window 32).
 //   gqa_agg mean, gqa_order pool_then_reduce: kvpress (pool per query head, then mean over the group).
 // Prompts of T <= budget are not compressed (the reference skips T < capacity; T == capacity keeps all anyway).
+// Over an MLA model's shared latent (one "KV head" for all query heads) the window's scores come from the absorbed
+// queries, and gqa_agg reduces every head into the one kept set of latent rows.
 #pragma once
 
 #include "sparse/methods/observation_window_method.h"
@@ -20,7 +22,7 @@ class SnapKvMethod final : public ObservationWindowMethod {
   static Result<std::unique_ptr<MethodRuntime>> create(const nlohmann::json& config);
 
  private:
-  using ObservationWindowMethod::ObservationWindowMethod;
+  SnapKvMethod(nlohmann::ordered_json config, const ObservationWindowConfig& window_config);
   // Per head: the top budget - window pooled scores.
   std::vector<std::vector<int32_t>> select_prefix(const WindowScores& scores, int layer,
                                                   int num_layers) const override;
