@@ -63,6 +63,7 @@ std::vector<Tensor> run(const Model& model, const std::vector<ForwardBatch>& ste
   ContiguousKvCache cache(model.config(), 2);
   ForwardWorkspace ws = model.make_workspace();
   std::vector<Tensor> logits;
+  logits.reserve(steps.size());
   for (const ForwardBatch& batch : steps) logits.push_back(model.forward(batch, cache, ws).clone());
   return logits;
 }
@@ -73,6 +74,7 @@ std::vector<std::vector<Tensor>> run_sharded(const ModelConfig& config, const st
   LocalCommGroup group(size);
   std::vector<std::vector<Tensor>> logits(static_cast<size_t>(size));
   std::vector<std::thread> threads;
+  threads.reserve(static_cast<size_t>(size));
   for (int r = 0; r < size; ++r) {
     threads.emplace_back([&, r] {
       auto model = Model::create(config, weights, Device::kCpu, group.communicator(r));
@@ -188,12 +190,15 @@ TEST(ShardWeightTest, KvHeadsFewerThanRanksAreRepeatedForTheRanksThatReadThem) {
   const WeightSpec spec = expected_weights(config)[3];               // k_proj of layer 0
   ASSERT_EQ(spec.split, WeightSplit::kKvHeads) << spec.name;
   Tensor k = Tensor::empty(DType::kF32, spec.shape);
-  for (int64_t i = 0; i < k.numel(); ++i) k.data<float>()[i] = static_cast<float>(i / config.hidden_size);
+  for (int64_t i = 0; i < k.numel(); ++i) {
+    const int64_t row = i / config.hidden_size;
+    k.data<float>()[i] = static_cast<float>(row);
+  }
   for (int rank = 0; rank < 4; ++rank) {
     const Tensor part = shard_weight(config, {rank, 4}, spec, k);
     ASSERT_EQ(part.shape(), Shape({16, config.hidden_size}));
-    // Query head `rank` reads KV head rank / 2.
-    EXPECT_EQ(part.data<float>()[0], static_cast<float>((rank / 2) * 16)) << "rank " << rank;
+    const int kv_head = rank / 2;  // what query head `rank` reads
+    EXPECT_EQ(part.data<float>()[0], static_cast<float>(kv_head * 16)) << "rank " << rank;
   }
 }
 
@@ -203,7 +208,10 @@ TEST(ShardWeightTest, TheLastVocabularyPartIsPaddedWithZeros) {
   const ModelConfig config = config_of(hf);
   const WeightSpec spec = expected_weights(config)[0];
   Tensor table = Tensor::empty(DType::kF32, spec.shape);
-  for (int64_t i = 0; i < table.numel(); ++i) table.data<float>()[i] = 1.0f + static_cast<float>(i / 64);
+  for (int64_t i = 0; i < table.numel(); ++i) {
+    const int64_t row = i / 64;
+    table.data<float>()[i] = 1.0f + static_cast<float>(row);
+  }
   const Tensor last = shard_weight(config, {3, 4}, spec, table);  // rows 9 and one pad row
   ASSERT_EQ(last.shape(), Shape({3, 64}));
   EXPECT_EQ(last.data<float>()[0], 10.0f);

@@ -6,8 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <bit>
 #include <chrono>
-#include <cstring>
 #include <functional>
 #include <random>
 #include <thread>
@@ -20,6 +20,7 @@ namespace {
 void run_ranks(int size, const std::function<void(int, Communicator&)>& body) {
   LocalCommGroup group(size);
   std::vector<std::thread> threads;
+  threads.reserve(static_cast<size_t>(size));
   for (int r = 0; r < size; ++r) threads.emplace_back([&, r] { body(r, group.communicator(r)); });
   for (std::thread& t : threads) t.join();
 }
@@ -62,7 +63,7 @@ TEST_P(LocalCommGroupTest, AllReduceSumIsTheRankOrderSumOnEveryRank) {
       for (int64_t i = 0; i < numel; ++i) {
         float expected = value(round, 0, i);
         for (int r = 1; r < size; ++r) expected += value(round, r, i);
-        ASSERT_EQ(std::memcmp(&data.data<float>()[i], &expected, sizeof(float)), 0)
+        ASSERT_EQ(std::bit_cast<uint32_t>(data.data<float>()[i]), std::bit_cast<uint32_t>(expected))
             << "round " << round << " rank " << rank << " element " << i << ": " << data.data<float>()[i]
             << " != " << expected;
       }
@@ -143,8 +144,8 @@ TEST_P(LocalCommGroupTest, MixedCollectivesStayInStep) {
           Tensor x = Tensor::empty(DType::kF32, {4});
           for (int i = 0; i < 4; ++i) x.data<float>()[i] = static_cast<float>(rank + i);
           comm.all_reduce_sum(x.view());
-          for (int i = 0; i < 4; ++i)
-            ASSERT_EQ(x.data<float>()[i], static_cast<float>(size * (size - 1) / 2 + size * i));
+          const int ranks_sum = size * (size - 1) / 2;
+          for (int i = 0; i < 4; ++i) ASSERT_EQ(x.data<float>()[i], static_cast<float>(ranks_sum + size * i));
           break;
         }
         case 1: {

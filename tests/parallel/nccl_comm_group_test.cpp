@@ -26,6 +26,7 @@ void run_ranks(const std::function<void(int, Communicator&)>& body) {
   auto group = NcclCommGroup::create(num_gpus());
   ASSERT_TRUE(group.is_ok()) << group.status().to_string();
   std::vector<std::thread> threads;
+  threads.reserve(static_cast<size_t>((*group)->size()));
   for (int r = 0; r < (*group)->size(); ++r) {
     threads.emplace_back([&, r] {
       cuda::CudaContext context(r);
@@ -56,7 +57,8 @@ TEST(NcclCommGroupTest, CollectivesGiveEveryRankTheExpectedValues) {
     for (int round = 0; round < 20; ++round) {
       Tensor x = on_gpu({float(rank + round), float(2 * rank), 1.0f});
       comm.all_reduce_sum(x.view());
-      const float ranks_sum = float(size * (size - 1) / 2);
+      const int pairs = size * (size - 1) / 2;
+      const auto ranks_sum = static_cast<float>(pairs);
       EXPECT_EQ(on_host(x), (std::vector<float>{ranks_sum + float(size * round), 2 * ranks_sum, float(size)}));
 
       Tensor gathered = on_gpu(std::vector<float>(static_cast<size_t>(2 * size), -1.0f));
