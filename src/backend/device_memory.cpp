@@ -135,6 +135,17 @@ void copy_rows_async(Device device, void* dst, size_t dst_pitch, const void* src
 #endif
 }
 
+void fill_zero(TensorView t) {
+  if (t.device == Device::kCpu) {
+    std::memset(t.data, 0, t.nbytes());
+    return;
+  }
+  require_built(t.device);
+#if SE_WITH_CUDA
+  cuda::fill_zero(t.data, t.nbytes());
+#endif
+}
+
 void synchronize(Device device) {
   if (device == Device::kCpu) return;
   require_built(device);

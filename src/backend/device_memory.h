@@ -42,10 +42,13 @@ void copy_bytes(Device device, void* dst, const void* src, size_t nbytes);
 // staging memory (staging_allocator) that stays untouched until the stream has run the copy.
 void copy_bytes_async(Device device, void* dst, const void* src, size_t nbytes);
 
-// `rows` rows of `width` bytes, row r from src + r * src_pitch to dst + r * dst_pitch, between host and `device`,
-// enqueued as one copy without waiting; host memory as for copy_bytes_async.
+// `rows` rows of `width` bytes, row r from src + r * src_pitch to dst + r * dst_pitch, between host and `device` or
+// within `device`, enqueued as one copy without waiting; host memory as for copy_bytes_async.
 void copy_rows_async(Device device, void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
                      size_t rows);
+
+// t = 0 bytewise, on any device (on CUDA enqueued on the current stream).
+void fill_zero(TensorView t);
 
 // Waits for everything enqueued on `device` (a no-op on the CPU).
 void synchronize(Device device);

@@ -71,6 +71,22 @@ void embedding(TensorView out, TensorView table, TensorView ids) {
   cpu::embedding(out, table, ids);
 }
 
+void vocab_shard_embedding(TensorView out, TensorView table, TensorView ids, int64_t first_row) {
+  SE_CHECK(ids.dtype == DType::kI32 && table.shape.rank() == 2 && first_row >= 0,
+           "vocab_shard_embedding: ids i32, table 2-d, first row {}", first_row);
+  SE_CHECK(out.numel() == ids.numel() * table.shape[1], "vocab_shard_embedding: out {} for {} ids of dim {}",
+           out.shape.to_string(), ids.numel(), table.shape[1]);
+  if (on_cuda(out, "vocab_shard_embedding")) {
+    require_cuda_act(out, "vocab_shard_embedding.out");
+    SE_CHECK(table.device == Device::kCuda && ids.device == Device::kCuda,
+             "vocab_shard_embedding: table and ids on the GPU");
+    if constexpr (kCudaBuilt) cuda::vocab_shard_embedding(out, table, ids, first_row);
+    return;
+  }
+  require_cpu_f32(out, "vocab_shard_embedding.out");
+  cpu::vocab_shard_embedding(out, table, ids, first_row);
+}
+
 void rms_norm(TensorView out, TensorView x, TensorView weight, float eps) {
   if (on_cuda(out, "rms_norm")) {
     require_cuda_act(out, "rms_norm.out");

@@ -38,6 +38,10 @@ enum class Activation : uint8_t { kSilu, kGeluTanh };
 
 // out[t] = table[ids[t]]; table [vocab, dim] of F32/F16/BF16, out [T, dim] F32, ids [T] I32.
 void embedding(TensorView out, TensorView table, TensorView ids);
+// The lookup into one rank's part of a vocabulary split over tensor-parallel ranks: table [rows, dim] holds
+// vocabulary rows [first_row, first_row + rows); out[t] = table[ids[t] - first_row] for ids in that range, zeros
+// for the others (another rank's rows), so the sum over ranks is the whole table's lookup. Types as embedding.
+void vocab_shard_embedding(TensorView out, TensorView table, TensorView ids, int64_t first_row);
 
 // out = x * rsqrt(mean(x^2) + eps) * weight, per row; x, out [rows, dim] F32, weight [dim]. out may alias x.
 void rms_norm(TensorView out, TensorView x, TensorView weight, float eps);

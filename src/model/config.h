@@ -19,6 +19,12 @@ struct LayerConfig {
   RopeParams rope;
 };
 
+// Tensor parallelism: a model split over `size` ranks, of which this is `rank` (model/tensor_parallel.h).
+struct ShardLayout {
+  int rank = 0;
+  int size = 1;
+};
+
 struct ModelConfig {
   std::string arch;        // registry name (ArchSpec::name)
   std::string model_type;  // as written in config.json
@@ -63,12 +69,18 @@ struct ModelConfig {
   int qk_rope_head_dim = 0;
   int v_head_dim = 0;
 
+  // The rank this config describes. With size > 1 the head, KV head and MLP widths above are the rank's part
+  // (shard_config); vocab_size stays the whole vocabulary, of which the rank holds vocab_shard_rows().
+  ShardLayout shard;
+
   int bos_token_id = -1;
   std::vector<int> eos_token_ids;
 
   int q_size() const { return num_heads * head_dim; }
   int kv_size() const { return num_kv_heads * head_dim; }
   bool latent_attention() const { return kv_lora_rank > 0; }
+  // Rows of the embedding table and head on each rank: the vocabulary in equal parts, the last padded.
+  int vocab_shard_rows() const { return (vocab_size + shard.size - 1) / shard.size; }
 };
 
 // Normalizes an HF-style config.json through the architecture registry; errors name the offending key.

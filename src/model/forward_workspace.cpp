@@ -51,6 +51,11 @@ TensorView ForwardWorkspace::shared_expert_act(int64_t t) const {
   return rows_of_width(act_, t, config_.shared_expert_intermediate_size);
 }
 
+TensorView ForwardWorkspace::vocab_shard_logits(int64_t r) const {
+  return TensorView{
+      vocab_shard_logits_.raw(), DType::kF32, {config_.shard.size, r, config_.vocab_shard_rows()}, device_};
+}
+
 TensorView ForwardWorkspace::i32_rows(int64_t offset, int64_t n) const {
   return TensorView{inputs_.data<int32_t>() + offset, DType::kI32, {n}, device_};
 }
@@ -85,6 +90,10 @@ std::vector<ForwardWorkspace::BufferSpec> ForwardWorkspace::buffer_specs(const M
       {&ForwardWorkspace::last_normed_, matmul_dtype, {0, hidden}, true},
       {&ForwardWorkspace::logits_, DType::kF32, {0, int64_t{c.vocab_size}}, true},
   };
+  if (c.shard.size > 1) {
+    specs.push_back(
+        {&ForwardWorkspace::vocab_shard_logits_, DType::kF32, {0, int64_t{c.shard.size} * c.vocab_shard_rows()}, true});
+  }
   if (c.num_experts > 0) {
     const int64_t k = c.num_experts_per_tok;
     specs.push_back({&ForwardWorkspace::router_logits_, DType::kF32, {0, int64_t{c.num_experts}}});

@@ -77,6 +77,8 @@ class ForwardWorkspace final {
   TensorView last(int64_t r) const { return rows(last_, r); }           // [r, hidden] F32 gathered rows
   TensorView last_normed(int64_t r) const { return rows(last_normed_, r); }  // [r, hidden] matmul input
   Tensor logits(int64_t r) const { return logits_.slice_rows(0, r); }   // [r, vocab] F32
+  // A tensor-parallel rank's head (config.shard.size > 1): every rank's logits of its vocabulary rows, gathered.
+  TensorView vocab_shard_logits(int64_t r) const;  // [shard.size, r, vocab_shard_rows] F32
 
  private:
   // One activation buffer: a row per batch token, or per sampled row, each row shaped like `shape` after its
@@ -105,6 +107,7 @@ class ForwardWorkspace final {
   std::vector<int32_t> host_inputs_;  // staging of the one input copy
   Tensor inputs_;                      // [2 * capacity_tokens + capacity_logit_rows] I32
   Tensor hidden_, normed_, q_, k_, v_, attn_, proj_, gate_up_, act_, last_, last_normed_, logits_;
+  Tensor vocab_shard_logits_;  // tensor-parallel ranks only
   Tensor qkv_;  // gate_up_ itself when it is wide enough
   // MoE models only:
   Tensor router_logits_, expert_ids_, expert_weights_, expert_offsets_, expert_rows_, expert_slots_, expert_in_,

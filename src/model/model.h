@@ -3,7 +3,9 @@
 // Each layer runs its architecture's block function (model/arch/<arch>.cpp), composed from model/layers/.
 // It owns no KV state and no activations: every layer's attention goes through the caller's ForwardHooks, which
 // also hear each layer's end, and every forward runs in the caller's ForwardWorkspace. Immutable after create(),
-// so threads may run forwards concurrently, each with its own workspace.
+// so threads may run forwards concurrently, each with its own workspace. A tensor-parallel rank's model
+// (tensor_parallel.h) holds its part of the weights and runs its forwards as collectives over its communicator:
+// every rank of the group runs each forward with the same batch, one forward at a time.
 #pragma once
 
 #include <map>
@@ -16,6 +18,7 @@
 #include "model/forward_hooks.h"
 #include "model/forward_workspace.h"
 #include "model/weights.h"
+#include "parallel/communicator.h"
 
 namespace se {
 
@@ -23,13 +26,17 @@ struct ArchSpec;
 
 class Model {
  public:
-  // Binds `tensors` (canonical HF names, weight_spec.h) to `config` and places the weights on `device`; errors
-  // name the missing or mis-shaped tensor, or what `device` cannot run.
+  // Binds `tensors` (canonical HF names, weight_spec.h) of the model `config` describes, and places the weights on
+  // `device`; with a communicator of size > 1, only rank comm.rank()'s part of them. Errors name the missing or
+  // mis-shaped tensor, what `device` cannot run, or what does not split over comm.size() ranks.
   static Result<Model> create(const ModelConfig& config, const std::map<std::string, Tensor>& tensors,
-                              Device device = Device::kCpu);
-  // A model of weights built for `device` (weights_builder.h), e.g. by a streaming load.
-  static Result<Model> from_weights(const ModelConfig& config, ModelWeights weights, Device device);
+                              Device device = Device::kCpu, Communicator& comm = single_rank_communicator());
+  // A model of weights built for `device` (weights_builder.h), e.g. by a streaming load; a tensor-parallel rank's
+  // `config` is its shard_config, whose layout `comm` must match.
+  static Result<Model> from_weights(const ModelConfig& config, ModelWeights weights, Device device,
+                                    Communicator& comm = single_rank_communicator());
 
+  // The rank's config: with tensor parallelism its head, KV head and MLP counts are the rank's part.
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return weights_; }
   Device device() const { return device_; }
@@ -49,12 +56,20 @@ class Model {
   Tensor launch_forward(const ForwardBatch& batch, ForwardHooks& hooks, const ForwardWorkspace& workspace) const;
 
  private:
-  Model(const ArchSpec& arch, ModelConfig config, ModelWeights weights, Device device);
+  Model(const ArchSpec& arch, ModelConfig config, ModelWeights weights, Device device, Communicator& comm);
+
+  // h [t, hidden] = the embeddings of `ids` [t]; a rank looks up the tokens of its vocabulary rows, an all-reduce
+  // joins the ranks'.
+  void embed(TensorView h, TensorView ids) const;
+  // logits [r, vocab] = x [r, hidden] times the head; each rank computes its vocabulary rows' logits in the
+  // workspace, an all-gather joins them.
+  void project_logits(TensorView logits, TensorView x, const ForwardWorkspace& ws) const;
 
   const ArchSpec* arch_;  // the registry's entry: static, never null
   ModelConfig config_;
   ModelWeights weights_;
   Device device_;
+  Communicator* comm_;  // never null; outlives the model
 };
 
 }  // namespace se

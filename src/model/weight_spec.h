@@ -20,6 +20,17 @@ enum class WeightKind {
   kNorm,       // [dim]; the multiplier applied after normalization (Gemma's 1 + w already folded in)
 };
 
+// How tensor parallelism splits a weight over its ranks (model/tensor_parallel.h): every rank keeps a whole
+// copy, or one part of the dimension named, for a matrix [out, in] (or stacked experts [experts, out, in]; a bias
+// [out] splits as its rows).
+enum class WeightSplit {
+  kReplicated,
+  kVocab,    // rows [vocab, hidden]: the vocabulary in equal parts, the last padded with zero rows
+  kOut,      // output rows in equal parts (column-parallel: q, gate, up; a whole number of heads each)
+  kKvHeads,  // output rows by KV head, one head on several ranks when there are fewer heads than ranks (k, v)
+  kIn,       // input columns in equal parts (row-parallel: o_proj, down; an all-reduce sums the products)
+};
+
 struct WeightSpec {
   std::string name;       // e.g. "model.layers.3.self_attn.q_proj.weight"
   std::string gguf_name;  // llama.cpp's name, e.g. "blk.3.attn_q.weight"
@@ -28,6 +39,7 @@ struct WeightSpec {
   // HF checkpoints that store this weight as one tensor per expert name them here, in expert order; the
   // canonical tensor stacks them along a new first dimension. Empty: stored under `name`.
   std::vector<std::string> hf_parts;
+  WeightSplit split = WeightSplit::kReplicated;
 };
 
 // Every weight of the model described by `config`, in a stable order (embedding, layer by layer, final norm,

@@ -47,10 +47,12 @@ Status ModelWeightsBuilder::begin(const ModelConfig& c) {
   weights_ = ModelWeights();
   slots_.clear();
   order_.clear();
-  add_whole("model.embed_tokens.weight", weights_.embed_tokens, {c.vocab_size, hidden}, true);
+  // A tensor-parallel rank holds its part of the vocabulary (tensor_parallel.h); otherwise all of it.
+  const int64_t vocab_rows = c.vocab_shard_rows();
+  add_whole("model.embed_tokens.weight", weights_.embed_tokens, {vocab_rows, hidden}, true);
   // Tied, or an untied config whose checkpoint has no head: the head is the embedding table (finish()).
   if (!c.tie_word_embeddings)
-    add_whole("lm_head.weight", weights_.lm_head, {c.vocab_size, hidden}, true, /*required=*/false);
+    add_whole("lm_head.weight", weights_.lm_head, {vocab_rows, hidden}, true, /*required=*/false);
   add_whole("model.norm.weight", weights_.final_norm, {hidden}, false);
   // Sized once: the slots point into the layers.
   weights_.layers.resize(static_cast<size_t>(c.num_layers));

@@ -7,6 +7,7 @@
 namespace se::cpu {
 
 void embedding(TensorView out, TensorView table, TensorView ids);
+void vocab_shard_embedding(TensorView out, TensorView table, TensorView ids, int64_t first_row);
 void rms_norm(TensorView out, TensorView x, TensorView weight, float eps);
 void add_rms_norm(TensorView out, TensorView residual, TensorView x, TensorView weight, float eps);
 void linear(TensorView out, TensorView x, TensorView w, const TensorView* bias);

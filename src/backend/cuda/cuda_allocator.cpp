@@ -99,6 +99,10 @@ void copy_rows_async(void* dst, size_t dst_pitch, const void* src, size_t src_pi
                                   CudaContext::current().stream()));
 }
 
+void fill_zero(void* dst, size_t nbytes) {
+  SE_CUDA_CHECK(cudaMemsetAsync(dst, 0, nbytes, CudaContext::current().stream()));
+}
+
 void memory_info(size_t* free_bytes, size_t* total_bytes) {
   SE_CUDA_CHECK(cudaSetDevice(CudaContext::current().device()));
   SE_CUDA_CHECK(cudaMemGetInfo(free_bytes, total_bytes));

@@ -31,6 +31,9 @@ void copy_bytes_async(void* dst, const void* src, size_t nbytes);
 // for copy_bytes_async.
 void copy_rows_async(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width, size_t rows);
 
+// Zeros `nbytes` of device memory, enqueued on the stream.
+void fill_zero(void* dst, size_t nbytes);
+
 // Free and total bytes of the current context's device (cudaMemGetInfo).
 void memory_info(size_t* free_bytes, size_t* total_bytes);
 

@@ -13,6 +13,7 @@
 namespace se::cuda {
 
 void embedding(TensorView out, TensorView table, TensorView ids);
+void vocab_shard_embedding(TensorView out, TensorView table, TensorView ids, int64_t first_row);
 void rms_norm(TensorView out, TensorView x, TensorView weight, float eps);
 void add_rms_norm(TensorView out, TensorView residual, TensorView x, TensorView weight, float eps);
 // cuBLASLt; plans (descriptors + algorithm) cached per shape, dtypes and alignment; one shared

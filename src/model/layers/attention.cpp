@@ -1,6 +1,7 @@
 #include "model/layers/attention.h"
 
 #include "base/check.h"
+#include "model/layers/row_parallel.h"
 
 namespace se {
 
@@ -36,11 +37,11 @@ TensorView attend_rows(const BlockInputs& in, TensorView x) {
 }  // namespace
 
 void attention_add(const BlockInputs& in, TensorView h, TensorView x) {
-  linear_add(h, attend_rows(in, x), in.weights.o_proj.view());
+  row_parallel_linear_add(in.comm, h, attend_rows(in, x), in.weights.o_proj.view());
 }
 
 void attention_out(const BlockInputs& in, TensorView out, TensorView x) {
-  linear(out, attend_rows(in, x), in.weights.o_proj.view());
+  row_parallel_linear(in.comm, out, attend_rows(in, x), in.weights.o_proj.view());
 }
 
 }  // namespace se

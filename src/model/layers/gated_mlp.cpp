@@ -1,5 +1,7 @@
 #include "model/layers/gated_mlp.h"
 
+#include "model/layers/row_parallel.h"
+
 namespace se {
 
 namespace {
@@ -16,11 +18,11 @@ TensorView activated(const BlockInputs& in, TensorView x) {
 }  // namespace
 
 void gated_mlp_add(const BlockInputs& in, TensorView h, TensorView x) {
-  linear_add(h, activated(in, x), in.weights.down.view());
+  row_parallel_linear_add(in.comm, h, activated(in, x), in.weights.down.view());
 }
 
 void gated_mlp_out(const BlockInputs& in, TensorView out, TensorView x) {
-  linear(out, activated(in, x), in.weights.down.view());
+  row_parallel_linear(in.comm, out, activated(in, x), in.weights.down.view());
 }
 
 }  // namespace se

@@ -1,6 +1,7 @@
 #include "model/layers/moe.h"
 
 #include "backend/moe_ops.h"
+#include "model/layers/row_parallel.h"
 
 namespace se {
 
@@ -31,14 +32,18 @@ void moe_add(const BlockInputs& in, TensorView h, TensorView x) {
   gated_activation(act, gate_up, c.activation);
   const TensorView out = in.ws.expert_out(t);
   grouped_linear(out, act, w.experts_down.view(), offsets, t);
+  // Split over tensor-parallel ranks, each expert's output here is this rank's part of its width.
+  begin_row_parallel_sum(in.comm, h);
   moe_combine(h, out, gates, slots);
-  if (c.shared_expert_intermediate_size == 0) return;
-  // The shared experts (one gated MLP as wide as all of them together) see every token, with weight 1.
-  const TensorView shared_gate_up = in.ws.shared_expert_gate_up(t);
-  linear(shared_gate_up, x, w.shared_gate_up.view());
-  const TensorView shared_act = in.ws.shared_expert_act(t);
-  gated_activation(shared_act, shared_gate_up, c.activation);
-  linear_add(h, shared_act, w.shared_down.view());
+  if (c.shared_expert_intermediate_size > 0) {
+    // The shared experts (one gated MLP as wide as all of them together) see every token, with weight 1.
+    const TensorView shared_gate_up = in.ws.shared_expert_gate_up(t);
+    linear(shared_gate_up, x, w.shared_gate_up.view());
+    const TensorView shared_act = in.ws.shared_expert_act(t);
+    gated_activation(shared_act, shared_gate_up, c.activation);
+    linear_add(h, shared_act, w.shared_down.view());
+  }
+  end_row_parallel_sum(in.comm, h);
 }
 
 }  // namespace se

@@ -1,5 +1,5 @@
-// Parity of the CUDA embedding, norms, RoPE, gated activations and in-place element-wise ops with
-// the CPU reference, on fresh random inputs, F32 and BF16 activations, several shapes; outputs
+// Parity of the CUDA embedding (whole and a vocabulary shard's), norms, RoPE, gated activations and in-place
+// element-wise ops with the CPU reference, on fresh random inputs, F32 and BF16 activations, several shapes; outputs
 // NaN-poisoned first.
 #include <gtest/gtest.h>
 
@@ -54,6 +54,27 @@ TEST(CudaOpsTest, EmbeddingGathersAndConverts) {
         embedding(out.view(), upload(table, table_dtype).view(), cuda::to_device(ids_host).view());
         report("embedding", out_dtype, out.shape(), relative_error(download_f32(out), ref));
       }
+    }
+  }
+}
+
+// A tensor-parallel rank's lookup: ids of other ranks' rows give zeros on both backends.
+TEST(CudaOpsTest, VocabShardEmbeddingMatchesCpu) {
+  SE_SKIP_WITHOUT_CUDA_DEVICE();
+  uint64_t seed = 150;
+  for (DType out_dtype : kActs) {
+    for (auto [rows, first_row, dim, tokens] : {std::tuple{25, 75, 64, 9}, {16000, 16000, 2048, 130}}) {
+      const Tensor table = random_host({rows, dim}, seed++, DType::kBF16);
+      test::FastRng rng(seed++);
+      std::vector<int32_t> ids(static_cast<size_t>(tokens));
+      for (auto& id : ids) id = static_cast<int32_t>(rng.next() % static_cast<uint64_t>(first_row + rows + 7));
+      const Tensor ids_host = host_i32(ids);
+      Tensor ref = Tensor::empty(DType::kF32, {tokens, dim});
+      vocab_shard_embedding(ref.view(), table.view(), ids_host.view(), first_row);
+      Tensor out = poisoned(out_dtype, {tokens, dim});
+      vocab_shard_embedding(out.view(), upload(table, DType::kBF16).view(), cuda::to_device(ids_host).view(),
+                            first_row);
+      report("vocab_shard_embed", out_dtype, out.shape(), relative_error(download_f32(out), ref));
     }
   }
 }
