@@ -27,7 +27,7 @@ Result<ChainCacheIndex::IdleState> ChainCacheIndex::take_idle(const std::string&
   }
   Chain& chain = it->second;
   if (!chain.state) return conflict("chain '{}' is busy: a turn is in flight", chain_id);
-  lru_.erase(chain.lru_it);
+  leave_lru(chain);
   return IdleState{std::move(chain.state), chain.tokens};
 }
 
@@ -50,12 +50,18 @@ Result<std::unique_ptr<ChainState>> ChainCacheIndex::begin_turn(const std::strin
   if (tokens.size() <= n || token_digest(tokens.first(n)) != chain.digest)
     return conflict("the prompt ({} tokens) does not extend chain '{}''s {} cached tokens", tokens.size(), chain_id,
                     n);
-  lru_.erase(chain.lru_it);
+  leave_lru(chain);
   return std::move(chain.state);
 }
 
 void ChainCacheIndex::make_idle(const std::string& chain_id, Chain& chain) {
   chain.lru_it = lru_.insert(lru_.end(), chain_id);
+  num_reclaimable_pages_ += chain.state->num_held_pages();
+}
+
+void ChainCacheIndex::leave_lru(Chain& chain) {
+  lru_.erase(chain.lru_it);
+  num_reclaimable_pages_ -= chain.state->num_held_pages();
 }
 
 void ChainCacheIndex::end_turn(const std::string& chain_id, std::vector<int32_t> tokens,
@@ -95,7 +101,7 @@ void ChainCacheIndex::drop(const std::string& chain_id) {
 void ChainCacheIndex::drop_locked(const std::string& chain_id) {
   auto it = chains_.find(chain_id);
   if (it == chains_.end()) return;
-  if (it->second.state) lru_.erase(it->second.lru_it);
+  if (it->second.state) leave_lru(it->second);
   chains_.erase(it);  // releases the state's pages
   tombstone(chain_id);
 }
@@ -139,23 +145,26 @@ int32_t ChainCacheIndex::num_idle_chains() const {
 
 int64_t ChainCacheIndex::num_reclaimable_pages() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  int64_t n = 0;
-  for (const std::string& chain_id : lru_) n += chains_.at(chain_id).state->num_held_pages();
-  return n;
+  return num_reclaimable_pages_;
 }
 
 Status ChainCacheIndex::check_integrity() const {
   std::lock_guard<std::mutex> lock(mutex_);
   size_t num_idle = 0;
+  int64_t num_idle_pages = 0;
   for (const auto& [chain_id, chain] : chains_) {
     if (is_tombstoned(chain_id)) return internal_error("chain '{}' is live and tombstoned", chain_id);
     if (chain.digest != token_digest(chain.tokens)) return internal_error("chain '{}': stale digest", chain_id);
     if (!chain.state) continue;
     ++num_idle;
+    num_idle_pages += chain.state->num_held_pages();
     if (*chain.lru_it != chain_id) return internal_error("chain '{}': LRU entry names another chain", chain_id);
   }
   if (num_idle != lru_.size())
     return internal_error("{} idle chains but {} LRU entries", num_idle, lru_.size());
+  if (num_idle_pages != num_reclaimable_pages_)
+    return internal_error("idle chains hold {} pages, the running total says {}", num_idle_pages,
+                          num_reclaimable_pages_);
   if (tombstones_.size() != tombstone_set_.size() || static_cast<int32_t>(tombstones_.size()) > max_tombstones_)
     return internal_error("{} tombstones ({} distinct, bound {})", tombstones_.size(), tombstone_set_.size(),
                           max_tombstones_);

@@ -11,8 +11,9 @@
 // thread that owns the pool (the engine thread); create, begin_turn, cancel_turn and
 // the queries move states or read metadata only.
 //
-// Invariants (check_integrity): the LRU list holds exactly the idle chains, once each; every chain's digest is
-// that of its token list; no live chain is tombstoned; the tombstones never exceed their bound.
+// Invariants (check_integrity): the LRU list holds exactly the idle chains, once each; the running total of
+// reclaimable pages is what their states hold; every chain's digest is that of its token list; no live chain is
+// tombstoned; the tombstones never exceed their bound.
 #pragma once
 
 #include <cstdint>
@@ -92,7 +93,8 @@ class ChainCacheIndex final {
   std::vector<int32_t> prefix(const std::string& chain_id) const;
   int32_t num_chains() const;
   int32_t num_idle_chains() const;
-  // Pages held by idle chains: what reclaim() could give back.
+  // Pages held by idle chains: what reclaim() could give back. A running total (read every engine step), kept
+  // where chains enter and leave the LRU; a state's pages do not change while it is idle.
   int64_t num_reclaimable_pages() const;
 
   // Ok, or the first violated invariant.
@@ -109,6 +111,8 @@ class ChainCacheIndex final {
 
   // Callers hold mutex_.
   void make_idle(const std::string& chain_id, Chain& chain);
+  // Takes an idle chain out of the LRU (its state stays with it).
+  void leave_lru(Chain& chain);
   void tombstone(const std::string& chain_id);
   void drop_locked(const std::string& chain_id);
   bool is_tombstoned(const std::string& chain_id) const { return tombstone_set_.count(chain_id) != 0; }
@@ -117,6 +121,7 @@ class ChainCacheIndex final {
   int32_t max_tombstones_;
   std::unordered_map<std::string, Chain> chains_;
   std::list<std::string> lru_;  // idle chains, least recently used first
+  int64_t num_reclaimable_pages_ = 0;   // pages the idle chains' states hold
   std::deque<std::string> tombstones_;  // oldest first
   std::unordered_set<std::string> tombstone_set_;
 };
