@@ -135,6 +135,17 @@ void copy_rows_async(Device device, void* dst, size_t dst_pitch, const void* src
 #endif
 }
 
+void copy_pages(Device device, std::span<const PageCopy> copies, size_t nbytes) {
+  if (device == Device::kCpu) {
+    for (const PageCopy& c : copies) std::memcpy(c.dst, c.src, nbytes);
+    return;
+  }
+  require_built(device);
+#if SE_WITH_CUDA
+  cuda::copy_pages(copies, nbytes);
+#endif
+}
+
 void synchronize(Device device) {
   if (device == Device::kCpu) return;
   require_built(device);

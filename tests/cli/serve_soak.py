@@ -51,18 +51,25 @@ def words(rng, lo, hi):
 
 
 class Tally:
-    """Generation requests the server accepted (answered 200) and chain turns that resumed a chain, counted from
-    every client thread."""
+    """Generation requests the server accepted (answered 200), chain turns that resumed a chain, were rebuilt
+    (preempted mid-turn) or found it reclaimed (404/410), counted from every client thread."""
 
     def __init__(self):
         self._lock = threading.Lock()
         self.accepted = 0
         self.resumed = 0
+        self.rebuilt = 0
+        self.gone = 0
 
-    def add(self, resumed=False):
+    def add(self, resumed=False, rebuilt=False):
         with self._lock:
             self.accepted += 1
             self.resumed += resumed
+            self.rebuilt += rebuilt
+
+    def add_gone(self):
+        with self._lock:
+            self.gone += 1
 
 
 class Client:
@@ -209,11 +216,12 @@ def chain_session(client, rng, tally):
             body["chain_append_start"] = len(messages) - 1
         r = client.post("/v1/chat/completions", body)
         if chain_id is not None and r.status_code in (404, 410):
+            tally.add_gone()
             return "chain_reclaimed"
         if r.status_code != 200:
             return f"turn {turn}: HTTP {r.status_code}: {r.text[:200]}"
         data = r.json()
-        tally.add(resumed=data.get("chain_status") == "resumed")
+        tally.add(resumed=data.get("chain_status") == "resumed", rebuilt=data.get("chain_status") == "rebuilt")
         expected = ("created",) if chain_id is None else ("resumed", "rebuilt")
         if data.get("chain_status") not in expected:
             return f"turn {turn}: chain_status {data.get('chain_status')}"
@@ -312,6 +320,10 @@ def soak(server: ServerProcess, num_requests: int, concurrency: int, max_seconds
     return {"requests": num_requests, "concurrency": concurrency, "seconds": round(seconds, 1),
             "requests_per_second": round(num_requests / seconds, 2), "outcomes": dict(sorted(outcomes.items())),
             "generation_requests": tally.accepted, "chain_turns_resumed": tally.resumed,
+            "chain_turns_rebuilt": tally.rebuilt, "chain_turns_gone": tally.gone,
+            "host_pages_total": m.get("sparse_engine_kv_host_pages_total", 0),
+            "host_pages_used": m.get("sparse_engine_kv_host_pages_used", 0),
+            "chains_on_host": m.get("sparse_engine_num_chains_on_host", 0),
             "preemptions": m["sparse_engine_preemptions_total"],
             "chains_left": m["sparse_engine_num_chains"], "pages_total": m["sparse_engine_kv_pages_total"],
             "pages_free": m["sparse_engine_kv_pages_free"], "pages_chains": m["sparse_engine_kv_pages_chains"]}
@@ -323,8 +335,10 @@ def main():
     parser.add_argument("--concurrency", type=int, default=24)
     parser.add_argument("--max-seconds", type=float, default=7200)
     parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--kv-offloading-size", default="0",
+                        help="GiB of host tier the server keeps idle chains in (the server flag; 0 = none)")
     args = parser.parse_args()
-    server = ServerProcess(*SERVER_ARGS)
+    server = ServerProcess(*SERVER_ARGS, "--kv-offloading-size", args.kv_offloading_size)
     try:
         figures = soak(server, args.requests, args.concurrency, args.max_seconds, args.seed)
     finally:
