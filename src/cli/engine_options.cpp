@@ -93,8 +93,8 @@ void add_engine_options(CLI::App& command, EngineConfig& config) {
                                      "expects GiB between 0 and 2^20, got " + std::to_string(gib));
         config.kv_offloading_size = static_cast<int64_t>(gib * static_cast<double>(int64_t{1} << 30));
       },
-      "GiB of host memory for the host KV tier (vLLM's flag; pinned beside a GPU): idle Chain Cache chains "
-      "whose pages the pool reclaims move there and resume from it (default 0: none)");
+      "GiB of host memory for the host KV tier (vLLM's flag; pinned beside a GPU): idle Chain Cache chains and "
+      "radix prefix blocks the pool reclaims move there and come back on a hit (default 0: none)");
   command.add_option("--gpu-memory-utilization", config.gpu_memory_utilization,
                      "with --device cuda: the fraction of the device memory left after weights and workspace that the "
                      "KV cache takes")

@@ -5,7 +5,8 @@
 // or FP8 codes with per-(layer, KV head) scales fixed by the first batch each layer writes (kv/fp8_scale_table.h);
 // the views are then kQuantized and eviction and the prefix caches move the codes as they are. An optional host
 // tier (a second pool of the same pages in host memory: pinned beside a GPU) takes snapshots' pages when they are
-// offloaded (kv/page_table_transfer.h copies them); restore brings them back. Engine thread only.
+// offloaded (kv/page_table_transfer.h copies them; restore brings them back) and the radix cache's evicted
+// blocks. Engine thread only.
 #pragma once
 
 #include <memory>
