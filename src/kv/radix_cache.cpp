@@ -106,6 +106,7 @@ bool RadixCache::move_pages(NodeId id, BlockPool* from, BlockPool* to, int32_t* 
   const PageStorage* dst = to->storage();
   if (src != nullptr && dst != nullptr) {  // id-only pools (scheduling tests) have no bytes to move
     std::vector<PageCopy> moves;
+    moves.reserve(static_cast<size_t>(num_streams));
     for (int32_t s = 0; s < num_streams; ++s)
       moves.push_back(PageCopy{dst->page((*copies)[static_cast<size_t>(s)]), src->page(pages[s])});
     copy_pages(src->device() == Device::kCpu ? dst->device() : src->device(), moves, src->page_bytes());

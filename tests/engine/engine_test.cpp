@@ -112,8 +112,8 @@ TEST(EngineTest, RadixBlocksEvictedToTheHostTierServeALaterPrefixHit) {
   SequenceGenerator reference(*bundle.model, nullptr);
   std::mt19937 rng(8);
   const std::vector<int32_t> prompt = random_prompt(rng, 40);
-  std::vector<std::vector<int32_t>> others;
-  for (int i = 0; i < 3; ++i) others.push_back(random_prompt(rng, 50));
+  std::vector<std::vector<int32_t>> others(3);
+  for (std::vector<int32_t>& other : others) other = random_prompt(rng, 50);
   auto want = reference.generate(prompt, greedy(12));
   ASSERT_TRUE(want.is_ok());
   for (const int64_t num_host_pages : {200, 0}) {

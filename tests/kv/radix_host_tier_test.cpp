@@ -53,7 +53,7 @@ class RadixHostTierTest : public ::testing::Test {
     for (int32_t s = 0; s < small_layout().num_streams(); ++s)
       for (int32_t b = 0; b < n; ++b) {
         fill(want.data(), tokens[static_cast<size_t>(b) * 4], s);
-        const int32_t page = match.pages[static_cast<size_t>(s * n + b)];
+        const int32_t page = match.pages[static_cast<size_t>(s) * static_cast<size_t>(n) + static_cast<size_t>(b)];
         EXPECT_EQ(std::memcmp(device_.storage()->page(page), want.data(), want.size()), 0)
             << "stream " << s << " block " << b;
       }
