@@ -7,7 +7,8 @@ nothing runs or waits, the engine's request counters match what the clients saw,
 
 The CTest (test_serve_soak.py) runs 1,000 requests; the long run is a command:
     .venv/bin/python tests/cli/serve_soak.py --requests 10000 [--concurrency 24] [--max-seconds 7200]
-which prints its figures as JSON."""
+which prints its figures as JSON; --kv-offloading-size GiB gives the server a host tier that keeps reclaimed chains
+(a prune of a chain waiting there may then be blocked, and the session goes on unpruned)."""
 import argparse
 import collections
 import concurrent.futures
@@ -52,7 +53,8 @@ def words(rng, lo, hi):
 
 class Tally:
     """Generation requests the server accepted (answered 200), chain turns that resumed a chain, were rebuilt
-    (preempted mid-turn) or found it reclaimed (404/410), counted from every client thread."""
+    (preempted mid-turn) or found it reclaimed (404/410), and prunes blocked on a chain kept on the host tier,
+    counted from every client thread."""
 
     def __init__(self):
         self._lock = threading.Lock()
@@ -60,6 +62,7 @@ class Tally:
         self.resumed = 0
         self.rebuilt = 0
         self.gone = 0
+        self.prunes_blocked = 0
 
     def add(self, resumed=False, rebuilt=False):
         with self._lock:
@@ -70,6 +73,10 @@ class Tally:
     def add_gone(self):
         with self._lock:
             self.gone += 1
+
+    def add_prune_blocked(self):
+        with self._lock:
+            self.prunes_blocked += 1
 
 
 class Client:
@@ -229,7 +236,9 @@ def chain_session(client, rng, tally):
         messages.append({"role": "assistant", "content": data["choices"][0]["message"]["content"]})
         if turn > 0 and rng.random() < 0.5:
             outcome = prune_tool_result(client, chain_id, messages)
-            if outcome != "ok":
+            if outcome == "blocked":  # the chain waits on the host tier, whole: the session goes on unpruned
+                tally.add_prune_blocked()
+            elif outcome != "ok":
                 return outcome
         messages.append({"role": "user", "content": "Result: " + words(rng, 40, 90)})
     return "ok"
@@ -253,6 +262,8 @@ def prune_tool_result(client, chain_id, messages):
         return "ok"
     if status["status"] == "failed" and "was reclaimed" in status["reason"]:
         return "chain_reclaimed"
+    if status["status"] == "blocked" and "host tier" in status["reason"]:
+        return "blocked"
     return f"prune {status}"
 
 
@@ -321,6 +332,7 @@ def soak(server: ServerProcess, num_requests: int, concurrency: int, max_seconds
             "requests_per_second": round(num_requests / seconds, 2), "outcomes": dict(sorted(outcomes.items())),
             "generation_requests": tally.accepted, "chain_turns_resumed": tally.resumed,
             "chain_turns_rebuilt": tally.rebuilt, "chain_turns_gone": tally.gone,
+            "chain_prunes_blocked": tally.prunes_blocked,
             "host_pages_total": m.get("sparse_engine_kv_host_pages_total", 0),
             "host_pages_used": m.get("sparse_engine_kv_host_pages_used", 0),
             "chains_on_host": m.get("sparse_engine_num_chains_on_host", 0),
