@@ -146,6 +146,17 @@ void fill_zero(TensorView t) {
 #endif
 }
 
+void copy_pages(Device device, std::span<const PageCopy> copies, size_t nbytes) {
+  if (device == Device::kCpu) {
+    for (const PageCopy& c : copies) std::memcpy(c.dst, c.src, nbytes);
+    return;
+  }
+  require_built(device);
+#if SE_WITH_CUDA
+  cuda::copy_pages(copies, nbytes);
+#endif
+}
+
 void synchronize(Device device) {
   if (device == Device::kCpu) return;
   require_built(device);

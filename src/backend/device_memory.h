@@ -5,8 +5,10 @@
 #pragma once
 
 #include <cstddef>
+#include <span>
 #include <string_view>
 
+#include "backend/page_copy.h"
 #include "base/status.h"
 #include "tensor/tensor.h"
 
@@ -49,6 +51,11 @@ void copy_rows_async(Device device, void* dst, size_t dst_pitch, const void* src
 
 // t = 0 bytewise, on any device (on CUDA enqueued on the current stream).
 void fill_zero(TensorView t);
+
+// Copies `nbytes` for each of `copies` between host memory and `device` (either direction, or host to host). On
+// CUDA they run on a transfer stream of their own, after what the forward's stream enqueued so far (which may
+// still write the sources), and the call returns once they have run; the CPU copies at once.
+void copy_pages(Device device, std::span<const PageCopy> copies, size_t nbytes);
 
 // Waits for everything enqueued on `device` (a no-op on the CPU).
 void synchronize(Device device);

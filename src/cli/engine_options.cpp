@@ -84,6 +84,17 @@ void add_engine_options(CLI::App& command, EngineConfig& config) {
           },
           "bytes for the KV cache, e.g. 2GiB (default: derived from --gpu-memory-utilization; on the CPU at most "
           "2 GiB)");
+  command.add_option_function<double>(
+      "--kv-offloading-size",
+      [&config](double gib) {
+        constexpr double kMaxGib = 1 << 20;
+        if (!(gib >= 0 && gib <= kMaxGib))
+          throw CLI::ValidationError("--kv-offloading-size",
+                                     "expects GiB between 0 and 2^20, got " + std::to_string(gib));
+        config.kv_offloading_size = static_cast<int64_t>(gib * static_cast<double>(int64_t{1} << 30));
+      },
+      "GiB of host memory for the host KV tier (vLLM's flag; pinned beside a GPU): idle Chain Cache chains and "
+      "radix prefix blocks the pool reclaims move there and come back on a hit (default 0: none)");
   command.add_option("--gpu-memory-utilization", config.gpu_memory_utilization,
                      "with --device cuda: the fraction of the device memory left after weights and workspace that the "
                      "KV cache takes")

@@ -144,15 +144,26 @@ Result<std::unique_ptr<Engine>> Engine::create(const ModelBundle& bundle, const 
     return resource_exhausted("the KV cache budget of {} bytes holds {} pages, fewer than the {} one token needs",
                               pool_bytes, num_pages, layout.num_streams());
   SE_ASSIGN_OR_RETURN(config.prefix_cache_mode, resolve_prefix_cache_mode(config, *method, layout));
-  CacheSpec spec{layout, static_cast<int32_t>(std::min<int64_t>(num_pages, INT32_MAX)),
-                 device_allocator(config.device), config.prefix_cache_mode == "radix"};
+  const int64_t num_host_pages = config.kv_offloading_size / static_cast<int64_t>(layout.page_bytes());
+  // Pages that come back from the host tier land under new ids, whose metadata such a method has not computed.
+  if (num_host_pages > 0 && method->page_metadata_bytes(layout) > 0)
+    return unimplemented(
+        "{} keeps metadata per device page, which pages coming back from the host tier lack; run it "
+        "without --kv-offloading-size",
+        method->name());
+  CacheSpec spec{layout,
+                 static_cast<int32_t>(std::min<int64_t>(num_pages, INT32_MAX)),
+                 device_allocator(config.device),
+                 config.prefix_cache_mode == "radix",
+                 static_cast<int32_t>(std::min<int64_t>(num_host_pages, INT32_MAX)),
+                 staging_allocator(config.device)};
   SE_ASSIGN_OR_RETURN(std::unique_ptr<CacheManager> cache, method->create_cache(spec));
   SE_LOG_INFO(
       "KV cache on {}: {} pages of {} tokens, {} ({} tokens per layer and KV head across the pool); "
-      "sparse method {} {}; prefix cache {}",
+      "sparse method {} {}; prefix cache {}; host tier {} pages",
       device_name(config.device), num_pages, layout.page_size, kv_store_kind_name(store),
       num_pages / layout.num_streams() * layout.page_size, method->name(), method->config().dump(),
-      config.prefix_cache_mode);
+      config.prefix_cache_mode, cache->num_host_pages());
   std::string fingerprint =
       config.prefix_cache_mode == "chain" ? chain_fingerprint(bundle, layout, *method) : std::string();
   return std::unique_ptr<Engine>(

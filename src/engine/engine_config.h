@@ -17,6 +17,10 @@ struct EngineConfig {
   int max_num_batched_tokens = 2048; // tokens per step (prefill chunks + decode tokens)
   int page_size = 16;                // tokens per KV page
   int64_t kv_cache_memory = 0;       // bytes for the KV pool; 0 = derive from gpu_memory_utilization
+  // Bytes of the host tier (vLLM's --kv-offloading-size, in GiB there): host memory (pinned beside a GPU) holding
+  // the KV pages of idle chains and radix blocks the pool reclaims, so they come back instead of being dropped;
+  // 0 = none.
+  int64_t kv_offloading_size = 0;
   double gpu_memory_utilization = 0.9;  // CUDA: the fraction of the device memory still free after the weights and
                                         // the forward's workspace that the KV pool takes
   // CUDA: decode steps of methods whose decode forward is static (method_traits.h) replay a CUDA graph captured

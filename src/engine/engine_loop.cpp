@@ -113,8 +113,8 @@ Status EngineLoop::begin_chain_turn(Request& request, const ChainRequest& chain)
     SE_ASSIGN_OR_RETURN(std::unique_ptr<ChainState> state,
                         chains_->begin_turn(chain.chain_id, chain_fingerprint_, request.token_ids));
     const int32_t num_new = request.num_tokens() - state->num_logical_tokens();
-    if (!oracle_.can_ever_fit_resumed(state->num_held_pages(), num_new, request.params.max_tokens)) {
-      const int64_t num_held = state->num_held_pages();
+    const int64_t num_held = state->num_held_pages() + state->num_pages_to_restore();
+    if (!oracle_.can_ever_fit_resumed(num_held, num_new, request.params.max_tokens)) {
       chains_->cancel_turn(chain.chain_id, std::move(state));
       return unavailable("no capacity to restore chain '{}': its {} pages plus {} new and {} generated tokens can "
                          "never fit in the KV cache ({} pages)", chain.chain_id, num_held, num_new,
@@ -371,6 +371,9 @@ void EngineLoop::publish_stats() {
   s.num_kv_pages_chains = chains_ ? chains_->num_reclaimable_pages() : 0;
   s.num_kv_pages_used = s.num_kv_pages_total - cache_->num_available_pages() - s.num_kv_pages_chains;
   s.num_chains = chains_ ? chains_->num_chains() : 0;
+  s.num_kv_host_pages_total = cache_->num_host_pages();
+  s.num_kv_host_pages_used = cache_->num_host_pages() - cache_->num_free_host_pages();
+  s.num_chains_on_host = chains_ ? chains_->num_chains_on_host() : 0;
   const CacheManager::PrefixCacheCounters prefix = cache_->prefix_cache_counters();
   s.prefix_cache_queries_total = static_cast<uint64_t>(prefix.query_tokens);
   s.prefix_cache_hits_total = static_cast<uint64_t>(prefix.hit_tokens);

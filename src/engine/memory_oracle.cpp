@@ -8,6 +8,10 @@ namespace se {
 
 Status MemoryOracle::admit(Request& request) {
   SE_CHECK(request.seq < 0, "request {} is already admitted", request.request_id);
+  if (request.chain_state && !make_room(request.chain_state->num_pages_to_restore()))
+    return resource_exhausted("request {}: {} device pages to bring its chain back from the host tier, {} available",
+                              request.request_id, request.chain_state->num_pages_to_restore(),
+                              cache_.num_available_pages());
   const int32_t seq = next_seq_++;
   int32_t num_cached = 0;
   if (request.chain_state) {
@@ -28,13 +32,16 @@ bool MemoryOracle::try_reserve(Request& request, int32_t num_tokens) {
   if (request.num_computed_tokens < request.num_prefill_tokens &&
       request.num_computed_tokens + num_tokens >= request.num_prefill_tokens)
     headroom = std::max(headroom, controller_.transient_pages(request.num_prefill_tokens));
-  const int64_t needed = cache_.pages_to_reserve(request.seq, num_tokens) + headroom;
-  if (needed > cache_.num_available_pages() && chains_ != nullptr)
-    chains_->reclaim(needed - cache_.num_available_pages());
-  if (needed > cache_.num_available_pages()) return false;
+  if (!make_room(cache_.pages_to_reserve(request.seq, num_tokens) + headroom)) return false;
   if (!cache_.reserve(request.seq, num_tokens).is_ok()) return false;
   num_headroom_pages_ = headroom;
   return true;
+}
+
+bool MemoryOracle::make_room(int64_t num_pages) {
+  if (num_pages > cache_.num_available_pages() && chains_ != nullptr)
+    chains_->reclaim(num_pages - cache_.num_available_pages());
+  return num_pages <= cache_.num_available_pages();
 }
 
 void MemoryOracle::commit(Request& request) {

@@ -10,7 +10,8 @@ namespace se {
 
 class MemoryOracle {
  public:
-  // `chains` (may be null: no Chain Cache) gives back idle chains' pages when a reservation is short.
+  // `chains` (may be null: no Chain Cache) gives back idle chains' device pages when a reservation is short (moving
+  // them to the cache's host tier when it has one).
   MemoryOracle(SparseController& controller, ChainCacheIndex* chains = nullptr)
       : controller_(controller), cache_(controller.cache()), chains_(chains) {}
 
@@ -20,7 +21,8 @@ class MemoryOracle {
   }
   // Starts the request's cache state on all its known tokens (a resumed request recomputes its outputs too)
   // and sets num_computed_tokens / num_cached_tokens from the prefix cache, or from the chain state the request
-  // carries (restored into the new sequence).
+  // carries (restored into the new sequence). A chain state on the host tier comes back into device pages: when
+  // they stay short after reclaiming idle chains, kResourceExhausted and the request keeps its state.
   Status admit(Request& request);
   // A new step's scheduling starts: no room is held back for transient passes yet.
   void begin_step() { num_headroom_pages_ = 0; }
@@ -39,8 +41,8 @@ class MemoryOracle {
   // Ends the request's cache state by retaining it for Chain Cache (the request's seq is released).
   std::unique_ptr<RetainedSequence> retain(Request& request);
 
-  // The same for a turn resumed on a retained state that holds `num_held_pages`: its new tokens are prefilled on
-  // top of it, so the state plus their peak must fit. Pure.
+  // The same for a turn resumed on a retained state that holds (or, on the host tier, takes back) `num_held_pages`:
+  // its new tokens are prefilled on top of it, so the state plus their peak must fit. Pure.
   bool can_ever_fit_resumed(int64_t num_held_pages, int32_t num_new_tokens, int32_t max_new_tokens) const {
     return num_held_pages + controller_.peak_pages(num_new_tokens, max_new_tokens) <= cache_.num_total_pages();
   }
@@ -48,6 +50,9 @@ class MemoryOracle {
   int64_t num_available_pages() const { return cache_.num_available_pages(); }
 
  private:
+  // Whether `num_pages` device pages are available, after reclaiming idle chains if they were not.
+  bool make_room(int64_t num_pages);
+
   SparseController& controller_;
   CacheManager& cache_;
   ChainCacheIndex* chains_;

@@ -192,6 +192,18 @@ PruneStatus run_chain_prune(const PruneRequest& request, ChainCacheIndex& chains
   if (!idle.is_ok())
     return ended(idle.status().code() == StatusCode::kConflict ? PruneState::kBlocked : PruneState::kFailed,
                  idle.status());
+  // A state on the host tier is pruned in device pages (other idle chains yield theirs); without room for them the
+  // chain stays as it was.
+  const int64_t num_to_restore = idle->state->num_pages_to_restore();
+  if (num_to_restore > controller.cache().num_available_pages())
+    chains.reclaim(num_to_restore - controller.cache().num_available_pages());
+  if (num_to_restore > controller.cache().num_available_pages()) {
+    chains.cancel_turn(request.chain_id, std::move(idle->state));
+    return ended(PruneState::kBlocked,
+                 resource_exhausted("chain '{}' is on the host tier and the {} device pages to bring it back are "
+                                    "in use",
+                                    request.chain_id, num_to_restore));
+  }
   // Pinned from here on: every path below gives the state back or drops the chain.
   const Result<int32_t> resumed = controller.resume(kChainPruneSeq, std::move(idle->state));
   if (!resumed.is_ok()) {  // the state was destroyed with the failure

@@ -27,7 +27,7 @@ Result<ChainCacheIndex::IdleState> ChainCacheIndex::take_idle(const std::string&
   }
   Chain& chain = it->second;
   if (!chain.state) return conflict("chain '{}' is busy: a turn is in flight", chain_id);
-  lru_.erase(chain.lru_it);
+  leave_lru(chain);
   return IdleState{std::move(chain.state), chain.tokens};
 }
 
@@ -50,12 +50,35 @@ Result<std::unique_ptr<ChainState>> ChainCacheIndex::begin_turn(const std::strin
   if (tokens.size() <= n || token_digest(tokens.first(n)) != chain.digest)
     return conflict("the prompt ({} tokens) does not extend chain '{}''s {} cached tokens", tokens.size(), chain_id,
                     n);
-  lru_.erase(chain.lru_it);
+  leave_lru(chain);
   return std::move(chain.state);
 }
 
 void ChainCacheIndex::make_idle(const std::string& chain_id, Chain& chain) {
-  chain.lru_it = lru_.insert(lru_.end(), chain_id);
+  chain.on_host = chain.state->is_offloaded();
+  std::list<std::string>& lru = chain.on_host ? host_lru_ : lru_;
+  chain.lru_it = lru.insert(lru.end(), chain_id);
+  num_reclaimable_pages_ += chain.state->num_held_pages();
+  num_host_pages_ += chain.state->num_host_pages();
+}
+
+void ChainCacheIndex::leave_lru(Chain& chain) {
+  (chain.on_host ? host_lru_ : lru_).erase(chain.lru_it);
+  num_reclaimable_pages_ -= chain.state->num_held_pages();
+  num_host_pages_ -= chain.state->num_host_pages();
+}
+
+bool ChainCacheIndex::offload_locked(const std::string& chain_id, Chain& chain) {
+  leave_lru(chain);
+  Status offloaded = chain.state->offload();
+  while (offloaded.code() == StatusCode::kResourceExhausted && !host_lru_.empty()) {
+    const std::string oldest = host_lru_.front();  // a copy: dropping erases the list entry
+    drop_locked(oldest);
+    offloaded = chain.state->offload();
+  }
+  if (!offloaded.is_ok()) return false;
+  make_idle(chain_id, chain);
+  return true;
 }
 
 void ChainCacheIndex::end_turn(const std::string& chain_id, std::vector<int32_t> tokens,
@@ -95,7 +118,7 @@ void ChainCacheIndex::drop(const std::string& chain_id) {
 void ChainCacheIndex::drop_locked(const std::string& chain_id) {
   auto it = chains_.find(chain_id);
   if (it == chains_.end()) return;
-  if (it->second.state) lru_.erase(it->second.lru_it);
+  if (it->second.state) leave_lru(it->second);
   chains_.erase(it);  // releases the state's pages
   tombstone(chain_id);
 }
@@ -105,8 +128,11 @@ int64_t ChainCacheIndex::reclaim(int64_t num_pages) {
   int64_t num_released = 0;
   while (num_released < num_pages && !lru_.empty()) {
     const std::string chain_id = lru_.front();
-    num_released += chains_.at(chain_id).state->num_held_pages();
-    drop_locked(chain_id);
+    Chain& chain = chains_.at(chain_id);
+    num_released += chain.state->num_held_pages();
+    if (offload_locked(chain_id, chain)) continue;
+    chains_.erase(chain_id);  // out of every LRU already; releases the state's pages
+    tombstone(chain_id);
   }
   return num_released;
 }
@@ -116,8 +142,13 @@ std::optional<ChainInfo> ChainCacheIndex::find(const std::string& chain_id) cons
   auto it = chains_.find(chain_id);
   if (it == chains_.end()) return std::nullopt;
   const Chain& chain = it->second;
-  return ChainInfo{chain_id, !chain.state, static_cast<int32_t>(chain.tokens.size()), chain.digest,
-                   chain.state ? chain.state->num_held_pages() : 0};
+  return ChainInfo{chain_id,
+                   !chain.state,
+                   static_cast<int32_t>(chain.tokens.size()),
+                   chain.digest,
+                   chain.state ? chain.state->num_held_pages() : 0,
+                   chain.state && chain.on_host,
+                   chain.state ? chain.state->num_host_pages() : 0};
 }
 
 std::vector<int32_t> ChainCacheIndex::prefix(const std::string& chain_id) const {
@@ -134,28 +165,46 @@ int32_t ChainCacheIndex::num_chains() const {
 
 int32_t ChainCacheIndex::num_idle_chains() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return static_cast<int32_t>(lru_.size());
+  return static_cast<int32_t>(lru_.size() + host_lru_.size());
+}
+
+int32_t ChainCacheIndex::num_chains_on_host() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return static_cast<int32_t>(host_lru_.size());
+}
+
+int64_t ChainCacheIndex::num_host_pages() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return num_host_pages_;
 }
 
 int64_t ChainCacheIndex::num_reclaimable_pages() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  int64_t n = 0;
-  for (const std::string& chain_id : lru_) n += chains_.at(chain_id).state->num_held_pages();
-  return n;
+  return num_reclaimable_pages_;
 }
 
 Status ChainCacheIndex::check_integrity() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  size_t num_idle = 0;
+  size_t num_on_device = 0, num_on_host = 0;
+  int64_t num_device_pages = 0, num_host_pages = 0;
   for (const auto& [chain_id, chain] : chains_) {
     if (is_tombstoned(chain_id)) return internal_error("chain '{}' is live and tombstoned", chain_id);
     if (chain.digest != token_digest(chain.tokens)) return internal_error("chain '{}': stale digest", chain_id);
     if (!chain.state) continue;
-    ++num_idle;
+    ++(chain.on_host ? num_on_host : num_on_device);
+    num_device_pages += chain.state->num_held_pages();
+    num_host_pages += chain.state->num_host_pages();
     if (*chain.lru_it != chain_id) return internal_error("chain '{}': LRU entry names another chain", chain_id);
+    if (chain.on_host != chain.state->is_offloaded())
+      return internal_error("chain '{}' is listed on the {} tier but its state is not there", chain_id,
+                            chain.on_host ? "host" : "device");
   }
-  if (num_idle != lru_.size())
-    return internal_error("{} idle chains but {} LRU entries", num_idle, lru_.size());
+  if (num_on_device != lru_.size() || num_on_host != host_lru_.size())
+    return internal_error("{} idle chains on the device and {} on the host, but {} and {} LRU entries", num_on_device,
+                          num_on_host, lru_.size(), host_lru_.size());
+  if (num_device_pages != num_reclaimable_pages_ || num_host_pages != num_host_pages_)
+    return internal_error("idle chains hold {} device and {} host pages, the running totals say {} and {}",
+                          num_device_pages, num_host_pages, num_reclaimable_pages_, num_host_pages_);
   if (tombstones_.size() != tombstone_set_.size() || static_cast<int32_t>(tombstones_.size()) > max_tombstones_)
     return internal_error("{} tombstones ({} distinct, bound {})", tombstones_.size(), tombstone_set_.size(),
                           max_tombstones_);

@@ -3,16 +3,21 @@
 // its per-sequence metadata), the logical token prefix that state stands for with its xxh3 digest, and the
 // fingerprint of the settings that made it (model, dtype, method, method config). A chain is either idle (its
 // state is here) or in flight (a turn took the state out: the chain is pinned and cannot be reclaimed or
-// resumed twice). Idle chains are reclaimed in LRU order of their last turn when pages are needed; a reclaimed or
-// dropped chain leaves a tombstone in a bounded FIFO so it answers kGone instead of kNotFound.
+// resumed twice). Idle chains are reclaimed in LRU order of their last turn when pages are needed. With a host
+// tier (the cache's second page pool, kv/page_table_transfer.h) a reclaimed chain's state moves there and the
+// chain stays idle, resumable, in the host's own LRU; a full tier drops its least recently used chains to take
+// it. Without a tier, or when the tier could never hold the state, the chain is dropped. A dropped chain leaves
+// a tombstone in a bounded FIFO so it answers kGone instead of kNotFound.
 //
 // Thread-safe (one mutex), so a request's chain can be checked and pinned on the submitting thread. Destroying a
 // state releases its pages, so the calls that can (reclaim, drop of an idle chain, the destructor) belong to the
 // thread that owns the pool (the engine thread); create, begin_turn, cancel_turn and
 // the queries move states or read metadata only.
 //
-// Invariants (check_integrity): the LRU list holds exactly the idle chains, once each; every chain's digest is
-// that of its token list; no live chain is tombstoned; the tombstones never exceed their bound.
+// Invariants (check_integrity): the two LRU lists hold exactly the idle chains, once each, the host's those
+// whose state is on the host tier; the running totals of reclaimable (device) and host pages are what their
+// states hold; every chain's digest is that of its token list; no live chain is tombstoned; the tombstones never
+// exceed their bound.
 #pragma once
 
 #include <cstdint>
@@ -38,8 +43,17 @@ uint64_t token_digest(std::span<const int32_t> tokens);
 class ChainState {
  public:
   virtual ~ChainState() = default;
-  // Pages the state holds references to.
+  // Device pages the state holds references to (none while it is on the host tier).
   virtual int64_t num_held_pages() const = 0;
+  // Moves the state's pages to the host tier (nothing to do when they are there): the state then holds no device
+  // pages, and resuming it brings them back. kResourceExhausted while the tier lacks room; any other error means it
+  // never can (no tier, or one too small). Nothing changes on error.
+  virtual Status offload() { return unimplemented("this state has no host tier to move to"); }
+  virtual bool is_offloaded() const { return false; }
+  // Host tier pages the state holds (none unless offloaded).
+  virtual int64_t num_host_pages() const { return 0; }
+  // Free device pages resuming the state takes first (bringing it back from the host tier).
+  virtual int64_t num_pages_to_restore() const { return 0; }
   // Tokens whose KV the state stands for (the absolute position of the next token); the chain's stored prefix
   // may hold more (a last sampled token not computed yet).
   virtual int32_t num_logical_tokens() const = 0;
@@ -50,7 +64,9 @@ struct ChainInfo {
   bool in_flight = false;
   int32_t num_prefix_tokens = 0;  // logical tokens the stored state stands for (0 while a first turn runs)
   uint64_t digest = 0;            // token_digest of those tokens
-  int64_t num_held_pages = 0;     // 0 while in flight
+  int64_t num_held_pages = 0;     // device pages; 0 while in flight
+  bool on_host = false;           // idle, its state on the host tier
+  int64_t num_host_pages = 0;     // 0 unless on_host
 };
 
 class ChainCacheIndex final {
@@ -83,16 +99,20 @@ class ChainCacheIndex final {
   Result<IdleState> take_idle(const std::string& chain_id);
   // Removes a chain (its turn failed or its state was lost) and tombstones it. Unknown ids are ignored.
   void drop(const std::string& chain_id);
-  // Reclaims idle chains, least recently used first, until their states held `num_pages` pages or none is
-  // idle; returns the pages those states held.
+  // Reclaims idle chains whose states hold device pages, least recently used first, until they held `num_pages`
+  // pages or none is left: each moves to the host tier or is dropped (above). Returns the device pages freed.
   int64_t reclaim(int64_t num_pages);
 
   std::optional<ChainInfo> find(const std::string& chain_id) const;
   // The stored prefix of an idle chain (empty otherwise).
   std::vector<int32_t> prefix(const std::string& chain_id) const;
   int32_t num_chains() const;
-  int32_t num_idle_chains() const;
-  // Pages held by idle chains: what reclaim() could give back.
+  int32_t num_idle_chains() const;  // on either tier
+  int32_t num_chains_on_host() const;
+  // Host tier pages the idle chains on the host hold (a running total, as num_reclaimable_pages).
+  int64_t num_host_pages() const;
+  // Pages held by idle chains: what reclaim() could give back. A running total (read every engine step), kept
+  // where chains enter and leave the LRU; a state's pages do not change while it is idle.
   int64_t num_reclaimable_pages() const;
 
   // Ok, or the first violated invariant.
@@ -104,11 +124,18 @@ class ChainCacheIndex final {
     std::vector<int32_t> tokens;  // the logical prefix the state stands for
     uint64_t digest = 0;
     std::unique_ptr<ChainState> state;  // null while in flight
+    bool on_host = false;               // while idle: which LRU lists it
     std::list<std::string>::iterator lru_it;  // valid while idle
   };
 
   // Callers hold mutex_.
+  // Lists an idle chain as the most recently used of its state's tier.
   void make_idle(const std::string& chain_id, Chain& chain);
+  // Takes an idle chain out of its LRU (its state stays with it).
+  void leave_lru(Chain& chain);
+  // Moves an idle chain's state to the host tier, dropping the host's least recently used chains while the tier
+  // is full; false when it cannot go there (the chain is then left out of every LRU, for the caller to drop).
+  bool offload_locked(const std::string& chain_id, Chain& chain);
   void tombstone(const std::string& chain_id);
   void drop_locked(const std::string& chain_id);
   bool is_tombstoned(const std::string& chain_id) const { return tombstone_set_.count(chain_id) != 0; }
@@ -116,7 +143,10 @@ class ChainCacheIndex final {
   mutable std::mutex mutex_;
   int32_t max_tombstones_;
   std::unordered_map<std::string, Chain> chains_;
-  std::list<std::string> lru_;  // idle chains, least recently used first
+  std::list<std::string> lru_;          // idle chains on the device, least recently used first
+  std::list<std::string> host_lru_;     // idle chains on the host tier, least recently used first
+  int64_t num_reclaimable_pages_ = 0;   // device pages the chains of lru_ hold
+  int64_t num_host_pages_ = 0;          // host pages the chains of host_lru_ hold
   std::deque<std::string> tombstones_;  // oldest first
   std::unordered_set<std::string> tombstone_set_;
 };

@@ -1,7 +1,7 @@
 #include "kv/page_table_transfer.h"
 
 #include <algorithm>
-#include <cstring>
+#include <vector>
 
 #include "backend/device_memory.h"
 
@@ -28,9 +28,6 @@ Result<PageTable> copy_page_table(const PageTable& src, const BlockPool& src_poo
   if (from == nullptr || to == nullptr) return invalid_argument("page copy: a pool without page storage");
   if (from->page_bytes() != to->page_bytes())
     return invalid_argument("page copy: pages of {} bytes into pages of {}", from->page_bytes(), to->page_bytes());
-  if (from->device() != Device::kCpu || to->device() != Device::kCpu)
-    return unimplemented("page copy: {} pages to {} pages (only host memory is copied yet)",
-                         device_name(from->device()), device_name(to->device()));
   const int64_t needed = pages_to_copy_page_table(src);
   if (needed > dst_pool->num_free_pages())
     return resource_exhausted("page copy: {} pages needed, {} free of {}", needed, dst_pool->num_free_pages(),
@@ -42,15 +39,19 @@ Result<PageTable> copy_page_table(const PageTable& src, const BlockPool& src_poo
   // The positions before the longest stream's end were appended and then evicted: an empty prefix carries them.
   SE_RETURN_IF_ERROR(dst.attach_prefix({}, 0, src.num_logical_tokens() - longest));
   SE_RETURN_IF_ERROR(dst.append(longest));
+  std::vector<PageCopy> copies;
   for (int32_t l = 0; l < layout.num_layers; ++l) {
     for (int32_t h = 0; h < layout.num_kv_heads; ++h) {
       SE_RETURN_IF_ERROR(dst.shrink_stream(l, h, src.num_tokens(l, h)));
       const std::span<const int32_t> src_pages = src.pages(l, h);
       const std::span<const int32_t> dst_pages = dst.pages(l, h);
       for (size_t p = 0; p < src_pages.size(); ++p)
-        std::memcpy(to->page(dst_pages[p]), from->page(src_pages[p]), from->page_bytes());
+        copies.push_back(PageCopy{to->page(dst_pages[p]), from->page(src_pages[p])});
     }
   }
+  // One side is the device's pool when either is not host memory.
+  const Device device = from->device() == Device::kCpu ? to->device() : from->device();
+  copy_pages(device, copies, from->page_bytes());
   return dst;
 }
 

@@ -16,9 +16,10 @@ namespace se {
 int64_t pages_to_copy_page_table(const PageTable& table);
 
 // A table over `dst_pool` holding what `src` (over `src_pool`) holds. All or nothing: kResourceExhausted when
-// dst_pool lacks pages_to_copy_page_table(src) free pages, kUnimplemented when a pool's pages are not host memory
-// (the copy on its own CUDA stream is not built yet), kInvalidArgument when the pools' page sizes differ or a pool
-// has no storage; nothing changes on error. A stream's spare page is not copied.
+// dst_pool lacks pages_to_copy_page_table(src) free pages, kInvalidArgument when the pools' page sizes differ or a
+// pool has no storage; nothing changes on error. A stream's spare page is not copied. Between device and host
+// memory the pages move on the device's transfer stream (device_memory.h: copy_pages), and the call returns once
+// they have.
 Result<PageTable> copy_page_table(const PageTable& src, const BlockPool& src_pool, BlockPool* dst_pool);
 
 }  // namespace se

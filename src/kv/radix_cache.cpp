@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "backend/device_memory.h"
 #include "base/check.h"
 
 namespace se {
@@ -12,7 +13,8 @@ uint64_t hash_block(uint64_t parent_hash, std::span<const int32_t> tokens) {
   return XXH3_64bits_withSeed(tokens.data(), tokens.size_bytes(), parent_hash);
 }
 
-RadixCache::RadixCache(BlockPool* pool, const KvLayout& layout) : pool_(pool), layout_(layout) {
+RadixCache::RadixCache(BlockPool* pool, const KvLayout& layout, BlockPool* host_pool)
+    : pool_(pool), host_pool_(host_pool), layout_(layout) {
   SE_CHECK(pool != nullptr, "radix cache: no pool");
   const Status valid = layout.validate();
   SE_CHECK(valid.is_ok(), "radix cache: {}", valid.message());
@@ -27,7 +29,7 @@ RadixCache::RadixCache(BlockPool* pool, const KvLayout& layout) : pool_(pool), l
 RadixCache::~RadixCache() {
   for (NodeId id = 1; id < static_cast<NodeId>(nodes_.size()); ++id) {
     const Node& n = nodes_[static_cast<size_t>(id)];
-    if (n.live && n.resident) pool_->release(node_pages(id));
+    if (n.live && n.resident) (n.on_host ? host_pool_ : pool_)->release(node_pages(id));
   }
 }
 
@@ -53,7 +55,7 @@ RadixCache::NodeId RadixCache::find_child(NodeId parent, uint64_t hash,
 }
 
 int32_t RadixCache::node_page(NodeId id, int32_t stream) const {
-  SE_CHECK(nodes_[static_cast<size_t>(id)].resident, "radix cache: node {} holds no pages", id);
+  SE_CHECK(holds_device_pages(nodes_[static_cast<size_t>(id)]), "radix cache: node {} holds no device pages", id);
   return node_pages(id)[static_cast<size_t>(stream)];
 }
 
@@ -64,17 +66,23 @@ bool RadixCache::is_inner_segment_node(NodeId id) const {
 
 bool RadixCache::is_evictable(NodeId id) const {
   const Node& n = nodes_[static_cast<size_t>(id)];
-  return id != kRootNode && n.live && n.num_children == 0 && n.lock_ref == 0;
+  return id != kRootNode && n.live && !n.on_host && n.num_children == n.num_host_children && n.lock_ref == 0;
+}
+
+bool RadixCache::is_host_evictable(NodeId id) const {
+  const Node& n = nodes_[static_cast<size_t>(id)];
+  return n.live && n.on_host && n.num_children == 0 && n.lock_ref == 0;
 }
 
 void RadixCache::update_lru(NodeId id) {
   Node& n = nodes_[static_cast<size_t>(id)];
-  const bool evictable = is_evictable(id);
+  const bool evictable = n.on_host ? is_host_evictable(id) : is_evictable(id);
   if (evictable == n.in_lru) return;
+  auto& lru = n.on_host ? host_lru_ : lru_;
   if (evictable) {
-    lru_.emplace(n.last_access, id);
+    lru.emplace(n.last_access, id);
   } else {
-    lru_.erase({n.last_access, id});
+    lru.erase({n.last_access, id});
   }
   n.in_lru = evictable;
 }
@@ -82,10 +90,101 @@ void RadixCache::update_lru(NodeId id) {
 void RadixCache::touch(NodeId id, uint64_t tick) {
   Node& n = nodes_[static_cast<size_t>(id)];
   if (n.in_lru) {
-    lru_.erase({n.last_access, id});
-    lru_.emplace(tick, id);
+    auto& lru = n.on_host ? host_lru_ : lru_;
+    lru.erase({n.last_access, id});
+    lru.emplace(tick, id);
   }
   n.last_access = tick;
+}
+
+bool RadixCache::move_pages(NodeId id, BlockPool* from, BlockPool* to, int32_t* num_freed_in_from) {
+  const int32_t num_streams = layout_.num_streams();
+  Result<std::vector<int32_t>> copies = to->allocate(num_streams);
+  if (!copies.is_ok()) return false;
+  int32_t* pages = pages_.data() + static_cast<size_t>(id) * static_cast<size_t>(num_streams);
+  const PageStorage* src = from->storage();
+  const PageStorage* dst = to->storage();
+  if (src != nullptr && dst != nullptr) {  // id-only pools (scheduling tests) have no bytes to move
+    std::vector<PageCopy> moves;
+    moves.reserve(static_cast<size_t>(num_streams));
+    for (int32_t s = 0; s < num_streams; ++s)
+      moves.push_back(PageCopy{dst->page((*copies)[static_cast<size_t>(s)]), src->page(pages[s])});
+    copy_pages(src->device() == Device::kCpu ? dst->device() : src->device(), moves, src->page_bytes());
+  }
+  *num_freed_in_from += from->release(std::span<const int32_t>(pages, static_cast<size_t>(num_streams)));
+  std::copy(copies->begin(), copies->end(), pages);
+  return true;
+}
+
+bool RadixCache::offload(NodeId id, int32_t* num_freed) {
+  const Node& n = nodes_[static_cast<size_t>(id)];
+  const int32_t needed = layout_.num_streams();
+  if (host_pool_ == nullptr || host_pool_->num_total_pages() < needed || !n.resident || n.segment_first >= 0 ||
+      nodes_[static_cast<size_t>(n.parent)].segment_first >= 0)
+    return false;
+  while (host_pool_->num_free_pages() < needed && !host_lru_.empty()) {
+    int32_t num_freed_on_host = 0;
+    remove_leaf(host_lru_.begin()->second, &num_freed_on_host);
+  }
+  if (host_pool_->num_free_pages() < needed) return false;
+  Node& node = nodes_[static_cast<size_t>(id)];
+  lru_.erase({node.last_access, id});
+  node.in_lru = false;
+  SE_CHECK(move_pages(id, pool_, host_pool_, num_freed), "radix cache: the host tier's free pages vanished");
+  node.on_host = true;
+  --num_resident_nodes_;
+  ++num_host_nodes_;
+  ++nodes_[static_cast<size_t>(node.parent)].num_host_children;
+  update_lru(id);
+  update_lru(node.parent);
+  return true;
+}
+
+void RadixCache::mark_on_device(NodeId id) {
+  Node& n = nodes_[static_cast<size_t>(id)];
+  if (n.in_lru) host_lru_.erase({n.last_access, id});
+  n.in_lru = false;
+  n.on_host = false;
+  --num_host_nodes_;
+  ++num_resident_nodes_;
+  if (n.lock_ref > 0) ++num_locked_resident_nodes_;
+  --nodes_[static_cast<size_t>(n.parent)].num_host_children;
+  update_lru(id);
+  update_lru(n.parent);
+}
+
+bool RadixCache::retrieve(NodeId id) {
+  const int32_t needed = layout_.num_streams();
+  if (pool_->num_free_pages() < needed) evict(needed - pool_->num_free_pages());
+  int32_t num_freed_on_host = 0;
+  if (!move_pages(id, host_pool_, pool_, &num_freed_on_host)) return false;
+  mark_on_device(id);
+  return true;
+}
+
+bool RadixCache::retrieve_path(std::vector<NodeId>& nodes) {
+  const auto first_on_host =
+      std::find_if(nodes.begin(), nodes.end(), [&](NodeId id) { return nodes_[static_cast<size_t>(id)].on_host; });
+  if (first_on_host == nodes.end()) return false;
+  // Pinned while pages move: the path's device nodes against eviction, its host nodes against the host's.
+  const NodeId last = nodes.back();
+  lock(last);
+  auto retrieved_end = first_on_host;
+  while (retrieved_end != nodes.end() && retrieve(*retrieved_end)) ++retrieved_end;
+  unlock(last);
+  nodes.erase(retrieved_end, nodes.end());
+  return true;
+}
+
+void RadixCache::drop_host_children(NodeId id) {
+  for (NodeId child = 1; child < static_cast<NodeId>(nodes_.size()); ++child) {
+    if (nodes_[static_cast<size_t>(id)].num_host_children == 0) return;
+    const Node& n = nodes_[static_cast<size_t>(child)];
+    if (n.live && n.parent == id) {
+      int32_t num_freed_on_device = 0;  // host nodes free none
+      remove_leaf(child, &num_freed_on_device);
+    }
+  }
 }
 
 RadixCache::PrefixMatch RadixCache::walk(std::span<const int32_t> tokens, size_t max_blocks,
@@ -138,6 +237,9 @@ RadixCache::PrefixMatch RadixCache::match_prefix(std::span<const int32_t> tokens
   const size_t max_blocks =
       tokens.empty() ? 0 : (tokens.size() - 1) / static_cast<size_t>(layout_.page_size);
   PrefixMatch match = walk(tokens, max_blocks, /*whole_segments=*/true);
+  // The path's host nodes are its tail and none is in a segment: the walk over the blocks brought back ends at
+  // a plain node, and lists device pages now.
+  if (retrieve_path(match.nodes)) match = walk(tokens, match.nodes.size(), /*whole_segments=*/true);
   match.resident_positions = resident_positions(match);
   const uint64_t tick = ++clock_;
   for (NodeId id : match.nodes) touch(id, tick);
@@ -163,7 +265,7 @@ void RadixCache::lock(NodeId node) {
     Node& n = nodes_[static_cast<size_t>(id)];
     if (n.lock_ref++ == 0) {
       ++num_locked_nodes_;
-      if (n.resident) ++num_locked_resident_nodes_;
+      if (holds_device_pages(n)) ++num_locked_resident_nodes_;
       update_lru(id);
     }
   }
@@ -178,7 +280,7 @@ void RadixCache::unlock(NodeId node) {
     SE_CHECK(n.lock_ref > 0, "radix cache: unlock of node {} which is not locked", id);
     if (--n.lock_ref == 0) {
       --num_locked_nodes_;
-      if (n.resident) --num_locked_resident_nodes_;
+      if (holds_device_pages(n)) --num_locked_resident_nodes_;
       update_lru(id);
     }
   }
@@ -248,6 +350,16 @@ Result<RadixCache::InsertResult> RadixCache::insert(std::span<const int32_t> tok
     NodeId child = find_child(parent, hash, block);
     if (child >= 0) {
       ++result.num_cached_blocks;
+      if (nodes_[static_cast<size_t>(child)].on_host && b >= num_unresident_blocks) {
+        // The sequence holds this block's KV on the device: the node takes its pages instead of the host's.
+        host_pool_->release(node_pages(child));
+        int32_t* pages = pages_.data() + static_cast<size_t>(child) * static_cast<size_t>(num_streams);
+        for (int32_t s = 0; s < num_streams; ++s) {
+          pages[s] = view.page_ids[static_cast<int64_t>(s) * view.stride + b - num_unresident_blocks];
+          pool_->retain(pages[s]);
+        }
+        mark_on_device(child);
+      }
     } else {
       if (by_hash_.contains(hash)) break;  // collision with another block: leave the rest uncached
       // An inner segment node keeps its one child; the blocks of a prefix the sequence attached are
@@ -276,9 +388,14 @@ Result<RadixCache::InsertResult> RadixCache::insert(std::span<const int32_t> tok
 }
 
 void RadixCache::remove_leaf(NodeId id, int32_t* num_freed) {
+  if (nodes_[static_cast<size_t>(id)].num_host_children > 0) drop_host_children(id);
   Node& n = nodes_[static_cast<size_t>(id)];
-  if (n.in_lru) lru_.erase({n.last_access, id});
-  if (n.resident) {
+  if (n.in_lru) (n.on_host ? host_lru_ : lru_).erase({n.last_access, id});
+  if (n.on_host) {
+    host_pool_->release(node_pages(id));
+    --num_host_nodes_;
+    --nodes_[static_cast<size_t>(n.parent)].num_host_children;
+  } else if (n.resident) {
     *num_freed += pool_->release(node_pages(id));
     --num_resident_nodes_;
   }
@@ -297,7 +414,8 @@ void RadixCache::remove_leaf(NodeId id, int32_t* num_freed) {
 int32_t RadixCache::evict(int32_t num_pages_needed) {
   int32_t num_freed = 0;
   while (num_freed < num_pages_needed && !lru_.empty()) {
-    remove_leaf(lru_.begin()->second, &num_freed);
+    const NodeId id = lru_.begin()->second;
+    if (!offload(id, &num_freed)) remove_leaf(id, &num_freed);
   }
   return num_freed;
 }
@@ -332,6 +450,7 @@ Result<std::vector<RadixCache::NodeId>> RadixCache::prunable_nodes(std::span<con
     if (n.lock_ref > 0) {
       return unavailable("block {} is in use by {} running request(s)", block, n.lock_ref);
     }
+    if (n.on_host) return unavailable("block {} is on the host tier", block);
     for (int32_t page : node_pages(nodes[i])) {
       if (pool_->ref_count(page) != 1) {
         return unavailable("block {} page {} is also held outside the prefix cache", block, page);
@@ -352,7 +471,7 @@ int32_t RadixCache::commit_prune(std::span<const NodeId> nodes,
   int32_t num_freed = 0;
   for (size_t i = 0; i < nodes.size(); ++i) {
     Node& n = nodes_[static_cast<size_t>(nodes[i])];
-    SE_CHECK(n.live && n.lock_ref == 0 && n.segment_first < 0 && n.resident,
+    SE_CHECK(n.live && n.lock_ref == 0 && n.segment_first < 0 && holds_device_pages(n),
              "radix cache: node {} cannot be pruned", nodes[i]);
     n.segment_first = nodes.front();
     n.segment_last = nodes.back();
@@ -456,12 +575,16 @@ Status RadixCache::check_integrity() const {
     return internal_error("radix cache: root node is damaged");
   }
   std::vector<int32_t> num_children(num_slots, 0);
+  std::vector<int32_t> num_host_children(num_slots, 0);
   std::vector<int64_t> child_locks(num_slots, 0);
   std::vector<int32_t> held_pages;
+  std::vector<int32_t> held_host_pages;
   int32_t num_live = 0;
   int32_t num_locked = 0;
   int32_t num_in_lru = 0;
+  int32_t num_in_host_lru = 0;
   int32_t num_resident = 0;
+  int32_t num_on_host = 0;
   int32_t num_locked_resident = 0;
   for (NodeId id = 1; id < static_cast<NodeId>(num_slots); ++id) {
     const Node& n = nodes_[static_cast<size_t>(id)];
@@ -480,7 +603,10 @@ Status RadixCache::check_integrity() const {
       return internal_error("radix cache: node {} does not lead to the root", id);
     }
     ++num_children[static_cast<size_t>(n.parent)];
+    num_host_children[static_cast<size_t>(n.parent)] += n.on_host ? 1 : 0;
     child_locks[static_cast<size_t>(n.parent)] += n.lock_ref;
+    if (nodes_[static_cast<size_t>(n.parent)].on_host && !n.on_host)
+      return internal_error("radix cache: node {} is on the device under host node {}", id, n.parent);
     if (n.hash != hash_block(nodes_[static_cast<size_t>(n.parent)].hash, node_tokens(id))) {
       return internal_error("radix cache: node {} hash does not match its tokens and parent", id);
     }
@@ -494,6 +620,17 @@ Status RadixCache::check_integrity() const {
       for (int32_t page : node_pages(id)) {
         if (page != -1)
           return internal_error("radix cache: pruned node {} lists page {}", id, page);
+      }
+      continue;
+    }
+    if (n.on_host) {
+      if (host_pool_ == nullptr || n.segment_first >= 0)
+        return internal_error("radix cache: node {} is on a host tier it may not be on", id);
+      ++num_on_host;
+      for (int32_t page : node_pages(id)) {
+        if (!host_pool_->is_valid_id(page) || host_pool_->ref_count(page) == 0)
+          return internal_error("radix cache: host node {} holds page {} which is not in use", id, page);
+        held_host_pages.push_back(page);
       }
       continue;
     }
@@ -517,13 +654,17 @@ Status RadixCache::check_integrity() const {
       return internal_error("radix cache: node {} lock count {} below its children's {}", id,
                             n.lock_ref, child_locks[static_cast<size_t>(id)]);
     }
-    if (n.in_lru != is_evictable(id)) {
+    if (n.num_host_children != num_host_children[static_cast<size_t>(id)]) {
+      return internal_error("radix cache: node {} counts {} children on the host, has {}", id, n.num_host_children,
+                            num_host_children[static_cast<size_t>(id)]);
+    }
+    if (n.in_lru != (n.on_host ? is_host_evictable(id) : is_evictable(id))) {
       return internal_error("radix cache: node {} LRU membership is wrong", id);
     }
     if (n.in_lru) {
-      ++num_in_lru;
-      if (!lru_.contains({n.last_access, id})) {
-        return internal_error("radix cache: node {} not in LRU set", id);
+      ++(n.on_host ? num_in_host_lru : num_in_lru);
+      if (!(n.on_host ? host_lru_ : lru_).contains({n.last_access, id})) {
+        return internal_error("radix cache: node {} not in its tier's LRU set", id);
       }
     }
   }
@@ -533,9 +674,12 @@ Status RadixCache::check_integrity() const {
                           num_resident, num_locked_resident, num_resident_nodes_,
                           num_locked_resident_nodes_);
   }
-  if (num_in_lru != static_cast<int32_t>(lru_.size())) {
-    return internal_error("radix cache: LRU set has {} entries for {} evictable leaves",
-                          lru_.size(), num_in_lru);
+  if (num_in_lru != static_cast<int32_t>(lru_.size()) || num_in_host_lru != static_cast<int32_t>(host_lru_.size())) {
+    return internal_error("radix cache: LRU sets have {} and {} entries for {} and {} evictable nodes", lru_.size(),
+                          host_lru_.size(), num_in_lru, num_in_host_lru);
+  }
+  if (num_on_host != num_host_nodes_) {
+    return internal_error("radix cache: {} nodes on the host, counter says {}", num_on_host, num_host_nodes_);
   }
   if (num_live != static_cast<int32_t>(by_hash_.size())) {
     return internal_error("radix cache: {} live nodes, hash index has {}", num_live,
@@ -550,10 +694,13 @@ Status RadixCache::check_integrity() const {
     return internal_error("radix cache: root + {} live + {} free node slots != {} slots", num_live,
                           free_node_ids_.size(), num_slots);
   }
-  std::sort(held_pages.begin(), held_pages.end());
-  const auto dup = std::adjacent_find(held_pages.begin(), held_pages.end());
-  if (dup != held_pages.end()) {
-    return internal_error("radix cache: page {} held by two nodes or streams", *dup);
+  for (std::vector<int32_t>* held : {&held_pages, &held_host_pages}) {
+    std::sort(held->begin(), held->end());
+    const auto dup = std::adjacent_find(held->begin(), held->end());
+    if (dup != held->end()) {
+      return internal_error("radix cache: {} page {} held by two nodes or streams",
+                            held == &held_pages ? "device" : "host", *dup);
+    }
   }
   return Status::ok();
 }

@@ -70,6 +70,10 @@ std::string render_prometheus(const EngineStats& s, std::string_view model_name)
   e.scalar("kv_pages_chains", "gauge", "KV cache pages held by idle Chain Cache chains (reclaimable).",
            s.num_kv_pages_chains);
   e.scalar("num_chains", "gauge", "Chain Cache chains, idle or with a turn in flight.", s.num_chains);
+  e.scalar("kv_host_pages_total", "gauge", "KV pages of the host tier (0 without one).", s.num_kv_host_pages_total);
+  e.scalar("kv_host_pages_used", "gauge", "Host tier KV pages held by offloaded state.", s.num_kv_host_pages_used);
+  e.scalar("num_chains_on_host", "gauge", "Idle Chain Cache chains whose KV is on the host tier.",
+           s.num_chains_on_host);
   e.scalar("kv_cache_usage_perc", "gauge", "Fraction of KV cache pages used (1 = full).",
            ratio(static_cast<double>(s.num_kv_pages_used), static_cast<double>(s.num_kv_pages_total)));
   e.scalar("prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.",

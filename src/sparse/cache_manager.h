@@ -27,12 +27,22 @@
 namespace se {
 
 // A sequence's cache state taken out of the cache (Chain Cache keeps these between turns). Holds page
-// references until restored or destroyed.
+// references until restored or destroyed: in the device pool, or on the cache's host tier once offloaded.
 class SequenceSnapshot {
  public:
   virtual ~SequenceSnapshot() = default;
   virtual int32_t num_logical_tokens() const = 0;
+  // Device pool pages it holds (none once offloaded).
   virtual int64_t num_held_pages() const = 0;
+  // Moves its pages to the host tier (nothing to do when they are there), freeing its device pages; restore brings
+  // them back. kUnimplemented without a host tier, kOutOfRange when the tier could never hold it,
+  // kResourceExhausted while the tier lacks room; nothing changes on error.
+  virtual Status offload() { return unimplemented("this cache keeps no host tier"); }
+  virtual bool is_offloaded() const { return false; }
+  // Host tier pages it holds (none unless offloaded).
+  virtual int64_t num_host_pages() const { return 0; }
+  // Free device pages restoring it takes (none unless offloaded).
+  virtual int64_t num_pages_to_restore() const { return 0; }
 };
 
 class CacheManager : public KvStreams {
@@ -44,6 +54,9 @@ class CacheManager : public KvStreams {
   virtual int64_t num_free_pages() const = 0;
   // Pages available now: free in the pool plus what the prefix cache could give back.
   virtual int64_t num_available_pages() const = 0;
+  // The host tier's pages in all and free (0 and 0 without one).
+  virtual int64_t num_host_pages() const { return 0; }
+  virtual int64_t num_free_host_pages() const { return 0; }
   // Pages a sequence must newly take to compute `num_new_tokens` more tokens this step.
   virtual int64_t pages_to_reserve(int32_t seq, int32_t num_new_tokens) const = 0;
   // Pages the sequence holds now.
@@ -60,7 +73,9 @@ class CacheManager : public KvStreams {
   virtual void on_computed(int32_t seq, std::span<const int32_t> tokens, int32_t num_computed) = 0;
   // Releases the sequence (what it computed may stay behind in the prefix cache).
   virtual void close(int32_t seq) = 0;
-  // Takes the sequence's state out of the cache (the sequence is closed) / opens `seq` on a snapshot.
+  // Takes the sequence's state out of the cache (the sequence is closed) / opens `seq` on a snapshot (an offloaded
+  // one's pages come back into the device pool first: kResourceExhausted when it lacks num_pages_to_restore()
+  // free pages, the prefix cache's evictable ones included).
   virtual std::unique_ptr<SequenceSnapshot> snapshot(int32_t seq) = 0;
   virtual Status restore(int32_t seq, std::unique_ptr<SequenceSnapshot> snapshot) = 0;
 

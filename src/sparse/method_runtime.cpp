@@ -9,13 +9,15 @@ namespace se {
 
 Result<std::unique_ptr<CacheManager>> MethodRuntime::create_cache(const CacheSpec& spec) {
   if (spec.layout.kivi()) {
+    if (spec.num_host_pages > 0) return unimplemented("the KIVI store keeps no host tier yet");
     SE_ASSIGN_OR_RETURN(std::unique_ptr<KiviCacheManager> cache,
                         KiviCacheManager::create(spec.layout, spec.num_pages, spec.allocator));
     return std::unique_ptr<CacheManager>(std::move(cache));
   }
   SE_ASSIGN_OR_RETURN(std::unique_ptr<PagedCacheManager> cache,
                       PagedCacheManager::create(spec.layout, spec.num_pages, spec.allocator,
-                                                spec.enable_prefix_caching && traits().keeps_full_history));
+                                                spec.enable_prefix_caching && traits().keeps_full_history,
+                                                spec.num_host_pages, spec.host_allocator));
   return std::unique_ptr<CacheManager>(std::move(cache));
 }
 

@@ -85,6 +85,8 @@ struct CacheSpec {
   int32_t num_pages = 0;
   Allocator* allocator = nullptr;
   bool enable_prefix_caching = true;  // what the user asked; a method without full history turns it off
+  int32_t num_host_pages = 0;         // the host tier idle state can move to (0: none)
+  Allocator* host_allocator = nullptr;  // host memory for it (pinned beside a GPU)
 };
 
 class MethodRuntime {

@@ -2,6 +2,7 @@
 
 #include "base/check.h"
 #include "backend/ops.h"
+#include "kv/page_table_transfer.h"
 
 namespace se {
 
@@ -11,31 +12,69 @@ constexpr const char* kNoLatentPruning = "prefix pruning does not run over a sha
 }  // namespace
 
 Result<std::unique_ptr<PagedCacheManager>> PagedCacheManager::create(const KvLayout& layout, int32_t num_pages,
-                                                                     Allocator* allocator,
-                                                                     bool enable_prefix_caching) {
+                                                                     Allocator* allocator, bool enable_prefix_caching,
+                                                                     int32_t num_host_pages,
+                                                                     Allocator* host_allocator) {
   SE_RETURN_IF_ERROR(layout.validate());
   SE_ASSIGN_OR_RETURN(std::unique_ptr<ArenaPageStorage> storage,
                       ArenaPageStorage::create(allocator, num_pages, layout.page_bytes()));
+  std::unique_ptr<ArenaPageStorage> host_storage;
+  if (num_host_pages > 0) {
+    if (host_allocator == nullptr || host_allocator->device() != Device::kCpu)
+      return invalid_argument("the host tier's {} pages need a host memory allocator", num_host_pages);
+    SE_ASSIGN_OR_RETURN(host_storage, ArenaPageStorage::create(host_allocator, num_host_pages, layout.page_bytes()));
+  }
   return std::unique_ptr<PagedCacheManager>(
-      new PagedCacheManager(layout, std::move(storage), enable_prefix_caching));
+      new PagedCacheManager(layout, std::move(storage), enable_prefix_caching, std::move(host_storage)));
 }
 
 PagedCacheManager::PagedCacheManager(const KvLayout& layout, std::unique_ptr<PageStorage> storage,
-                                     bool enable_prefix_caching)
-    : CacheManager(layout), pool_(std::move(storage)) {
-  if (enable_prefix_caching) radix_ = std::make_unique<RadixCache>(&pool_, layout);
+                                     bool enable_prefix_caching, std::unique_ptr<PageStorage> host_storage)
+    : CacheManager(layout),
+      pool_(std::move(storage)),
+      host_pool_(host_storage ? std::make_unique<BlockPool>(std::move(host_storage)) : nullptr) {
+  if (enable_prefix_caching) radix_ = std::make_unique<RadixCache>(&pool_, layout, host_pool_.get());
   if (layout.store == KvStoreKind::kFp8E4M3) fp8_scales_.emplace(layout.num_layers, layout.num_kv_heads);
 }
 
 namespace {
 class PagedSnapshot final : public SequenceSnapshot {
  public:
-  PagedSnapshot(PageTable table, SlotPositions positions)
-      : table(std::move(table)), positions(std::move(positions)) {}
+  PagedSnapshot(PageTable table, SlotPositions positions, BlockPool* device_pool, BlockPool* host_pool)
+      : table(std::move(table)), positions(std::move(positions)), device_pool_(device_pool), host_pool_(host_pool) {}
   int32_t num_logical_tokens() const override { return table.num_logical_tokens(); }
-  int64_t num_held_pages() const override { return table.num_held_pages(); }
-  PageTable table;
+  int64_t num_held_pages() const override { return on_host ? 0 : table.num_held_pages(); }
+  int64_t num_host_pages() const override { return on_host ? table.num_held_pages() : 0; }
+  int64_t num_pages_to_restore() const override { return on_host ? pages_to_copy_page_table(table) : 0; }
+  bool is_offloaded() const override { return on_host; }
+
+  Status offload() override {
+    if (host_pool_ == nullptr) return unimplemented("no host tier to offload to (--kv-offloading-size)");
+    if (on_host) return Status::ok();
+    const int64_t needed = pages_to_copy_page_table(table);
+    if (needed > host_pool_->num_total_pages())
+      return out_of_range("the host tier's {} pages can never hold a snapshot of {}", host_pool_->num_total_pages(),
+                          needed);
+    SE_ASSIGN_OR_RETURN(PageTable copy, copy_page_table(table, *device_pool_, host_pool_));
+    table = std::move(copy);  // the device pages go back to the pool
+    on_host = true;
+    return Status::ok();
+  }
+  // Back into the device pool. Precondition: on_host.
+  Status retrieve() {
+    SE_ASSIGN_OR_RETURN(PageTable copy, copy_page_table(table, *host_pool_, device_pool_));
+    table = std::move(copy);
+    on_host = false;
+    return Status::ok();
+  }
+
+  PageTable table;  // over the device pool, or over the host tier's once offloaded
   SlotPositions positions;
+  bool on_host = false;
+
+ private:
+  BlockPool* device_pool_;
+  BlockPool* host_pool_;  // null without a host tier
 };
 }  // namespace
 
@@ -126,7 +165,7 @@ void PagedCacheManager::close(int32_t seq) {
 
 std::unique_ptr<SequenceSnapshot> PagedCacheManager::snapshot(int32_t seq) {
   Sequence& s = sequence(seq);
-  auto snap = std::make_unique<PagedSnapshot>(std::move(s.table), std::move(s.positions));
+  auto snap = std::make_unique<PagedSnapshot>(std::move(s.table), std::move(s.positions), &pool_, host_pool_.get());
   close(seq);
   return snap;
 }
@@ -135,6 +174,11 @@ Status PagedCacheManager::restore(int32_t seq, std::unique_ptr<SequenceSnapshot>
   if (sequences_.count(seq) != 0) return failed_precondition("sequence {} is already open", seq);
   auto* paged = dynamic_cast<PagedSnapshot*>(snapshot.get());
   if (paged == nullptr) return invalid_argument("restore: the snapshot was not taken by a paged cache");
+  if (paged->on_host) {
+    const int64_t needed = paged->num_pages_to_restore();
+    if (needed > pool_.num_free_pages() && radix_) radix_->evict(static_cast<int32_t>(needed - pool_.num_free_pages()));
+    SE_RETURN_IF_ERROR(paged->retrieve());
+  }
   sequences_.emplace(seq, Sequence{std::move(paged->table), std::move(paged->positions)});
   return Status::ok();
 }
@@ -339,6 +383,7 @@ Result<int32_t> PagedCacheManager::prune_prefix(std::span<const int32_t> tokens,
 
 Status PagedCacheManager::check_integrity() const {
   SE_RETURN_IF_ERROR(pool_.check_integrity());
+  if (host_pool_) SE_RETURN_IF_ERROR(host_pool_->check_integrity().with_context("host tier"));
   if (radix_) SE_RETURN_IF_ERROR(radix_->check_integrity());
   const KvLayout& l = layout();
   for (const auto& [seq, s] : sequences_) {

@@ -3,7 +3,10 @@
 // common prompt prefix reuse its pages; eviction methods run it without the prefix cache and compact their
 // streams in place (evict). The layout's store kind (kv/kv_store_kind.h) says what the pages hold: explicit K/V,
 // or FP8 codes with per-(layer, KV head) scales fixed by the first batch each layer writes (kv/fp8_scale_table.h);
-// the views are then kQuantized and eviction and the prefix caches move the codes as they are. Engine thread only.
+// the views are then kQuantized and eviction and the prefix caches move the codes as they are. An optional host
+// tier (a second pool of the same pages in host memory: pinned beside a GPU) takes snapshots' pages when they are
+// offloaded (kv/page_table_transfer.h copies them; restore brings them back) and the radix cache's evicted
+// blocks. Engine thread only.
 #pragma once
 
 #include <memory>
@@ -24,14 +27,19 @@ namespace se {
 
 class PagedCacheManager final : public CacheManager {
  public:
-  // A pool of `num_pages` pages of `layout` from `allocator`.
+  // A pool of `num_pages` pages of `layout` from `allocator`, and a host tier of `num_host_pages` pages from
+  // `host_allocator` (none when 0).
   static Result<std::unique_ptr<PagedCacheManager>> create(const KvLayout& layout, int32_t num_pages,
-                                                           Allocator* allocator, bool enable_prefix_caching);
+                                                           Allocator* allocator, bool enable_prefix_caching,
+                                                           int32_t num_host_pages = 0,
+                                                           Allocator* host_allocator = nullptr);
 
   int64_t num_total_pages() const override { return pool_.num_total_pages(); }
   int64_t num_available_pages() const override;
   int64_t pages_to_reserve(int32_t seq, int32_t num_new_tokens) const override;
   int64_t num_held_pages(int32_t seq) const override;
+  int64_t num_host_pages() const override { return host_pool_ ? host_pool_->num_total_pages() : 0; }
+  int64_t num_free_host_pages() const override { return host_pool_ ? host_pool_->num_free_pages() : 0; }
 
   Result<int32_t> open(int32_t seq, std::span<const int32_t> prompt) override;
   Status reserve(int32_t seq, int32_t num_new_tokens) override;
@@ -74,7 +82,8 @@ class PagedCacheManager final : public CacheManager {
     int32_t num_unresident_blocks = 0;
   };
 
-  PagedCacheManager(const KvLayout& layout, std::unique_ptr<PageStorage> storage, bool enable_prefix_caching);
+  PagedCacheManager(const KvLayout& layout, std::unique_ptr<PageStorage> storage, bool enable_prefix_caching,
+                    std::unique_ptr<PageStorage> host_storage);
   Sequence& sequence(int32_t seq);
   const Sequence& sequence(int32_t seq) const;
   // Checks that stream (layer, kv_head) exists and marks it in stream_listed_: kInvalidArgument when it does not,
@@ -86,6 +95,7 @@ class PagedCacheManager final : public CacheManager {
                           const std::vector<int32_t>& q_indptr) const;
 
   BlockPool pool_;
+  std::unique_ptr<BlockPool> host_pool_;  // the host tier; null without one
   std::unique_ptr<RadixCache> radix_;  // null when prefix caching is off
   std::optional<Fp8ScaleTable> fp8_scales_;  // the FP8 store's scales; empty for explicit pages
   std::unordered_map<int32_t, Sequence> sequences_;

@@ -19,6 +19,10 @@ class RetainedSequence final : public ChainState {
 
   int64_t num_held_pages() const override { return kv_->num_held_pages(); }
   int32_t num_logical_tokens() const override { return kv_->num_logical_tokens(); }
+  Status offload() override { return kv_->offload(); }
+  bool is_offloaded() const override { return kv_->is_offloaded(); }
+  int64_t num_host_pages() const override { return kv_->num_host_pages(); }
+  int64_t num_pages_to_restore() const override { return kv_->num_pages_to_restore(); }
   SequenceSnapshot& kv() { return *kv_; }
 
   std::unique_ptr<SequenceSnapshot> take_kv() { return std::move(kv_); }

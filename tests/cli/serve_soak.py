@@ -7,7 +7,8 @@ nothing runs or waits, the engine's request counters match what the clients saw,
 
 The CTest (test_serve_soak.py) runs 1,000 requests; the long run is a command:
     .venv/bin/python tests/cli/serve_soak.py --requests 10000 [--concurrency 24] [--max-seconds 7200]
-which prints its figures as JSON."""
+which prints its figures as JSON; --kv-offloading-size GiB gives the server a host tier that keeps reclaimed chains
+(a prune of a chain waiting there may then be blocked, and the session goes on unpruned)."""
 import argparse
 import collections
 import concurrent.futures
@@ -51,18 +52,31 @@ def words(rng, lo, hi):
 
 
 class Tally:
-    """Generation requests the server accepted (answered 200) and chain turns that resumed a chain, counted from
-    every client thread."""
+    """Generation requests the server accepted (answered 200), chain turns that resumed a chain, were rebuilt
+    (preempted mid-turn) or found it reclaimed (404/410), and prunes blocked on a chain kept on the host tier,
+    counted from every client thread."""
 
     def __init__(self):
         self._lock = threading.Lock()
         self.accepted = 0
         self.resumed = 0
+        self.rebuilt = 0
+        self.gone = 0
+        self.prunes_blocked = 0
 
-    def add(self, resumed=False):
+    def add(self, resumed=False, rebuilt=False):
         with self._lock:
             self.accepted += 1
             self.resumed += resumed
+            self.rebuilt += rebuilt
+
+    def add_gone(self):
+        with self._lock:
+            self.gone += 1
+
+    def add_prune_blocked(self):
+        with self._lock:
+            self.prunes_blocked += 1
 
 
 class Client:
@@ -209,11 +223,12 @@ def chain_session(client, rng, tally):
             body["chain_append_start"] = len(messages) - 1
         r = client.post("/v1/chat/completions", body)
         if chain_id is not None and r.status_code in (404, 410):
+            tally.add_gone()
             return "chain_reclaimed"
         if r.status_code != 200:
             return f"turn {turn}: HTTP {r.status_code}: {r.text[:200]}"
         data = r.json()
-        tally.add(resumed=data.get("chain_status") == "resumed")
+        tally.add(resumed=data.get("chain_status") == "resumed", rebuilt=data.get("chain_status") == "rebuilt")
         expected = ("created",) if chain_id is None else ("resumed", "rebuilt")
         if data.get("chain_status") not in expected:
             return f"turn {turn}: chain_status {data.get('chain_status')}"
@@ -221,7 +236,9 @@ def chain_session(client, rng, tally):
         messages.append({"role": "assistant", "content": data["choices"][0]["message"]["content"]})
         if turn > 0 and rng.random() < 0.5:
             outcome = prune_tool_result(client, chain_id, messages)
-            if outcome != "ok":
+            if outcome == "blocked":  # the chain waits on the host tier, whole: the session goes on unpruned
+                tally.add_prune_blocked()
+            elif outcome != "ok":
                 return outcome
         messages.append({"role": "user", "content": "Result: " + words(rng, 40, 90)})
     return "ok"
@@ -245,6 +262,8 @@ def prune_tool_result(client, chain_id, messages):
         return "ok"
     if status["status"] == "failed" and "was reclaimed" in status["reason"]:
         return "chain_reclaimed"
+    if status["status"] == "blocked" and "host tier" in status["reason"]:
+        return "blocked"
     return f"prune {status}"
 
 
@@ -312,6 +331,11 @@ def soak(server: ServerProcess, num_requests: int, concurrency: int, max_seconds
     return {"requests": num_requests, "concurrency": concurrency, "seconds": round(seconds, 1),
             "requests_per_second": round(num_requests / seconds, 2), "outcomes": dict(sorted(outcomes.items())),
             "generation_requests": tally.accepted, "chain_turns_resumed": tally.resumed,
+            "chain_turns_rebuilt": tally.rebuilt, "chain_turns_gone": tally.gone,
+            "chain_prunes_blocked": tally.prunes_blocked,
+            "host_pages_total": m.get("sparse_engine_kv_host_pages_total", 0),
+            "host_pages_used": m.get("sparse_engine_kv_host_pages_used", 0),
+            "chains_on_host": m.get("sparse_engine_num_chains_on_host", 0),
             "preemptions": m["sparse_engine_preemptions_total"],
             "chains_left": m["sparse_engine_num_chains"], "pages_total": m["sparse_engine_kv_pages_total"],
             "pages_free": m["sparse_engine_kv_pages_free"], "pages_chains": m["sparse_engine_kv_pages_chains"]}
@@ -323,8 +347,10 @@ def main():
     parser.add_argument("--concurrency", type=int, default=24)
     parser.add_argument("--max-seconds", type=float, default=7200)
     parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--kv-offloading-size", default="0",
+                        help="GiB of host tier the server keeps idle chains in (the server flag; 0 = none)")
     args = parser.parse_args()
-    server = ServerProcess(*SERVER_ARGS)
+    server = ServerProcess(*SERVER_ARGS, "--kv-offloading-size", args.kv_offloading_size)
     try:
         figures = soak(server, args.requests, args.concurrency, args.max_seconds, args.seed)
     finally:

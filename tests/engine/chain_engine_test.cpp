@@ -576,6 +576,204 @@ TEST(ChainOracleTest, ReleaseKeepsAnUntouchedStateAndLosesAStartedOne) {
   EXPECT_EQ((*cache)->num_free_pages(), num_total);
 }
 
+// The host tier: idle chains the pool reclaims move to host memory and resume from it. Device pool: 330 pages of
+// 4 tokens; SnapKV(32) leaves a 70-token turn of 6 tokens 4 streams x 10 pages, so a 300-token plain request (4 x
+// 77 pages at its peak) fits only once both idle chains have yielded theirs.
+class ChainHostTierTest : public ::testing::Test {
+ protected:
+  static constexpr int64_t kDevicePages = 330;
+  static constexpr int64_t kPageBytes = 2 * kPageSize * 16 * 4;  // [K, V][page_size][head_dim 16] fp32
+  static constexpr int kTurn1 = 6, kTurn2 = 8;
+
+  EngineConfig config(int64_t num_host_pages) const {
+    EngineConfig c = chain_config("snapkv", {{"budget", 32}, {"window", 8}}, kDevicePages);
+    c.kv_offloading_size = num_host_pages * kPageBytes;
+    return c;
+  }
+  // Chains "c" then "d" finish their first turns; then a large plain request reclaims both.
+  void run_turns_then_pressure(Engine& engine) {
+    for (const char* chain_id : {"c", "d"}) {
+      prompts_.push_back(random_tokens(rng_, 70));
+      auto first = engine.submit(
+          {std::string(chain_id) + "1", prompts_.back(), greedy(kTurn1), ChainRequest{chain_id, /*create=*/true}});
+      ASSERT_TRUE(first.is_ok()) << first.status().to_string();
+      turns_.push_back(collect(**first));
+    }
+    auto big = engine.submit({"big", random_tokens(rng_, 300), greedy(8), std::nullopt});
+    ASSERT_TRUE(big.is_ok()) << big.status().to_string();
+    EXPECT_EQ(collect(**big).last.finish_reason, FinishReason::kLength);
+  }
+  // Device pages are free or held by idle chains; host pages are held by the chains on the host.
+  static void expect_pages_accounted(Engine& engine, std::initializer_list<const char*> idle_chains) {
+    int64_t num_held = 0, num_on_host = 0, num_host_pages = 0;
+    for (const char* chain_id : idle_chains) {
+      const auto info = engine.find_chain(chain_id);
+      ASSERT_TRUE(info.has_value()) << chain_id;
+      EXPECT_FALSE(info->in_flight);
+      EXPECT_EQ(info->on_host, info->num_host_pages > 0) << chain_id;
+      EXPECT_EQ(info->on_host, info->num_held_pages == 0) << chain_id;
+      num_held += info->num_held_pages;
+      num_on_host += info->on_host;
+      num_host_pages += info->num_host_pages;
+    }
+    EngineStats stats = engine.stats();
+    for (int i = 0; i < 500 && stats.num_kv_pages_free + num_held != stats.num_kv_pages_total; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      stats = engine.stats();
+    }
+    EXPECT_EQ(stats.num_kv_pages_free + num_held, stats.num_kv_pages_total);
+    EXPECT_EQ(stats.num_kv_pages_chains, num_held);
+    EXPECT_EQ(stats.num_kv_host_pages_used, num_host_pages);
+    EXPECT_EQ(stats.num_chains_on_host, num_on_host);
+  }
+
+  const ModelBundle bundle_ = tiny_bundle();
+  std::mt19937 rng_{21};
+  std::vector<std::vector<int32_t>> prompts_;
+  std::vector<TurnOutput> turns_;
+};
+
+TEST_F(ChainHostTierTest, ReclaimedChainsResumeFromTheHostAsIfNeverMoved) {
+  auto engine = Engine::create(bundle_, config(/*num_host_pages=*/100));
+  ASSERT_TRUE(engine.is_ok()) << engine.status().to_string();
+  EXPECT_EQ((*engine)->stats().num_kv_host_pages_total, 100);
+  run_turns_then_pressure(**engine);
+  ASSERT_TRUE((*engine)->find_chain("c").has_value());
+  EXPECT_TRUE((*engine)->find_chain("c")->on_host);
+  EXPECT_TRUE((*engine)->find_chain("d")->on_host);
+  expect_pages_accounted(**engine, {"c", "d"});
+
+  const std::vector<int32_t> suffix = random_tokens(rng_, 40);
+  const TurnOutput turn2 = resume_turn(**engine, prompts_[0], turns_[0], suffix, kTurn2);
+  EXPECT_EQ(turn2.last.chain_status, ChainStatus::kResumed);
+  EXPECT_EQ(turn2.last.num_cached_tokens, 70 + kTurn1 - 1);
+  expect_same_turn(turn2, replay_two_turns(bundle_, config(0), prompts_[0], kTurn1, suffix, kTurn2));
+  EXPECT_FALSE((*engine)->find_chain("c")->on_host);  // back on the device, most recently used
+  expect_pages_accounted(**engine, {"c", "d"});
+  (*engine)->shutdown(/*drain=*/true);
+}
+
+TEST_F(ChainHostTierTest, AFullHostTierDropsItsLeastRecentlyUsedChain) {
+  auto engine = Engine::create(bundle_, config(/*num_host_pages=*/60));  // one chain's 40 pages
+  ASSERT_TRUE(engine.is_ok()) << engine.status().to_string();
+  run_turns_then_pressure(**engine);
+  EXPECT_FALSE((*engine)->find_chain("c").has_value());  // moved first, then dropped to make room for "d"
+  EXPECT_TRUE((*engine)->find_chain("d")->on_host);
+  expect_pages_accounted(**engine, {"d"});
+  std::vector<int32_t> prompt2 = prompts_[0];
+  prompt2.insert(prompt2.end(), turns_[0].tokens.begin(), turns_[0].tokens.end());
+  prompt2.push_back(1);
+  EXPECT_EQ((*engine)->submit({"c2", prompt2, greedy(2), ChainRequest{"c"}}).status().code(), StatusCode::kGone);
+  (*engine)->shutdown(/*drain=*/true);
+}
+
+TEST_F(ChainHostTierTest, WithoutAHostTierReclaimedChainsAreGone) {
+  auto engine = Engine::create(bundle_, config(/*num_host_pages=*/0));
+  ASSERT_TRUE(engine.is_ok()) << engine.status().to_string();
+  run_turns_then_pressure(**engine);
+  EXPECT_FALSE((*engine)->find_chain("c").has_value());
+  EXPECT_FALSE((*engine)->find_chain("d").has_value());
+  expect_pages_accounted(**engine, {});
+  (*engine)->shutdown(/*drain=*/true);
+}
+
+// Every byte of every page of sequence `seq`, stream by stream, in slot order.
+std::vector<uint8_t> sequence_bytes(CacheManager& cache, int32_t seq) {
+  std::vector<uint8_t> bytes;
+  for (int layer = 0; layer < cache.layout().num_layers; ++layer) {
+    const AttentionView view = cache.build_sequence_view(seq, layer);
+    const SeqKvView& sv = view.seqs[0];
+    for (int32_t h = 0; h < view.num_kv_heads; ++h) {
+      for (int32_t p = 0; p * view.page_size < sv.num_tokens[h]; ++p) {
+        const auto* page = static_cast<const uint8_t*>(view.kv_base) +
+                           static_cast<size_t>(sv.page_ids[h * sv.stride + p]) * view.page_bytes;
+        bytes.insert(bytes.end(), page, page + view.page_bytes);
+      }
+    }
+  }
+  return bytes;
+}
+
+// A chain state the oracle reclaims moves to the host tier and comes back, byte for byte, when a request
+// resumes it; with the device pool full, admission refuses it and the request keeps the state. Both pools and
+// the index are checked after every operation.
+TEST(ChainOracleTest, AChainStateRoundTripsThroughTheHostTier) {
+  const Model model = test::tiny_model();
+  const ModelConfig& c = model.config();
+  auto method = create_method("snapkv", {{"budget", 32}, {"window", 8}});
+  ASSERT_TRUE(method.is_ok());
+  const KvLayout layout{c.num_layers, c.num_kv_heads, c.head_dim, kPageSize, DType::kF32};
+  auto cache = (*method)->create_cache(CacheSpec{layout, 128, cpu_allocator(), false, 64, cpu_allocator()});
+  ASSERT_TRUE(cache.is_ok()) << cache.status().to_string();
+  SparseController controller(**method, **cache);
+  ChainCacheIndex chains;
+  MemoryOracle oracle(controller, &chains);
+  // `num_taken_host_pages`: host pages of a state a turn took out of the index.
+  const auto expect_intact = [&](int64_t num_taken_host_pages = 0) {
+    for (const Status& s : {(*cache)->check_integrity(), chains.check_integrity()})
+      ASSERT_TRUE(s.is_ok()) << s.to_string();
+    EXPECT_EQ(chains.num_host_pages() + num_taken_host_pages,
+              (*cache)->num_host_pages() - (*cache)->num_free_host_pages());
+  };
+
+  // A 12-token retained state (4 streams x 3 pages) whose pages hold a known pattern.
+  const std::vector<int32_t> tokens(12, 7);
+  ASSERT_TRUE(controller.open(/*seq=*/1000, tokens).is_ok());
+  ASSERT_TRUE((*cache)->reserve(1000, 12).is_ok());
+  std::mt19937 rng(3);
+  for (int layer = 0; layer < layout.num_layers; ++layer) {
+    const AttentionView view = (*cache)->build_sequence_view(1000, layer);
+    for (int32_t h = 0; h < view.num_kv_heads; ++h)
+      for (int32_t p = 0; p < 3; ++p) {
+        auto* page = static_cast<uint8_t*>(view.kv_base) +
+                     static_cast<size_t>(view.seqs[0].page_ids[h * view.seqs[0].stride + p]) * view.page_bytes;
+        for (size_t b = 0; b < view.page_bytes; ++b) page[b] = static_cast<uint8_t>(rng());
+      }
+  }
+  const std::vector<uint8_t> written = sequence_bytes(**cache, 1000);
+  ASSERT_TRUE(chains.create("x", "f").is_ok());
+  chains.end_turn("x", tokens, controller.retain(1000));
+  expect_intact();
+
+  // A request that needs the whole pool: the oracle reclaims "x", which moves to the host.
+  Request big("big", std::vector<int32_t>(30 * kPageSize, 5), greedy(1));  // 4 streams x 30 of the 128 pages
+  ASSERT_TRUE(oracle.admit(big).is_ok());
+  ASSERT_TRUE(oracle.try_reserve(big, big.num_tokens()));
+  EXPECT_TRUE(chains.find("x")->on_host);
+  EXPECT_EQ(chains.find("x")->num_host_pages, 12);
+  EXPECT_EQ((*cache)->num_free_pages(), 8);
+  expect_intact();
+
+  // Resumed while the pool is full: admission refuses, and the request keeps the offloaded state.
+  auto state = chains.begin_turn("x", "f", std::vector<int32_t>(16, 7));
+  ASSERT_TRUE(state.is_ok()) << state.status().to_string();
+  Request resumed("r", std::vector<int32_t>(16, 7), greedy(4));
+  resumed.chain_state = std::move(*state);
+  resumed.chain_status = ChainStatus::kResumed;
+  EXPECT_EQ(oracle.admit(resumed).code(), StatusCode::kResourceExhausted);
+  ASSERT_NE(resumed.chain_state, nullptr);
+  EXPECT_TRUE(resumed.chain_state->is_offloaded());
+  expect_intact(/*num_taken_host_pages=*/12);
+
+  // Once the pool has room, the state comes back into device pages, byte for byte.
+  oracle.release(big);
+  expect_intact(/*num_taken_host_pages=*/12);
+  ASSERT_TRUE(oracle.admit(resumed).is_ok());
+  EXPECT_EQ(resumed.num_computed_tokens, 12);
+  EXPECT_EQ(sequence_bytes(**cache, resumed.seq), written);
+  EXPECT_EQ((*cache)->num_free_host_pages(), (*cache)->num_host_pages());
+  expect_intact();
+  oracle.release(resumed);  // untouched: the request keeps the (now device-resident) state
+  ASSERT_NE(resumed.chain_state, nullptr);
+  EXPECT_FALSE(resumed.chain_state->is_offloaded());
+  chains.cancel_turn("x", std::move(resumed.chain_state));
+  EXPECT_FALSE(chains.find("x")->on_host);
+  expect_intact();
+  chains.drop("x");
+  EXPECT_EQ((*cache)->num_free_pages(), (*cache)->num_total_pages());
+  expect_intact();
+}
+
 TEST(ChainModeTest, ModesFollowTheMethodAndChainRequestsNeedChainMode) {
   const ModelBundle bundle = tiny_bundle();
   EngineConfig vanilla = chain_config("vanilla", nullptr, 400);

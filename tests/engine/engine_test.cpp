@@ -105,6 +105,52 @@ TEST(EngineTest, PreemptionUnderMemoryPressureKeepsResultsExact) {
   expect_engine_matches_reference(config, 6, /*expect_preemption=*/true);
 }
 
+// A prompt's radix blocks, evicted by later requests, are kept on the host tier and serve its repeat as a prefix
+// hit that generates exactly the reference tokens; without the tier the repeat finds nothing cached.
+TEST(EngineTest, RadixBlocksEvictedToTheHostTierServeALaterPrefixHit) {
+  ModelBundle bundle = tiny_bundle();
+  SequenceGenerator reference(*bundle.model, nullptr);
+  std::mt19937 rng(8);
+  const std::vector<int32_t> prompt = random_prompt(rng, 40);
+  std::vector<std::vector<int32_t>> others(3);
+  for (std::vector<int32_t>& other : others) other = random_prompt(rng, 50);
+  auto want = reference.generate(prompt, greedy(12));
+  ASSERT_TRUE(want.is_ok());
+  for (const int64_t num_host_pages : {200, 0}) {
+    EngineConfig config;
+    config.max_num_batched_tokens = 64;
+    config.page_size = 4;
+    config.kv_cache_memory = 120 * 512;  // pages of 2 x 4 tokens x 16 floats; two cached requests fill them
+    config.kv_offloading_size = num_host_pages * 512;
+    auto engine = Engine::create(bundle, config);
+    ASSERT_TRUE(engine.is_ok()) << engine.status().to_string();
+    const auto run = [&](const std::string& id, const std::vector<int32_t>& tokens) {
+      auto stream = (*engine)->submit({id, tokens, greedy(12)});
+      EXPECT_TRUE(stream.is_ok()) << stream.status().to_string();
+      return stream.is_ok() ? collect(**stream) : Collected{};
+    };
+    EXPECT_EQ(run("first", prompt).tokens, want->output_ids);
+    for (size_t i = 0; i < others.size(); ++i) run("other" + std::to_string(i), others[i]);
+    const Collected again = run("again", prompt);
+    EXPECT_EQ(again.tokens, want->output_ids);
+    // Every whole block of the prompt but the one holding its last token, which is always computed.
+    EXPECT_EQ(again.last.num_cached_tokens, num_host_pages > 0 ? 36 : 0) << num_host_pages << " host pages";
+    (*engine)->shutdown(/*drain=*/true);
+    const EngineStats stats = (*engine)->stats();
+    EXPECT_EQ(stats.num_kv_host_pages_total, num_host_pages);
+    EXPECT_EQ(stats.num_kv_pages_used, 0);
+  }
+}
+
+TEST(EngineTest, AHostTierIsRefusedToMethodsWithPerPageMetadata) {
+  EngineConfig config;
+  config.page_size = 4;
+  config.kv_cache_memory = 120 * 512;
+  config.kv_offloading_size = 64 * 512;
+  config.sparse_method = "quest";
+  EXPECT_EQ(Engine::create(tiny_bundle(), config).status().code(), StatusCode::kUnimplemented);
+}
+
 TEST(EngineTest, RejectsBadRequestsAndKeepsServing) {
   ModelBundle bundle = tiny_bundle();
   EngineConfig config;

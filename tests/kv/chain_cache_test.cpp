@@ -2,9 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <numeric>
+#include <random>
 
 #include "kv/page_table.h"
+#include "kv/page_table_transfer.h"
 
 namespace se {
 namespace {
@@ -145,6 +148,77 @@ TEST_F(ChainCacheTest, TakeIdlePinsTheChainUntilGivenBack) {
   expect_intact();
 }
 
+// The running total of reclaimable pages follows every way a chain enters or leaves the LRU: after each of
+// thousands of random turns, cancels, takes, drops and reclaims it equals the pages the idle chains hold.
+TEST_F(ChainCacheTest, ReclaimablePagesFollowEveryOperation) {
+  std::mt19937 rng(7);
+  std::map<std::string, std::unique_ptr<ChainState>> in_flight;  // states taken out, by chain
+  constexpr int kNumIds = 12;
+  for (int op = 0; op < 3000; ++op) {
+    const std::string chain_id = std::to_string(rng() % kNumIds);
+    const auto info = index_.find(chain_id);
+    switch (rng() % 6) {
+      case 0:  // a new chain's first turn
+        if (!info && index_.create(chain_id, kFingerprint).is_ok()) in_flight[chain_id] = nullptr;
+        break;
+      case 1:  // a turn ends, or one begins
+        if (auto it = in_flight.find(chain_id); it != in_flight.end()) {
+          const auto n = static_cast<int32_t>(info->num_prefix_tokens + 1 + rng() % 9);
+          if (pool_.num_free_pages() < small_layout().pages_for_tokens(n)) break;
+          index_.end_turn(chain_id, iota_tokens(n), std::make_unique<TableState>(&pool_, n));
+          in_flight.erase(it);
+        } else if (info && !info->in_flight) {
+          auto state = index_.begin_turn(chain_id, kFingerprint, iota_tokens(info->num_prefix_tokens + 1));
+          ASSERT_TRUE(state.is_ok()) << state.status().to_string();
+          state->reset();  // the turn's new state replaces it
+          in_flight[chain_id] = nullptr;
+        }
+        break;
+      case 2:  // taken out between turns, or given back
+        if (auto it = in_flight.find(chain_id); it != in_flight.end() && it->second) {
+          index_.cancel_turn(chain_id, std::move(it->second));
+          in_flight.erase(it);
+        } else if (info && !info->in_flight) {
+          auto idle = index_.take_idle(chain_id);
+          ASSERT_TRUE(idle.is_ok()) << idle.status().to_string();
+          in_flight[chain_id] = std::move(idle->state);
+        }
+        break;
+      case 3:
+        if (info) {
+          in_flight.erase(chain_id);
+          index_.drop(chain_id);
+        }
+        break;
+      default:
+        index_.reclaim(static_cast<int64_t>(rng() % 16));
+        break;
+    }
+    int64_t num_idle_pages = 0;
+    for (int id = 0; id < kNumIds; ++id) {
+      const auto chain = index_.find(std::to_string(id));
+      if (chain && !chain->in_flight) num_idle_pages += chain->num_held_pages;
+    }
+    ASSERT_EQ(index_.num_reclaimable_pages(), num_idle_pages) << "after operation " << op;
+    ASSERT_TRUE(index_.check_integrity().is_ok()) << index_.check_integrity().to_string();
+  }
+  in_flight.clear();
+  index_.reclaim(pool_.num_total_pages());
+  EXPECT_EQ(index_.num_reclaimable_pages(), 0);
+  EXPECT_EQ(pool_.num_used_pages(), 0);
+}
+
+// A state whose pages changed while it sat idle breaks the running total: check_integrity says so.
+TEST_F(ChainCacheTest, IntegrityCatchesAStateThatGrewWhileIdle) {
+  ASSERT_TRUE(index_.create("a", kFingerprint).is_ok());
+  auto state = std::make_unique<TableState>(&pool_, 8);
+  TableState* grown = state.get();
+  index_.end_turn("a", iota_tokens(8), std::move(state));
+  expect_intact();
+  ASSERT_TRUE(grown->table.append(8).is_ok());
+  EXPECT_EQ(index_.check_integrity().code(), StatusCode::kInternal);
+}
+
 TEST_F(ChainCacheTest, TombstonesAreBounded) {
   for (const char* id : {"a", "b", "c", "d"}) {
     add_idle_chain(id, iota_tokens(4));
@@ -152,6 +226,110 @@ TEST_F(ChainCacheTest, TombstonesAreBounded) {
   }
   EXPECT_EQ(index_.begin_turn("a", kFingerprint, iota_tokens(5)).status().code(), StatusCode::kNotFound);
   EXPECT_EQ(index_.begin_turn("d", kFingerprint, iota_tokens(5)).status().code(), StatusCode::kGone);
+  expect_intact();
+}
+
+// A retained turn that can move to a host pool, as the paged cache's snapshots do: its table is copied there
+// (kv/page_table_transfer.h) and back.
+class TieredState final : public ChainState {
+ public:
+  TieredState(BlockPool* device, BlockPool* host, int32_t num_tokens)
+      : table(device, small_layout()), device_(device), host_(host) {
+    EXPECT_TRUE(table.append(num_tokens).is_ok());
+  }
+  int64_t num_held_pages() const override { return on_host_ ? 0 : table.num_held_pages(); }
+  int32_t num_logical_tokens() const override { return table.num_logical_tokens(); }
+  Status offload() override {
+    if (on_host_) return Status::ok();
+    if (pages_to_copy_page_table(table) > host_->num_total_pages()) return out_of_range("larger than the tier");
+    SE_ASSIGN_OR_RETURN(PageTable copy, copy_page_table(table, *device_, host_));
+    table = std::move(copy);
+    on_host_ = true;
+    return Status::ok();
+  }
+  bool is_offloaded() const override { return on_host_; }
+  int64_t num_host_pages() const override { return on_host_ ? table.num_held_pages() : 0; }
+  int64_t num_pages_to_restore() const override { return on_host_ ? pages_to_copy_page_table(table) : 0; }
+  PageTable table;
+
+ private:
+  BlockPool* device_;
+  BlockPool* host_;
+  bool on_host_ = false;
+};
+
+BlockPool pool_with_storage(int32_t num_pages) {
+  return BlockPool(ArenaPageStorage::create(cpu_allocator(), num_pages, small_layout().page_bytes()).value());
+}
+
+class ChainHostTierIndexTest : public ::testing::Test {
+ protected:
+  // `num_taken_host_pages`: host pages of states a turn took out of the index.
+  void expect_intact(int64_t num_taken_host_pages = 0) {
+    for (const Status& s : {device_.check_integrity(), host_.check_integrity(), index_.check_integrity()})
+      EXPECT_TRUE(s.is_ok()) << s.to_string();
+    EXPECT_EQ(index_.num_host_pages() + num_taken_host_pages, host_.num_used_pages());
+  }
+  // A chain idle on the device whose state holds `num_tokens` tokens (4 streams x ceil(n / 4) pages).
+  void add_idle_chain(const std::string& chain_id, int32_t num_tokens) {
+    ASSERT_TRUE(index_.create(chain_id, kFingerprint).is_ok());
+    index_.end_turn(chain_id, iota_tokens(num_tokens), std::make_unique<TieredState>(&device_, &host_, num_tokens));
+  }
+
+  static constexpr const char* kFingerprint = "model|f32|snapkv|{}";
+  BlockPool device_ = pool_with_storage(256);
+  BlockPool host_ = pool_with_storage(24);  // two chains of 10 tokens (12 pages each)
+  ChainCacheIndex index_{/*max_tombstones=*/8};
+};
+
+TEST_F(ChainHostTierIndexTest, ReclaimedChainsMoveToTheHostAndAFullTierDropsItsOldest) {
+  add_idle_chain("a", 10);
+  add_idle_chain("b", 10);
+  add_idle_chain("c", 10);
+  expect_intact();
+  EXPECT_EQ(index_.reclaim(1), 12);  // "a" moves: its device pages are freed, the chain stays
+  EXPECT_TRUE(index_.find("a")->on_host);
+  EXPECT_EQ(index_.find("a")->num_host_pages, 12);
+  EXPECT_EQ(index_.find("a")->num_held_pages, 0);
+  EXPECT_EQ(index_.num_reclaimable_pages(), 24);
+  EXPECT_EQ(index_.num_chains_on_host(), 1);
+  EXPECT_EQ(device_.num_used_pages(), 24);
+  expect_intact();
+
+  // A turn on a host chain takes the offloaded state; cancelled, it goes back to the host.
+  auto state = index_.begin_turn("a", kFingerprint, iota_tokens(11));
+  ASSERT_TRUE(state.is_ok()) << state.status().to_string();
+  EXPECT_TRUE((*state)->is_offloaded());
+  EXPECT_EQ((*state)->num_pages_to_restore(), 12);
+  EXPECT_EQ(index_.num_chains_on_host(), 0);
+  expect_intact(/*num_taken_host_pages=*/12);
+  index_.cancel_turn("a", std::move(*state));
+  EXPECT_TRUE(index_.find("a")->on_host);
+  expect_intact();
+
+  // Host chains are not reclaimed again; "b" fills the tier, and "c" makes room by dropping its oldest ("a").
+  EXPECT_EQ(index_.reclaim(1000), 24);
+  EXPECT_EQ(index_.begin_turn("a", kFingerprint, iota_tokens(11)).status().code(), StatusCode::kGone);
+  EXPECT_TRUE(index_.find("b")->on_host);
+  EXPECT_TRUE(index_.find("c")->on_host);
+  EXPECT_EQ(index_.num_idle_chains(), 2);
+  EXPECT_EQ(device_.num_used_pages(), 0);
+  EXPECT_EQ(host_.num_used_pages(), 24);
+  expect_intact();
+  index_.drop("b");
+  EXPECT_EQ(host_.num_used_pages(), 12);
+  expect_intact();
+}
+
+TEST_F(ChainHostTierIndexTest, AStateTheTierCanNeverHoldIsDroppedAndTheHostChainsStay) {
+  add_idle_chain("a", 10);
+  EXPECT_EQ(index_.reclaim(1), 12);
+  add_idle_chain("big", 30);  // 4 x 8 pages: more than the whole tier
+  EXPECT_EQ(index_.reclaim(1), 32);
+  EXPECT_FALSE(index_.find("big").has_value());
+  EXPECT_EQ(index_.begin_turn("big", kFingerprint, iota_tokens(31)).status().code(), StatusCode::kGone);
+  EXPECT_TRUE(index_.find("a")->on_host);
+  EXPECT_EQ(device_.num_used_pages(), 0);
   expect_intact();
 }
 

@@ -103,6 +103,13 @@ void fill_zero(void* dst, size_t nbytes) {
   SE_CUDA_CHECK(cudaMemsetAsync(dst, 0, nbytes, CudaContext::current().stream()));
 }
 
+void copy_pages(std::span<const PageCopy> copies, size_t nbytes) {
+  if (copies.empty() || nbytes == 0) return;
+  cudaStream_t transfer = CudaContext::current().transfer_stream();
+  for (const PageCopy& c : copies) SE_CUDA_CHECK(cudaMemcpyAsync(c.dst, c.src, nbytes, cudaMemcpyDefault, transfer));
+  SE_CUDA_CHECK(cudaStreamSynchronize(transfer));
+}
+
 void memory_info(size_t* free_bytes, size_t* total_bytes) {
   SE_CUDA_CHECK(cudaSetDevice(CudaContext::current().device()));
   SE_CUDA_CHECK(cudaMemGetInfo(free_bytes, total_bytes));

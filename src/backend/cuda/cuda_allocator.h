@@ -7,7 +7,9 @@
 #pragma once
 
 #include <cstddef>
+#include <span>
 
+#include "backend/page_copy.h"
 #include "tensor/tensor.h"
 
 namespace se::cuda {
@@ -33,6 +35,10 @@ void copy_rows_async(void* dst, size_t dst_pitch, const void* src, size_t src_pi
 
 // Zeros `nbytes` of device memory, enqueued on the stream.
 void fill_zero(void* dst, size_t nbytes);
+
+// Page copies between two page pools (`nbytes` each, either direction), on the context's transfer stream after
+// the forward's work so far; returns once they have run. Host pages should be pinned for the copies to overlap.
+void copy_pages(std::span<const PageCopy> copies, size_t nbytes);
 
 // Free and total bytes of the current context's device (cudaMemGetInfo).
 void memory_info(size_t* free_bytes, size_t* total_bytes);

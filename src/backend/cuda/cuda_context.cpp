@@ -27,6 +27,11 @@ CudaContext::~CudaContext() {
   // Destructors must not abort: errors here are ignored (the process is tearing down or the device
   // is gone).
   cudaStreamSynchronize(stream_);
+  if (transfer_stream_ != nullptr) {
+    cudaStreamSynchronize(transfer_stream_);
+    cudaStreamDestroy(transfer_stream_);
+    cudaEventDestroy(compute_mark_);
+  }
   destroy_linear_plans(linear_plans_);
   cudaFree(scratch_);
   cudaFreeHost(host_staging_);
@@ -74,6 +79,16 @@ void* CudaContext::host_staging(size_t nbytes) {
 }
 
 void CudaContext::synchronize() const { SE_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+cudaStream_t CudaContext::transfer_stream() {
+  if (transfer_stream_ == nullptr) {
+    SE_CUDA_CHECK(cudaStreamCreateWithFlags(&transfer_stream_, cudaStreamNonBlocking));
+    SE_CUDA_CHECK(cudaEventCreateWithFlags(&compute_mark_, cudaEventDisableTiming));
+  }
+  SE_CUDA_CHECK(cudaEventRecord(compute_mark_, stream_));
+  SE_CUDA_CHECK(cudaStreamWaitEvent(transfer_stream_, compute_mark_, 0));
+  return transfer_stream_;
+}
 
 ScopedCudaContext::ScopedCudaContext(CudaContext& context) : previous_(tls_current) {
   tls_current = &context;

@@ -53,6 +53,9 @@ class CudaContext final {
   void* host_staging(size_t nbytes);
   // Blocks until everything enqueued on the stream has finished; checks for execution errors.
   void synchronize() const;
+  // The stream the host tier's page copies run on, apart from the forward's (made at first use), ordered after
+  // everything enqueued on the forward's stream so far: a copy starts once the kernels writing its source are done.
+  cudaStream_t transfer_stream();
 
   // Matmul plans keyed by shape and dtypes (owned here, built by linear.cu).
   LinearPlanCache*& linear_plans() { return linear_plans_; }
@@ -63,6 +66,8 @@ class CudaContext final {
   int device_;
   cudaDeviceProp props_{};
   cudaStream_t stream_ = nullptr;
+  cudaStream_t transfer_stream_ = nullptr;
+  cudaEvent_t compute_mark_ = nullptr;  // recorded on stream_, waited for by transfer_stream_
   cublasLtHandle_t lt_ = nullptr;
   void* workspace_ = nullptr;
   void* scratch_ = nullptr;
