@@ -110,6 +110,14 @@ struct Streams {
 
 int32_t ceil_div(int32_t a, int32_t b) { return (a + b - 1) / b; }
 
+// Pages of each sequence's stream when every slot lives in a page of page_size tokens.
+std::vector<int32_t> whole_pages(const Batch& b) {
+  std::vector<int32_t> pages;
+  pages.reserve(b.lens.size());
+  for (int32_t len : b.lens) pages.push_back(ceil_div(len, b.page_size));
+  return pages;
+}
+
 AttentionView base_view(const Batch& b, const Streams& streams) {
   AttentionView view;
   view.page_size = b.page_size;
@@ -138,9 +146,7 @@ int fp8(char** argv) {
   const Batch b = read_batch(argv + 2, dir);
   const std::vector<float> scales = read_array<float>(dir + "/scales.f32");  // [2][HKV]
   std::mt19937 rng(11);
-  std::vector<int32_t> pages;
-  for (int32_t len : b.lens) pages.push_back(ceil_div(len, b.page_size));
-  const Streams streams(pages, b.lens, b.num_kv_heads, rng);
+  const Streams streams(whole_pages(b), b.lens, b.num_kv_heads, rng);
   const size_t page_bytes = static_cast<size_t>(b.page_size) * se::fp8_kv_bytes_per_token(b.head_dim);
   std::vector<uint8_t> pool(static_cast<size_t>(streams.num_pages) * page_bytes);
   AttentionView view = base_view(b, streams);
@@ -251,9 +257,7 @@ int turboquant(char** argv) {
   const se::TurboQuantKvCodec codec(b.head_dim, se::turboquant_format(*store));
   const size_t slot_bytes = codec.layout().slot_bytes();
   std::mt19937 rng(17);
-  std::vector<int32_t> pages;
-  for (int32_t len : b.lens) pages.push_back(ceil_div(len, b.page_size));
-  const Streams streams(pages, b.lens, b.num_kv_heads, rng);
+  const Streams streams(whole_pages(b), b.lens, b.num_kv_heads, rng);
   const size_t page_bytes = static_cast<size_t>(b.page_size) * slot_bytes;
   std::vector<uint8_t> pool(static_cast<size_t>(streams.num_pages) * page_bytes);
   AttentionView view = base_view(b, streams);
