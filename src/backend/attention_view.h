@@ -82,7 +82,14 @@ struct SeqKvView {
 //   K row only when j >= num_quantized_keys (keys older than that are read from the quantized page).
 // Attention over a KIVI stream is ordinary attention over the concatenation, quantized tokens first:
 // [q.K_quant ; q.K_full] / sqrt(d), softmax, P_q.V_quant + P_f.V_full.
-enum class KvQuantScheme : uint8_t { kFp8E4M3, kKivi };
+//
+// kTurboQuant (vLLM's turboquant_* kv-cache dtypes): page p starts at kv_base + p * page_bytes and holds
+// page_size slots of turboquant_slot_layout(head_dim, format).slot_bytes() bytes, slot t at t * slot_bytes, each
+// a key record then a value record (backend/quant/turboquant_kv.h); kv_dtype is kU8. `bits` is the key bits (8:
+// e4m3 keys), `value_bits` the value bits; MSE keys are read in the rotated domain through `rotation` (Pi,
+// [head_dim, head_dim] row-major) and `centroids`. Page lists, token counts, causality and selection are those of
+// explicit pages.
+enum class KvQuantScheme : uint8_t { kFp8E4M3, kKivi, kTurboQuant };
 
 struct KiviSeqView {
   const int32_t* num_quantized_keys = nullptr;    // [num_kv_heads], multiples of group_size
@@ -97,10 +104,14 @@ struct QuantizedKvView {
   const float* v_scales = nullptr;  // kFp8E4M3: [num_kv_heads]
   const void* quantized_base = nullptr;  // kKivi: the quantized pool
   size_t quantized_page_bytes = 0;       // kKivi: kivi_page_layout(...).page_bytes
-  int32_t bits = 0;                      // kKivi
+  int32_t bits = 0;                      // kKivi; kTurboQuant: key bits
   int32_t group_size = 0;                // kKivi: tokens per key group and per quantized page
   int32_t value_group_size = 0;          // kKivi: channels per value group, divides head_dim
   const KiviSeqView* kivi_seqs = nullptr;  // kKivi: [num_seqs]
+  int32_t value_bits = 0;                  // kTurboQuant
+  bool norm_correction = false;            // kTurboQuant
+  const float* rotation = nullptr;         // kTurboQuant, MSE keys: [head_dim, head_dim]
+  const float* centroids = nullptr;        // kTurboQuant, MSE keys: [2^bits]
 };
 
 // kLowRankLatent (Palu-style): each stored token holds `rank` latent values for K and for V (in place of the

@@ -27,9 +27,10 @@ enum class OpId : uint8_t {
   kAttention,  // the dense CPU reference attention over contiguous K/V
   kWriteKv,
   kPagedAttention,
-  kPagedAttentionOverSelection,  // paged_attention reading a per-sequence page or token selection
-  kPagedAttentionOverFp8Pages,   // paged_attention over FP8 (e4m3) KV pages
-  kPagedAttentionOverKiviPages,  // paged_attention over KIVI-quantized pages and their residual
+  kPagedAttentionOverSelection,        // paged_attention reading a per-sequence page or token selection
+  kPagedAttentionOverFp8Pages,         // paged_attention over FP8 (e4m3) KV pages
+  kPagedAttentionOverKiviPages,        // paged_attention over KIVI-quantized pages and their residual
+  kPagedAttentionOverTurboQuantPages,  // paged_attention over TurboQuant slots
   kUpdatePageKeyBounds,
   kPageKeyBoundScores,
   kSelectPagesByKeyBounds,

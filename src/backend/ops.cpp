@@ -9,6 +9,7 @@
 #include "backend/device_memory.h"
 #include "backend/op_dispatch.h"
 #include "backend/quant/quantized_kv_layout.h"
+#include "backend/quant/turboquant_kv.h"
 #include "base/check.h"
 #include "base/top_k.h"
 
@@ -364,6 +365,7 @@ constexpr OpEntry kOps[] = {
     {OpId::kPagedAttentionOverSelection, "paged_attention over a selection", true},
     {OpId::kPagedAttentionOverFp8Pages, "paged_attention over fp8 pages", false},
     {OpId::kPagedAttentionOverKiviPages, "paged_attention over kivi pages", false},
+    {OpId::kPagedAttentionOverTurboQuantPages, "paged_attention over turboquant pages", false},
     {OpId::kUpdatePageKeyBounds, "update_page_key_bounds", true},
     {OpId::kPageKeyBoundScores, "page_key_bound_scores", true},
     {OpId::kSelectPagesByKeyBounds, "select_pages_by_key_bounds", true},
@@ -486,10 +488,35 @@ void check_kivi_view(const AttentionView& view) {
   }
 }
 
+// A TurboQuant view: its slots fill its pages, and MSE keys come with their rotation and codebook.
+void check_turboquant_view(const AttentionView& view, std::string_view op) {
+  const QuantizedKvView& qv = view.quantized;
+  SE_CHECK((qv.bits >= 2 && qv.bits <= 4) || qv.bits == 8, "{}: key bits {} (2..4, or 8 for e4m3)", op, qv.bits);
+  SE_CHECK(qv.value_bits >= 2 && qv.value_bits <= 8, "{}: value bits {} (2..8)", op, qv.value_bits);
+  const TurboQuantSlotLayout slot =
+      turboquant_slot_layout(view.head_dim, TurboQuantKvFormat{qv.bits, qv.value_bits, qv.norm_correction});
+  SE_CHECK(view.kv_dtype == DType::kU8 && view.page_bytes == static_cast<size_t>(view.page_size) * slot.slot_bytes(),
+           "{}: pages of {} bytes ({}) for {} slots of {} bytes", op, view.page_bytes, dtype_name(view.kv_dtype),
+           view.page_size, slot.slot_bytes());
+  SE_CHECK(qv.bits == 8 || (qv.rotation != nullptr && qv.centroids != nullptr), "{}: no rotation or codebook", op);
+}
+
+OpId quantized_attention_op(KvQuantScheme scheme) {
+  switch (scheme) {
+    case KvQuantScheme::kFp8E4M3:
+      return OpId::kPagedAttentionOverFp8Pages;
+    case KvQuantScheme::kKivi:
+      return OpId::kPagedAttentionOverKiviPages;
+    case KvQuantScheme::kTurboQuant:
+      return OpId::kPagedAttentionOverTurboQuantPages;
+  }
+  return OpId::kPagedAttentionOverFp8Pages;
+}
+
 void paged_attention_quantized(TensorView out, TensorView q, const AttentionView& view,
                                const AttentionParams& params) {
   const bool fp8 = view.quantized.scheme == KvQuantScheme::kFp8E4M3;
-  const OpId op_id = fp8 ? OpId::kPagedAttentionOverFp8Pages : OpId::kPagedAttentionOverKiviPages;
+  const OpId op_id = quantized_attention_op(view.quantized.scheme);
   const std::string_view op = op_name(op_id);
   if (out.device == Device::kCuda || view.kv_device == Device::kCuda)
     SE_CHECK(cuda_implements(op_id), "{}: not implemented on CUDA", op);
@@ -502,6 +529,11 @@ void paged_attention_quantized(TensorView out, TensorView q, const AttentionView
              dtype_name(view.kv_dtype), view.page_size, view.head_dim);
     SE_CHECK(view.quantized.k_scales != nullptr && view.quantized.v_scales != nullptr, "{}: no scales", op);
     cpu::paged_attention_fp8(out, q, view, params);
+    return;
+  }
+  if (view.quantized.scheme == KvQuantScheme::kTurboQuant) {
+    check_turboquant_view(view, op);
+    cpu::paged_attention_turboquant(out, q, view, params);
     return;
   }
   check_kivi_view(view);

@@ -242,7 +242,7 @@ Result<DecodePoint> run_point(const ModelBundle& bundle, const DecodeBenchOption
   p.kv_pages_used = end.num_kv_pages_used;
   p.kv_pages_total = end.num_kv_pages_total;
   // The store's real bytes per token (FP8 codes are one byte per element; KIVI's codes, group parameters and
-  // residual window at the prompt's length); FP8's scales are per layer, not per token.
+  // residual window at the prompt's length; a TurboQuant slot); FP8's scales are per layer, not per token.
   SE_ASSIGN_OR_RETURN(const KvStoreKind store, parse_kv_cache_dtype(config.kv_cache_dtype));
   const double kv_token_bytes =
       make_kv_layout(mc.num_layers, mc.num_kv_heads, mc.head_dim, config.page_size, config.device, store,

@@ -10,6 +10,8 @@
 // size) tokens (attention_view.h, kKivi); its full-precision residual window lives in pages of the same pool,
 // each holding residual_page_tokens() explicit rows of `dtype` in the [2][tokens][head_dim] layout. One page size
 // in bytes, so the pool, its free counts and the MemoryOracle's page arithmetic stay those of every other store.
+// A TurboQuant store's page holds `page_size` slots of one stream, each a token's key and value records
+// (attention_view.h, kTurboQuant), in bytes (dtype kU8); element_offset does not apply to it.
 #pragma once
 
 #include <cstddef>
@@ -45,13 +47,16 @@ struct KvLayout {
   bool kivi() const { return store == KvStoreKind::kKivi2 || store == KvStoreKind::kKivi4; }
   // Pages hold one latent row per token and no V half.
   bool shared_latent() const { return store == KvStoreKind::kSharedLatent; }
+  bool turboquant() const { return is_turboquant(store); }
 
   int32_t num_streams() const { return num_layers * num_kv_heads; }
   int32_t stream(int32_t layer, int32_t head) const { return layer * num_kv_heads + head; }
   // Bytes of one page: 2 * page_size * head_dim elements (page_size * head_dim for a shared latent).
-  // A KIVI page: kivi_page_layout(page_size, kivi_value_group_size, head_dim, bits).page_bytes.
+  // A KIVI page: kivi_page_layout(page_size, kivi_value_group_size, head_dim, bits).page_bytes; a TurboQuant page:
+  // page_size slots.
   size_t page_bytes() const {
     if (kivi()) return kivi_page_bytes();
+    if (turboquant()) return static_cast<size_t>(page_size) * turboquant_slot_bytes();
     return (shared_latent() ? 1 : 2) * static_cast<size_t>(page_size) * static_cast<size_t>(head_dim) *
            dtype_size(dtype);
   }
@@ -70,7 +75,8 @@ struct KvLayout {
     return (num_tokens + page_size - 1) / page_size;
   }
   // The bytes attention reads per token of a stream of `num_tokens` tokens (> 0): K and V of head_dim elements
-  // each; KIVI: its quantized tokens' codes and parameters and its residual's explicit rows, averaged.
+  // each; KIVI: its quantized tokens' codes and parameters and its residual's explicit rows, averaged;
+  // TurboQuant: one slot.
   double bytes_per_token(int64_t num_tokens) const;
   // Pages a lockstep sequence of `num_tokens` tokens needs over all streams.
   int64_t pages_for_tokens(int64_t num_tokens) const {
@@ -79,6 +85,9 @@ struct KvLayout {
 
  private:
   size_t kivi_page_bytes() const;
+  size_t turboquant_slot_bytes() const {
+    return turboquant_slot_layout(head_dim, turboquant_format(store)).slot_bytes();
+  }
   int64_t kivi_pages_per_stream(int64_t num_tokens) const;
 };
 

@@ -1,13 +1,17 @@
 #include "kv/kv_store_kind.h"
 
+#include "base/check.h"
+
 namespace se {
 
 Result<KvStoreKind> parse_kv_cache_dtype(std::string_view text) {
-  if (text == "auto") return KvStoreKind::kExplicit;
-  if (text == "fp8" || text == "fp8_e4m3") return KvStoreKind::kFp8E4M3;
-  if (text == "kivi2") return KvStoreKind::kKivi2;
-  if (text == "kivi4") return KvStoreKind::kKivi4;
-  return invalid_argument("--kv-cache-dtype must be auto, fp8, fp8_e4m3, kivi2 or kivi4, got '{}'", text);
+  if (text == "fp8") return KvStoreKind::kFp8E4M3;
+  for (KvStoreKind store : kKvStoreKinds)
+    if (text == kv_store_kind_name(store)) return store;
+  return invalid_argument(
+      "--kv-cache-dtype must be auto, fp8, fp8_e4m3, kivi2, kivi4, turboquant_k8v4, turboquant_4bit_nc, "
+      "turboquant_k3v4_nc or turboquant_3bit_nc, got '{}'",
+      text);
 }
 
 std::string_view kv_store_kind_name(KvStoreKind store) {
@@ -22,6 +26,14 @@ std::string_view kv_store_kind_name(KvStoreKind store) {
       return "kivi4";
     case KvStoreKind::kSharedLatent:
       return "shared_latent";
+    case KvStoreKind::kTurboQuantK8V4:
+      return "turboquant_k8v4";
+    case KvStoreKind::kTurboQuant4BitNc:
+      return "turboquant_4bit_nc";
+    case KvStoreKind::kTurboQuantK3V4Nc:
+      return "turboquant_k3v4_nc";
+    case KvStoreKind::kTurboQuant3BitNc:
+      return "turboquant_3bit_nc";
   }
   return "?";
 }
@@ -31,8 +43,29 @@ int32_t kivi_bits(KvStoreKind store) {
   return store == KvStoreKind::kKivi4 ? 4 : 0;
 }
 
+bool is_turboquant(KvStoreKind store) {
+  return store == KvStoreKind::kTurboQuantK8V4 || store == KvStoreKind::kTurboQuant4BitNc ||
+         store == KvStoreKind::kTurboQuantK3V4Nc || store == KvStoreKind::kTurboQuant3BitNc;
+}
+
+TurboQuantKvFormat turboquant_format(KvStoreKind store) {
+  switch (store) {
+    case KvStoreKind::kTurboQuantK8V4:
+      return {8, 4, false};
+    case KvStoreKind::kTurboQuant4BitNc:
+      return {4, 4, true};
+    case KvStoreKind::kTurboQuantK3V4Nc:
+      return {3, 4, true};
+    case KvStoreKind::kTurboQuant3BitNc:
+      return {3, 3, true};
+    default:
+      SE_CHECK(false, "{} is not a TurboQuant store", kv_store_kind_name(store));
+  }
+  return {};
+}
+
 DType kv_page_dtype(Device device, KvStoreKind store) {
-  if (store == KvStoreKind::kFp8E4M3) return DType::kU8;
+  if (store == KvStoreKind::kFp8E4M3 || is_turboquant(store)) return DType::kU8;
   return device == Device::kCuda ? DType::kBF16 : DType::kF32;
 }
 

@@ -3,41 +3,67 @@
 // code per element in the same page layout, read back through per-(layer, KV head) scales (attention_view.h,
 // kQuantized / kFp8E4M3). kKivi2 and kKivi4 keep KIVI's 2- or 4-bit group codes in pages of one key group each,
 // beside a full-precision residual window in the backend's element type (attention_view.h, kKivi; the geometry
-// is KvLayout's). kSharedLatent keeps a multi-head latent attention (MLA) model's one latent row per token for all
-// heads, in the backend's element type, with no V half (attention_view.h, kSharedLatent); the engine picks it for a
-// latent-attention model whose method runs over it, never --kv-cache-dtype. The store fixes the pages' element type and
-// so their bytes, which the pool sizing, the MemoryOracle and `bench decode`'s roofline read through KvLayout. Plain
-// data; thread-safe.
+// is KvLayout's). The four TurboQuant kinds are vLLM's turboquant_* presets: each token of a stream is one slot
+// of a rotated, Lloyd-Max-coded key (or an e4m3 key) and a uniformly quantized value (attention_view.h,
+// kTurboQuant; backend/quant/turboquant_kv.h). kSharedLatent keeps a multi-head latent attention (MLA) model's one
+// latent row per token for all heads, in the backend's element type, with no V half (attention_view.h,
+// kSharedLatent); the engine picks it for a latent-attention model whose method runs over it, never
+// --kv-cache-dtype. The store fixes the pages' element type and so their bytes, which the pool sizing, the
+// MemoryOracle and `bench decode`'s roofline read through KvLayout. Plain data; thread-safe.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
 
+#include "backend/quant/turboquant_kv.h"
 #include "base/status.h"
 #include "tensor/dtype.h"
 #include "tensor/tensor.h"
 
 namespace se {
 
-enum class KvStoreKind : uint8_t { kExplicit, kFp8E4M3, kKivi2, kKivi4, kSharedLatent };
+enum class KvStoreKind : uint8_t {
+  kExplicit,
+  kFp8E4M3,
+  kKivi2,
+  kKivi4,
+  kTurboQuantK8V4,
+  kTurboQuant4BitNc,
+  kTurboQuantK3V4Nc,
+  kTurboQuant3BitNc,
+  kSharedLatent,
+};
 // The stores --kv-cache-dtype names.
-inline constexpr KvStoreKind kKvStoreKinds[] = {KvStoreKind::kExplicit, KvStoreKind::kFp8E4M3, KvStoreKind::kKivi2,
-                                                KvStoreKind::kKivi4};
+inline constexpr KvStoreKind kKvStoreKinds[] = {KvStoreKind::kExplicit,
+                                                KvStoreKind::kFp8E4M3,
+                                                KvStoreKind::kKivi2,
+                                                KvStoreKind::kKivi4,
+                                                KvStoreKind::kTurboQuantK8V4,
+                                                KvStoreKind::kTurboQuant4BitNc,
+                                                KvStoreKind::kTurboQuantK3V4Nc,
+                                                KvStoreKind::kTurboQuant3BitNc};
 
 // The --kv-cache-dtype values: "auto" (the explicit store, the model's KV dtype on the backend), "fp8" and
-// "fp8_e4m3" (the same store, as vLLM accepts both), "kivi2" and "kivi4". Anything else is kInvalidArgument
-// listing them.
+// "fp8_e4m3" (the same store, as vLLM accepts both), "kivi2", "kivi4" and vLLM's TurboQuant presets
+// "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc". Anything else is
+// kInvalidArgument listing them.
 Result<KvStoreKind> parse_kv_cache_dtype(std::string_view text);
-// The canonical name: "auto", "fp8_e4m3", "kivi2", "kivi4" or "shared_latent".
+// The canonical name: "auto", "fp8_e4m3", "kivi2", "kivi4", the TurboQuant preset's or "shared_latent".
 std::string_view kv_store_kind_name(KvStoreKind store);
 
 // KIVI's bits per code for kKivi2 / kKivi4, 0 for the other stores.
 int32_t kivi_bits(KvStoreKind store);
 
+// True for the TurboQuant presets.
+bool is_turboquant(KvStoreKind store);
+// A TurboQuant preset's key and value bits and norm correction, as vLLM's TQ_PRESETS give them (key_bits 8: e4m3
+// keys). Only for is_turboquant(store).
+TurboQuantKvFormat turboquant_format(KvStoreKind store);
+
 // The element type of the store's explicit rows on `device`: the backend's float type for the explicit store, the
-// shared latent and KIVI's residual window (what their attention reads: fp32 on the CPU, bf16 on CUDA), one byte (kU8)
-// per element for FP8.
+// shared latent and KIVI's residual window (what their attention reads: fp32 on the CPU, bf16 on CUDA), bytes (kU8)
+// for FP8 codes and TurboQuant slots.
 DType kv_page_dtype(Device device, KvStoreKind store = KvStoreKind::kExplicit);
 
 }  // namespace se

@@ -25,12 +25,22 @@ Status check_kv_store_supports(KvStoreKind store, Device device, const MethodTra
         "--kv-cache-dtype {}: no CUDA kernel reads or writes quantized KV pages yet ({} is CPU "
         "only); use --device cpu or --kv-cache-dtype auto",
         store_name,
-        op_name(kivi_bits(store) != 0 ? OpId::kPagedAttentionOverKiviPages : OpId::kPagedAttentionOverFp8Pages));
+        op_name(kivi_bits(store) != 0  ? OpId::kPagedAttentionOverKiviPages
+                : is_turboquant(store) ? OpId::kPagedAttentionOverTurboQuantPages
+                                       : OpId::kPagedAttentionOverFp8Pages));
   // A KIVI stream is quantized groups plus a sliding window: no method op reads or moves it yet.
   if (kivi_bits(store) != 0 && !traits.ops.empty())
     return invalid_argument(
         "--kv-cache-dtype {} cannot run sparse method '{}': its op {} reads or moves explicit K/V pages, and KIVI "
         "keeps quantized groups beside its residual window (only methods without ops of their own, such as "
+        "vanilla, run over it)",
+        store_name, name, op_name(traits.ops.front()));
+  // A TurboQuant slot is a key record and a value record, not rows of the explicit layout that eviction's copies
+  // move or attention_scores reads.
+  if (is_turboquant(store) && !traits.ops.empty())
+    return invalid_argument(
+        "--kv-cache-dtype {} cannot run sparse method '{}': its op {} reads or moves explicit K/V rows, and "
+        "TurboQuant keeps packed key and value records per token (only methods without ops of their own, such as "
         "vanilla, run over it)",
         store_name, name, op_name(traits.ops.front()));
   // Eviction's row copies move codes as they are and attention_scores decodes FP8 keys as it reads them; every

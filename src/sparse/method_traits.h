@@ -74,7 +74,7 @@ Status check_runs_on(Device device, const MethodTraits& traits, std::string_view
 // Ok when the method can keep its KV in `store` on `device`: the explicit store always; a quantized store on the
 // CPU only (kUnimplemented on CUDA, which has no kernel for it), and only for methods whose ops all read it:
 // eviction's row copies and attention_scores do, page bounds and selection do not (kInvalidArgument naming the op);
-// a KIVI store only for methods with no ops of their own.
+// a KIVI or TurboQuant store only for methods with no ops of their own.
 Status check_kv_store_supports(KvStoreKind store, Device device, const MethodTraits& traits, std::string_view name);
 
 std::string_view family_name(MethodFamily family);

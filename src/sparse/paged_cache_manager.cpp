@@ -16,6 +16,8 @@ Result<std::unique_ptr<PagedCacheManager>> PagedCacheManager::create(const KvLay
                                                                      int32_t num_host_pages,
                                                                      Allocator* host_allocator) {
   SE_RETURN_IF_ERROR(layout.validate());
+  if (layout.turboquant() && (allocator == nullptr || allocator->device() != Device::kCpu))
+    return unimplemented("the {} KV store runs on the CPU only", kv_store_kind_name(layout.store));
   SE_ASSIGN_OR_RETURN(std::unique_ptr<ArenaPageStorage> storage,
                       ArenaPageStorage::create(allocator, num_pages, layout.page_bytes()));
   std::unique_ptr<ArenaPageStorage> host_storage;
@@ -35,6 +37,7 @@ PagedCacheManager::PagedCacheManager(const KvLayout& layout, std::unique_ptr<Pag
       host_pool_(host_storage ? std::make_unique<BlockPool>(std::move(host_storage)) : nullptr) {
   if (enable_prefix_caching) radix_ = std::make_unique<RadixCache>(&pool_, layout, host_pool_.get());
   if (layout.store == KvStoreKind::kFp8E4M3) fp8_scales_.emplace(layout.num_layers, layout.num_kv_heads);
+  if (layout.turboquant()) turboquant_.emplace(layout.head_dim, turboquant_format(layout.store));
 }
 
 namespace {
@@ -203,11 +206,60 @@ AttentionView PagedCacheManager::make_view(int layer, const std::vector<SeqKvVie
     view.quantized.k_scales = fp8_scales_->k_scales(layer);
     view.quantized.v_scales = fp8_scales_->v_scales(layer);
   }
+  if (turboquant_) {
+    const TurboQuantKvFormat& format = turboquant_->format();
+    view.payload = KvPayload::kQuantized;
+    view.quantized.scheme = KvQuantScheme::kTurboQuant;
+    view.quantized.bits = format.key_bits;
+    view.quantized.value_bits = format.value_bits;
+    view.quantized.norm_correction = format.norm_correction;
+    if (!format.key_fp8()) {
+      view.quantized.rotation = turboquant_->rotation().data();
+      view.quantized.centroids = turboquant_->centroids().data();
+    }
+  }
   if (l.shared_latent()) view.payload = KvPayload::kSharedLatent;
   return view;
 }
 
+void PagedCacheManager::write_turboquant(const AttentionView& view, TensorView k, TensorView v) const {
+  const int32_t dim = view.head_dim, heads = view.num_kv_heads;
+  SE_CHECK(k.device == Device::kCpu && v.device == Device::kCpu && k.dtype == DType::kF32 && v.dtype == DType::kF32,
+           "turboquant cache: writes f32 rows on the CPU");
+  SE_CHECK(k.numel() == int64_t{view.q_indptr[view.num_seqs]} * heads * dim && v.numel() == k.numel(),
+           "turboquant cache: k {} and v {} for {} rows of {} KV heads x {}", k.shape.to_string(), v.shape.to_string(),
+           view.q_indptr[view.num_seqs], heads, dim);
+  const size_t slot_bytes = turboquant_->layout().slot_bytes();
+  for (int32_t s = 0; s < view.num_seqs; ++s) {
+    const int32_t n = view.q_indptr[s + 1] - view.q_indptr[s];
+#pragma omp parallel for schedule(static)
+    for (int32_t h = 0; h < heads; ++h) {
+      const int32_t len = view.seqs[s].num_tokens[h];
+      const int32_t* pages = view.seqs[s].page_ids + static_cast<int64_t>(h) * view.seqs[s].stride;
+      for (int32_t r = 0; r < n; ++r) {
+        // The sequence's new tokens are the last n slots of the stream.
+        const int32_t slot = len - n + r;
+        const int64_t source = (int64_t{view.q_indptr[s] + r} * heads + h) * dim;
+        turboquant_->encode(k.ptr<const float>() + source, v.ptr<const float>() + source,
+                            static_cast<uint8_t*>(view.kv_base) +
+                                static_cast<size_t>(pages[slot / view.page_size]) * view.page_bytes +
+                                static_cast<size_t>(slot % view.page_size) * slot_bytes);
+      }
+    }
+  }
+}
+
+Status PagedCacheManager::check_rows_movable(std::string_view what) const {
+  if (!turboquant_) return Status::ok();
+  return unimplemented("{}: the {} KV store keeps token slots that compact_kv and move_kv_rows do not move yet", what,
+                       kv_store_kind_name(layout().store));
+}
+
 void PagedCacheManager::write(int layer, const AttentionView& view, TensorView k, TensorView v) {
+  if (turboquant_) {
+    write_turboquant(view, k, v);
+    return;
+  }
   // The scales are read through the view's pointers, so fixing them here reaches the view already built.
   if (fp8_scales_) fp8_scales_->calibrate(layer, k, v);
   write_kv(view, k, v);
@@ -241,6 +293,7 @@ Status PagedCacheManager::list_stream_once(int32_t seq, int layer, int kv_head) 
 }
 
 Status PagedCacheManager::evict_streams(int32_t seq, std::span<const StreamEviction> streams) {
+  SE_RETURN_IF_ERROR(check_rows_movable("evict"));
   Sequence& s = sequence(seq);
   const KvLayout& l = layout();
   stream_listed_.assign(static_cast<size_t>(l.num_streams()), 0);
@@ -268,6 +321,7 @@ Status PagedCacheManager::evict_streams(int32_t seq, std::span<const StreamEvict
 }
 
 Status PagedCacheManager::evict_slots(int32_t seq, std::span<const SlotEviction> streams) {
+  SE_RETURN_IF_ERROR(check_rows_movable("evict"));
   Sequence& s = sequence(seq);
   const KvLayout& l = layout();
   stream_listed_.assign(static_cast<size_t>(l.num_streams()), 0);
@@ -330,6 +384,7 @@ Result<RadixCache::PrefixMatch> PagedCacheManager::inspect_prefix(std::span<cons
 Status PagedCacheManager::check_prunable(std::span<const int32_t> tokens, RadixCache::BlockRange blocks) const {
   if (!radix_) return unimplemented("prefix caching is off: there is no radix prefix cache to prune");
   if (layout().shared_latent()) return unimplemented("{}", kNoLatentPruning);
+  SE_RETURN_IF_ERROR(check_rows_movable("prune"));
   return radix_->prunable_nodes(tokens, blocks.first_block, blocks.end_block).status();
 }
 
@@ -338,6 +393,7 @@ Result<int32_t> PagedCacheManager::prune_prefix(std::span<const int32_t> tokens,
                                                 const PagesRewrittenFn& pages_rewritten) {
   if (!radix_) return unimplemented("prefix caching is off: there is no radix prefix cache to prune");
   if (layout().shared_latent()) return unimplemented("{}", kNoLatentPruning);
+  SE_RETURN_IF_ERROR(check_rows_movable("prune"));
   SE_ASSIGN_OR_RETURN(std::vector<RadixCache::NodeId> nodes,
                       radix_->prunable_nodes(tokens, blocks.first_block, blocks.end_block));
   const KvLayout& l = layout();

@@ -1,8 +1,8 @@
 """--kv-cache-dtype end to end: `sparse-engine methods` says which stores each method can keep its KV in; an
 unknown value or a method the store cannot take fails before the model loads (exit 2, the reason on one line);
 a server over FP8 pages answers the openai client, and a chain resumed from FP8 KV answers exactly what the same
-conversation sent without its chain does; a server over KIVI-4 pages answers the openai client what a lone
-`generate` over KIVI-4 answers."""
+conversation sent without its chain does; servers over KIVI-4 and TurboQuant pages answer the openai client what a
+lone `generate` over the same store answers."""
 import json
 import subprocess
 
@@ -10,6 +10,9 @@ import openai
 import pytest
 
 from server_process import BINARY, ServerProcess
+
+
+TURBOQUANT = ["turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc"]
 
 
 def run(*args, timeout=120):
@@ -25,9 +28,10 @@ def test_methods_list_the_stores_each_method_takes():
         # FP8 exactly under the methods whose ops all read it (eviction's row copies, attention_scores).
         reads_fp8 = set(m["ops"]) <= {"compact_kv", "move_kv_rows", "attention_scores"}
         assert ("fp8_e4m3" in m["kv_cache_dtypes"]) == reads_fp8, m
-        # KIVI under the methods with no ops of their own.
-        assert ("kivi2" in m["kv_cache_dtypes"]) == ("kivi4" in m["kv_cache_dtypes"]) == (not m["ops"]), m
-    assert methods["vanilla"]["kv_cache_dtypes"] == ["auto", "fp8_e4m3", "kivi2", "kivi4"]
+        # KIVI and TurboQuant under the methods with no ops of their own.
+        for store in ["kivi2", "kivi4"] + TURBOQUANT:
+            assert (store in m["kv_cache_dtypes"]) == (not m["ops"]), m
+    assert methods["vanilla"]["kv_cache_dtypes"] == ["auto", "fp8_e4m3", "kivi2", "kivi4"] + TURBOQUANT
     assert methods["streamingllm"]["kv_cache_dtypes"] == ["auto", "fp8_e4m3"]
     assert methods["snapkv"]["kv_cache_dtypes"] == ["auto", "fp8_e4m3"]
     assert methods["quest"]["kv_cache_dtypes"] == ["auto"]
@@ -36,7 +40,9 @@ def test_methods_list_the_stores_each_method_takes():
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--kv-cache-dtype", "int3"], "--kv-cache-dtype must be auto, fp8, fp8_e4m3, kivi2 or kivi4, got 'int3'"),
+    (["--kv-cache-dtype", "int3"], "--kv-cache-dtype must be auto, fp8, fp8_e4m3, kivi2, kivi4, turboquant_k8v4, "
+                                   "turboquant_4bit_nc, turboquant_k3v4_nc or turboquant_3bit_nc, got 'int3'"),
+    (["--kv-cache-dtype", "turboquant_4bit_nc", "--sparse-method", "snapkv"], "TurboQuant keeps packed key"),
     (["--kv-cache-dtype", "kivi2", "--sparse-method", "snapkv"], "cannot run sparse method 'snapkv'"),
     (["--kv-cache-dtype", "kivi4", "--kivi-residual", "40"], "must be a positive multiple of the group size 32"),
     (["--kv-cache-dtype", "kivi2", "--kivi-group-size", "24"], "is not a whole number of 2-bit code words"),
@@ -97,12 +103,15 @@ def test_chain_resumed_from_fp8_kv_equals_the_uninterrupted_conversation(client)
     assert resumed.choices[0].message.content == whole.choices[0].message.content
 
 
-def test_kivi4_server_answers_the_openai_client():
+@pytest.mark.parametrize("flags", [
     # The window (R = 32) flushes while the chat prompt is prefilled and again while it decodes.
-    flags = ["--kv-cache-dtype", "kivi4", "--kivi-residual", "32"]
+    ["--kv-cache-dtype", "kivi4", "--kivi-residual", "32"],
+    ["--kv-cache-dtype", "turboquant_k3v4_nc"],
+])
+def test_quantized_store_server_answers_the_openai_client(flags):
     s = ServerProcess("--max-model-len", "2048", "--kv-cache-memory", "64MiB", *flags)
     try:
-        assert "kivi4" in s.log_text()
+        assert flags[1] in s.log_text()
         client = openai.OpenAI(base_url=s.base_url + "/v1", api_key="unused", max_retries=0, timeout=300)
         question = "What is the capital of France?"
         r = client.chat.completions.create(model="default", max_tokens=48, temperature=0,

@@ -15,6 +15,9 @@
 //       prod also .qjl (f64 S [D, D]), .signs (u8 [N][bytes]), .rnorm (fp16 [N])
 //   turboquant_split BITS SEED N D NUM_OUTLIERS IN.f32 PREFIX
 //       outliers picked over all N vectors: PREFIX.outliers (i32), .rot_out, .rot_reg, .codes, .norm ([N][2]), .deq
+//   turboquant_kv PRESET N D K.f32 V.f32 PREFIX
+//       the store's slots of N tokens (PRESET a turboquant_* --kv-cache-dtype): PREFIX.slots (u8 [N][slot bytes]),
+//       .k and .v (f32 [N, D], what the slots read back as), and for MSE keys .rot (f64 [D, D], the store's Pi)
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -26,6 +29,8 @@
 #include "backend/quant/kivi_quant.h"
 #include "backend/quant/seeded_gaussian.h"
 #include "backend/quant/turboquant.h"
+#include "backend/quant/turboquant_kv.h"
+#include "kv/kv_store_kind.h"
 #include "kv/kivi_residual_window.h"
 #include "../support/array_files.h"
 
@@ -190,6 +195,32 @@ int turboquant_split(int argc, char** argv) {
   return 0;
 }
 
+int turboquant_kv(char** argv) {
+  const se::Result<se::KvStoreKind> store = se::parse_kv_cache_dtype(argv[2]);
+  if (!store.is_ok() || !se::is_turboquant(*store)) {
+    std::fprintf(stderr, "%s is not a TurboQuant preset\n", argv[2]);
+    return 2;
+  }
+  const int64_t n = std::stoll(argv[3]);
+  const int32_t d = std::stoi(argv[4]);
+  const std::vector<float> k = read_array<float>(argv[5]), v = read_array<float>(argv[6]);
+  const std::string prefix = std::string(argv[7]) + ".";
+  const se::TurboQuantKvCodec codec(d, se::turboquant_format(*store));
+  const size_t slot_bytes = codec.layout().slot_bytes();
+  std::vector<uint8_t> slots(n * slot_bytes);
+  std::vector<float> k_back(n * d), v_back(n * d);
+  for (int64_t i = 0; i < n; ++i) {
+    codec.encode(&k[i * d], &v[i * d], &slots[i * slot_bytes]);
+    codec.decode(&slots[i * slot_bytes], &k_back[i * d], &v_back[i * d]);
+  }
+  write_array(prefix + "slots", slots);
+  write_array(prefix + "k", k_back);
+  write_array(prefix + "v", v_back);
+  if (!codec.format().key_fp8())
+    write_array(prefix + "rot", se::TurboQuantMse(d, codec.format().key_bits, se::kTurboQuantKvSeed).rotation());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -218,6 +249,7 @@ int main(int argc, char** argv) {
   if (cmd == "kivi_stream" && argc >= 10) return kivi_stream(argc, argv);
   if (cmd == "turboquant" && argc == 9) return turboquant(argc, argv);
   if (cmd == "turboquant_split" && argc == 9) return turboquant_split(argc, argv);
+  if (cmd == "turboquant_kv" && argc == 8) return turboquant_kv(argv);
   std::fprintf(stderr, "usage: see the header of quant_tool.cpp\n");
   return 2;
 }

@@ -1,5 +1,5 @@
-// quantized_attention_tool: builds FP8 or KIVI pages (attention_view.h's kQuantized layouts) for a ragged batch
-// with the engine's quantizers and runs paged_attention over them, for test_quantized_attention.py to compare
+// quantized_attention_tool: builds FP8, KIVI or TurboQuant pages (attention_view.h's kQuantized layouts) for a ragged
+// batch with the engine's quantizers and runs paged_attention over them, for test_quantized_attention.py to compare
 // against attention over the numpy oracles' dequantized K/V. Each sequence's stream holds its whole K/V as a
 // prefill leaves it; its last ROWS[s] tokens are the query rows. Physical pages are handed out in a shuffled
 // order, so the page lists are not the identity. Files are raw little-endian arrays in DIR:
@@ -9,6 +9,8 @@
 //       quantized keys and values as KiviResidualWindow leaves them after the prefill; the residual tokens
 //       start at slot (first full-precision token) % PAGE_SIZE of their pages, as a window that slid would leave
 //       them; prints "quantized_keys quantized_values" per sequence
+//   turboquant PRESET H HKV D PAGE_SIZE WINDOW DIR
+//       slots of the turboquant_* preset, every token encoded by the store's codec
 // Writes DIR/out.f32 [sum rows, H, D].
 #include <algorithm>
 #include <cmath>
@@ -25,6 +27,8 @@
 #include "backend/quant/fp8_kv.h"
 #include "backend/quant/kivi_quant.h"
 #include "backend/quant/quantized_kv_layout.h"
+#include "backend/quant/turboquant_kv.h"
+#include "kv/kv_store_kind.h"
 #include "kv/kivi_residual_window.h"
 #include "../support/array_files.h"
 
@@ -106,6 +110,14 @@ struct Streams {
 
 int32_t ceil_div(int32_t a, int32_t b) { return (a + b - 1) / b; }
 
+// Pages of each sequence's stream when every slot lives in a page of page_size tokens.
+std::vector<int32_t> whole_pages(const Batch& b) {
+  std::vector<int32_t> pages;
+  pages.reserve(b.lens.size());
+  for (int32_t len : b.lens) pages.push_back(ceil_div(len, b.page_size));
+  return pages;
+}
+
 AttentionView base_view(const Batch& b, const Streams& streams) {
   AttentionView view;
   view.page_size = b.page_size;
@@ -134,9 +146,7 @@ int fp8(char** argv) {
   const Batch b = read_batch(argv + 2, dir);
   const std::vector<float> scales = read_array<float>(dir + "/scales.f32");  // [2][HKV]
   std::mt19937 rng(11);
-  std::vector<int32_t> pages;
-  for (int32_t len : b.lens) pages.push_back(ceil_div(len, b.page_size));
-  const Streams streams(pages, b.lens, b.num_kv_heads, rng);
+  const Streams streams(whole_pages(b), b.lens, b.num_kv_heads, rng);
   const size_t page_bytes = static_cast<size_t>(b.page_size) * se::fp8_kv_bytes_per_token(b.head_dim);
   std::vector<uint8_t> pool(static_cast<size_t>(streams.num_pages) * page_bytes);
   AttentionView view = base_view(b, streams);
@@ -239,12 +249,45 @@ int kivi(char** argv) {
   return 0;
 }
 
+int turboquant(char** argv) {
+  const se::Result<se::KvStoreKind> store = se::parse_kv_cache_dtype(argv[2]);
+  if (!store.is_ok() || !se::is_turboquant(*store)) return 2;
+  const std::string dir = argv[8];
+  const Batch b = read_batch(argv + 3, dir);
+  const se::TurboQuantKvCodec codec(b.head_dim, se::turboquant_format(*store));
+  const size_t slot_bytes = codec.layout().slot_bytes();
+  std::mt19937 rng(17);
+  const Streams streams(whole_pages(b), b.lens, b.num_kv_heads, rng);
+  const size_t page_bytes = static_cast<size_t>(b.page_size) * slot_bytes;
+  std::vector<uint8_t> pool(static_cast<size_t>(streams.num_pages) * page_bytes);
+  AttentionView view = base_view(b, streams);
+  view.kv_base = pool.data();
+  view.kv_dtype = DType::kU8;
+  view.page_bytes = page_bytes;
+  QuantizedKvView& qv = view.quantized;
+  qv.scheme = KvQuantScheme::kTurboQuant;
+  qv.bits = codec.format().key_bits;
+  qv.value_bits = codec.format().value_bits;
+  qv.norm_correction = codec.format().norm_correction;
+  qv.rotation = codec.rotation().data();
+  qv.centroids = codec.centroids().data();
+  for (int32_t s = 0; s < b.num_seqs(); ++s)
+    for (int32_t h = 0; h < b.num_kv_heads; ++h)
+      for (int32_t t = 0; t < b.lens[s]; ++t)
+        codec.encode(b.k.data() + b.kv_offset(s, t, h), b.v.data() + b.kv_offset(s, t, h),
+                     pool.data() + static_cast<size_t>(streams.page(s, h, t, b.page_size)) * page_bytes +
+                         static_cast<size_t>(t % b.page_size) * slot_bytes);
+  attend_and_write(b, view, dir);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::string cmd = argc > 1 ? argv[1] : "";
   if (cmd == "fp8" && argc == 8) return fp8(argv);
   if (cmd == "kivi" && argc == 12) return kivi(argv);
+  if (cmd == "turboquant" && argc == 9) return turboquant(argv);
   std::fprintf(stderr, "usage: see the header of quantized_attention_tool.cpp\n");
   return 2;
 }

@@ -214,3 +214,32 @@ def test_turboquant_split(bits, tmp_path):
     assert np.array_equal(load(tmp_path / "t.norm", np.uint16).reshape(n, 2),
                           np.stack(norms, axis=1).view(np.uint16))
     np.testing.assert_allclose(load(tmp_path / "t.deq", np.float32).reshape(n, d), deq, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("preset", sorted(turboquant.PRESETS))
+@pytest.mark.parametrize("d", [64, 128])
+def test_turboquant_kv_slots_bit_exact(preset, d, tmp_path):
+    """The store's slots byte for byte as vLLM's store kernel lays them out, and what they read back as."""
+    rng = np.random.default_rng(len(preset) * 10 + d)
+    n = 150
+    k = tq_input(rng, n, d)
+    v = rng.standard_normal((n, d)).astype(np.float32) * 3.0
+    v[1] = 0.25   # a constant value row: the scale floor
+    k[2] *= 1e3   # past e4m3's range: the fp8 keys saturate
+    k.tofile(tmp_path / "k.f32")
+    v.tofile(tmp_path / "v.f32")
+    run("turboquant_kv", preset, n, d, tmp_path / "k.f32", tmp_path / "v.f32", tmp_path / "t")
+    key_bits = turboquant.PRESETS[preset][0]
+    rot = load(tmp_path / "t.rot", np.float64).reshape(d, d) if key_bits != 8 else None
+    slots, keys, values = turboquant.kv_slots(k, v, preset, rot)
+    ours = load(tmp_path / "t.slots", np.uint8).reshape(n, -1)
+    assert ours.shape == slots.shape
+    bad = np.argwhere(ours != slots)
+    assert bad.size == 0, f"{len(bad)} bytes differ, first at token {bad[0][0]} byte {bad[0][1]}"
+    np.testing.assert_allclose(load(tmp_path / "t.k", np.float32).reshape(n, d), keys, rtol=1e-5,
+                               atol=1e-5 * np.abs(keys).max())
+    assert np.array_equal(load(tmp_path / "t.v", np.float32).reshape(n, d), values)
+    # The slot is smaller than a bf16 key and value (4 * d bytes) by the preset's ratio.
+    value_bits = turboquant.PRESETS[preset][1]
+    key_bytes = d if key_bits == 8 else (d * key_bits + 7) // 8 + 2
+    assert slots.shape[1] == key_bytes + (d * value_bits + 7) // 8 + 4

@@ -1,5 +1,5 @@
-"""paged_attention over quantized pages (FP8 e4m3 and KIVI, attention_view.h's kQuantized layouts) against
-attention computed in float64 over the K/V the numpy oracles dequantize (oracles/fp8.py, oracles/kivi.py):
+"""paged_attention over quantized pages (FP8 e4m3, KIVI and TurboQuant, attention_view.h's kQuantized layouts)
+against attention computed in float64 over the K/V the numpy oracles dequantize (oracles/{fp8,kivi,turboquant}.py):
 ragged batches mixing decode rows and prefill chunks, GQA groups 1, 4 and 8, page sizes 16 and 64, a sliding
 window, and KIVI streams whose full-precision key window holds 0, some and R - 1 tokens."""
 import os
@@ -9,7 +9,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from oracles import fp8, kivi
+from oracles import fp8, kivi, turboquant
 
 TOOL = pathlib.Path(os.environ.get("SE_BUILD_DIR", pathlib.Path(__file__).resolve().parents[2] / "build")) \
     / "tests" / "sparse" / "quantized_attention_tool"
@@ -135,3 +135,28 @@ def test_kivi_pages_match_the_oracle_dequantized_attention(bits, heads, page_siz
     assert [tuple(map(int, line.split())) for line in printed.splitlines()] == counts
     assert [len(k) - nk for k, (nk, _) in zip(ks, counts)] == [40, 0, 22, RESIDUAL - 1, 0]
     check(tmp_path, q, deq_k, deq_v, ks, vs, KIVI_ROWS, num_heads, window)
+
+
+@pytest.mark.parametrize("preset", sorted(turboquant.PRESETS))
+@pytest.mark.parametrize("heads", GQA)
+@pytest.mark.parametrize("page_size", [16, 64])
+@pytest.mark.parametrize("window", [0, 24])
+def test_turboquant_pages_match_the_oracle_dequantized_attention(preset, heads, page_size, window, tmp_path):
+    """Attention scores MSE keys in the rotated domain; the oracle rotates them back and attends densely."""
+    num_heads, num_kv_heads = heads
+    rng = np.random.default_rng(len(preset) * 1000 + num_heads * 100 + num_kv_heads + page_size + window)
+    q, ks, vs = write_batch(tmp_path, LENS, ROWS, num_heads, num_kv_heads, rng)
+    key_bits = turboquant.PRESETS[preset][0]
+    rot = None
+    if key_bits != 8:  # the store's rotation, as quant_tool writes it
+        subprocess.run([str(x) for x in (TOOL.parent / "quant_tool", "turboquant_kv", preset, 1, HEAD_DIM,
+                                         tmp_path / "k.f32", tmp_path / "v.f32", tmp_path / "r")], check=True)
+        rot = np.fromfile(tmp_path / "r.rot", np.float64).reshape(HEAD_DIM, HEAD_DIM)
+    run("turboquant", preset, num_heads, num_kv_heads, HEAD_DIM, page_size, window, tmp_path)
+
+    def deq(k, v):
+        per_head = [turboquant.kv_slots(k[:, h], v[:, h], preset, rot)[1:] for h in range(num_kv_heads)]
+        return np.stack([p[0] for p in per_head], axis=1), np.stack([p[1] for p in per_head], axis=1)
+
+    pairs = [deq(k, v) for k, v in zip(ks, vs)]
+    check(tmp_path, q, [p[0] for p in pairs], [p[1] for p in pairs], ks, vs, ROWS, num_heads, window)

@@ -30,6 +30,9 @@ void write_kv(const AttentionView& view, TensorView k, TensorView v);
 void paged_attention(TensorView out, TensorView q, const AttentionView& view, const AttentionParams& params);
 void paged_attention_fp8(TensorView out, TensorView q, const AttentionView& view, const AttentionParams& params);
 void paged_attention_kivi(TensorView out, TensorView q, const AttentionView& view, const AttentionParams& params);
+// TurboQuant slots (attention_view.h, kTurboQuant): MSE keys are scored in the rotated domain (each query head
+// rotated once), values decoded row by row.
+void paged_attention_turboquant(TensorView out, TensorView q, const AttentionView& view, const AttentionParams& params);
 void absorb_latent_queries(TensorView q_latent, TensorView q_nope, TensorView q_rope, TensorView kv_b);
 void paged_latent_attention(TensorView out, TensorView q_latent, const AttentionView& view, TensorView kv_b,
                             const AttentionParams& params);

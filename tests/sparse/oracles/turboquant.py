@@ -8,8 +8,24 @@ Prod: MSE at b-1 bits, r = x - decode_mse(x), signs of S r (>= 0 -> 1), gamma = 
 decode adds sqrt(pi/2)/d * gamma * S^T sign.
 Codes are a little-endian bit stream: code j at bits [j*b, (j+1)*b). Pi and S are taken from the engine (its
 seeded generator); what is checked here is everything done with them.
+
+KV slots (vLLM's turboquant_* kv-cache dtypes, triton_turboquant_store.py): per token and KV head, a key record
+then a value record. Key: MSE codes then fp16 ||k||, or (8 bits) the e4m3 cast of k. Value: uniform codes over
+the token's channels, scale = max((max - min) / (2^b - 1), 1e-8), q = clamp(trunc((v - min) / scale + 0.5)),
+all fp32, then fp16 scale and fp16 min; it reads back as q * fp16(scale) + fp16(min). Norm correction divides
+the centroid vector by its norm before scaling it by ||k||.
 """
 import numpy as np
+
+from oracles import fp8
+
+# vLLM's TQ_PRESETS: (key bits, value bits, norm correction); key bits 8 = e4m3 keys.
+PRESETS = {
+    "turboquant_k8v4": (8, 4, False),
+    "turboquant_4bit_nc": (4, 4, True),
+    "turboquant_k3v4_nc": (3, 4, True),
+    "turboquant_3bit_nc": (3, 3, True),
+}
 
 
 def solve_lloyd_max(d, bits, max_iter=200, tol=1e-10, points=200):
@@ -70,3 +86,42 @@ def qjl_add(out, signs, rnorm, s):
 def select_outliers(x, count):
     energy = np.sum(np.asarray(x, np.float64) ** 2, axis=0)
     return np.sort(np.argsort(-energy, kind="stable")[:count])
+
+
+def value_encode(v, bits):
+    """v [N, D] -> codes [N, D], fp16 scale [N], fp16 min [N]."""
+    v = np.asarray(v, np.float32)
+    mn, mx = v.min(axis=1), v.max(axis=1)
+    top = np.float32(2 ** bits - 1)
+    scale = (mx - mn) / top
+    scale = np.where(scale > np.float32(1e-8), scale, np.float32(1e-8)).astype(np.float32)
+    q = np.clip(np.trunc((v - mn[:, None]) / scale[:, None] + np.float32(0.5)), 0, top).astype(np.uint8)
+    return q, scale.astype(np.float16), mn.astype(np.float16)
+
+
+def value_decode(q, scale, mn):
+    return q.astype(np.float32) * scale.astype(np.float32)[:, None] + mn.astype(np.float32)[:, None]
+
+
+def kv_slots(k, v, preset, rot):
+    """k, v [N, D] -> the slots uint8 [N, slot bytes] and the K/V they read back as (float32, original domain)."""
+    key_bits, value_bits, nc = PRESETS[preset]
+    k = np.asarray(k, np.float32)
+    d = k.shape[1]
+    if key_bits == 8:
+        key_record = fp8.quantize(k, 1.0, "e4m3")
+        keys = fp8.dequantize(key_record, 1.0, "e4m3")
+    else:
+        centroids, boundaries = solve_lloyd_max(d, key_bits)
+        idx, norm = mse_encode(k, rot, boundaries)
+        key_record = np.concatenate([pack_bits(idx, key_bits), norm.view(np.uint8).reshape(-1, 2)], axis=1)
+        c = centroids[idx]
+        gain = norm.astype(np.float64)
+        if nc:
+            length = np.linalg.norm(c, axis=1)
+            gain = np.divide(gain, length, out=np.zeros_like(gain), where=length > 0)
+        keys = ((gain[:, None] * c) @ rot).astype(np.float32)
+    q, scale, mn = value_encode(v, value_bits)
+    value_record = np.concatenate([pack_bits(q, value_bits), scale.view(np.uint8).reshape(-1, 2),
+                                   mn.view(np.uint8).reshape(-1, 2)], axis=1)
+    return np.concatenate([key_record, value_record], axis=1), keys, value_decode(q, scale, mn)
