@@ -60,19 +60,25 @@ TEST(KvStoreEngineTest, Fp8GreedyGenerationStaysCloseToTheExplicitCache) {
   EXPECT_EQ(fp8.stats.num_kv_pages_used, 0);
 }
 
-TEST(KvStoreEngineTest, Fp8RadixPrefixReuseGivesTheTokensOfRecomputing) {
+// A repeated prompt over `store`'s pages: the second request reuses every full page of the first through the radix
+// cache and generates what recomputing it does.
+void expect_radix_reuse_gives_the_tokens_of_recomputing(const std::string& store) {
   const ModelBundle bundle = tiny_bundle();
   std::mt19937 rng(12);
   const std::vector<int32_t> prompt = random_prompt(rng, 45);
-  EngineConfig no_reuse = store_config("fp8");
+  EngineConfig no_reuse = store_config(store);
   no_reuse.enable_prefix_caching = false;
-  const Generated cached = generate(bundle, store_config("fp8"), {prompt, prompt}, 12);
+  const Generated cached = generate(bundle, store_config(store), {prompt, prompt}, 12);
   const Generated computed = generate(bundle, no_reuse, {prompt, prompt}, 12);
   EXPECT_EQ(cached.num_cached_tokens[1], 44);  // every full page of the prompt
   EXPECT_EQ(computed.num_cached_tokens[1], 0);
   EXPECT_EQ(cached.tokens[1], computed.tokens[1]);
   EXPECT_EQ(cached.tokens[1], cached.tokens[0]);
   EXPECT_EQ(cached.stats.num_kv_pages_used, computed.stats.num_kv_pages_used);
+}
+
+TEST(KvStoreEngineTest, Fp8RadixPrefixReuseGivesTheTokensOfRecomputing) {
+  expect_radix_reuse_gives_the_tokens_of_recomputing("fp8");
 }
 
 // Eviction over FP8 pages: StreamingLLM moves codes as it slides, SnapKV scores the decoded keys at the end of the
@@ -147,17 +153,7 @@ TEST(KvStoreEngineTest, TurboQuantGreedyGenerationStaysCloseToTheExplicitCache) 
 }
 
 TEST(KvStoreEngineTest, TurboQuantRadixPrefixReuseGivesTheTokensOfRecomputing) {
-  const ModelBundle bundle = tiny_bundle();
-  std::mt19937 rng(12);
-  const std::vector<int32_t> prompt = random_prompt(rng, 45);
-  EngineConfig no_reuse = store_config("turboquant_k3v4_nc");
-  no_reuse.enable_prefix_caching = false;
-  const Generated cached = generate(bundle, store_config("turboquant_k3v4_nc"), {prompt, prompt}, 12);
-  const Generated computed = generate(bundle, no_reuse, {prompt, prompt}, 12);
-  EXPECT_EQ(cached.num_cached_tokens[1], 44);  // every full page of the prompt
-  EXPECT_EQ(computed.num_cached_tokens[1], 0);
-  EXPECT_EQ(cached.tokens[1], computed.tokens[1]);
-  EXPECT_EQ(cached.tokens[1], cached.tokens[0]);
+  expect_radix_reuse_gives_the_tokens_of_recomputing("turboquant_k3v4_nc");
 }
 
 TEST(KvStoreEngineTest, RefusesWhatTheStoreCannotTake) {
