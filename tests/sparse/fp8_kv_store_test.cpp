@@ -7,6 +7,7 @@
 #include <cmath>
 #include <random>
 
+#include "../support/kv_store_steps.h"
 #include "backend/ops.h"
 #include "backend/quant/fp8_kv.h"
 #include "sparse/method_registry.h"
@@ -14,6 +15,8 @@
 
 namespace se {
 namespace {
+
+using test::write_step;
 
 constexpr int kLayers = 2, kHeads = 2, kDim = 8, kPageSize = 4;
 
@@ -24,17 +27,7 @@ KvLayout fp8_layout() {
 }
 
 Tensor random_rows(std::mt19937& rng, int64_t rows, float amplitude) {
-  Tensor t = Tensor::empty(DType::kF32, Shape{rows, kHeads, kDim}, cpu_allocator());
-  std::normal_distribution<float> normal(0.0f, amplitude);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = normal(rng);
-  return t;
-}
-
-// One sequence (slot 0) gets `n` new rows in layer `layer`: reserve must have been called for the step.
-void write_step(PagedCacheManager& cache, int layer, int32_t n, const Tensor& k, const Tensor& v) {
-  ForwardBatch batch;
-  batch.sequences.push_back({0, 0, n});
-  cache.write(layer, cache.build_view(layer, batch), k.view(), v.view());
+  return test::random_kv_rows(rng, rows, kHeads, kDim, amplitude);
 }
 
 // max|x| over KV head h's rows of x [T, Hkv, D] divided by `divisor`: vLLM's calculate_kv_scales per head.

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <random>
 
+#include "../support/kv_store_steps.h"
 #include "backend/ops.h"
 #include "backend/quant/turboquant_kv.h"
 #include "sparse/paged_cache_manager.h"
@@ -15,24 +16,15 @@
 namespace se {
 namespace {
 
+using test::write_step;
+
 constexpr int kLayers = 2, kHeads = 2, kDim = 32, kPageSize = 4;
 
 KvLayout turboquant_layout(KvStoreKind store) {
   return KvLayout{kLayers, kHeads, kDim, kPageSize, kv_page_dtype(Device::kCpu, store), store};
 }
 
-Tensor random_rows(std::mt19937& rng, int64_t rows) {
-  Tensor t = Tensor::empty(DType::kF32, Shape{rows, kHeads, kDim}, cpu_allocator());
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = normal(rng);
-  return t;
-}
-
-void write_step(PagedCacheManager& cache, int layer, int32_t n, const Tensor& k, const Tensor& v) {
-  ForwardBatch batch;
-  batch.sequences.push_back({0, 0, n});
-  cache.write(layer, cache.build_view(layer, batch), k.view(), v.view());
-}
+Tensor random_rows(std::mt19937& rng, int64_t rows) { return test::random_kv_rows(rng, rows, kHeads, kDim); }
 
 // head_dim 128 against a bf16 key and value (512 bytes): 2.6x (k8v4), 3.8x (4bit_nc), 4.3x (k3v4_nc) and 5.0x
 // (3bit_nc), as vLLM reports them (it gives 4.9x for 3bit_nc, whose slot it pads to an even size for its
