@@ -104,7 +104,7 @@ class PagedCacheManager final : public CacheManager {
   BlockPool pool_;
   std::unique_ptr<BlockPool> host_pool_;  // the host tier; null without one
   std::unique_ptr<RadixCache> radix_;  // null when prefix caching is off
-  std::optional<Fp8ScaleTable> fp8_scales_;  // the FP8 store's scales; empty for explicit pages
+  std::optional<Fp8ScaleTable> fp8_scales_;      // the FP8 store's scales; empty for explicit pages
   std::optional<TurboQuantKvCodec> turboquant_;  // the TurboQuant store's codec
   std::unordered_map<int32_t, Sequence> sequences_;
   std::vector<int32_t> q_indptr_;      // scratch of build_view
