@@ -55,24 +55,39 @@ void group_by_expert(TensorView offsets, TensorView rows, TensorView slots, Tens
   cpu::group_by_expert(offsets, rows, slots, experts);
 }
 
-void grouped_linear(TensorView out, TensorView x, TensorView w, TensorView offsets, int64_t max_rows) {
+void grouped_linear(TensorView out, TensorView x, TensorView w, TensorView offsets, int64_t max_rows,
+                    TensorView w_scale) {
   SE_CHECK(x.shape.rank() == 2 && w.shape.rank() == 3 && out.shape.rank() == 2 && x.shape[1] == w.shape[2] &&
                out.shape[0] == x.shape[0] && out.shape[1] == w.shape[1] && offsets.dtype == DType::kI32 &&
                offsets.numel() == w.shape[0] + 1 && max_rows >= 0,
            "grouped_linear: out {} x {} w {} offsets {}", out.shape.to_string(), x.shape.to_string(),
            w.shape.to_string(), offsets.shape.to_string());
-  SE_CHECK(x.dtype == w.dtype && (out.dtype == DType::kF32 || out.dtype == x.dtype),
-           "grouped_linear: x {} w {} out {} (x and w of one dtype; out f32 or theirs)", dtype_name(x.dtype),
+  const bool fp8 = w.dtype == DType::kU8;
+  SE_CHECK((x.dtype == w.dtype || fp8) && (out.dtype == DType::kF32 || out.dtype == x.dtype),
+           "grouped_linear: x {} w {} out {} (x and w of one dtype, or FP8 codes; out f32 or x's)", dtype_name(x.dtype),
            dtype_name(w.dtype), dtype_name(out.dtype));
+  SE_CHECK(fp8 == (w_scale.data != nullptr),
+           "grouped_linear: FP8 codes (U8 w) come with their scales, other "
+           "weights without (w {}, scales {})",
+           dtype_name(w.dtype), w_scale.data != nullptr ? "given" : "none");
+  if (fp8) {
+    require(w_scale, DType::kF32, 3, "grouped_linear.w_scale");
+    const int64_t n = w.shape[1], k = w.shape[2];
+    const bool blocks_divide = w_scale.shape[0] == w.shape[0] && w_scale.shape[1] > 0 && w_scale.shape[2] > 0 &&
+                               n % w_scale.shape[1] == 0 && k % w_scale.shape[2] == 0;
+    SE_CHECK(blocks_divide && n / w_scale.shape[1] % 32 == 0 && k / w_scale.shape[2] % 32 == 0,
+             "grouped_linear: scales {} for FP8 weights {}: blocks must divide the weight and be multiples of 32",
+             w_scale.shape.to_string(), w.shape.to_string());
+  }
   if (all_on_cuda({&out, &x, &w, &offsets}, "grouped_linear")) {
-    SE_CHECK(x.dtype == DType::kBF16 || x.dtype == DType::kF32, "grouped_linear: CUDA takes bf16 or f32, got {}",
-             dtype_name(x.dtype));
-    if constexpr (kCudaBuilt) cuda::grouped_linear(out, x, w, offsets, max_rows);
+    SE_CHECK(x.dtype == DType::kBF16 || (x.dtype == DType::kF32 && !fp8),
+             "grouped_linear: CUDA takes bf16 or f32 (FP8 weights: bf16 x), got {}", dtype_name(x.dtype));
+    if constexpr (kCudaBuilt) cuda::grouped_linear(out, x, w, offsets, max_rows, w_scale);
     return;
   }
   SE_CHECK(x.dtype == DType::kF32 && out.dtype == DType::kF32, "grouped_linear: the CPU takes f32, got {}",
            dtype_name(x.dtype));
-  cpu::grouped_linear(out, x, w, offsets);
+  cpu::grouped_linear(out, x, w, offsets, w_scale);
 }
 
 void moe_combine(TensorView h, TensorView y, TensorView weights, TensorView slots) {

@@ -26,7 +26,12 @@ void group_by_expert(TensorView offsets, TensorView rows, TensorView slots, Tens
 // [num_experts, N, K] of one dtype (F32 on the CPU; BF16 or F32 on CUDA), out [n, N] F32 or x's dtype; offsets
 // as group_by_expert writes them, with no expert above `max_rows` rows (the batch's t: a row picks an expert once).
 // Rows past offsets[num_experts] are not written.
-void grouped_linear(TensorView out, TensorView x, TensorView w, TensorView offsets, int64_t max_rows);
+// Block-scaled FP8 experts: w holds e4m3 codes (U8) and `w_scale` their scales, F32 [num_experts, N / block_rows,
+// K / block_cols] with both block sizes multiples of 32 dividing N and K; element (n, c) of expert e reads back as
+// fp8(w[e, n, c]) * w_scale[e, n / block_rows, c / block_cols] (fp8_block_weights.h), and x is F32 on the CPU, BF16
+// on CUDA. The codes are read as they are stored: a step reads one byte per weight.
+void grouped_linear(TensorView out, TensorView x, TensorView w, TensorView offsets, int64_t max_rows,
+                    TensorView w_scale = {});
 
 // h[r] += sum_j weights[r, j] * y[slots[r * k + j]], the slots summed in order: h [t, hidden] F32, y [t * k,
 // hidden] F32 (the experts' outputs in grouped order), weights [t, k] F32, slots [t * k] I32.

@@ -61,13 +61,31 @@ struct DecodePoint {
 };
 
 // Bytes one decode step reads of the weights every step reads: every matrix once (the embedding table is only
-// gathered, unless it is also the lm_head), norms, biases and routers too. Not the experts: a step reads those its
-// batch chose (DecodePoint::expert_bytes_per_step).
+// gathered, unless it is also the lm_head), norms, biases, routers, shared experts and latent-attention projections
+// too. Not the routed experts: a step reads those its batch chose (DecodePoint::expert_bytes_per_step).
 double weight_bytes_per_step(const ModelWeights& w) {
   double bytes = static_cast<double>(w.lm_head.nbytes() + w.final_norm.nbytes());
   for (const LayerWeights& l : w.layers)
-    for (const Tensor* t : {&l.input_norm, &l.qkv, &l.qkv_bias, &l.q_norm, &l.k_norm, &l.o_proj, &l.post_attention_norm,
-                            &l.pre_feedforward_norm, &l.post_feedforward_norm, &l.gate_up, &l.down, &l.router})
+    for (const Tensor* t : {&l.input_norm,
+                            &l.qkv,
+                            &l.qkv_bias,
+                            &l.q_norm,
+                            &l.k_norm,
+                            &l.o_proj,
+                            &l.post_attention_norm,
+                            &l.pre_feedforward_norm,
+                            &l.post_feedforward_norm,
+                            &l.gate_up,
+                            &l.down,
+                            &l.router,
+                            &l.shared_gate_up,
+                            &l.shared_down,
+                            &l.q_a,
+                            &l.q_a_norm,
+                            &l.q_proj,
+                            &l.kv_a,
+                            &l.kv_a_norm,
+                            &l.kv_b})
       if (t->defined()) bytes += static_cast<double>(t->nbytes());
   return bytes;
 }

@@ -167,8 +167,11 @@ void ModelRunner::count_expert_reads() {
     int64_t chosen = 0;
     for (int e = 0; e < c.num_experts; ++e) chosen += begin[e + 1] > begin[e];
     const LayerWeights& w = model_.weights().layers[static_cast<size_t>(layer)];
-    expert_weight_bytes_ +=
-        chosen * static_cast<int64_t>(w.experts_gate_up.nbytes() + w.experts_down.nbytes()) / c.num_experts;
+    // FP8 experts: one byte per weight, plus the block scales.
+    size_t bytes = 0;
+    for (const Tensor* t : {&w.experts_gate_up, &w.experts_down, &w.experts_gate_up_scale, &w.experts_down_scale})
+      if (t->defined()) bytes += t->nbytes();
+    expert_weight_bytes_ += chosen * static_cast<int64_t>(bytes) / c.num_experts;
   }
 }
 

@@ -80,8 +80,8 @@ bool fp8_quantizes(const Fp8BlockQuantization& q, std::string_view name) {
                       [name](const std::string& m) { return name.find(m) != std::string_view::npos; });
 }
 
-Result<Tensor> dequantize_fp8_blocks(const uint8_t* codes, const Shape& shape, const Tensor& scale_inv,
-                                     const Fp8BlockQuantization& q, std::string_view scale_name) {
+Status check_fp8_scales(const Shape& shape, const Tensor& scale_inv, const Fp8BlockQuantization& q,
+                        std::string_view scale_name) {
   if (shape.rank() < 2)
     return data_loss("FP8 scale '{}' belongs to a weight of shape {}; block scales need a matrix", scale_name,
                      shape.to_string());
@@ -94,6 +94,12 @@ Result<Tensor> dequantize_fp8_blocks(const uint8_t* codes, const Shape& shape, c
   if (scale_inv.dtype() != DType::kF32 && scale_inv.dtype() != DType::kBF16 && scale_inv.dtype() != DType::kF16)
     return data_loss("FP8 scale '{}' has dtype {} (F32, BF16 or F16 expected)", scale_name,
                      dtype_name(scale_inv.dtype()));
+  return Status::ok();
+}
+
+Result<Tensor> dequantize_fp8_blocks(const uint8_t* codes, const Shape& shape, const Tensor& scale_inv,
+                                     const Fp8BlockQuantization& q, std::string_view scale_name) {
+  SE_RETURN_IF_ERROR(check_fp8_scales(shape, scale_inv, q, scale_name));
   const Tensor scales = scale_inv.to_f32();
   const float* s = scales.data<float>();
   const BlockGrid g = block_grid(shape, q);

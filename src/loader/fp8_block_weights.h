@@ -40,6 +40,11 @@ Shape fp8_block_scale_shape(const Shape& weight, const Fp8BlockQuantization& q);
 // modules_to_not_convert, and not the output head, which transformers' quantizers always keep).
 bool fp8_quantizes(const Fp8BlockQuantization& q, std::string_view name);
 
+// Whether `scale_inv` fits a weight of `shape` (its dtype F32, F16 or BF16, shaped fp8_block_scale_shape(shape));
+// the error names `scale_name`.
+Status check_fp8_scales(const Shape& shape, const Tensor& scale_inv, const Fp8BlockQuantization& q,
+                        std::string_view scale_name);
+
 // The fp32 weight [..., out, in] of e4m3 `codes` (numel(shape) bytes) and their `scale_inv` (F32, F16 or BF16,
 // shaped fp8_block_scale_shape(shape)). A scale of another shape or dtype is an error naming `scale_name`.
 Result<Tensor> dequantize_fp8_blocks(const uint8_t* codes, const Shape& shape, const Tensor& scale_inv,

@@ -99,8 +99,13 @@ Status stream_dummy_weights(const ModelConfig& config, DType dtype, uint64_t see
     Tensor t = dummy_tensor(spec.name, spec.shape, dummy_fill(spec.kind), seed);
     if (fp8 != nullptr && spec.kind == WeightKind::kLinear && fp8_quantizes(*fp8, spec.name)) {
       // What an FP8 checkpoint stores, read back as the HF loader reads it.
-      const Fp8BlockWeight q = quantize_fp8_blocks(t, *fp8);
+      Fp8BlockWeight q = quantize_fp8_blocks(t, *fp8);
       t = Tensor();  // the codes hold the weight now: one fp32 copy at a time
+      if (sink.keeps_fp8(spec, *fp8)) {
+        SE_RETURN_IF_ERROR(sink.put_fp8(spec, std::move(q)));
+        if (progress != nullptr) progress->advance();
+        continue;
+      }
       Result<Tensor> w =
           dequantize_fp8_blocks(q.codes.data<uint8_t>(), q.codes.shape(), q.scale_inv, *fp8, fp8_scale_name(spec.name));
       SE_CHECK(w.is_ok(), "{}", w.status().to_string());  // the scales are shaped for the codes above

@@ -27,6 +27,10 @@ struct LayerWeights {
   Tensor router;           // [num_experts, hidden]
   Tensor experts_gate_up;  // [num_experts, 2 * moe_intermediate, hidden]: each expert's gate rows first
   Tensor experts_down;     // [num_experts, hidden, moe_intermediate]
+  // Kept as block-scaled FP8 (a GPU load of an FP8 checkpoint): the two above hold e4m3 codes (U8) and these their
+  // fp32 block scales [num_experts, rows / block_rows, cols / block_cols] (backend/moe_ops.h); else undefined.
+  Tensor experts_gate_up_scale;
+  Tensor experts_down_scale;
   Tensor shared_gate_up;   // [2 * shared_expert_intermediate, hidden] or undefined: the always-on experts
   Tensor shared_down;      // [hidden, shared_expert_intermediate] or undefined
   // Multi-head latent attention (ModelConfig::latent_attention) instead of qkv / qkv_bias / q_norm / k_norm; o_proj

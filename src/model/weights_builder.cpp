@@ -34,11 +34,11 @@ Tensor host_as(const Tensor& t, DType dtype) {
 DType matrix_dtype(Device device) { return device == Device::kCpu ? DType::kF32 : DType::kBF16; }
 
 ModelWeightsBuilder::ModelWeightsBuilder(Device device, DType matrix_dtype)
-    : device_(device), matrix_dtype_(matrix_dtype) {}
+    : device_(device), matrix_dtype_(matrix_dtype), keep_fp8_experts_(device != Device::kCpu) {}
 
 void ModelWeightsBuilder::add(const std::string& name, Tensor& field, Shape field_shape, Shape shape, bool matrix,
-                              Placement placement, int64_t first_row_or_half, bool required) {
-  slots_.emplace(name, Slot{&field, field_shape, shape, matrix, placement, first_row_or_half, required});
+                              Placement placement, int64_t first_row_or_half, bool required, Tensor* scale_field) {
+  slots_.emplace(name, Slot{&field, scale_field, field_shape, shape, matrix, placement, first_row_or_half, required});
   order_.push_back(name);
 }
 
@@ -104,10 +104,11 @@ Status ModelWeightsBuilder::begin(const ModelConfig& c) {
       // Each expert's gate rows, then its up rows, so one GEMM per expert computes both.
       const Shape stacked{experts, 2 * inter, hidden};
       add(p + "mlp.experts.gate_proj.weight", l.experts_gate_up, stacked, {experts, inter, hidden}, true,
-          Placement::kExpertHalf, 0);
+          Placement::kExpertHalf, 0, true, &l.experts_gate_up_scale);
       add(p + "mlp.experts.up_proj.weight", l.experts_gate_up, stacked, {experts, inter, hidden}, true,
-          Placement::kExpertHalf, 1);
-      add_whole(p + "mlp.experts.down_proj.weight", l.experts_down, {experts, hidden, inter}, true);
+          Placement::kExpertHalf, 1, true, &l.experts_gate_up_scale);
+      add(p + "mlp.experts.down_proj.weight", l.experts_down, {experts, hidden, inter}, {experts, hidden, inter}, true,
+          Placement::kWhole, 0, true, &l.experts_down_scale);
       if (const int64_t shared = c.shared_expert_intermediate_size; shared > 0) {
         add(p + "mlp.shared_experts.gate_proj.weight", l.shared_gate_up, {2 * shared, hidden}, {shared, hidden}, true,
             Placement::kRows, 0);
@@ -125,38 +126,36 @@ Status ModelWeightsBuilder::begin(const ModelConfig& c) {
   return Status::ok();
 }
 
-Status ModelWeightsBuilder::place(const std::string& name, Tensor tensor) {
+Result<ModelWeightsBuilder::Slot*> ModelWeightsBuilder::receive(const std::string& name, int64_t numel) {
   auto it = slots_.find(name);
   if (it == slots_.end()) return invalid_argument("weights: the model has no tensor '{}'", name);
   Slot& slot = it->second;
   if (slot.received) return invalid_argument("weights: tensor '{}' given twice", name);
-  if (tensor.numel() != slot.shape.numel()) {
-    return invalid_argument("weights: tensor '{}' has shape {}, expected {}", name, tensor.shape().to_string(),
+  if (numel != slot.shape.numel()) {
+    return invalid_argument("weights: tensor '{}' has {} elements, expected shape {}", name, numel,
                             slot.shape.to_string());
   }
   slot.received = true;
-  const DType dtype = slot.matrix ? matrix_dtype_ : DType::kF32;
-  Tensor host = host_as(tensor, dtype);
-  tensor = Tensor();  // one host copy at a time
-  if (slot.placement == Placement::kWhole && device_ == Device::kCpu) {
-    *slot.field = host.reshape(slot.field_shape);
-    return Status::ok();
-  }
-  if (!slot.field->defined()) *slot.field = empty_on(device_, dtype, slot.field_shape);
-  auto* dst = static_cast<char*>(slot.field->raw());
-  const auto* src = static_cast<const char*>(host.raw());
+  return &slot;
+}
+
+void ModelWeightsBuilder::copy_into(const Slot& slot, Tensor& field, DType dtype, const Shape& field_shape,
+                                    const Tensor& part) {
+  if (!field.defined()) field = empty_on(device_, dtype, field_shape);
+  auto* dst = static_cast<char*>(field.raw());
+  const auto* src = static_cast<const char*>(part.raw());
   switch (slot.placement) {
     case Placement::kWhole:
-      copy_bytes(device_, dst, src, host.nbytes());
+      copy_bytes(device_, dst, src, part.nbytes());
       break;
     case Placement::kRows: {
-      const size_t row_bytes = slot.field->nbytes() / static_cast<size_t>(slot.field_shape[0]);
-      copy_bytes(device_, dst + static_cast<size_t>(slot.first_row_or_half) * row_bytes, src, host.nbytes());
+      const size_t row_bytes = field.nbytes() / static_cast<size_t>(field_shape[0]);
+      copy_bytes(device_, dst + static_cast<size_t>(slot.first_row_or_half) * row_bytes, src, part.nbytes());
       break;
     }
     case Placement::kExpertHalf: {
       const int64_t experts = slot.shape[0];
-      const size_t block = host.nbytes() / static_cast<size_t>(experts);
+      const size_t block = part.nbytes() / static_cast<size_t>(experts);
       for (int64_t e = 0; e < experts; ++e) {
         copy_bytes(device_, dst + static_cast<size_t>(2 * e + slot.first_row_or_half) * block,
                    src + static_cast<size_t>(e) * block, block);
@@ -164,6 +163,42 @@ Status ModelWeightsBuilder::place(const std::string& name, Tensor tensor) {
       break;
     }
   }
+}
+
+Status ModelWeightsBuilder::place(const std::string& name, Tensor tensor) {
+  SE_ASSIGN_OR_RETURN(Slot * slot, receive(name, tensor.numel()));
+  if (slot->field->defined() && slot->field->dtype() == DType::kU8)
+    return invalid_argument("weights: tensor '{}' is not FP8 but the rest of its matrix is", name);
+  const DType dtype = slot->matrix ? matrix_dtype_ : DType::kF32;
+  Tensor host = host_as(tensor, dtype);
+  tensor = Tensor();  // one host copy at a time
+  if (slot->placement == Placement::kWhole && device_ == Device::kCpu) {
+    *slot->field = host.reshape(slot->field_shape);
+    return Status::ok();
+  }
+  copy_into(*slot, *slot->field, dtype, slot->field_shape, host);
+  return Status::ok();
+}
+
+bool ModelWeightsBuilder::keeps_fp8(const WeightSpec& spec, const Fp8BlockQuantization& q) const {
+  auto it = slots_.find(spec.name);
+  if (!keep_fp8_experts_ || it == slots_.end() || it->second.scale_field == nullptr) return false;
+  const Shape& shape = it->second.shape;  // [experts, rows, cols]
+  return q.block_rows % 32 == 0 && q.block_cols % 32 == 0 && shape[1] % q.block_rows == 0 &&
+         shape[2] % q.block_cols == 0;
+}
+
+Status ModelWeightsBuilder::put_fp8(const WeightSpec& spec, Fp8BlockWeight weight) {
+  SE_ASSIGN_OR_RETURN(Slot * slot, receive(spec.name, weight.codes.numel()));
+  if (slot->scale_field == nullptr) return invalid_argument("weights: tensor '{}' cannot be kept in FP8", spec.name);
+  if (slot->field->defined() && slot->field->dtype() != DType::kU8)
+    return invalid_argument("weights: tensor '{}' is FP8 but the rest of its matrix is not", spec.name);
+  const Shape& scale = weight.scale_inv.shape();  // [experts, rows / block_rows, cols / block_cols]
+  const int64_t halves = slot->field_shape[1] / slot->shape[1];
+  copy_into(*slot, *slot->field, DType::kU8, slot->field_shape, weight.codes);
+  weight.codes = Tensor();
+  copy_into(*slot, *slot->scale_field, DType::kF32, {scale[0], halves * scale[1], scale[2]},
+            host_as(weight.scale_inv, DType::kF32));
   return Status::ok();
 }
 

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -34,14 +35,16 @@ inline std::string safetensors_dtype_name(DType dtype) {
   return "?";
 }
 
-// The bytes of a safetensors file holding `tensors` (name order), with a metadata entry.
-inline std::vector<uint8_t> safetensors_bytes(const std::map<std::string, Tensor>& tensors) {
+// The bytes of a safetensors file holding `tensors` (name order), with a metadata entry. Tensors named in `fp8`
+// hold e4m3 codes (U8) and are written as F8_E4M3.
+inline std::vector<uint8_t> safetensors_bytes(const std::map<std::string, Tensor>& tensors,
+                                              const std::set<std::string>& fp8 = {}) {
   nlohmann::json header = {{"__metadata__", {{"format", "pt"}}}};
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
     std::vector<int64_t> shape;
     for (int i = 0; i < t.rank(); ++i) shape.push_back(t.dim(i));
-    header[name] = {{"dtype", safetensors_dtype_name(t.dtype())},
+    header[name] = {{"dtype", fp8.count(name) != 0 ? "F8_E4M3" : safetensors_dtype_name(t.dtype())},
                     {"shape", shape},
                     {"data_offsets", {offset, offset + t.nbytes()}}};
     offset += t.nbytes();

@@ -2,19 +2,25 @@
 // time, so its host peak stays near the largest weight whatever the model's size; the weights it streams are the
 // ones the map load returns (same dummy seed, same FP8 dequantization); the builder stacks them into the forward's
 // layout, in fp32 as the CPU runs them and in BF16 as a GPU does (the GPU's conversion and row placement, run on
-// the host here).
+// the host here); FP8 expert weights kept as stored (what a GPU load does) give the logits of the dequantized load,
+// from a dummy load and from a checkpoint.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "../loader/safetensors_builder.h"
 #include "../loader/test_models.h"
 #include "loader/dummy_weights.h"
+#include "loader/fp8_block_weights.h"
 #include "loader/weight_transforms.h"
+#include "model/contiguous_kv_cache.h"
+#include "model/model.h"
 #include "model/model_loader.h"
 #include "model/weight_spec.h"
 #include "model/weights_builder.h"
@@ -228,6 +234,93 @@ TEST(WeightStreamingTest, BuilderNamesWhatIsWrong) {
   auto partial = builder.finish();
   ASSERT_FALSE(partial.is_ok());
   EXPECT_NE(partial.status().message().find("model.embed_tokens.weight"), std::string::npos);
+}
+
+// The weights a load of `dir` builds on the CPU, FP8 experts kept as stored or dequantized, and the model's logits
+// for a prompt of 9 tokens and one decode step.
+struct BuiltModel {
+  ModelWeights weights;
+  std::vector<float> logits;
+};
+BuiltModel build_and_run(const std::string& dir, const LoadOptions& options, bool keep_fp8) {
+  ModelWeightsBuilder builder(Device::kCpu, DType::kF32);
+  builder.keep_fp8_experts(keep_fp8);
+  auto loaded = load_model(dir, options, builder);
+  SE_CHECK(loaded.is_ok(), "{}", loaded.status().to_string());
+  auto weights = builder.finish();
+  SE_CHECK(weights.is_ok(), "{}", weights.status().to_string());
+  BuiltModel built{*weights, {}};
+  auto model = Model::from_weights(loaded->config, std::move(weights).value(), Device::kCpu);
+  SE_CHECK(model.is_ok(), "{}", model.status().to_string());
+  ContiguousKvCache cache(model->config(), 1);
+  ForwardWorkspace ws = model->make_workspace();
+  ForwardBatch prompt;
+  for (int i = 0; i < 9; ++i) {
+    prompt.token_ids.push_back((i * 37 + 11) % 96);
+    prompt.positions.push_back(i);
+  }
+  prompt.sequences.push_back({0, 0, 9, 0});
+  prompt.logit_rows.push_back(8);
+  ForwardBatch decode;
+  decode.token_ids.push_back(42);
+  decode.positions.push_back(9);
+  decode.sequences.push_back({0, 0, 1, 0});
+  decode.logit_rows.push_back(0);
+  for (const ForwardBatch* batch : {&prompt, &decode}) {
+    const Tensor logits = model->forward(*batch, cache, ws).clone();
+    built.logits.insert(built.logits.end(), logits.data<float>(), logits.data<float>() + logits.numel());
+  }
+  return built;
+}
+
+TEST(WeightStreamingTest, Fp8ExpertsKeptAsStoredGiveTheDequantizedModelsLogits) {
+  const json shape = {
+      {"vocab_size", 96},         {"hidden_size", 64},          {"intermediate_size", 96}, {"num_hidden_layers", 2},
+      {"num_attention_heads", 4}, {"num_key_value_heads", 2},   {"head_dim", 16},          {"num_experts", 4},
+      {"num_experts_per_tok", 2}, {"moe_intermediate_size", 64}};
+  const std::string dir = write_moe_config("streaming_fp8_kept", shape);
+  const BuiltModel dequantized = build_and_run(dir, dummy_options(), false);
+  const BuiltModel kept = build_and_run(dir, dummy_options(), true);
+  const LayerWeights& l = kept.weights.layers[0];
+  EXPECT_EQ(l.experts_gate_up.dtype(), DType::kU8);
+  EXPECT_EQ(l.experts_gate_up_scale.shape(), (Shape{4, 2 * 64 / 32, 64 / 32}));  // blocks of 32 x 32
+  EXPECT_EQ(l.experts_down.dtype(), DType::kU8);
+  EXPECT_EQ(l.experts_down_scale.shape(), (Shape{4, 64 / 32, 64 / 32}));
+  EXPECT_EQ(dequantized.weights.layers[0].experts_gate_up.dtype(), DType::kF32);
+  EXPECT_FALSE(dequantized.weights.layers[0].experts_gate_up_scale.defined());
+  EXPECT_EQ(kept.logits, dequantized.logits);
+
+  // The same from a checkpoint storing each expert's projections as F8_E4M3 with their scales (the other weights
+  // in fp32): the loader hands the kept experts' codes over as stored.
+  auto map_load = load_model(dir, dummy_options());
+  ASSERT_TRUE(map_load.is_ok()) << map_load.status().to_string();
+  const Fp8BlockQuantization q{32, 32, {}};
+  std::map<std::string, Tensor> tensors;
+  std::set<std::string> fp8_names;
+  for (const WeightSpec& spec : expected_weights(map_load->config)) {
+    const Tensor& w = map_load->weights.at(spec.name);
+    if (spec.hf_parts.empty()) {
+      tensors[spec.name] = w;
+      continue;
+    }
+    const int64_t part_numel = w.numel() / w.dim(0);
+    for (size_t e = 0; e < spec.hf_parts.size(); ++e) {
+      Tensor part = Tensor::empty(DType::kF32, {w.dim(1), w.dim(2)});
+      std::memcpy(part.raw(), w.data<float>() + static_cast<int64_t>(e) * part_numel, part.nbytes());
+      Fp8BlockWeight stored = quantize_fp8_blocks(part, q);
+      tensors[spec.hf_parts[e]] = stored.codes;
+      tensors[fp8_scale_name(spec.hf_parts[e])] = stored.scale_inv;
+      fp8_names.insert(spec.hf_parts[e]);
+    }
+  }
+  testing::write_bytes(dir + "/model.safetensors", testing::safetensors_bytes(tensors, fp8_names));
+  LoadOptions hf;
+  hf.format = LoadFormat::kHf;
+  hf.show_progress = false;
+  const BuiltModel hf_dequantized = build_and_run(dir, hf, false);
+  const BuiltModel hf_kept = build_and_run(dir, hf, true);
+  EXPECT_EQ(hf_kept.weights.layers[1].experts_down.dtype(), DType::kU8);
+  EXPECT_EQ(hf_kept.logits, hf_dequantized.logits);
 }
 
 }  // namespace

@@ -11,7 +11,8 @@ namespace se::cuda {
 
 void route_experts(TensorView experts, TensorView weights, TensorView logits, bool normalize);
 void group_by_expert(TensorView offsets, TensorView rows, TensorView slots, TensorView experts);
-void grouped_linear(TensorView out, TensorView x, TensorView w, TensorView offsets, int64_t max_rows);
+void grouped_linear(TensorView out, TensorView x, TensorView w, TensorView offsets, int64_t max_rows,
+                    TensorView w_scale);
 void moe_combine(TensorView h, TensorView y, TensorView weights, TensorView slots);
 
 }  // namespace se::cuda

@@ -5,6 +5,11 @@
 
 namespace se {
 
+namespace {
+// The FP8 block scales of an expert matrix kept in FP8; an empty view for other weights.
+TensorView optional_view(const Tensor& t) { return t.defined() ? t.view() : TensorView{}; }
+}  // namespace
+
 void moe_add(const BlockInputs& in, TensorView h, TensorView x) {
   const ModelConfig& c = in.config;
   const LayerWeights& w = in.weights;
@@ -27,11 +32,11 @@ void moe_add(const BlockInputs& in, TensorView h, TensorView x) {
   const TensorView xe = in.ws.expert_in(t);
   embedding(xe, x, rows);  // each grouped row's token, gathered
   const TensorView gate_up = in.ws.expert_gate_up(t);
-  grouped_linear(gate_up, xe, w.experts_gate_up.view(), offsets, t);
+  grouped_linear(gate_up, xe, w.experts_gate_up.view(), offsets, t, optional_view(w.experts_gate_up_scale));
   const TensorView act = in.ws.expert_act(t);
   gated_activation(act, gate_up, c.activation);
   const TensorView out = in.ws.expert_out(t);
-  grouped_linear(out, act, w.experts_down.view(), offsets, t);
+  grouped_linear(out, act, w.experts_down.view(), offsets, t, optional_view(w.experts_down_scale));
   // Split over tensor-parallel ranks, each expert's output here is this rank's part of its width.
   begin_row_parallel_sum(in.comm, h);
   moe_combine(h, out, gates, slots);

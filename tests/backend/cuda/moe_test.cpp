@@ -1,7 +1,9 @@
 // Parity of the mixture-of-experts kernels (backend/moe_ops.h) with their CPU twins, on ragged expert loads: one
-// expert takes most rows (several row tiles of the grouped GEMM), some take one, some none; decode (one row)
-// included. The routing and the grouping must match exactly; the grouped GEMMs (bf16 operands the CPU sees
-// exactly, fp32 accumulation) and the weighted sum within fp32 tolerance.
+// expert takes most rows (several row tiles of the grouped GEMM, several passes of the decode GEMV), some take one,
+// some none; decode (one row) included. The cases reach each grouped GEMM: the decode GEMV (t <= 32), the
+// tensor-core GEMM (larger t) and the scalar one (K not a multiple of 8), K tails past a 32-wide step included, and
+// block-scaled FP8 experts in the first two. The routing and the grouping must match exactly; the grouped GEMMs
+// (bf16 operands the CPU sees exactly, fp32 accumulation) and the weighted sum within fp32 tolerance.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -11,6 +13,7 @@
 
 #include "backend/moe_ops.h"
 #include "backend/ops.h"
+#include "../fp8_experts.h"
 #include "cuda_test_util.h"
 
 namespace se {
@@ -58,10 +61,9 @@ void expect_equal_i32(const Tensor& got, const Tensor& want, const char* what) {
 
 TEST(CudaMoeTest, RaggedExpertLoadsMatchCpu) {
   SE_SKIP_WITHOUT_CUDA_DEVICE();
-  const MoeCase cases[] = {{37, 16, 4, 96, 40, true},
-                           {1, 128, 8, 256, 96, true},
-                           {64, 128, 8, 256, 96, false},
-                           {5, 8, 8, 32, 16, true}};  // every expert chosen by every row
+  const MoeCase cases[] = {{37, 16, 4, 96, 40, true}, {1, 128, 8, 256, 96, true},   {64, 128, 8, 256, 96, false},
+                           {5, 8, 8, 32, 16, true},  // every expert chosen by every row
+                           {24, 16, 4, 96, 64, true}, {300, 16, 4, 128, 72, false}, {9, 16, 4, 36, 20, true}};
   uint64_t seed = 1;
   for (const MoeCase& c : cases) {
     const int64_t pairs = c.t * c.k;
@@ -122,6 +124,24 @@ TEST(CudaMoeTest, RaggedExpertLoadsMatchCpu) {
       EXPECT_LT(err, test::tolerance(out_dtype)) << dtype_name(out_dtype);
       if (out_dtype == DType::kF32) gemm_err = err;
     }
+    // f32 operands (the decode GEMV and the scalar GEMM take them): the CPU's exact inputs.
+    Tensor d_gate_up_f32 = poisoned(DType::kF32, {pairs, 2 * c.inter});
+    grouped_linear(d_gate_up_f32.view(), upload(xe, DType::kF32).view(), upload(w_gate_up, DType::kF32).view(),
+                   d_offsets_ref.view(), c.t);
+    EXPECT_LT(relative_error(download_f32(d_gate_up_f32), gate_up), 1e-5) << "f32 operands";
+    // Block-scaled FP8 experts (blocks of 32) where the shapes tile: codes and scales as stored, against the CPU twin
+    // over the same codes and the GPU's bf16 inputs.
+    double fp8_err = -1;
+    if (c.hidden % 32 == 0 && c.inter % 32 == 0) {
+      const test::Fp8Experts w8 = test::random_fp8_experts(c.experts, 2 * c.inter, c.hidden, 32, seed++);
+      Tensor want = Tensor::empty(DType::kF32, {pairs, 2 * c.inter});
+      grouped_linear(want.view(), xe.view(), w8.codes.view(), offsets.view(), c.t, w8.scales.view());
+      Tensor got = poisoned(DType::kF32, {pairs, 2 * c.inter});
+      grouped_linear(got.view(), d_xe.view(), cuda::to_device(w8.codes).view(), d_offsets_ref.view(), c.t,
+                     cuda::to_device(w8.scales).view());
+      fp8_err = relative_error(download_f32(got), want);
+      EXPECT_LT(fp8_err, 1e-5) << "FP8 experts";
+    }
     // The down projection over activations the CPU rounds to bf16 first, as the GPU's act buffer holds them.
     Tensor act_bf16 = Tensor::empty(DType::kF32, act.shape());
     for (int64_t i = 0; i < act.numel(); ++i)
@@ -141,9 +161,9 @@ TEST(CudaMoeTest, RaggedExpertLoadsMatchCpu) {
     EXPECT_LT(combine_err, 1e-6);
     std::printf(
         "PARITY moe t=%-3lld experts=%-3lld k=%lld unused=%zu most=%lld gate %.2e gate_up %.2e down %.2e "
-        "combine %.2e\n",
+        "combine %.2e fp8 %.2e\n",
         static_cast<long long>(c.t), static_cast<long long>(c.experts), static_cast<long long>(c.k), unused.size(),
-        static_cast<long long>(most), gate_err, gemm_err, down_err, combine_err);
+        static_cast<long long>(most), gate_err, gemm_err, down_err, combine_err, fp8_err);
   }
 }
 
