@@ -8,6 +8,11 @@ build_dir=build
 if [[ ${1:-} == --sanitize ]]; then
   scripts/build.sh --sanitize "${2:?"--sanitize needs address, undefined or thread"}"
   build_dir=build-$2
+  # Stop at the first report (ASan and UBSan do; TSan would otherwise go on and only change the exit code). libgomp is not built with
+  # TSan, so its barriers read as races: under TSan the CPU kernels run on one OpenMP thread and the threads TSan
+  # checks are the engine's, the server's and the tests' own.
+  export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
+  if [[ $2 == thread ]]; then export OMP_NUM_THREADS=1; fi
   shift 2
 else
   scripts/build.sh

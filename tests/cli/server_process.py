@@ -1,5 +1,6 @@
 """A `sparse-engine serve` process for the e2e tests: started on a free port (--port 0, read back from its
-startup line), ready once /health answers 200, stopped with SIGTERM (then SIGKILL) at the end."""
+startup line), ready once /health answers 200, stopped with SIGTERM (then SIGKILL) at the end. Under a sanitizer
+build (scripts/test.sh --sanitize) a report in the server's log fails the test that stops it."""
 import os
 import pathlib
 import re
@@ -15,6 +16,8 @@ SOURCE_DIR = pathlib.Path(os.environ.get("SE_SOURCE_DIR", pathlib.Path(__file__)
 BUILD_DIR = pathlib.Path(os.environ.get("SE_BUILD_DIR", SOURCE_DIR / "build"))
 BINARY = BUILD_DIR / "sparse-engine"
 STARTUP_TIMEOUT_S = 180
+# The first line of an AddressSanitizer, LeakSanitizer, ThreadSanitizer or UBSan report.
+SANITIZER_REPORT = re.compile(r"ERROR: (Address|Leak)Sanitizer|WARNING: ThreadSanitizer|:\d+:\d+: runtime error:")
 
 
 def require_default_model():
@@ -118,4 +121,8 @@ class ServerProcess:
         except subprocess.TimeoutExpired:
             self.kill()
         self.log.close()
+        text = self.log_text()
+        report = SANITIZER_REPORT.search(text)
+        if report:
+            pytest.fail(f"the server's log has a sanitizer report:\n{text[report.start():][:4000]}")
         os.unlink(self.log.name)
