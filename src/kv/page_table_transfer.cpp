@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "backend/device_memory.h"
+#include "base/check.h"
 
 namespace se {
 namespace {
@@ -17,6 +18,17 @@ int32_t longest_stream(const PageTable& table) {
 }
 
 }  // namespace
+
+void copy_storage_pages(const PageStorage& from, const PageStorage& to, std::span<const int32_t> from_pages,
+                        std::span<const int32_t> to_pages) {
+  SE_CHECK(from_pages.size() == to_pages.size(), "page copy: {} pages into {}", from_pages.size(), to_pages.size());
+  std::vector<PageCopy> copies;
+  copies.reserve(from_pages.size());
+  for (size_t i = 0; i < from_pages.size(); ++i)
+    copies.push_back(PageCopy{to.page(to_pages[i]), from.page(from_pages[i])});
+  // One side is the device's pool when either is not host memory.
+  copy_pages(from.device() == Device::kCpu ? to.device() : from.device(), copies, from.page_bytes());
+}
 
 int64_t pages_to_copy_page_table(const PageTable& table) {
   return table.layout().pages_for_tokens(longest_stream(table));
@@ -39,19 +51,17 @@ Result<PageTable> copy_page_table(const PageTable& src, const BlockPool& src_poo
   // The positions before the longest stream's end were appended and then evicted: an empty prefix carries them.
   SE_RETURN_IF_ERROR(dst.attach_prefix({}, 0, src.num_logical_tokens() - longest));
   SE_RETURN_IF_ERROR(dst.append(longest));
-  std::vector<PageCopy> copies;
+  std::vector<int32_t> src_pages, dst_pages;
   for (int32_t l = 0; l < layout.num_layers; ++l) {
     for (int32_t h = 0; h < layout.num_kv_heads; ++h) {
       SE_RETURN_IF_ERROR(dst.shrink_stream(l, h, src.num_tokens(l, h)));
-      const std::span<const int32_t> src_pages = src.pages(l, h);
-      const std::span<const int32_t> dst_pages = dst.pages(l, h);
-      for (size_t p = 0; p < src_pages.size(); ++p)
-        copies.push_back(PageCopy{to->page(dst_pages[p]), from->page(src_pages[p])});
+      const std::span<const int32_t> stream = src.pages(l, h);
+      src_pages.insert(src_pages.end(), stream.begin(), stream.end());
+      const std::span<const int32_t> copy = dst.pages(l, h).first(stream.size());
+      dst_pages.insert(dst_pages.end(), copy.begin(), copy.end());
     }
   }
-  // One side is the device's pool when either is not host memory.
-  const Device device = from->device() == Device::kCpu ? to->device() : from->device();
-  copy_pages(device, copies, from->page_bytes());
+  copy_storage_pages(*from, *to, src_pages, dst_pages);
   return dst;
 }
 

@@ -4,11 +4,19 @@
 // source keeps its). Engine thread only.
 #pragma once
 
+#include <cstdint>
+#include <span>
+
 #include "base/status.h"
 #include "kv/block_pool.h"
 #include "kv/page_table.h"
 
 namespace se {
+
+// Copies page from_pages[i] of `from` into page to_pages[i] of `to` for every i (pages of one size); between device
+// and host memory on the device's transfer stream (device_memory.h: copy_pages). Returns once they are copied.
+void copy_storage_pages(const PageStorage& from, const PageStorage& to, std::span<const int32_t> from_pages,
+                        std::span<const int32_t> to_pages);
 
 // Pages copy_page_table takes from the destination pool while it copies `table`: its longest stream's pages in
 // every stream (the table is grown in lockstep, then each stream cut to its length), so a compacted sequence with

@@ -4,8 +4,8 @@
 
 #include <algorithm>
 
-#include "backend/device_memory.h"
 #include "base/check.h"
+#include "kv/page_table_transfer.h"
 
 namespace se {
 
@@ -102,14 +102,10 @@ bool RadixCache::move_pages(NodeId id, BlockPool* from, BlockPool* to, int32_t* 
   Result<std::vector<int32_t>> copies = to->allocate(num_streams);
   if (!copies.is_ok()) return false;
   int32_t* pages = pages_.data() + static_cast<size_t>(id) * static_cast<size_t>(num_streams);
-  const PageStorage* src = from->storage();
-  const PageStorage* dst = to->storage();
-  if (src != nullptr && dst != nullptr) {  // id-only pools (scheduling tests) have no bytes to move
-    std::vector<PageCopy> moves;
-    moves.reserve(static_cast<size_t>(num_streams));
-    for (int32_t s = 0; s < num_streams; ++s)
-      moves.push_back(PageCopy{dst->page((*copies)[static_cast<size_t>(s)]), src->page(pages[s])});
-    copy_pages(src->device() == Device::kCpu ? dst->device() : src->device(), moves, src->page_bytes());
+  // Id-only pools (scheduling tests) have no bytes to move.
+  if (from->storage() != nullptr && to->storage() != nullptr) {
+    copy_storage_pages(*from->storage(), *to->storage(),
+                       std::span<const int32_t>(pages, static_cast<size_t>(num_streams)), *copies);
   }
   *num_freed_in_from += from->release(std::span<const int32_t>(pages, static_cast<size_t>(num_streams)));
   std::copy(copies->begin(), copies->end(), pages);
