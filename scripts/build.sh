@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Configures and builds SparseEngine into build/ (CUDA objects too where nvcc exists).
-#   scripts/build.sh [--sanitize address|undefined|thread]
+#   scripts/build.sh [--sanitize address|undefined|thread] [TARGET...]
 # With --sanitize the build goes to its own folder, build-<kind> (address also turns on undefined), CPU only.
+# TARGETs: build only those (default: everything).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir=build
@@ -15,6 +16,7 @@ if [[ ${1:-} == --sanitize ]]; then
   esac
   build_dir=build-$kind
   cmake_args+=(-DSE_SANITIZE="$sanitizers" -DSE_CUDA=OFF)
+  shift 2
 fi
 # Hash paths relative to the checkout, so a fresh clone elsewhere (CI) reuses the compiler cache.
 export CCACHE_BASEDIR="$PWD"
@@ -22,4 +24,4 @@ export CCACHE_BASEDIR="$PWD"
 # miss every object. Only the debug info's compile directory differs between checkouts, so leave it out.
 export CCACHE_NOHASHDIR=true
 cmake -S . -B "$build_dir" -G Ninja "${cmake_args[@]}" >/dev/null
-ninja -C "$build_dir" -j"$(nproc)"
+ninja -C "$build_dir" -j"$(nproc)" "$@"

@@ -46,8 +46,8 @@ TEST(SelectionTest, UniformProducedListsAreDescribedBatchWide) {
 TEST(SelectionTest, ProducedListsOutsideOneLayoutStayPerSequence) {
   DenseView dense;
   std::vector<int32_t> lists(kSeqs * kHeads * kBudget * 2, 0), counts(kSeqs * kHeads * 2, kBudget);
+  Selection selection;  // outlives each view apply returns: a view points into it
   const auto apply = [&](auto&& set_all) {
-    Selection selection;
     selection.reset(kSeqs, kHeads, SelectionUnit::kPage);
     set_all(selection);
     return selection.apply(dense.view);
