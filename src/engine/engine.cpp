@@ -202,16 +202,22 @@ Result<std::unique_ptr<Engine>> Engine::create(const ModelBundle& bundle, const 
   std::string fingerprint =
       config.prefix_cache_mode == "chain" ? chain_fingerprint(bundle, layout, *method) : std::string();
   // Every rank runs an instance of the method over its KV heads, in a pool of the same pages.
+  std::vector<std::unique_ptr<MethodRuntime>> methods;
+  methods.reserve(static_cast<size_t>(num_ranks));
+  methods.push_back(std::move(method));
+  for (int r = 1; r < num_ranks; ++r) {
+    SE_ASSIGN_OR_RETURN(std::unique_ptr<MethodRuntime> rank_method,
+                        create_method(config.sparse_method, config.sparse_config, environment));
+    methods.push_back(std::move(rank_method));
+  }
   std::vector<std::unique_ptr<EngineRank>> ranks;
   ranks.reserve(static_cast<size_t>(num_ranks));
   for (int r = 0; r < num_ranks; ++r) {
-    if (r > 0) {
-      SE_ASSIGN_OR_RETURN(method, create_method(config.sparse_method, config.sparse_config, environment));
-    }
     const Model& rank_model = bundle.rank_model(r);
-    method->set_communicator(rank_model.communicator());
-    SE_ASSIGN_OR_RETURN(std::unique_ptr<CacheManager> cache, method->create_cache(spec));
-    ranks.push_back(std::make_unique<EngineRank>(rank_model, std::move(method), std::move(cache),
+    std::unique_ptr<MethodRuntime>& rank_method = methods[static_cast<size_t>(r)];
+    rank_method->set_communicator(rank_model.communicator());
+    SE_ASSIGN_OR_RETURN(std::unique_ptr<CacheManager> cache, rank_method->create_cache(spec));
+    ranks.push_back(std::make_unique<EngineRank>(rank_model, std::move(rank_method), std::move(cache),
                                                  std::move(workspaces[static_cast<size_t>(r)]),
                                                  config.device == Device::kCuda && !config.enforce_eager));
   }
