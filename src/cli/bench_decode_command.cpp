@@ -298,7 +298,7 @@ int run_decode_bench(const DecodeBenchOptions& o) {
   if (!batches.is_ok()) return report_usage_error(batches.status());
   if (o.input_len < 1 || o.steps < 1 || o.warmup_steps < 0)
     return report_usage_error(invalid_argument("--input-len and --steps must be positive, --warmup-steps >= 0"));
-  auto bundle = o.model.load(o.engine.device);
+  auto bundle = o.model.load(o.engine.device, o.engine.tensor_parallel_size);
   if (!bundle.is_ok()) return report_error(bundle.status());
   const double bandwidth = measure_copy_bandwidth(o.engine.device);
   const double weight_bytes = weight_bytes_per_step(bundle->model->weights());

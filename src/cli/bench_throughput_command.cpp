@@ -30,7 +30,7 @@ struct ThroughputOptions {
 
 int run_throughput(const ThroughputOptions& o) {
   if (Status sparse = check_sparse_options(o.engine); !sparse.is_ok()) return report_usage_error(sparse);
-  auto bundle = o.model.load(o.engine.device);
+  auto bundle = o.model.load(o.engine.device, o.engine.tensor_parallel_size);
   if (!bundle.is_ok()) return report_error(bundle.status());
   auto engine = Engine::create(*bundle, o.engine);
   if (!engine.is_ok()) return report_error(engine.status());

@@ -42,7 +42,7 @@ Result<std::vector<int32_t>> prompt_ids(const GenerateOptions& opts, const Model
 
 int run_generate(const GenerateOptions& opts) {
   if (Status sparse = check_sparse_options(opts.engine); !sparse.is_ok()) return report_usage_error(sparse);
-  auto bundle = opts.model.load(opts.engine.device);
+  auto bundle = opts.model.load(opts.engine.device, opts.engine.tensor_parallel_size);
   if (!bundle.is_ok()) return report_error(bundle.status());
   if (!bundle->tokenizer) return report_error(invalid_argument("model '{}' has no tokenizer", bundle->name));
   auto ids = prompt_ids(opts, *bundle);

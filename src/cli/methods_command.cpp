@@ -40,6 +40,7 @@ Result<nlohmann::ordered_json> describe(const MethodInfo& info) {
       {"selection_unit", (*method)->traits().selection_unit == SelectionUnit::kPage ? "page" : "token"},
       {"kv_cache_dtypes", stores},
       {"latent_attention_store", keeps_shared_latent(traits) ? "shared latent" : "expanded heads"},
+      {"tensor_parallel", traits.tensor_parallel},
       {"composition", composition_name(info.composition)},
       {"defaults", (*method)->config()},
   };
@@ -84,6 +85,10 @@ int run_methods(bool as_json) {
       "\nOn latent-attention (MLA) models %s keep%s one shared latent row per token; the other methods keep "
       "every head's expanded K/V.\n",
       latent.c_str(), latent.find(',') == std::string::npos ? "s" : "");
+  std::string split;
+  for (const auto& m : all)
+    if (m["tensor_parallel"].get<bool>()) split += (split.empty() ? "" : ", ") + m["name"].get<std::string>();
+  std::printf("\nUnder --tensor-parallel-size above 1 run %s (each rank over its KV heads).\n", split.c_str());
   std::string decode_time, prompt_time;
   for (const auto& m : all) {
     std::string& names = m["composition"] == "decode-time" ? decode_time : prompt_time;

@@ -14,12 +14,12 @@ void ModelOptions::add_to(CLI::App& command) {
   command.add_option("--dummy-seed", dummy_seed, "seed of --load-format dummy weights")->capture_default_str();
 }
 
-Result<ModelBundle> ModelOptions::load(Device device) const {
+Result<ModelBundle> ModelOptions::load(Device device, int tensor_parallel_size) const {
   SE_ASSIGN_OR_RETURN(std::string path, resolve_model_path(model));
   LoadOptions options;
   SE_ASSIGN_OR_RETURN(options.format, parse_load_format(load_format));
   options.seed = dummy_seed;
-  SE_ASSIGN_OR_RETURN(ModelBundle bundle, ModelBundle::load(path, options, device));
+  SE_ASSIGN_OR_RETURN(ModelBundle bundle, ModelBundle::load(path, options, device, tensor_parallel_size));
   if (model == kDefaultModelName) bundle.name = "default";
   return bundle;
 }

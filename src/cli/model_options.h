@@ -16,9 +16,9 @@ struct ModelOptions {
   uint64_t dummy_seed = 0;
 
   void add_to(CLI::App& command);
-  // Resolves "default", parses --load-format and loads the bundle with its weights on `device`; errors are ready
-  // to print.
-  Result<ModelBundle> load(Device device = Device::kCpu) const;
+  // Resolves "default", parses --load-format and loads the bundle with its weights on `device`, split over
+  // `tensor_parallel_size` ranks; errors are ready to print.
+  Result<ModelBundle> load(Device device = Device::kCpu, int tensor_parallel_size = 1) const;
 };
 
 // Prints "error: <message>" to stderr and returns 1.

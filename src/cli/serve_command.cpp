@@ -60,7 +60,7 @@ int run_serve(const ServeOptions& o) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   if (Status sparse = check_sparse_options(o.engine); !sparse.is_ok()) return report_usage_error(sparse);
-  auto bundle = o.model.load(o.engine.device);
+  auto bundle = o.model.load(o.engine.device, o.engine.tensor_parallel_size);
   if (!bundle.is_ok()) return report_error(bundle.status());
   if (!o.served_model_name.empty()) bundle->name = o.served_model_name;
   if (!o.chat_template_path.empty()) {

@@ -9,6 +9,7 @@
 #include "backend/device_memory.h"
 #include "base/logging.h"
 #include "engine/engine_loop.h"
+#include "engine/engine_rank.h"
 #include "sparse/method_registry.h"
 #include "sparse/method_traits.h"
 
@@ -29,14 +30,39 @@ int64_t host_available_bytes() {
   return 0;
 }
 
-// The KV pool: --kv-cache-memory; else on CUDA --gpu-memory-utilization of the device memory left free (the
-// weights and the workspace are allocated by now); on the CPU at most 2 GiB and half of the free host memory.
-int64_t kv_pool_bytes(const EngineConfig& config) {
+// Each rank's KV pool: --kv-cache-memory; else on CUDA --gpu-memory-utilization of the device memory left free (the
+// weights and the workspace are allocated by now); on the CPU at most 2 GiB and half of the free host memory, shared
+// by the ranks.
+int64_t kv_pool_bytes(const EngineConfig& config, int num_ranks) {
   if (config.kv_cache_memory > 0) return config.kv_cache_memory;
   if (config.device == Device::kCuda)
     return static_cast<int64_t>(static_cast<double>(cuda_memory_info().free_bytes) * config.gpu_memory_utilization);
   const int64_t available = host_available_bytes();
-  return available > 0 ? std::min(kDefaultHostKvBytes, available / 2) : kDefaultHostKvBytes;
+  return (available > 0 ? std::min(kDefaultHostKvBytes, available / 2) : kDefaultHostKvBytes) / num_ranks;
+}
+
+// What a method needs to run on `size` ranks of `model` (rank 0's config): its traits say it decides per KV
+// head or agrees across ranks, each rank holds whole query groups (a KV head replicated over ranks splits its query
+// heads, whose scores no rank then sees whole), and no host tier (a rank's states move there alone).
+Status check_runs_sharded(const ModelConfig& model, int size, const MethodRuntime& method, const EngineConfig& config) {
+  if (config.tensor_parallel_size != size)
+    return invalid_argument("the model was loaded for --tensor-parallel-size {} but the engine runs {}", size,
+                            config.tensor_parallel_size);
+  if (size == 1) return Status::ok();
+  if (!method.traits().tensor_parallel)
+    return unimplemented(
+        "{} does not run under tensor parallelism yet (its decisions span KV heads the ranks split); "
+        "run it with --tensor-parallel-size 1",
+        method.name());
+  if (model.kv_head_copies > 1 && !method.traits().position_only)
+    return invalid_argument(
+        "{} scores each KV head with its query heads, but {} ranks split the model's {} KV heads' "
+        "query groups (each KV head is kept by {} ranks); use a --tensor-parallel-size that "
+        "divides the KV heads",
+        method.name(), size, size / model.kv_head_copies, model.kv_head_copies);
+  if (config.kv_offloading_size > 0)
+    return unimplemented("--kv-offloading-size does not run under tensor parallelism yet");
+  return Status::ok();
 }
 
 // What the chat template puts after a user message up to the assistant's reply, found as kvpress does: render
@@ -82,11 +108,13 @@ Result<std::string> resolve_prefix_cache_mode(const EngineConfig& config, const 
   return mode;
 }
 
-// What a retained chain state depends on: resuming it under other settings would read foreign KV.
+// What a retained chain state depends on: resuming it under other settings (the tensor-parallel layout included:
+// each rank's state holds its KV heads) would read foreign KV.
 std::string chain_fingerprint(const ModelBundle& bundle, const KvLayout& layout, const MethodRuntime& method) {
   const ModelConfig& model = bundle.model->config();
-  return fmt::format("{}:{}:{}x{}x{}|{}|{}|{}", bundle.path, model.arch, layout.num_layers, layout.num_kv_heads,
-                     layout.head_dim, dtype_name(layout.dtype), method.name(), method.config().dump());
+  return fmt::format("{}:{}:{}x{}x{}|{}|tp{}|{}|{}", bundle.path, model.arch, layout.num_layers, layout.num_kv_heads,
+                     layout.head_dim, dtype_name(layout.dtype), bundle.tensor_parallel_size(), method.name(),
+                     method.config().dump());
 }
 
 }  // namespace
@@ -119,14 +147,21 @@ Result<std::unique_ptr<Engine>> Engine::create(const ModelBundle& bundle, const 
   if (bundle.model->device() != config.device)
     return invalid_argument("the model was loaded on {} but the engine runs on {}", device_name(bundle.model->device()),
                             device_name(config.device));
+  const int num_ranks = bundle.tensor_parallel_size();
+  const MethodEnvironment environment = method_environment(bundle);
   SE_ASSIGN_OR_RETURN(std::unique_ptr<MethodRuntime> method,
-                      create_method(config.sparse_method, config.sparse_config, method_environment(bundle)));
+                      create_method(config.sparse_method, config.sparse_config, environment));
   SE_RETURN_IF_ERROR(check_runs_on(config.device, method->traits(), method->name()));
+  SE_RETURN_IF_ERROR(check_runs_sharded(model, num_ranks, *method, config));
   SE_ASSIGN_OR_RETURN(const KvStoreKind requested_store, parse_kv_cache_dtype(config.kv_cache_dtype));
   SE_RETURN_IF_ERROR(check_kv_store_supports(requested_store, config.device, method->traits(), method->name()));
-  // The workspace first: the KV pool takes a share of what remains.
-  ForwardWorkspace workspace = bundle.model->make_workspace();
-  workspace.reserve(config.max_num_batched_tokens, config.max_num_seqs);
+  // The workspaces first: the KV pool takes a share of what remains.
+  std::vector<ForwardWorkspace> workspaces;
+  workspaces.reserve(static_cast<size_t>(num_ranks));
+  for (int r = 0; r < num_ranks; ++r) {
+    workspaces.push_back(bundle.rank_model(r).make_workspace());
+    workspaces.back().reserve(config.max_num_batched_tokens, config.max_num_seqs);
+  }
 
   // A shared latent is kv_lora_rank + qk_rope per token for every head, as one "KV head".
   SE_ASSIGN_OR_RETURN(const KvStoreKind store,
@@ -137,7 +172,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const ModelBundle& bundle, const 
                      shared_latent ? model.kv_lora_rank + model.qk_rope_head_dim : model.head_dim, config.page_size,
                      config.device, store, config.kivi_group_size, config.kivi_residual, config.max_num_batched_tokens);
   SE_RETURN_IF_ERROR(layout.validate());
-  const int64_t pool_bytes = kv_pool_bytes(config);
+  const int64_t pool_bytes = kv_pool_bytes(config, num_ranks);
   const int64_t num_pages =
       pool_bytes / static_cast<int64_t>(layout.page_bytes() + method->page_metadata_bytes(layout));
   if (num_pages < layout.num_streams())
@@ -157,18 +192,37 @@ Result<std::unique_ptr<Engine>> Engine::create(const ModelBundle& bundle, const 
                  config.prefix_cache_mode == "radix",
                  static_cast<int32_t>(std::min<int64_t>(num_host_pages, INT32_MAX)),
                  staging_allocator(config.device)};
-  SE_ASSIGN_OR_RETURN(std::unique_ptr<CacheManager> cache, method->create_cache(spec));
   SE_LOG_INFO(
-      "KV cache on {}: {} pages of {} tokens, {} ({} tokens per layer and KV head across the pool); "
+      "KV cache on {}: {} pages of {} tokens{}, {} ({} tokens per layer and KV head across the pool); "
       "sparse method {} {}; prefix cache {}; host tier {} pages",
-      device_name(config.device), num_pages, layout.page_size, kv_store_kind_name(store),
-      num_pages / layout.num_streams() * layout.page_size, method->name(), method->config().dump(),
-      config.prefix_cache_mode, cache->num_host_pages());
+      device_name(config.device), num_pages, layout.page_size,
+      num_ranks > 1 ? fmt::format(" on each of {} tensor-parallel ranks", num_ranks) : std::string(),
+      kv_store_kind_name(store), num_pages / layout.num_streams() * layout.page_size, method->name(),
+      method->config().dump(), config.prefix_cache_mode, num_host_pages);
   std::string fingerprint =
       config.prefix_cache_mode == "chain" ? chain_fingerprint(bundle, layout, *method) : std::string();
+  // Every rank runs an instance of the method over its KV heads, in a pool of the same pages.
+  std::vector<std::unique_ptr<MethodRuntime>> methods;
+  methods.reserve(static_cast<size_t>(num_ranks));
+  methods.push_back(std::move(method));
+  for (int r = 1; r < num_ranks; ++r) {
+    SE_ASSIGN_OR_RETURN(std::unique_ptr<MethodRuntime> rank_method,
+                        create_method(config.sparse_method, config.sparse_config, environment));
+    methods.push_back(std::move(rank_method));
+  }
+  std::vector<std::unique_ptr<EngineRank>> ranks;
+  ranks.reserve(static_cast<size_t>(num_ranks));
+  for (int r = 0; r < num_ranks; ++r) {
+    const Model& rank_model = bundle.rank_model(r);
+    std::unique_ptr<MethodRuntime>& rank_method = methods[static_cast<size_t>(r)];
+    rank_method->set_communicator(rank_model.communicator());
+    SE_ASSIGN_OR_RETURN(std::unique_ptr<CacheManager> cache, rank_method->create_cache(spec));
+    ranks.push_back(std::make_unique<EngineRank>(rank_model, std::move(rank_method), std::move(cache),
+                                                 std::move(workspaces[static_cast<size_t>(r)]),
+                                                 config.device == Device::kCuda && !config.enforce_eager));
+  }
   return std::unique_ptr<Engine>(
-      new Engine(std::make_unique<EngineLoop>(bundle, config, std::move(method), std::move(cache),
-                                              std::move(workspace), std::move(fingerprint))));
+      new Engine(std::make_unique<EngineLoop>(bundle, config, std::move(ranks), std::move(fingerprint))));
 }
 
 Engine::Engine(std::unique_ptr<EngineLoop> loop) : loop_(std::move(loop)) {}

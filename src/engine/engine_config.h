@@ -12,6 +12,10 @@ namespace se {
 
 struct EngineConfig {
   Device device = Device::kCpu;      // where the model runs and the KV pool lives (the model must be loaded there)
+  // Ranks the model is split over (vLLM's --tensor-parallel-size; the model must be loaded so): each holds its
+  // part of the weights and the KV of its heads, in a pool of kv_cache_memory bytes (on the CPU by default the
+  // ranks share the default budget).
+  int tensor_parallel_size = 1;
   int max_model_len = 0;             // 0 = the model's max_position_embeddings
   int max_num_seqs = 64;             // running requests at most
   int max_num_batched_tokens = 2048; // tokens per step (prefill chunks + decode tokens)

@@ -13,19 +13,35 @@ double seconds_between(Request::Clock::time_point a, Request::Clock::time_point 
 }
 }  // namespace
 
-EngineLoop::EngineLoop(const ModelBundle& bundle, const EngineConfig& config, std::unique_ptr<MethodRuntime> method,
-                       std::unique_ptr<CacheManager> cache, ForwardWorkspace workspace, std::string chain_fingerprint)
+namespace {
+
+std::vector<SparseController*> controllers_of(const std::vector<std::unique_ptr<EngineRank>>& ranks) {
+  std::vector<SparseController*> controllers;
+  controllers.reserve(ranks.size());
+  for (const auto& rank : ranks) controllers.push_back(&rank->controller);
+  return controllers;
+}
+
+// The runners of ranks 1 .. size - 1, which RankWorkers drive.
+std::vector<ModelRunner*> follower_runners(const std::vector<std::unique_ptr<EngineRank>>& ranks) {
+  std::vector<ModelRunner*> runners;
+  runners.reserve(ranks.size() - 1);
+  for (size_t r = 1; r < ranks.size(); ++r) runners.push_back(&ranks[r]->runner);
+  return runners;
+}
+
+}  // namespace
+
+EngineLoop::EngineLoop(const ModelBundle& bundle, const EngineConfig& config,
+                       std::vector<std::unique_ptr<EngineRank>> ranks, std::string chain_fingerprint)
     : bundle_(bundle),
       config_(config),
-      method_(std::move(method)),
-      cache_(std::move(cache)),
+      ranks_(std::move(ranks)),
       chains_(chain_fingerprint.empty() ? nullptr : std::make_unique<ChainCacheIndex>()),
       chain_fingerprint_(std::move(chain_fingerprint)),
-      controller_(*method_, *cache_, config.device),
-      oracle_(controller_, chains_.get()),
+      oracle_(controllers_of(ranks_), chains_.get()),
       scheduler_(SchedulerConfig{config.max_num_seqs, config.max_num_batched_tokens}, oracle_),
-      runner_(*bundle.model, controller_, std::move(workspace),
-              /*use_cuda_graphs=*/config.device == Device::kCuda && !config.enforce_eager) {
+      workers_(follower_runners(ranks_)) {
   publish_stats();
   thread_ = std::thread([this] { run(); });
 }
@@ -105,7 +121,7 @@ Result<std::vector<std::shared_ptr<OutputStream>>> EngineLoop::submit_batch(std:
 Status EngineLoop::begin_chain_turn(Request& request, const ChainRequest& chain) {
   if (!chains_)
     return invalid_argument("chain_id needs the chain prefix cache; this server runs {} with prefix cache mode {}",
-                            method_->name(), config_.prefix_cache_mode);
+                            lead().method->name(), config_.prefix_cache_mode);
   if (chain.create) {
     SE_RETURN_IF_ERROR(chains_->create(chain.chain_id, chain_fingerprint_));
     request.chain_status = ChainStatus::kCreated;
@@ -157,6 +173,8 @@ Result<std::string> EngineLoop::submit_prune(PruneRequest request) {
   for (int32_t id : request.token_ids)
     if (id < 0 || id >= vocab_size)
       return invalid_argument("token id {} is outside the vocabulary (size {})", id, vocab_size);
+  if (ranks_.size() > 1)
+    return unimplemented("prefix pruning does not run under tensor parallelism yet ({} ranks)", ranks_.size());
   if (!request.chain_id.empty() && !chains_)
     return invalid_argument("chain_id given, but this server runs without Chain Cache (prefix cache mode {})",
                             config_.prefix_cache_mode);
@@ -164,8 +182,8 @@ Result<std::string> EngineLoop::submit_prune(PruneRequest request) {
   SE_RETURN_IF_ERROR(post([this, prune_id, request = std::move(request)] {
     PruneStatus status =
         request.chain_id.empty()
-            ? run_prune(request, *cache_, *method_, *bundle_.model, method_environment(bundle_))
-            : run_chain_prune(request, *chains_, controller_, *bundle_.model, method_environment(bundle_));
+            ? run_prune(request, *lead().cache, *lead().method, *bundle_.model, method_environment(bundle_))
+            : run_chain_prune(request, *chains_, lead().controller, *bundle_.model, method_environment(bundle_));
     status.prune_id = prune_id;
     prunes_.set(std::move(status));
   }));
@@ -178,9 +196,9 @@ Result<PrefixCacheInspection> EngineLoop::inspect_prefix(std::vector<int32_t> to
   auto answer = std::make_shared<std::promise<Result<PrefixCacheInspection>>>();
   std::future<Result<PrefixCacheInspection>> future = answer->get_future();
   SE_RETURN_IF_ERROR(post([this, answer, tokens = std::move(tokens)] {
-    Result<RadixCache::PrefixMatch> match = cache_->inspect_prefix(tokens);
+    Result<RadixCache::PrefixMatch> match = lead().cache->inspect_prefix(tokens);
     if (!match.is_ok()) return answer->set_value(match.status());
-    const int32_t page_size = cache_->layout().page_size;
+    const int32_t page_size = lead().cache->layout().page_size;
     PrefixCacheInspection out;
     out.num_cached_tokens = match->num_cached_tokens;
     out.num_resident_tokens = match->num_resident_blocks * page_size;
@@ -271,7 +289,9 @@ void EngineLoop::step() {
     }
     return;
   }
-  std::vector<SampledToken> sampled = runner_.execute(plan);
+  workers_.start(plan);
+  std::vector<SampledToken> sampled = lead().runner.execute(plan);
+  workers_.finish();
   ++counters_.steps_total;
   for (const ScheduledRequest& s : plan.scheduled) {
     Request& r = *s.request;
@@ -365,23 +385,27 @@ void EngineLoop::publish_stats() {
   s.num_waiting = static_cast<int>(scheduler_.waiting().size());
   s.num_prefilling = static_cast<int>(std::count_if(scheduler_.running().begin(), scheduler_.running().end(),
                                                     [](const Request* r) { return r->num_computed_tokens < r->num_prompt_tokens; }));
-  s.num_kv_pages_total = cache_->num_total_pages();
-  s.num_kv_pages_free = cache_->num_free_pages();
-  s.num_kv_pages_cached = cache_->num_available_pages() - s.num_kv_pages_free;
+  const CacheManager& cache = *lead().cache;
+  s.num_kv_pages_total = cache.num_total_pages();
+  s.num_kv_pages_free = cache.num_free_pages();
+  s.num_kv_pages_cached = cache.num_available_pages() - s.num_kv_pages_free;
   s.num_kv_pages_chains = chains_ ? chains_->num_reclaimable_pages() : 0;
-  s.num_kv_pages_used = s.num_kv_pages_total - cache_->num_available_pages() - s.num_kv_pages_chains;
+  s.num_kv_pages_used = s.num_kv_pages_total - cache.num_available_pages() - s.num_kv_pages_chains;
   s.num_chains = chains_ ? chains_->num_chains() : 0;
-  s.num_kv_host_pages_total = cache_->num_host_pages();
-  s.num_kv_host_pages_used = cache_->num_host_pages() - cache_->num_free_host_pages();
+  s.num_kv_host_pages_total = cache.num_host_pages();
+  s.num_kv_host_pages_used = cache.num_host_pages() - cache.num_free_host_pages();
   s.num_chains_on_host = chains_ ? chains_->num_chains_on_host() : 0;
-  const CacheManager::PrefixCacheCounters prefix = cache_->prefix_cache_counters();
+  const CacheManager::PrefixCacheCounters prefix = cache.prefix_cache_counters();
   s.prefix_cache_queries_total = static_cast<uint64_t>(prefix.query_tokens);
   s.prefix_cache_hits_total = static_cast<uint64_t>(prefix.hit_tokens);
-  s.transient_pass_tokens_total = static_cast<uint64_t>(controller_.num_transient_pass_tokens());
-  s.attended_kv_tokens_total = static_cast<uint64_t>(controller_.num_attended_kv_tokens());
-  s.method_metadata_bytes_total = static_cast<uint64_t>(controller_.num_method_metadata_bytes());
-  s.host_gap_seconds_total = runner_.host_gap_seconds();
-  s.expert_weight_bytes_total = static_cast<uint64_t>(runner_.expert_weight_bytes());
+  s.transient_pass_tokens_total = static_cast<uint64_t>(lead().controller.num_transient_pass_tokens());
+  // What the ranks read together: each rank its KV heads and its part of the experts.
+  for (const auto& rank : ranks_) {
+    s.attended_kv_tokens_total += static_cast<uint64_t>(rank->controller.num_attended_kv_tokens());
+    s.method_metadata_bytes_total += static_cast<uint64_t>(rank->controller.num_method_metadata_bytes());
+    s.expert_weight_bytes_total += static_cast<uint64_t>(rank->runner.expert_weight_bytes());
+  }
+  s.host_gap_seconds_total = lead().runner.host_gap_seconds();
   s.published_at = std::chrono::steady_clock::now();
   std::lock_guard<std::mutex> lock(stats_mutex_);
   stats_ = std::move(s);

@@ -1,6 +1,9 @@
 // EngineLoop: the engine thread and its inbox. Other threads hand it new requests and aborts under a mutex;
-// the thread owns every Request, the scheduler, the sparse method with its cache manager and the model runner, and is the only one
-// that mutates cache state (at step boundaries). After each step it publishes an EngineStats snapshot.
+// the thread owns every Request, the scheduler, the sparse method with its cache manager and the model runner, and is
+// the only one that mutates cache state (at step boundaries). After each step it publishes an EngineStats snapshot.
+// Tensor parallelism: one loop and one scheduler still decide every step; each rank (EngineRank) holds its part of
+// the model, method and cache, rank 0 on the engine thread and the others on RankWorkers, and every rank runs the
+// step the scheduler planned. Rank 0 samples; the stats and the prefix cache's answers are rank 0's.
 #pragma once
 
 #include <condition_variable>
@@ -14,17 +17,20 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/engine_rank.h"
 #include "engine/memory_oracle.h"
 #include "engine/model_runner.h"
+#include "engine/rank_workers.h"
 #include "engine/scheduler.h"
 
 namespace se {
 
 class EngineLoop {
  public:
-  // `chain_fingerprint` non-empty turns the Chain Cache on, guarding its states with that fingerprint.
-  EngineLoop(const ModelBundle& bundle, const EngineConfig& config, std::unique_ptr<MethodRuntime> method,
-             std::unique_ptr<CacheManager> cache, ForwardWorkspace workspace, std::string chain_fingerprint = {});
+  // `ranks`: every tensor-parallel rank's part, rank 0's first (one for an unsharded model). `chain_fingerprint`
+  // non-empty turns the Chain Cache on, guarding its states with that fingerprint.
+  EngineLoop(const ModelBundle& bundle, const EngineConfig& config, std::vector<std::unique_ptr<EngineRank>> ranks,
+             std::string chain_fingerprint = {});
   ~EngineLoop();
 
   Result<std::shared_ptr<OutputStream>> submit(GenerationRequest request);
@@ -63,17 +69,19 @@ class EngineLoop {
   void end_chain_turn(Request& request, FinishReason reason);
   void publish_stats();
 
+  // Rank 0's part, which the engine thread runs and reports.
+  EngineRank& lead() { return *ranks_[0]; }
+  const EngineRank& lead() const { return *ranks_[0]; }
+
   const ModelBundle& bundle_;
   EngineConfig config_;
-  std::unique_ptr<MethodRuntime> method_;
-  std::unique_ptr<CacheManager> cache_;
-  // After cache_: destroyed first, while the pool its states hold pages of still exists.
+  std::vector<std::unique_ptr<EngineRank>> ranks_;
+  // After ranks_: destroyed first, while the pools its states hold pages of still exist.
   std::unique_ptr<ChainCacheIndex> chains_;
   std::string chain_fingerprint_;
-  SparseController controller_;
   MemoryOracle oracle_;
   Scheduler scheduler_;
-  ModelRunner runner_;
+  RankWorkers workers_;  // ranks 1 .. size - 1
 
   // Shared with submitting threads, under mutex_.
   std::mutex mutex_;

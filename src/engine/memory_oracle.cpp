@@ -3,23 +3,23 @@
 #include <algorithm>
 
 #include "base/check.h"
+#include "engine/retained_ranks.h"
 
 namespace se {
+
+int64_t MemoryOracle::num_available_pages() const {
+  int64_t fewest = lead().num_available_pages();
+  for (const SparseController* rank : ranks_) fewest = std::min(fewest, rank->cache().num_available_pages());
+  return fewest;
+}
 
 Status MemoryOracle::admit(Request& request) {
   SE_CHECK(request.seq < 0, "request {} is already admitted", request.request_id);
   if (request.chain_state && !make_room(request.chain_state->num_pages_to_restore()))
     return resource_exhausted("request {}: {} device pages to bring its chain back from the host tier, {} available",
-                              request.request_id, request.chain_state->num_pages_to_restore(),
-                              cache_.num_available_pages());
+                              request.request_id, request.chain_state->num_pages_to_restore(), num_available_pages());
   const int32_t seq = next_seq_++;
-  int32_t num_cached = 0;
-  if (request.chain_state) {
-    SE_ASSIGN_OR_RETURN(num_cached, controller_.resume(seq, std::move(request.chain_state)));
-  } else {
-    if (request.chain_status == ChainStatus::kResumed) request.chain_status = ChainStatus::kRebuilt;
-    SE_ASSIGN_OR_RETURN(num_cached, controller_.open(seq, request.token_ids));
-  }
+  SE_ASSIGN_OR_RETURN(const int32_t num_cached, open_on_every_rank(seq, request));
   request.seq = seq;
   request.num_computed_tokens = num_cached;
   request.num_cached_tokens = num_cached;
@@ -27,25 +27,77 @@ Status MemoryOracle::admit(Request& request) {
   return Status::ok();
 }
 
+Result<int32_t> MemoryOracle::open_on_every_rank(int32_t seq, Request& request) {
+  if (!request.chain_state && request.chain_status == ChainStatus::kResumed)
+    request.chain_status = ChainStatus::kRebuilt;
+  std::vector<std::unique_ptr<ChainState>> states;
+  if (request.chain_state && ranks_.size() == 1) {
+    states.push_back(std::move(request.chain_state));
+  } else if (request.chain_state) {
+    auto* retained = dynamic_cast<RetainedRanks*>(request.chain_state.get());
+    if (retained == nullptr || retained->num_ranks() != ranks_.size())
+      return invalid_argument("request {}: its chain was not retained by this engine's {} ranks", request.request_id,
+                              ranks_.size());
+    states = retained->take_ranks();
+    request.chain_state.reset();
+  }
+  int32_t num_cached = 0;
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    Result<int32_t> opened =
+        states.empty() ? ranks_[r]->open(seq, request.token_ids) : ranks_[r]->resume(seq, std::move(states[r]));
+    if (!opened.is_ok()) {
+      close_on_ranks(seq, r);
+      return opened.status();
+    }
+    // The ranks' caches change in step (the same calls, the same page counts), so their prefix caches agree.
+    SE_CHECK(r == 0 || *opened == num_cached, "rank {} opened request {} on {} cached tokens, rank 0 on {}", r,
+             request.request_id, *opened, num_cached);
+    num_cached = *opened;
+  }
+  return num_cached;
+}
+
+void MemoryOracle::close_on_ranks(int32_t seq, size_t end) {
+  for (size_t r = 0; r < end; ++r) ranks_[r]->close(seq);
+}
+
 bool MemoryOracle::try_reserve(Request& request, int32_t num_tokens) {
+  const bool completes_prefill = request.num_computed_tokens < request.num_prefill_tokens &&
+                                 request.num_computed_tokens + num_tokens >= request.num_prefill_tokens;
   int64_t headroom = num_headroom_pages_;
-  if (request.num_computed_tokens < request.num_prefill_tokens &&
-      request.num_computed_tokens + num_tokens >= request.num_prefill_tokens)
-    headroom = std::max(headroom, controller_.transient_pages(request.num_prefill_tokens));
-  if (!make_room(cache_.pages_to_reserve(request.seq, num_tokens) + headroom)) return false;
-  if (!cache_.reserve(request.seq, num_tokens).is_ok()) return false;
+  if (completes_prefill)
+    for (const SparseController* rank : ranks_)
+      headroom = std::max(headroom, rank->transient_pages(request.num_prefill_tokens));
+  std::vector<int64_t> needed;
+  needed.reserve(ranks_.size());
+  for (const SparseController* rank : ranks_)
+    needed.push_back(rank->cache().pages_to_reserve(request.seq, num_tokens) + headroom);
+  if (!make_room(needed)) return false;
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    const bool reserved = ranks_[r]->cache().reserve(request.seq, num_tokens).is_ok();
+    if (r == 0 && !reserved) return false;
+    // Every rank had the room rank 0 had, and reserve fails only for want of room.
+    SE_CHECK(reserved, "rank {} could not reserve {} tokens of request {} that rank 0 reserved", r, num_tokens,
+             request.request_id);
+  }
   num_headroom_pages_ = headroom;
   return true;
 }
 
-bool MemoryOracle::make_room(int64_t num_pages) {
-  if (num_pages > cache_.num_available_pages() && chains_ != nullptr)
-    chains_->reclaim(num_pages - cache_.num_available_pages());
-  return num_pages <= cache_.num_available_pages();
+bool MemoryOracle::make_room(const std::vector<int64_t>& num_pages) {
+  int64_t shortfall = 0;
+  for (size_t r = 0; r < ranks_.size(); ++r)
+    shortfall = std::max(shortfall, num_pages[r] - ranks_[r]->cache().num_available_pages());
+  // A reclaimed chain frees at least its num_held_pages on every rank (RetainedRanks).
+  if (shortfall > 0 && chains_ != nullptr) chains_->reclaim(shortfall);
+  for (size_t r = 0; r < ranks_.size(); ++r)
+    if (num_pages[r] > ranks_[r]->cache().num_available_pages()) return false;
+  return true;
 }
 
 void MemoryOracle::commit(Request& request) {
-  cache_.on_computed(request.seq, request.token_ids, request.num_computed_tokens);
+  for (SparseController* rank : ranks_)
+    rank->cache().on_computed(request.seq, request.token_ids, request.num_computed_tokens);
 }
 
 void MemoryOracle::release(Request& request) {
@@ -53,20 +105,28 @@ void MemoryOracle::release(Request& request) {
   const bool restored_untouched =
       request.chain_status == ChainStatus::kResumed && request.num_computed_tokens == request.num_cached_tokens;
   if (restored_untouched) {
-    request.chain_state = controller_.retain(request.seq);
+    request.chain_state = retain_on_every_rank(request.seq);
   } else {
-    controller_.close(request.seq);
+    close_on_ranks(request.seq, ranks_.size());
   }
   request.seq = -1;
   request.num_computed_tokens = 0;
 }
 
-std::unique_ptr<RetainedSequence> MemoryOracle::retain(Request& request) {
+std::unique_ptr<ChainState> MemoryOracle::retain(Request& request) {
   SE_CHECK(request.seq >= 0, "request {} holds no cache state to retain", request.request_id);
-  std::unique_ptr<RetainedSequence> state = controller_.retain(request.seq);
+  std::unique_ptr<ChainState> state = retain_on_every_rank(request.seq);
   request.seq = -1;
   request.num_computed_tokens = 0;
   return state;
+}
+
+std::unique_ptr<ChainState> MemoryOracle::retain_on_every_rank(int32_t seq) {
+  if (ranks_.size() == 1) return ranks_[0]->retain(seq);
+  std::vector<std::unique_ptr<ChainState>> states;
+  states.reserve(ranks_.size());
+  for (SparseController* rank : ranks_) states.push_back(rank->retain(seq));
+  return std::make_unique<RetainedRanks>(std::move(states));
 }
 
 }  // namespace se

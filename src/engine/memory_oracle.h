@@ -1,7 +1,12 @@
 // MemoryOracle: the scheduler's only view of KV memory. It turns the active method's and its CacheManager's
-// answers into the scheduling decisions: can a request ever fit, admit it (start its cache state, reusing a cached prefix),
-// reserve room for a step, release it. Engine thread only, except can_ever_fit (pure).
+// answers into the scheduling decisions: can a request ever fit, admit it (start its cache state, reusing a cached
+// prefix), reserve room for a step, release it. Under tensor parallelism every rank keeps the KV of its own heads in a
+// cache of its own, with a method instance of its own: the oracle asks each rank, admits and reserves only what every
+// rank can hold, and applies each decision to every rank, so their caches change in step. Engine thread only (the
+// ranks' caches are touched between steps, while their workers wait), except can_ever_fit (pure).
 #pragma once
+
+#include <vector>
 
 #include "engine/request.h"
 #include "sparse/sparse_controller.h"
@@ -10,14 +15,19 @@ namespace se {
 
 class MemoryOracle {
  public:
-  // `chains` (may be null: no Chain Cache) gives back idle chains' device pages when a reservation is short (moving
-  // them to the cache's host tier when it has one).
-  MemoryOracle(SparseController& controller, ChainCacheIndex* chains = nullptr)
-      : controller_(controller), cache_(controller.cache()), chains_(chains) {}
+  // `ranks`: every tensor-parallel rank's controller, rank 0's first. `chains` (may be null: no Chain Cache) gives
+  // back idle chains' device pages when a reservation is short (moving them to the cache's host tier when it has
+  // one).
+  explicit MemoryOracle(std::vector<SparseController*> ranks, ChainCacheIndex* chains = nullptr)
+      : ranks_(std::move(ranks)), chains_(chains) {}
+  explicit MemoryOracle(SparseController& controller, ChainCacheIndex* chains = nullptr)
+      : MemoryOracle(std::vector<SparseController*>{&controller}, chains) {}
 
-  // Whether a request of this size fits in the whole pool at its peak. Pure: safe from any thread.
+  // Whether a request of this size fits in the whole pool at its peak, on every rank. Pure: safe from any thread.
   bool can_ever_fit(int32_t num_prompt_tokens, int32_t max_new_tokens) const {
-    return controller_.peak_pages(num_prompt_tokens, max_new_tokens) <= cache_.num_total_pages();
+    for (const SparseController* rank : ranks_)
+      if (rank->peak_pages(num_prompt_tokens, max_new_tokens) > rank->cache().num_total_pages()) return false;
+    return true;
   }
   // Starts the request's cache state on all its known tokens (a resumed request recomputes its outputs too)
   // and sets num_computed_tokens / num_cached_tokens from the prefix cache, or from the chain state the request
@@ -38,23 +48,36 @@ class MemoryOracle {
   // chain request that computed nothing past its restored state takes that state back (it is admitted again
   // later); one that did loses it and is marked rebuilt.
   void release(Request& request);
-  // Ends the request's cache state by retaining it for Chain Cache (the request's seq is released).
-  std::unique_ptr<RetainedSequence> retain(Request& request);
+  // Ends the request's cache state by retaining it for Chain Cache (the request's seq is released): a
+  // RetainedSequence, or with several ranks a RetainedRanks of one per rank.
+  std::unique_ptr<ChainState> retain(Request& request);
 
   // The same for a turn resumed on a retained state that holds (or, on the host tier, takes back) `num_held_pages`:
   // its new tokens are prefilled on top of it, so the state plus their peak must fit. Pure.
   bool can_ever_fit_resumed(int64_t num_held_pages, int32_t num_new_tokens, int32_t max_new_tokens) const {
-    return num_held_pages + controller_.peak_pages(num_new_tokens, max_new_tokens) <= cache_.num_total_pages();
+    for (const SparseController* rank : ranks_)
+      if (num_held_pages + rank->peak_pages(num_new_tokens, max_new_tokens) > rank->cache().num_total_pages())
+        return false;
+    return true;
   }
-  int64_t num_total_pages() const { return cache_.num_total_pages(); }
-  int64_t num_available_pages() const { return cache_.num_available_pages(); }
+  int64_t num_total_pages() const { return lead().num_total_pages(); }
+  // The fewest pages any rank has available.
+  int64_t num_available_pages() const;
 
  private:
-  // Whether `num_pages` device pages are available, after reclaiming idle chains if they were not.
-  bool make_room(int64_t num_pages);
+  const CacheManager& lead() const { return ranks_[0]->cache(); }
+  // Whether every rank has `num_pages[r]` device pages available, after reclaiming idle chains if one had not.
+  bool make_room(const std::vector<int64_t>& num_pages);
+  // The same number of pages on every rank.
+  bool make_room(int64_t num_pages) { return make_room(std::vector<int64_t>(ranks_.size(), num_pages)); }
+  // Opens `seq` on every rank, on the request's prompt or its retained state; returns the tokens it starts with.
+  // On error no rank holds `seq`.
+  Result<int32_t> open_on_every_rank(int32_t seq, Request& request);
+  // Closes `seq` on ranks [0, end).
+  void close_on_ranks(int32_t seq, size_t end);
+  std::unique_ptr<ChainState> retain_on_every_rank(int32_t seq);
 
-  SparseController& controller_;
-  CacheManager& cache_;
+  std::vector<SparseController*> ranks_;
   ChainCacheIndex* chains_;
   int32_t next_seq_ = 0;
   int64_t num_headroom_pages_ = 0;  // kept free this step for transient passes

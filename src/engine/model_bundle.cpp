@@ -3,6 +3,8 @@
 #include <filesystem>
 
 #include "backend/cpu/thread_pool.h"
+#include "model/sharding_sink.h"
+#include "model/tensor_parallel.h"
 #include "model/weights_builder.h"
 
 namespace se {
@@ -23,18 +25,46 @@ Result<std::optional<Tokenizer>> load_tokenizer(const LoadedModel& loaded) {
   return std::optional<Tokenizer>(std::move(t));
 }
 
-Result<ModelBundle> ModelBundle::load(const std::string& path, const LoadOptions& options, Device device) {
-  // Each weight goes to the device as it is read: a GPU load never holds the whole model on the host.
-  ModelWeightsBuilder builder(device, matrix_dtype(device));
-  SE_ASSIGN_OR_RETURN(LoadedModel loaded, load_model(path, options, builder));
-  SE_ASSIGN_OR_RETURN(ModelWeights weights, builder.finish());
+namespace {
+
+// Each weight goes to the device as it is read: a GPU load never holds the whole model on the host. With several
+// ranks each builder keeps its rank's part, and the checkpoint is read once for all of them.
+Result<LoadedModel> load_rank_models(const std::string& path, const LoadOptions& options, Device device,
+                                     int tensor_parallel_size, ModelBundle& bundle) {
+  if (tensor_parallel_size < 1)
+    return invalid_argument("--tensor-parallel-size must be at least 1, got {}", tensor_parallel_size);
+  if (tensor_parallel_size > 1 && device != Device::kCpu)
+    return unimplemented("--tensor-parallel-size {} runs on the CPU only for now (ranks as threads); use --device cpu",
+                         tensor_parallel_size);
+  std::vector<ModelWeightsBuilder> builders;
+  builders.reserve(static_cast<size_t>(tensor_parallel_size));
+  for (int r = 0; r < tensor_parallel_size; ++r) builders.emplace_back(device, matrix_dtype(device));
+  ShardingSink sharding(tensor_parallel_size);
+  for (int r = 0; r < tensor_parallel_size; ++r) sharding.add_rank(r, builders[static_cast<size_t>(r)]);
+  WeightSink& sink = tensor_parallel_size == 1 ? static_cast<WeightSink&>(builders[0]) : sharding;
+  SE_ASSIGN_OR_RETURN(LoadedModel loaded, load_model(path, options, sink));
+  if (tensor_parallel_size > 1) bundle.rank_group = std::make_unique<LocalCommGroup>(tensor_parallel_size);
+  for (int r = 0; r < tensor_parallel_size; ++r) {
+    SE_ASSIGN_OR_RETURN(ModelWeights weights, builders[static_cast<size_t>(r)].finish());
+    SE_ASSIGN_OR_RETURN(const ModelConfig config, shard_config(loaded.config, ShardLayout{r, tensor_parallel_size}));
+    Communicator& comm = bundle.rank_group ? bundle.rank_group->communicator(r) : single_rank_communicator();
+    SE_ASSIGN_OR_RETURN(Model model, Model::from_weights(config, std::move(weights), device, comm));
+    auto& slot = r == 0 ? bundle.model : bundle.other_ranks.emplace_back();
+    slot = std::make_unique<Model>(std::move(model));
+  }
+  return loaded;
+}
+
+}  // namespace
+
+Result<ModelBundle> ModelBundle::load(const std::string& path, const LoadOptions& options, Device device,
+                                      int tensor_parallel_size) {
   ModelBundle bundle;
+  SE_ASSIGN_OR_RETURN(LoadedModel loaded, load_rank_models(path, options, device, tensor_parallel_size, bundle));
   bundle.path = path;
   bundle.name = std::filesystem::path(path).filename().string();
   if (bundle.name.empty()) bundle.name = std::filesystem::path(path).parent_path().filename().string();
   bundle.source_format = loaded.source_format;
-  SE_ASSIGN_OR_RETURN(Model model, Model::from_weights(loaded.config, std::move(weights), device));
-  bundle.model = std::make_unique<Model>(std::move(model));
   SE_ASSIGN_OR_RETURN(bundle.tokenizer, load_tokenizer(loaded));
   if (bundle.tokenizer && !bundle.tokenizer->chat_template().empty()) {
     auto parsed = ChatTemplate::parse(bundle.tokenizer->chat_template());

@@ -130,9 +130,9 @@ Tensor ModelRunner::run_forward() {
   return logits;
 }
 
-std::vector<SampledToken> ModelRunner::execute(const StepPlan& plan) {
+std::vector<Request*> ModelRunner::build_batch(const StepPlan& plan) {
   clear_batch(batch_);
-  std::vector<Request*> sampling;  // requests of batch_.logit_rows, in order
+  std::vector<Request*> sampling;
   for (const ScheduledRequest& s : plan.scheduled) {
     Request& r = *s.request;
     const int32_t begin = r.num_computed_tokens;
@@ -144,6 +144,11 @@ std::vector<SampledToken> ModelRunner::execute(const StepPlan& plan) {
                     begin, r.num_prefill_tokens, samples);
     if (samples) sampling.push_back(&r);
   }
+  return sampling;
+}
+
+std::vector<SampledToken> ModelRunner::execute(const StepPlan& plan) {
+  const std::vector<Request*> sampling = build_batch(plan);
   std::vector<SampledToken> sampled;
   if (batch_.token_ids.empty()) return sampled;
   run_step(controller_, batch_, [this] { return run_forward(); }, [&](const Tensor& logits) {
@@ -152,6 +157,12 @@ std::vector<SampledToken> ModelRunner::execute(const StepPlan& plan) {
     count_expert_reads();
   });
   return sampled;
+}
+
+void ModelRunner::follow(const StepPlan& plan) {
+  build_batch(plan);
+  if (batch_.token_ids.empty()) return;
+  run_step(controller_, batch_, [this] { return run_forward(); }, [this](const Tensor&) { count_expert_reads(); });
 }
 
 void ModelRunner::count_expert_reads() {

@@ -42,6 +42,10 @@ class ModelRunner {
 
   // Runs the forward of `plan` and returns the sampled tokens (the requests' states are not changed).
   std::vector<SampledToken> execute(const StepPlan& plan);
+  // Runs the forward of `plan` as a tensor-parallel rank other than 0 does: the same batch, hooks and collectives
+  // as rank 0's execute, without sampling (rank 0 samples for every rank). Reads the plan's requests only, so
+  // ranks may run it concurrently with rank 0's execute.
+  void follow(const StepPlan& plan);
   // Forwards that replayed a CUDA graph so far.
   int64_t num_graph_replays() const { return num_graph_replays_; }
   // Host time from a step's sampled tokens reaching the host to the launch of the next step that replays a graph,
@@ -63,6 +67,8 @@ class ModelRunner {
   };
   // The forward of batch_, replayed or captured when the step allows, else eager.
   Tensor run_forward();
+  // Fills batch_ with the plan's tokens and returns the requests that sample this step, in logit row order.
+  std::vector<Request*> build_batch(const StepPlan& plan);
 
   // One result per row of `logits` [requests.size(), vocab] (on the model's device), in order.
   std::vector<SampleResult> sample(const Tensor& logits, const std::vector<Request*>& requests);

@@ -72,6 +72,9 @@ struct ModelConfig {
   // The rank this config describes. With size > 1 the head, KV head and MLP widths above are the rank's part
   // (shard_config); vocab_size stays the whole vocabulary, of which the rank holds vocab_shard_rows().
   ShardLayout shard;
+  // Ranks that hold each of the rank's KV heads: more than 1 where the model has fewer KV heads than ranks, and each
+  // copy then serves only part of the head's query group.
+  int kv_head_copies = 1;
 
   int bos_token_id = -1;
   std::vector<int> eos_token_ids;

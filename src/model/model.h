@@ -40,6 +40,8 @@ class Model {
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return weights_; }
   Device device() const { return device_; }
+  // The tensor-parallel group its forwards run their collectives on (a single rank unless sharded).
+  Communicator& communicator() const { return *comm_; }
 
   // An empty workspace for this model's forwards (reserve() it to allocate up front; forward grows it on demand).
   ForwardWorkspace make_workspace() const { return ForwardWorkspace(config_, device_, weights_.matmul_dtype()); }

@@ -66,6 +66,7 @@ Result<ModelConfig> shard_config(const ModelConfig& config, ShardLayout layout) 
   ModelConfig shard = config;
   shard.num_heads = config.num_heads / size;
   shard.num_kv_heads = std::max(1, config.num_kv_heads / size);
+  shard.kv_head_copies = std::max(1, size / config.num_kv_heads);
   shard.intermediate_size = config.intermediate_size / size;
   shard.moe_intermediate_size = config.moe_intermediate_size / size;
   shard.shared_expert_intermediate_size = config.shared_expert_intermediate_size / size;

@@ -22,6 +22,7 @@
 #include "backend/ops.h"
 #include "model/config.h"
 #include "model/forward_batch.h"
+#include "parallel/communicator.h"
 #include "sparse/cache_manager.h"
 #include "sparse/method_traits.h"
 #include "sparse/selection.h"
@@ -162,6 +163,11 @@ class MethodRuntime {
     return Status::ok();
   }
 
+  // --- tensor parallelism (MethodTraits::tensor_parallel) ---
+  // This instance serves rank comm.rank() of comm.size(), over that rank's KV heads; set before the first step.
+  // Hooks that must agree across ranks run their collectives on it, every rank in the same order.
+  void set_communicator(Communicator& comm) { communicator_ = &comm; }
+
   // --- introspection (tests and debugging only; never read by the engine) ---
   // The method's per-sequence metadata for `seq` as JSON (e.g. accumulated attention scores), so fidelity tests can
   // compare it with an oracle; null when the method keeps none.
@@ -170,9 +176,13 @@ class MethodRuntime {
  protected:
   MethodRuntime(std::string name, nlohmann::ordered_json config) : name_(std::move(name)), config_(std::move(config)) {}
 
+  // The ranks this instance's decisions must agree with (a single rank unless set_communicator said otherwise).
+  Communicator& communicator() const { return *communicator_; }
+
   MethodTraits traits_;  // each method fills its own in its constructor
 
  private:
+  Communicator* communicator_ = &single_rank_communicator();
   std::string name_;
   nlohmann::ordered_json config_;
 };

@@ -53,6 +53,11 @@ struct MethodTraits {
   // or a key's own channels apart from such bounds: over a latent-attention model's shared latent it is handed the
   // absorbed queries and the latent rows as q and k, whose products are those logits, and runs unchanged.
   bool keys_through_logits = false;
+  // Whether it runs on tensor-parallel ranks that each hold some of the KV heads (model/tensor_parallel.h), every
+  // rank with an instance of its own: its choices for a KV head read only that head and its query heads, or, where
+  // they span the heads of a layer, it joins the ranks' inputs over its communicator
+  // (MethodRuntime::set_communicator) so every rank decides alike. Methods without it refuse more than one rank.
+  bool tensor_parallel = false;
 };
 
 // Whether a method keeps a latent-attention (MLA) model's shared latent, one row per token for all heads

@@ -108,6 +108,21 @@ std::vector<std::vector<int32_t>> AdaKvMethod::kvpress_prefix_kept(const WindowS
 
 std::vector<std::vector<int32_t>> AdaKvMethod::select_prefix(const WindowScores& scores, int /*layer*/,
                                                              int /*num_layers*/) const {
+  Communicator& ranks = communicator();
+  if (ranks.size() == 1) return select_over_all_heads(scores);
+  // Rank r holds KV heads [r * Hkv_r, (r + 1) * Hkv_r): the gathered rows are the layer's heads in order.
+  WindowScores all = scores;
+  all.num_kv_heads = scores.num_kv_heads * ranks.size();
+  all.values.resize(static_cast<size_t>(all.num_kv_heads) * static_cast<size_t>(scores.num_prefix));
+  const auto num_values = static_cast<int64_t>(scores.values.size());
+  ranks.all_gather(TensorView{all.values.data(), DType::kF32, {all.num_kv_heads, scores.num_prefix}, Device::kCpu},
+                   TensorView{const_cast<float*>(scores.values.data()), DType::kF32, {num_values}, Device::kCpu});
+  std::vector<std::vector<int32_t>> kept = select_over_all_heads(all);
+  const auto first = kept.begin() + int64_t{ranks.rank()} * scores.num_kv_heads;
+  return {std::make_move_iterator(first), std::make_move_iterator(first + scores.num_kv_heads)};
+}
+
+std::vector<std::vector<int32_t>> AdaKvMethod::select_over_all_heads(const WindowScores& scores) const {
   const ObservationWindowConfig& c = window_config();
   if (variant_ == AdaKvVariant::kKvpress) return kvpress_prefix_kept(scores, c.budget, c.window, floor_alpha_);
   const std::vector<int32_t> caps = head_capacities(scores, c.budget - c.window, floor_alpha_);
@@ -122,14 +137,19 @@ int64_t AdaKvMethod::compressed_pages(const KvLayout& layout, int32_t num_prompt
                                       int32_t num_decode_tokens) const {
   const int64_t w = window_config().window, d = num_decode_tokens, num_tokens = num_prompt_tokens;
   const int64_t budget = window_config().budget;
-  const int64_t heads = layout.num_kv_heads;
+  // This rank's heads of the layer's `heads` (all of them on one rank): they hold at most what the layer's total
+  // leaves once every other head holds its least.
+  const int64_t own = layout.num_kv_heads;
+  const int64_t heads = own * communicator().size();
+  const auto own_split_pages = [&](int64_t lo, int64_t hi, int64_t layer_total) {
+    return max_split_pages(own, lo, hi, layer_total - (heads - own) * lo, layout.page_size);
+  };
   if (variant_ == AdaKvVariant::kKvpress) {
     // Per layer the heads hold exactly Hkv * C prompt tokens together; each holds the window and its f forced
     // tokens, and at most what is left after the other heads' forced ones (and at most the prompt).
     const int64_t forced = kvpress_num_forced(window_config().budget, window_config().window, floor_alpha_);
     const int64_t most = std::min(num_tokens, w + heads * (budget - w) - (heads - 1) * forced);
-    return layout.num_layers *
-           max_split_pages(heads, forced + w + d, most + d, heads * (budget + d), layout.page_size);
+    return layout.num_layers * own_split_pages(forced + w + d, most + d, heads * (budget + d));
   }
   // adakv_reference, per layer: cap_h >= int(B * alpha) (n_h >= 0), cap_h <= T - w, and since sum n_h = Hkv * B
   // and each cap_h rounds n_h * (1 - alpha) + int(B * alpha) up by at most 1/2, sum cap_h <= Hkv * (B (1 - alpha)
@@ -140,9 +160,7 @@ int64_t AdaKvMethod::compressed_pages(const KvLayout& layout, int32_t num_prompt
                                                          static_cast<double>(floor_capacity) + 0.5);
   const int64_t total_caps =
       std::min(static_cast<int64_t>(std::floor(most_caps + 1e-6)), heads * (num_tokens - w));
-  const int64_t per_layer = max_split_pages(heads, floor_capacity + w + d, num_tokens + d,
-                                            total_caps + heads * (w + d), layout.page_size);
-  return layout.num_layers * per_layer;
+  return layout.num_layers * own_split_pages(floor_capacity + w + d, num_tokens + d, total_caps + heads * (w + d));
 }
 
 }  // namespace se

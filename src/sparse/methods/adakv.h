@@ -22,6 +22,10 @@
 //        as torch.round), plus the window. The reference's `normalize` (off by default), `skip` (0) and
 //        pyramid mode are not offered. FFY0 compresses at T == budget too, where rounding may drop a token.
 //
+// Tensor parallelism: a rank holds some of the layer's KV heads, so the allocation gathers every rank's scores over
+// its communicator, decides over all Hkv heads as one rank would, and keeps its own heads' part; every rank decides
+// the same allocation.
+//
 // Config and the reference each default follows:
 //   variant kvpress    METHODS.md: the default follows kvpress where kvpress implements the method.
 //   budget 2048        tokens per (layer, KV head) on average, the window included (the benchmark
@@ -57,11 +61,15 @@ class AdaKvMethod final : public ObservationWindowMethod {
               double floor_alpha)
       : ObservationWindowMethod("adakv", std::move(config), window_config),
         variant_(variant),
-        floor_alpha_(floor_alpha) {}
+        floor_alpha_(floor_alpha) {
+    traits_.tensor_parallel = true;
+  }
   std::vector<std::vector<int32_t>> select_prefix(const WindowScores& scores, int layer,
                                                   int num_layers) const override;
+  // The kept prefix of every head of the layer from all of its heads' scores.
+  std::vector<std::vector<int32_t>> select_over_all_heads(const WindowScores& scores) const;
   // An upper bound: the split of a layer's tokens over its heads depends on the scores, so this is the most
-  // pages any split the variant allows can take (see adakv.cpp).
+  // pages any split the variant allows can take of this rank's heads (see adakv.cpp).
   int64_t compressed_pages(const KvLayout& layout, int32_t num_prompt_tokens,
                            int32_t num_decode_tokens) const override;
 

@@ -26,6 +26,18 @@ int64_t ObservationWindowMethod::resident_pages(const KvLayout& layout, int32_t 
   return compressed_pages(layout, num_prefill_tokens, num_tokens - num_prefill_tokens);
 }
 
+bool ObservationWindowMethod::streams_equal_on_every_rank(bool equal_here, int32_t num_tokens) const {
+  Communicator& ranks = communicator();
+  if (ranks.size() == 1) return equal_here;
+  const float mine[2] = {equal_here ? 1.0f : 0.0f, static_cast<float>(num_tokens)};  // exact below 2^24 tokens
+  std::vector<float> all(2 * static_cast<size_t>(ranks.size()));
+  ranks.all_gather(TensorView{all.data(), DType::kF32, {ranks.size(), 2}, Device::kCpu},
+                   TensorView{const_cast<float*>(mine), DType::kF32, {2}, Device::kCpu});
+  for (size_t r = 0; r < all.size(); r += 2)
+    if (all[r] != 1.0f || all[r + 1] != mine[1]) return false;
+  return true;
+}
+
 void ObservationWindowMethod::on_attention_end(LayerContext& ctx) {
   const int64_t num_heads = ctx.q.shape[1];
   const int64_t row_size = num_heads * ctx.q.shape[2];  // H * D floats per q row
@@ -55,8 +67,9 @@ void ObservationWindowMethod::on_attention_end(LayerContext& ctx) {
     // Every prompt key of this layer is stored now: score the prefix with the window's last `window` rows.
     const SeqKvView& seq_view = ctx.view.seqs[i];
     const int32_t num_tokens = seq_view.num_tokens[0];
-    if (!std::all_of(seq_view.num_tokens, seq_view.num_tokens + ctx.view.num_kv_heads,
-                     [num_tokens](int32_t n) { return n == num_tokens; })) {
+    if (!streams_equal_on_every_rank(std::all_of(seq_view.num_tokens, seq_view.num_tokens + ctx.view.num_kv_heads,
+                                                 [num_tokens](int32_t n) { return n == num_tokens; }),
+                                     num_tokens)) {
       std::vector<float>().swap(rows);  // streams compressed before this prompt (a resumed chain): left as they are
       continue;
     }

@@ -19,6 +19,8 @@
 // length (AdaKV's per-head budgets) or a new prompt shorter than the window are left as they are, and the next
 // turn compresses. The window rows are read
 // from host memory (CPU backend); the CUDA path will need a device copy of them.
+// Tensor parallelism: each rank compresses its own KV heads; whether a resumed sequence's streams are equal is
+// asked of every rank's heads (an all-gather of the answers), so all ranks compress the layer or none does.
 #pragma once
 
 #include <unordered_map>
@@ -54,6 +56,10 @@ class ObservationWindowMethod : public MethodRuntime {
                                    int32_t num_decode_tokens) const = 0;
 
  private:
+  // Whether every rank's streams of a layer hold `num_tokens` tokens each, given whether this rank's do (its
+  // streams hold `num_tokens` when `equal_here`); a collective when there are several ranks.
+  bool streams_equal_on_every_rank(bool equal_here, int32_t num_tokens) const;
+
   struct SequenceState {
     std::vector<std::vector<float>> window_q;           // [layer] -> [rows, H, D] q of positions >= T - window
     std::vector<std::vector<std::vector<int32_t>>> kept;  // [layer][kv_head] ascending; empty = not computed

@@ -36,6 +36,7 @@ QuestMethod::QuestMethod(nlohmann::ordered_json config, int token_budget, int de
   // reads by value: a decode forward enqueues the same work every step.
   traits_.static_decode_forward = true;
   traits_.keys_through_logits = true;  // a page's score bounds q . k over its keys
+  traits_.tensor_parallel = true;      // each KV head ranks its own pages
 }
 
 Result<std::unique_ptr<CacheManager>> QuestMethod::create_cache(const CacheSpec& spec) {

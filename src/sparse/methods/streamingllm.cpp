@@ -25,6 +25,7 @@ StreamingLlmMethod::StreamingLlmMethod(nlohmann::ordered_json config, int32_t bu
   traits_.keeps_full_history = false;
   traits_.ops = {OpId::kCompactKv, OpId::kMoveKvRows};
   traits_.position_only = true;
+  traits_.tensor_parallel = true;        // every stream keeps the same positions
   traits_.static_decode_forward = true;  // it evicts in finish_step, outside the forward
   traits_.prefix_mode = PrefixMode::kChain;
   traits_.prefill_policy = PrefillPolicy::kEvictDuring;

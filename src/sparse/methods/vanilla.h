@@ -15,6 +15,7 @@ class VanillaMethod final : public MethodRuntime {
   explicit VanillaMethod(nlohmann::ordered_json config) : MethodRuntime("vanilla", std::move(config)) {
     traits_.static_decode_forward = true;  // the forward is the dense one, the same work every step
     traits_.position_only = true;          // it chooses nothing
+    traits_.tensor_parallel = true;
   }
 };
 
