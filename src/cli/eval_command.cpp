@@ -222,11 +222,10 @@ Result<nlohmann::json> score_window(const ModelContext& ctx, const TextWindow& w
     agree += step.top1_agrees ? 1 : 0;
     kl += step.kl;
   }
-  return nlohmann::json{
-      {"steps", ctx.o.continuation},
-      {"agree", agree},
-      {"kl", kl / ctx.o.continuation},
-      {"held", static_cast<double>(run->num_held_pages()) / static_cast<double>(run->num_dense_pages())}};
+  return nlohmann::json{{"steps", ctx.o.continuation},
+                        {"agree", agree},
+                        {"kl", kl / ctx.o.continuation},
+                        {"held", run->held_bytes_fraction()}};
 }
 
 // One method on one prompt: its greedy answer of at most `num_answer` tokens (stopping at end of generation).

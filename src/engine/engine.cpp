@@ -9,6 +9,7 @@
 #include "backend/device_memory.h"
 #include "base/logging.h"
 #include "engine/engine_loop.h"
+#include "sparse/low_rank_kv.h"
 #include "sparse/method_registry.h"
 #include "sparse/method_traits.h"
 
@@ -101,6 +102,7 @@ MethodEnvironment method_environment(const ModelBundle& bundle) {
     };
   }
   environment.chat_suffix = chat_reply_suffix(bundle);
+  environment.model = bundle.model.get();
   return environment;
 }
 
@@ -132,10 +134,17 @@ Result<std::unique_ptr<Engine>> Engine::create(const ModelBundle& bundle, const 
   SE_ASSIGN_OR_RETURN(const KvStoreKind store,
                       model_kv_store(requested_store, model.latent_attention(), method->traits()));
   const bool shared_latent = store == KvStoreKind::kSharedLatent;
-  const KvLayout layout =
+  KvLayout layout =
       make_kv_layout(model.num_layers, shared_latent ? 1 : model.num_kv_heads,
                      shared_latent ? model.kv_lora_rank + model.qk_rope_head_dim : model.head_dim, config.page_size,
                      config.device, store, config.kivi_group_size, config.kivi_residual, config.max_num_batched_tokens);
+  // A method that keeps low-rank latents keeps them in place of the K/V pages, one stream per head group.
+  if (const LowRankKv* low_rank = method->low_rank_kv()) {
+    if (store != KvStoreKind::kExplicit)
+      return invalid_argument("--kv-cache-dtype {}: {} keeps its own low_rank_latent store (use auto)",
+                              kv_store_kind_name(store), method->name());
+    layout = low_rank->store_layout(layout);
+  }
   SE_RETURN_IF_ERROR(layout.validate());
   const int64_t pool_bytes = kv_pool_bytes(config);
   const int64_t num_pages =
@@ -161,7 +170,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const ModelBundle& bundle, const 
   SE_LOG_INFO(
       "KV cache on {}: {} pages of {} tokens, {} ({} tokens per layer and KV head across the pool); "
       "sparse method {} {}; prefix cache {}; host tier {} pages",
-      device_name(config.device), num_pages, layout.page_size, kv_store_kind_name(store),
+      device_name(config.device), num_pages, layout.page_size, kv_store_kind_name(layout.store),
       num_pages / layout.num_streams() * layout.page_size, method->name(), method->config().dump(),
       config.prefix_cache_mode, cache->num_host_pages());
   std::string fingerprint =
