@@ -471,7 +471,7 @@ std::string render_report(const EvalOptions& o, const std::vector<ModelReport>& 
       "decode steps; every decode step's logits are compared with vanilla's on the same tokens. *Top-1 "
       "agreement*: the share of steps whose argmax equals vanilla's, averaged over windows. *Mean KL*: "
       "KL(vanilla || method) in nats, averaged over steps, then windows. Brackets: 95% t interval over windows. "
-      "*KV held*: pages the sequence holds after the run over what vanilla holds. Tasks: correct / asked with "
+      "*KV held*: the KV bytes the sequence holds after the run over what vanilla holds. Tasks: correct / asked with "
       "the 95% Wilson interval; vanilla's row is the ceiling. The budget is a fraction of each prompt (the "
       "context for long text, the whole prompt for tasks), set through the method's budget key. Seconds: the "
       "mean time of one cell on this machine.\n";
