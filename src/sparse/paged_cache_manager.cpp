@@ -10,7 +10,9 @@ namespace {
 // Pruning scores a prefix's tokens per KV head and moves their K/V rows; a latent store has neither (and a low-rank
 // latent's key is rotated at its slot, which pruning would change).
 Status no_latent_pruning(KvStoreKind store) {
-  return unimplemented("prefix pruning does not run over a {} store (latent rows) yet", kv_store_kind_name(store));
+  return unimplemented(
+      "prefix pruning does not run over a latent store ({}) yet: a shared-latent or low-rank row holds no per-head K/V",
+      kv_store_kind_name(store));
 }
 }  // namespace
 
