@@ -114,14 +114,26 @@ struct QuantizedKvView {
   const float* centroids = nullptr;        // kTurboQuant, MSE keys: [2^bits]
 };
 
-// kLowRankLatent (Palu-style): each stored token holds `rank` latent values for K and for V (in place of the
-// head_dim elements of the explicit layout); attention rebuilds k = up_k[kv_head] . h_k and v = up_v[kv_head] . h_v
-// and rotates k at the token's original position, `positions_base[page_id * page_size + offset]`.
+// kLowRankLatent (a low-rank projection of K/V): the keys and values of each group of `group_heads` consecutive KV
+// heads are kept as the group's latents, one row per token and group: [h_k (k_rank values) ; h_v (v_rank values)], so
+// head_dim = k_rank + v_rank and num_kv_heads = the number of groups (a stream is one (layer, group)). Page p starts
+// at kv_base + p * page_bytes and holds [page_size][head_dim] (the K half of the explicit layout, no V half);
+// element(page, 0, offset) reads a row. The store never moves a token, so slot j holds position j. Attention
+// rebuilds KV head i of group g as k = up_k[g][i * D .. (i + 1) * D) h_k + k_bias, RMS-normed by k_norm when set and
+// rotated at position j, and takes each head's value latent o = sum_j p_j h_v,j, out = up_v[g][i * D ..) o + v_bias
+// (U_v applied after attention). Page lists, token counts and causality are those of explicit pages; no
+// selection.
 struct LatentKvView {
-  const float* up_k = nullptr;  // [num_kv_heads, head_dim, rank]
-  const float* up_v = nullptr;  // [num_kv_heads, head_dim, rank]
-  int32_t rank = 0;
-  const int32_t* positions_base = nullptr;  // [num_pool_pages, page_size]
+  const float* up_k = nullptr;    // [groups, group_heads * kv_head_dim, k_rank]
+  const float* up_v = nullptr;    // [groups, group_heads * kv_head_dim, v_rank]
+  const float* k_bias = nullptr;  // [groups * group_heads * kv_head_dim] or null
+  const float* v_bias = nullptr;  // [groups * group_heads * kv_head_dim] or null
+  const float* k_norm = nullptr;  // [kv_head_dim] or null
+  float norm_eps = 0.0f;
+  int32_t k_rank = 0;
+  int32_t v_rank = 0;
+  int32_t group_heads = 0;
+  int32_t kv_head_dim = 0;  // D, the model's head_dim
 };
 
 // Lists produced for a whole batch in one layout: sequence s, KV head h reads the ascending entries at

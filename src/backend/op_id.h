@@ -42,8 +42,9 @@ enum class OpId : uint8_t {
   kMoveKvRows,
   kSubsetAttentionMaxScores,
   kGatherKeys,
-  kPagedLatentAttention,  // multi-head latent attention with absorbed weights over a latent store
-  kAbsorbLatentQueries,   // the queries of multi-head latent attention taken into latent space
+  kPagedLatentAttention,   // multi-head latent attention with absorbed weights over a latent store
+  kAbsorbLatentQueries,    // the queries of multi-head latent attention taken into latent space
+  kPagedLowRankAttention,  // attention over low-rank KV latents, keys and values rebuilt as it reads them
   kBidirectionalWindowScores,
   kGroupMaxAttentionImportance,
   kKeyRedundancy,

@@ -379,6 +379,7 @@ constexpr OpEntry kOps[] = {
     {OpId::kGatherKeys, "gather_keys", true},
     {OpId::kPagedLatentAttention, "paged_latent_attention", false},
     {OpId::kAbsorbLatentQueries, "absorb_latent_queries", false},
+    {OpId::kPagedLowRankAttention, "paged_low_rank_attention", true},
     {OpId::kBidirectionalWindowScores, "bidirectional_window_scores", true},
     {OpId::kGroupMaxAttentionImportance, "group_max_attention_importance", true},
     {OpId::kKeyRedundancy, "key_redundancy", true},
@@ -417,8 +418,9 @@ void attention(TensorView out, TensorView q, TensorView k, TensorView v, TensorV
 
 void write_kv(const AttentionView& view, TensorView k, TensorView v) {
   const bool fp8 = is_fp8_pool(view);
-  SE_CHECK(view.payload == KvPayload::kExplicit || view.payload == KvPayload::kSharedLatent || fp8,
-           "write_kv: only explicit and FP8 K/V pages are written by this op, and shared latent rows");
+  SE_CHECK(view.payload == KvPayload::kExplicit || view.payload == KvPayload::kSharedLatent ||
+               view.payload == KvPayload::kLowRankLatent || fp8,
+           "write_kv: only explicit and FP8 K/V pages are written by this op, and latent rows");
   if (fp8) {
     SE_CHECK(k.device == Device::kCpu && view.kv_device == Device::kCpu,
              "write_kv over fp8 pages: not implemented on CUDA");
@@ -426,7 +428,7 @@ void write_kv(const AttentionView& view, TensorView k, TensorView v) {
              "write_kv: fp8 pages, no scales");
   }
   if (on_cuda(k, "write_kv")) {
-    SE_CHECK(view.payload == KvPayload::kExplicit, "write_kv: shared-latent pages are not written on CUDA yet");
+    SE_CHECK(view.payload == KvPayload::kExplicit, "write_kv: latent pages are not written on CUDA yet");
     // The view's tables are device memory here: row counts are the caller's contract, not checked.
     require_cuda_act(k, "write_kv.k");
     require_cuda_act(v, "write_kv.v");
@@ -608,6 +610,37 @@ void paged_latent_attention(TensorView out, TensorView q_latent, const Attention
            "{}: q_latent {} out {} kv_b {} for {} rows of latent width {}", op, q_latent.shape.to_string(),
            out.shape.to_string(), kv_b.shape.to_string(), rows, view.head_dim);
   cpu::paged_latent_attention(out, q_latent, view, kv_b, params);
+}
+
+void paged_low_rank_attention(TensorView out, TensorView q, const AttentionView& view, const RopeParams& rope,
+                              const AttentionParams& params) {
+  const std::string_view op = op_name(OpId::kPagedLowRankAttention);
+  const LatentKvView& lr = view.latent;
+  SE_CHECK(view.payload == KvPayload::kLowRankLatent, "{}: the view does not hold a low-rank latent store", op);
+  SE_CHECK(lr.up_k != nullptr && lr.up_v != nullptr && lr.k_rank > 0 && lr.v_rank > 0 && lr.group_heads > 0 &&
+               lr.kv_head_dim > 0 && view.head_dim == lr.k_rank + lr.v_rank,
+           "{}: latent rows of {} values for ranks {} + {}, {} heads per group of {}", op, view.head_dim, lr.k_rank,
+           lr.v_rank, lr.group_heads, lr.kv_head_dim);
+  SE_CHECK(!view.has_selection, "{}: the low-rank store takes no selection", op);
+  SE_CHECK(rope.rotary_dim <= lr.kv_head_dim && rope.rotary_dim % 2 == 0, "{}: rotary_dim {} for head_dim {}", op,
+           rope.rotary_dim, lr.kv_head_dim);
+  const int64_t kv_heads = int64_t{view.num_kv_heads} * lr.group_heads;
+  SE_CHECK(q.shape.rank() == 3 && q.shape[2] == lr.kv_head_dim && q.shape[1] % kv_heads == 0 && out.shape == q.shape,
+           "{}: q {} out {} for {} KV heads x {}", op, q.shape.to_string(), out.shape.to_string(), kv_heads,
+           lr.kv_head_dim);
+  if (on_cuda(out, "paged_low_rank_attention")) {
+    require_cuda_act(q, "paged_low_rank_attention.q");
+    SE_CHECK(view.kv_dtype == DType::kBF16 && view.tables_device == Device::kCuda,
+             "{}: CUDA pages are bf16 with device tables, got {}", op, dtype_name(view.kv_dtype));
+    if constexpr (kCudaBuilt) cuda::paged_low_rank_attention(out, q, view, rope, params);
+    return;
+  }
+  require_cpu_f32(out, "paged_low_rank_attention.out");
+  require_cpu_f32(q, "paged_low_rank_attention.q");
+  SE_CHECK(view.kv_dtype == DType::kF32, "{}: the CPU backend keeps f32 pages, got {}", op, dtype_name(view.kv_dtype));
+  SE_CHECK(q.shape[0] == view.q_indptr[view.num_seqs], "{}: q {} for {} rows", op, q.shape.to_string(),
+           view.q_indptr[view.num_seqs]);
+  cpu::paged_low_rank_attention(out, q, view, rope, params);
 }
 
 // The sparse-method ops take the cache's host tables on both backends; a GPU pool (view.kv_device) sends them to

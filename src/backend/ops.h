@@ -128,7 +128,8 @@ void attention(TensorView out, TensorView q, TensorView k, TensorView v, TensorV
 
 // Writes the batch's new keys and values into the pages of `view`: for each sequence s with n query rows, row r
 // goes to physical slot num_tokens[h] - n + r of every KV head h (the slots the cache appended for this step).
-// k, v [T, Hkv, D] F32. A kSharedLatent view (CPU only) takes the latent rows as k and has no V half: v is not read.
+// k, v [T, Hkv, D] F32. A kSharedLatent or kLowRankLatent view (CPU only) takes the latent rows as k and has no V
+// half: v is not read.
 void write_kv(const AttentionView& view, TensorView k, TensorView v);
 
 // Causal attention of every sequence's new queries against its paged KV (see attention_view.h), narrowed to
@@ -153,6 +154,15 @@ void absorb_latent_queries(TensorView q_latent, TensorView q_nope, TensorView q_
 // on the CPU; no CUDA kernel yet for either op (a CUDA tensor or pool gets a "not implemented" error).
 void paged_latent_attention(TensorView out, TensorView q_latent, const AttentionView& view, TensorView kv_b,
                             const AttentionParams& params);
+
+// Attention over a kLowRankLatent store (attention_view.h) in one pass: each visible key of KV head i of
+// group g is rebuilt from its latent (up_k, k_bias, k_norm), rotated by `rope` at its slot, which is its position,
+// and scored as scale * q . k (soft-capped when set); the softmax weights sum the value latents, and each head's
+// output is up_v applied to that sum plus v_bias. Causality and the sliding window as paged_attention; no
+// selection. q, out [T, H, D] F32 (D = view.latent.kv_head_dim, H a multiple of the KV heads); pool, tables and
+// factors where q lives (the CUDA twin: host tables are not read, bf16 pages).
+void paged_low_rank_attention(TensorView out, TensorView q, const AttentionView& view, const RopeParams& rope,
+                              const AttentionParams& params);
 
 // --- what the sparse methods read and change (sparse/methods/) ---
 // The methods run on the host and pass the cache's host view: q_indptr, seqs and the tables they point to are host

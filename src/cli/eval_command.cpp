@@ -222,11 +222,10 @@ Result<nlohmann::json> score_window(const ModelContext& ctx, const TextWindow& w
     agree += step.top1_agrees ? 1 : 0;
     kl += step.kl;
   }
-  return nlohmann::json{
-      {"steps", ctx.o.continuation},
-      {"agree", agree},
-      {"kl", kl / ctx.o.continuation},
-      {"held", static_cast<double>(run->num_held_pages()) / static_cast<double>(run->num_dense_pages())}};
+  return nlohmann::json{{"steps", ctx.o.continuation},
+                        {"agree", agree},
+                        {"kl", kl / ctx.o.continuation},
+                        {"held", run->held_bytes_fraction()}};
 }
 
 // One method on one prompt: its greedy answer of at most `num_answer` tokens (stopping at end of generation).
@@ -472,7 +471,7 @@ std::string render_report(const EvalOptions& o, const std::vector<ModelReport>& 
       "decode steps; every decode step's logits are compared with vanilla's on the same tokens. *Top-1 "
       "agreement*: the share of steps whose argmax equals vanilla's, averaged over windows. *Mean KL*: "
       "KL(vanilla || method) in nats, averaged over steps, then windows. Brackets: 95% t interval over windows. "
-      "*KV held*: pages the sequence holds after the run over what vanilla holds. Tasks: correct / asked with "
+      "*KV held*: the KV bytes the sequence holds after the run over what vanilla holds. Tasks: correct / asked with "
       "the 95% Wilson interval; vanilla's row is the ceiling. The budget is a fraction of each prompt (the "
       "context for long text, the whole prompt for tasks), set through the method's budget key. Seconds: the "
       "mean time of one cell on this machine.\n";

@@ -10,6 +10,7 @@
 #include "base/logging.h"
 #include "engine/engine_loop.h"
 #include "engine/engine_rank.h"
+#include "sparse/low_rank_kv.h"
 #include "sparse/method_registry.h"
 #include "sparse/method_traits.h"
 
@@ -129,6 +130,7 @@ MethodEnvironment method_environment(const ModelBundle& bundle) {
     };
   }
   environment.chat_suffix = chat_reply_suffix(bundle);
+  environment.model = bundle.model.get();
   return environment;
 }
 
@@ -167,10 +169,17 @@ Result<std::unique_ptr<Engine>> Engine::create(const ModelBundle& bundle, const 
   SE_ASSIGN_OR_RETURN(const KvStoreKind store,
                       model_kv_store(requested_store, model.latent_attention(), method->traits()));
   const bool shared_latent = store == KvStoreKind::kSharedLatent;
-  const KvLayout layout =
+  KvLayout layout =
       make_kv_layout(model.num_layers, shared_latent ? 1 : model.num_kv_heads,
                      shared_latent ? model.kv_lora_rank + model.qk_rope_head_dim : model.head_dim, config.page_size,
                      config.device, store, config.kivi_group_size, config.kivi_residual, config.max_num_batched_tokens);
+  // A method that keeps low-rank latents keeps them in place of the K/V pages, one stream per head group.
+  if (const LowRankKv* low_rank = method->low_rank_kv()) {
+    if (store != KvStoreKind::kExplicit)
+      return invalid_argument("--kv-cache-dtype {}: {} keeps its own low_rank_latent store (use auto)",
+                              kv_store_kind_name(store), method->name());
+    layout = low_rank->store_layout(layout);
+  }
   SE_RETURN_IF_ERROR(layout.validate());
   const int64_t pool_bytes = kv_pool_bytes(config, num_ranks);
   const int64_t num_pages =
@@ -197,7 +206,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const ModelBundle& bundle, const 
       "sparse method {} {}; prefix cache {}; host tier {} pages",
       device_name(config.device), num_pages, layout.page_size,
       num_ranks > 1 ? fmt::format(" on each of {} tensor-parallel ranks", num_ranks) : std::string(),
-      kv_store_kind_name(store), num_pages / layout.num_streams() * layout.page_size, method->name(),
+      kv_store_kind_name(layout.store), num_pages / layout.num_streams() * layout.page_size, method->name(),
       method->config().dump(), config.prefix_cache_mode, num_host_pages);
   std::string fingerprint =
       config.prefix_cache_mode == "chain" ? chain_fingerprint(bundle, layout, *method) : std::string();

@@ -4,6 +4,7 @@
 
 #include "backend/device_memory.h"
 #include "base/check.h"
+#include "sparse/low_rank_kv.h"
 #include "sparse/method_registry.h"
 #include "sparse/step_driver.h"
 
@@ -33,6 +34,8 @@ Result<std::unique_ptr<TeacherForcedSequence>> TeacherForcedSequence::create(con
   layout.head_dim = config.head_dim;
   layout.page_size = options.page_size;
   layout.dtype = kv_page_dtype(model.device());
+  const KvLayout dense_layout = layout;
+  if (const LowRankKv* low_rank = method->low_rank_kv()) layout = low_rank->store_layout(layout);
   SE_RETURN_IF_ERROR(layout.validate());
   // The dense sequence or the method's peak (its transient passes included), whichever is larger, plus a page
   // per stream of slack.
@@ -58,6 +61,7 @@ Result<std::unique_ptr<TeacherForcedSequence>> TeacherForcedSequence::create(con
   auto sequence =
       std::unique_ptr<TeacherForcedSequence>(new TeacherForcedSequence(model, std::move(method), std::move(cache)));
   sequence->prefill_chunk_ = options.prefill_chunk;
+  sequence->dense_layout_ = dense_layout;
   return sequence;
 }
 
@@ -120,7 +124,12 @@ Result<Tensor> TeacherForcedSequence::step(int32_t begin, int32_t n) {
 int64_t TeacherForcedSequence::num_held_pages() const { return cache_->num_held_pages(kSeq); }
 
 int64_t TeacherForcedSequence::num_dense_pages() const {
-  return cache_->layout().pages_for_tokens(static_cast<int64_t>(tokens_.size()));
+  return dense_layout_.pages_for_tokens(static_cast<int64_t>(tokens_.size()));
+}
+
+double TeacherForcedSequence::held_bytes_fraction() const {
+  return static_cast<double>(num_held_pages()) * static_cast<double>(cache_->layout().page_bytes()) /
+         (static_cast<double>(num_dense_pages()) * static_cast<double>(dense_layout_.page_bytes()));
 }
 
 }  // namespace se

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kv/kv_layout.h"
 #include "model/model.h"
 #include "sparse/method_environment.h"
 #include "sparse/sparse_controller.h"
@@ -53,6 +54,9 @@ class TeacherForcedSequence {
   // Pages the sequence holds now, and what a dense (vanilla) sequence of the same length would hold.
   int64_t num_held_pages() const;
   int64_t num_dense_pages() const;
+  // The KV bytes it holds over a dense sequence's: the page ratio, scaled by the page sizes where the method keeps
+  // another store than explicit K/V (low-rank latents).
+  double held_bytes_fraction() const;
   int32_t num_tokens() const { return static_cast<int32_t>(tokens_.size()); }
   const MethodRuntime& method() const { return *method_; }
   // The method's cache (what each stream keeps), for inspection between steps.
@@ -69,6 +73,7 @@ class TeacherForcedSequence {
 
 
   const Model& model_;
+  KvLayout dense_layout_;  // explicit K/V pages: what vanilla would keep
   std::unique_ptr<MethodRuntime> method_;
   std::unique_ptr<CacheManager> cache_;
   SparseController controller_;

@@ -24,8 +24,8 @@ Status KvLayout::validate() const {
     return invalid_argument("kv layout: the {} store keeps u8 codes, got {}", kv_store_kind_name(store),
                             dtype_name(dtype));
   }
-  if ((store == KvStoreKind::kExplicit || kivi() || shared_latent()) && dtype != DType::kF32 && dtype != DType::kF16 &&
-      dtype != DType::kBF16) {
+  if ((store == KvStoreKind::kExplicit || kivi() || one_row_per_token()) && dtype != DType::kF32 &&
+      dtype != DType::kF16 && dtype != DType::kBF16) {
     return invalid_argument("kv layout: dtype must be f32, f16 or bf16, got {}", dtype_name(dtype));
   }
   if (kivi()) {
@@ -79,7 +79,7 @@ int64_t KvLayout::kivi_pages_per_stream(int64_t num_tokens) const {
 double KvLayout::bytes_per_token(int64_t num_tokens) const {
   const double row_bytes = 2.0 * head_dim * static_cast<double>(dtype_size(dtype));
   if (turboquant()) return static_cast<double>(turboquant_slot_bytes());
-  if (!kivi()) return shared_latent() ? row_bytes / 2 : row_bytes;
+  if (!kivi()) return one_row_per_token() ? row_bytes / 2 : row_bytes;
   const int64_t quantized_pages = num_tokens / kivi_residual * kivi_residual / page_size;  // whole key groups
   const int64_t full = std::min<int64_t>(num_tokens, kivi_residual);
   return (static_cast<double>(quantized_pages) * static_cast<double>(kivi_page_bytes()) +

@@ -6,6 +6,8 @@
 // heads: num_kv_heads = 1,
 // head_dim = the latent width, and a page holds only the K half, [page_size][head_dim] (the backend's
 // KvPayload::kSharedLatent); the pool, page tables and prefix caches need nothing else.
+// A low-rank latent store (KvStoreKind::kLowRankLatent) is laid out alike: a stream is one (layer, head
+// group), head_dim = the group's key rank plus its value rank, one [page_size][head_dim] half per page.
 // A KIVI store (kv_store_kind.h) keeps ONE pool whose page is a quantized page of `page_size` (= the key group
 // size) tokens (attention_view.h, kKivi); its full-precision residual window lives in pages of the same pool,
 // each holding residual_page_tokens() explicit rows of `dtype` in the [2][tokens][head_dim] layout. One page size
@@ -47,17 +49,20 @@ struct KvLayout {
   bool kivi() const { return store == KvStoreKind::kKivi2 || store == KvStoreKind::kKivi4; }
   // Pages hold one latent row per token and no V half.
   bool shared_latent() const { return store == KvStoreKind::kSharedLatent; }
+  bool low_rank_latent() const { return store == KvStoreKind::kLowRankLatent; }
+  // A page holds one row per token (a shared or low-rank latent), no V half.
+  bool one_row_per_token() const { return shared_latent() || low_rank_latent(); }
   bool turboquant() const { return is_turboquant(store); }
 
   int32_t num_streams() const { return num_layers * num_kv_heads; }
   int32_t stream(int32_t layer, int32_t head) const { return layer * num_kv_heads + head; }
-  // Bytes of one page: 2 * page_size * head_dim elements (page_size * head_dim for a shared latent).
+  // Bytes of one page: 2 * page_size * head_dim elements (page_size * head_dim for one row per token).
   // A KIVI page: kivi_page_layout(page_size, kivi_value_group_size, head_dim, bits).page_bytes; a TurboQuant page:
   // page_size slots.
   size_t page_bytes() const {
     if (kivi()) return kivi_page_bytes();
     if (turboquant()) return static_cast<size_t>(page_size) * turboquant_slot_bytes();
-    return (shared_latent() ? 1 : 2) * static_cast<size_t>(page_size) * static_cast<size_t>(head_dim) *
+    return (one_row_per_token() ? 1 : 2) * static_cast<size_t>(page_size) * static_cast<size_t>(head_dim) *
            dtype_size(dtype);
   }
   // KIVI: the explicit rows one pool page holds as a residual page.

@@ -26,6 +26,8 @@ std::string_view kv_store_kind_name(KvStoreKind store) {
       return "kivi4";
     case KvStoreKind::kSharedLatent:
       return "shared_latent";
+    case KvStoreKind::kLowRankLatent:
+      return "low_rank_latent";
     case KvStoreKind::kTurboQuantK8V4:
       return "turboquant_k8v4";
     case KvStoreKind::kTurboQuant4BitNc:

@@ -8,8 +8,11 @@
 // kTurboQuant; backend/quant/turboquant_kv.h). kSharedLatent keeps a multi-head latent attention (MLA) model's one
 // latent row per token for all heads, in the backend's element type, with no V half (attention_view.h,
 // kSharedLatent); the engine picks it for a latent-attention model whose method runs over it, never
-// --kv-cache-dtype. The store fixes the pages' element type and so their bytes, which the pool sizing, the
-// MemoryOracle and `bench decode`'s roofline read through KvLayout. Plain data; thread-safe.
+// --kv-cache-dtype. kLowRankLatent keeps low-rank KV latents: one row per token for each (layer, head group), the
+// group's key latent then its value latent, in the backend's element type (attention_view.h, kLowRankLatent); the
+// engine picks it for a method that projects K/V to latents (MethodRuntime::low_rank_kv). The store fixes the pages'
+// element type and so their bytes, which the pool sizing, the MemoryOracle and `bench decode`'s roofline read through
+// KvLayout. Plain data; thread-safe.
 #pragma once
 
 #include <cstddef>
@@ -33,6 +36,7 @@ enum class KvStoreKind : uint8_t {
   kTurboQuantK3V4Nc,
   kTurboQuant3BitNc,
   kSharedLatent,
+  kLowRankLatent,
 };
 // The stores --kv-cache-dtype names.
 inline constexpr KvStoreKind kKvStoreKinds[] = {KvStoreKind::kExplicit,
@@ -49,7 +53,8 @@ inline constexpr KvStoreKind kKvStoreKinds[] = {KvStoreKind::kExplicit,
 // "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc". Anything else is
 // kInvalidArgument listing them.
 Result<KvStoreKind> parse_kv_cache_dtype(std::string_view text);
-// The canonical name: "auto", "fp8_e4m3", "kivi2", "kivi4", the TurboQuant preset's or "shared_latent".
+// The canonical name: "auto", "fp8_e4m3", "kivi2", "kivi4", the TurboQuant preset's, "shared_latent" or
+// "low_rank_latent".
 std::string_view kv_store_kind_name(KvStoreKind store);
 
 // KIVI's bits per code for kKivi2 / kKivi4, 0 for the other stores.
@@ -62,8 +67,8 @@ bool is_turboquant(KvStoreKind store);
 TurboQuantKvFormat turboquant_format(KvStoreKind store);
 
 // The element type of the store's explicit rows on `device`: the backend's float type for the explicit store, the
-// shared latent and KIVI's residual window (what their attention reads: fp32 on the CPU, bf16 on CUDA), bytes (kU8)
-// for FP8 codes and TurboQuant slots.
+// shared and low-rank latents and KIVI's residual window (what their attention reads: fp32 on the CPU, bf16 on CUDA),
+// bytes (kU8) for FP8 codes and TurboQuant slots.
 DType kv_page_dtype(Device device, KvStoreKind store = KvStoreKind::kExplicit);
 
 }  // namespace se

@@ -36,6 +36,17 @@ class ForwardHooks {
                              const AttentionParams& /*params*/) {
     SE_CHECK(false, "attend_latent: these hooks keep no latent store");
   }
+  // Low-rank KV: when the hooks' owner keeps a KvStoreKind::kLowRankLatent store, the attention layer hands
+  // over its queries and its normed input instead of k and v, and the owner projects the input to its latents,
+  // stores them and attends to them.
+  virtual bool stores_low_rank() const { return false; }
+  // q [T, H, D]: the new rows' queries, normed and rotated; x [T, hidden]: the layer's normed input; out [T, H, D].
+  // F32 on the CPU. Called only when stores_low_rank().
+  virtual void attend_low_rank(int /*layer*/, const LayerConfig& /*layer_config*/, const ForwardBatch& /*batch*/,
+                               TensorView /*q*/, TensorView /*x*/, TensorView /*out*/,
+                               const AttentionParams& /*params*/) {
+    SE_CHECK(false, "attend_low_rank: these hooks keep no low-rank store");
+  }
   // experts [T, num_experts_per_tok] I32: the experts each row of `batch` is routed to in MoE layer `layer`, in
   // descending router probability, on the model's device.
   virtual void on_expert_choice(int /*layer*/, const ForwardBatch& /*batch*/, TensorView /*experts*/) {}

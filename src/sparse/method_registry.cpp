@@ -8,6 +8,7 @@
 #include "sparse/methods/kara.h"
 #include "sparse/methods/kvzip.h"
 #include "sparse/methods/omnikv.h"
+#include "sparse/methods/palu.h"
 #include "sparse/methods/pyramidkv.h"
 #include "sparse/methods/quest.h"
 #include "sparse/methods/rkv.h"
@@ -79,6 +80,12 @@ const std::vector<Entry>& entries() {
         "after the prompt: low-rank pre-RoPE keys, chunk landmarks and exact outliers; decode reads the top "
         "chunks by landmark score, their keys rebuilt, plus the local window; CPU only"},
        &ShadowKvMethod::create},
+      {{"palu",
+        "low-rank KV: W_k and W_v factored per group of KV heads by SVD at load time; the cache keeps the latents, "
+        "attention rebuilds keys (RoPE at their positions) and applies U_v after the softmax; full history; CPU "
+        "only"},
+       nullptr,
+       &PaluMethod::create},
   };
   return kEntries;
 }

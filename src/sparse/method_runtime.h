@@ -29,6 +29,8 @@
 
 namespace se {
 
+class LowRankKv;
+
 // Runs one extra forward of `token_ids` for sequence `seq` on top of its cache and drops their K/V again
 // (SparseController::run_transient_pass). The model's per-layer hooks fire for it; prepare_step and finish_step
 // do not.
@@ -103,6 +105,10 @@ class MethodRuntime {
   // Builds the cache this method keeps its KV in (default: the paged cache, prefix caching only for methods
   // that keep full history).
   virtual Result<std::unique_ptr<CacheManager>> create_cache(const CacheSpec& spec);
+  // The factors of the low-rank latents the method keeps instead of K/V, or null for a method over K/V. The
+  // engine then keeps a KvStoreKind::kLowRankLatent store of their geometry and the model hands the controller its
+  // layer inputs to project (ForwardHooks::attend_low_rank).
+  virtual const LowRankKv* low_rank_kv() const { return nullptr; }
   // Bytes of metadata the method keeps per pool page on the pool's device (e.g. key bounds), which the engine
   // sets aside with each page when it sizes the pool.
   virtual size_t page_metadata_bytes(const KvLayout& /*layout*/) const { return 0; }

@@ -7,8 +7,13 @@
 namespace se {
 
 namespace {
-// Pruning scores a prefix's tokens per KV head and moves their K/V rows; a shared latent has neither yet.
-constexpr const char* kNoLatentPruning = "prefix pruning does not run over a shared-latent (MLA) store yet";
+// Pruning scores a prefix's tokens per KV head and moves their K/V rows; a latent store has neither (and a low-rank
+// latent's key is rotated at its slot, which pruning would change).
+Status no_latent_pruning(KvStoreKind store) {
+  return unimplemented(
+      "prefix pruning does not run over a latent store ({}) yet: a shared-latent or low-rank row holds no per-head K/V",
+      kv_store_kind_name(store));
+}
 }  // namespace
 
 Result<std::unique_ptr<PagedCacheManager>> PagedCacheManager::create(const KvLayout& layout, int32_t num_pages,
@@ -219,6 +224,7 @@ AttentionView PagedCacheManager::make_view(int layer, const std::vector<SeqKvVie
     }
   }
   if (l.shared_latent()) view.payload = KvPayload::kSharedLatent;
+  if (l.low_rank_latent()) view.payload = KvPayload::kLowRankLatent;  // the method's factors fill view.latent
   return view;
 }
 
@@ -383,7 +389,7 @@ Result<RadixCache::PrefixMatch> PagedCacheManager::inspect_prefix(std::span<cons
 
 Status PagedCacheManager::check_prunable(std::span<const int32_t> tokens, RadixCache::BlockRange blocks) const {
   if (!radix_) return unimplemented("prefix caching is off: there is no radix prefix cache to prune");
-  if (layout().shared_latent()) return unimplemented("{}", kNoLatentPruning);
+  if (layout().one_row_per_token()) return no_latent_pruning(layout().store);
   SE_RETURN_IF_ERROR(check_rows_movable("prune"));
   return radix_->prunable_nodes(tokens, blocks.first_block, blocks.end_block).status();
 }
@@ -392,7 +398,7 @@ Result<int32_t> PagedCacheManager::prune_prefix(std::span<const int32_t> tokens,
                                                 std::span<const int32_t> kept_positions,
                                                 const PagesRewrittenFn& pages_rewritten) {
   if (!radix_) return unimplemented("prefix caching is off: there is no radix prefix cache to prune");
-  if (layout().shared_latent()) return unimplemented("{}", kNoLatentPruning);
+  if (layout().one_row_per_token()) return no_latent_pruning(layout().store);
   SE_RETURN_IF_ERROR(check_rows_movable("prune"));
   SE_ASSIGN_OR_RETURN(std::vector<RadixCache::NodeId> nodes,
                       radix_->prunable_nodes(tokens, blocks.first_block, blocks.end_block));

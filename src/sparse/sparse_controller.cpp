@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "sparse/low_rank_kv.h"
 #include "sparse/step_driver.h"
 
 namespace se {
@@ -97,6 +98,24 @@ void SparseController::attend_latent(int layer, const LayerConfig& layer_config,
   write_kv(dense, latent, latent);
   LayerContext ctx{layer, layer_config, batch, q_latent, latent, latent, out, dense, dense, params, cache_};
   paged_latent_attention(out, q_latent, select(ctx), kv_b, params);
+  method_.on_attention_end(ctx);
+}
+
+void SparseController::attend_low_rank(int layer, const LayerConfig& layer_config, const ForwardBatch& batch,
+                                       TensorView q, TensorView x, TensorView out, const AttentionParams& params) {
+  const LowRankKv* low_rank = method_.low_rank_kv();
+  SE_CHECK(low_rank != nullptr, "attend_low_rank: method {} keeps no low-rank factors", method_.name());
+  const int64_t t = x.shape[0], groups = low_rank->num_groups(), width = low_rank->row_width();
+  if (!low_rank_rows_.defined() || low_rank_rows_.numel() < t * groups * width)
+    low_rank_rows_ = Tensor::empty(DType::kF32, {t * groups * width});
+  const TensorView rows{low_rank_rows_.data<float>(), DType::kF32, {t, groups * width}, Device::kCpu};
+  linear(rows, x, low_rank->down(layer));
+  const TensorView stored{rows.data, DType::kF32, {t, groups, width}, Device::kCpu};
+  AttentionView dense = cache_.build_view(layer, batch);
+  dense.latent = low_rank->view(layer);
+  write_kv(dense, stored, stored);
+  LayerContext ctx{layer, layer_config, batch, q, stored, stored, out, dense, dense, params, cache_};
+  paged_low_rank_attention(out, q, select(ctx), layer_config.rope, params);
   method_.on_attention_end(ctx);
 }
 

@@ -34,6 +34,12 @@ class SparseController final : public ForwardHooks {
   // is attended with the weights absorbed.
   void attend_latent(int layer, const LayerConfig& layer_config, const ForwardBatch& batch, TensorView q_latent,
                      TensorView latent, TensorView kv_b, TensorView out, const AttentionParams& params) override;
+  bool stores_low_rank() const override { return cache_.layout().low_rank_latent(); }
+  // A low-rank latent store (the method's MethodRuntime::low_rank_kv): the layer input is projected to the latent
+  // rows, which are written, and attention rebuilds keys and values from them (paged_low_rank_attention). The method
+  // sees the stored rows as k and v.
+  void attend_low_rank(int layer, const LayerConfig& layer_config, const ForwardBatch& batch, TensorView q,
+                       TensorView x, TensorView out, const AttentionParams& params) override;
   CacheManager& cache() { return cache_; }
   const CacheManager& cache() const { return cache_; }
 
@@ -115,6 +121,7 @@ class SparseController final : public ForwardHooks {
   int64_t num_attended_kv_tokens_ = 0;
   int64_t num_method_metadata_bytes_ = 0;
   std::vector<int32_t> layer_windows_;  // each layer's sliding window at its last attend
+  Tensor low_rank_rows_;                // attend_low_rank's latent rows, grown to the largest batch
 };
 
 }  // namespace se

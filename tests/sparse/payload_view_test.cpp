@@ -1,5 +1,5 @@
 // The AttentionView describes the KV stores of the other method families: quantized pages plus a full-precision
-// residual window (KIVI) and low-rank latents expanded at attention time (Palu). Each test double below builds
+// residual window (KIVI) here (Palu's low-rank latents: low_rank_attention_test). The test double below builds
 // such a store and its view; a reader that knows only the view's documented layout reconstructs the keys and
 // values and must get the attention output of the original K/V (exactly up to quantization error, resp. float
 // rounding), and paged_attention, where it reads that payload, must agree with that reader.
@@ -202,84 +202,11 @@ TEST(PayloadViewTest, QuantizedPagesWithResidualWindowReproduceAttention) {
   }
 }
 
-TEST(PayloadViewTest, LowRankLatentsExpandToTheRotatedKeysAndValues) {
-  constexpr int kRank = 3, kTokens = 11;
-  std::mt19937 rng(5);
-  const std::vector<float> up_k = random_rows(kHeadDim, kRank, rng), up_v = random_rows(kHeadDim, kRank, rng);
-  const std::vector<float> latents = random_rows(kTokens, 2 * kRank, rng);  // per token: h_k then h_v
-  // The store: latents in pages (2 * rank values per token instead of 2 * head_dim), positions beside them;
-  // tokens 2 and 7 were evicted earlier, so the positions are not the slots.
-  const std::vector<int32_t> kept = {0, 1, 3, 4, 5, 6, 8, 9, 10};
-  const int n = static_cast<int>(kept.size());
-  const int num_pages = (n + kPageSize - 1) / kPageSize;
-  std::vector<float> pages(static_cast<size_t>(num_pages) * 2 * kPageSize * kRank, 0.0f);
-  std::vector<int32_t> positions(static_cast<size_t>(num_pages) * kPageSize, 0);
-  for (int t = 0; t < n; ++t)
-    for (int kv = 0; kv < 2; ++kv) {
-      std::copy_n(latents.data() + kept[t] * 2 * kRank + kv * kRank, kRank,
-                  pages.data() + ((t / kPageSize) * 2 * kPageSize + kv * kPageSize + t % kPageSize) * kRank);
-      positions[static_cast<size_t>(t)] = kept[t];
-    }
-  std::vector<int32_t> page_ids(static_cast<size_t>(num_pages));
-  for (int p = 0; p < num_pages; ++p) page_ids[p] = p;
-  int32_t num_tokens = n, q_indptr[2] = {0, 0};
-  const SeqKvView seq{page_ids.data(), num_pages, &num_tokens};
-  AttentionView view;
-  view.kv_base = pages.data();
-  view.page_bytes = 2 * kPageSize * kRank * sizeof(float);
-  view.page_size = kPageSize;
-  view.head_dim = kRank;  // a stored token is `rank` values wide
-  view.num_kv_heads = 1;
-  view.num_seqs = 1;
-  view.q_indptr = q_indptr;
-  view.seqs = &seq;
-  view.payload = KvPayload::kLowRankLatent;
-  view.latent = LatentKvView{up_k.data(), up_v.data(), kRank, positions.data()};
-
-  // Reader: expand each stored latent and rotate its key at its original position.
-  RopeParams rope_params;
-  rope_params.rotary_dim = kHeadDim;
-  Tensor k_read = Tensor::empty(DType::kF32, {n, 1, kHeadDim}), v_read = Tensor::empty(DType::kF32, {n, 1, kHeadDim});
-  Tensor pos = Tensor::empty(DType::kI32, {n});
-  for (int t = 0; t < n; ++t) {
-    const int32_t page = seq.page_ids[t / kPageSize];
-    const float* hk = view.element<float>(page, 0, t % kPageSize);
-    const float* hv = view.element<float>(page, 1, t % kPageSize);
-    for (int d = 0; d < kHeadDim; ++d) {
-      float sk = 0, sv = 0;
-      for (int r = 0; r < kRank; ++r) sk += view.latent.up_k[d * kRank + r] * hk[r], sv += view.latent.up_v[d * kRank + r] * hv[r];
-      k_read.data<float>()[t * kHeadDim + d] = sk;
-      v_read.data<float>()[t * kHeadDim + d] = sv;
-    }
-    pos.data<int32_t>()[t] = view.latent.positions_base[page * kPageSize + t % kPageSize];
-  }
-  rope(k_read.view(), pos.view(), rope_params);
-
-  // Oracle: the full-rank keys of the kept tokens, rotated at their positions.
-  Tensor k_want = Tensor::empty(DType::kF32, {n, 1, kHeadDim});
-  std::vector<float> v_want;
-  for (int t = 0; t < n; ++t)
-    for (int d = 0; d < kHeadDim; ++d) {
-      float sk = 0, sv = 0;
-      for (int r = 0; r < kRank; ++r)
-        sk += up_k[d * kRank + r] * latents[kept[t] * 2 * kRank + r],
-            sv += up_v[d * kRank + r] * latents[kept[t] * 2 * kRank + kRank + r];
-      k_want.data<float>()[t * kHeadDim + d] = sk;
-      v_want.push_back(sv);
-    }
-  Tensor want_pos = Tensor::empty(DType::kI32, {n});
-  for (int t = 0; t < n; ++t) want_pos.data<int32_t>()[t] = kept[t];
-  rope(k_want.view(), want_pos.view(), rope_params);
-  for (int64_t i = 0; i < k_want.numel(); ++i) EXPECT_FLOAT_EQ(k_read.data<float>()[i], k_want.data<float>()[i]);
-  for (size_t i = 0; i < v_want.size(); ++i) EXPECT_FLOAT_EQ(v_read.data<float>()[i], v_want[i]);
-}
-
 TEST(PayloadViewTest, ExplicitOnlyOpsRejectOtherPayloads) {
   AttentionView view;
   Tensor q = Tensor::empty(DType::kF32, {1, 1, kHeadDim}), out = Tensor::empty(DType::kF32, {1, 1, kHeadDim});
-  view.payload = KvPayload::kLowRankLatent;
+  view.payload = KvPayload::kLowRankLatent;  // paged_low_rank_attention reads it
   EXPECT_DEATH(paged_attention(out.view(), q.view(), view, AttentionParams{}), "payloads are not implemented");
-  EXPECT_DEATH(write_kv(view, q.view(), q.view()), "only explicit and FP8 K/V pages are written");
   // KIVI pages are written by no op yet; FP8 pages are (fp8_kv_store_test).
   view.payload = KvPayload::kSharedLatent;  // paged_latent_attention reads it
   EXPECT_DEATH(paged_attention(out.view(), q.view(), view, AttentionParams{}), "payloads are not implemented");

@@ -36,6 +36,10 @@ void paged_attention_turboquant(TensorView out, TensorView q, const AttentionVie
 void absorb_latent_queries(TensorView q_latent, TensorView q_nope, TensorView q_rope, TensorView kv_b);
 void paged_latent_attention(TensorView out, TensorView q_latent, const AttentionView& view, TensorView kv_b,
                             const AttentionParams& params);
+// Low-rank latents: per (sequence, KV head) the visible keys are rebuilt once, then each query of the head's group
+// scores them and sums the value latents; up_v expands each head's sum.
+void paged_low_rank_attention(TensorView out, TensorView q, const AttentionView& view, const RopeParams& rope,
+                              const AttentionParams& params);
 void attention_scores(TensorView out, TensorView q, const AttentionView& view, int32_t slice,
                       const AttentionParams& params, ScoreReduce reduce);
 void compact_kv(const AttentionView& pool, std::span<const StreamCompaction> streams);

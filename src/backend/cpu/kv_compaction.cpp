@@ -1,5 +1,6 @@
 // Row copies inside a pool, for any element type the CPU keeps (f32 K/V, FP8 codes): a row is head_dim elements
-// of the pool's dtype, copied as bytes; a token has a K and a V row, or one latent row in a shared-latent pool.
+// of the pool's dtype, copied as bytes; a token has a K and a V row, or one latent row in a shared or low-rank
+// latent pool.
 #include <cstring>
 
 #include "backend/cpu/cpu_ops.h"
@@ -8,8 +9,10 @@ namespace se::cpu {
 
 namespace {
 
-// The rows a token has in `pool`'s pages: K and V, or the shared latent alone.
-int rows_per_token(const AttentionView& pool) { return pool.payload == KvPayload::kSharedLatent ? 1 : 2; }
+// The rows a token has in `pool`'s pages: K and V, or its latent alone.
+int rows_per_token(const AttentionView& pool) {
+  return pool.payload == KvPayload::kSharedLatent || pool.payload == KvPayload::kLowRankLatent ? 1 : 2;
+}
 
 char* kv_row(const AttentionView& pool, int32_t page_id, int kv, int32_t offset) {
   const size_t element = (static_cast<size_t>(kv) * static_cast<size_t>(pool.page_size) + static_cast<size_t>(offset)) *

@@ -29,7 +29,7 @@ void write_kv(const AttentionView& view, TensorView k, TensorView v) {
           continue;
         }
         std::memcpy(view.element<float>(page, 0, offset), k.ptr<float>() + src, sizeof(float) * head_dim);
-        if (view.payload != KvPayload::kSharedLatent)
+        if (view.payload != KvPayload::kSharedLatent && view.payload != KvPayload::kLowRankLatent)
           std::memcpy(view.element<float>(page, 1, offset), v.ptr<float>() + src, sizeof(float) * head_dim);
       }
     }

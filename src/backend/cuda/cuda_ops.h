@@ -49,6 +49,13 @@ void paged_attention(TensorView out, TensorView q, const AttentionView& view,
 void paged_attention_simple(TensorView out, TensorView q, const AttentionView& view,
                             const AttentionParams& params);
 
+// Low-rank latents (attention_view.h, kLowRankLatent), device tables: one CTA per (query row, KV head), the group's
+// query heads one warp each; each visible key is rebuilt (up_k, bias, k_norm, RoPE at its slot) once in shared
+// memory for the warps, scored with an online softmax, and its value latent summed; up_v expands each warp's sum.
+// fp32 math over bf16 pages. head_dim and both ranks up to 256.
+void paged_low_rank_attention(TensorView out, TensorView q, const AttentionView& view, const RopeParams& rope,
+                              const AttentionParams& params);
+
 // --- the sparse methods' ops: host tables over the device pool ---
 // The methods run on the host and pass the cache's host view: q_indptr, seqs and the page lists,
 // counts and selections they point to are HOST memory, while kv_base is the device bf16 pool. Each

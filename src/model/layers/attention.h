@@ -1,6 +1,7 @@
 // Self-attention with RoPE: one GEMM over the stacked q/k/v weight (plus its bias when the layer has one), q/k
 // split off, per-head RMSNorm on q and k when the model has it, rotated in one pass, then the caller's
-// hooks.attend (which owns the KV state) and o_proj. Stateless; writes only the workspace.
+// hooks.attend (which owns the KV state) and o_proj. When the hooks keep a low-rank store, only q is projected,
+// normed and rotated, and hooks.attend_low_rank takes it with the layer's input. Stateless; writes only the workspace.
 #pragma once
 
 #include "backend/ops.h"

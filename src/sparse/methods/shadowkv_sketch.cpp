@@ -5,11 +5,7 @@
 
 #include "base/check.h"
 #include "base/top_k.h"
-
-// LAPACK's divide-and-conquer SVD, from the OpenBLAS the backend links.
-extern "C" void dgesdd_(const char* jobz, const int* m, const int* n, double* a, const int* lda, double* s, double* u,
-                        const int* ldu, double* vt, const int* ldvt, double* work, const int* lwork, int* iwork,
-                        int* info);
+#include "sparse/thin_svd.h"
 
 namespace se {
 namespace {
@@ -17,33 +13,21 @@ namespace {
 // Step 1. In double: the reference factors fp32 keys, and the rank-r subspace of near-equal singular values is
 // sensitive to rounding.
 void factor_keys(const float* pre_rope_keys, ShadowKvLayerSketch& s) {
-  const int n = s.num_tokens, width = s.num_kv_heads * s.head_dim, k = std::min(n, width);
-  // Row-major K [n, width] is column-major K^T [width, n] = V S U^T: LAPACK's u is our V, its vt our U^T.
-  std::vector<double> a(static_cast<size_t>(n) * width);
-  std::copy(pre_rope_keys, pre_rope_keys + a.size(), a.begin());
-  std::vector<double> sigma(static_cast<size_t>(k)), v(static_cast<size_t>(width) * k), ut(static_cast<size_t>(k) * n);
-  std::vector<int> iwork(static_cast<size_t>(8) * k);
-  int lwork = -1, info = 0;
-  double query = 0;
-  dgesdd_("S", &width, &n, a.data(), &width, sigma.data(), v.data(), &width, ut.data(), &k, &query, &lwork,
-          iwork.data(), &info);
-  SE_CHECK(info == 0, "dgesdd workspace query failed: info {}", info);
-  lwork = static_cast<int>(query);
-  std::vector<double> work(static_cast<size_t>(lwork));
-  dgesdd_("S", &width, &n, a.data(), &width, sigma.data(), v.data(), &width, ut.data(), &k, work.data(), &lwork,
-          iwork.data(), &info);
-  SE_CHECK(info == 0, "dgesdd failed: info {}", info);
+  const int n = s.num_tokens, width = s.num_kv_heads * s.head_dim;
+  const std::vector<double> keys(pre_rope_keys, pre_rope_keys + static_cast<size_t>(n) * width);
+  const ThinSvd svd = thin_svd(keys, n, width);
+  const int k = svd.k;
   const int r = s.rank;
   s.u.resize(static_cast<size_t>(n) * r);
   for (int t = 0; t < n; ++t)
     for (int j = 0; j < r; ++j)
-      s.u[static_cast<size_t>(t) * r + j] = static_cast<float>(ut[j + static_cast<size_t>(t) * k]);
+      s.u[static_cast<size_t>(t) * r + j] = static_cast<float>(svd.u[static_cast<size_t>(t) * k + j]);
   s.sv.resize(static_cast<size_t>(s.num_kv_heads) * r * s.head_dim);
   for (int h = 0; h < s.num_kv_heads; ++h)
     for (int j = 0; j < r; ++j)
       for (int c = 0; c < s.head_dim; ++c)
-        s.sv[(static_cast<size_t>(h) * r + j) * s.head_dim + c] =
-            static_cast<float>(sigma[j] * v[static_cast<size_t>(h) * s.head_dim + c + static_cast<size_t>(j) * width]);
+        s.sv[(static_cast<size_t>(h) * r + j) * s.head_dim + c] = static_cast<float>(
+            svd.sigma[j] * svd.vt[static_cast<size_t>(j) * width + static_cast<size_t>(h) * s.head_dim + c]);
 }
 
 // Steps 2-3 for one KV head.
