@@ -101,6 +101,7 @@ void copy(TensorView dst, TensorView src) {
 }
 
 void copy_bytes(Device device, void* dst, const void* src, size_t nbytes) {
+  if (nbytes == 0) return;  // an empty tensor may have no storage: memcpy takes no null pointer, even for 0 bytes
   if (device == Device::kCpu) {
     std::memcpy(dst, src, nbytes);
     return;

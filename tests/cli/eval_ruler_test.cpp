@@ -95,14 +95,14 @@ TEST_F(EvalRulerTest, NeedleAnswersAreDerivableFromThePrompt) {
     auto sample = make_ruler_sample(task, encode(), std::nullopt, 2048, 0.3, 5);
     ASSERT_TRUE(sample.is_ok());
     const std::string prompt = text(sample->ids);
-    const std::smatch key_match = [&] {
+    // The asked key, copied out of the question while the match still points into it.
+    const std::string key = [&] {
       std::smatch m;
       const std::string question = prompt_question(prompt);
       static const std::regex re("magic numbers? for (\\w+) mentioned");
       EXPECT_TRUE(std::regex_search(question, m, re));
-      return m;
+      return m.size() > 1 ? m[1].str() : std::string();
     }();
-    const std::string key = key_match[1];
     // Every value the prompt states for the asked key, in order; the other keys' values are not answers.
     std::vector<std::string> values, others;
     const std::regex needle("magic numbers for (\\w+) is: (\\d+)\\.");

@@ -63,7 +63,7 @@ class GgufBuilder {
   GgufBuilder& add_f32_tensor(const std::string& name, const std::vector<int64_t>& dims,
                               const std::vector<float>& values) {
     std::vector<uint8_t> b(values.size() * 4);
-    std::memcpy(b.data(), values.data(), b.size());
+    if (!b.empty()) std::memcpy(b.data(), values.data(), b.size());  // no null pointers for an empty tensor
     return add_tensor(name, GgmlType::kF32, dims, b);
   }
 
