@@ -29,7 +29,7 @@ class WeightSink {
   virtual bool keeps_fp8(const WeightSpec& /*spec*/, const Fp8BlockQuantization& /*q*/) const { return false; }
   // Weight `spec` as the checkpoint stores it: e4m3 codes shaped spec.shape and their fp32 scales; only for
   // weights keeps_fp8 accepted.
-  virtual Status put_fp8(const WeightSpec& spec, Fp8BlockWeight /*weight*/) {
+  virtual Status put_fp8(const WeightSpec& spec, Fp8BlockWeight&& /*weight*/) {
     return unimplemented("weight '{}': this sink takes no FP8 weights", spec.name);
   }
 };

@@ -188,7 +188,7 @@ bool ModelWeightsBuilder::keeps_fp8(const WeightSpec& spec, const Fp8BlockQuanti
          shape[2] % q.block_cols == 0;
 }
 
-Status ModelWeightsBuilder::put_fp8(const WeightSpec& spec, Fp8BlockWeight weight) {
+Status ModelWeightsBuilder::put_fp8(const WeightSpec& spec, Fp8BlockWeight&& weight) {
   SE_ASSIGN_OR_RETURN(Slot * slot, receive(spec.name, weight.codes.numel()));
   if (slot->scale_field == nullptr) return invalid_argument("weights: tensor '{}' cannot be kept in FP8", spec.name);
   if (slot->field->defined() && slot->field->dtype() != DType::kU8)

@@ -40,7 +40,7 @@ class ModelWeightsBuilder final : public WeightSink {
   Status place(const std::string& name, Tensor tensor);
   // FP8 expert weights whose blocks the MoE kernels take (multiples of 32 dividing the weight), when kept.
   bool keeps_fp8(const WeightSpec& spec, const Fp8BlockQuantization& q) const override;
-  Status put_fp8(const WeightSpec& spec, Fp8BlockWeight weight) override;
+  Status put_fp8(const WeightSpec& spec, Fp8BlockWeight&& weight) override;
   // Places every weight of the model found in `tensors` (others are ignored).
   Status put_all(const std::map<std::string, Tensor>& tensors);
   // The weights once all have arrived (a missing lm_head is the tied embedding table); errors name the first
