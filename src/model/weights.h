@@ -31,8 +31,8 @@ struct LayerWeights {
   // fp32 block scales [num_experts, rows / block_rows, cols / block_cols] (backend/moe_ops.h); else undefined.
   Tensor experts_gate_up_scale;
   Tensor experts_down_scale;
-  Tensor shared_gate_up;   // [2 * shared_expert_intermediate, hidden] or undefined: the always-on experts
-  Tensor shared_down;      // [hidden, shared_expert_intermediate] or undefined
+  Tensor shared_gate_up;  // [2 * shared_expert_intermediate, hidden] or undefined: the always-on experts
+  Tensor shared_down;     // [hidden, shared_expert_intermediate] or undefined
   // Multi-head latent attention (ModelConfig::latent_attention) instead of qkv / qkv_bias / q_norm / k_norm; o_proj
   // is then [hidden, num_heads * v_head_dim]. Rows as the checkpoint stores them (RoPE pairs interleaved).
   Tensor q_a;        // [q_lora_rank, hidden] or undefined (no query latent)
