@@ -127,6 +127,19 @@ __device__ __forceinline__ float block_sum(float v) {
   return warp_sum(v);
 }
 
+// The sequence a flattened query row belongs to: the last s with q_indptr[s] <= row (binary search).
+__device__ __forceinline__ int seq_of_row(const int32_t* q_indptr, int num_seqs, int row) {
+  int lo = 0, hi = num_seqs - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (q_indptr[mid] <= row)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+
 }  // namespace se::cuda
 
 namespace se::cuda::launch {

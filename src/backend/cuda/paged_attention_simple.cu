@@ -42,17 +42,10 @@ __global__ void paged_attention_simple_kernel(const SimpleArgs a) {
   const int num_g = min(kHeadsPerWarp, a.group - g0);
   const int lane = threadIdx.x;
 
-  int lo = 0, hi = a.num_seqs - 1;  // sequence of this row: last s with q_indptr[s] <= row
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (a.q_indptr[mid] <= row)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  const SeqKvView sv = a.seqs[lo];
-  const int32_t n = a.q_indptr[lo + 1] - a.q_indptr[lo];
-  const int32_t last = sv.num_tokens[kv_head] - n + (row - a.q_indptr[lo]);
+  const int s = seq_of_row(a.q_indptr, a.num_seqs, row);
+  const SeqKvView sv = a.seqs[s];
+  const int32_t n = a.q_indptr[s + 1] - a.q_indptr[s];
+  const int32_t last = sv.num_tokens[kv_head] - n + (row - a.q_indptr[s]);
   const int32_t first = a.window > 0 ? max(0, last - a.window + 1) : 0;
   const int32_t* pages = sv.page_ids + static_cast<int64_t>(kv_head) * sv.stride;
 
@@ -98,8 +91,8 @@ __global__ void paged_attention_simple_kernel(const SimpleArgs a) {
       m[gg] = m_new;
     }
   };
-  const SelectedEntries sel = a.select_unit == 0 ? SelectedEntries{nullptr, 0}
-                                                 : selected_entries(a.produced, sv, lo, kv_head, a.num_kv_heads);
+  const SelectedEntries sel =
+      a.select_unit == 0 ? SelectedEntries{nullptr, 0} : selected_entries(a.produced, sv, s, kv_head, a.num_kv_heads);
   if (sel.entries == nullptr) {
     for (int32_t j = first; j <= last; ++j) attend(j);
   } else {

@@ -49,17 +49,10 @@ __global__ void __launch_bounds__(kWarps * 32) paged_low_rank_attention_kernel(c
   const int group = kv_head / lr.group_heads;
   const int64_t first_row = static_cast<int64_t>(kv_head) * d_head;  // == (group * group_heads + head) * D
 
-  int lo = 0, hi = a.num_seqs - 1;  // sequence of this row: last s with q_indptr[s] <= row
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (a.q_indptr[mid] <= row)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  const SeqKvView sv = a.seqs[lo];
-  const int32_t n = a.q_indptr[lo + 1] - a.q_indptr[lo];
-  const int32_t last = sv.num_tokens[group] - n + (row - a.q_indptr[lo]);
+  const int s = seq_of_row(a.q_indptr, a.num_seqs, row);
+  const SeqKvView sv = a.seqs[s];
+  const int32_t n = a.q_indptr[s + 1] - a.q_indptr[s];
+  const int32_t last = sv.num_tokens[group] - n + (row - a.q_indptr[s]);
   const int32_t first = a.window > 0 ? max(0, last - a.window + 1) : 0;
   const int32_t* pages = sv.page_ids + static_cast<int64_t>(group) * sv.stride;
 

@@ -19,19 +19,6 @@ struct WriteKvArgs {
   DType dtype;  // of k and v
 };
 
-// Last sequence whose first row is <= row (binary search over q_indptr).
-__device__ int seq_of_row(const int32_t* q_indptr, int num_seqs, int row) {
-  int lo = 0, hi = num_seqs - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (q_indptr[mid] <= row)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  return lo;
-}
-
 // One block per batch row; each thread moves 8 elements (one 16-byte BF16 chunk) of K and of V of
 // one KV head into the slot the cache appended for this row: num_tokens[h] - n + r.
 __global__ void write_kv_kernel(WriteKvArgs a) {
