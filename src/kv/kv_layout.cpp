@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "backend/quant/quantized_kv_layout.h"
+#include "backend/quant/turboquant_kv.h"
 
 namespace se {
 
@@ -61,6 +62,10 @@ Status KvLayout::validate() const {
 
 size_t KvLayout::kivi_page_bytes() const {
   return kivi_page_layout(page_size, kivi_value_group_size, head_dim, kivi_bits(store)).page_bytes;
+}
+
+size_t KvLayout::turboquant_slot_bytes() const {
+  return turboquant_slot_layout(head_dim, turboquant_format(store)).slot_bytes();
 }
 
 int32_t KvLayout::residual_page_tokens() const {

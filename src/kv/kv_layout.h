@@ -90,9 +90,7 @@ struct KvLayout {
 
  private:
   size_t kivi_page_bytes() const;
-  size_t turboquant_slot_bytes() const {
-    return turboquant_slot_layout(head_dim, turboquant_format(store)).slot_bytes();
-  }
+  size_t turboquant_slot_bytes() const;
   int64_t kivi_pages_per_stream(int64_t num_tokens) const;
 };
 

@@ -1,5 +1,6 @@
 #include "kv/kv_store_kind.h"
 
+#include "backend/quant/turboquant_kv.h"
 #include "base/check.h"
 
 namespace se {

@@ -19,12 +19,13 @@
 #include <cstdint>
 #include <string_view>
 
-#include "backend/quant/turboquant_kv.h"
 #include "base/status.h"
 #include "tensor/dtype.h"
 #include "tensor/tensor.h"
 
 namespace se {
+
+struct TurboQuantKvFormat;  // backend/quant/turboquant_kv.h
 
 enum class KvStoreKind : uint8_t {
   kExplicit,
