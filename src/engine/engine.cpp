@@ -109,13 +109,13 @@ Result<std::string> resolve_prefix_cache_mode(const EngineConfig& config, const 
   return mode;
 }
 
-// What a retained chain state depends on: resuming it under other settings (the tensor-parallel layout included:
-// each rank's state holds its KV heads) would read foreign KV.
+// What a retained chain state depends on: resuming it under other settings (the KV store and the tensor-parallel
+// layout included: each rank's state holds its KV heads) would read foreign KV.
 std::string chain_fingerprint(const ModelBundle& bundle, const KvLayout& layout, const MethodRuntime& method) {
   const ModelConfig& model = bundle.model->config();
-  return fmt::format("{}:{}:{}x{}x{}|{}|tp{}|{}|{}", bundle.path, model.arch, layout.num_layers, layout.num_kv_heads,
-                     layout.head_dim, dtype_name(layout.dtype), bundle.tensor_parallel_size(), method.name(),
-                     method.config().dump());
+  return fmt::format("{}:{}:{}x{}x{}|{}|{}|tp{}|{}|{}", bundle.path, model.arch, layout.num_layers, layout.num_kv_heads,
+                     layout.head_dim, dtype_name(layout.dtype), kv_store_kind_name(layout.store),
+                     bundle.tensor_parallel_size(), method.name(), method.config().dump());
 }
 
 }  // namespace

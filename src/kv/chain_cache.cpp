@@ -55,15 +55,14 @@ Result<std::unique_ptr<ChainState>> ChainCacheIndex::begin_turn(const std::strin
 }
 
 void ChainCacheIndex::make_idle(const std::string& chain_id, Chain& chain) {
-  chain.on_host = chain.state->is_offloaded();
-  std::list<std::string>& lru = chain.on_host ? host_lru_ : lru_;
+  std::list<std::string>& lru = chain.state->is_offloaded() ? host_lru_ : lru_;
   chain.lru_it = lru.insert(lru.end(), chain_id);
   num_reclaimable_pages_ += chain.state->num_held_pages();
   num_host_pages_ += chain.state->num_host_pages();
 }
 
 void ChainCacheIndex::leave_lru(Chain& chain) {
-  (chain.on_host ? host_lru_ : lru_).erase(chain.lru_it);
+  (chain.state->is_offloaded() ? host_lru_ : lru_).erase(chain.lru_it);
   num_reclaimable_pages_ -= chain.state->num_held_pages();
   num_host_pages_ -= chain.state->num_host_pages();
 }
@@ -147,7 +146,7 @@ std::optional<ChainInfo> ChainCacheIndex::find(const std::string& chain_id) cons
                    static_cast<int32_t>(chain.tokens.size()),
                    chain.digest,
                    chain.state ? chain.state->num_held_pages() : 0,
-                   chain.state && chain.on_host,
+                   chain.state && chain.state->is_offloaded(),
                    chain.state ? chain.state->num_host_pages() : 0};
 }
 
@@ -191,13 +190,10 @@ Status ChainCacheIndex::check_integrity() const {
     if (is_tombstoned(chain_id)) return internal_error("chain '{}' is live and tombstoned", chain_id);
     if (chain.digest != token_digest(chain.tokens)) return internal_error("chain '{}': stale digest", chain_id);
     if (!chain.state) continue;
-    ++(chain.on_host ? num_on_host : num_on_device);
+    ++(chain.state->is_offloaded() ? num_on_host : num_on_device);
     num_device_pages += chain.state->num_held_pages();
     num_host_pages += chain.state->num_host_pages();
     if (*chain.lru_it != chain_id) return internal_error("chain '{}': LRU entry names another chain", chain_id);
-    if (chain.on_host != chain.state->is_offloaded())
-      return internal_error("chain '{}' is listed on the {} tier but its state is not there", chain_id,
-                            chain.on_host ? "host" : "device");
   }
   if (num_on_device != lru_.size() || num_on_host != host_lru_.size())
     return internal_error("{} idle chains on the device and {} on the host, but {} and {} LRU entries", num_on_device,

@@ -123,9 +123,8 @@ class ChainCacheIndex final {
     std::string fingerprint;
     std::vector<int32_t> tokens;  // the logical prefix the state stands for
     uint64_t digest = 0;
-    std::unique_ptr<ChainState> state;  // null while in flight
-    bool on_host = false;               // while idle: which LRU lists it
-    std::list<std::string>::iterator lru_it;  // valid while idle
+    std::unique_ptr<ChainState> state;        // null while in flight
+    std::list<std::string>::iterator lru_it;  // valid while idle, in the LRU of its state's tier
   };
 
   // Callers hold mutex_.
