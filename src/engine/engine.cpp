@@ -189,11 +189,12 @@ Result<std::unique_ptr<Engine>> Engine::create(const ModelBundle& bundle, const 
                               pool_bytes, num_pages, layout.num_streams());
   SE_ASSIGN_OR_RETURN(config.prefix_cache_mode, resolve_prefix_cache_mode(config, *method, layout));
   const int64_t num_host_pages = config.kv_offloading_size / static_cast<int64_t>(layout.page_bytes());
-  // Pages that come back from the host tier land under new ids, whose metadata such a method has not computed.
-  if (num_host_pages > 0 && method->page_metadata_bytes(layout) > 0)
+  // Radix blocks that come back from the host tier land under new ids, and the method recomputes its metadata for
+  // them (MethodRuntime::on_pages_rewritten); a chain's pages are not told to it.
+  if (num_host_pages > 0 && method->page_metadata_bytes(layout) > 0 && config.prefix_cache_mode == "chain")
     return unimplemented(
-        "{} keeps metadata per device page, which pages coming back from the host tier lack; run it "
-        "without --kv-offloading-size",
+        "{} keeps metadata per device page, which a chain's pages coming back from the host tier lack; run it "
+        "without --kv-offloading-size or with --prefix-cache-mode radix",
         method->name());
   CacheSpec spec{layout,
                  static_cast<int32_t>(std::min<int64_t>(num_pages, INT32_MAX)),

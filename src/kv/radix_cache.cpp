@@ -158,18 +158,19 @@ bool RadixCache::retrieve(NodeId id) {
   return true;
 }
 
-bool RadixCache::retrieve_path(std::vector<NodeId>& nodes) {
+int32_t RadixCache::retrieve_path(std::vector<NodeId>& nodes) {
   const auto first_on_host =
       std::find_if(nodes.begin(), nodes.end(), [&](NodeId id) { return nodes_[static_cast<size_t>(id)].on_host; });
-  if (first_on_host == nodes.end()) return false;
+  if (first_on_host == nodes.end()) return 0;
   // Pinned while pages move: the path's device nodes against eviction, its host nodes against the host's.
   const NodeId last = nodes.back();
   lock(last);
   auto retrieved_end = first_on_host;
   while (retrieved_end != nodes.end() && retrieve(*retrieved_end)) ++retrieved_end;
   unlock(last);
+  const auto num_retrieved = static_cast<int32_t>(retrieved_end - first_on_host);
   nodes.erase(retrieved_end, nodes.end());
-  return true;
+  return num_retrieved;
 }
 
 void RadixCache::drop_host_children(NodeId id) {
@@ -235,7 +236,11 @@ RadixCache::PrefixMatch RadixCache::match_prefix(std::span<const int32_t> tokens
   PrefixMatch match = walk(tokens, max_blocks, /*whole_segments=*/true);
   // The path's host nodes are its tail and none is in a segment: the walk over the blocks brought back ends at
   // a plain node, and lists device pages now.
-  if (retrieve_path(match.nodes)) match = walk(tokens, match.nodes.size(), /*whole_segments=*/true);
+  const size_t num_matched = match.nodes.size();
+  const int32_t num_retrieved = retrieve_path(match.nodes);
+  if (num_retrieved > 0 || match.nodes.size() < num_matched)
+    match = walk(tokens, match.nodes.size(), /*whole_segments=*/true);
+  match.num_retrieved_blocks = num_retrieved;
   match.resident_positions = resident_positions(match);
   const uint64_t tick = ++clock_;
   for (NodeId id : match.nodes) touch(id, tick);

@@ -72,6 +72,8 @@ class RadixCache final {
     // The positions the resident pages hold, in page order (an attaching sequence's stream slot i
     // holds position [i]): every position of a whole block, a pruned segment's kept ones.
     std::vector<int32_t> resident_positions;
+    // match_prefix: the last blocks, which came back from the host tier into device pages under new ids.
+    int32_t num_retrieved_blocks = 0;
 
     int32_t num_blocks() const { return static_cast<int32_t>(nodes.size()); }
     NodeId last_node() const { return nodes.empty() ? kRootNode : nodes.back(); }
@@ -203,8 +205,8 @@ class RadixCache final {
   // The node now lists device pages again (after retrieve or an insert): counters and LRU sets follow.
   void mark_on_device(NodeId id);
   // Brings the host nodes at the end of a matched path back (they are its tail) and cuts the path before the
-  // first that finds no room. Returns whether the path held any.
-  bool retrieve_path(std::vector<NodeId>& nodes);
+  // first that finds no room. Returns how many it brought back (the path's last ones once cut).
+  int32_t retrieve_path(std::vector<NodeId>& nodes);
   // Removes every host node under `id` (a device node about to be removed).
   void drop_host_children(NodeId id);
 

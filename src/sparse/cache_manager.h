@@ -108,9 +108,12 @@ class CacheManager : public KvStreams {
     return unimplemented("this cache keeps no radix prefix cache to prune ({} tokens, blocks [{}, {}))",
                          tokens.size(), blocks.first_block, blocks.end_block);
   }
-  // Called per layer after pruning rewrote pages: `view` is one sequence whose new rows are the rewritten
-  // pages' tokens (what methods with per-page metadata refresh).
+  // Called per layer after pruning rewrote pages, or after pages came back from the host tier under new ids:
+  // `view` is one sequence whose new rows are those pages' tokens (what methods with per-page metadata refresh).
   using PagesRewrittenFn = std::function<void(int layer, const AttentionView& view)>;
+  // Calls `pages_retrieved` per layer over the pages of `seq`'s cached prefix that open() brought back from the
+  // host tier (radix blocks kept there); nothing when it brought none.
+  virtual void visit_retrieved_pages(int32_t /*seq*/, const PagesRewrittenFn& /*pages_retrieved*/) {}
   // Prunes blocks `blocks` of `tokens` (check_prunable ok) to the KV of `kept_positions` (ascending absolute
   // positions inside the blocks, a whole number of pages): every stream's kept KV moves, in order, into the
   // pages of the first blocks; the rest return to the pool. Returns the pages freed.

@@ -150,8 +150,9 @@ class MethodRuntime {
   virtual void on_attention_end(LayerContext& /*ctx*/) {}
   virtual void on_layer_end(int /*layer*/, const ForwardBatch& /*batch*/, TensorView /*hidden*/) {}
   virtual void finish_step(StepContext& /*ctx*/) {}
-  // Prefix pruning rewrote pages outside a forward: `view`'s new rows are their tokens, in layer `layer`.
-  // Methods with per-page metadata (page_metadata_bytes) recompute it for those pages.
+  // Pages changed outside a forward: prefix pruning rewrote them, or a prefix-cache hit brought them back from the
+  // host tier under new ids; `view`'s new rows are their tokens, in layer `layer`. Methods with per-page metadata
+  // (page_metadata_bytes) recompute it for those pages.
   virtual void on_pages_rewritten(int /*layer*/, const AttentionView& /*view*/) {}
   // Stream (layer, kv_head) of `seq` was compacted from outside the method (a Chain Cache prune) to its slots
   // `kept` (ascending): methods that keep metadata per slot compact it alike.

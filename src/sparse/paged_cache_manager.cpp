@@ -133,6 +133,7 @@ Result<int32_t> PagedCacheManager::open(int32_t seq, std::span<const int32_t> pr
   s.locked_node = match.last_node();
   s.num_cached_blocks = match.num_blocks();
   s.num_unresident_blocks = match.num_blocks() - match.num_resident_blocks;
+  s.num_retrieved_blocks = match.num_retrieved_blocks;
   SE_RETURN_IF_ERROR(s.table.attach_prefix(match.pages, match.num_resident_blocks,
                                            s.num_unresident_blocks * layout().page_size));
   s.positions.attach(match.resident_positions);
@@ -286,6 +287,18 @@ AttentionView PagedCacheManager::build_sequence_view(int32_t seq, int layer) {
   const PageTableView t = sequence(seq).table.view();
   one_seq_view_.assign(1, SeqKvView{t.pages(layer, 0), t.stride, t.num_tokens + t.stream(layer, 0)});
   return make_view(layer, one_seq_view_, one_q_indptr_);
+}
+
+void PagedCacheManager::visit_retrieved_pages(int32_t seq, const PagesRewrittenFn& pages_retrieved) {
+  const Sequence& s = sequence(seq);
+  if (s.num_retrieved_blocks == 0) return;
+  // The retrieved blocks end the attached prefix, which is all the sequence holds until its first forward.
+  const std::vector<int32_t> q_indptr = {0, s.num_retrieved_blocks * layout().page_size};
+  const PageTableView t = s.table.view();
+  for (int layer = 0; layer < layout().num_layers; ++layer) {
+    const std::vector<SeqKvView> one = {SeqKvView{t.pages(layer, 0), t.stride, t.num_tokens + t.stream(layer, 0)}};
+    pages_retrieved(layer, make_view(layer, one, q_indptr));
+  }
 }
 
 Status PagedCacheManager::list_stream_once(int32_t seq, int layer, int kv_head) {

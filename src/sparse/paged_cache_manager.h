@@ -54,6 +54,7 @@ class PagedCacheManager final : public CacheManager {
   AttentionView build_view(int layer, const ForwardBatch& batch) override;
   void write(int layer, const AttentionView& view, TensorView k, TensorView v) override;
   AttentionView build_sequence_view(int32_t seq, int layer) override;
+  void visit_retrieved_pages(int32_t seq, const PagesRewrittenFn& pages_retrieved) override;
   uint64_t table_epoch(int32_t seq) const override { return sequence(seq).table.epoch(); }
   int32_t num_logical_tokens(int32_t seq) const override;
   std::span<const int32_t> slot_positions(int32_t seq, int layer, int kv_head) const override;
@@ -83,6 +84,7 @@ class PagedCacheManager final : public CacheManager {
     int32_t num_cached_blocks = 0;                            // leading blocks already in the radix cache
     // Blocks of the attached prefix whose KV was pruned away: later blocks sit that many pages earlier.
     int32_t num_unresident_blocks = 0;
+    int32_t num_retrieved_blocks = 0;  // the attached prefix's last blocks, brought back from the host tier
   };
 
   PagedCacheManager(const KvLayout& layout, std::unique_ptr<PageStorage> storage, bool enable_prefix_caching,

@@ -178,6 +178,13 @@ Result<int32_t> SparseController::resume(int32_t seq, std::unique_ptr<ChainState
   return num_tokens;
 }
 
+Result<int32_t> SparseController::open(int32_t seq, std::span<const int32_t> prompt) {
+  SE_ASSIGN_OR_RETURN(const int32_t num_cached, cache_.open(seq, prompt));
+  cache_.visit_retrieved_pages(
+      seq, [this](int layer, const AttentionView& view) { method_.on_pages_rewritten(layer, view); });
+  return num_cached;
+}
+
 void SparseController::close(int32_t seq) {
   method_.on_sequence_end(seq);
   cache_.close(seq);

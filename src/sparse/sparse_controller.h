@@ -84,8 +84,9 @@ class SparseController final : public ForwardHooks {
               TensorView v, TensorView out, const AttentionParams& params) override;
   void on_layer_end(int layer, const ForwardBatch& batch, TensorView hidden) override;
 
-  // Sequence lifecycle: the cache's open/close with the method told when a sequence ends.
-  Result<int32_t> open(int32_t seq, std::span<const int32_t> prompt) { return cache_.open(seq, prompt); }
+  // Sequence lifecycle: the cache's open/close with the method told when a sequence ends, and of cached pages that
+  // came back from the host tier under new ids (so per-page metadata is recomputed).
+  Result<int32_t> open(int32_t seq, std::span<const int32_t> prompt);
   void close(int32_t seq);
   // Chain Cache: takes sequence `seq` out of the cache and the method (it is closed afterwards) with its method
   // metadata, / opens `seq` on a retained state (a RetainedSequence) and returns its logical length. On error

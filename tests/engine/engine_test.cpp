@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <random>
 #include <thread>
 
@@ -19,6 +21,7 @@ using test::tiny_bundle;
 // Collects a stream to the end: output tokens and the final delta.
 struct Collected {
   std::vector<int32_t> tokens;
+  std::vector<float> logprobs;  // when the request asked for them
   RequestOutput last;
 };
 Collected collect(OutputStream& stream) {
@@ -27,7 +30,10 @@ Collected collect(OutputStream& stream) {
     auto out = stream.next(std::chrono::milliseconds(60000));
     EXPECT_TRUE(out.has_value()) << "stream stalled";
     if (!out) return c;
-    for (const TokenOutput& t : out->tokens) c.tokens.push_back(t.token_id);
+    for (const TokenOutput& t : out->tokens) {
+      c.tokens.push_back(t.token_id);
+      c.logprobs.push_back(t.logprob);
+    }
     if (out->finished) {
       c.last = *out;
       return c;
@@ -142,13 +148,47 @@ TEST(EngineTest, RadixBlocksEvictedToTheHostTierServeALaterPrefixHit) {
   }
 }
 
-TEST(EngineTest, AHostTierIsRefusedToMethodsWithPerPageMetadata) {
-  EngineConfig config;
-  config.page_size = 4;
-  config.kv_cache_memory = 120 * 512;
-  config.kv_offloading_size = 64 * 512;
-  config.sparse_method = "quest";
-  EXPECT_EQ(Engine::create(tiny_bundle(), config).status().code(), StatusCode::kUnimplemented);
+// Quest keeps key bounds per device page. Radix blocks that come back from the host tier land under new page ids,
+// whose bounds it recomputes from their keys, so the repeat decodes exactly as the run that recomputed its prompt
+// (reading 2 of the prompt's 10 pages, a page ranked by another page's stale bounds would change the logprobs).
+TEST(EngineTest, QuestRanksPagesBroughtBackFromTheHostTierByTheirOwnKeys) {
+  ModelBundle bundle = tiny_bundle();
+  std::mt19937 rng(8);
+  const std::vector<int32_t> prompt = random_prompt(rng, 40);
+  std::vector<std::vector<int32_t>> others(3);
+  for (std::vector<int32_t>& other : others) other = random_prompt(rng, 50);
+  std::vector<std::vector<float>> logprobs;  // of the repeat: with the host tier, without, dense
+  for (const auto& [method, num_host_pages] :
+       std::vector<std::pair<std::string, int64_t>>{{"quest", 200}, {"quest", 0}, {"vanilla", 0}}) {
+    EngineConfig config;
+    config.max_num_batched_tokens = 64;
+    config.page_size = 4;
+    config.kv_cache_memory = 120 * 512;  // pages of 2 x 4 tokens x 16 floats; two cached requests fill them
+    config.kv_offloading_size = num_host_pages * 512;
+    config.sparse_method = method;
+    if (method == "quest") config.sparse_config = {{"token_budget", 8}, {"dense_layers", 0}};
+    auto engine = Engine::create(bundle, config);
+    ASSERT_TRUE(engine.is_ok()) << engine.status().to_string();
+    const auto run = [&](const std::string& id, const std::vector<int32_t>& tokens) {
+      SamplingParams params = greedy(12);
+      params.logprobs = 0;
+      auto stream = (*engine)->submit({id, tokens, params});
+      EXPECT_TRUE(stream.is_ok()) << stream.status().to_string();
+      return stream.is_ok() ? collect(**stream) : Collected{};
+    };
+    run("first", prompt);
+    for (size_t i = 0; i < others.size(); ++i) run("other" + std::to_string(i), others[i]);
+    const Collected again = run("again", prompt);
+    EXPECT_EQ(again.last.num_cached_tokens, num_host_pages > 0 ? 36 : 0) << method << ", " << num_host_pages;
+    logprobs.push_back(again.logprobs);
+    (*engine)->shutdown(/*drain=*/true);
+    EXPECT_EQ((*engine)->stats().num_kv_pages_used, 0);
+  }
+  ASSERT_EQ(logprobs[0].size(), 12u);
+  ASSERT_EQ(logprobs[1].size(), 12u);
+  for (size_t t = 0; t < logprobs[0].size(); ++t)
+    EXPECT_NEAR(logprobs[0][t], logprobs[1][t], 1e-4f * std::max(1.0f, std::abs(logprobs[1][t]))) << "token " << t;
+  EXPECT_NE(logprobs[1], logprobs[2]) << "Quest's selection must change what the repeat reads";
 }
 
 TEST(EngineTest, RejectsBadRequestsAndKeepsServing) {

@@ -41,7 +41,8 @@ class QuestMethod final : public MethodRuntime {
   void build_layer_selection(LayerContext& ctx, Selection& selection) override;
   // The selected pages' tokens, and the bounds of every page of every stream the ranking scores.
   DecodeReads decode_reads(int layer, int32_t sliding_window, const AttentionView& view, int32_t slice) const override;
-  // Prefix pruning compacted kept keys into these pages: their bounds are recomputed.
+  // Prefix pruning compacted kept keys into these pages, or they came back from the host tier: their bounds are
+  // recomputed.
   void on_pages_rewritten(int layer, const AttentionView& view) override;
 
  private:
