@@ -201,7 +201,17 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"qwen3_adakv", {"qwen3"}, "adakv", kSnap, {2}},
         Case{"llama_quest", {"llama", kFourKvHeads}, "quest", {{"token_budget", 32}, {"dense_layers", 0}}, {2, 4}},
         Case{"qwen3_moe_quest", {"qwen3_moe"}, "quest", {{"token_budget", 32}, {"dense_layers", 0}}, {2}},
-        Case{"llama_streamingllm", {"llama"}, "streamingllm", {{"budget", 32}, {"sink_tokens", 4}}, {2, 4}}),
+        Case{"llama_streamingllm", {"llama"}, "streamingllm", {{"budget", 32}, {"sink_tokens", 4}}, {2, 4}},
+        Case{"llama_pyramidkv", {"llama", kFourKvHeads}, "pyramidkv", kSnap, {2, 4}},
+        Case{"qwen3_moe_pyramidkv", {"qwen3_moe"}, "pyramidkv", kSnap, {2}},
+        // Chunks ranked over the layer's heads: a rank that ranked its own heads' scores would keep other chunks.
+        Case{"llama_chunkkv",
+             {"llama", kFourKvHeads},
+             "chunkkv",
+             {{"budget", 32}, {"window", 8}, {"chunk_length", 4}},
+             {2, 4}},
+        Case{"qwen3_chunkkv", {"qwen3"}, "chunkkv", {{"budget", 32}, {"window", 8}, {"chunk_length", 4}}, {2}},
+        Case{"llama_h2o", {"llama", kFourKvHeads}, "h2o", {{"budget", 32}}, {2, 4}}),
     [](const testing::TestParamInfo<Case>& info) { return info.param.label; });
 
 // AdaKV leaves the two KV heads of a layer with different lengths; each of two ranks holds one of them, whose
@@ -270,12 +280,12 @@ TEST(TensorParallelEngineTest, RanksThatDoNotDivideTheHeadsAreRefusedAtLoad) {
 
 TEST(TensorParallelEngineTest, WhatCannotRunSplitIsRefusedAtStartup) {
   const ModelBundle two = sharded_bundle(TinySpec{"llama"}, 2);
-  // A method whose choices span the KV heads the ranks split.
-  auto chunkkv = Engine::create(two, engine_config(2, "chunkkv", nullptr));
-  ASSERT_FALSE(chunkkv.is_ok());
-  EXPECT_EQ(chunkkv.status().code(), StatusCode::kUnimplemented);
-  EXPECT_NE(chunkkv.status().message().find("chunkkv does not run under tensor parallelism"), std::string::npos)
-      << chunkkv.status().to_string();
+  // A method whose choices span the KV heads the ranks split and that does not gather them.
+  auto kvzip = Engine::create(two, engine_config(2, "kvzip", nullptr));
+  ASSERT_FALSE(kvzip.is_ok());
+  EXPECT_EQ(kvzip.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(kvzip.status().message().find("kvzip does not run under tensor parallelism"), std::string::npos)
+      << kvzip.status().to_string();
   // The engine's rank count must be the model's.
   EXPECT_EQ(Engine::create(two, engine_config(1, "vanilla", nullptr)).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(Engine::create(sharded_bundle(TinySpec{"llama"}, 1), engine_config(2, "vanilla", nullptr)).status().code(),

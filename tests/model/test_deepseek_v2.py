@@ -313,11 +313,13 @@ def test_streamingllm_evicts_over_the_shared_latent_store(tmp_path):
     assert capacity == ENGINE_KV_BYTES // latent_page // config["num_hidden_layers"] * PAGE_SIZE
 
 
-def snapkv_select(prompt_len, budget, window, kernel, scale, gaps):
-    """oracle()'s `select` for SnapKV over the shared latent, the prompt prefilled in one step: each layer keeps the
-    budget - window prefix tokens whose window scores (the last `window` prompt queries' softmax, summed, / window,
-    average-pooled with zero padding, averaged over every head) are highest, and the window; decode queries see
-    those and the decode tokens. Appends each layer's gap between the last kept and first dropped score to gaps."""
+def window_select(prompt_len, window, kernel, scale, gaps, kept_prefix):
+    """oracle()'s `select` for the observation-window family over the shared latent, the prompt prefilled in one
+    step: each layer scores the prompt's prefix tokens by the last `window` prompt queries' softmax, summed, /
+    window, average-pooled with zero padding and averaged over every head (the one latent head's query group);
+    `kept_prefix(layer, scores)` gives the prefix tokens the layer keeps and the gap between the last kept and
+    first dropped score (None when nothing is ranked), which is appended to gaps. Decode queries see those, the
+    window and the decode tokens."""
     def select(layer, q_latent, latent):
         t, prefix = len(latent), prompt_len - window
         mask = np.tril(np.ones((t, t), dtype=bool))
@@ -327,12 +329,48 @@ def snapkv_select(prompt_len, budget, window, kernel, scale, gaps):
         probs = (probs / probs.sum(-1, keepdims=True)).sum(1) / window  # [heads, prompt_len]
         padded = np.pad(probs[:, :prefix], ((0, 0), (kernel // 2, kernel // 2)))
         scores = np.stack([padded[:, j:j + kernel].sum(-1) / kernel for j in range(prefix)], -1).mean(0)
-        order = np.argsort(-scores, kind="stable")
-        gaps.append(scores[order[budget - window - 1]] - scores[order[budget - window]])
-        dropped = order[budget - window:]
-        mask[prompt_len:, dropped] = False
+        kept, gap = kept_prefix(layer, scores)
+        if gap is not None:
+            gaps.append(gap)
+        mask[prompt_len:, np.setdiff1d(np.arange(prefix), kept)] = False
         return mask
     return select
+
+
+def top_tokens(scores, n):
+    """The n best-scored tokens (the lower position first among equals) and the gap at the edge."""
+    order = np.argsort(-scores, kind="stable")
+    return order[:n], (scores[order[n - 1]] - scores[order[n]] if 0 < n < len(scores) else None)
+
+
+def pyramid_prefix_counts(prompt_len, budget, window, beta, layers):
+    """PyramidKV's prefix tokens per layer under kvpress's schedule (PyramidKVPress.get_layer_budget), for a
+    budget whose schedule does not fall back to uniform."""
+    capacity = window + budget
+    low = (capacity - window) / beta
+    high = (capacity - window) * 2 - low
+    if high >= prompt_len - window:
+        high = prompt_len - window
+        low = (capacity - window) * 2 - high
+    assert prompt_len >= high >= low >= window, "the test's schedule must not be the uniform fallback"
+    step = (high - low) / (layers - 1)
+    return [round(high - layer * step) - window for layer in range(layers)]
+
+
+def chunk_kept_prefix(prompt_len, budget, window, chunk):
+    """ChunkKV's choice over one KV head: prefix chunks of `chunk` tokens ranked by their tokens' mean score, as
+    many as leave room for the window's chunks in budget // chunk chunks, plus the window chunks' tokens before the
+    window."""
+    num_chunks, first_window_chunk = -(-prompt_len // chunk), (prompt_len - window) // chunk
+    num_kept = max(num_chunks - first_window_chunk, min(num_chunks, budget // chunk)) - (num_chunks -
+                                                                                          first_window_chunk)
+
+    def kept_prefix(layer, scores):
+        chunk_scores = np.array([scores[i * chunk:(i + 1) * chunk].sum() / chunk for i in range(first_window_chunk)])
+        chosen, gap = top_tokens(chunk_scores, num_kept)
+        tokens = [j for i in chosen for j in range(i * chunk, (i + 1) * chunk)]
+        return tokens + list(range(first_window_chunk * chunk, prompt_len - window)), gap
+    return kept_prefix
 
 
 def quest_select(prompt_len, token_budget, page_size, gaps):
@@ -359,22 +397,33 @@ def quest_select(prompt_len, token_budget, page_size, gaps):
     return select
 
 
-@pytest.mark.parametrize("method", ["snapkv", "quest"])
+@pytest.mark.parametrize("method", ["snapkv", "adakv", "pyramidkv", "chunkkv", "quest"])
 def test_scoring_methods_choose_over_the_shared_latent_store(method, tmp_path):
-    """SnapKV and Quest read keys only through logits, so they keep the shared latent and score it as the model
-    attends: SnapKV's window scores and Quest's page bounds over the latent rows with the absorbed queries. Their
-    greedy tokens are the oracle's under the masks those choices give, with the prompt prefilled in one step and in
-    chunks of 5 tokens (SnapKV gathers its window across them), and their pool is the latent's."""
+    """The observation-window family and Quest read keys only through logits, so they keep the shared latent and
+    score it as the model attends: the window scores and Quest's page bounds over the latent rows with the absorbed
+    queries. One latent head makes AdaKV's split across a layer's heads SnapKV's choice. Their greedy tokens are
+    the oracle's under the masks those choices give, with the prompt prefilled in one step and in chunks of 5 tokens
+    (the window is gathered across them), and their pool is the latent's."""
     config = {**BASE, **CASES["lite"][0]}
     weights = random_weights(config, seed=CASES["lite"][1])
     model = write_hf_dir(tmp_path / "hf", config, weights)
-    gaps = []
-    if method == "snapkv":
-        sparse_config = {"budget": 8, "window": 4, "kernel": 5}
-        select = snapkv_select(len(PROMPT), 8, 4, 5, softmax_scale(config), gaps)
-    else:
+    gaps, budget, window, kernel = [], 8, 4, 5
+    sparse_config = {"budget": budget, "window": window, "kernel": kernel}
+    if method in ("snapkv", "adakv"):
+        kept_prefix = lambda layer, scores: top_tokens(scores, budget - window)
+    elif method == "pyramidkv":
+        sparse_config["beta"] = 2
+        counts = pyramid_prefix_counts(len(PROMPT), budget, window, 2, config["num_hidden_layers"])
+        assert len(set(counts)) == len(counts), counts
+        kept_prefix = lambda layer, scores: top_tokens(scores, counts[layer])
+    elif method == "chunkkv":
+        sparse_config["chunk_length"] = 2
+        kept_prefix = chunk_kept_prefix(len(PROMPT), budget, window, 2)
+    if method == "quest":
         sparse_config = {"token_budget": 8, "dense_layers": 0}
         select = quest_select(len(PROMPT), 8, PAGE_SIZE, gaps)
+    else:
+        select = window_select(len(PROMPT), window, kernel, softmax_scale(config), gaps, kept_prefix)
     expected, logit_gap, _ = oracle_greedy(config, weights, PROMPT, 10, select=select)
     assert logit_gap > 1e-3 and min(gaps) > 1e-5, f"the test data has a near-tie ({logit_gap:.1e}, {min(gaps):.1e})"
     assert expected != oracle_greedy(config, weights, PROMPT, 10)[0], "the method must change the test's tokens"

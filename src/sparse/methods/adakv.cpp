@@ -108,18 +108,7 @@ std::vector<std::vector<int32_t>> AdaKvMethod::kvpress_prefix_kept(const WindowS
 
 std::vector<std::vector<int32_t>> AdaKvMethod::select_prefix(const WindowScores& scores, int /*layer*/,
                                                              int /*num_layers*/) const {
-  Communicator& ranks = communicator();
-  if (ranks.size() == 1) return select_over_all_heads(scores);
-  // Rank r holds KV heads [r * Hkv_r, (r + 1) * Hkv_r): the gathered rows are the layer's heads in order.
-  WindowScores all = scores;
-  all.num_kv_heads = scores.num_kv_heads * ranks.size();
-  all.values.resize(static_cast<size_t>(all.num_kv_heads) * static_cast<size_t>(scores.num_prefix));
-  const auto num_values = static_cast<int64_t>(scores.values.size());
-  ranks.all_gather(TensorView{all.values.data(), DType::kF32, {all.num_kv_heads, scores.num_prefix}, Device::kCpu},
-                   TensorView{const_cast<float*>(scores.values.data()), DType::kF32, {num_values}, Device::kCpu});
-  std::vector<std::vector<int32_t>> kept = select_over_all_heads(all);
-  const auto first = kept.begin() + int64_t{ranks.rank()} * scores.num_kv_heads;
-  return {std::make_move_iterator(first), std::make_move_iterator(first + scores.num_kv_heads)};
+  return select_over_every_rank(scores, [this](const WindowScores& all) { return select_over_all_heads(all); });
 }
 
 std::vector<std::vector<int32_t>> AdaKvMethod::select_over_all_heads(const WindowScores& scores) const {

@@ -61,9 +61,7 @@ class AdaKvMethod final : public ObservationWindowMethod {
               double floor_alpha)
       : ObservationWindowMethod("adakv", std::move(config), window_config),
         variant_(variant),
-        floor_alpha_(floor_alpha) {
-    traits_.tensor_parallel = true;
-  }
+        floor_alpha_(floor_alpha) {}
   std::vector<std::vector<int32_t>> select_prefix(const WindowScores& scores, int layer,
                                                   int num_layers) const override;
   // The kept prefix of every head of the layer from all of its heads' scores.

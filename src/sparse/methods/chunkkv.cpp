@@ -42,6 +42,10 @@ int32_t ChunkKvMethod::num_kept_tokens(int32_t num_prompt_tokens, int32_t budget
 
 std::vector<std::vector<int32_t>> ChunkKvMethod::select_prefix(const WindowScores& scores, int /*layer*/,
                                                                int /*num_layers*/) const {
+  return select_over_every_rank(scores, [this](const WindowScores& all) { return select_chunks(all); });
+}
+
+std::vector<std::vector<int32_t>> ChunkKvMethod::select_chunks(const WindowScores& scores) const {
   const int32_t c = chunk_length_;
   const ChunkPlan p = plan_chunks(scores.num_tokens, window_config().budget, window_config().window, c);
   // chunk_scores[i] = mean over chunk i's tokens of the scores summed over KV heads (prefix chunks: c tokens).

@@ -37,6 +37,8 @@ class ChunkKvMethod final : public ObservationWindowMethod {
       : ObservationWindowMethod("chunkkv", std::move(config), window_config), chunk_length_(chunk_length) {}
   std::vector<std::vector<int32_t>> select_prefix(const WindowScores& scores, int layer,
                                                   int num_layers) const override;
+  // The chunks every head keeps, ranked by scores summed over all of `scores`' heads.
+  std::vector<std::vector<int32_t>> select_chunks(const WindowScores& scores) const;
   int64_t compressed_pages(const KvLayout& layout, int32_t num_prompt_tokens,
                            int32_t num_decode_tokens) const override;
 

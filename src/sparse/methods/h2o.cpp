@@ -49,6 +49,7 @@ H2oMethod::H2oMethod(nlohmann::ordered_json config, int32_t num_heavy, int32_t n
   traits_.static_decode_forward = false;  // the column sums accumulate in every decode step's forward
   traits_.prefix_mode = PrefixMode::kChain;
   traits_.prefill_policy = PrefillPolicy::kEvictDuring;
+  traits_.tensor_parallel = true;  // each stream accumulates and evicts by its own scores
 }
 
 int64_t H2oMethod::resident_pages(const KvLayout& layout, int32_t /*num_prefill_tokens*/, int32_t num_tokens) const {

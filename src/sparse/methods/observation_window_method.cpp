@@ -17,6 +17,9 @@ ObservationWindowMethod::ObservationWindowMethod(std::string name, nlohmann::ord
   traits_.static_decode_forward = true;  // scores come from the prompt; decode steps only attend
   traits_.prefix_mode = PrefixMode::kChain;
   traits_.prefill_policy = PrefillPolicy::kCompressAfter;
+  traits_.keys_through_logits = true;  // the scores are the window's softmax over q . k
+  // Per-head choices read one rank's heads; those spanning a layer's heads use select_over_every_rank.
+  traits_.tensor_parallel = true;
 }
 
 int64_t ObservationWindowMethod::resident_pages(const KvLayout& layout, int32_t num_prefill_tokens,
@@ -36,6 +39,23 @@ bool ObservationWindowMethod::streams_equal_on_every_rank(bool equal_here, int32
   for (size_t r = 0; r < all.size(); r += 2)
     if (all[r] != 1.0f || all[r + 1] != mine[1]) return false;
   return true;
+}
+
+std::vector<std::vector<int32_t>> ObservationWindowMethod::select_over_every_rank(
+    const WindowScores& scores,
+    const std::function<std::vector<std::vector<int32_t>>(const WindowScores&)>& select_all) const {
+  Communicator& ranks = communicator();
+  if (ranks.size() == 1) return select_all(scores);
+  // Rank r holds KV heads [r * Hkv_r, (r + 1) * Hkv_r): the gathered rows are the layer's heads in order.
+  WindowScores all = scores;
+  all.num_kv_heads = scores.num_kv_heads * ranks.size();
+  all.values.resize(static_cast<size_t>(all.num_kv_heads) * static_cast<size_t>(scores.num_prefix));
+  const auto num_values = static_cast<int64_t>(scores.values.size());
+  ranks.all_gather(TensorView{all.values.data(), DType::kF32, {all.num_kv_heads, scores.num_prefix}, Device::kCpu},
+                   TensorView{const_cast<float*>(scores.values.data()), DType::kF32, {num_values}, Device::kCpu});
+  std::vector<std::vector<int32_t>> kept = select_all(all);
+  const auto first = kept.begin() + int64_t{ranks.rank()} * scores.num_kv_heads;
+  return {std::make_move_iterator(first), std::make_move_iterator(first + scores.num_kv_heads)};
 }
 
 void ObservationWindowMethod::on_attention_end(LayerContext& ctx) {

@@ -23,6 +23,7 @@
 // asked of every rank's heads (an all-gather of the answers), so all ranks compress the layer or none does.
 #pragma once
 
+#include <functional>
 #include <unordered_map>
 #include <vector>
 
@@ -54,6 +55,13 @@ class ObservationWindowMethod : public MethodRuntime {
   // tokens were appended after it.
   virtual int64_t compressed_pages(const KvLayout& layout, int32_t num_prompt_tokens,
                                    int32_t num_decode_tokens) const = 0;
+
+  // For a choice that spans a layer's KV heads (select_prefix of AdaKV, ChunkKV): `select_all` run over the
+  // scores of every tensor-parallel rank's heads, gathered in head order, and this rank's heads' part of its
+  // answer; `select_all(scores)` itself on one rank. Every rank gets the one rank's bits.
+  std::vector<std::vector<int32_t>> select_over_every_rank(
+      const WindowScores& scores,
+      const std::function<std::vector<std::vector<int32_t>>(const WindowScores&)>& select_all) const;
 
  private:
   // Whether every rank's streams of a layer hold `num_tokens` tokens each, given whether this rank's do (its

@@ -15,10 +15,7 @@ Result<std::unique_ptr<MethodRuntime>> SnapKvMethod::create(const nlohmann::json
 }
 
 SnapKvMethod::SnapKvMethod(nlohmann::ordered_json config, const ObservationWindowConfig& window_config)
-    : ObservationWindowMethod("snapkv", std::move(config), window_config) {
-  traits_.keys_through_logits = true;  // its scores are the window's softmax over q . k
-  traits_.tensor_parallel = true;      // each KV head keeps its own top tokens
-}
+    : ObservationWindowMethod("snapkv", std::move(config), window_config) {}
 
 std::vector<std::vector<int32_t>> SnapKvMethod::select_prefix(const WindowScores& scores, int /*layer*/,
                                                               int /*num_layers*/) const {
