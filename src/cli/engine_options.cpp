@@ -46,27 +46,33 @@ bool parse_byte_size(const std::string& text, int64_t& bytes) {
 
 }  // namespace
 
-void add_engine_options(CLI::App& command, EngineConfig& config) {
-  CLI::Option* device_option = command
-      .add_option_function<std::string>(
-          "--device",
-          [&config](const std::string& text) {
-            if (text == "auto") return;  // resolved below
-            Result<Device> device = parse_device(text);
-            if (!device.is_ok()) throw CLI::ValidationError("--device", device.status().message());
-            if (!device_built(*device))
-              throw CLI::ValidationError("--device", "this build has no CUDA backend (configure with -DSE_CUDA=ON)");
-            if (*device == Device::kCuda)
-              if (const Status usable = cuda_device_status(); !usable.is_ok())
-                throw CLI::ValidationError("--device", std::string(usable.message()));
-            config.device = *device;
-          },
-          "where the model and its KV cache live: cpu, cuda, or auto (cuda when a Hopper GPU is visible)")
-      ->default_str("auto");
+void add_device_option(CLI::App& command, Device& device) {
+  CLI::Option* device_option =
+      command
+          .add_option_function<std::string>(
+              "--device",
+              [&device](const std::string& text) {
+                if (text == "auto") return;  // resolved below
+                Result<Device> parsed = parse_device(text);
+                if (!parsed.is_ok()) throw CLI::ValidationError("--device", parsed.status().message());
+                if (!device_built(*parsed))
+                  throw CLI::ValidationError("--device",
+                                             "this build has no CUDA backend (configure with -DSE_CUDA=ON)");
+                if (*parsed == Device::kCuda)
+                  if (const Status usable = cuda_device_status(); !usable.is_ok())
+                    throw CLI::ValidationError("--device", std::string(usable.message()));
+                device = *parsed;
+              },
+              "where the model and its KV cache live: cpu, cuda, or auto (cuda when a Hopper GPU is visible)")
+          ->default_str("auto");
   // Once the command line is read, so that commands which never run never load the GPU driver.
-  command.parse_complete_callback([&config, device_option] {
-    if (device_option->count() == 0 || device_option->as<std::string>() == "auto") config.device = default_device();
+  command.parse_complete_callback([&device, device_option] {
+    if (device_option->count() == 0 || device_option->as<std::string>() == "auto") device = default_device();
   });
+}
+
+void add_engine_options(CLI::App& command, EngineConfig& config) {
+  add_device_option(command, config.device);
   command.add_option("--max-model-len", config.max_model_len, "context length (0 = the model's)")
       ->capture_default_str();
   command.add_option("--max-num-seqs", config.max_num_seqs, "requests running at once at most")

@@ -10,6 +10,10 @@
 
 namespace se::cli {
 
+// Registers --device on `command` (cpu, cuda, or auto: cuda when a Hopper GPU is visible), written into `device`
+// once the command line is read; a device this build or machine cannot use is a CLI usage error.
+void add_device_option(CLI::App& command, Device& device);
+
 // Registers the flags on `command`; they write into `config`. --sparse-config must be a JSON object (a
 // parse error is a CLI usage error, exit code 2).
 void add_engine_options(CLI::App& command, EngineConfig& config);

@@ -26,6 +26,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "backend/device_memory.h"
 #include "cli/commands.h"
 #include "cli/engine_options.h"
 #include "cli/eval_budget.h"
@@ -48,6 +49,7 @@ using Clock = std::chrono::steady_clock;
 struct EvalOptions {
   std::vector<std::string> models = {"default"};
   std::string load_format = "auto";
+  Device device = Device::kCpu;
   std::vector<std::string> methods;  // empty: every registered method
   std::vector<double> budgets = {0.125, 0.25, 0.5};
   int context = 4096;
@@ -186,6 +188,8 @@ struct ModelContext {
     settings["method_config"] = row.config_for(length);
     settings["page_size"] = o.page_size;
     settings["prefill_chunk"] = o.prefill_chunk;
+    // A GPU's bf16 results are not the CPU's; a CPU cell keeps the key results files have always had.
+    if (o.device != Device::kCpu) settings["device"] = device_name(o.device);
     return {{"model", title},      {"method", row.method}, {"budget", row.key ? row.fraction : 1.0},
             {"task", task},        {"context", length},    {"sample", sample},
             {"settings", settings}};
@@ -298,7 +302,7 @@ Result<ModelReport> evaluate_model(const EvalOptions& o, const std::string& mode
   ModelOptions model_options;
   model_options.model = model_arg;
   model_options.load_format = o.load_format;
-  SE_ASSIGN_OR_RETURN(ModelBundle bundle, model_options.load());
+  SE_ASSIGN_OR_RETURN(ModelBundle bundle, model_options.load(o.device));
   if (!bundle.tokenizer) return invalid_argument("model '{}' has no tokenizer", bundle.name);
   const Model& model = *bundle.model;
   const Tokenizer& tokenizer = *bundle.tokenizer;
@@ -446,10 +450,10 @@ Result<ModelReport> evaluate_model(const EvalOptions& o, const std::string& mode
   for (double d : o.task_depths) depths += (depths.empty() ? "" : ", ") + fmt::format("{:g}", d);
   report.setup = fmt::format(
       "Long text: {} window(s) of {} context + {} teacher-forced tokens from {} text(s). Tasks: {} sample(s) per "
-      "task and length, needle depths {} in turn, plain prompts, greedy. Cells computed now: {}, taken from the "
-      "results file: {}.",
-      windows.size(), o.context, o.continuation, texts.size(), o.samples, depths, report.cells_run,
-      report.cells_reused);
+      "task and length, needle depths {} in turn, plain prompts, greedy, device {}. Cells computed now: {}, taken "
+      "from the results file: {}.",
+      windows.size(), o.context, o.continuation, texts.size(), o.samples, depths, device_name(o.device),
+      report.cells_run, report.cells_reused);
   return report;
 }
 
@@ -577,6 +581,7 @@ void add_eval_command(CLI::App& app, int& exit_code) {
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--load-format", o->load_format, "auto | gguf | safetensors")->capture_default_str();
+  add_device_option(*cmd, o->device);
   cmd->add_option("--methods", o->methods, "methods, comma-separated (default: every registered method)")
       ->delimiter(',');
   cmd->add_option("--budgets", o->budgets, "budgets as fractions of each prompt, comma-separated")

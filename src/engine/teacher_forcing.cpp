@@ -5,6 +5,7 @@
 #include "backend/device_memory.h"
 #include "base/check.h"
 #include "sparse/low_rank_kv.h"
+#include "sparse/method_traits.h"
 #include "sparse/method_registry.h"
 #include "sparse/step_driver.h"
 
@@ -27,6 +28,7 @@ Result<std::unique_ptr<TeacherForcedSequence>> TeacherForcedSequence::create(con
                                                                              const TeacherForcingOptions& options) {
   if (options.max_tokens < 1) return invalid_argument("teacher forcing: max_tokens must be positive");
   if (options.prefill_chunk < 1) return invalid_argument("teacher forcing: prefill_chunk must be positive");
+  SE_RETURN_IF_ERROR(check_runs_on(model.device(), method->traits(), method->name()));
   const ModelConfig& config = model.config();
   KvLayout layout;
   layout.num_layers = config.num_layers;

@@ -114,6 +114,7 @@ def test_rerun_takes_every_cell_from_the_results_file(report, tmp_path):
     (["--budget-key", "budget=lots"], "--budget-key"),
     (["--tasks", "niah"], "unknown task 'niah'"),
     (["--task-depths", "1.5"], "--task-depths"),
+    (["--device", "tpu"], "--device"),
 ])
 def test_bad_options_are_usage_errors(tmp_path, extra, message):
     r = subprocess.run(eval_args(tmp_path / "x.md", *extra), capture_output=True, text=True, timeout=60)
