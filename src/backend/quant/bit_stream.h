@@ -10,15 +10,13 @@ namespace se {
 
 inline size_t bit_stream_bytes(int64_t n, int32_t bits) { return static_cast<size_t>((n * bits + 7) / 8); }
 
-// codes[j] < 2^bits, j < n -> out[bit_stream_bytes(n, bits)].
-inline void pack_bit_stream(const uint8_t* codes, int64_t n, int32_t bits, uint8_t* out) {
-  for (size_t k = 0; k < bit_stream_bytes(n, bits); ++k) out[k] = 0;
-  for (int64_t j = 0; j < n; ++j) {
-    const int64_t bit = j * bits;
-    const uint32_t v = static_cast<uint32_t>(codes[j]) << (bit % 8);
-    out[bit / 8] |= static_cast<uint8_t>(v);
-    if ((bit % 8) + bits > 8) out[bit / 8 + 1] |= static_cast<uint8_t>(v >> 8);
-  }
+// Sets code j (< 2^bits) of a stream whose bits [j*bits, (j+1)*bits) are still zero, so an encoder can write its
+// codes as it computes them into a stream it zeroed first.
+inline void write_bit_stream_code(uint8_t* out, int64_t j, int32_t bits, uint32_t code) {
+  const int64_t bit = j * bits;
+  const uint32_t v = code << (bit % 8);
+  out[bit / 8] |= static_cast<uint8_t>(v);
+  if ((bit % 8) + bits > 8) out[bit / 8 + 1] |= static_cast<uint8_t>(v >> 8);
 }
 
 inline uint32_t unpack_bit_stream(const uint8_t* bytes, int64_t j, int32_t bits) {

@@ -1,5 +1,6 @@
 #include "backend/quant/turboquant.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "backend/quant/bit_stream.h"
@@ -52,18 +53,17 @@ void TurboQuantMse::encode(const float* x, uint8_t* codes, uint16_t* norm) const
   const double n = l2_norm(x, dim_);
   *norm = to_f16(n);
   const std::vector<double>& bounds = codebook_.boundaries;
-  std::vector<uint8_t> idx(dim_);
+  std::fill(codes, codes + code_bytes(), uint8_t{0});
   for (int32_t i = 0; i < dim_; ++i) {
     double y = 0.0;
     if (n > 0.0) {
       const double* row = rotation_.data() + static_cast<size_t>(i) * dim_;
       for (int32_t j = 0; j < dim_; ++j) y += row[j] * (x[j] / n);
     }
-    uint8_t k = 0;
+    uint32_t k = 0;
     while (k < bounds.size() && bounds[k] < y) ++k;
-    idx[i] = k;
+    write_bit_stream_code(codes, i, bits_, k);
   }
-  pack_bit_stream(idx.data(), dim_, bits_, codes);
 }
 
 void TurboQuantMse::decode(const uint8_t* codes, uint16_t norm, float* out) const {
@@ -83,14 +83,13 @@ size_t QjlResidual::sign_bytes() const { return bit_stream_bytes(dim_, 1); }
 
 void QjlResidual::encode(const float* r, uint8_t* signs, uint16_t* norm) const {
   *norm = to_f16(l2_norm(r, dim_));
-  std::vector<uint8_t> bits(dim_);
+  std::fill(signs, signs + sign_bytes(), uint8_t{0});
   for (int32_t i = 0; i < dim_; ++i) {
     const double* row = projection_.data() + static_cast<size_t>(i) * dim_;
     double s = 0.0;
     for (int32_t j = 0; j < dim_; ++j) s += row[j] * r[j];
-    bits[i] = s >= 0.0 ? 1 : 0;
+    write_bit_stream_code(signs, i, 1, s >= 0.0 ? 1 : 0);
   }
-  pack_bit_stream(bits.data(), dim_, 1, signs);
 }
 
 void QjlResidual::add_decoded(const uint8_t* signs, uint16_t norm, float* out) const {

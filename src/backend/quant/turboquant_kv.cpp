@@ -12,13 +12,12 @@ void turboquant_encode_value(const float* v, int32_t dim, int32_t bits, uint8_t*
   const auto top = static_cast<float>((1 << bits) - 1);
   float scale = (maximum - minimum) / top;
   if (!(scale > kTurboQuantMinValueScale)) scale = kTurboQuantMinValueScale;
-  std::vector<uint8_t> codes(static_cast<size_t>(dim));
+  std::fill(record, record + bit_stream_bytes(dim, bits), uint8_t{0});
   for (int32_t j = 0; j < dim; ++j) {
     // Truncation toward zero of a value >= 0.5 is the floor: round half up, as vLLM's store kernel does.
     const float q = std::trunc((v[j] - minimum) / scale + 0.5f);
-    codes[static_cast<size_t>(j)] = static_cast<uint8_t>(std::clamp(q, 0.0f, top));
+    write_bit_stream_code(record, j, bits, static_cast<uint32_t>(std::clamp(q, 0.0f, top)));
   }
-  pack_bit_stream(codes.data(), dim, bits, record);
   uint8_t* params = record + bit_stream_bytes(dim, bits);
   write_u16(f32_to_f16(scale), params);
   write_u16(f32_to_f16(minimum), params + 2);
