@@ -9,7 +9,7 @@ namespace se {
 
 int64_t MemoryOracle::num_available_pages() const {
   int64_t fewest = lead().num_available_pages();
-  for (const SparseController* rank : ranks_) fewest = std::min(fewest, rank->cache().num_available_pages());
+  for (size_t r = 1; r < ranks_.size(); ++r) fewest = std::min(fewest, ranks_[r]->cache().num_available_pages());
   return fewest;
 }
 
