@@ -44,7 +44,8 @@ int64_t kv_pool_bytes(const EngineConfig& config, int num_ranks) {
 
 // What a method needs to run on `size` ranks of `model` (rank 0's config): its traits say it decides per KV
 // head or agrees across ranks, each rank holds whole query groups (a KV head replicated over ranks splits its query
-// heads, whose scores no rank then sees whole), and no host tier (a rank's states move there alone).
+// heads, whose scores no rank then sees whole; so does a latent-attention model's shared latent, which every rank
+// keeps for its share of the heads), and no host tier (a rank's states move there alone).
 Status check_runs_sharded(const ModelConfig& model, int size, const MethodRuntime& method, const EngineConfig& config) {
   if (config.tensor_parallel_size != size)
     return invalid_argument("the model was loaded for --tensor-parallel-size {} but the engine runs {}", size,
@@ -61,6 +62,11 @@ Status check_runs_sharded(const ModelConfig& model, int size, const MethodRuntim
         "query groups (each KV head is kept by {} ranks); use a --tensor-parallel-size that "
         "divides the KV heads",
         method.name(), size, size / model.kv_head_copies, model.kv_head_copies);
+  if (model.latent_attention() && method.traits().keys_through_logits && !method.traits().position_only)
+    return invalid_argument(
+        "{} scores the shared latent of {} with every query head, but {} ranks split the heads; run it with "
+        "--tensor-parallel-size 1",
+        method.name(), model.model_type, size);
   if (config.kv_offloading_size > 0)
     return unimplemented("--kv-offloading-size does not run under tensor parallelism yet");
   return Status::ok();

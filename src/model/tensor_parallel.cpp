@@ -47,12 +47,6 @@ Result<ModelConfig> shard_config(const ModelConfig& config, ShardLayout layout) 
   if (config.shard.size != 1)
     return invalid_argument("shard_config: the config is already rank {} of {}", config.shard.rank, config.shard.size);
   if (size == 1) return config;
-  if (config.latent_attention()) {
-    return unimplemented(
-        "tensor parallelism does not split multi-head latent attention yet; run {} with "
-        "--tensor-parallel-size 1",
-        config.model_type);
-  }
   SE_RETURN_IF_ERROR(check_divides(size, config.num_heads, "attention heads"));
   // Fewer KV heads than ranks: each KV head is kept by the ranks whose query heads read it.
   if (config.num_kv_heads % size != 0 && size % config.num_kv_heads != 0) {

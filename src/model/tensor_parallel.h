@@ -7,7 +7,9 @@
 // head split the vocabulary: each rank looks up the tokens it holds (an all-reduce joins them) and computes the
 // logits of its rows (an all-gather joins them). Norms are whole on every rank. A rank's model is an ordinary Model
 // over its shard_config, whose head, KV head and MLP counts are the rank's own, so the layers and the KV cache
-// built from it see only the rank's part. Pure; thread-safe.
+// built from it see only the rank's part. Multi-head latent attention splits by heads too (q or q_b, kv_b
+// column-parallel, o_proj row-parallel), while the latent's down projection is whole on every rank: each rank
+// computes and keeps the whole shared latent, which its heads read. Pure; thread-safe.
 #pragma once
 
 #include "base/status.h"
@@ -18,7 +20,7 @@
 namespace se {
 
 // The config of rank layout.rank's part of `config`; errors name the count that `layout.size` does not divide
-// (heads, KV heads, MLP or expert width) or what cannot be split (multi-head latent attention, for now).
+// (heads, KV heads, MLP or expert width).
 Result<ModelConfig> shard_config(const ModelConfig& config, ShardLayout layout);
 
 // Rank layout.rank's part of weight `spec` of `config` (the whole model's), as spec.split says: `tensor` itself

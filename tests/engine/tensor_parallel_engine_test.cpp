@@ -211,7 +211,12 @@ INSTANTIATE_TEST_SUITE_P(
              {{"budget", 32}, {"window", 8}, {"chunk_length", 4}},
              {2, 4}},
         Case{"qwen3_chunkkv", {"qwen3"}, "chunkkv", {{"budget", 32}, {"window", 8}, {"chunk_length", 4}}, {2}},
-        Case{"llama_h2o", {"llama", kFourKvHeads}, "h2o", {{"budget", 32}}, {2, 4}}),
+        Case{"llama_h2o", {"llama", kFourKvHeads}, "h2o", {{"budget", 32}}, {2, 4}},
+        // Latent attention: every rank keeps the whole shared latent for its heads; H2O keeps each head's expanded
+        // K/V, which the ranks split.
+        Case{"deepseek_v2_vanilla", {"deepseek_v2"}, "vanilla", nullptr, {2, 4}},
+        Case{"deepseek_v2_streamingllm", {"deepseek_v2"}, "streamingllm", {{"budget", 32}, {"sink_tokens", 4}}, {2, 4}},
+        Case{"deepseek_v2_h2o", {"deepseek_v2"}, "h2o", {{"budget", 32}}, {2}}),
     [](const testing::TestParamInfo<Case>& info) { return info.param.label; });
 
 // AdaKV leaves the two KV heads of a layer with different lengths; each of two ranks holds one of them, whose
@@ -303,6 +308,12 @@ TEST(TensorParallelEngineTest, WhatCannotRunSplitIsRefusedAtStartup) {
   EXPECT_NE(snapkv.status().message().find("4 ranks split the model's 2 KV heads"), std::string::npos)
       << snapkv.status().to_string();
   EXPECT_TRUE(Engine::create(four, engine_config(4, "vanilla", nullptr)).is_ok());
+
+  // A method that scores a latent-attention model's shared latent reads every query head, which the ranks split.
+  auto latent = Engine::create(sharded_bundle(TinySpec{"deepseek_v2"}, 2), engine_config(2, "snapkv", kSnap));
+  ASSERT_FALSE(latent.is_ok());
+  EXPECT_NE(latent.status().message().find("snapkv scores the shared latent"), std::string::npos)
+      << latent.status().to_string();
 }
 
 }  // namespace

@@ -1,8 +1,9 @@
 // Tensor parallelism's sharded forward on the CPU (ranks as threads of one LocalCommGroup): a model split over 2 and
 // 4 ranks gives the logits of the whole model within fp32 tolerance, for Llama (GQA; at 4 ranks its 2 KV heads are
-// replicated), Qwen3 (q/k norms), Qwen3-MoE (experts split by width) and Gemma 3 (sandwich norms, the _out
-// layers), over a prefill of two ragged sequences and the decode steps after it; a vocabulary the ranks do not
-// divide is padded. The sharding plan's checks (counts that do not divide, latent attention) are errors.
+// replicated), Qwen3 (q/k norms), Qwen3-MoE (experts split by width), Gemma 3 (sandwich norms, the _out layers)
+// and DeepSeek-V2 (latent attention split by heads, the latent whole on every rank; shared experts), over a
+// prefill of two ragged sequences and the decode steps after it; a vocabulary the ranks do not divide is padded.
+// The sharding plan's checks (counts that do not divide) are errors.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -134,7 +135,8 @@ TEST_P(TensorParallelForwardTest, ShardedLogitsEqualTheWholeModels) {
 INSTANTIATE_TEST_SUITE_P(Models, TensorParallelForwardTest,
                          testing::Values(Case{"llama", 2}, Case{"llama", 4}, Case{"qwen3", 2}, Case{"qwen3", 4},
                                          Case{"qwen3_moe", 2}, Case{"qwen3_moe", 4}, Case{"gemma3_text", 2},
-                                         Case{"llama", 4, 98}, Case{"qwen3", 2, 97}),
+                                         Case{"deepseek_v2", 2}, Case{"deepseek_v2", 4}, Case{"llama", 4, 98},
+                                         Case{"qwen3", 2, 97}),
                          [](const testing::TestParamInfo<Case>& info) {
                            return info.param.model_type + "_tp" + std::to_string(info.param.size) + "_vocab" +
                                   std::to_string(info.param.vocab);

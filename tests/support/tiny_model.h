@@ -21,6 +21,20 @@ inline nlohmann::json tiny_config(const std::string& model_type = "llama") {
     c["sliding_window"] = 8;
     c["sliding_window_pattern"] = 2;
   }
+  if (model_type == "deepseek_v2") {  // latent attention, a dense first layer, then experts with a shared one
+    c["num_key_value_heads"] = 4;
+    c["head_dim"] = 24;
+    c["kv_lora_rank"] = 16;
+    c["q_lora_rank"] = nullptr;
+    c["qk_nope_head_dim"] = 16;
+    c["qk_rope_head_dim"] = 8;
+    c["v_head_dim"] = 16;
+    c["n_routed_experts"] = 8;
+    c["num_experts_per_tok"] = 2;
+    c["moe_intermediate_size"] = 32;
+    c["n_shared_experts"] = 1;
+    c["first_k_dense_replace"] = 1;
+  }
   if (model_type == "qwen3_moe") {
     c["num_experts"] = 8;
     c["num_experts_per_tok"] = 3;

@@ -164,24 +164,29 @@ Status configure(const nlohmann::json& hf, ModelConfig& config) {
 
 void layer_weights(const ModelConfig& config, int layer, std::vector<WeightSpec>& specs) {
   const int64_t hidden = config.hidden_size, heads = config.num_heads, rank = config.kv_lora_rank;
-  const auto add = [&](std::string_view hf, std::string_view gguf, Shape shape, WeightKind kind) {
-    specs.push_back({hf_layer_name(layer, hf), gguf_layer_name(layer, gguf), shape, kind, {}});
+  // Under tensor parallelism the projections into and out of the heads split by head; the latent's down
+  // projection and its norms are whole on every rank, so every rank computes (and keeps) the whole latent.
+  const auto add = [&](std::string_view hf, std::string_view gguf, Shape shape, WeightKind kind,
+                       WeightSplit split = WeightSplit::kReplicated) {
+    specs.push_back({hf_layer_name(layer, hf), gguf_layer_name(layer, gguf), shape, kind, {}, split});
   };
   add("input_layernorm.weight", "attn_norm.weight", Shape{hidden}, WeightKind::kNorm);
   const int64_t q_out = heads * config.head_dim;
   if (config.q_lora_rank > 0) {
     add("self_attn.q_a_proj.weight", "attn_q_a.weight", Shape{config.q_lora_rank, hidden}, WeightKind::kLinear);
     add("self_attn.q_a_layernorm.weight", "attn_q_a_norm.weight", Shape{config.q_lora_rank}, WeightKind::kNorm);
-    add("self_attn.q_b_proj.weight", "attn_q_b.weight", Shape{q_out, config.q_lora_rank}, WeightKind::kLinear);
+    add("self_attn.q_b_proj.weight", "attn_q_b.weight", Shape{q_out, config.q_lora_rank}, WeightKind::kLinear,
+        WeightSplit::kOut);
   } else {
-    add("self_attn.q_proj.weight", "attn_q.weight", Shape{q_out, hidden}, WeightKind::kLinear);
+    add("self_attn.q_proj.weight", "attn_q.weight", Shape{q_out, hidden}, WeightKind::kLinear, WeightSplit::kOut);
   }
   add("self_attn.kv_a_proj_with_mqa.weight", "attn_kv_a_mqa.weight", Shape{rank + config.qk_rope_head_dim, hidden},
       WeightKind::kLinear);
   add("self_attn.kv_a_layernorm.weight", "attn_kv_a_norm.weight", Shape{rank}, WeightKind::kNorm);
   add("self_attn.kv_b_proj.weight", "attn_kv_b.weight",
-      Shape{heads * (config.qk_nope_head_dim + config.v_head_dim), rank}, WeightKind::kLinear);
-  add("self_attn.o_proj.weight", "attn_output.weight", Shape{hidden, heads * config.v_head_dim}, WeightKind::kLinear);
+      Shape{heads * (config.qk_nope_head_dim + config.v_head_dim), rank}, WeightKind::kLinear, WeightSplit::kOut);
+  add("self_attn.o_proj.weight", "attn_output.weight", Shape{hidden, heads * config.v_head_dim}, WeightKind::kLinear,
+      WeightSplit::kIn);
   append_layer_norm(config, layer, "post_attention_layernorm.weight", "ffn_norm.weight", specs);
   if (!config.layers[static_cast<size_t>(layer)].moe) {
     append_gated_mlp_weights(config, layer, specs);

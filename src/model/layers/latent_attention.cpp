@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "base/check.h"
+#include "model/layers/row_parallel.h"
 
 namespace se {
 
@@ -128,7 +129,7 @@ void latent_attention_add(const BlockInputs& in, TensorView h, TensorView x) {
   AttentionParams params;
   params.scale = in.config.attention_scale;
   const TensorView out = in.hooks.stores_latent() ? attend_latent(in, params) : attend_expanded(in, params);
-  linear_add(h, out, in.weights.o_proj.view());
+  row_parallel_linear_add(in.comm, h, out, in.weights.o_proj.view());
 }
 
 }  // namespace se
