@@ -212,6 +212,12 @@ INSTANTIATE_TEST_SUITE_P(
              {2, 4}},
         Case{"qwen3_chunkkv", {"qwen3"}, "chunkkv", {{"budget", 32}, {"window", 8}, {"chunk_length", 4}}, {2}},
         Case{"llama_h2o", {"llama", kFourKvHeads}, "h2o", {{"budget", 32}}, {2, 4}},
+        // One index of prompt tokens for every head, by the max over all query heads: the ranks join theirs.
+        Case{"llama_omnikv",
+             {"llama", kFourKvHeads},
+             "omnikv",
+             {{"filter_layers", {0}}, {"num_wait", 0}, {"num_selected_tokens", 16}},
+             {2, 4}},
         // Latent attention: every rank keeps the whole shared latent for its heads; H2O keeps each head's expanded
         // K/V, which the ranks split.
         Case{"deepseek_v2_vanilla", {"deepseek_v2"}, "vanilla", nullptr, {2, 4}},

@@ -5,7 +5,9 @@
 #include <numeric>
 
 #include "backend/device_memory.h"
+#include "backend/ops.h"
 #include "base/check.h"
+#include "base/top_k.h"
 
 namespace se {
 
@@ -37,6 +39,7 @@ OmniKvMethod::OmniKvMethod(nlohmann::ordered_json config, std::vector<int> filte
   traits_.keeps_full_history = true;
   traits_.ops = {OpId::kTopKeysByLogitsMaxOverHeads, OpId::kTokenListsWithTail, OpId::kPagedAttentionOverSelection};
   traits_.static_decode_forward = false;  // the filter layers' selections are built on the host every step
+  traits_.tensor_parallel = true;         // the ranks join their filter scores (top_keys_over_every_rank)
 }
 
 OmniKvMethod::LayerPlan OmniKvMethod::plan_layers(int32_t num_layers) const {
@@ -100,11 +103,30 @@ void OmniKvMethod::select_tokens(LayerContext& ctx, int32_t slice, int32_t prefi
   // The filter scores of the sequence's last query row against its prompt keys, ranked where the pool lives; the
   // sparse layers' lists (the index, then each head's decode tail) are built there too, so the step never waits.
   const int64_t head_dim = ctx.q.shape[2];
-  top_keys_by_logits_max_over_heads(index.tokens.view(), ctx.last_query_row(slice), ctx.view, slice, prefill_len,
-                                    1.0f / std::sqrt(static_cast<float>(head_dim)));
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  if (communicator().size() == 1)
+    top_keys_by_logits_max_over_heads(index.tokens.view(), ctx.last_query_row(slice), ctx.view, slice, prefill_len,
+                                      scale);
+  else
+    top_keys_over_every_rank(index.tokens.view(), ctx.last_query_row(slice), ctx.view, slice, prefill_len, scale);
   token_lists_with_tail(index.lists.view(), index.counts.view(), index.tokens.view(), ctx.view, slice, prefill_len);
   index.tokens_read = 0;
   for (int32_t h = 0; h < num_kv_heads; ++h) index.tokens_read += num_kept + (sv.num_tokens[h] - prefill_len);
+}
+
+void OmniKvMethod::top_keys_over_every_rank(TensorView out_tokens, TensorView q, const AttentionView& view,
+                                            int32_t slice, int32_t num_keys, float scale) const {
+  Communicator& ranks = communicator();
+  std::vector<float> mine(static_cast<size_t>(num_keys));
+  attention_logits_max_over_heads(TensorView{mine.data(), DType::kF32, {num_keys}, Device::kCpu}, q, view, slice,
+                                  scale);
+  std::vector<float> all(static_cast<size_t>(ranks.size()) * mine.size());
+  ranks.all_gather(TensorView{all.data(), DType::kF32, {ranks.size(), num_keys}, Device::kCpu},
+                   TensorView{mine.data(), DType::kF32, {num_keys}, Device::kCpu});
+  for (size_t r = 1; r < static_cast<size_t>(ranks.size()); ++r)
+    for (size_t j = 0; j < mine.size(); ++j) all[j] = std::max(all[j], all[r * mine.size() + j]);
+  const std::vector<int32_t> top = top_k_ascending(all.data(), num_keys, static_cast<int32_t>(out_tokens.shape[0]));
+  std::copy(top.begin(), top.end(), out_tokens.ptr<int32_t>());
 }
 
 void OmniKvMethod::build_decode_selection(LayerContext& ctx, int32_t slice, Selection& selection) {

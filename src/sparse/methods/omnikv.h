@@ -17,6 +17,8 @@
 // where the pool lives (top_keys_by_logits_max_over_heads, token_lists_with_tail), so on a GPU no index reaches
 // the host and the step does not wait for it. Engine thread only.
 // Sliding-window layers (Gemma 3's local layers) stay dense: their window already bounds what they read.
+// Tensor parallelism: each rank's filter scores are the max over its own query heads; the ranks all-gather them and
+// take the max of those, which is the max over every head in any order, so every rank keeps the one rank's index.
 #pragma once
 
 #include <unordered_map>
@@ -67,6 +69,9 @@ class OmniKvMethod final : public MethodRuntime {
   int32_t num_kept_tokens(int32_t prefill_len) const;
   const LayerPlan& plan(int32_t num_layers);
   void select_tokens(LayerContext& ctx, int32_t slice, int32_t prefill_len, int32_t num_kept, TokenIndex& index);
+  // top_keys_by_logits_max_over_heads over the query heads of every tensor-parallel rank (CPU ranks).
+  void top_keys_over_every_rank(TensorView out_tokens, TensorView q, const AttentionView& view, int32_t slice,
+                                int32_t num_keys, float scale) const;
 
   std::vector<int> filter_layers_;
   int num_wait_ = 0;
