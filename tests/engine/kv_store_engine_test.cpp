@@ -16,6 +16,7 @@
 #include "engine/engine.h"
 #include "engine/teacher_forcing.h"
 #include "kv/kv_store_kind.h"
+#include "sparse/kivi_cache_manager.h"
 
 namespace se {
 namespace {
@@ -189,6 +190,46 @@ TEST(KvStoreEngineTest, SnapKvOverKiviStaysCloseToSnapKvOverTheExplicitCache) {
     for (size_t r = 0; r < prompts.size(); ++r) EXPECT_EQ(kivi2.tokens[r].size(), 12u) << method << " " << r;
     EXPECT_EQ(kivi2.stats.num_kv_pages_used, 0) << method;
   }
+}
+
+// SnapKV over KIVI-2 under memory pressure: concurrent requests whose held prompts do not all fit take turns
+// through preemption, one is aborted mid-flight, the rest finish, and every page comes back.
+TEST(KvStoreEngineTest, SnapKvOverKiviGivesEveryPageBackAfterPreemptionAndAbort) {
+  const ModelBundle bundle = tiny_bundle();
+  EngineConfig config = store_config("kivi2", "snapkv", {{"budget", 40}, {"window", 8}});
+  // Room for two of the prompts below held at full precision, while six arrive at once.
+  const ModelConfig& mc = bundle.model->config();
+  const KvLayout layout =
+      make_kv_layout(mc.num_layers, mc.num_kv_heads, mc.head_dim, config.page_size, Device::kCpu, KvStoreKind::kKivi2,
+                     config.kivi_group_size, config.kivi_residual, config.max_num_batched_tokens);
+  config.kv_cache_memory =
+      2 * KiviCacheManager::held_prompt_pages(layout, 90) * static_cast<int64_t>(layout.page_bytes());
+  auto engine = Engine::create(bundle, config);
+  ASSERT_TRUE(engine.is_ok()) << engine.status().to_string();
+  std::mt19937 rng(14);
+  std::vector<std::shared_ptr<OutputStream>> streams;
+  for (int i = 0; i < 6; ++i) {
+    auto stream = (*engine)->submit({"r" + std::to_string(i), random_prompt(rng, 70 + 4 * i), test::greedy(24)});
+    ASSERT_TRUE(stream.is_ok()) << stream.status().to_string();
+    streams.push_back(*stream);
+  }
+  (*engine)->abort("r2");
+  for (size_t i = 0; i < streams.size(); ++i) {
+    size_t tokens = 0;
+    while (true) {
+      auto out = streams[i]->next(std::chrono::milliseconds(60000));
+      ASSERT_TRUE(out.has_value()) << "request " << i << " stalled";
+      tokens += out->tokens.size();
+      if (out->finished) break;
+    }
+    if (i != 2) EXPECT_EQ(tokens, 24u) << i;
+  }
+  (*engine)->shutdown(/*drain=*/true);
+  const EngineStats stats = (*engine)->stats();
+  RecordProperty("snapkv_kivi2_preemptions", std::to_string(stats.preemptions_total));
+  EXPECT_GT(stats.preemptions_total, 0u);
+  EXPECT_EQ(stats.requests_aborted_total, 1u);
+  EXPECT_EQ(stats.num_kv_pages_used, 0);
 }
 
 // TurboQuant's presets under vanilla: greedy continuations stay close to the explicit cache (the agreement of each
