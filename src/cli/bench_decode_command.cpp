@@ -14,6 +14,7 @@
 // explicit batch that cannot be admitted whole is reported and skipped.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -260,15 +261,16 @@ Result<DecodePoint> run_point(const ModelBundle& bundle, const DecodeBenchOption
   p.kv_pages_used = end.num_kv_pages_used;
   p.kv_pages_total = end.num_kv_pages_total;
   // The store's real bytes per token (FP8 codes are one byte per element; KIVI's codes, group parameters and
-  // residual window at the prompt's length; a TurboQuant slot); FP8's scales are per layer, not per token.
+  // residual window at the length a stream attends over: the prompt and the decoded tokens, or what an eviction
+  // method kept of the prompt, quantized after it compressed; a TurboQuant slot); FP8's scales are per layer.
   SE_ASSIGN_OR_RETURN(const KvStoreKind store, parse_kv_cache_dtype(config.kv_cache_dtype));
+  const double attended_tokens = static_cast<double>(end.attended_kv_tokens_total - begin.attended_kv_tokens_total);
+  const double stream_steps = static_cast<double>(timed_steps) * resident * mc.num_layers * mc.num_kv_heads;
   const double kv_token_bytes =
       make_kv_layout(mc.num_layers, mc.num_kv_heads, mc.head_dim, config.page_size, config.device, store,
                      config.kivi_group_size, config.kivi_residual, config.max_num_batched_tokens)
-          .bytes_per_token(std::max(o.input_len, 1));
-  p.kv_bytes_per_step =
-      static_cast<double>(end.attended_kv_tokens_total - begin.attended_kv_tokens_total) * kv_token_bytes /
-      static_cast<double>(timed_steps);
+          .bytes_per_token(std::max<int64_t>(std::llround(attended_tokens / stream_steps), 1));
+  p.kv_bytes_per_step = attended_tokens * kv_token_bytes / static_cast<double>(timed_steps);
   p.metadata_bytes_per_step =
       static_cast<double>(end.method_metadata_bytes_total - begin.method_metadata_bytes_total) /
       static_cast<double>(timed_steps);

@@ -98,6 +98,16 @@ int run_methods(bool as_json) {
       "\nCompositions: a decode-time method (%s) compresses the prompt with a prompt-time method (%s) given in its "
       "--sparse-config as {\"prompt_method\": NAME, \"prompt_config\": {...}}; no other pairing is valid.\n",
       decode_time.c_str(), prompt_time.c_str());
+  std::string over_kivi;
+  for (const auto& m : all)
+    for (const auto& store : m["kv_cache_dtypes"])
+      if (store == "kivi2") over_kivi += (over_kivi.empty() ? "" : ", ") + m["name"].get<std::string>();
+  std::printf(
+      "\nKIVI (--kv-cache-dtype kivi2|kivi4) runs under %s: a compress-after method scores and evicts the prompt while "
+      "the store holds it at full precision, and only the kept tokens are quantized. Methods that evict or select "
+      "during decode are refused over KIVI, as are ops that read explicit K/V pages; every refused pairing of a method "
+      "and a store fails before the model loads (exit 2) with the reason.\n",
+      over_kivi.c_str());
   return 0;
 }
 

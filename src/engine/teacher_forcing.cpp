@@ -30,6 +30,7 @@ Result<std::unique_ptr<TeacherForcedSequence>> TeacherForcedSequence::create(con
   if (options.prefill_chunk < 1) return invalid_argument("teacher forcing: prefill_chunk must be positive");
   SE_RETURN_IF_ERROR(check_runs_on(model.device(), method->traits(), method->name()));
   const ModelConfig& config = model.config();
+  SE_RETURN_IF_ERROR(check_kv_store_supports(options.store, model.device(), method->traits(), method->name()));
   KvLayout layout;
   layout.num_layers = config.num_layers;
   layout.num_kv_heads = config.num_kv_heads;
@@ -37,6 +38,9 @@ Result<std::unique_ptr<TeacherForcedSequence>> TeacherForcedSequence::create(con
   layout.page_size = options.page_size;
   layout.dtype = kv_page_dtype(model.device());
   const KvLayout dense_layout = layout;
+  if (options.store != KvStoreKind::kExplicit)
+    layout = make_kv_layout(config.num_layers, config.num_kv_heads, config.head_dim, options.page_size, model.device(),
+                            options.store, options.kivi_group_size, options.kivi_residual, options.prefill_chunk);
   if (const LowRankKv* low_rank = method->low_rank_kv()) layout = low_rank->store_layout(layout);
   SE_RETURN_IF_ERROR(layout.validate());
   // The dense sequence or the method's peak (its transient passes included), whichever is larger, plus a page

@@ -28,6 +28,10 @@ struct TeacherForcingOptions {
   int prefill_chunk = 2048;       // prompt tokens per forward at most (the engine's --max-num-batched-tokens)
   int32_t max_tokens = 0;         // prompt + decoded tokens the sequence will reach at most (sizes the KV pool)
   MethodEnvironment environment;  // what the engine would give the method (engine.h: method_environment)
+  // The KV store (--kv-cache-dtype), checked against the method as the engine checks it; KIVI's geometry.
+  KvStoreKind store = KvStoreKind::kExplicit;
+  int32_t kivi_group_size = 32;
+  int32_t kivi_residual = 128;
 };
 
 class TeacherForcedSequence {

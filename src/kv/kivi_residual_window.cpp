@@ -21,4 +21,9 @@ KiviFlush KiviResidualWindow::append(int64_t n) {
   return flush;
 }
 
+void KiviResidualWindow::hold(int64_t n) {
+  SE_CHECK(n >= 0, "cannot hold {} tokens", n);
+  length_ += n;
+}
+
 }  // namespace se

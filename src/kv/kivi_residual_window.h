@@ -7,7 +7,10 @@
 //           on its own (per-token groups), oldest first.
 // A prefill of T tokens thus quantizes the first T - T mod R keys and all but the last R values, and a decode
 // step at most R keys and one value, as the reference does; appending a prompt in chunks gives the same state as
-// appending it at once. Token indices are physical slots of the stream. Not thread-safe (one per stream).
+// appending it at once. Tokens may also be held (hold): they join the window without quantizing anything, and the
+// next append quantizes what it would have had they been appended then, so holding a prompt and appending 0 at its
+// end gives the state of a one-shot prefill. Token indices are physical slots of the stream. Not thread-safe (one
+// per stream).
 #pragma once
 
 #include <cstdint>
@@ -28,6 +31,8 @@ class KiviResidualWindow {
 
   // Appends n >= 0 tokens and returns the tokens to quantize now.
   KiviFlush append(int64_t n);
+  // Appends n >= 0 tokens that stay full precision until the next append.
+  void hold(int64_t n);
 
   int64_t length() const { return length_; }
   int64_t quantized_keys() const { return quantized_keys_; }      // keys [0, quantized_keys) are quantized

@@ -28,19 +28,14 @@ class KiviCacheManager::Snapshot final : public SequenceSnapshot {
   ~Snapshot() override { release_pages(*pool, state); }
   Snapshot(const Snapshot&) = delete;
   Snapshot& operator=(const Snapshot&) = delete;
-  int32_t num_logical_tokens() const override { return static_cast<int32_t>(state.window.length()); }
-  int64_t num_held_pages() const override {
-    int64_t total = 0;
-    for (size_t i = 0; i < state.quantized.size(); ++i)
-      total += static_cast<int64_t>(state.quantized[i].size() + state.residual[i].size());
-    return total;
-  }
+  int32_t num_logical_tokens() const override { return state.num_logical; }
+  int64_t num_held_pages() const override { return pages_of(state); }
   BlockPool* pool;
   Sequence state;  // emptied of its pages when restored
 };
 
 Result<std::unique_ptr<KiviCacheManager>> KiviCacheManager::create(const KvLayout& layout, int32_t num_pages,
-                                                                   Allocator* allocator) {
+                                                                   Allocator* allocator, bool hold_prompts) {
   SE_RETURN_IF_ERROR(layout.validate());
   if (!layout.kivi()) return invalid_argument("kivi cache: the layout's store is {}", kv_store_kind_name(layout.store));
   if (allocator == nullptr || allocator->device() != Device::kCpu || layout.dtype != DType::kF32)
@@ -48,15 +43,16 @@ Result<std::unique_ptr<KiviCacheManager>> KiviCacheManager::create(const KvLayou
                          kv_store_kind_name(layout.store), dtype_name(layout.dtype));
   SE_ASSIGN_OR_RETURN(std::unique_ptr<ArenaPageStorage> storage,
                       ArenaPageStorage::create(allocator, num_pages, layout.page_bytes()));
-  return std::unique_ptr<KiviCacheManager>(new KiviCacheManager(layout, std::move(storage)));
+  return std::unique_ptr<KiviCacheManager>(new KiviCacheManager(layout, std::move(storage), hold_prompts));
 }
 
-KiviCacheManager::KiviCacheManager(const KvLayout& layout, std::unique_ptr<PageStorage> storage)
+KiviCacheManager::KiviCacheManager(const KvLayout& layout, std::unique_ptr<PageStorage> storage, bool hold_prompts)
     : CacheManager(layout),
       pool_(std::move(storage)),
       page_layout_(
           kivi_page_layout(layout.page_size, layout.kivi_value_group_size, layout.head_dim, kivi_bits(layout.store))),
-      residual_page_tokens_(layout.residual_page_tokens()) {}
+      residual_page_tokens_(layout.residual_page_tokens()),
+      hold_prompts_(hold_prompts) {}
 
 KiviCacheManager::Sequence& KiviCacheManager::sequence(int32_t seq) {
   auto it = sequences_.find(seq);
@@ -70,155 +66,184 @@ const KiviCacheManager::Sequence& KiviCacheManager::sequence(int32_t seq) const 
   return it->second;
 }
 
-KiviCacheManager::Sequence KiviCacheManager::new_sequence() const {
-  const auto num_streams = static_cast<size_t>(layout().num_streams());
-  return Sequence{KiviResidualWindow(layout().kivi_residual),
-                  0,
-                  0,
-                  0,
-                  std::vector<std::vector<int32_t>>(num_streams),
-                  std::vector<std::vector<int32_t>>(num_streams),
-                  {},
-                  next_epoch()};
+KiviCacheManager::Sequence KiviCacheManager::new_sequence(int32_t held_prompt) const {
+  Sequence s;
+  s.streams.assign(static_cast<size_t>(layout().num_streams()), Stream{KiviResidualWindow(layout().kivi_residual)});
+  s.held_prompt = held_prompt;
+  s.epoch = next_epoch();
+  return s;
 }
 
-KiviCacheManager::StepPages KiviCacheManager::step_pages(const Sequence& s, int32_t num_new_tokens) const {
+int64_t KiviCacheManager::planned_key_groups(const KiviResidualWindow& window) const {
+  KiviResidualWindow flushed = window;
+  flushed.append(0);  // what held tokens quantize once released (nothing for a window that is not held)
+  return flushed.quantized_keys() / layout().page_size;
+}
+
+KiviCacheManager::StepPages KiviCacheManager::step_pages(const Stream& stream, int32_t num_new_tokens) const {
   // The window once the pending flush has run: its first slot moves past the values that flush quantizes, and
   // the pages it leaves go back.
-  const int64_t first = s.first_slot + (s.window.quantized_values() - s.stored_values);
-  const int64_t kept_residual = static_cast<int64_t>(s.residual.front().size()) - first / residual_page_tokens_;
-  KiviResidualWindow after = s.window;
-  after.append(num_new_tokens);
-  StepPages pages;
+  const int64_t first = stream.first_slot + (stream.window.quantized_values() - stream.stored_values);
+  const int64_t kept_residual = static_cast<int64_t>(stream.residual.size()) - first / residual_page_tokens_;
   // During the step the window holds every token from its first quantized-later value to the new end.
-  const int64_t held = s.window.length() + num_new_tokens - s.window.quantized_values();
+  const int64_t held = stream.window.length() + num_new_tokens - stream.window.quantized_values();
+  KiviResidualWindow after = stream.window;
+  after.hold(num_new_tokens);  // the groups a held prompt fills once released are taken as it grows
+  StepPages pages;
   pages.residual = std::max<int64_t>(
       0, ceil_div(first % residual_page_tokens_ + held, residual_page_tokens_) - std::max<int64_t>(kept_residual, 0));
-  pages.quantized = after.quantized_keys() / layout().page_size - static_cast<int64_t>(s.quantized.front().size());
+  pages.quantized = planned_key_groups(after) - static_cast<int64_t>(stream.quantized.size());
   return pages;
 }
 
-int64_t KiviCacheManager::pages_to_reserve(int32_t seq, int32_t num_new_tokens) const {
-  const StepPages pages = step_pages(sequence(seq), num_new_tokens);
-  return layout().num_streams() * (pages.residual + pages.quantized);
+int64_t KiviCacheManager::held_prompt_pages(const KvLayout& layout, int64_t num_tokens) {
+  const int64_t rows = ceil_div(num_tokens, layout.residual_page_tokens());
+  const int64_t key_groups = num_tokens / layout.kivi_residual * layout.kivi_residual / layout.page_size;
+  return layout.num_streams() * (rows + key_groups);
 }
 
-int64_t KiviCacheManager::num_held_pages(int32_t seq) const {
-  const Sequence& s = sequence(seq);
+int64_t KiviCacheManager::pages_to_reserve(int32_t seq, int32_t num_new_tokens) const {
   int64_t total = 0;
-  for (size_t i = 0; i < s.quantized.size(); ++i)
-    total += static_cast<int64_t>(s.quantized[i].size() + s.residual[i].size());
+  for (const Stream& stream : sequence(seq).streams) {
+    const StepPages pages = step_pages(stream, num_new_tokens);
+    total += pages.residual + pages.quantized;
+  }
   return total;
 }
 
-int32_t KiviCacheManager::num_logical_tokens(int32_t seq) const {
-  return static_cast<int32_t>(sequence(seq).window.length());
+int64_t KiviCacheManager::pages_of(const Sequence& s) {
+  int64_t total = 0;
+  for (const Stream& stream : s.streams)
+    total += static_cast<int64_t>(stream.quantized.size() + stream.residual.size());
+  return total;
 }
+
+int64_t KiviCacheManager::num_held_pages(int32_t seq) const { return pages_of(sequence(seq)); }
+
+int32_t KiviCacheManager::num_logical_tokens(int32_t seq) const { return sequence(seq).num_logical; }
 
 std::span<const int32_t> KiviCacheManager::slot_positions(int32_t seq, int layer, int kv_head) const {
   SE_CHECK(layer >= 0 && layer < layout().num_layers && kv_head >= 0 && kv_head < layout().num_kv_heads,
            "kivi cache: no stream (layer {}, head {})", layer, kv_head);
-  return sequence(seq).positions;
+  return sequence(seq).streams[static_cast<size_t>(layout().stream(layer, kv_head))].positions;
 }
 
-Result<int32_t> KiviCacheManager::open(int32_t seq, std::span<const int32_t> /*prompt*/) {
+Result<int32_t> KiviCacheManager::open(int32_t seq, std::span<const int32_t> prompt) {
   if (sequences_.count(seq) != 0) return failed_precondition("sequence {} is already open", seq);
-  sequences_.emplace(seq, new_sequence());
+  sequences_.emplace(seq, new_sequence(hold_prompts_ ? static_cast<int32_t>(prompt.size()) : 0));
   return 0;  // no prefix cache over KIVI pages
 }
 
 Status KiviCacheManager::reserve(int32_t seq, int32_t num_new_tokens) {
   if (num_new_tokens < 0) return invalid_argument("kivi cache: cannot reserve {} tokens", num_new_tokens);
   Sequence& s = sequence(seq);
-  if (s.window.length() + num_new_tokens > INT32_MAX)
-    return out_of_range("kivi cache: {} + {} tokens overflow int32", s.window.length(), num_new_tokens);
+  if (int64_t{s.num_logical} + num_new_tokens > INT32_MAX)
+    return out_of_range("kivi cache: {} + {} tokens overflow int32", s.num_logical, num_new_tokens);
   // A step whose forward ran but was not reported yet flushes first (its rows are in the window).
   flush(s);
-  const StepPages pages = step_pages(s, num_new_tokens);
-  const int64_t per_stream = pages.residual + pages.quantized;
-  const int64_t needed = layout().num_streams() * per_stream;
+  std::vector<StepPages> pages(s.streams.size());
+  int64_t needed = 0;
+  for (size_t i = 0; i < s.streams.size(); ++i) {
+    pages[i] = step_pages(s.streams[i], num_new_tokens);
+    needed += pages[i].residual + pages[i].quantized;
+  }
   if (needed > INT32_MAX) return resource_exhausted("kivi cache: {} tokens need {} pages", num_new_tokens, needed);
   SE_ASSIGN_OR_RETURN(std::vector<int32_t> taken, pool_.allocate(static_cast<int32_t>(needed)));
   size_t next = 0;
-  for (size_t i = 0; i < s.quantized.size(); ++i) {
-    for (int64_t p = 0; p < pages.residual; ++p) s.residual[i].push_back(taken[next++]);
-    for (int64_t p = 0; p < pages.quantized; ++p) s.quantized[i].push_back(taken[next++]);
+  for (size_t i = 0; i < s.streams.size(); ++i) {
+    Stream& stream = s.streams[i];
+    for (int64_t p = 0; p < pages[i].residual; ++p) stream.residual.push_back(taken[next++]);
+    for (int64_t p = 0; p < pages[i].quantized; ++p) stream.quantized.push_back(taken[next++]);
+    if (s.held_prompt > 0) {
+      stream.window.hold(num_new_tokens);
+    } else {
+      stream.window.append(num_new_tokens);
+    }
+    for (int32_t p = s.num_logical; p < s.num_logical + num_new_tokens; ++p) stream.positions.push_back(p);
   }
-  s.window.append(num_new_tokens);
-  for (auto p = static_cast<int32_t>(s.positions.size()); p < s.window.length(); ++p) s.positions.push_back(p);
+  s.num_logical += num_new_tokens;
   return Status::ok();
 }
 
 void KiviCacheManager::flush(Sequence& s) {
-  const int32_t keys_end = static_cast<int32_t>(s.window.quantized_keys());
-  const int32_t values_end = static_cast<int32_t>(s.window.quantized_values());
-  if (keys_end == s.stored_keys && values_end == s.stored_values) return;
+  if (s.held_prompt > 0) return;
+  bool pages_moved = false;
+  for (Stream& stream : s.streams) pages_moved = flush(stream) || pages_moved;
+  if (pages_moved) s.epoch = next_epoch();  // listed pages moved
+}
+
+bool KiviCacheManager::flush(Stream& stream) {
+  const int32_t keys_end = static_cast<int32_t>(stream.window.quantized_keys());
+  const int32_t values_end = static_cast<int32_t>(stream.window.quantized_values());
+  if (keys_end == stream.stored_keys && values_end == stream.stored_values) return false;
   const KvLayout& l = layout();
   const int32_t group = l.page_size, dim = l.head_dim, bits = kivi_bits(l.store), per_page = residual_page_tokens_;
   char* base = static_cast<char*>(pool_.storage()->base());
   const size_t page_bytes = l.page_bytes();
   auto page = [&](int32_t id) { return base + static_cast<size_t>(id) * page_bytes; };
   rows_.resize(static_cast<size_t>(group) * static_cast<size_t>(dim));
-  for (size_t i = 0; i < s.quantized.size(); ++i) {
-    const std::vector<int32_t>& residual = s.residual[i];
-    // Row kv (0 = K, 1 = V) of token j, still in the window.
-    auto row = [&](int kv, int32_t j) {
-      const int32_t slot = j - s.stored_values + s.first_slot;
-      return reinterpret_cast<const float*>(page(residual[static_cast<size_t>(slot / per_page)])) +
-             (static_cast<size_t>(kv) * static_cast<size_t>(per_page) + static_cast<size_t>(slot % per_page)) *
-                 static_cast<size_t>(dim);
-    };
-    // Keys: whole groups, one row per channel over the group's tokens.
-    for (int32_t first = s.stored_keys; first < keys_end; first += group) {
-      for (int32_t t = 0; t < group; ++t)
-        std::memcpy(&rows_[static_cast<size_t>(t) * static_cast<size_t>(dim)], row(0, first + t),
-                    static_cast<size_t>(dim) * sizeof(float));
-      char* target = page(s.quantized[i][static_cast<size_t>(first / group)]);
-      auto* words = reinterpret_cast<uint32_t*>(target + page_layout_.key_codes);
-      auto* scale = reinterpret_cast<uint16_t*>(target + page_layout_.key_scale);
-      auto* mn = reinterpret_cast<uint16_t*>(target + page_layout_.key_min);
-      for (int32_t c = 0; c < dim; ++c)
-        kivi_quantize_row(&rows_[static_cast<size_t>(c)], group, dim, group, bits,
-                          words + static_cast<int64_t>(c) * page_layout_.key_words, &scale[c], &mn[c]);
-    }
-    // Values: one token at a time, into its slot of its group's page.
-    for (int32_t j = s.stored_values; j < values_end; ++j) {
-      char* target = page(s.quantized[i][static_cast<size_t>(j / group)]);
-      const int32_t t = j % group;
-      kivi_quantize_row(row(1, j), dim, 1, l.kivi_value_group_size, bits,
-                        reinterpret_cast<uint32_t*>(target + page_layout_.value_codes) +
-                            static_cast<int64_t>(t) * page_layout_.value_words,
-                        reinterpret_cast<uint16_t*>(target + page_layout_.value_scale) +
-                            static_cast<int64_t>(t) * page_layout_.value_groups,
-                        reinterpret_cast<uint16_t*>(target + page_layout_.value_min) +
-                            static_cast<int64_t>(t) * page_layout_.value_groups);
-    }
+  // Row kv (0 = K, 1 = V) of token j, still in the window.
+  auto row = [&](int kv, int32_t j) {
+    const int32_t slot = j - stream.stored_values + stream.first_slot;
+    return reinterpret_cast<const float*>(page(stream.residual[static_cast<size_t>(slot / per_page)])) +
+           (static_cast<size_t>(kv) * static_cast<size_t>(per_page) + static_cast<size_t>(slot % per_page)) *
+               static_cast<size_t>(dim);
+  };
+  // Keys: whole groups, one row per channel over the group's tokens.
+  for (int32_t first = stream.stored_keys; first < keys_end; first += group) {
+    for (int32_t t = 0; t < group; ++t)
+      std::memcpy(&rows_[static_cast<size_t>(t) * static_cast<size_t>(dim)], row(0, first + t),
+                  static_cast<size_t>(dim) * sizeof(float));
+    char* target = page(stream.quantized[static_cast<size_t>(first / group)]);
+    auto* words = reinterpret_cast<uint32_t*>(target + page_layout_.key_codes);
+    auto* scale = reinterpret_cast<uint16_t*>(target + page_layout_.key_scale);
+    auto* mn = reinterpret_cast<uint16_t*>(target + page_layout_.key_min);
+    for (int32_t c = 0; c < dim; ++c)
+      kivi_quantize_row(&rows_[static_cast<size_t>(c)], group, dim, group, bits,
+                        words + static_cast<int64_t>(c) * page_layout_.key_words, &scale[c], &mn[c]);
+  }
+  // Values: one token at a time, into its slot of its group's page.
+  for (int32_t j = stream.stored_values; j < values_end; ++j) {
+    char* target = page(stream.quantized[static_cast<size_t>(j / group)]);
+    const int32_t t = j % group;
+    kivi_quantize_row(row(1, j), dim, 1, l.kivi_value_group_size, bits,
+                      reinterpret_cast<uint32_t*>(target + page_layout_.value_codes) +
+                          static_cast<int64_t>(t) * page_layout_.value_words,
+                      reinterpret_cast<uint16_t*>(target + page_layout_.value_scale) +
+                          static_cast<int64_t>(t) * page_layout_.value_groups,
+                      reinterpret_cast<uint16_t*>(target + page_layout_.value_min) +
+                          static_cast<int64_t>(t) * page_layout_.value_groups);
   }
   // The window slides past the quantized values: whole pages it left go back.
-  const int32_t first = s.first_slot + (values_end - s.stored_values);
+  const int32_t first = stream.first_slot + (values_end - stream.stored_values);
   const int32_t dropped = first / per_page;
   if (dropped > 0) {
-    for (std::vector<int32_t>& residual : s.residual) {
-      pool_.release(std::span<const int32_t>(residual.data(), static_cast<size_t>(dropped)));
-      residual.erase(residual.begin(), residual.begin() + dropped);
-    }
-    s.epoch = next_epoch();  // listed pages moved
+    pool_.release(std::span<const int32_t>(stream.residual.data(), static_cast<size_t>(dropped)));
+    stream.residual.erase(stream.residual.begin(), stream.residual.begin() + dropped);
   }
-  s.first_slot = first % per_page;
-  s.stored_keys = keys_end;
-  s.stored_values = values_end;
+  stream.first_slot = first % per_page;
+  stream.stored_keys = keys_end;
+  stream.stored_values = values_end;
+  return dropped > 0;
 }
 
 void KiviCacheManager::on_computed(int32_t seq, std::span<const int32_t> /*tokens*/, int32_t /*num_computed*/) {
-  flush(sequence(seq));
+  Sequence& s = sequence(seq);
+  if (s.held_prompt > 0 && s.num_logical >= s.held_prompt) {
+    // The prompt is in (and the method, which evicts in the step's finish_step, has compressed it): what is left of
+    // it flushes as a one-shot prefill of the kept tokens would.
+    s.held_prompt = 0;
+    for (Stream& stream : s.streams) stream.window.append(0);
+  }
+  flush(s);
 }
 
 void KiviCacheManager::release_pages(BlockPool& pool, Sequence& s) {
-  for (size_t i = 0; i < s.quantized.size(); ++i) {
-    pool.release(s.quantized[i]);
-    pool.release(s.residual[i]);
-    s.quantized[i].clear();
-    s.residual[i].clear();
+  for (Stream& stream : s.streams) {
+    pool.release(stream.quantized);
+    pool.release(stream.residual);
+    stream.quantized.clear();
+    stream.residual.clear();
   }
 }
 
@@ -243,7 +268,7 @@ Status KiviCacheManager::restore(int32_t seq, std::unique_ptr<SequenceSnapshot> 
   auto* kivi = dynamic_cast<Snapshot*>(snapshot.get());
   if (kivi == nullptr || kivi->pool != &pool_)
     return invalid_argument("restore: the snapshot was not taken by this KIVI cache");
-  Sequence& s = sequences_.emplace(seq, new_sequence()).first->second;
+  Sequence& s = sequences_.emplace(seq, new_sequence(0)).first->second;
   std::swap(s, kivi->state);  // the snapshot keeps an empty sequence, so its destructor releases nothing
   s.epoch = next_epoch();
   return Status::ok();
@@ -252,20 +277,28 @@ Status KiviCacheManager::restore(int32_t seq, std::unique_ptr<SequenceSnapshot> 
 AttentionView KiviCacheManager::make_view(int layer, const std::vector<const Sequence*>& sequences) {
   const KvLayout& l = layout();
   const auto heads = static_cast<size_t>(l.num_kv_heads);
+  const auto first_stream = static_cast<size_t>(l.stream(layer, 0));
+  // The longest quantized and residual lists of a sequence's streams of the layer: its tables' strides.
+  auto strides = [&](const Sequence& s) {
+    size_t quantized = 0, residual = 0;
+    for (size_t h = 0; h < heads; ++h) {
+      quantized = std::max(quantized, s.streams[first_stream + h].quantized.size());
+      residual = std::max(residual, s.streams[first_stream + h].residual.size());
+    }
+    return std::pair{static_cast<int32_t>(quantized), static_cast<int32_t>(residual)};
+  };
   // Per sequence: quantized lists [heads][stride_q], residual lists [heads][stride_r], then five [heads] counts.
   size_t total = 0;
   for (const Sequence* s : sequences) {
-    const size_t stream = static_cast<size_t>(l.stream(layer, 0));
-    total += heads * (s->quantized[stream].size() + s->residual[stream].size() + 5);
+    const auto [stride_q, stride_r] = strides(*s);
+    total += heads * (static_cast<size_t>(stride_q) + static_cast<size_t>(stride_r) + 5);
   }
   tables_.assign(total, 0);
   seq_views_.clear();
   kivi_views_.clear();
   int32_t* at = tables_.data();
   for (const Sequence* s : sequences) {
-    const size_t stream = static_cast<size_t>(l.stream(layer, 0));
-    const auto stride_q = static_cast<int32_t>(s->quantized[stream].size());
-    const auto stride_r = static_cast<int32_t>(s->residual[stream].size());
+    const auto [stride_q, stride_r] = strides(*s);
     int32_t* quantized = at;
     int32_t* residual = quantized + heads * static_cast<size_t>(stride_q);
     int32_t* counts = residual + heads * static_cast<size_t>(stride_r);
@@ -276,13 +309,14 @@ AttentionView KiviCacheManager::make_view(int layer, const std::vector<const Seq
     int32_t* first_slot = residual_tokens + heads;
     at = first_slot + heads;
     for (size_t h = 0; h < heads; ++h) {
-      std::copy(s->quantized[stream + h].begin(), s->quantized[stream + h].end(), quantized + h * stride_q);
-      std::copy(s->residual[stream + h].begin(), s->residual[stream + h].end(), residual + h * stride_r);
-      num_tokens[h] = static_cast<int32_t>(s->window.length());
-      keys[h] = s->stored_keys;
-      values[h] = s->stored_values;
-      residual_tokens[h] = num_tokens[h] - s->stored_values;
-      first_slot[h] = s->first_slot;
+      const Stream& stream = s->streams[first_stream + h];
+      std::copy(stream.quantized.begin(), stream.quantized.end(), quantized + h * stride_q);
+      std::copy(stream.residual.begin(), stream.residual.end(), residual + h * stride_r);
+      num_tokens[h] = static_cast<int32_t>(stream.window.length());
+      keys[h] = stream.stored_keys;
+      values[h] = stream.stored_values;
+      residual_tokens[h] = num_tokens[h] - stream.stored_values;
+      first_slot[h] = stream.first_slot;
     }
     seq_views_.push_back(SeqKvView{quantized, stride_q, num_tokens});
     kivi_views_.push_back(KiviSeqView{keys, values, SeqKvView{residual, stride_r, residual_tokens}, first_slot});
@@ -353,17 +387,77 @@ void KiviCacheManager::write(int /*layer*/, const AttentionView& view, TensorVie
   }
 }
 
+Status KiviCacheManager::check_eviction(const Sequence& s, const StreamEviction& e) const {
+  const KvLayout& l = layout();
+  if (e.layer < 0 || e.layer >= l.num_layers || e.kv_head < 0 || e.kv_head >= l.num_kv_heads)
+    return invalid_argument("evict: no stream (layer {}, head {})", e.layer, e.kv_head);
+  const Stream& stream = s.streams[static_cast<size_t>(l.stream(e.layer, e.kv_head))];
+  // A quantized key group mixes its tokens' channels, so only tokens still exact in the window may go.
+  if (stream.window.quantized_keys() != 0 || stream.window.quantized_values() != 0)
+    return failed_precondition(
+        "evict: the {} KV store quantized tokens of stream (layer {}, head {}) already; only a prompt held at full "
+        "precision (a compress-after method) can drop tokens",
+        kv_store_kind_name(l.store), e.layer, e.kv_head);
+  const int64_t len = stream.window.length();
+  for (size_t i = 0; i < e.kept.size(); ++i)
+    if (e.kept[i] < 0 || e.kept[i] >= len || (i > 0 && e.kept[i] <= e.kept[i - 1]))
+      return invalid_argument("evict: kept indices must ascend within [0, {}), got {} at {}", len, e.kept[i], i);
+  return Status::ok();
+}
+
 Status KiviCacheManager::evict_streams(int32_t seq, std::span<const StreamEviction> streams) {
-  return unimplemented(
-      "evict: the {} KV store cannot drop tokens of sequence {} ({} streams): eviction over KIVI "
-      "groups is not implemented",
-      kv_store_kind_name(layout().store), seq, streams.size());
+  Sequence& s = sequence(seq);
+  const KvLayout& l = layout();
+  listed_.assign(static_cast<size_t>(l.num_streams()), 0);
+  for (const StreamEviction& e : streams) {
+    SE_RETURN_IF_ERROR(check_eviction(s, e));
+    uint8_t& listed = listed_[static_cast<size_t>(l.stream(e.layer, e.kv_head))];
+    if (listed != 0) return invalid_argument("evict: stream (layer {}, head {}) listed twice", e.layer, e.kv_head);
+    listed = 1;
+  }
+  const int32_t per_page = residual_page_tokens_;
+  const auto row_bytes = static_cast<size_t>(l.head_dim) * sizeof(float);
+  char* base = static_cast<char*>(pool_.storage()->base());
+  auto row = [&](const Stream& stream, int kv, int32_t slot) {
+    return base + static_cast<size_t>(stream.residual[static_cast<size_t>(slot / per_page)]) * l.page_bytes() +
+           (static_cast<size_t>(kv) * static_cast<size_t>(per_page) + static_cast<size_t>(slot % per_page)) * row_bytes;
+  };
+  for (const StreamEviction& e : streams) {
+    Stream& stream = s.streams[static_cast<size_t>(l.stream(e.layer, e.kv_head))];
+    const auto kept = static_cast<int32_t>(e.kept.size());
+    // Nothing is quantized, so the window starts at the stream's first token: kept rows move down in order.
+    for (int32_t i = 0; i < kept; ++i) {
+      if (e.kept[static_cast<size_t>(i)] == i) continue;
+      for (int kv = 0; kv < 2; ++kv)
+        std::memcpy(row(stream, kv, stream.first_slot + i),
+                    row(stream, kv, stream.first_slot + e.kept[static_cast<size_t>(i)]), row_bytes);
+    }
+    for (int32_t i = 0; i < kept; ++i)
+      stream.positions[static_cast<size_t>(i)] = stream.positions[static_cast<size_t>(e.kept[static_cast<size_t>(i)])];
+    stream.positions.resize(static_cast<size_t>(kept));
+    stream.window = KiviResidualWindow(l.kivi_residual);
+    if (s.held_prompt > 0) {
+      stream.window.hold(kept);
+    } else {
+      stream.window.append(kept);
+    }
+    // Pages past what the kept tokens fill, and key groups their flush will not form, go back.
+    const auto residual = static_cast<size_t>(ceil_div(stream.first_slot + kept, per_page));
+    const auto quantized = static_cast<size_t>(planned_key_groups(stream.window));
+    pool_.release(std::span<const int32_t>(stream.residual).subspan(residual));
+    pool_.release(std::span<const int32_t>(stream.quantized).subspan(quantized));
+    stream.residual.resize(residual);
+    stream.quantized.resize(quantized);
+  }
+  s.epoch = next_epoch();
+  flush(s);  // a window that is not held quantizes what the kept tokens fill
+  return Status::ok();
 }
 
 Status KiviCacheManager::evict_slots(int32_t seq, std::span<const SlotEviction> streams) {
   return unimplemented(
-      "evict: the {} KV store cannot drop tokens of sequence {} ({} streams): eviction over KIVI "
-      "groups is not implemented",
+      "evict: the {} KV store cannot drop single tokens of sequence {} ({} streams) as decode runs: its groups are "
+      "quantized as they fill (only a held prompt is evicted, by evict_streams)",
       kv_store_kind_name(layout().store), seq, streams.size());
 }
 
@@ -372,25 +466,28 @@ Status KiviCacheManager::check_integrity() const {
   const KvLayout& l = layout();
   std::vector<int32_t> all;
   for (const auto& [seq, s] : sequences_) {
-    const int64_t len = s.window.length();
-    if (!(0 <= s.stored_values && s.stored_values <= s.stored_keys && s.stored_keys <= len &&
-          s.stored_keys % l.page_size == 0 && s.stored_keys <= s.window.quantized_keys() &&
-          s.stored_values <= s.window.quantized_values() && 0 <= s.first_slot && s.first_slot < residual_page_tokens_))
-      return internal_error(
-          "kivi sequence {}: {} tokens, {} keys and {} values quantized (window: {}, {}), first "
-          "slot {}",
-          seq, len, s.stored_keys, s.stored_values, s.window.quantized_keys(), s.window.quantized_values(),
-          s.first_slot);
-    if (static_cast<int64_t>(s.positions.size()) != len)
-      return internal_error("kivi sequence {}: {} positions for {} tokens", seq, s.positions.size(), len);
-    const int64_t residual_pages = ceil_div(s.first_slot + len - s.stored_values, residual_page_tokens_);
-    for (size_t i = 0; i < s.quantized.size(); ++i) {
-      if (static_cast<int64_t>(s.quantized[i].size()) != s.window.quantized_keys() / l.page_size ||
-          static_cast<int64_t>(s.residual[i].size()) != residual_pages)
+    for (size_t i = 0; i < s.streams.size(); ++i) {
+      const Stream& st = s.streams[i];
+      const int64_t len = st.window.length();
+      if (!(0 <= st.stored_values && st.stored_values <= st.stored_keys && st.stored_keys <= len &&
+            len <= s.num_logical && st.stored_keys % l.page_size == 0 && st.stored_keys <= st.window.quantized_keys() &&
+            st.stored_values <= st.window.quantized_values() && 0 <= st.first_slot &&
+            st.first_slot < residual_page_tokens_ && (s.held_prompt == 0 || st.window.quantized_keys() == 0)))
+        return internal_error(
+            "kivi sequence {} stream {}: {} tokens of {}, {} keys and {} values quantized (window: {}, {}), first "
+            "slot {}, {} prompt tokens held",
+            seq, i, len, s.num_logical, st.stored_keys, st.stored_values, st.window.quantized_keys(),
+            st.window.quantized_values(), st.first_slot, s.held_prompt);
+      if (static_cast<int64_t>(st.positions.size()) != len)
+        return internal_error("kivi sequence {} stream {}: {} positions for {} tokens", seq, i, st.positions.size(),
+                              len);
+      const int64_t residual_pages = ceil_div(st.first_slot + len - st.stored_values, residual_page_tokens_);
+      const int64_t quantized_pages = planned_key_groups(st.window);
+      if (static_cast<int64_t>(st.quantized.size()) != quantized_pages ||
+          static_cast<int64_t>(st.residual.size()) != residual_pages)
         return internal_error("kivi sequence {} stream {}: {} quantized and {} residual pages, want {} and {}", seq, i,
-                              s.quantized[i].size(), s.residual[i].size(), s.window.quantized_keys() / l.page_size,
-                              residual_pages);
-      for (const std::vector<int32_t>* list : {&s.quantized[i], &s.residual[i]})
+                              st.quantized.size(), st.residual.size(), quantized_pages, residual_pages);
+      for (const std::vector<int32_t>* list : {&st.quantized, &st.residual})
         for (int32_t page : *list) {
           if (!pool_.is_valid_id(page) || pool_.ref_count(page) != 1)
             return internal_error("kivi sequence {} stream {}: page {} is not held by it alone", seq, i, page);

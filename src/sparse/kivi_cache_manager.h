@@ -1,9 +1,10 @@
 // KiviCacheManager: the KV of the KIVI stores (--kv-cache-dtype kivi2 | kivi4; jy-yuan/KIVI) in one BlockPool
 // whose page is a quantized page of one key group (kv_layout.h). Each stream (layer, KV head) of a sequence lists
 // its quantized pages (one per group of quantized keys; their value rows fill as values leave the window) and its
-// residual pages (the explicit rows of tokens [quantized values, length), from `first_slot` of the first one).
-// The views are kQuantized / kKivi (attention_view.h). No method evicts, selects or prunes over KIVI yet, so every
-// stream of a sequence has the same shape and one KiviResidualWindow per sequence says what each step flushes.
+// residual pages (the explicit rows of tokens [quantized values, length), from `first_slot` of the first one), and
+// keeps a KiviResidualWindow of its own that says what each step flushes: streams start equal and differ in length
+// only once a method evicts (a per-head or per-layer budget).
+// The views are kQuantized / kKivi (attention_view.h).
 //
 // A step, as KIVI's model runs it: reserve(n) takes the residual pages of the n new tokens and the quantized pages
 // the step's flush fills; the forward writes the new rows into the window (write) and attends over what was
@@ -11,8 +12,15 @@
 // decode token before its flush); on_computed then flushes: keys of whole R-token blocks and values older than
 // the last R tokens are quantized from their window rows into their pages, and the window's pages it slid past
 // return to the pool. No dequantized copy of the cache is ever stored. There is no prefix cache over these pages
-// yet (the engine turns it off). Owns one reference to each page it lists; snapshots own theirs and must not
-// outlive the manager. Engine thread only.
+// yet (the engine turns it off).
+//
+// Eviction under KIVI (`hold_prompts`, for a compress-after method): a sequence's prompt (the tokens
+// open() is given) is held at full precision in the window, however long, until on_computed reports all of it
+// computed, so the method scores the prompt's exact keys and evict_streams drops tokens that were never quantized;
+// the kept tokens then flush in order, their groups formed from kept tokens only, and decode continues as KIVI.
+// Only tokens nothing has quantized can be evicted (evict_slots, one token at a time during decode, is refused).
+// Owns one reference to each page it lists; snapshots own theirs and must not outlive the manager. Engine thread
+// only.
 #pragma once
 
 #include <memory>
@@ -28,9 +36,10 @@ namespace se {
 
 class KiviCacheManager final : public CacheManager {
  public:
-  // A pool of `num_pages` pages of `layout` (a valid KIVI layout on the CPU) from `allocator`.
+  // A pool of `num_pages` pages of `layout` (a valid KIVI layout on the CPU) from `allocator`; `hold_prompts`:
+  // every prompt stays full precision until it is computed (see above).
   static Result<std::unique_ptr<KiviCacheManager>> create(const KvLayout& layout, int32_t num_pages,
-                                                          Allocator* allocator);
+                                                          Allocator* allocator, bool hold_prompts = false);
 
   int64_t num_total_pages() const override { return pool_.num_total_pages(); }
   int64_t num_free_pages() const override { return pool_.num_free_pages(); }
@@ -56,20 +65,29 @@ class KiviCacheManager final : public CacheManager {
 
   Status check_integrity() const override;
 
+  // Pages over all streams of a prompt of `num_tokens` tokens held at full precision (`hold_prompts`) at its
+  // fullest: every token's window rows plus the key groups reserved for its flush.
+  static int64_t held_prompt_pages(const KvLayout& layout, int64_t num_tokens);
+
   // The quantized page layout of this store's pages.
   const KiviPageLayout& page_layout() const { return page_layout_; }
 
  private:
-  // One sequence: every stream shares the window's shape.
-  struct Sequence {
-    KiviResidualWindow window;  // counts once the last reserved step has flushed
+  // One stream (layer, KV head) of a sequence.
+  struct Stream {
+    KiviResidualWindow window;  // counts once the last reserved step has flushed (a held prompt: none yet)
     // Quantized now (what views show); below the window's counts while a reserved step has not flushed yet.
     int32_t stored_keys = 0;
     int32_t stored_values = 0;
-    int32_t first_slot = 0;                       // slot of token stored_values in each stream's first residual page
-    std::vector<std::vector<int32_t>> quantized;  // [num_streams] page ids, group order (flush targets included)
-    std::vector<std::vector<int32_t>> residual;   // [num_streams] page ids of the window, token order
-    std::vector<int32_t> positions;               // 0 .. length - 1: slots are positions (nothing evicts)
+    int32_t first_slot = 0;          // slot of token stored_values in the first residual page
+    std::vector<int32_t> quantized;  // page ids, group order (flush targets included)
+    std::vector<int32_t> residual;   // page ids of the window, token order
+    std::vector<int32_t> positions;  // slot -> position (slots are positions until an eviction)
+  };
+  struct Sequence {
+    std::vector<Stream> streams;  // [num_streams]
+    int32_t num_logical = 0;      // tokens reserved so far, evicted ones included
+    int32_t held_prompt = 0;      // prompt tokens held at full precision until computed; 0 once released
     uint64_t epoch = 0;
   };
   // Pages one stream takes for `num_new_tokens` more tokens once the pending flush has run.
@@ -80,20 +98,29 @@ class KiviCacheManager final : public CacheManager {
 
   class Snapshot;  // a sequence taken out, owning its pages
 
-  KiviCacheManager(const KvLayout& layout, std::unique_ptr<PageStorage> storage);
+  KiviCacheManager(const KvLayout& layout, std::unique_ptr<PageStorage> storage, bool hold_prompts);
   Sequence& sequence(int32_t seq);
   const Sequence& sequence(int32_t seq) const;
-  Sequence new_sequence() const;
-  StepPages step_pages(const Sequence& s, int32_t num_new_tokens) const;
-  // Quantizes what the last reserved step flushes and returns the window's pages it slid past to the pool.
+  Sequence new_sequence(int32_t held_prompt) const;
+  StepPages step_pages(const Stream& stream, int32_t num_new_tokens) const;
+  // Key groups a stream's window has quantized or will once its held tokens flush.
+  int64_t planned_key_groups(const KiviResidualWindow& window) const;
+  // Unless the prompt is held: quantizes what the last reserved step flushes and returns the window's pages it slid
+  // past to the pool.
   void flush(Sequence& s);
+  // The same for one stream; true when window pages went back (its listed pages moved).
+  bool flush(Stream& stream);
+  // Checks one eviction of `s` against the stream it names (nothing changes).
+  Status check_eviction(const Sequence& s, const StreamEviction& e) const;
   static void release_pages(BlockPool& pool, Sequence& s);
+  static int64_t pages_of(const Sequence& s);
   // Layer `layer` of `sequences` into the scratch tables, with q_indptr_ for their new rows.
   AttentionView make_view(int layer, const std::vector<const Sequence*>& sequences);
 
   BlockPool pool_;
   KiviPageLayout page_layout_;
   int32_t residual_page_tokens_;
+  bool hold_prompts_;
   std::unordered_map<int32_t, Sequence> sequences_;
   // Scratch of make_view: the tables its view points into, rebuilt by each call.
   std::vector<int32_t> q_indptr_;
@@ -101,7 +128,8 @@ class KiviCacheManager final : public CacheManager {
   std::vector<SeqKvView> seq_views_;
   std::vector<KiviSeqView> kivi_views_;
   std::vector<const Sequence*> view_sequences_;
-  std::vector<float> rows_;  // scratch of flush: one key group's rows [group][head_dim]
+  std::vector<float> rows_;      // scratch of flush: one key group's rows [group][head_dim]
+  std::vector<uint8_t> listed_;  // scratch of evict_streams: which streams an eviction names
 };
 
 }  // namespace se

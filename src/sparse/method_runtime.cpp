@@ -11,7 +11,8 @@ Result<std::unique_ptr<CacheManager>> MethodRuntime::create_cache(const CacheSpe
   if (spec.layout.kivi()) {
     if (spec.num_host_pages > 0) return unimplemented("the KIVI store keeps no host tier yet");
     SE_ASSIGN_OR_RETURN(std::unique_ptr<KiviCacheManager> cache,
-                        KiviCacheManager::create(spec.layout, spec.num_pages, spec.allocator));
+                        KiviCacheManager::create(spec.layout, spec.num_pages, spec.allocator,
+                                                 traits().prefill_policy == PrefillPolicy::kCompressAfter));
     return std::unique_ptr<CacheManager>(std::move(cache));
   }
   SE_ASSIGN_OR_RETURN(std::unique_ptr<PagedCacheManager> cache,
@@ -37,7 +38,10 @@ int64_t MethodRuntime::resident_pages(const KvLayout& layout, int32_t /*num_pref
 }
 
 int64_t MethodRuntime::peak_pages(const KvLayout& layout, int32_t num_prompt_tokens, int32_t max_new_tokens) const {
-  return std::max(layout.pages_for_tokens(int64_t{num_prompt_tokens} + transient_extra_tokens(num_prompt_tokens)),
+  const int64_t prompt = int64_t{num_prompt_tokens} + transient_extra_tokens(num_prompt_tokens);
+  // A compress-after method's prompt is whole until it compresses, held at full precision by a KIVI store.
+  const bool held = layout.kivi() && traits_.prefill_policy == PrefillPolicy::kCompressAfter;
+  return std::max(held ? KiviCacheManager::held_prompt_pages(layout, prompt) : layout.pages_for_tokens(prompt),
                   resident_pages(layout, num_prompt_tokens, num_prompt_tokens + max_new_tokens));
 }
 

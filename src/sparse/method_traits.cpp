@@ -28,13 +28,24 @@ Status check_kv_store_supports(KvStoreKind store, Device device, const MethodTra
         op_name(kivi_bits(store) != 0  ? OpId::kPagedAttentionOverKiviPages
                 : is_turboquant(store) ? OpId::kPagedAttentionOverTurboQuantPages
                                        : OpId::kPagedAttentionOverFp8Pages));
-  // A KIVI stream is quantized groups plus a sliding window: no method op reads or moves it yet.
-  if (kivi_bits(store) != 0 && !traits.ops.empty())
-    return invalid_argument(
-        "--kv-cache-dtype {} cannot run sparse method '{}': its op {} reads or moves explicit K/V pages, and KIVI "
-        "keeps quantized groups beside its residual window (only methods without ops of their own, such as "
-        "vanilla, run over it)",
-        store_name, name, op_name(traits.ops.front()));
+  // A KIVI stream is quantized groups plus a full-precision window. The store holds a compress-after method's
+  // prompt in the window until the method has scored it (attention_scores reads the window's rows) and evicted
+  // from it (the store moves the kept rows itself); no other method op reads or moves KIVI groups.
+  if (kivi_bits(store) != 0 && !traits.ops.empty()) {
+    if (traits.prefill_policy != PrefillPolicy::kCompressAfter)
+      return invalid_argument(
+          "--kv-cache-dtype {} cannot run sparse method '{}': it evicts or selects as decode runs, and KIVI quantizes "
+          "tokens into groups as its residual window slides (only methods without ops of their own and compress-after "
+          "methods, which compress the prompt before it is quantized, run over it)",
+          store_name, name);
+    for (OpId op : traits.ops)
+      if (op != OpId::kCompactKv && op != OpId::kMoveKvRows && op != OpId::kAttentionScores)
+        return invalid_argument(
+            "--kv-cache-dtype {} cannot run sparse method '{}': its op {} reads explicit K/V pages only (over KIVI a "
+            "compress-after method may score with attention_scores and evict)",
+            store_name, name, op_name(op));
+    return Status::ok();
+  }
   // A TurboQuant slot is a key record and a value record, not rows of the explicit layout that eviction's copies
   // move or attention_scores reads.
   if (is_turboquant(store) && !traits.ops.empty())

@@ -11,9 +11,9 @@ from server_process import BINARY, SOURCE_DIR, require_default_model
 INPUT_LEN, STEPS, WARMUP = 96, 6, 2
 
 
-def bench_decode(tmp_path, *args):
+def bench_decode(tmp_path, *args, input_len=INPUT_LEN):
     out = tmp_path / "decode.csv"
-    r = subprocess.run([str(BINARY), "bench", "decode", "--model", "default", "--input-len", str(INPUT_LEN),
+    r = subprocess.run([str(BINARY), "bench", "decode", "--model", "default", "--input-len", str(input_len),
                         "--steps", str(STEPS), "--warmup-steps", str(WARMUP), "--csv", str(out), *args],
                        capture_output=True, text=True, timeout=600)
     rows = list(csv.DictReader(out.open())) if out.exists() else []
@@ -55,6 +55,28 @@ def test_selection_metadata_joins_the_roofline(tmp_path):
     metadata = float(rows[0]["metadata_gb_per_step"]) * 1e9
     fewest_pages, most_pages = -(-INPUT_LEN // 16), -(-(INPUT_LEN + 400) // 16)
     assert fewest_pages * per_page_of_each_stream <= metadata <= most_pages * per_page_of_each_stream
+
+
+def test_snapkv_over_kivi_reads_the_kept_tokens_quantized(tmp_path):
+    """SnapKV over KIVI-2 reads, per stream, the quantized key groups of what it kept plus the residual window (not
+    a whole prompt's bytes per token: the prompt is six times the budget, mostly quantized)."""
+    require_default_model()
+    budget, residual, group = 80, 32, 32
+    r, rows = bench_decode(tmp_path, "--batch", "1", "--sparse-method", "snapkv", "--sparse-config",
+                           json.dumps({"budget": budget, "window": 16}), "--kv-cache-dtype", "kivi2",
+                           "--kivi-residual", str(residual), input_len=6 * budget)
+    assert r.returncode == 0, r.stdout + r.stderr
+    layers, kv_heads, head_dim = model_shape()
+    # A 2-bit page of 32 tokens: key and value codes, fp16 scales and minima per key channel and value group.
+    page_bytes = 2 * (group * head_dim * 2 // 8) + 2 * 2 * head_dim + 2 * 2 * group * (head_dim // min(group, head_dim))
+
+    def stream_bytes(tokens):
+        return tokens // residual * residual // group * page_bytes + min(tokens, residual) * 2 * head_dim * 4
+
+    kv_bytes = float(rows[0]["kv_gb_per_step"]) * 1e9
+    # The streams hold the kept prompt and the tokens decoded by the window's end; the CSV rounds to 0.1 MB.
+    assert 0.97 * layers * kv_heads * stream_bytes(budget) <= kv_bytes
+    assert kv_bytes <= 1.03 * layers * kv_heads * stream_bytes(budget + 64)
 
 
 def test_eviction_batch_auto_and_an_oversized_batch(tmp_path):

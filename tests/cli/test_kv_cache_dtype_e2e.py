@@ -28,12 +28,17 @@ def test_methods_list_the_stores_each_method_takes():
         # FP8 exactly under the methods whose ops all read it (eviction's row copies, attention_scores).
         reads_fp8 = set(m["ops"]) <= {"compact_kv", "move_kv_rows", "attention_scores"}
         assert ("fp8_e4m3" in m["kv_cache_dtypes"]) == reads_fp8, m
-        # KIVI and TurboQuant under the methods with no ops of their own.
-        for store in ["kivi2", "kivi4"] + TURBOQUANT:
+        # TurboQuant under the methods with no ops of their own; KIVI also under the prompt-time methods that score
+        # and evict the prompt before it is quantized (the SnapKV family).
+        for store in TURBOQUANT:
             assert (store in m["kv_cache_dtypes"]) == (not m["ops"]), m
+        prompt_time = m["prefill_policy"] == "compress-after" and reads_fp8
+        for store in ["kivi2", "kivi4"]:
+            assert (store in m["kv_cache_dtypes"]) == (not m["ops"] or prompt_time), m
     assert methods["vanilla"]["kv_cache_dtypes"] == ["auto", "fp8_e4m3", "kivi2", "kivi4"] + TURBOQUANT
     assert methods["streamingllm"]["kv_cache_dtypes"] == ["auto", "fp8_e4m3"]
-    assert methods["snapkv"]["kv_cache_dtypes"] == ["auto", "fp8_e4m3"]
+    for name in ["snapkv", "pyramidkv", "adakv", "chunkkv"]:
+        assert methods[name]["kv_cache_dtypes"] == ["auto", "fp8_e4m3", "kivi2", "kivi4"], name
     assert methods["quest"]["kv_cache_dtypes"] == ["auto"]
     table = run("methods", timeout=60)
     assert "| kv cache dtypes |" in table.stdout
@@ -43,7 +48,8 @@ def test_methods_list_the_stores_each_method_takes():
     (["--kv-cache-dtype", "int3"], "--kv-cache-dtype must be auto, fp8, fp8_e4m3, kivi2, kivi4, turboquant_k8v4, "
                                    "turboquant_4bit_nc, turboquant_k3v4_nc or turboquant_3bit_nc, got 'int3'"),
     (["--kv-cache-dtype", "turboquant_4bit_nc", "--sparse-method", "snapkv"], "TurboQuant keeps packed key"),
-    (["--kv-cache-dtype", "kivi2", "--sparse-method", "snapkv"], "cannot run sparse method 'snapkv'"),
+    (["--kv-cache-dtype", "kivi2", "--sparse-method", "h2o"], "cannot run sparse method 'h2o'"),
+    (["--kv-cache-dtype", "kivi4", "--sparse-method", "kvzip"], "its op subset_attention_max_scores reads explicit"),
     (["--kv-cache-dtype", "kivi4", "--kivi-residual", "40"], "must be a positive multiple of the group size 32"),
     (["--kv-cache-dtype", "kivi2", "--kivi-group-size", "24"], "is not a whole number of 2-bit code words"),
     (["--kv-cache-dtype", "fp8", "--sparse-method", "quest"], "its op update_page_key_bounds reads explicit K/V"),

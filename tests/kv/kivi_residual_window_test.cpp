@@ -67,5 +67,22 @@ TEST(KiviResidualWindow, ChunkedPrefillEqualsOneShot) {
   }
 }
 
+TEST(KiviResidualWindow, HeldTokensQuantizeAtTheNextAppendAsAOneShotPrefill) {
+  for (int64_t total : {1, 32, 33, 100, 257}) {
+    KiviResidualWindow once(32), held(32);
+    once.append(total);
+    for (int64_t done = 0; done < total; done += std::min<int64_t>(total - done, 7)) {
+      held.hold(std::min<int64_t>(total - done, 7));
+      EXPECT_EQ(held.quantized_keys(), 0);
+      EXPECT_EQ(held.quantized_values(), 0);
+    }
+    const KiviFlush f = held.append(0);
+    EXPECT_EQ(f.key_begin, 0);
+    EXPECT_EQ(f.key_count, once.quantized_keys()) << total;
+    EXPECT_EQ(f.value_count, once.quantized_values()) << total;
+    EXPECT_EQ(held.length(), total);
+  }
+}
+
 }  // namespace
 }  // namespace se

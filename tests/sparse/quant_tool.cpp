@@ -10,6 +10,10 @@
 //       appends K/V [sum(CHUNK), D] chunk by chunk through the residual window, quantizing what it flushes;
 //       writes PREFIX.kcodes/.kscale/.kmn (per channel over the quantized keys), .vcodes/.vscale/.vmn (per
 //       quantized token) and prints "quantized_keys quantized_values"
+//   kivi_evicted BITS GROUP R D K.f32 V.f32 KEPT.i32 PREFIX CHUNK...
+//       the KIVI store of one stream under a compress-after method: the prompt K/V [sum(CHUNK), D] written chunk by
+//       chunk and held, evicted to the ascending token indices KEPT, then reported computed; writes the store's
+//       quantized keys and values in kivi_stream's files and prints "quantized_keys quantized_values"
 //   turboquant mse|prod BITS SEED N D IN.f32 PREFIX
 //       PREFIX.rot (f64 [D, D]), .centroids (f64), .codes (u8 [N][bytes]), .norm (fp16 [N]), .deq (f32 [N, D]);
 //       prod also .qjl (f64 S [D, D]), .signs (u8 [N][bytes]), .rnorm (fp16 [N])
@@ -32,6 +36,8 @@
 #include "backend/quant/turboquant_kv.h"
 #include "kv/kv_store_kind.h"
 #include "kv/kivi_residual_window.h"
+#include "model/forward_batch.h"
+#include "sparse/kivi_cache_manager.h"
 #include "../support/array_files.h"
 
 using se::test::read_array;
@@ -128,6 +134,82 @@ int kivi_stream(int argc, char** argv) {
   write_array(prefix + "vmn", vmn);
   std::printf("%lld %lld\n", static_cast<long long>(window.quantized_keys()),
               static_cast<long long>(window.quantized_values()));
+  return 0;
+}
+
+int kivi_evicted(int argc, char** argv) {
+  const int32_t bits = std::stoi(argv[2]), group = std::stoi(argv[3]), residual = std::stoi(argv[4]);
+  const int32_t d = std::stoi(argv[5]);
+  const std::vector<float> k = read_array<float>(argv[6]), v = read_array<float>(argv[7]);
+  const std::vector<int32_t> kept = read_array<int32_t>(argv[8]);
+  const std::string prefix = std::string(argv[9]) + ".";
+  std::vector<int32_t> chunks;
+  for (int i = 10; i < argc; ++i) chunks.push_back(std::stoi(argv[i]));
+  int32_t len = 0, longest = 0;
+  for (int32_t n : chunks) len += n, longest = std::max(longest, n);
+  const se::KvLayout layout =
+      se::make_kv_layout(1, 1, d, 16, se::Device::kCpu, bits == 2 ? se::KvStoreKind::kKivi2 : se::KvStoreKind::kKivi4,
+                         group, residual, longest);
+  auto made = se::KiviCacheManager::create(layout, 1 << 14, se::cpu_allocator(), /*hold_prompts=*/true);
+  if (!made.is_ok()) {
+    std::fprintf(stderr, "%s\n", made.status().to_string().c_str());
+    return 1;
+  }
+  se::KiviCacheManager& cache = **made;
+  const std::vector<int32_t> prompt(static_cast<size_t>(len), 0);
+  if (!cache.open(0, prompt).is_ok()) return 1;
+  int32_t begin = 0;
+  for (int32_t n : chunks) {
+    if (!cache.reserve(0, n).is_ok()) return 1;
+    se::ForwardBatch batch;
+    batch.sequences.push_back({0, 0, n});
+    const se::TensorView kn{
+        const_cast<float*>(&k[static_cast<size_t>(begin) * d]), se::DType::kF32, {n, 1, d}, se::Device::kCpu};
+    const se::TensorView vn{
+        const_cast<float*>(&v[static_cast<size_t>(begin) * d]), se::DType::kF32, {n, 1, d}, se::Device::kCpu};
+    cache.write(0, cache.build_view(0, batch), kn, vn);
+    begin += n;
+    if (begin < len) cache.on_computed(0, prompt, begin);
+  }
+  const se::Status evicted = cache.evict(0, 0, 0, kept);
+  if (!evicted.is_ok()) {
+    std::fprintf(stderr, "%s\n", evicted.to_string().c_str());
+    return 1;
+  }
+  cache.on_computed(0, prompt, len);
+  // The stream's quantized groups, in kivi_stream's order: per channel over every quantized key, then per token.
+  const se::AttentionView view = cache.build_sequence_view(0, 0);
+  const se::KiviSeqView& kivi = view.quantized.kivi_seqs[0];
+  const se::KiviPageLayout& pl = cache.page_layout();
+  auto page = [&](int32_t g) {
+    return static_cast<const char*>(view.kv_base) + static_cast<size_t>(view.seqs[0].page_ids[g]) * view.page_bytes;
+  };
+  const int32_t keys = kivi.num_quantized_keys[0], values = kivi.num_quantized_values[0];
+  std::vector<uint32_t> kc, vc;
+  std::vector<uint16_t> ks, km, vs, vm;
+  for (int32_t c = 0; c < d; ++c)
+    for (int32_t g = 0; g < keys / group; ++g) {
+      const auto* words = reinterpret_cast<const uint32_t*>(page(g) + pl.key_codes) + int64_t{c} * pl.key_words;
+      kc.insert(kc.end(), words, words + pl.key_words);
+      ks.push_back(reinterpret_cast<const uint16_t*>(page(g) + pl.key_scale)[c]);
+      km.push_back(reinterpret_cast<const uint16_t*>(page(g) + pl.key_min)[c]);
+    }
+  for (int32_t j = 0; j < values; ++j) {
+    const int64_t t = j % group;
+    const auto* words = reinterpret_cast<const uint32_t*>(page(j / group) + pl.value_codes) + t * pl.value_words;
+    const auto* scale = reinterpret_cast<const uint16_t*>(page(j / group) + pl.value_scale) + t * pl.value_groups;
+    const auto* mn = reinterpret_cast<const uint16_t*>(page(j / group) + pl.value_min) + t * pl.value_groups;
+    vc.insert(vc.end(), words, words + pl.value_words);
+    vs.insert(vs.end(), scale, scale + pl.value_groups);
+    vm.insert(vm.end(), mn, mn + pl.value_groups);
+  }
+  write_array(prefix + "kcodes", kc);
+  write_array(prefix + "kscale", ks);
+  write_array(prefix + "kmn", km);
+  write_array(prefix + "vcodes", vc);
+  write_array(prefix + "vscale", vs);
+  write_array(prefix + "vmn", vm);
+  std::printf("%d %d\n", keys, values);
   return 0;
 }
 
@@ -247,6 +329,7 @@ int main(int argc, char** argv) {
   }
   if (cmd == "kivi" && argc == 9) return kivi(argc, argv);
   if (cmd == "kivi_stream" && argc >= 10) return kivi_stream(argc, argv);
+  if (cmd == "kivi_evicted" && argc >= 11) return kivi_evicted(argc, argv);
   if (cmd == "turboquant" && argc == 9) return turboquant(argc, argv);
   if (cmd == "turboquant_split" && argc == 9) return turboquant_split(argc, argv);
   if (cmd == "turboquant_kv" && argc == 8) return turboquant_kv(argv);

@@ -144,6 +144,35 @@ def test_kivi_residual_stream(bits, chunks, decode, tmp_path):
         assert np.array_equal(ours, ref.reshape(-1)), name
 
 
+@pytest.mark.parametrize("bits", [2, 4])
+@pytest.mark.parametrize("chunks,kept_fraction", [([300], 0.5), ([100, 100, 57], 0.7), ([40, 190], 0.4), ([70], 0.5)])
+def test_kivi_store_quantizes_only_the_kept_tokens_of_a_held_prompt(bits, chunks, kept_fraction, tmp_path):
+    """Under a compress-after method the store evicts from the full-precision prompt, then quantizes the kept
+    tokens: its groups are the oracle's prefill of exactly those tokens, in order."""
+    residual, group, d = 64, 32, 64
+    total = sum(chunks)
+    rng = np.random.default_rng(total + bits)
+    k = kivi_input(rng, total, d)
+    v = rng.standard_normal((total, d)).astype(np.float32)
+    kept = np.flatnonzero(rng.uniform(size=total) < kept_fraction).astype(np.int32)
+    k.tofile(tmp_path / "k.f32")
+    v.tofile(tmp_path / "v.f32")
+    kept.tofile(tmp_path / "kept.i32")
+    out = run("kivi_evicted", bits, group, residual, d, tmp_path / "k.f32", tmp_path / "v.f32", tmp_path / "kept.i32",
+              tmp_path / "s", *chunks)
+    stream = kivi.Stream(residual, group, bits, d)
+    stream.prefill(k[kept], v[kept])
+    qk, qv, (kc, ks, km), (vc, vs, vm) = stream.quantized()
+    assert out.split() == [str(qk), str(qv)]
+    assert qk == len(kept) // residual * residual
+    for name, ref, dtype in [("kcodes", kc, np.uint32), ("kscale", ks, np.uint16), ("kmn", km, np.uint16),
+                             ("vcodes", vc, np.uint32), ("vscale", vs, np.uint16), ("vmn", vm, np.uint16)]:
+        ours = load(tmp_path / f"s.{name}", dtype)
+        ref = np.asarray(ref)
+        ref = ref.view(np.uint16) if ref.dtype == np.float16 else ref.astype(dtype)
+        assert np.array_equal(ours, ref.reshape(-1)), name
+
+
 # ---------------------------------------------------------------- TurboQuant
 
 def tq_input(rng, n, d):

@@ -26,7 +26,7 @@ void attention_scores(TensorView out, TensorView q, const AttentionView& view, i
     std::vector<float> probs;
     for (int32_t r = 0; r < n; ++r) {
       const float* qv = q.ptr<float>() + (static_cast<int64_t>(r) * num_heads + h) * head_dim;
-      const float max_score = visible_logits(view, sv, kvh, visible_range(sv, kvh, n, r, params.sliding_window), qv,
+      const float max_score = visible_logits(view, slice, kvh, visible_range(sv, kvh, n, r, params.sliding_window), qv,
                                              params, keys, probs);
       float denom = 0.0f;
       for (float& p : probs) denom += (p = std::exp(p - max_score));

@@ -10,6 +10,7 @@
 #include <limits>
 #include <vector>
 
+#include "backend/cpu/kivi_rows.h"
 #include "backend/cpu/vector_math.h"
 #include "backend/ops.h"
 #include "backend/quant/fp8_kv.h"
@@ -48,23 +49,32 @@ void for_each_visible_key(const AttentionView& view, const SeqKvView& sv, int32_
   }
 }
 
-// The attention logits of query `q` (head_dim values) against every key for_each_visible_key yields:
-// keys[i] = the token index, logits[i] = q . k * scale (soft-capped when configured). Returns the largest logit
-// (-inf when nothing is visible). Keys are f32 rows, or FP8 codes (the only quantized pool the callers admit),
-// each decoded with its KV head's scale into a per-thread row as it is read.
-inline float visible_logits(const AttentionView& view, const SeqKvView& sv, int32_t kv_head, VisibleRange range,
+// The attention logits of query `q` (head_dim values) against every key for_each_visible_key yields in sequence
+// `slice` of the view: keys[i] = the token index, logits[i] = q . k * scale (soft-capped when configured). Returns
+// the largest logit (-inf when nothing is visible). Keys are f32 rows, FP8 codes decoded with their KV head's scale,
+// or a KIVI stream's keys (kivi_rows.h: quantized groups decoded, window rows read as they are), each decoded into a
+// per-thread row as it is read.
+inline float visible_logits(const AttentionView& view, int32_t slice, int32_t kv_head, VisibleRange range,
                             const float* q, const AttentionParams& params, std::vector<int32_t>& keys,
                             std::vector<float>& logits) {
+  const SeqKvView& sv = view.seqs[slice];
   const int32_t* pages = sv.page_ids + static_cast<int64_t>(kv_head) * sv.stride;
   keys.clear();
   logits.clear();
   float max_logit = -std::numeric_limits<float>::infinity();
-  const bool fp8 = view.payload == KvPayload::kQuantized;
+  const bool quantized = view.payload == KvPayload::kQuantized;
+  const bool kivi = quantized && view.quantized.scheme == KvQuantScheme::kKivi;
+  const KiviPageLayout kivi_layout = kivi ? kivi_page_layout(view.quantized.group_size, view.quantized.value_group_size,
+                                                             view.head_dim, view.quantized.bits)
+                                          : KiviPageLayout{};
+  const KiviRows kivi_rows = kivi ? KiviRows::of(view, kivi_layout, slice, kv_head) : KiviRows{};
   thread_local std::vector<float> decoded;
-  if (fp8) decoded.resize(static_cast<size_t>(view.head_dim));
+  if (quantized) decoded.resize(static_cast<size_t>(view.head_dim));
   for_each_visible_key(view, sv, kv_head, range, [&](int32_t j) {
     const float* k = nullptr;
-    if (fp8) {
+    if (kivi) {
+      k = kivi_rows.key(j, decoded.data());
+    } else if (quantized) {
       fp8_dequantize(view.element<const uint8_t>(pages[j / view.page_size], 0, j % view.page_size),
                      static_cast<size_t>(view.head_dim), view.quantized.k_scales[kv_head], Fp8Format::kE4M3,
                      decoded.data());

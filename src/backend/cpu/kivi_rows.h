@@ -1,0 +1,75 @@
+// The K and V rows of one stream of a KIVI view (attention_view.h, kKivi) on the CPU: token j's key decodes from its
+// quantized page when j < num_quantized_keys (one code per channel, each channel its own group's scale and
+// minimum) and is read from the residual pages otherwise; its value alike against num_quantized_values (groups of
+// value_group_size channels of the token). A decoded row goes into the caller's `local` buffer (head_dim floats).
+// Shared by every CPU op that reads KIVI pages, so they decode alike.
+#pragma once
+
+#include "backend/attention_view.h"
+#include "backend/quant/kivi_quant.h"
+#include "backend/quant/quantized_kv_layout.h"
+
+namespace se::cpu {
+
+struct KiviRows {
+  static constexpr bool kInPlace = false;
+  // Stream (sequence `s`, KV head `h`) of a KIVI view whose pages are laid out as `layout`.
+  static KiviRows of(const AttentionView& view, const KiviPageLayout& layout, int32_t s, int32_t h) {
+    const SeqKvView& sv = view.seqs[s];
+    const KiviSeqView& kivi = view.quantized.kivi_seqs[s];
+    return KiviRows{&view,
+                    &layout,
+                    sv.page_ids + static_cast<int64_t>(h) * sv.stride,
+                    kivi.residual.page_ids + static_cast<int64_t>(h) * kivi.residual.stride,
+                    kivi.num_quantized_keys[h],
+                    kivi.num_quantized_values[h],
+                    kivi.residual_first_slot[h]};
+  }
+
+  const AttentionView* view;
+  const KiviPageLayout* layout;
+  const int32_t* pages;           // the stream's quantized page list
+  const int32_t* residual_pages;  // its residual page list
+  int32_t num_quantized_keys, num_quantized_values, residual_first_slot;
+
+  const char* page(int32_t j) const {
+    return static_cast<const char*>(view->quantized.quantized_base) +
+           static_cast<size_t>(pages[j / view->quantized.group_size]) * view->quantized.quantized_page_bytes;
+  }
+  const float* residual_row(int kv, int32_t j) const {
+    const int32_t slot = j - num_quantized_values + residual_first_slot;
+    return view->element<const float>(residual_pages[slot / view->page_size], kv, slot % view->page_size);
+  }
+
+  const float* key(int32_t j, float* local) const {
+    if (j >= num_quantized_keys) return residual_row(0, j);
+    const QuantizedKvView& qv = view->quantized;
+    const char* base = page(j);
+    const int32_t t = j % qv.group_size;
+    const auto* words = reinterpret_cast<const uint32_t*>(base + layout->key_codes);
+    const auto* scale = reinterpret_cast<const uint16_t*>(base + layout->key_scale);
+    const auto* mn = reinterpret_cast<const uint16_t*>(base + layout->key_min);
+    for (int32_t c = 0; c < view->head_dim; ++c)
+      local[c] = kivi_dequantize(kivi_code(words + int64_t{c} * layout->key_words, t, qv.bits), scale[c], mn[c]);
+    return local;
+  }
+
+  const float* value(int32_t j, float* local) const {
+    if (j >= num_quantized_values) return residual_row(1, j);
+    const QuantizedKvView& qv = view->quantized;
+    const char* base = page(j);
+    const int32_t t = j % qv.group_size;
+    const auto* words =
+        reinterpret_cast<const uint32_t*>(base + layout->value_codes) + int64_t{t} * layout->value_words;
+    const auto* scale =
+        reinterpret_cast<const uint16_t*>(base + layout->value_scale) + int64_t{t} * layout->value_groups;
+    const auto* mn = reinterpret_cast<const uint16_t*>(base + layout->value_min) + int64_t{t} * layout->value_groups;
+    for (int32_t c = 0; c < view->head_dim; ++c) {
+      const int32_t g = c / qv.value_group_size;
+      local[c] = kivi_dequantize(kivi_code(words, c, qv.bits), scale[g], mn[g]);
+    }
+    return local;
+  }
+};
+
+}  // namespace se::cpu
