@@ -34,8 +34,10 @@ class ServerProcess:
         self.log = tempfile.NamedTemporaryFile(prefix="sparse-engine-serve-", suffix=".log", delete=False)
         self.args = [str(BINARY), "--log-level", "info", "serve", "--model", "default", "--host", "127.0.0.1",
                      "--port", "0", *extra_args]
+        # Sleeping OpenMP workers unless told otherwise: the server shares the cores with its clients (and, in the
+        # suite, other tests), where libgomp's spinning workers slowed a soak tenfold.
         self.proc = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT,
-                                     env={**os.environ, **(env or {})})
+                                     env={"OMP_WAIT_POLICY": "PASSIVE", **os.environ, **(env or {})})
         self.port = self._wait_for_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self._wait_healthy()
