@@ -88,6 +88,20 @@ int kivi(int argc, char** argv) {
   return 0;
 }
 
+// The quantized keys' codes, scales and minima (channel by channel) and the values' (token by token), as
+// test_quant_oracles.py reads them.
+void write_kivi_arrays(const std::string& prefix, const std::vector<uint32_t>& kcodes,
+                       const std::vector<uint16_t>& kscale, const std::vector<uint16_t>& kmn,
+                       const std::vector<uint32_t>& vcodes, const std::vector<uint16_t>& vscale,
+                       const std::vector<uint16_t>& vmn) {
+  write_array(prefix + "kcodes", kcodes);
+  write_array(prefix + "kscale", kscale);
+  write_array(prefix + "kmn", kmn);
+  write_array(prefix + "vcodes", vcodes);
+  write_array(prefix + "vscale", vscale);
+  write_array(prefix + "vmn", vmn);
+}
+
 int kivi_stream(int argc, char** argv) {
   const int32_t bits = std::stoi(argv[2]), group = std::stoi(argv[3]);
   const int64_t residual = std::stoll(argv[4]), d = std::stoll(argv[5]);
@@ -126,12 +140,7 @@ int kivi_stream(int argc, char** argv) {
     ks.insert(ks.end(), kscale[c].begin(), kscale[c].end());
     km.insert(km.end(), kmn[c].begin(), kmn[c].end());
   }
-  write_array(prefix + "kcodes", kc);
-  write_array(prefix + "kscale", ks);
-  write_array(prefix + "kmn", km);
-  write_array(prefix + "vcodes", vcodes);
-  write_array(prefix + "vscale", vscale);
-  write_array(prefix + "vmn", vmn);
+  write_kivi_arrays(prefix, kc, ks, km, vcodes, vscale, vmn);
   std::printf("%lld %lld\n", static_cast<long long>(window.quantized_keys()),
               static_cast<long long>(window.quantized_values()));
   return 0;
@@ -203,12 +212,7 @@ int kivi_evicted(int argc, char** argv) {
     vs.insert(vs.end(), scale, scale + pl.value_groups);
     vm.insert(vm.end(), mn, mn + pl.value_groups);
   }
-  write_array(prefix + "kcodes", kc);
-  write_array(prefix + "kscale", ks);
-  write_array(prefix + "kmn", km);
-  write_array(prefix + "vcodes", vc);
-  write_array(prefix + "vscale", vs);
-  write_array(prefix + "vmn", vm);
+  write_kivi_arrays(prefix, kc, ks, km, vc, vs, vm);
   std::printf("%d %d\n", keys, values);
   return 0;
 }

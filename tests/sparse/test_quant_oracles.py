@@ -115,6 +115,17 @@ def test_kivi_codes_scales_minima(bits, group, t, d, side, tmp_path):
     assert np.array_equal(load(tmp_path / "q.deq", np.float32).reshape(t, d), deq)
 
 
+def assert_kivi_arrays_equal(prefix, keys, values):
+    """The codes, scales and minima quant_tool wrote at `prefix` equal the oracle's quantized keys and values."""
+    (kc, ks, km), (vc, vs, vm) = keys, values
+    for name, ref, dtype in [("kcodes", kc, np.uint32), ("kscale", ks, np.uint16), ("kmn", km, np.uint16),
+                             ("vcodes", vc, np.uint32), ("vscale", vs, np.uint16), ("vmn", vm, np.uint16)]:
+        ours = load(prefix.parent / f"{prefix.name}.{name}", dtype)
+        ref = np.asarray(ref)
+        ref = ref.view(np.uint16) if ref.dtype == np.float16 else ref.astype(dtype)
+        assert np.array_equal(ours, ref.reshape(-1)), name
+
+
 @pytest.mark.parametrize("bits", [2, 4])
 @pytest.mark.parametrize("chunks,decode", [([300], 200), ([100, 100, 57], 150), ([64], 70), ([128], 1),
                                            ([20], 300)])
@@ -133,15 +144,10 @@ def test_kivi_residual_stream(bits, chunks, decode, tmp_path):
     stream.prefill(k[:prefill], v[:prefill])
     for t in range(prefill, total):
         stream.decode(k[t], v[t])
-    qk, qv, (kc, ks, km), (vc, vs, vm) = stream.quantized()
+    qk, qv, keys, values = stream.quantized()
     assert out.split() == [str(qk), str(qv)]
     assert total - qk < residual and total - qv == min(total, residual)
-    for name, ref, dtype in [("kcodes", kc, np.uint32), ("kscale", ks, np.uint16), ("kmn", km, np.uint16),
-                             ("vcodes", vc, np.uint32), ("vscale", vs, np.uint16), ("vmn", vm, np.uint16)]:
-        ours = load(tmp_path / f"s.{name}", dtype)
-        ref = np.asarray(ref)
-        ref = ref.view(np.uint16) if ref.dtype == np.float16 else ref.astype(dtype)
-        assert np.array_equal(ours, ref.reshape(-1)), name
+    assert_kivi_arrays_equal(tmp_path / "s", keys, values)
 
 
 @pytest.mark.parametrize("bits", [2, 4])
@@ -162,15 +168,10 @@ def test_kivi_store_quantizes_only_the_kept_tokens_of_a_held_prompt(bits, chunks
               tmp_path / "s", *chunks)
     stream = kivi.Stream(residual, group, bits, d)
     stream.prefill(k[kept], v[kept])
-    qk, qv, (kc, ks, km), (vc, vs, vm) = stream.quantized()
+    qk, qv, keys, values = stream.quantized()
     assert out.split() == [str(qk), str(qv)]
     assert qk == len(kept) // residual * residual
-    for name, ref, dtype in [("kcodes", kc, np.uint32), ("kscale", ks, np.uint16), ("kmn", km, np.uint16),
-                             ("vcodes", vc, np.uint32), ("vscale", vs, np.uint16), ("vmn", vm, np.uint16)]:
-        ours = load(tmp_path / f"s.{name}", dtype)
-        ref = np.asarray(ref)
-        ref = ref.view(np.uint16) if ref.dtype == np.float16 else ref.astype(dtype)
-        assert np.array_equal(ours, ref.reshape(-1)), name
+    assert_kivi_arrays_equal(tmp_path / "s", keys, values)
 
 
 # ---------------------------------------------------------------- TurboQuant
