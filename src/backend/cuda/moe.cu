@@ -1,11 +1,11 @@
-// The mixture-of-experts kernels (backend/moe_ops.h on CUDA): one thread per row for the router, one block for
-// the grouping, one block per row for the weighted sum, and three grouped GEMMs whose grids span every expert
+// The mixture-of-experts kernels (backend/moe_ops.h on CUDA): one warp per row for the router, one block for the
+// grouping, a thread per (row, column) for the weighted sum, and three grouped GEMMs whose grids span every expert
 // (blocks of an expert without rows return before reading its weights):
-// - a decode GEMV (few rows per expert): one warp per output column streams the expert's weight row once with
-//   16-byte loads and applies it to up to kGemvRows of the expert's rows at a time, so a step reads each chosen
-//   expert's weights about once, at memory speed;
+// - a decode GEMV (few rows per expert): one warp per kGemvCols output columns streams those weight rows once with
+//   16-byte loads (kGemvCols loads in flight per lane) and applies them to up to kGemvRows of the expert's rows at
+//   a time, so a step reads each chosen expert's weights about once, at memory speed;
 // - a tensor-core GEMM (bf16 mma, fp32 accumulation) on 64 x 64 tiles for prefill-sized batches;
-// both read block-scaled FP8 expert weights as stored (one byte per weight) and apply their block scales in fp32;
+//   both read block-scaled FP8 expert weights as stored (one byte per weight) and apply their block scales in fp32;
 // - a scalar shared-memory tiled GEMM for what the other two do not take (fp32 weights in many rows, K not a
 //   multiple of the 16-byte vector).
 #include <cuda_fp8.h>
@@ -25,10 +25,11 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kTile = 16;      // the scalar GEMM: a block computes a kTile x kTile tile of one expert's rows
-constexpr int kGemvWarps = 8;  // the decode GEMV: output columns per block, one per warp
-constexpr int kGemvRows = 8;   // rows a warp applies one pass over the weight row to
+constexpr int kGemvWarps = 8;  // the decode GEMV: warps per block,
+constexpr int kGemvCols = 4;   // output columns per warp,
+constexpr int kGemvRows = 4;   // and rows a pass over those columns' weights applies them to
 // The decode GEMV serves batches up to this many rows (an expert then has at most as many).
-constexpr int64_t kGemvMaxRows = 32;
+constexpr int64_t kGemvMaxRows = 64;
 constexpr int kMmaTile = 64;      // the tensor-core GEMM: a block computes a 64 x 64 tile of one expert's rows,
 constexpr int kMmaK = 32;         // stepping K by 32 through shared memory,
 constexpr int kMmaPad = 8;        // rows padded by 16 bytes against bank conflicts
@@ -38,23 +39,29 @@ constexpr int64_t kMaxExperts = 48 * 1024 / sizeof(int32_t) - 1;
 
 unsigned blocks_for(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
 
-// One thread per row: softmax over the experts, then k picks, each the most probable expert ordered after the
-// previous pick (descending probability, ties to the lower index), as the CPU reference's partial sort orders them.
+// One warp per row: the softmax over the experts with warp reductions, then k picks, each a warp-wide argmax over
+// the experts ordered after the previous pick (descending probability, ties to the lower index), as the CPU
+// reference's partial sort orders them.
 __global__ void route_kernel(int32_t* experts, float* weights, const float* logits, int64_t t, int num_experts, int k,
                              bool normalize) {
-  const int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const int64_t row = blockIdx.x * static_cast<int64_t>(kThreads / 32) + threadIdx.x / 32;
   if (row >= t) return;
+  const int lane = threadIdx.x % 32;
   const float* logit = logits + row * num_experts;
-  float max_logit = logit[0];
-  for (int e = 1; e < num_experts; ++e) max_logit = fmaxf(max_logit, logit[e]);
+  float max_logit = -INFINITY;
+  for (int e = lane; e < num_experts; e += 32) max_logit = fmaxf(max_logit, logit[e]);
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1)
+    max_logit = fmaxf(max_logit, __shfl_xor_sync(0xffffffffu, max_logit, offset));
   float sum = 0.0f;
-  for (int e = 0; e < num_experts; ++e) sum += expf(logit[e] - max_logit);
+  for (int e = lane; e < num_experts; e += 32) sum += expf(logit[e] - max_logit);
+  sum = warp_sum(sum);
   int prev = -1;
   float prev_p = 0.0f, chosen = 0.0f;
   for (int j = 0; j < k; ++j) {
     int best = -1;
     float best_p = -1.0f;
-    for (int e = 0; e < num_experts; ++e) {
+    for (int e = lane; e < num_experts; e += 32) {  // ascending e: a tie keeps the lower index
       const float p = expf(logit[e] - max_logit) / sum;
       const bool after_prev = prev < 0 || p < prev_p || (p == prev_p && e > prev);
       if (after_prev && p > best_p) {
@@ -62,13 +69,24 @@ __global__ void route_kernel(int32_t* experts, float* weights, const float* logi
         best_p = p;
       }
     }
-    experts[row * k + j] = best;
-    weights[row * k + j] = best_p;
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      const float other_p = __shfl_xor_sync(0xffffffffu, best_p, offset);
+      const int other = __shfl_xor_sync(0xffffffffu, best, offset);
+      if (other_p > best_p || (other_p == best_p && other >= 0 && (best < 0 || other < best))) {
+        best = other;
+        best_p = other_p;
+      }
+    }
+    if (lane == 0) {
+      experts[row * k + j] = best;
+      weights[row * k + j] = best_p;
+    }
     chosen += best_p;
     prev = best;
     prev_p = best_p;
   }
-  if (normalize)
+  if (normalize && lane == 0)
     for (int j = 0; j < k; ++j) weights[row * k + j] /= chosen;
 }
 
@@ -178,46 +196,61 @@ struct WeightScales {
   __device__ const float* column(int64_t e, int64_t col) const { return scale + (e * rows + col / block_rows) * cols; }
 };
 
-// Block (x, e): warp w computes output column x * kGemvWarps + w of every grouped row of expert e, kGemvRows rows
-// per pass over the weight row (the batch has at most kGemvMaxRows rows, so an expert's weights are read at most
-// kGemvMaxRows / kGemvRows times, the repeats from L2). Each lane takes V consecutive elements of K at a time (one
-// 16-byte load of weights), k a multiple of V, x and w 16-byte aligned. FP8 weights: each lane's V elements lie in
-// one scale block (block_cols a multiple of 32), so its partial dot product takes the block's scale once.
+// Block (x, e): warp w computes output columns [c0, c0 + kGemvCols), c0 = (x * kGemvWarps + w) * kGemvCols, of
+// every grouped row of expert e, kGemvRows rows per pass over those columns' weights (the batch has at most
+// kGemvMaxRows rows; an expert's repeated passes read its weights from L2). Each lane takes V consecutive elements
+// of K at a time (one 16-byte load of weights per column), k a multiple of V, x and w 16-byte aligned. FP8 weights:
+// a lane's V elements lie in one scale block along K and a warp's columns in one along N (block sizes multiples of
+// 32), so each partial dot product takes one scale.
 template <typename W, typename X, int V>
 __global__ void grouped_gemv_kernel(void* out, DType out_dtype, const X* x, const W* w, WeightScales scales,
                                     const int32_t* offsets, int64_t n, int64_t k) {
   const int64_t e = blockIdx.y;
   const int64_t first = offsets[e], count = offsets[e + 1] - first;
-  const int64_t col = static_cast<int64_t>(blockIdx.x) * kGemvWarps + threadIdx.x / 32;
-  if (count == 0 || col >= n) return;
+  const int64_t col0 = (static_cast<int64_t>(blockIdx.x) * kGemvWarps + threadIdx.x / 32) * kGemvCols;
+  if (count == 0 || col0 >= n) return;
   const int lane = threadIdx.x % 32;
-  const W* w_row = w + (e * n + col) * k;
-  const float* col_scales = scales.scale != nullptr ? scales.column(e, col) : nullptr;
+  const int cols = static_cast<int>(min(static_cast<int64_t>(kGemvCols), n - col0));
+  const W* w_rows = w + (e * n + col0) * k;
+  const float* warp_scales = scales.scale != nullptr ? scales.column(e, col0) : nullptr;
   for (int64_t r0 = 0; r0 < count; r0 += kGemvRows) {
     const int64_t rows = min(static_cast<int64_t>(kGemvRows), count - r0);
     const X* x_rows = x + (first + r0) * k;
-    float acc[kGemvRows] = {};
-#pragma unroll 2
+    float acc[kGemvRows][kGemvCols] = {};
     for (int64_t kk = lane * V; kk < k; kk += 32 * V) {
-      float wv[V];
-      load_vector(wv, w_row + kk);
-      const float scale = col_scales != nullptr ? col_scales[kk / scales.block_cols] : 1.0f;
+      float wv[kGemvCols][V];
+#pragma unroll
+      for (int c = 0; c < kGemvCols; ++c) {
+        if (c < cols) {
+          load_vector(wv[c], w_rows + c * k + kk);
+        } else {
+#pragma unroll
+          for (int i = 0; i < V; ++i) wv[c][i] = 0.0f;
+        }
+      }
+      const float scale = warp_scales != nullptr ? warp_scales[kk / scales.block_cols] : 1.0f;
 #pragma unroll
       for (int r = 0; r < kGemvRows; ++r) {
         if (r >= rows) break;
         float xv[V];
         load_vector(xv, x_rows + r * k + kk);
-        float dot = 0.0f;
 #pragma unroll
-        for (int i = 0; i < V; ++i) dot += wv[i] * xv[i];
-        acc[r] += scale * dot;
+        for (int c = 0; c < kGemvCols; ++c) {
+          float dot = 0.0f;
+#pragma unroll
+          for (int i = 0; i < V; ++i) dot += wv[c][i] * xv[i];
+          acc[r][c] += scale * dot;
+        }
       }
     }
 #pragma unroll
     for (int r = 0; r < kGemvRows; ++r) {
       if (r >= rows) break;
-      const float sum = warp_sum(acc[r]);
-      if (lane == 0) store_from_float(out, out_dtype, (first + r0 + r) * n + col, sum);
+#pragma unroll
+      for (int c = 0; c < kGemvCols; ++c) {
+        const float sum = warp_sum(acc[r][c]);
+        if (lane == 0 && c < cols) store_from_float(out, out_dtype, (first + r0 + r) * n + col0 + c, sum);
+      }
     }
   }
 }
@@ -333,22 +366,22 @@ __global__ void __launch_bounds__(kMmaThreads)
   }
 }
 
-// One block per row r: h[r] += sum_j weights[r, j] * y[slots[r * k + j]], j in order.
+// Block (r, y): h[r, d] += sum_j weights[r, j] * y[slots[r * k + j], d], j in order, for d in the block's kThreads
+// columns.
 __global__ void combine_kernel(float* h, const float* y, const float* weights, const int32_t* slots, int64_t hidden,
                                int k) {
-  const int64_t r = blockIdx.x;
-  for (int64_t d = threadIdx.x; d < hidden; d += blockDim.x) {
-    float v = h[r * hidden + d];
-    for (int j = 0; j < k; ++j) v += weights[r * k + j] * y[static_cast<int64_t>(slots[r * k + j]) * hidden + d];
-    h[r * hidden + d] = v;
-  }
+  const int64_t r = blockIdx.x, d = static_cast<int64_t>(blockIdx.y) * kThreads + threadIdx.x;
+  if (d >= hidden) return;
+  float v = h[r * hidden + d];
+  for (int j = 0; j < k; ++j) v += weights[r * k + j] * y[static_cast<int64_t>(slots[r * k + j]) * hidden + d];
+  h[r * hidden + d] = v;
 }
 
 }  // namespace
 
 void route_experts(TensorView experts, TensorView weights, TensorView logits, bool normalize) {
   const int64_t t = logits.shape[0];
-  route_kernel<<<blocks_for(t, kThreads), kThreads, 0, CudaContext::current().stream()>>>(
+  route_kernel<<<blocks_for(t, kThreads / 32), kThreads, 0, CudaContext::current().stream()>>>(
       experts.ptr<int32_t>(), weights.ptr<float>(), logits.ptr<float>(), t, static_cast<int>(logits.shape[1]),
       static_cast<int>(experts.shape[1]), normalize);
   SE_CUDA_CHECK_LAUNCH("route_kernel");
@@ -381,7 +414,7 @@ void grouped_linear(TensorView out, TensorView x, TensorView w, TensorView offse
   SE_CHECK(vectorized || !fp8, "grouped_linear: FP8 weights need 16-byte aligned operands");  // K: moe_ops.cpp
   const int32_t* offs = offsets.ptr<int32_t>();
   if (vectorized && max_rows <= kGemvMaxRows) {
-    const dim3 grid(blocks_for(n, kGemvWarps), static_cast<unsigned>(num_experts));
+    const dim3 grid(blocks_for(n, kGemvWarps * kGemvCols), static_cast<unsigned>(num_experts));
     constexpr int kThreadsPerBlock = kGemvWarps * 32;
     if (fp8) {
       grouped_gemv_kernel<uint8_t, __nv_bfloat16, 16><<<grid, kThreadsPerBlock, 0, stream>>>(
@@ -390,7 +423,7 @@ void grouped_linear(TensorView out, TensorView x, TensorView w, TensorView offse
       grouped_gemv_kernel<__nv_bfloat16, __nv_bfloat16, 8><<<grid, kThreadsPerBlock, 0, stream>>>(
           out.data, out.dtype, x.ptr<__nv_bfloat16>(), w.ptr<__nv_bfloat16>(), scales, offs, n, k);
     } else {
-      grouped_gemv_kernel<float, float, 8><<<grid, kThreadsPerBlock, 0, stream>>>(out.data, out.dtype, x.ptr<float>(),
+      grouped_gemv_kernel<float, float, 4><<<grid, kThreadsPerBlock, 0, stream>>>(out.data, out.dtype, x.ptr<float>(),
                                                                                   w.ptr<float>(), scales, offs, n, k);
     }
     SE_CUDA_CHECK_LAUNCH("grouped_gemv_kernel");
@@ -415,7 +448,8 @@ void grouped_linear(TensorView out, TensorView x, TensorView w, TensorView offse
 }
 
 void moe_combine(TensorView h, TensorView y, TensorView weights, TensorView slots) {
-  combine_kernel<<<static_cast<unsigned>(h.shape[0]), kThreads, 0, CudaContext::current().stream()>>>(
+  const dim3 grid(static_cast<unsigned>(h.shape[0]), blocks_for(h.shape[1], kThreads));
+  combine_kernel<<<grid, kThreads, 0, CudaContext::current().stream()>>>(
       h.ptr<float>(), y.ptr<float>(), weights.ptr<float>(), slots.ptr<int32_t>(), h.shape[1],
       static_cast<int>(weights.shape[1]));
   SE_CUDA_CHECK_LAUNCH("combine_kernel");

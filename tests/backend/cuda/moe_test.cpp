@@ -1,6 +1,6 @@
 // Parity of the mixture-of-experts kernels (backend/moe_ops.h) with their CPU twins, on ragged expert loads: one
 // expert takes most rows (several row tiles of the grouped GEMM, several passes of the decode GEMV), some take one,
-// some none; decode (one row) included. The cases reach each grouped GEMM: the decode GEMV (t <= 32), the
+// some none; decode (one row) included. The cases reach each grouped GEMM: the decode GEMV (t <= 64), the
 // tensor-core GEMM (larger t) and the scalar one (K not a multiple of 8), K tails past a 32-wide step included, and
 // block-scaled FP8 experts in the first two. The routing and the grouping must match exactly; the grouped GEMMs
 // (bf16 operands the CPU sees exactly, fp32 accumulation) and the weighted sum within fp32 tolerance.
@@ -63,7 +63,8 @@ TEST(CudaMoeTest, RaggedExpertLoadsMatchCpu) {
   SE_SKIP_WITHOUT_CUDA_DEVICE();
   const MoeCase cases[] = {{37, 16, 4, 96, 40, true}, {1, 128, 8, 256, 96, true},   {64, 128, 8, 256, 96, false},
                            {5, 8, 8, 32, 16, true},  // every expert chosen by every row
-                           {24, 16, 4, 96, 64, true}, {300, 16, 4, 128, 72, false}, {9, 16, 4, 36, 20, true}};
+                           {24, 16, 4, 96, 64, true}, {300, 16, 4, 128, 72, false}, {100, 16, 4, 128, 64, true},
+                           {9, 16, 4, 36, 20, true}};
   uint64_t seed = 1;
   for (const MoeCase& c : cases) {
     const int64_t pairs = c.t * c.k;
