@@ -61,10 +61,10 @@ void expect_equal_i32(const Tensor& got, const Tensor& want, const char* what) {
 
 TEST(CudaMoeTest, RaggedExpertLoadsMatchCpu) {
   SE_SKIP_WITHOUT_CUDA_DEVICE();
-  const MoeCase cases[] = {{37, 16, 4, 96, 40, true}, {1, 128, 8, 256, 96, true},   {64, 128, 8, 256, 96, false},
-                           {5, 8, 8, 32, 16, true},  // every expert chosen by every row
-                           {24, 16, 4, 96, 64, true}, {300, 16, 4, 128, 72, false}, {100, 16, 4, 128, 64, true},
-                           {9, 16, 4, 36, 20, true}};
+  const MoeCase cases[] = {{37, 16, 4, 96, 40, true},    {1, 128, 8, 256, 96, true},
+                           {64, 128, 8, 256, 96, false}, {5, 8, 8, 32, 16, true},  // every expert chosen by every row
+                           {24, 16, 4, 96, 64, true},    {300, 16, 4, 128, 72, false},
+                           {100, 16, 4, 128, 64, true},  {9, 16, 4, 36, 20, true}};
   uint64_t seed = 1;
   for (const MoeCase& c : cases) {
     const int64_t pairs = c.t * c.k;
