@@ -77,6 +77,11 @@ def test_h2o_matches_oracle(seed, tmp_path):
                 positions, acc = by_position(result.kept[step][layer][h], state["acc"][layer][h])
                 assert positions == stream.positions, where
                 np.testing.assert_allclose(acc, stream.acc, rtol=1e-4, atol=1e-6, err_msg=where)
+                # What the eviction dropped, with the scores it was dropped by.
+                dropped = sorted(state["dropped"][layer][h])
+                assert [p for p, _ in dropped] == [p for p, _ in stream.dropped], where
+                np.testing.assert_allclose([a for _, a in dropped], [a for _, a in stream.dropped], rtol=1e-4,
+                                           atol=1e-6, err_msg=where)
                 # A decode step one token over the budget moves the new token into the evicted one's slot and
                 # leaves every other slot as it was.
                 previous = result.kept[step - 1][layer][h] if step > 0 else []

@@ -199,6 +199,9 @@ void H2oMethod::finish_step(StepContext& ctx) {
     auto it = scores_.find(slice.seq);
     SE_CHECK(it != scores_.end(), "h2o: no scores for seq {}", slice.seq);
     std::vector<std::vector<float>>& acc = it->second.acc;
+    std::vector<std::vector<DroppedToken>>& dropped = it->second.dropped;
+    dropped.resize(acc.size());
+    for (std::vector<DroppedToken>& d : dropped) d.clear();
     const int32_t num_logical = ctx.cache.num_logical_tokens(slice.seq);
     const auto stream_acc = [&](int layer, int kv_head, size_t len) -> std::vector<float>& {
       std::vector<float>& scores = acc[static_cast<size_t>(layout.stream(layer, kv_head))];
@@ -215,13 +218,23 @@ void H2oMethod::finish_step(StepContext& ctx) {
           for (size_t i = 0; i < streams.size(); ++i) {
             KvStreams::SlotEviction& e = streams[i];
             const std::span<const int32_t> positions = ctx.cache.slot_positions(slice.seq, e.layer, e.kv_head);
-            e.slot = lowest_scored_slot(stream_acc(e.layer, e.kv_head, positions.size()), positions,
-                                        recent_window_start(positions, num_logical));
+            const std::vector<float>& scores = stream_acc(e.layer, e.kv_head, positions.size());
+            e.slot = lowest_scored_slot(scores, positions, recent_window_start(positions, num_logical));
+            const auto slot = static_cast<size_t>(e.slot);
+            dropped[static_cast<size_t>(layout.stream(e.layer, e.kv_head))].push_back({positions[slot], scores[slot]});
           }
         },
         [&](int layer, int kv_head, std::span<const int32_t> positions, std::vector<int32_t>& kept) {
-          keep_heavy_and_recent(stream_acc(layer, kv_head, positions.size()), positions,
-                                recent_window_start(positions, num_logical), kept);
+          const std::vector<float>& scores = stream_acc(layer, kv_head, positions.size());
+          keep_heavy_and_recent(scores, positions, recent_window_start(positions, num_logical), kept);
+          std::vector<DroppedToken>& out = dropped[static_cast<size_t>(layout.stream(layer, kv_head))];
+          for (size_t j = 0, k = 0; j < positions.size(); ++j) {
+            if (k < kept.size() && kept[k] == static_cast<int32_t>(j)) {
+              ++k;
+            } else {
+              out.push_back({positions[j], scores[j]});
+            }
+          }
         });
     for (const KvStreams::SlotEviction& e : evicted.slots) {
       std::vector<float>& scores = acc[static_cast<size_t>(layout.stream(e.layer, e.kv_head))];
@@ -267,12 +280,19 @@ nlohmann::json H2oMethod::debug_state(int32_t seq) const {
   auto it = scores_.find(seq);
   if (it == scores_.end()) return nullptr;
   const SequenceScores& scores = it->second;
-  nlohmann::json acc = nlohmann::json::array();
+  nlohmann::json acc = nlohmann::json::array(), dropped = nlohmann::json::array();
   for (size_t stream = 0; stream < scores.acc.size(); ++stream) {
-    if (stream % static_cast<size_t>(scores.num_kv_heads) == 0) acc.push_back(nlohmann::json::array());
+    if (stream % static_cast<size_t>(scores.num_kv_heads) == 0) {
+      acc.push_back(nlohmann::json::array());
+      dropped.push_back(nlohmann::json::array());
+    }
     acc.back().push_back(scores.acc[stream]);
+    nlohmann::json tokens = nlohmann::json::array();
+    if (stream < scores.dropped.size())
+      for (const DroppedToken& t : scores.dropped[stream]) tokens.push_back({t.position, t.score});
+    dropped.back().push_back(std::move(tokens));
   }
-  return {{"acc", acc}};
+  return {{"acc", acc}, {"dropped", dropped}};
 }
 
 }  // namespace se

@@ -57,7 +57,9 @@ class H2oMethod final : public MethodRuntime {
   // The accumulated scores travel with a retained turn: the next turn evicts by them.
   std::unique_ptr<MethodSequenceState> export_sequence_state(int32_t seq) override;
   Status import_sequence_state(int32_t seq, std::unique_ptr<MethodSequenceState> state) override;
-  // {"acc": [layer][kv_head] -> acc in stream order}, or null for an unknown sequence.
+  // {"acc": [layer][kv_head] -> acc in stream order, "dropped": [layer][kv_head] -> [[position, acc], ...] of the
+  // tokens the last step's eviction dropped from a full-attention stream}, or null for an unknown sequence. Where
+  // two runs keep different tokens, both runs' scores of the tokens in question are then at hand.
   nlohmann::json debug_state(int32_t seq) const override;
 
  private:
@@ -83,9 +85,14 @@ class H2oMethod final : public MethodRuntime {
   int32_t num_heavy_ = 0;   // heavy hitters kept per stream
   int32_t num_recent_ = 0;  // newest tokens kept per stream
   GroupReduce gqa_agg_ = GroupReduce::kMean;
+  struct DroppedToken {
+    int32_t position = 0;
+    float score = 0.0f;
+  };
   struct SequenceScores {
     int32_t num_kv_heads = 0;
     std::vector<std::vector<float>> acc;  // [layer * num_kv_heads + kv_head] -> one score per resident row
+    std::vector<std::vector<DroppedToken>> dropped;  // [stream] what the last eviction dropped (debug_state)
   };
   struct ExportedScores final : MethodSequenceState {
     SequenceScores scores;

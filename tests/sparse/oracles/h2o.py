@@ -19,6 +19,7 @@ class Stream:
     def __init__(self):
         self.positions = []          # original positions of the resident rows, in stream order
         self.acc = np.zeros(0)       # float64, aligned with positions
+        self.dropped = []            # (position, acc) of the rows the last step's eviction dropped
 
 
 def heavy_hitters(acc, num_heavy, num_candidates):
@@ -46,12 +47,15 @@ def step(stream, q, keys, values, kv_head, first_position, heavy, recent, scale,
     column_sums = GROUP_REDUCE[gqa_agg](probs.sum(axis=1), axis=0)            # [len]
     stream.acc = np.concatenate([stream.acc, np.zeros(n)]) + column_sums
     length = len(stream.positions)
+    stream.dropped = []
     if length <= heavy + recent:
         return out, None
     if window:
         rows = sliding_tail(length, window, heavy + recent)
     else:
         rows = (choose or heavy_hitters)(stream.acc, heavy, length - recent) + list(range(length - recent, length))
+    kept = set(rows)
+    stream.dropped = [(stream.positions[j], stream.acc[j]) for j in range(length) if j not in kept]
     stream.positions = [stream.positions[j] for j in rows]
     stream.acc = stream.acc[rows]
     return out, rows
