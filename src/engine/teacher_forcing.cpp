@@ -88,21 +88,34 @@ TeacherForcedSequence::~TeacherForcedSequence() {
 }
 
 Result<Tensor> TeacherForcedSequence::prefill(std::span<const int32_t> prompt) {
+  SE_RETURN_IF_ERROR(start_prefill(prompt));
+  Tensor logits;
+  while (!prefill_done()) {
+    SE_ASSIGN_OR_RETURN(logits, prefill_chunk());
+  }
+  return logits;
+}
+
+Status TeacherForcedSequence::start_prefill(std::span<const int32_t> prompt) {
   if (num_prefill_tokens_ > 0) return failed_precondition("teacher forcing: the prompt is already prefilled");
   if (prompt.empty()) return invalid_argument("teacher forcing: the prompt is empty");
   SE_ASSIGN_OR_RETURN(int32_t num_cached, controller_.open(kSeq, prompt));
   SE_CHECK(num_cached == 0, "the prefix cache is off, yet {} tokens were cached", num_cached);
   tokens_.assign(prompt.begin(), prompt.end());
   num_prefill_tokens_ = static_cast<int32_t>(prompt.size());
-  Tensor logits;
-  for (int32_t begin = 0; begin < num_prefill_tokens_; begin += prefill_chunk_) {
-    SE_ASSIGN_OR_RETURN(logits, step(begin, std::min(prefill_chunk_, num_prefill_tokens_ - begin)));
-  }
-  return logits;
+  return Status::ok();
+}
+
+Result<Tensor> TeacherForcedSequence::prefill_chunk() {
+  if (num_prefill_tokens_ == 0 || prefill_done())
+    return failed_precondition("teacher forcing: no prompt tokens are left to prefill");
+  const int32_t begin = num_prefilled_;
+  num_prefilled_ = std::min(num_prefill_tokens_, begin + prefill_chunk_);
+  return step(begin, num_prefilled_ - begin);
 }
 
 Result<Tensor> TeacherForcedSequence::decode(int32_t token) {
-  if (num_prefill_tokens_ == 0) return failed_precondition("teacher forcing: decode before prefill");
+  if (!prefill_done()) return failed_precondition("teacher forcing: decode before the prompt is prefilled");
   if (token < 0 || token >= model_.config().vocab_size)
     return invalid_argument("teacher forcing: token id {} is outside the vocabulary", token);
   tokens_.push_back(token);

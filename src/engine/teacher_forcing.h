@@ -52,6 +52,11 @@ class TeacherForcedSequence {
 
   // Prefills the whole prompt (once, first). Returns the logits of its last token, [1, vocab].
   Result<Tensor> prefill(std::span<const int32_t> prompt);
+  // The same one chunk at a time, so two runs can be compared between the chunks: start_prefill, then
+  // prefill_chunk until prefill_done(). Each chunk returns the logits of its last row, [1, vocab].
+  Status start_prefill(std::span<const int32_t> prompt);
+  Result<Tensor> prefill_chunk();
+  bool prefill_done() const { return num_prefill_tokens_ > 0 && num_prefilled_ == num_prefill_tokens_; }
   // One decode step that feeds `token` after everything so far. Returns its logits, [1, vocab].
   Result<Tensor> decode(int32_t token);
 
@@ -85,6 +90,7 @@ class TeacherForcedSequence {
   ForwardBatch batch_;
   std::vector<int32_t> tokens_;  // every token fed so far
   int32_t num_prefill_tokens_ = 0;
+  int32_t num_prefilled_ = 0;  // prompt tokens computed so far
   int prefill_chunk_ = 0;
 };
 
