@@ -10,6 +10,7 @@
 #include "base/logging.h"
 #include "engine/engine_loop.h"
 #include "engine/engine_rank.h"
+#include "model/tensor_parallel.h"
 #include "sparse/low_rank_kv.h"
 #include "sparse/method_registry.h"
 #include "sparse/method_traits.h"
@@ -124,6 +125,15 @@ std::string chain_fingerprint(const ModelBundle& bundle, const KvLayout& layout,
                      bundle.tensor_parallel_size(), method.name(), method.config().dump());
 }
 
+// The checkpoint's FP8 KV cache scales of rank `rank`'s KV heads, where the store is FP8 and the checkpoint ships
+// them (an FP8 store always keeps the model's K/V heads: latent stores refuse quantized dtypes).
+std::optional<KvCacheScales> checkpoint_fp8_scales(const ModelBundle& bundle, const KvLayout& layout, int rank) {
+  if (!bundle.kv_cache_scales || layout.store != KvStoreKind::kFp8E4M3) return std::nullopt;
+  const ModelConfig& rank_model = bundle.rank_model(rank).config();
+  const KvCacheScales& all = *bundle.kv_cache_scales;
+  return all.heads(first_kv_head(all.num_kv_heads, rank_model.shard), layout.num_kv_heads);
+}
+
 }  // namespace
 
 // The model as sparse methods may see it (method_environment.h): its tokenizer and chat reply suffix.
@@ -209,12 +219,16 @@ Result<std::unique_ptr<Engine>> Engine::create(const ModelBundle& bundle, const 
                  static_cast<int32_t>(std::min<int64_t>(num_host_pages, INT32_MAX)),
                  staging_allocator(config.device)};
   SE_LOG_INFO(
-      "KV cache on {}: {} pages of {} tokens{}, {} ({} tokens per layer and KV head across the pool); "
+      "KV cache on {}: {} pages of {} tokens{}, {}{} ({} tokens per layer and KV head across the pool); "
       "sparse method {} {}; prefix cache {}; host tier {} pages",
       device_name(config.device), num_pages, layout.page_size,
       num_ranks > 1 ? fmt::format(" on each of {} tensor-parallel ranks", num_ranks) : std::string(),
-      kv_store_kind_name(layout.store), num_pages / layout.num_streams() * layout.page_size, method->name(),
-      method->config().dump(), config.prefix_cache_mode, num_host_pages);
+      kv_store_kind_name(layout.store),
+      layout.store != KvStoreKind::kFp8E4M3 ? ""
+      : bundle.kv_cache_scales              ? " with the checkpoint's scales"
+                                            : " with scales from the first batch",
+      num_pages / layout.num_streams() * layout.page_size, method->name(), method->config().dump(),
+      config.prefix_cache_mode, num_host_pages);
   std::string fingerprint =
       config.prefix_cache_mode == "chain" ? chain_fingerprint(bundle, layout, *method) : std::string();
   // Every rank runs an instance of the method over its KV heads, in a pool of the same pages.
@@ -232,7 +246,9 @@ Result<std::unique_ptr<Engine>> Engine::create(const ModelBundle& bundle, const 
     const Model& rank_model = bundle.rank_model(r);
     std::unique_ptr<MethodRuntime>& rank_method = methods[static_cast<size_t>(r)];
     rank_method->set_communicator(rank_model.communicator());
-    SE_ASSIGN_OR_RETURN(std::unique_ptr<CacheManager> cache, rank_method->create_cache(spec));
+    CacheSpec rank_spec = spec;
+    rank_spec.fp8_scales = checkpoint_fp8_scales(bundle, layout, r);
+    SE_ASSIGN_OR_RETURN(std::unique_ptr<CacheManager> cache, rank_method->create_cache(rank_spec));
     ranks.push_back(std::make_unique<EngineRank>(rank_model, std::move(rank_method), std::move(cache),
                                                  std::move(workspaces[static_cast<size_t>(r)]),
                                                  config.device == Device::kCuda && !config.enforce_eager));

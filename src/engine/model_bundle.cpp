@@ -65,6 +65,7 @@ Result<ModelBundle> ModelBundle::load(const std::string& path, const LoadOptions
   bundle.name = std::filesystem::path(path).filename().string();
   if (bundle.name.empty()) bundle.name = std::filesystem::path(path).parent_path().filename().string();
   bundle.source_format = loaded.source_format;
+  bundle.kv_cache_scales = std::move(loaded.kv_cache_scales);
   SE_ASSIGN_OR_RETURN(bundle.tokenizer, load_tokenizer(loaded));
   if (bundle.tokenizer && !bundle.tokenizer->chat_template().empty()) {
     auto parsed = ChatTemplate::parse(bundle.tokenizer->chat_template());

@@ -34,6 +34,7 @@ struct ModelBundle {
   std::vector<std::unique_ptr<Model>> other_ranks;  // ranks 1 .. size - 1's parts (empty for one rank)
   std::optional<Tokenizer> tokenizer;         // absent when the directory has no tokenizer.json (token ids only)
   std::optional<ChatTemplate> chat_template;  // absent when the model ships none
+  std::optional<KvCacheScales> kv_cache_scales;  // the checkpoint's FP8 KV cache scales, every KV head's
 
   // Loads weights (placed on `device`; split over `tensor_parallel_size` ranks, each keeping only its part),
   // tokenizer (GGUF vocabulary or tokenizer.json) and chat template. Errors name the file, or what the ranks do

@@ -13,6 +13,14 @@ Fp8ScaleTable::Fp8ScaleTable(int32_t num_layers, int32_t num_kv_heads)
       v_scales_(static_cast<size_t>(num_layers) * num_kv_heads, 1.0f),
       calibrated_(static_cast<size_t>(num_layers), 0) {}
 
+void Fp8ScaleTable::fix(int layer, const float* k_scales, const float* v_scales) {
+  SE_CHECK(layer >= 0 && static_cast<size_t>(layer) < calibrated_.size(), "fp8 scales: no layer {}", layer);
+  const size_t at = static_cast<size_t>(layer) * num_kv_heads_;
+  std::copy_n(k_scales, num_kv_heads_, k_scales_.begin() + static_cast<std::ptrdiff_t>(at));
+  std::copy_n(v_scales, num_kv_heads_, v_scales_.begin() + static_cast<std::ptrdiff_t>(at));
+  calibrated_[static_cast<size_t>(layer)] = 1;
+}
+
 void Fp8ScaleTable::calibrate(int layer, TensorView k, TensorView v) {
   SE_CHECK(layer >= 0 && static_cast<size_t>(layer) < calibrated_.size(), "fp8 scales: no layer {}", layer);
   if (calibrated(layer)) return;

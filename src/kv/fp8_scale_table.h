@@ -1,7 +1,8 @@
 // Fp8ScaleTable: the FP8 store's scales, one k_scale and one v_scale per (layer, KV head). A layer's scales are
-// computed from the first batch written to it (vLLM's calculate_kv_scales, per KV head: max|K| / 200 and
-// max|V| / 100 over the head's rows) and stay fixed after, so every page of the pool, shared prefix pages and
-// retained chains included, decodes with the scales it was written with. Owned by the cache; engine thread only.
+// the checkpoint's where it ships them (fix), else computed from the first batch written to it (vLLM's
+// calculate_kv_scales, per KV head: max|K| / 200 and max|V| / 100 over the head's rows), and stay fixed after, so every
+// page of the pool, shared prefix pages and retained chains included, decodes with the scales it was written with.
+// Owned by the cache; engine thread only.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +21,9 @@ class Fp8ScaleTable {
   // for the layer change nothing; a batch without rows
   // calibrates nothing.
   void calibrate(int layer, TensorView k, TensorView v);
+  // Fixes layer `layer`'s scales to the given ones ([num_kv_heads] each, finite and positive) before anything is
+  // written to it; calibrate then leaves the layer alone.
+  void fix(int layer, const float* k_scales, const float* v_scales);
 
   // [num_kv_heads] scales of layer `layer` (1.0 until calibrated); the pointers stay valid for the table's life.
   const float* k_scales(int layer) const { return k_scales_.data() + static_cast<size_t>(layer) * num_kv_heads_; }

@@ -70,6 +70,8 @@ Result<LoadedModel> load_hf(const std::string& dir, const LoadOptions& options, 
   SE_RETURN_IF_ERROR(sink.begin(model.config));
   ProgressBar progress(label(dir), num_weights(model.config), options.show_progress);
   SE_RETURN_IF_ERROR(stream_hf_weights(hf, model.config, checkpoint, options.dtype, sink, &progress));
+  SE_ASSIGN_OR_RETURN(model.kv_cache_scales,
+                      read_kv_cache_scales(checkpoint, model.config.num_layers, model.config.num_kv_heads, dir));
   model.hf_config = hf.config;
   model.hf_dir = dir;
   return model;

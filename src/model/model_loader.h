@@ -14,6 +14,7 @@
 #include "base/status.h"
 #include "loader/fp8_block_weights.h"
 #include "loader/gguf_file.h"
+#include "loader/kv_cache_scales.h"
 #include "loader/progress_bar.h"
 #include "model/config.h"
 #include "model/weight_sink.h"
@@ -43,6 +44,7 @@ struct LoadedModel {
   std::optional<GgufFile> gguf;           // the GGUF file (vocabulary, chat template) when source_format == "gguf"
   std::string hf_dir;                     // the HF directory (tokenizer.json, tokenizer_config.json) for "hf"; for
                                           // "dummy" the directory of the config
+  std::optional<KvCacheScales> kv_cache_scales;  // the FP8 KV cache scales an "hf" checkpoint ships
 };
 
 // Loads `path` per `options`. Errors name the path and what is wrong (kNotFound, kDataLoss,

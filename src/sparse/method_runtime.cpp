@@ -15,10 +15,11 @@ Result<std::unique_ptr<CacheManager>> MethodRuntime::create_cache(const CacheSpe
                                                  traits().prefill_policy == PrefillPolicy::kCompressAfter));
     return std::unique_ptr<CacheManager>(std::move(cache));
   }
-  SE_ASSIGN_OR_RETURN(std::unique_ptr<PagedCacheManager> cache,
-                      PagedCacheManager::create(spec.layout, spec.num_pages, spec.allocator,
-                                                spec.enable_prefix_caching && traits().keeps_full_history,
-                                                spec.num_host_pages, spec.host_allocator));
+  SE_ASSIGN_OR_RETURN(
+      std::unique_ptr<PagedCacheManager> cache,
+      PagedCacheManager::create(spec.layout, spec.num_pages, spec.allocator,
+                                spec.enable_prefix_caching && traits().keeps_full_history, spec.num_host_pages,
+                                spec.host_allocator, spec.fp8_scales ? &*spec.fp8_scales : nullptr));
   return std::unique_ptr<CacheManager>(std::move(cache));
 }
 

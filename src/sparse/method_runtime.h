@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/ops.h"
+#include "loader/kv_cache_scales.h"
 #include "model/config.h"
 #include "model/forward_batch.h"
 #include "parallel/communicator.h"
@@ -90,6 +91,8 @@ struct CacheSpec {
   bool enable_prefix_caching = true;  // what the user asked; a method without full history turns it off
   int32_t num_host_pages = 0;         // the host tier idle state can move to (0: none)
   Allocator* host_allocator = nullptr;  // host memory for it (pinned beside a GPU)
+  // The checkpoint's scales of an FP8 store, for the layout's KV heads (none: calibrated on the first batch).
+  std::optional<KvCacheScales> fp8_scales = std::nullopt;
 };
 
 class MethodRuntime {

@@ -18,9 +18,15 @@ Status no_latent_pruning(KvStoreKind store) {
 
 Result<std::unique_ptr<PagedCacheManager>> PagedCacheManager::create(const KvLayout& layout, int32_t num_pages,
                                                                      Allocator* allocator, bool enable_prefix_caching,
-                                                                     int32_t num_host_pages,
-                                                                     Allocator* host_allocator) {
+                                                                     int32_t num_host_pages, Allocator* host_allocator,
+                                                                     const KvCacheScales* fp8_scales) {
   SE_RETURN_IF_ERROR(layout.validate());
+  if (fp8_scales != nullptr && layout.store != KvStoreKind::kFp8E4M3)
+    return invalid_argument("FP8 KV cache scales were given to a {} store", kv_store_kind_name(layout.store));
+  if (fp8_scales != nullptr && (fp8_scales->num_kv_heads != layout.num_kv_heads ||
+                                fp8_scales->k.size() != static_cast<size_t>(layout.num_layers * layout.num_kv_heads)))
+    return invalid_argument("FP8 KV cache scales for {} KV heads, {} values, do not fit {} layers of {} KV heads",
+                            fp8_scales->num_kv_heads, fp8_scales->k.size(), layout.num_layers, layout.num_kv_heads);
   if (layout.turboquant() && (allocator == nullptr || allocator->device() != Device::kCpu))
     return unimplemented("the {} KV store runs on the CPU only", kv_store_kind_name(layout.store));
   SE_ASSIGN_OR_RETURN(std::unique_ptr<ArenaPageStorage> storage,
@@ -31,8 +37,14 @@ Result<std::unique_ptr<PagedCacheManager>> PagedCacheManager::create(const KvLay
       return invalid_argument("the host tier's {} pages need a host memory allocator", num_host_pages);
     SE_ASSIGN_OR_RETURN(host_storage, ArenaPageStorage::create(host_allocator, num_host_pages, layout.page_bytes()));
   }
-  return std::unique_ptr<PagedCacheManager>(
+  auto cache = std::unique_ptr<PagedCacheManager>(
       new PagedCacheManager(layout, std::move(storage), enable_prefix_caching, std::move(host_storage)));
+  if (fp8_scales != nullptr)
+    for (int layer = 0; layer < layout.num_layers; ++layer) {
+      const size_t at = static_cast<size_t>(layer * layout.num_kv_heads);
+      cache->fp8_scales_->fix(layer, fp8_scales->k.data() + at, fp8_scales->v.data() + at);
+    }
+  return cache;
 }
 
 PagedCacheManager::PagedCacheManager(const KvLayout& layout, std::unique_ptr<PageStorage> storage,

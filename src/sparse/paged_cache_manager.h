@@ -24,6 +24,7 @@
 #include "kv/page_table.h"
 #include "kv/radix_cache.h"
 #include "kv/slot_positions.h"
+#include "loader/kv_cache_scales.h"
 #include "sparse/cache_manager.h"
 
 namespace se {
@@ -31,11 +32,12 @@ namespace se {
 class PagedCacheManager final : public CacheManager {
  public:
   // A pool of `num_pages` pages of `layout` from `allocator`, and a host tier of `num_host_pages` pages from
-  // `host_allocator` (none when 0).
+  // `host_allocator` (none when 0). An FP8 store decodes with `fp8_scales` (nullable: calibrated instead).
   static Result<std::unique_ptr<PagedCacheManager>> create(const KvLayout& layout, int32_t num_pages,
                                                            Allocator* allocator, bool enable_prefix_caching,
                                                            int32_t num_host_pages = 0,
-                                                           Allocator* host_allocator = nullptr);
+                                                           Allocator* host_allocator = nullptr,
+                                                           const KvCacheScales* fp8_scales = nullptr);
 
   int64_t num_total_pages() const override { return pool_.num_total_pages(); }
   int64_t num_available_pages() const override;

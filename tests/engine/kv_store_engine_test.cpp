@@ -7,11 +7,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <random>
 
 #include "../support/engine_runs.h"
 #include "../support/tiny_engine.h"
 #include "../support/tiny_model.h"
+#include "../loader/safetensors_builder.h"
+#include "../loader/test_models.h"
 #include "backend/quant/turboquant_kv.h"
 #include "engine/engine.h"
 #include "engine/teacher_forcing.h"
@@ -87,6 +90,65 @@ TEST(KvStoreEngineTest, Fp8RadixPrefixReuseGivesTheTokensOfRecomputing) {
 
 // Eviction over FP8 pages: StreamingLLM moves codes as it slides, SnapKV scores the decoded keys at the end of the
 // prefill and keeps its budget; generation runs past the budget and the pool is whole after.
+// The tiny model as an HF checkpoint in `dir`, with `extra` tensors beside its weights.
+ModelBundle load_tiny_checkpoint(const std::string& dir, const std::map<std::string, Tensor>& extra,
+                                 int tensor_parallel_size = 1) {
+  auto normalized = normalize_hf_config(test::tiny_config(), "tiny");
+  SE_CHECK(normalized.is_ok(), "{}", normalized.status().to_string());
+  auto weights = dummy_weights(*parse_model_config(*normalized), DType::kF32, 1, nullptr);
+  for (auto& [name, t] : weights) {
+    if (name.find("norm") != std::string::npos) continue;
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] *= 10.0f;
+  }
+  weights.insert(extra.begin(), extra.end());
+  testing::write_hf_dir(testing::scratch_path(dir), test::tiny_config(), weights);
+  LoadOptions options;
+  options.show_progress = false;
+  auto bundle = ModelBundle::load(testing::scratch_path(dir), options, Device::kCpu, tensor_parallel_size);
+  SE_CHECK(bundle.is_ok(), "{}", bundle.status().to_string());
+  return std::move(bundle).value();
+}
+
+Tensor scales_tensor(std::vector<float> v) {
+  Tensor t = Tensor::empty(DType::kF32, Shape{static_cast<int64_t>(v.size())});
+  std::copy(v.begin(), v.end(), t.data<float>());
+  return t;
+}
+
+// An FP8 checkpoint's KV cache scales (vLLM's k_scale / v_scale) are what the FP8 store writes and reads with.
+// Scales so large that every code is zero read every key and value back as zero, so the tokens are not those of
+// the store that calibrates its own; and per-head scales land on the tensor-parallel rank holding their head, so
+// two ranks give the tokens of one (a rank reading the other head's scales would zero the wrong values).
+TEST(KvStoreEngineTest, Fp8StoreDecodesWithTheCheckpointsScales) {
+  std::map<std::string, Tensor> huge, per_head;
+  for (int l = 0; l < 2; ++l) {
+    const std::string prefix = "model.layers." + std::to_string(l) + ".self_attn.";
+    huge[prefix + "k_scale"] = huge[prefix + "v_scale"] = scales_tensor({1e6f});
+    per_head[prefix + "k_scale"] = scales_tensor({0.05f, 0.05f});
+    per_head[prefix + "v_scale"] = scales_tensor({0.05f, 1e6f});  // KV head 1's values read back as zeros
+  }
+  const ModelBundle calibrating = load_tiny_checkpoint("fp8_scales_none", {});
+  const ModelBundle zeroing = load_tiny_checkpoint("fp8_scales_huge", huge);
+  EXPECT_FALSE(calibrating.kv_cache_scales.has_value());
+  ASSERT_TRUE(zeroing.kv_cache_scales.has_value());
+  EXPECT_EQ(zeroing.kv_cache_scales->k, std::vector<float>(4, 1e6f));
+  std::mt19937 rng(17);
+  const std::vector<std::vector<int32_t>> prompts = {random_prompt(rng, 20), random_prompt(rng, 33),
+                                                     random_prompt(rng, 9)};
+  const Generated own = generate(calibrating, store_config("fp8"), prompts, 8);
+  const Generated zeros = generate(zeroing, store_config("fp8"), prompts, 8);
+  EXPECT_NE(zeros.tokens, own.tokens);
+  // The same checkpoint's scales do nothing to the explicit store.
+  EXPECT_EQ(generate(zeroing, store_config("auto"), prompts, 8).tokens,
+            generate(calibrating, store_config("auto"), prompts, 8).tokens);
+
+  const ModelBundle whole = load_tiny_checkpoint("fp8_scales_per_head", per_head);
+  const ModelBundle split = load_tiny_checkpoint("fp8_scales_per_head", per_head, 2);
+  EngineConfig two_ranks = store_config("fp8");
+  two_ranks.tensor_parallel_size = 2;
+  EXPECT_EQ(generate(split, two_ranks, prompts, 8).tokens, generate(whole, store_config("fp8"), prompts, 8).tokens);
+}
+
 TEST(KvStoreEngineTest, EvictionMethodsRunOverFp8Pages) {
   const ModelBundle bundle = tiny_bundle();
   const std::vector<std::pair<std::string, nlohmann::json>> methods = {

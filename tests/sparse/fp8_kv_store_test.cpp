@@ -87,6 +87,45 @@ TEST(Fp8KvStoreTest, WritesCodesUnderScalesFixedByTheFirstBatch) {
   EXPECT_EQ(cache.num_free_pages(), cache.num_total_pages());
 }
 
+// A checkpoint's scales (vLLM's k_scale / v_scale) replace the calibration: the first batch's rows are written
+// under them, and scales that do not fit the layout, or a store other than FP8, are refused.
+TEST(Fp8KvStoreTest, WritesCodesUnderTheCheckpointsScales) {
+  KvCacheScales scales;
+  scales.num_kv_heads = kHeads;
+  scales.k = {0.01f, 0.02f, 0.03f, 0.04f};  // [layer][head]
+  scales.v = {0.05f, 0.06f, 0.07f, 0.08f};
+  auto made = PagedCacheManager::create(fp8_layout(), 64, cpu_allocator(), false, 0, nullptr, &scales);
+  ASSERT_TRUE(made.is_ok()) << made.status().to_string();
+  PagedCacheManager& cache = **made;
+  std::mt19937 rng(5);
+  ASSERT_TRUE(cache.open(0, {}).is_ok());
+  ASSERT_TRUE(cache.reserve(0, 5).is_ok());
+  const Tensor k = random_rows(rng, 5, 1.0f), v = random_rows(rng, 5, 0.5f);
+  write_step(cache, 1, 5, k, v);
+  const AttentionView view = cache.build_sequence_view(0, 1);
+  for (int h = 0; h < kHeads; ++h) {
+    const float ks = scales.k[static_cast<size_t>(kHeads + h)], vs = scales.v[static_cast<size_t>(kHeads + h)];
+    EXPECT_EQ(view.quantized.k_scales[h], ks);
+    EXPECT_EQ(view.quantized.v_scales[h], vs);
+    for (int32_t t = 0; t < 5; ++t) {
+      const PageSlot at = cache.table(0)->slot(1, h, t);
+      for (int d = 0; d < kDim; ++d) {
+        ASSERT_EQ(view.element<uint8_t>(at.page_id, 0, at.offset)[d], expected_code(k, t, h, d, ks)) << t;
+        ASSERT_EQ(view.element<uint8_t>(at.page_id, 1, at.offset)[d], expected_code(v, t, h, d, vs)) << t;
+      }
+    }
+  }
+  KvCacheScales one_head = scales.heads(0, 1);
+  EXPECT_EQ(one_head.k, (std::vector<float>{0.01f, 0.03f}));
+  EXPECT_EQ(PagedCacheManager::create(fp8_layout(), 64, cpu_allocator(), false, 0, nullptr, &one_head).status().code(),
+            StatusCode::kInvalidArgument);
+  KvLayout explicit_layout = fp8_layout();
+  explicit_layout.store = KvStoreKind::kExplicit;
+  explicit_layout.dtype = DType::kF32;
+  EXPECT_EQ(PagedCacheManager::create(explicit_layout, 64, cpu_allocator(), false, 0, nullptr, &scales).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
 // Eviction copies codes: the kept tokens' bytes land in their new slots unchanged.
 TEST(Fp8KvStoreTest, EvictionAndSnapshotsMoveCodesAsTheyAre) {
   auto made = PagedCacheManager::create(fp8_layout(), 64, cpu_allocator(), false);
