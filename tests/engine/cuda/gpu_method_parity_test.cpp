@@ -505,12 +505,11 @@ double confident_margin(const DeviceBundles& bundles, const std::vector<std::vec
   return 2.0 * noise;
 }
 
-// Every method's kept sets, selections and picks under teacher forcing, one KEPTSET line per prompt and a count
-// of the prompts with a confident pick that differs.
+// Every method's kept sets, selections and picks under teacher forcing (`bound`: confident_margin), one KEPTSET
+// line per prompt and a count of the prompts with a confident pick that differs.
 void expect_kept_sets_under_teacher_forcing(const DeviceBundles& bundles,
-                                            const std::vector<std::vector<int32_t>>& prompts,
+                                            const std::vector<std::vector<int32_t>>& prompts, double bound,
                                             const std::string& model_name) {
-  const double bound = confident_margin(bundles, prompts, model_name);
   for (const auto& [method, config] : tiny_method_configs()) {
     int num_parted = 0, num_confident = 0;
     for (size_t p = 0; p < prompts.size(); ++p) {
@@ -532,10 +531,9 @@ void expect_kept_sets_under_teacher_forcing(const DeviceBundles& bundles,
 // request's steps are the ones teacher forcing replays (prefill chunks of kPrefillChunk, then decode; CUDA graphs
 // on). A continuation that parts from the CPU's at a confident CPU margin is replayed under teacher forcing up to
 // that step (compare_decisions): a kept set or selection must have parted, at a near-tie of the method's scores,
-// before the token. Prints each method's count of identical continuations.
+// before the token (`bound`: confident_margin). Prints each method's count of identical continuations.
 void expect_methods_run_like_on_the_cpu(const DeviceBundles& bundles, const std::vector<std::vector<int32_t>>& prompts,
-                                        const std::string& model_name) {
-  const double bound = confident_margin(bundles, prompts, model_name);
+                                        double bound, const std::string& model_name) {
   const std::map<std::string, nlohmann::json> configs = tiny_method_configs();
   for (const MethodInfo& info : registered_methods()) {
     if (!check_runs_on(Device::kCuda, (*create_method(info.name, nullptr))->traits(), info.name).is_ok()) {
@@ -598,12 +596,16 @@ std::vector<std::vector<int32_t>> long_prompts(const ModelBundle& bundle) {
 
 TEST(GpuEngineTest, EveryMethodRunsLikeOnTheCpu) {
   SE_SKIP_WITHOUT_CUDA_DEVICE();
-  expect_methods_run_like_on_the_cpu(tiny_cpu_and_gpu_bundles(), random_prompts(8, 96, 40, 90, 12), "tiny");
+  const DeviceBundles bundles = tiny_cpu_and_gpu_bundles();
+  const auto prompts = random_prompts(8, 96, 40, 90, 12);
+  expect_methods_run_like_on_the_cpu(bundles, prompts, confident_margin(bundles, prompts, "tiny"), "tiny");
 }
 
 TEST(GpuEngineTest, KeptSetsUnderTeacherForcing) {
   SE_SKIP_WITHOUT_CUDA_DEVICE();
-  expect_kept_sets_under_teacher_forcing(tiny_cpu_and_gpu_bundles(), random_prompts(8, 96, 40, 90, 12), "tiny");
+  const DeviceBundles bundles = tiny_cpu_and_gpu_bundles();
+  const auto prompts = random_prompts(8, 96, 40, 90, 12);
+  expect_kept_sets_under_teacher_forcing(bundles, prompts, confident_margin(bundles, prompts, "tiny"), "tiny");
 }
 
 TEST(GpuEngineTest, SmolLM2MethodsRunLikeOnTheCpu) {
@@ -611,8 +613,10 @@ TEST(GpuEngineTest, SmolLM2MethodsRunLikeOnTheCpu) {
   std::optional<RealModel> m = load_real("SE_TEST_SMOLLM2", testing::smollm2_path());
   if (!m) GTEST_SKIP() << "SmolLM2 is not available (set SE_TEST_SMOLLM2)";
   const auto prompts = long_prompts(m->bundles.cpu);
-  expect_methods_run_like_on_the_cpu(m->bundles, prompts, "smollm");
-  expect_kept_sets_under_teacher_forcing(m->bundles, prompts, "smollm");
+  const double bound = confident_margin(m->bundles, prompts, "smollm");
+  std::printf("PARITY smollm prompts of %zu to %zu tokens\n", prompts.front().size(), prompts.back().size());
+  expect_methods_run_like_on_the_cpu(m->bundles, prompts, bound, "smollm");
+  expect_kept_sets_under_teacher_forcing(m->bundles, prompts, bound, "smollm");
 }
 
 }  // namespace
