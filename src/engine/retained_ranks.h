@@ -25,6 +25,12 @@ class RetainedRanks final : public ChainState {
     return fewest;
   }
   int32_t num_logical_tokens() const override { return ranks_[0]->num_logical_tokens(); }
+  // The most any rank's streams may take.
+  int64_t num_pages_to_extend(int64_t num_new_tokens) const override {
+    int64_t most = 0;
+    for (const auto& rank : ranks_) most = std::max(most, rank->num_pages_to_extend(num_new_tokens));
+    return most;
+  }
   size_t num_ranks() const { return ranks_.size(); }
 
   std::vector<std::unique_ptr<ChainState>> take_ranks() { return std::move(ranks_); }

@@ -43,6 +43,10 @@ class SequenceSnapshot {
   virtual int64_t num_host_pages() const { return 0; }
   // Free device pages restoring it takes (none unless offloaded).
   virtual int64_t num_pages_to_restore() const { return 0; }
+  // Device pages beyond those it holds (or restores) that appending `num_new_tokens` to every stream may take at
+  // most, before any eviction; 0 where pages fill in token order, so that the method's peak for the new tokens alone
+  // bounds them (a KIVI stream's window decides when its next groups fill).
+  virtual int64_t num_pages_to_extend(int64_t /*num_new_tokens*/) const { return 0; }
 };
 
 class CacheManager : public KvStreams {
