@@ -85,6 +85,11 @@ void ObservationWindowMethod::on_attention_end(LayerContext& ctx) {
     if (!slice.completes_prefill(ctx.batch.positions)) continue;
 
     // Every prompt key of this layer is stored now: score the prefix with the window's last `window` rows.
+    if (!ctx.cache.can_evict_streams(slice.seq)) {
+      // A resumed chain whose store quantized tokens of it (KIVI): its new tokens append without compressing.
+      std::vector<float>().swap(rows);
+      continue;
+    }
     const SeqKvView& seq_view = ctx.view.seqs[i];
     const int32_t num_tokens = seq_view.num_tokens[0];
     if (!streams_equal_on_every_rank(std::all_of(seq_view.num_tokens, seq_view.num_tokens + ctx.view.num_kv_heads,
