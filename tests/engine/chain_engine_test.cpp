@@ -936,6 +936,34 @@ TEST_F(KiviChainLifecycleTest, ReclaimedAndAbortedChainsGiveBackEveryPage) {
   }
 }
 
+// A prune of a KIVI chain whose tokens are quantized fails with the reason and leaves the chain as it was: idle,
+// with the same pages, resumable.
+TEST_F(KiviChainLifecycleTest, APruneOfQuantizedTokensFailsAndLeavesTheChain) {
+  const std::vector<int32_t> prompt1 = random_tokens(rng_, 70);
+  auto turn1 = run("p1", prompt1, ChainRequest{"p", true});
+  ASSERT_TRUE(turn1.is_ok()) << turn1.status().to_string();
+  const ChainInfo before = *engine_->find_chain("p");
+  PruneRequest prune;
+  prune.chain_id = "p";
+  prune.ranges = {{4, 30}};
+  prune.keep_tokens = 2;
+  prune.window = 8;
+  auto id = engine_->submit_prune(prune);
+  ASSERT_TRUE(id.is_ok()) << id.status().to_string();
+  const PruneStatus status = test::wait_for_prune(*engine_, *id);
+  EXPECT_EQ(status.state, PruneState::kFailed);
+  EXPECT_NE(status.reason.find("quantized"), std::string::npos) << status.reason;
+  const auto after = engine_->find_chain("p");
+  ASSERT_TRUE(after.has_value());
+  EXPECT_FALSE(after->in_flight);
+  EXPECT_EQ(after->num_held_pages, before.num_held_pages);
+  EXPECT_EQ(after->digest, before.digest);
+  expect_pages_accounted({"p"});
+  auto turn2 = run("p2", extend(prompt1, *turn1, 10), ChainRequest{"p"});
+  ASSERT_TRUE(turn2.is_ok()) << turn2.status().to_string();
+  EXPECT_EQ(turn2->last.chain_status, ChainStatus::kResumed);
+}
+
 // The fingerprint a chain is made under names the KV store, so a turn under another store (or the explicit cache)
 // is refused before any of its KV is read; the KIVI cache itself refuses a snapshot another cache took.
 TEST(ChainModeTest, AKiviChainResumesOnlyUnderItsOwnStore) {
