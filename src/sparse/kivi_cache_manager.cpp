@@ -33,7 +33,7 @@ class KiviCacheManager::Snapshot final : public SequenceSnapshot {
   int64_t num_held_pages() const override { return pages_of(state); }
   // Each stream at its fullest on the way to its length plus the new tokens (KvLayout::pages_per_stream bounds a
   // stream of that length whatever its window held when it was taken), less what it holds.
-  int64_t num_pages_to_extend(int64_t num_new_tokens) const override {
+  std::optional<int64_t> num_pages_to_extend(int64_t num_new_tokens) const override {
     int64_t most = 0;
     for (const Stream& stream : state.streams) most += layout.pages_per_stream(stream.window.length() + num_new_tokens);
     return std::max<int64_t>(0, most - pages_of(state));

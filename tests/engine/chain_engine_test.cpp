@@ -879,19 +879,22 @@ class KiviChainLifecycleTest : public ChainLifecycleTest {
   void SetUp() override {
     EngineConfig config = kivi_chain_config("kivi2");
     const ModelConfig& c = bundle_.model->config();
-    const KvLayout layout =
+    layout_ =
         make_kv_layout(c.num_layers, c.num_kv_heads, c.head_dim, config.page_size, Device::kCpu, KvStoreKind::kKivi2,
                        config.kivi_group_size, config.kivi_residual, config.max_num_batched_tokens);
     auto method = create_method(config.sparse_method, config.sparse_config);
     ASSERT_TRUE(method.is_ok());
-    config.kv_cache_memory = (*method)->peak_pages(layout, kBigPrompt, kBigTokens) *
-                             static_cast<int64_t>(layout.page_bytes() + (*method)->page_metadata_bytes(layout));
+    method_ = std::move(*method);
+    config.kv_cache_memory = method_->peak_pages(layout_, kBigPrompt, kBigTokens) *
+                             static_cast<int64_t>(layout_.page_bytes() + method_->page_metadata_bytes(layout_));
     auto engine = Engine::create(bundle_, config);
     ASSERT_TRUE(engine.is_ok()) << engine.status().to_string();
     engine_ = std::move(*engine);
   }
   static constexpr int kBigPrompt = 300;
   static constexpr int kBigTokens = 8;
+  KvLayout layout_;
+  std::unique_ptr<MethodRuntime> method_;  // the engine's method, for its memory model
 };
 
 TEST_F(KiviChainLifecycleTest, ReclaimedAndAbortedChainsGiveBackEveryPage) {
@@ -902,10 +905,23 @@ TEST_F(KiviChainLifecycleTest, ReclaimedAndAbortedChainsGiveBackEveryPage) {
   EXPECT_GT(held_after_turn1, 0);
   expect_pages_accounted({"a"});
   // A resumed turn appends its tokens to the retained windows and groups: the chain holds more.
-  auto a2 = run("a2", extend(prompt_a, *a1, 20), ChainRequest{"a"});
+  const std::vector<int32_t> prompt_a2 = extend(prompt_a, *a1, 20);
+  auto a2 = run("a2", prompt_a2, ChainRequest{"a"});
   ASSERT_TRUE(a2.is_ok()) << a2.status().to_string();
   EXPECT_EQ(a2->last.chain_status, ChainStatus::kResumed);
   EXPECT_GT(engine_->find_chain("a")->num_held_pages, held_after_turn1);
+  expect_pages_accounted({"a"});
+
+  // The state bounds its own growth: a continuation of nearly the pool's largest prompt runs beside it, since its
+  // tokens append to the windows and flush (never held whole, as the method's peak for a prompt of them counts).
+  const ChainInfo before_a3 = *engine_->find_chain("a");
+  const std::vector<int32_t> prompt_a3 = extend(prompt_a2, *a2, kBigPrompt - 10);
+  const auto num_new = static_cast<int32_t>(prompt_a3.size()) - before_a3.num_prefix_tokens;
+  EXPECT_GT(before_a3.num_held_pages + method_->peak_pages(layout_, num_new, 4), engine_->stats().num_kv_pages_total);
+  auto a3 = run("a3", prompt_a3, ChainRequest{"a"});
+  ASSERT_TRUE(a3.is_ok()) << a3.status().to_string();
+  EXPECT_EQ(a3->last.chain_status, ChainStatus::kResumed);
+  EXPECT_GT(engine_->find_chain("a")->num_held_pages, before_a3.num_held_pages);
   expect_pages_accounted({"a"});
 
   const std::vector<int32_t> prompt_b = random_tokens(rng_, 70);
@@ -917,7 +933,7 @@ TEST_F(KiviChainLifecycleTest, ReclaimedAndAbortedChainsGiveBackEveryPage) {
   EXPECT_EQ(big->last.finish_reason, FinishReason::kLength);
   EXPECT_FALSE(engine_->find_chain("a").has_value());
   EXPECT_FALSE(engine_->find_chain("b").has_value());
-  EXPECT_EQ(run("a3", extend(prompt_a, *a1, 5), ChainRequest{"a"}).status().code(), StatusCode::kGone);
+  EXPECT_EQ(run("a4", extend(prompt_a3, *a3, 5), ChainRequest{"a"}).status().code(), StatusCode::kGone);
   expect_pages_accounted({});
 
   // A turn aborted while it runs drops its chain, with the windows and groups it had resumed.

@@ -346,7 +346,7 @@ TEST_P(KiviKvStoreTest, AResumedStateAppendsAsKiviWithinThePagesItsSnapshotPromi
 
   std::unique_ptr<SequenceSnapshot> snap = cache->snapshot(0);
   const int64_t held = snap->num_held_pages();
-  const int64_t extension = snap->num_pages_to_extend(appended);
+  const int64_t extension = snap->num_pages_to_extend(appended).value_or(0);
   EXPECT_GT(extension, 0);
   EXPECT_EQ(cache->num_total_pages() - cache->num_free_pages(), held);
   ASSERT_TRUE(cache->restore(0, std::move(snap)).is_ok());
@@ -383,7 +383,7 @@ TEST_P(KiviKvStoreTest, ATokenThatFlushesAKeyGroupTakesNoMoreThanItsSnapshotProm
   step(*cache, rows, 0, 2 * kResidual - 1);
   std::unique_ptr<SequenceSnapshot> snap = cache->snapshot(0);
   const int64_t held = snap->num_held_pages();
-  const int64_t extension = snap->num_pages_to_extend(1);
+  const int64_t extension = snap->num_pages_to_extend(1).value_or(0);
   ASSERT_TRUE(cache->restore(0, std::move(snap)).is_ok());
   write_step(*cache, rows, 2 * kResidual - 1, 1);
   const int64_t growth = cache->num_held_pages(0) - held;
