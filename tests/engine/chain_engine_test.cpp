@@ -18,6 +18,7 @@
 #include "engine/model_runner.h"
 #include "engine/prune_scoring.h"
 #include "engine/scheduler.h"
+#include "sparse/kivi_cache_manager.h"
 #include "sparse/method_registry.h"
 #include "sparse/retained_sequence.h"
 
@@ -661,6 +662,66 @@ TEST(ChainOracleTest, ReleaseKeepsAnUntouchedStateAndLosesAStartedOne) {
   oracle.release(request);
   EXPECT_TRUE((*cache)->check_integrity().is_ok());
   EXPECT_EQ((*cache)->num_free_pages(), num_total);
+}
+
+// A retained KIVI state (a key group, its scales and minima, and each stream's window) is reclaimed whole when a
+// request needs the pool: the oracle drops it (KIVI keeps no host tier), every one of its pages comes back, and the
+// store, the pool and the index stay intact at every step.
+TEST(ChainOracleTest, AKiviStateIsReclaimedWholeUnderPressure) {
+  const Model model = test::tiny_model();
+  const ModelConfig& c = model.config();
+  auto method = create_method("snapkv", {{"budget", 40}, {"window", 8}});
+  ASSERT_TRUE(method.is_ok());
+  const KvLayout layout = make_kv_layout(c.num_layers, c.num_kv_heads, c.head_dim, kPageSize, Device::kCpu,
+                                         KvStoreKind::kKivi2, 32, 32, kMaxBatchedTokens);
+  constexpr int kBigPrompt = 3 * kMaxBatchedTokens;  // a request that holds the whole pool at its peak
+  const auto num_pages = static_cast<int32_t>(KiviCacheManager::held_prompt_pages(layout, kBigPrompt));
+  auto cache = (*method)->create_cache(CacheSpec{layout, num_pages, cpu_allocator(), false});
+  ASSERT_TRUE(cache.is_ok()) << cache.status().to_string();
+  SparseController controller(**method, **cache);
+  ChainCacheIndex chains;
+  MemoryOracle oracle(controller, &chains);
+  const auto expect_intact = [&](int64_t num_running_pages) {
+    for (const Status& s : {(*cache)->check_integrity(), chains.check_integrity()})
+      ASSERT_TRUE(s.is_ok()) << s.to_string();
+    EXPECT_EQ((*cache)->num_free_pages() + chains.num_reclaimable_pages() + num_running_pages, num_pages);
+  };
+
+  // A 40-token prompt written and computed: its first 32 keys flush into a key group, the rest stay in the window.
+  const std::vector<int32_t> tokens(40, 7);
+  ASSERT_TRUE(controller.open(/*seq=*/1000, tokens).is_ok());
+  ASSERT_TRUE((*cache)->reserve(1000, 40).is_ok());
+  ForwardBatch batch;
+  batch.sequences.push_back({1000, 0, 40});
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int layer = 0; layer < layout.num_layers; ++layer) {
+    Tensor k = Tensor::empty(DType::kF32, Shape{40, layout.num_kv_heads, layout.head_dim});
+    Tensor v = Tensor::empty(DType::kF32, Shape{40, layout.num_kv_heads, layout.head_dim});
+    for (int64_t i = 0; i < k.numel(); ++i) k.data<float>()[i] = normal(rng), v.data<float>()[i] = normal(rng);
+    (*cache)->write(layer, (*cache)->build_view(layer, batch), k.view(), v.view());
+  }
+  (*cache)->on_computed(1000, tokens, 40);
+  const AttentionView view = (*cache)->build_sequence_view(1000, 0);
+  EXPECT_EQ(view.quantized.kivi_seqs[0].num_quantized_keys[0], 32);
+  ASSERT_TRUE(chains.create("k", "f").is_ok());
+  chains.end_turn("k", tokens, controller.retain(1000));
+  const int64_t num_held = chains.find("k")->num_held_pages;
+  EXPECT_GT(num_held, 0);
+  expect_intact(0);
+
+  Request big("big", std::vector<int32_t>(kBigPrompt, 5), greedy(1));
+  ASSERT_TRUE(oracle.admit(big).is_ok());
+  for (int chunk = 0; chunk < 3; ++chunk) {
+    ASSERT_TRUE(oracle.try_reserve(big, kMaxBatchedTokens)) << chunk;
+    big.num_computed_tokens += kMaxBatchedTokens;
+    expect_intact((*cache)->num_held_pages(big.seq));
+  }
+  EXPECT_FALSE(chains.find("k").has_value());  // dropped for the big request's last chunk
+  EXPECT_EQ((*cache)->num_held_pages(big.seq), num_pages);
+  oracle.release(big);
+  expect_intact(0);
+  EXPECT_EQ((*cache)->num_free_pages(), num_pages);
 }
 
 // The host tier: idle chains the pool reclaims move to host memory and resume from it. Device pool: 330 pages of
