@@ -106,7 +106,11 @@ int run_methods(bool as_json) {
       "\nKIVI (--kv-cache-dtype kivi2|kivi4) runs under %s: a compress-after method scores and evicts the prompt while "
       "the store holds it at full precision, and only the kept tokens are quantized. Methods that evict or select "
       "during decode are refused over KIVI, as are ops that read explicit K/V pages; every refused pairing of a method "
-      "and a store fails before the model loads (exit 2) with the reason.\n",
+      "and a store fails before the model loads (exit 2) with the reason. Over KIVI the Chain Cache keeps a chain's "
+      "quantized groups and residual windows between turns (--prefix-cache-mode chain, or auto for a method with a "
+      "chain mode; a resumed turn appends its tokens as KIVI appends decode tokens, compressing again only while "
+      "nothing is quantized); the radix prefix cache is refused, since a window slides and flushes into groups of "
+      "one sequence's tokens.\n",
       over_kivi.c_str());
   return 0;
 }

@@ -101,12 +101,16 @@ Result<std::string> resolve_prefix_cache_mode(const EngineConfig& config, const 
   if (mode != "auto" && mode != "radix" && mode != "chain" && mode != "off")
     return invalid_argument("--prefix-cache-mode must be auto, radix, chain or off, got '{}'", mode);
   if (!config.enable_prefix_caching || mode == "off") return std::string("off");
-  // A KIVI stream's window flushes into groups as it slides, so no block of its pages stays the same to share.
-  if (layout.kivi() && mode != "auto")
-    return invalid_argument("--prefix-cache-mode {}: the {} KV store keeps no prefix cache yet (use off or auto)", mode,
-                            kv_store_kind_name(layout.store));
-  if (layout.kivi()) return std::string("off");
   const bool chain = traits.prefix_mode == PrefixMode::kChain;
+  // A KIVI stream's window slides and flushes its rows into key groups formed from the tokens of that stream alone,
+  // so no block of pages stays the same to share between sequences; a chain keeps its one sequence's streams whole.
+  if (layout.kivi() && mode == "radix")
+    return invalid_argument(
+        "--prefix-cache-mode radix: the {} KV store keeps no radix prefix cache (its residual window slides and "
+        "flushes into groups of one sequence's tokens, so no page is shared); use chain (with a method that has a "
+        "chain mode), off or auto",
+        kv_store_kind_name(layout.store));
+  if (layout.kivi() && mode == "auto") return std::string(chain ? "chain" : "off");
   if (mode == "radix" && !traits.keeps_full_history)
     return invalid_argument("--prefix-cache-mode radix needs a method that keeps every token resident; {} evicts "
                             "(use chain)", method.name());
@@ -118,7 +122,7 @@ Result<std::string> resolve_prefix_cache_mode(const EngineConfig& config, const 
 
 // What a retained chain state depends on: resuming it under other settings (the KV store and the tensor-parallel
 // layout included: each rank's state holds its KV heads) would read foreign KV.
-std::string chain_fingerprint(const ModelBundle& bundle, const KvLayout& layout, const MethodRuntime& method) {
+std::string make_chain_fingerprint(const ModelBundle& bundle, const KvLayout& layout, const MethodRuntime& method) {
   const ModelConfig& model = bundle.model->config();
   return fmt::format("{}:{}:{}x{}x{}|{}|{}|tp{}|{}|{}", bundle.path, model.arch, layout.num_layers, layout.num_kv_heads,
                      layout.head_dim, dtype_name(layout.dtype), kv_store_kind_name(layout.store),
@@ -230,7 +234,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const ModelBundle& bundle, const 
       num_pages / layout.num_streams() * layout.page_size, method->name(), method->config().dump(),
       config.prefix_cache_mode, num_host_pages);
   std::string fingerprint =
-      config.prefix_cache_mode == "chain" ? chain_fingerprint(bundle, layout, *method) : std::string();
+      config.prefix_cache_mode == "chain" ? make_chain_fingerprint(bundle, layout, *method) : std::string();
   // Every rank runs an instance of the method over its KV heads, in a pool of the same pages.
   std::vector<std::unique_ptr<MethodRuntime>> methods;
   methods.reserve(static_cast<size_t>(num_ranks));
@@ -276,6 +280,7 @@ std::optional<ChainInfo> Engine::find_chain(const std::string& chain_id) const {
 std::vector<int32_t> Engine::chain_prefix(const std::string& chain_id) const {
   return loop_->chains() ? loop_->chains()->prefix(chain_id) : std::vector<int32_t>();
 }
+const std::string& Engine::chain_fingerprint() const { return loop_->chain_fingerprint(); }
 Result<std::string> Engine::submit_prune(PruneRequest request) { return loop_->submit_prune(std::move(request)); }
 std::optional<PruneStatus> Engine::prune_status(const std::string& prune_id) const {
   return loop_->prune_status(prune_id);

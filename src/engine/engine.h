@@ -82,6 +82,9 @@ class Engine {
   std::optional<ChainInfo> find_chain(const std::string& chain_id) const;
   // The tokens an idle chain's state stands for (empty: unknown, busy, reclaimed, or no Chain Cache).
   std::vector<int32_t> chain_prefix(const std::string& chain_id) const;
+  // The settings this engine's chain states depend on (model, KV layout and store, method and its config), which a
+  // turn must match to resume a chain; empty without the Chain Cache.
+  const std::string& chain_fingerprint() const;
 
   // --- prefix pruning and inspection (the radix prefix cache; its tree belongs to the engine thread) ---
   // Queues a prune (validate_prune_request's errors; kUnavailable while shutting down) and returns its id; the

@@ -130,7 +130,9 @@ Status EngineLoop::begin_chain_turn(Request& request, const ChainRequest& chain)
                         chains_->begin_turn(chain.chain_id, chain_fingerprint_, request.token_ids));
     const int32_t num_new = request.num_tokens() - state->num_logical_tokens();
     const int64_t num_held = state->num_held_pages() + state->num_pages_to_restore();
-    if (!oracle_.can_ever_fit_resumed(num_held, num_new, request.params.max_tokens)) {
+    const std::optional<int64_t> num_extension =
+        state->num_pages_to_extend(int64_t{num_new} + request.params.max_tokens);
+    if (!oracle_.can_ever_fit_resumed(num_held, num_extension, num_new, request.params.max_tokens)) {
       chains_->cancel_turn(chain.chain_id, std::move(state));
       return unavailable("no capacity to restore chain '{}': its {} pages plus {} new and {} generated tokens can "
                          "never fit in the KV cache ({} pages)", chain.chain_id, num_held, num_new,

@@ -37,6 +37,7 @@ class EngineLoop {
   Result<std::vector<std::shared_ptr<OutputStream>>> submit_batch(std::vector<GenerationRequest> batch);
   // The Chain Cache, or null when it is off. Thread-safe (chain_cache.h).
   const ChainCacheIndex* chains() const { return chains_.get(); }
+  const std::string& chain_fingerprint() const { return chain_fingerprint_; }
   void abort(const std::string& request_id);
   void shutdown(bool drain);
   EngineStats stats() const;

@@ -6,6 +6,7 @@
 // ranks' caches are touched between steps, while their workers wait), except can_ever_fit (pure).
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "engine/request.h"
@@ -53,10 +54,13 @@ class MemoryOracle {
   std::unique_ptr<ChainState> retain(Request& request);
 
   // The same for a turn resumed on a retained state that holds (or, on the host tier, takes back) `num_held_pages`:
-  // its new tokens are prefilled on top of it, so the state plus their peak must fit. Pure.
-  bool can_ever_fit_resumed(int64_t num_held_pages, int32_t num_new_tokens, int32_t max_new_tokens) const {
+  // its new tokens are prefilled on top of it, so the state plus their peak must fit, or, where the state bounds
+  // them itself (ChainState::num_pages_to_extend), plus the `num_extension_pages` its streams may grow by. Pure.
+  bool can_ever_fit_resumed(int64_t num_held_pages, std::optional<int64_t> num_extension_pages, int32_t num_new_tokens,
+                            int32_t max_new_tokens) const {
     for (const SparseController* rank : ranks_)
-      if (num_held_pages + rank->peak_pages(num_new_tokens, max_new_tokens) > rank->cache().num_total_pages())
+      if (num_held_pages + num_extension_pages.value_or(rank->peak_pages(num_new_tokens, max_new_tokens)) >
+          rank->cache().num_total_pages())
         return false;
     return true;
   }

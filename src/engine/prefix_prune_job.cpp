@@ -210,6 +210,13 @@ PruneStatus run_chain_prune(const PruneRequest& request, ChainCacheIndex& chains
     chains.drop(request.chain_id);
     return ended(PruneState::kFailed, resumed.status());
   }
+  if (!controller.cache().can_evict_streams(kChainPruneSeq)) {
+    chains.cancel_turn(request.chain_id, controller.retain(kChainPruneSeq));
+    return ended(PruneState::kFailed,
+                 failed_precondition("chain '{}' holds tokens the {} KV store has quantized into groups, which cannot "
+                                     "drop single tokens; it was left as it was",
+                                     request.chain_id, kv_store_kind_name(controller.cache().layout().store)));
+  }
   PruneStatus status;
   for (const TokenRange& range : request.ranges) {
     PrunedRange& pruned = status.ranges.emplace_back();

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -25,6 +26,16 @@ class RetainedRanks final : public ChainState {
     return fewest;
   }
   int32_t num_logical_tokens() const override { return ranks_[0]->num_logical_tokens(); }
+  // The most any rank's streams may take (the ranks keep the same store, so all of them bound it or none).
+  std::optional<int64_t> num_pages_to_extend(int64_t num_new_tokens) const override {
+    std::optional<int64_t> most;
+    for (const auto& rank : ranks_) {
+      const std::optional<int64_t> pages = rank->num_pages_to_extend(num_new_tokens);
+      if (!pages) return std::nullopt;
+      most = std::max(most.value_or(0), *pages);
+    }
+    return most;
+  }
   size_t num_ranks() const { return ranks_.size(); }
 
   std::vector<std::unique_ptr<ChainState>> take_ranks() { return std::move(ranks_); }

@@ -54,6 +54,9 @@ class ChainState {
   virtual int64_t num_host_pages() const { return 0; }
   // Free device pages resuming the state takes first (bringing it back from the host tier).
   virtual int64_t num_pages_to_restore() const { return 0; }
+  // Device pages beyond those it holds (or restores) that appending `num_new_tokens` to every stream may take at
+  // most, before any eviction; nullopt where the method's peak for the new tokens alone bounds them.
+  virtual std::optional<int64_t> num_pages_to_extend(int64_t /*num_new_tokens*/) const { return std::nullopt; }
   // Tokens whose KV the state stands for (the absolute position of the next token); the chain's stored prefix
   // may hold more (a last sampled token not computed yet).
   virtual int32_t num_logical_tokens() const = 0;

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -43,6 +44,10 @@ class SequenceSnapshot {
   virtual int64_t num_host_pages() const { return 0; }
   // Free device pages restoring it takes (none unless offloaded).
   virtual int64_t num_pages_to_restore() const { return 0; }
+  // Device pages beyond those it holds (or restores) that appending `num_new_tokens` to every stream may take at
+  // most, before any eviction; nullopt where pages fill in token order, so that the method's peak for the new tokens
+  // alone bounds them (a KIVI stream's window decides when its next groups fill, and never holds a new prompt whole).
+  virtual std::optional<int64_t> num_pages_to_extend(int64_t /*num_new_tokens*/) const { return std::nullopt; }
 };
 
 class CacheManager : public KvStreams {

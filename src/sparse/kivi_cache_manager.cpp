@@ -24,12 +24,21 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 class KiviCacheManager::Snapshot final : public SequenceSnapshot {
  public:
-  Snapshot(BlockPool* pool, Sequence state) : pool(pool), state(std::move(state)) {}
+  Snapshot(const KvLayout& layout, BlockPool* pool, Sequence state)
+      : layout(layout), pool(pool), state(std::move(state)) {}
   ~Snapshot() override { release_pages(*pool, state); }
   Snapshot(const Snapshot&) = delete;
   Snapshot& operator=(const Snapshot&) = delete;
   int32_t num_logical_tokens() const override { return state.num_logical; }
   int64_t num_held_pages() const override { return pages_of(state); }
+  // Each stream at its fullest on the way to its length plus the new tokens (KvLayout::pages_per_stream bounds a
+  // stream of that length whatever its window held when it was taken), less what it holds.
+  std::optional<int64_t> num_pages_to_extend(int64_t num_new_tokens) const override {
+    int64_t most = 0;
+    for (const Stream& stream : state.streams) most += layout.pages_per_stream(stream.window.length() + num_new_tokens);
+    return std::max<int64_t>(0, most - pages_of(state));
+  }
+  const KvLayout& layout;
   BlockPool* pool;
   Sequence state;  // emptied of its pages when restored
 };
@@ -258,7 +267,7 @@ std::unique_ptr<SequenceSnapshot> KiviCacheManager::snapshot(int32_t seq) {
   auto it = sequences_.find(seq);
   SE_CHECK(it != sequences_.end(), "sequence {} is not open", seq);
   flush(it->second);
-  auto snap = std::make_unique<Snapshot>(&pool_, std::move(it->second));
+  auto snap = std::make_unique<Snapshot>(layout(), &pool_, std::move(it->second));
   sequences_.erase(it);
   return snap;
 }
@@ -393,7 +402,7 @@ Status KiviCacheManager::check_eviction(const Sequence& s, const StreamEviction&
     return invalid_argument("evict: no stream (layer {}, head {})", e.layer, e.kv_head);
   const Stream& stream = s.streams[static_cast<size_t>(l.stream(e.layer, e.kv_head))];
   // A quantized key group mixes its tokens' channels, so only tokens still exact in the window may go.
-  if (stream.window.quantized_keys() != 0 || stream.window.quantized_values() != 0)
+  if (has_quantized(stream))
     return failed_precondition(
         "evict: the {} KV store quantized tokens of stream (layer {}, head {}) already; only a prompt held at full "
         "precision (a compress-after method) can drop tokens",
@@ -403,6 +412,15 @@ Status KiviCacheManager::check_eviction(const Sequence& s, const StreamEviction&
     if (e.kept[i] < 0 || e.kept[i] >= len || (i > 0 && e.kept[i] <= e.kept[i - 1]))
       return invalid_argument("evict: kept indices must ascend within [0, {}), got {} at {}", len, e.kept[i], i);
   return Status::ok();
+}
+
+bool KiviCacheManager::has_quantized(const Stream& stream) {
+  return stream.window.quantized_keys() != 0 || stream.window.quantized_values() != 0;
+}
+
+bool KiviCacheManager::can_evict_streams(int32_t seq) const {
+  const Sequence& s = sequence(seq);
+  return std::none_of(s.streams.begin(), s.streams.end(), has_quantized);
 }
 
 Status KiviCacheManager::evict_streams(int32_t seq, std::span<const StreamEviction> streams) {

@@ -11,14 +11,17 @@
 // quantized before the step plus every newer token at full precision (a prefill attends at full precision, a
 // decode token before its flush); on_computed then flushes: keys of whole R-token blocks and values older than
 // the last R tokens are quantized from their window rows into their pages, and the window's pages it slid past
-// return to the pool. No dequantized copy of the cache is ever stored. There is no prefix cache over these pages
-// yet (the engine turns it off).
+// return to the pool. No dequantized copy of the cache is ever stored. No radix prefix cache runs over these pages
+// (a window's rows flush into groups of its own stream's tokens, so no page is shared); the Chain Cache keeps a
+// sequence between turns as snapshot() takes it, its groups, their scales and minima and its window rows as they are,
+// and restore() resumes it there: the next turn's tokens append to the window as decode tokens would.
 //
 // Eviction under KIVI (`hold_prompts`, for a compress-after method): a sequence's prompt (the tokens
 // open() is given) is held at full precision in the window, however long, until on_computed reports all of it
 // computed, so the method scores the prompt's exact keys and evict_streams drops tokens that were never quantized;
 // the kept tokens then flush in order, their groups formed from kept tokens only, and decode continues as KIVI.
-// Only tokens nothing has quantized can be evicted (evict_slots, one token at a time during decode, is refused).
+// Only tokens nothing has quantized can be evicted (can_evict_streams; evict_slots, one token at a time during decode,
+// is refused).
 // Owns one reference to each page it lists; snapshots own theirs and must not outlive the manager. Engine thread
 // only.
 #pragma once
@@ -61,6 +64,7 @@ class KiviCacheManager final : public CacheManager {
   int32_t num_logical_tokens(int32_t seq) const override;
   std::span<const int32_t> slot_positions(int32_t seq, int layer, int kv_head) const override;
   Status evict_streams(int32_t seq, std::span<const StreamEviction> streams) override;
+  bool can_evict_streams(int32_t seq) const override;
   Status evict_slots(int32_t seq, std::span<const SlotEviction> streams) override;
 
   Status check_integrity() const override;
@@ -110,6 +114,8 @@ class KiviCacheManager final : public CacheManager {
   void flush(Sequence& s);
   // The same for one stream; true when window pages went back (its listed pages moved).
   bool flush(Stream& stream);
+  // Whether the stream has quantized tokens, or will once its reserved step flushes.
+  static bool has_quantized(const Stream& stream);
   // Checks one eviction of `s` against the stream it names (nothing changes).
   Status check_eviction(const Sequence& s, const StreamEviction& e) const;
   static void release_pages(BlockPool& pool, Sequence& s);

@@ -46,6 +46,9 @@ class KvStreams {
     std::span<const int32_t> kept;
   };
   virtual Status evict_streams(int32_t seq, std::span<const StreamEviction> streams) = 0;
+  // Whether evict_streams may drop tokens of `seq` now: a store that quantized some of them into groups (KIVI)
+  // cannot take single tokens out of a group, and a method then leaves the sequence as it is.
+  virtual bool can_evict_streams(int32_t /*seq*/) const { return true; }
   Status evict(int32_t seq, int layer, int kv_head, const std::vector<int32_t>& kept) {
     const StreamEviction stream{layer, kv_head, kept};
     return evict_streams(seq, {&stream, 1});

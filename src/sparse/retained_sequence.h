@@ -23,6 +23,9 @@ class RetainedSequence final : public ChainState {
   bool is_offloaded() const override { return kv_->is_offloaded(); }
   int64_t num_host_pages() const override { return kv_->num_host_pages(); }
   int64_t num_pages_to_restore() const override { return kv_->num_pages_to_restore(); }
+  std::optional<int64_t> num_pages_to_extend(int64_t num_new_tokens) const override {
+    return kv_->num_pages_to_extend(num_new_tokens);
+  }
   SequenceSnapshot& kv() { return *kv_; }
 
   std::unique_ptr<SequenceSnapshot> take_kv() { return std::move(kv_); }

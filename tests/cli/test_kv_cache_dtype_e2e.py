@@ -2,7 +2,7 @@
 unknown value or a method the store cannot take fails before the model loads (exit 2, the reason on one line);
 a server over FP8 pages answers the openai client, and a chain resumed from FP8 KV answers exactly what the same
 conversation sent without its chain does; servers over KIVI-4 and TurboQuant pages answer the openai client what a
-lone `generate` over the same store answers."""
+lone `generate` over the same store answers; SnapKV over KIVI-4 keeps a chain between turns."""
 import json
 import subprocess
 
@@ -130,3 +130,28 @@ def test_quantized_store_server_answers_the_openai_client(flags):
                 "--max-tokens", "48", "--quiet-stats", *flags, timeout=300)
     assert alone.returncode == 0, alone.stderr
     assert alone.stdout.strip() == answer.strip()
+
+
+def test_snapkv_over_kivi_keeps_its_chain_between_turns():
+    # SnapKV keeps 24 of the chat prompt's tokens, KIVI-4 (R = 16) quantizes them, and the second turn of the chain
+    # resumes those groups and windows, appending its own tokens as KIVI appends decode tokens.
+    s = ServerProcess("--max-model-len", "2048", "--kv-cache-memory", "64MiB", "--kv-cache-dtype", "kivi4",
+                      "--kivi-group-size", "16", "--kivi-residual", "16", "--sparse-method", "snapkv",
+                      "--sparse-config", '{"budget": 24, "window": 8}')
+    try:
+        assert "prefix cache chain" in s.log_text()
+        client = openai.OpenAI(base_url=s.base_url + "/v1", api_key="unused", max_retries=0, timeout=300)
+        messages = [{"role": "user", "content": "Name three primary colors, one per line."}]
+        first = client.chat.completions.create(model="default", messages=messages, max_tokens=16, temperature=0,
+                                               extra_body={"chain_id": None})
+        assert first.model_extra["chain_status"] == "created"
+        messages += [{"role": "assistant", "content": first.choices[0].message.content},
+                     {"role": "user", "content": "Now name one secondary color."}]
+        resumed = client.chat.completions.create(
+            model="default", messages=messages, max_tokens=16, temperature=0,
+            extra_body={"chain_id": first.model_extra["chain_id"], "chain_append_start": 2})
+        assert resumed.model_extra["chain_status"] == "resumed"
+        assert resumed.usage.prompt_tokens_details.cached_tokens > first.usage.prompt_tokens
+        assert resumed.choices[0].message.content
+    finally:
+        s.stop()

@@ -18,7 +18,9 @@
 #include "engine/model_runner.h"
 #include "engine/prune_scoring.h"
 #include "engine/scheduler.h"
+#include "sparse/kivi_cache_manager.h"
 #include "sparse/method_registry.h"
+#include "sparse/retained_sequence.h"
 
 namespace se {
 namespace {
@@ -101,18 +103,26 @@ EngineConfig chain_config(const std::string& method, const nlohmann::json& metho
   return config;
 }
 
-// One sequence through two turns without leaving the cache: turn 1 generates `num_turn1` tokens, then its
-// request takes on turn 2's new tokens as more prompt and generates `num_turn2` more.
-// `between_turns` (if set) acts on the sequence (its slot) between the turns, as a prune of its chain would.
+// A turn after the first: its new tokens (after the previous turn's output) and how many tokens it generates.
+struct LaterTurn {
+  std::vector<int32_t> suffix;
+  int num_tokens = 0;
+};
+
+// One sequence through a conversation without leaving the cache: turn 1 generates `num_turn1` tokens, then its
+// request takes on each later turn's new tokens as more prompt and generates that turn's tokens; returns what each
+// later turn produced. `between_turns` (if set) acts on the sequence (its slot) after turn 1, as a prune of its
+// chain would.
 using BetweenTurns = std::function<void(SparseController& controller, int32_t seq)>;
-TurnOutput replay_two_turns(const ModelBundle& bundle, const EngineConfig& config, const std::vector<int32_t>& prompt1,
-                            int num_turn1, const std::vector<int32_t>& suffix, int num_turn2,
-                            const BetweenTurns& between_turns = {}) {
+std::vector<TurnOutput> replay_turns(const ModelBundle& bundle, const EngineConfig& config,
+                                     const std::vector<int32_t>& prompt1, int num_turn1,
+                                     const std::vector<LaterTurn>& later, const BetweenTurns& between_turns = {}) {
   const ModelConfig& c = bundle.model->config();
   auto method = create_method(config.sparse_method, config.sparse_config);
   SE_CHECK(method.is_ok(), "{}", method.status().to_string());
   const KvStoreKind store = parse_kv_cache_dtype(config.kv_cache_dtype).value();
-  const KvLayout layout{c.num_layers, c.num_kv_heads, c.head_dim, kPageSize, kv_page_dtype(Device::kCpu, store), store};
+  const KvLayout layout = make_kv_layout(c.num_layers, c.num_kv_heads, c.head_dim, kPageSize, Device::kCpu, store,
+                                         config.kivi_group_size, config.kivi_residual, kMaxBatchedTokens);
   auto cache = (*method)->create_cache(CacheSpec{layout, 4096, cpu_allocator(), false});
   SE_CHECK(cache.is_ok(), "{}", cache.status().to_string());
   SparseController controller(**method, **cache);
@@ -120,9 +130,11 @@ TurnOutput replay_two_turns(const ModelBundle& bundle, const EngineConfig& confi
   Scheduler scheduler(SchedulerConfig{1, kMaxBatchedTokens}, oracle);
   ModelRunner runner(*bundle.model, controller, bundle.model->make_workspace());
 
-  Request request("replay", prompt1, greedy(num_turn1 + num_turn2));
+  int num_generated = num_turn1;
+  for (const LaterTurn& turn : later) num_generated += turn.num_tokens;
+  Request request("replay", prompt1, greedy(num_generated));
   scheduler.add(&request);
-  TurnOutput turn2;
+  std::vector<TurnOutput> outputs(later.size());
   auto run_until = [&](int num_output_tokens, TurnOutput* record) {
     while (request.num_output_tokens() < num_output_tokens) {
       StepPlan plan = scheduler.schedule();
@@ -140,15 +152,24 @@ TurnOutput replay_two_turns(const ModelBundle& bundle, const EngineConfig& confi
   };
   run_until(num_turn1, nullptr);
   if (between_turns) between_turns(controller, request.seq);
-  // Turn 2's new tokens become prompt: prefilled on top of what turn 1 left, as a resumed chain prefills them.
-  request.token_ids.insert(request.token_ids.end(), suffix.begin(), suffix.end());
-  request.num_prompt_tokens = request.num_tokens();
-  request.num_prefill_tokens = request.num_tokens();
-  run_until(num_turn2, &turn2);
+  for (size_t t = 0; t < later.size(); ++t) {
+    // The turn's new tokens become prompt: prefilled on top of what the turns before left, as a resumed chain
+    // prefills them.
+    request.token_ids.insert(request.token_ids.end(), later[t].suffix.begin(), later[t].suffix.end());
+    request.num_prompt_tokens = request.num_tokens();
+    request.num_prefill_tokens = request.num_tokens();
+    run_until(later[t].num_tokens, &outputs[t]);
+  }
   oracle.release(request);
   SE_CHECK((*cache)->check_integrity().is_ok(), "replay cache integrity");
   SE_CHECK((*cache)->num_free_pages() == (*cache)->num_total_pages(), "the replay leaked pages");
-  return turn2;
+  return outputs;
+}
+
+TurnOutput replay_two_turns(const ModelBundle& bundle, const EngineConfig& config, const std::vector<int32_t>& prompt1,
+                            int num_turn1, const std::vector<int32_t>& suffix, int num_turn2,
+                            const BetweenTurns& between_turns = {}) {
+  return replay_turns(bundle, config, prompt1, num_turn1, {{suffix, num_turn2}}, between_turns).front();
 }
 
 struct MethodCase {
@@ -253,6 +274,73 @@ INSTANTIATE_TEST_SUITE_P(
       const std::string dtype = info.param.kv_cache_dtype;
       return std::string(info.param.name) + (dtype == "auto" ? "" : "_" + dtype);
     });
+
+// SnapKV over KIVI pages through three turns of a chain. Turn 1's prompt is compressed while the store holds it at
+// full precision; each later turn resumes the retained key groups (codes, scales, minima) and every stream's residual
+// window and appends its tokens as KIVI appends decode tokens. The turns give exactly the tokens and
+// log-probabilities of one sequence that takes each turn's new tokens as more prompt without leaving the cache. With
+// a window of 32 the kept tokens are quantized by the end of turn 1, so the later turns append without compressing;
+// with 128 nothing is quantized yet and SnapKV compresses each later turn's prompt again, as over explicit pages.
+struct KiviChainCase {
+  const char* kv_cache_dtype;
+  int residual;
+};
+
+class ChainOverKiviTest : public ::testing::TestWithParam<KiviChainCase> {};
+
+TEST_P(ChainOverKiviTest, ThreeResumedTurnsEqualOneUninterruptedSequence) {
+  const KiviChainCase& k = GetParam();
+  const ModelBundle bundle = tiny_bundle();
+  EngineConfig config = chain_config("snapkv", {{"budget", 40}, {"window", 8}}, 4096);
+  config.kv_cache_dtype = k.kv_cache_dtype;
+  config.kivi_group_size = 32;
+  config.kivi_residual = k.residual;
+  std::mt19937 rng(7);
+  const std::vector<int32_t> prompt1 = random_tokens(rng, 70);
+  constexpr int kTurn1 = 6;
+  const std::vector<LaterTurn> later = {{random_tokens(rng, 40), 8}, {random_tokens(rng, 24), 8}};
+
+  auto engine = Engine::create(bundle, config);
+  ASSERT_TRUE(engine.is_ok()) << engine.status().to_string();
+  EXPECT_EQ((*engine)->config().prefix_cache_mode, "chain");  // auto, for a method with a chain mode
+  auto first = (*engine)->submit({"t1", prompt1, greedy(kTurn1), ChainRequest{"c", /*create=*/true}});
+  ASSERT_TRUE(first.is_ok()) << first.status().to_string();
+  TurnOutput previous = collect(**first);
+  EXPECT_EQ(previous.last.chain_status, ChainStatus::kCreated);
+  std::vector<int32_t> context = prompt1;
+  std::vector<TurnOutput> resumed;
+  for (size_t t = 0; t < later.size(); ++t) {
+    context.insert(context.end(), previous.tokens.begin(), previous.tokens.end());
+    // The previous turn's last sampled token was never computed: the state covers every token before it.
+    const auto num_cached = static_cast<int32_t>(context.size()) - 1;
+    context.insert(context.end(), later[t].suffix.begin(), later[t].suffix.end());
+    auto next =
+        (*engine)->submit({"t" + std::to_string(t + 2), context, greedy(later[t].num_tokens), ChainRequest{"c"}});
+    ASSERT_TRUE(next.is_ok()) << next.status().to_string();
+    previous = collect(**next);
+    EXPECT_EQ(previous.last.chain_status, ChainStatus::kResumed) << t;
+    EXPECT_EQ(previous.last.num_cached_tokens, num_cached) << t;
+    resumed.push_back(previous);
+  }
+  const auto info = (*engine)->find_chain("c");
+  ASSERT_TRUE(info.has_value());
+  EXPECT_GT(info->num_held_pages, 0);
+
+  const std::vector<TurnOutput> replayed = replay_turns(bundle, config, prompt1, kTurn1, later);
+  for (size_t t = 0; t < later.size(); ++t) {
+    SCOPED_TRACE("turn " + std::to_string(t + 2));
+    expect_same_turn(resumed[t], replayed[t]);
+  }
+  (*engine)->shutdown(/*drain=*/true);
+}
+
+INSTANTIATE_TEST_SUITE_P(SnapKv, ChainOverKiviTest,
+                         ::testing::Values(KiviChainCase{"kivi4", 32}, KiviChainCase{"kivi2", 32},
+                                           KiviChainCase{"kivi4", 128}),
+                         [](const ::testing::TestParamInfo<KiviChainCase>& info) {
+                           return std::string(info.param.kv_cache_dtype) + "_residual" +
+                                  std::to_string(info.param.residual);
+                         });
 
 // The `keep` best positions of [range.start, range.end) by `scores`, ties to the lower position, ascending.
 std::vector<int32_t> best_positions(const std::vector<float>& scores, TokenRange range, int32_t keep) {
@@ -576,6 +664,66 @@ TEST(ChainOracleTest, ReleaseKeepsAnUntouchedStateAndLosesAStartedOne) {
   EXPECT_EQ((*cache)->num_free_pages(), num_total);
 }
 
+// A retained KIVI state (a key group, its scales and minima, and each stream's window) is reclaimed whole when a
+// request needs the pool: the oracle drops it (KIVI keeps no host tier), every one of its pages comes back, and the
+// store, the pool and the index stay intact at every step.
+TEST(ChainOracleTest, AKiviStateIsReclaimedWholeUnderPressure) {
+  const Model model = test::tiny_model();
+  const ModelConfig& c = model.config();
+  auto method = create_method("snapkv", {{"budget", 40}, {"window", 8}});
+  ASSERT_TRUE(method.is_ok());
+  const KvLayout layout = make_kv_layout(c.num_layers, c.num_kv_heads, c.head_dim, kPageSize, Device::kCpu,
+                                         KvStoreKind::kKivi2, 32, 32, kMaxBatchedTokens);
+  constexpr int kBigPrompt = 3 * kMaxBatchedTokens;  // a request that holds the whole pool at its peak
+  const auto num_pages = static_cast<int32_t>(KiviCacheManager::held_prompt_pages(layout, kBigPrompt));
+  auto cache = (*method)->create_cache(CacheSpec{layout, num_pages, cpu_allocator(), false});
+  ASSERT_TRUE(cache.is_ok()) << cache.status().to_string();
+  SparseController controller(**method, **cache);
+  ChainCacheIndex chains;
+  MemoryOracle oracle(controller, &chains);
+  const auto expect_intact = [&](int64_t num_running_pages) {
+    for (const Status& s : {(*cache)->check_integrity(), chains.check_integrity()})
+      ASSERT_TRUE(s.is_ok()) << s.to_string();
+    EXPECT_EQ((*cache)->num_free_pages() + chains.num_reclaimable_pages() + num_running_pages, num_pages);
+  };
+
+  // A 40-token prompt written and computed: its first 32 keys flush into a key group, the rest stay in the window.
+  const std::vector<int32_t> tokens(40, 7);
+  ASSERT_TRUE(controller.open(/*seq=*/1000, tokens).is_ok());
+  ASSERT_TRUE((*cache)->reserve(1000, 40).is_ok());
+  ForwardBatch batch;
+  batch.sequences.push_back({1000, 0, 40});
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int layer = 0; layer < layout.num_layers; ++layer) {
+    Tensor k = Tensor::empty(DType::kF32, Shape{40, layout.num_kv_heads, layout.head_dim});
+    Tensor v = Tensor::empty(DType::kF32, Shape{40, layout.num_kv_heads, layout.head_dim});
+    for (int64_t i = 0; i < k.numel(); ++i) k.data<float>()[i] = normal(rng), v.data<float>()[i] = normal(rng);
+    (*cache)->write(layer, (*cache)->build_view(layer, batch), k.view(), v.view());
+  }
+  (*cache)->on_computed(1000, tokens, 40);
+  const AttentionView view = (*cache)->build_sequence_view(1000, 0);
+  EXPECT_EQ(view.quantized.kivi_seqs[0].num_quantized_keys[0], 32);
+  ASSERT_TRUE(chains.create("k", "f").is_ok());
+  chains.end_turn("k", tokens, controller.retain(1000));
+  const int64_t num_held = chains.find("k")->num_held_pages;
+  EXPECT_GT(num_held, 0);
+  expect_intact(0);
+
+  Request big("big", std::vector<int32_t>(kBigPrompt, 5), greedy(1));
+  ASSERT_TRUE(oracle.admit(big).is_ok());
+  for (int chunk = 0; chunk < 3; ++chunk) {
+    ASSERT_TRUE(oracle.try_reserve(big, kMaxBatchedTokens)) << chunk;
+    big.num_computed_tokens += kMaxBatchedTokens;
+    expect_intact((*cache)->num_held_pages(big.seq));
+  }
+  EXPECT_FALSE(chains.find("k").has_value());  // dropped for the big request's last chunk
+  EXPECT_EQ((*cache)->num_held_pages(big.seq), num_pages);
+  oracle.release(big);
+  expect_intact(0);
+  EXPECT_EQ((*cache)->num_free_pages(), num_pages);
+}
+
 // The host tier: idle chains the pool reclaims move to host memory and resume from it. Device pool: 330 pages of
 // 4 tokens; SnapKV(32) leaves a 70-token turn of 6 tokens 4 streams x 10 pages, so a 300-token plain request (4 x
 // 77 pages at its peak) fits only once both idle chains have yielded theirs.
@@ -772,6 +920,185 @@ TEST(ChainOracleTest, AChainStateRoundTripsThroughTheHostTier) {
   chains.drop("x");
   EXPECT_EQ((*cache)->num_free_pages(), (*cache)->num_total_pages());
   expect_intact();
+}
+
+EngineConfig kivi_chain_config(const std::string& kv_cache_dtype) {
+  EngineConfig config = chain_config("snapkv", {{"budget", 40}, {"window", 8}}, 4096);
+  config.kv_cache_dtype = kv_cache_dtype;
+  config.kivi_group_size = 32;
+  config.kivi_residual = 32;  // turn 1's kept tokens fill a key group; the rest stay in the window
+  return config;
+}
+
+// The lifecycle over KIVI pages: an idle chain holds its key groups and its windows' pages, which the pool's
+// accounting counts, and gives every one of them back when it is reclaimed for a larger request or its turn is
+// aborted.
+class KiviChainLifecycleTest : public ChainLifecycleTest {
+ protected:
+  // A pool of exactly the peak of a 300-token SnapKV request (its prompt held at full precision, then compressed):
+  // it only runs once every idle chain is reclaimed.
+  void SetUp() override {
+    EngineConfig config = kivi_chain_config("kivi2");
+    const ModelConfig& c = bundle_.model->config();
+    layout_ =
+        make_kv_layout(c.num_layers, c.num_kv_heads, c.head_dim, config.page_size, Device::kCpu, KvStoreKind::kKivi2,
+                       config.kivi_group_size, config.kivi_residual, config.max_num_batched_tokens);
+    auto method = create_method(config.sparse_method, config.sparse_config);
+    ASSERT_TRUE(method.is_ok());
+    method_ = std::move(*method);
+    config.kv_cache_memory = method_->peak_pages(layout_, kBigPrompt, kBigTokens) *
+                             static_cast<int64_t>(layout_.page_bytes() + method_->page_metadata_bytes(layout_));
+    auto engine = Engine::create(bundle_, config);
+    ASSERT_TRUE(engine.is_ok()) << engine.status().to_string();
+    engine_ = std::move(*engine);
+  }
+  static constexpr int kBigPrompt = 300;
+  static constexpr int kBigTokens = 8;
+  KvLayout layout_;
+  std::unique_ptr<MethodRuntime> method_;  // the engine's method, for its memory model
+};
+
+TEST_F(KiviChainLifecycleTest, ReclaimedAndAbortedChainsGiveBackEveryPage) {
+  const std::vector<int32_t> prompt_a = random_tokens(rng_, 70);
+  auto a1 = run("a1", prompt_a, ChainRequest{"a", true});
+  ASSERT_TRUE(a1.is_ok()) << a1.status().to_string();
+  const int64_t held_after_turn1 = engine_->find_chain("a")->num_held_pages;
+  EXPECT_GT(held_after_turn1, 0);
+  expect_pages_accounted({"a"});
+  // A resumed turn appends its tokens to the retained windows and groups: the chain holds more.
+  const std::vector<int32_t> prompt_a2 = extend(prompt_a, *a1, 20);
+  auto a2 = run("a2", prompt_a2, ChainRequest{"a"});
+  ASSERT_TRUE(a2.is_ok()) << a2.status().to_string();
+  EXPECT_EQ(a2->last.chain_status, ChainStatus::kResumed);
+  EXPECT_GT(engine_->find_chain("a")->num_held_pages, held_after_turn1);
+  expect_pages_accounted({"a"});
+
+  // The state bounds its own growth: a continuation of nearly the pool's largest prompt runs beside it, since its
+  // tokens append to the windows and flush (never held whole, as the method's peak for a prompt of them counts).
+  const ChainInfo before_a3 = *engine_->find_chain("a");
+  const std::vector<int32_t> prompt_a3 = extend(prompt_a2, *a2, kBigPrompt - 10);
+  const auto num_new = static_cast<int32_t>(prompt_a3.size()) - before_a3.num_prefix_tokens;
+  EXPECT_GT(before_a3.num_held_pages + method_->peak_pages(layout_, num_new, 4), engine_->stats().num_kv_pages_total);
+  auto a3 = run("a3", prompt_a3, ChainRequest{"a"});
+  ASSERT_TRUE(a3.is_ok()) << a3.status().to_string();
+  EXPECT_EQ(a3->last.chain_status, ChainStatus::kResumed);
+  EXPECT_GT(engine_->find_chain("a")->num_held_pages, before_a3.num_held_pages);
+  expect_pages_accounted({"a"});
+
+  const std::vector<int32_t> prompt_b = random_tokens(rng_, 70);
+  auto b1 = run("b1", prompt_b, ChainRequest{"b", true});
+  ASSERT_TRUE(b1.is_ok()) << b1.status().to_string();
+  expect_pages_accounted({"a", "b"});
+  auto big = run("big", random_tokens(rng_, kBigPrompt), std::nullopt, kBigTokens);
+  ASSERT_TRUE(big.is_ok()) << big.status().to_string();
+  EXPECT_EQ(big->last.finish_reason, FinishReason::kLength);
+  EXPECT_FALSE(engine_->find_chain("a").has_value());
+  EXPECT_FALSE(engine_->find_chain("b").has_value());
+  EXPECT_EQ(run("a4", extend(prompt_a3, *a3, 5), ChainRequest{"a"}).status().code(), StatusCode::kGone);
+  expect_pages_accounted({});
+
+  // A turn aborted while it runs drops its chain, with the windows and groups it had resumed.
+  const std::vector<int32_t> prompt_c = random_tokens(rng_, 60);
+  auto c1 = run("c1", prompt_c, ChainRequest{"c", true});
+  ASSERT_TRUE(c1.is_ok()) << c1.status().to_string();
+  auto stream = engine_->submit({"c2", extend(prompt_c, *c1, 10), greedy(200), ChainRequest{"c"}});
+  ASSERT_TRUE(stream.is_ok());
+  ASSERT_TRUE((*stream)->next(std::chrono::milliseconds(60000)).has_value());  // its first token: it runs
+  engine_->abort("c2");
+  if (collect(**stream).last.finish_reason == FinishReason::kAbort) {
+    EXPECT_FALSE(engine_->find_chain("c").has_value());
+    expect_pages_accounted({});
+  } else {  // on a loaded machine c2 can finish before the abort arrives
+    expect_pages_accounted({"c"});
+  }
+}
+
+// A prune of a KIVI chain whose tokens are quantized fails with the reason and leaves the chain as it was: idle,
+// with the same pages, resumable.
+TEST_F(KiviChainLifecycleTest, APruneOfQuantizedTokensFailsAndLeavesTheChain) {
+  const std::vector<int32_t> prompt1 = random_tokens(rng_, 70);
+  auto turn1 = run("p1", prompt1, ChainRequest{"p", true});
+  ASSERT_TRUE(turn1.is_ok()) << turn1.status().to_string();
+  const ChainInfo before = *engine_->find_chain("p");
+  PruneRequest prune;
+  prune.chain_id = "p";
+  prune.ranges = {{4, 30}};
+  prune.keep_tokens = 2;
+  prune.window = 8;
+  auto id = engine_->submit_prune(prune);
+  ASSERT_TRUE(id.is_ok()) << id.status().to_string();
+  const PruneStatus status = test::wait_for_prune(*engine_, *id);
+  EXPECT_EQ(status.state, PruneState::kFailed);
+  EXPECT_NE(status.reason.find("quantized"), std::string::npos) << status.reason;
+  const auto after = engine_->find_chain("p");
+  ASSERT_TRUE(after.has_value());
+  EXPECT_FALSE(after->in_flight);
+  EXPECT_EQ(after->num_held_pages, before.num_held_pages);
+  EXPECT_EQ(after->digest, before.digest);
+  expect_pages_accounted({"p"});
+  auto turn2 = run("p2", extend(prompt1, *turn1, 10), ChainRequest{"p"});
+  ASSERT_TRUE(turn2.is_ok()) << turn2.status().to_string();
+  EXPECT_EQ(turn2->last.chain_status, ChainStatus::kResumed);
+}
+
+// The fingerprint a chain is made under names the KV store, so a turn under another store (or the explicit cache)
+// is refused before any of its KV is read; the KIVI cache itself refuses a snapshot another cache took.
+TEST(ChainModeTest, AKiviChainResumesOnlyUnderItsOwnStore) {
+  const ModelBundle bundle = tiny_bundle();
+  std::vector<std::string> fingerprints;
+  for (const char* dtype : {"kivi4", "kivi2", "auto"}) {
+    auto engine = Engine::create(bundle, kivi_chain_config(dtype));
+    ASSERT_TRUE(engine.is_ok()) << engine.status().to_string();
+    EXPECT_EQ((*engine)->config().prefix_cache_mode, "chain") << dtype;
+    fingerprints.push_back((*engine)->chain_fingerprint());
+    (*engine)->shutdown(/*drain=*/true);
+  }
+  EXPECT_NE(fingerprints[0], fingerprints[1]);
+  EXPECT_NE(fingerprints[0], fingerprints[2]);
+  EXPECT_NE(fingerprints[0].find("kivi4"), std::string::npos) << fingerprints[0];
+
+  // A real KIVI-4 state, retained under the KIVI-4 fingerprint.
+  const ModelConfig& c = bundle.model->config();
+  const EngineConfig config = kivi_chain_config("kivi4");
+  auto method = create_method(config.sparse_method, config.sparse_config);
+  ASSERT_TRUE(method.is_ok());
+  auto layout_of = [&](KvStoreKind store) {
+    return make_kv_layout(c.num_layers, c.num_kv_heads, c.head_dim, kPageSize, Device::kCpu, store,
+                          config.kivi_group_size, config.kivi_residual, kMaxBatchedTokens);
+  };
+  auto kivi4 = (*method)->create_cache(CacheSpec{layout_of(KvStoreKind::kKivi4), 512, cpu_allocator(), false});
+  auto kivi2 = (*method)->create_cache(CacheSpec{layout_of(KvStoreKind::kKivi2), 512, cpu_allocator(), false});
+  ASSERT_TRUE(kivi4.is_ok() && kivi2.is_ok());
+  std::mt19937 rng(3);
+  const std::vector<int32_t> tokens = random_tokens(rng, 40);
+  ASSERT_TRUE((*kivi4)->open(0, tokens).is_ok());
+  ASSERT_TRUE((*kivi4)->reserve(0, 40).is_ok());
+  (*kivi4)->on_computed(0, tokens, 40);
+  ChainCacheIndex chains;
+  ASSERT_TRUE(chains.create("c", fingerprints[0]).is_ok());
+  chains.end_turn("c", tokens, std::make_unique<RetainedSequence>((*kivi4)->snapshot(0), nullptr));
+
+  std::vector<int32_t> next = tokens;
+  next.push_back(5);
+  for (size_t other : {size_t{1}, size_t{2}}) {
+    auto refused = chains.begin_turn("c", fingerprints[other], next);
+    ASSERT_FALSE(refused.is_ok());
+    EXPECT_EQ(refused.status().code(), StatusCode::kConflict);
+    EXPECT_NE(refused.status().message().find("other settings"), std::string::npos) << refused.status().message();
+  }
+  auto resumed = chains.begin_turn("c", fingerprints[0], next);
+  ASSERT_TRUE(resumed.is_ok()) << resumed.status().to_string();
+  auto* retained = dynamic_cast<RetainedSequence*>(resumed->get());
+  ASSERT_NE(retained, nullptr);
+  std::unique_ptr<SequenceSnapshot> snapshot = retained->take_kv();
+  const Status foreign = (*kivi2)->restore(0, std::move(snapshot));  // the refused snapshot is destroyed
+  EXPECT_EQ(foreign.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(foreign.message().find("KIVI"), std::string::npos) << foreign.message();
+  // Its pages went back to the KIVI-4 pool that lent them.
+  EXPECT_EQ((*kivi4)->num_free_pages(), (*kivi4)->num_total_pages());
+  EXPECT_TRUE((*kivi4)->check_integrity().is_ok());
+  EXPECT_TRUE((*kivi2)->check_integrity().is_ok());
+  chains.drop("c");
 }
 
 TEST(ChainModeTest, ModesFollowTheMethodAndChainRequestsNeedChainMode) {

@@ -227,14 +227,21 @@ INSTANTIATE_TEST_SUITE_P(
 
 // AdaKV leaves the two KV heads of a layer with different lengths; each of two ranks holds one of them, whose
 // streams alone are always equal, so only asking every rank keeps the resumed turn uncompressed as one rank keeps it.
-TEST(TensorParallelEngineTest, ChainTurnResumesUnderTheSameLayout) {
+// Over KIVI (R = 64) turn 2 brings layer 0's first head to 65 tokens, some of them quantized, and leaves every stream
+// of the other rank below R: the rank that could evict must not compress alone either.
+class TensorParallelChainTest : public testing::TestWithParam<const char*> {};
+
+TEST_P(TensorParallelChainTest, ChainTurnResumesUnderTheSameLayout) {
   const TinySpec spec{"llama"};
-  const std::vector<std::vector<int32_t>> prompts = random_prompts(96, {70, 30});
+  const std::vector<std::vector<int32_t>> prompts = random_prompts(96, {70, 25});
   std::vector<Generation> turns[2];
   for (int size : {1, 2}) {
     const ModelBundle bundle = sharded_bundle(spec, size);
     EngineConfig config = engine_config(size, "adakv", kSnap);
     config.prefix_cache_mode = "chain";
+    config.kv_cache_dtype = GetParam();
+    config.kivi_group_size = 32;
+    config.kivi_residual = 64;
     auto engine = Engine::create(bundle, config);
     ASSERT_TRUE(engine.is_ok()) << engine.status().to_string();
     auto first = (*engine)->submit({"t1", prompts[0], greedy(6), ChainRequest{"c", /*create=*/true}});
@@ -254,6 +261,9 @@ TEST(TensorParallelEngineTest, ChainTurnResumesUnderTheSameLayout) {
   }
   expect_same_generations(turns[0], turns[1], "chain turns over 2 ranks");
 }
+
+INSTANTIATE_TEST_SUITE_P(Stores, TensorParallelChainTest, testing::Values("auto", "kivi4"),
+                         [](const testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
 
 // A dummy checkpoint (config.json) in a fresh directory, loaded as `sparse-engine --load-format dummy` loads it.
 Result<ModelBundle> load_dummy(const TinySpec& spec, int size) {

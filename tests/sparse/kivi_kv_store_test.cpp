@@ -327,6 +327,74 @@ TEST_P(KiviKvStoreTest, AHeldPromptIsEvictedThenQuantizedFromTheKeptTokensOnly) 
   EXPECT_TRUE(cache->check_integrity().is_ok());
 }
 
+// A chain's state between turns: a compressed prompt and a few decode tokens, taken out and resumed. The next turn's
+// tokens append in prefill chunks as KIVI appends decode tokens (attention over the store is attention over KIVI's
+// quantization of the kept tokens and every later one), the step peaks stay within what the snapshot said its
+// streams may grow by, and the tokens quantized before it can no longer be evicted.
+TEST_P(KiviKvStoreTest, AResumedStateAppendsAsKiviWithinThePagesItsSnapshotPromised) {
+  const KvStoreKind store = GetParam();
+  const int bits = kivi_bits(store);
+  std::mt19937 rng(12);
+  const int32_t len = 200, decode = 5;
+  const std::vector<int32_t> next_turn = {32, 32, 1, 32, 23};
+  const int32_t appended = std::accumulate(next_turn.begin(), next_turn.end(), 0);
+  Rows rows = random_rows(rng, len + decode + appended);
+  auto cache = make_cache(store, 4096, /*hold_prompts=*/true);
+  const std::vector<std::vector<int32_t>> kept = held_prompt_then_evict(*cache, rows, {37, 100, 63}, rng);
+  for (int32_t t = len; t < len + decode; ++t) step(*cache, rows, t, 1);
+  EXPECT_FALSE(cache->can_evict_streams(0));  // every stream kept more than R tokens: some are quantized
+
+  std::unique_ptr<SequenceSnapshot> snap = cache->snapshot(0);
+  const int64_t held = snap->num_held_pages();
+  const int64_t extension = snap->num_pages_to_extend(appended).value_or(0);
+  EXPECT_GT(extension, 0);
+  EXPECT_EQ(cache->num_total_pages() - cache->num_free_pages(), held);
+  ASSERT_TRUE(cache->restore(0, std::move(snap)).is_ok());
+  int64_t peak = held;
+  int64_t begin = len + decode;
+  for (int32_t n : next_turn) {
+    write_step(*cache, rows, begin, n);
+    peak = std::max(peak, cache->num_held_pages(0));
+    begin += n;
+    cache->on_computed(0, {}, static_cast<int32_t>(begin));
+    ASSERT_TRUE(cache->check_integrity().is_ok()) << cache->check_integrity().to_string();
+  }
+  EXPECT_GT(peak, held);
+  EXPECT_LE(peak - held, extension);
+  for (int layer = 0; layer < kLayers; ++layer) {
+    const Tensor q = random_query(rng);
+    const Tensor got = attend(*cache, layer, q);
+    const Tensor want = attend_expected(rows, layer, layer_tokens(kept, layer, len, decode + appended), bits, q);
+    for (int64_t i = 0; i < got.numel(); ++i) ASSERT_NEAR(got.data<float>()[i], want.data<float>()[i], 1e-4f) << layer;
+  }
+  EXPECT_EQ(cache->evict(0, 0, 0, {0, 1}).code(), StatusCode::kFailedPrecondition);
+  cache->close(0);
+  EXPECT_EQ(cache->num_free_pages(), cache->num_total_pages());
+  EXPECT_TRUE(cache->check_integrity().is_ok());
+}
+
+// One token more on a state whose windows hold R - 1 keys flushes a key group in every stream: more pages than the
+// new token's own (what a method's peak for it counts), and no more than the snapshot said.
+TEST_P(KiviKvStoreTest, ATokenThatFlushesAKeyGroupTakesNoMoreThanItsSnapshotPromised) {
+  std::mt19937 rng(13);
+  Rows rows = random_rows(rng, 2 * kResidual);
+  auto cache = make_cache(GetParam());
+  ASSERT_TRUE(cache->open(0, {}).is_ok());
+  step(*cache, rows, 0, 2 * kResidual - 1);
+  std::unique_ptr<SequenceSnapshot> snap = cache->snapshot(0);
+  const int64_t held = snap->num_held_pages();
+  const int64_t extension = snap->num_pages_to_extend(1).value_or(0);
+  ASSERT_TRUE(cache->restore(0, std::move(snap)).is_ok());
+  write_step(*cache, rows, 2 * kResidual - 1, 1);
+  const int64_t growth = cache->num_held_pages(0) - held;
+  EXPECT_GT(growth, KiviCacheManager::held_prompt_pages(cache->layout(), 1));
+  EXPECT_LE(growth, extension);
+  cache->on_computed(0, {}, 2 * kResidual);
+  EXPECT_TRUE(cache->check_integrity().is_ok());
+  cache->close(0);
+  EXPECT_EQ(cache->num_free_pages(), cache->num_total_pages());
+}
+
 TEST_P(KiviKvStoreTest, ChunkedAndOneShotHeldPromptsStoreTheSameBytes) {
   const KvStoreKind store = GetParam();
   std::mt19937 rng(9);
@@ -393,6 +461,7 @@ TEST_P(KiviKvStoreTest, OnlyTokensNothingQuantizedCanBeEvicted) {
   step(*cache, rows, 0, 100);
   const int64_t held = cache->num_held_pages(0);
   const std::vector<int32_t> kept = {0, 5, 99};
+  EXPECT_FALSE(cache->can_evict_streams(0));
   const Status quantized = cache->evict(0, 0, 0, kept);
   EXPECT_EQ(quantized.code(), StatusCode::kFailedPrecondition) << quantized.to_string();
   EXPECT_EQ(cache->evict_slots(0, std::vector<KvStreams::SlotEviction>{{0, 0, 3}}).code(), StatusCode::kUnimplemented);
@@ -402,6 +471,7 @@ TEST_P(KiviKvStoreTest, OnlyTokensNothingQuantizedCanBeEvicted) {
   const std::vector<int32_t> prompt(40, 1);
   ASSERT_TRUE(holding->open(0, prompt).is_ok());
   write_step(*holding, rows, 0, 40);
+  EXPECT_TRUE(holding->can_evict_streams(0));
   const int64_t before = holding->num_held_pages(0);
   EXPECT_EQ(holding->evict(0, 0, 0, {3, 2}).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(holding->evict(0, 0, 0, {3, 40}).code(), StatusCode::kInvalidArgument);

@@ -87,10 +87,12 @@ void ObservationWindowMethod::on_attention_end(LayerContext& ctx) {
     // Every prompt key of this layer is stored now: score the prefix with the window's last `window` rows.
     const SeqKvView& seq_view = ctx.view.seqs[i];
     const int32_t num_tokens = seq_view.num_tokens[0];
-    if (!streams_equal_on_every_rank(std::all_of(seq_view.num_tokens, seq_view.num_tokens + ctx.view.num_kv_heads,
-                                                 [num_tokens](int32_t n) { return n == num_tokens; }),
-                                     num_tokens)) {
-      std::vector<float>().swap(rows);  // streams compressed before this prompt (a resumed chain): left as they are
+    const bool equal_here = std::all_of(seq_view.num_tokens, seq_view.num_tokens + ctx.view.num_kv_heads,
+                                        [num_tokens](int32_t n) { return n == num_tokens; });
+    if (!streams_equal_on_every_rank(equal_here && ctx.cache.can_evict_streams(slice.seq), num_tokens)) {
+      // Streams compressed before this prompt (a resumed chain), or holding tokens the store quantized (a resumed
+      // chain over KIVI): left as they are, the new tokens appended.
+      std::vector<float>().swap(rows);
       continue;
     }
     const auto num_rows = static_cast<int32_t>(static_cast<int64_t>(rows.size()) / row_size);

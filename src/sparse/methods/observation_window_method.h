@@ -64,8 +64,8 @@ class ObservationWindowMethod : public MethodRuntime {
       const std::function<std::vector<std::vector<int32_t>>(const WindowScores&)>& select_all) const;
 
  private:
-  // Whether every rank's streams of a layer hold `num_tokens` tokens each, given whether this rank's do (its
-  // streams hold `num_tokens` when `equal_here`); a collective when there are several ranks.
+  // Whether every rank's streams of a layer hold `num_tokens` tokens each and may be evicted, given `equal_here`,
+  // whether this rank's do; a collective when there are several ranks.
   bool streams_equal_on_every_rank(bool equal_here, int32_t num_tokens) const;
 
   struct SequenceState {
