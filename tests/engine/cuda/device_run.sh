@@ -2,7 +2,8 @@
 # The GPU model path on the device machine, from a bundle built here with shared/tools/device-bundle:
 #   tests/engine/cuda/device_run.sh BUNDLE_DIR OUT_DIR parity      op, model and engine parity on dummy weights
 #                                                                  (tiny, Gemma-3-shaped)
-#   tests/engine/cuda/device_run.sh BUNDLE_DIR OUT_DIR smollm2 GGUF  the same on SmolLM2 (its file, carried in parts)
+#   tests/engine/cuda/device_run.sh BUNDLE_DIR OUT_DIR smollm2 GGUF  the same on SmolLM2, every method's decisions
+#                                                                  included (its file, carried in parts)
 #   tests/engine/cuda/device_run.sh BUNDLE_DIR OUT_DIR decode      decode tokens/s of a dummy Llama-3.1-8B at
 #                                                                  batch 1 and 8 (BUNDLE_DIR/llama-3.1-8b/config.json)
 #   tests/engine/cuda/device_run.sh BUNDLE_DIR OUT_DIR hf LAYERS   logits and greedy tokens against HF transformers
@@ -34,7 +35,7 @@ case $stage in
   smollm2)
     SE_TEST_SMOLLM2=$4 "$bundle/engine_cuda_test" --gtest_filter='GpuModelTest.SmolLM2*' > "$out/smollm2.log" 2>&1
     echo "engine_cuda_test (SmolLM2) exit $?"
-    grep -E "PARITY|^\[ +(OK|FAILED) |Failure" "$out/smollm2.log"
+    grep -E "PARITY|KEPTSET smollm .* of |^\[ +(OK|FAILED) |Failure" "$out/smollm2.log"
     ;;
   hf)
     for config in bench/models/llama-3.1-8b/config.json bench/models/qwen3-8b/config.json \
