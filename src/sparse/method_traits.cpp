@@ -1,5 +1,7 @@
 #include "sparse/method_traits.h"
 
+#include <optional>
+
 #include "backend/device_memory.h"
 
 namespace se {
@@ -16,6 +18,16 @@ Status check_runs_on(Device device, const MethodTraits& traits, std::string_view
   return unimplemented("sparse method '{}' cannot run on {}: no CUDA kernel yet for {}", name, device_name(device),
                        missing);
 }
+
+namespace {
+// The first of the method's ops that reads explicit K/V pages: any but eviction's row copies (which move a quantized
+// store's codes as bytes) and attention_scores (which decodes each stored key as it reads it).
+std::optional<OpId> op_reading_explicit_pages(const MethodTraits& traits) {
+  for (OpId op : traits.ops)
+    if (op != OpId::kCompactKv && op != OpId::kMoveKvRows && op != OpId::kAttentionScores) return op;
+  return std::nullopt;
+}
+}  // namespace
 
 Status check_kv_store_supports(KvStoreKind store, Device device, const MethodTraits& traits, std::string_view name) {
   if (store == KvStoreKind::kExplicit) return Status::ok();
@@ -38,12 +50,11 @@ Status check_kv_store_supports(KvStoreKind store, Device device, const MethodTra
           "tokens into groups as its residual window slides (only methods without ops of their own and compress-after "
           "methods, which compress the prompt before it is quantized, run over it)",
           store_name, name);
-    for (OpId op : traits.ops)
-      if (op != OpId::kCompactKv && op != OpId::kMoveKvRows && op != OpId::kAttentionScores)
-        return invalid_argument(
-            "--kv-cache-dtype {} cannot run sparse method '{}': its op {} reads explicit K/V pages only (over KIVI a "
-            "compress-after method may score with attention_scores and evict)",
-            store_name, name, op_name(op));
+    if (const std::optional<OpId> op = op_reading_explicit_pages(traits))
+      return invalid_argument(
+          "--kv-cache-dtype {} cannot run sparse method '{}': its op {} reads explicit K/V pages only (over KIVI a "
+          "compress-after method may score with attention_scores and evict)",
+          store_name, name, op_name(*op));
     return Status::ok();
   }
   // A TurboQuant slot is a key record and a value record, not rows of the explicit layout that eviction's copies
@@ -54,14 +65,11 @@ Status check_kv_store_supports(KvStoreKind store, Device device, const MethodTra
         "TurboQuant keeps packed key and value records per token (only methods without ops of their own, such as "
         "vanilla, run over it)",
         store_name, name, op_name(traits.ops.front()));
-  // Eviction's row copies move codes as they are and attention_scores decodes FP8 keys as it reads them; every
-  // other method op reads explicit K/V.
-  for (OpId op : traits.ops)
-    if (op != OpId::kCompactKv && op != OpId::kMoveKvRows && op != OpId::kAttentionScores)
-      return invalid_argument(
-          "--kv-cache-dtype {} cannot run sparse method '{}': its op {} reads explicit K/V pages "
-          "only (with this store a method may call attention_scores, compact_kv and move_kv_rows)",
-          store_name, name, op_name(op));
+  if (const std::optional<OpId> op = op_reading_explicit_pages(traits))
+    return invalid_argument(
+        "--kv-cache-dtype {} cannot run sparse method '{}': its op {} reads explicit K/V pages "
+        "only (with this store a method may call attention_scores, compact_kv and move_kv_rows)",
+        store_name, name, op_name(*op));
   return Status::ok();
 }
 
