@@ -528,10 +528,11 @@ void expect_kept_sets_under_teacher_forcing(const DeviceBundles& bundles,
 
 // Every registered method through the engine on both devices, greedy. Methods whose ops have no CUDA kernels are
 // refused by the GPU engine at startup, naming the method. The others run one sequence at a time, so each
-// request's steps are the ones teacher forcing replays (prefill chunks of kPrefillChunk, then decode; CUDA graphs
-// on). A continuation that parts from the CPU's at a confident CPU margin is replayed under teacher forcing up to
-// that step (compare_decisions): a kept set or selection must have parted, at a near-tie of the method's scores,
-// before the token (`bound`: confident_margin). Prints each method's count of identical continuations.
+// request's steps are the ones teacher forcing replays (prefill chunks of kPrefillChunk, then eager decode steps:
+// CudaGraphDecodeMatchesEager holds the graphs to those). A continuation that parts from the CPU's at a confident CPU
+// margin is replayed under teacher forcing up to that step (compare_decisions): a kept set or selection must have
+// parted, at a near-tie of the method's scores, before the token (`bound`: confident_margin). Prints each method's
+// count of identical continuations.
 void expect_methods_run_like_on_the_cpu(const DeviceBundles& bundles, const std::vector<std::vector<int32_t>>& prompts,
                                         double bound, const std::string& model_name) {
   const std::map<std::string, nlohmann::json> configs = tiny_method_configs();
@@ -551,8 +552,8 @@ void expect_methods_run_like_on_the_cpu(const DeviceBundles& bundles, const std:
     }
     auto it = configs.find(info.name);
     ASSERT_NE(it, configs.end()) << info.name << " has no test configuration here";
-    const auto want = engine_traces(bundles.cpu, Device::kCpu, info.name, it->second, prompts, kNumNew, false, 1);
-    const auto got = engine_traces(bundles.gpu, Device::kCuda, info.name, it->second, prompts, kNumNew, false, 1);
+    const auto want = engine_traces(bundles.cpu, Device::kCpu, info.name, it->second, prompts, kNumNew, true, 1);
+    const auto got = engine_traces(bundles.gpu, Device::kCuda, info.name, it->second, prompts, kNumNew, true, 1);
     int identical = 0;
     for (size_t i = 0; i < prompts.size(); ++i) {
       const auto& w = want[i].tokens;
