@@ -78,7 +78,8 @@ def test_methods_json_lists_the_registry_with_traits():
         assert m["latent_attention_store"] == ("shared latent" if over_latent else "expanded heads"), m
         # The methods that decide per KV head, or agree across ranks, run on tensor-parallel ranks.
         assert m["tensor_parallel"] == (m["name"] in ("vanilla", "quest", "omnikv", "streamingllm", "h2o", "snapkv",
-                                                      "pyramidkv", "adakv", "chunkkv", "kvzip", "rkv", "kara")), m
+                                                      "pyramidkv", "adakv", "chunkkv", "kvzip", "rkv", "kara",
+                                                      "shadowkv")), m
         assert m["composition"] in ("none", "prompt-time", "decode-time"), m
         if m["composition"] != "none":
             assert m["family"] == "eviction", m  # both parts evict; neither narrows what attention reads

@@ -36,9 +36,9 @@ def test_ranks_that_do_not_divide_the_heads_are_refused_at_load():
 
 def test_a_method_that_cannot_split_is_refused_before_the_model_loads():
     r = subprocess.run([str(BINARY), "generate", "--model", "/nonexistent", "--prompt", "x", "--tensor-parallel-size",
-                        "2", "--sparse-method", "shadowkv"], capture_output=True, text=True, timeout=60)
+                        "2", "--sparse-method", "palu"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2, r.stderr
-    assert "shadowkv does not run under tensor parallelism" in r.stderr, r.stderr
+    assert "palu does not run under tensor parallelism" in r.stderr, r.stderr
     zero = subprocess.run([str(BINARY), "generate", "--model", "default", "--prompt", "x", "--tensor-parallel-size",
                            "0"], capture_output=True, text=True, timeout=60)
     assert zero.returncode != 0 and "--tensor-parallel-size" in zero.stderr, zero.stderr

@@ -3,9 +3,9 @@
 // and their logprobs at 2 and 4 ranks equal one rank's within fp32 tolerance, for Llama, Qwen3 and Qwen3-MoE under
 // vanilla, SnapKV, AdaKV (whose per-layer allocation gathers every rank's scores), Quest, StreamingLLM, the
 // decode-time R-KV and Kara (alone and over a prompt method) and KVzip (one threshold over every rank's scores, its
-// reconstruction passes on every rank), over a batch of prompts scheduled together in chunks; a Chain Cache turn
-// resumes under the same layout; a model loaded from a checkpoint splits as the in-memory one does; what cannot be
-// split is refused at startup with its reason.
+// reconstruction passes on every rank) and ShadowKV (one SVD over every rank's keys), over a batch of prompts scheduled
+// together in chunks; a Chain Cache turn resumes under the same layout; a model loaded from a checkpoint splits as the
+// in-memory one does; what cannot be split is refused at startup with its reason.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -190,6 +190,9 @@ const nlohmann::json kChunk = {{"budget", 32}, {"window", 8}, {"chunk_length", 4
 // Budgets that compress the generated part several times within 16 decoded tokens.
 const nlohmann::json kRkv = {{"budget", 4}, {"buffer", 2}, {"window", 2}, {"kernel", 3}};
 const nlohmann::json kKara = {{"window", 4}, {"buffer", 2}, {"candidates", 2}, {"budget", 3}, {"period", 2}};
+// Prompts of 57 tokens and more sketched: 10 landmarks per head and more, 4 chunks read, rank 8.
+const nlohmann::json kShadow = {{"sparse_budget", 16}, {"chunk_size", 4},     {"rank", 8},
+                                {"local_chunks", 2},   {"outlier_chunks", 2}, {"min_prompt_tokens", 32}};
 
 // `decode_config` with `prompt_method` compressing the prompt first.
 nlohmann::json composed(nlohmann::json decode_config, const std::string& prompt_method,
@@ -256,7 +259,11 @@ INSTANTIATE_TEST_SUITE_P(
              {"llama", kFourKvHeads},
              "kvzip",
              {{"ratio", 0.3}, {"chunk_size", 32}, {"level", "pair-uniform"}},
-             {2}}),
+             {2}},
+        // One SVD over the keys of the layer's every KV head: a rank that factored its own heads' keys would
+        // rebuild other keys.
+        Case{"llama_shadowkv", {"llama", kFourKvHeads}, "shadowkv", kShadow, {2, 4}},
+        Case{"qwen3_shadowkv", {"qwen3"}, "shadowkv", kShadow, {2}}),
     [](const testing::TestParamInfo<Case>& info) { return info.param.label; });
 
 // AdaKV leaves the two KV heads of a layer with different lengths; each of two ranks holds one of them, whose
@@ -336,11 +343,11 @@ TEST(TensorParallelEngineTest, RanksThatDoNotDivideTheHeadsAreRefusedAtLoad) {
 TEST(TensorParallelEngineTest, WhatCannotRunSplitIsRefusedAtStartup) {
   const ModelBundle two = sharded_bundle(TinySpec{"llama"}, 2);
   // A method without the trait.
-  auto shadowkv = Engine::create(two, engine_config(2, "shadowkv", nullptr));
-  ASSERT_FALSE(shadowkv.is_ok());
-  EXPECT_EQ(shadowkv.status().code(), StatusCode::kUnimplemented);
-  EXPECT_NE(shadowkv.status().message().find("shadowkv does not run under tensor parallelism"), std::string::npos)
-      << shadowkv.status().to_string();
+  auto palu = Engine::create(two, engine_config(2, "palu", nullptr));
+  ASSERT_FALSE(palu.is_ok());
+  EXPECT_EQ(palu.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(palu.status().message().find("palu does not run under tensor parallelism"), std::string::npos)
+      << palu.status().to_string();
   // The engine's rank count must be the model's.
   EXPECT_EQ(Engine::create(two, engine_config(1, "vanilla", nullptr)).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(Engine::create(sharded_bundle(TinySpec{"llama"}, 1), engine_config(2, "vanilla", nullptr)).status().code(),
