@@ -74,7 +74,7 @@ Status SparseController::run_transient_pass(int32_t seq, std::span<const int32_t
   const auto num_tokens = static_cast<int32_t>(token_ids.size());
   if (num_tokens == 0) return Status::ok();
   const int32_t num_before = cache_.num_logical_tokens(seq);
-  const Status reserved = cache_.reserve(seq, num_tokens);
+  Status reserved = cache_.reserve(seq, num_tokens);
   if (!on_every_rank(method_.communicator(), reserved.is_ok())) {
     if (!reserved.is_ok()) return reserved;
     SE_RETURN_IF_ERROR(cache_.truncate(seq, num_before));
