@@ -3,9 +3,9 @@
 // and their logprobs at 2 and 4 ranks equal one rank's within fp32 tolerance, for Llama, Qwen3 and Qwen3-MoE under
 // vanilla, SnapKV, AdaKV (whose per-layer allocation gathers every rank's scores), Quest, StreamingLLM, the
 // decode-time R-KV and Kara (alone and over a prompt method) and KVzip (one threshold over every rank's scores, its
-// reconstruction passes on every rank) and ShadowKV (one SVD over every rank's keys), over a batch of prompts scheduled
-// together in chunks; a Chain Cache turn resumes under the same layout; a model loaded from a checkpoint splits as the
-// in-memory one does; what cannot be split is refused at startup with its reason.
+// reconstruction passes on every rank), ShadowKV (one SVD over every rank's keys) and Palu, over a batch of prompts
+// scheduled together in chunks; a Chain Cache turn resumes under the same layout; a model loaded from a checkpoint
+// splits as the in-memory one does; what cannot be split is refused at startup with its reason.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -263,7 +263,15 @@ INSTANTIATE_TEST_SUITE_P(
         // One SVD over the keys of the layer's every KV head: a rank that factored its own heads' keys would
         // rebuild other keys.
         Case{"llama_shadowkv", {"llama", kFourKvHeads}, "shadowkv", kShadow, {2, 4}},
-        Case{"qwen3_shadowkv", {"qwen3"}, "shadowkv", kShadow, {2}}),
+        Case{"qwen3_shadowkv", {"qwen3"}, "shadowkv", kShadow, {2}},
+        // Low-rank KV: each rank factors its own KV heads' groups of W_k and W_v.
+        Case{"llama_palu", {"llama", kFourKvHeads}, "palu", {{"head_group_size", 2}, {"rank_ratio", 0.25}}, {2}},
+        Case{"llama_palu_per_head",
+             {"llama", kFourKvHeads},
+             "palu",
+             {{"head_group_size", 1}, {"rank_ratio", 0.25}},
+             {2, 4}},
+        Case{"qwen3_palu", {"qwen3"}, "palu", {{"head_group_size", 1}, {"rank_ratio", 0.25}}, {2}}),
     [](const testing::TestParamInfo<Case>& info) { return info.param.label; });
 
 // AdaKV leaves the two KV heads of a layer with different lengths; each of two ranks holds one of them, whose
@@ -342,11 +350,12 @@ TEST(TensorParallelEngineTest, RanksThatDoNotDivideTheHeadsAreRefusedAtLoad) {
 
 TEST(TensorParallelEngineTest, WhatCannotRunSplitIsRefusedAtStartup) {
   const ModelBundle two = sharded_bundle(TinySpec{"llama"}, 2);
-  // A method without the trait.
-  auto palu = Engine::create(two, engine_config(2, "palu", nullptr));
+  // Palu's groups of KV heads are the whole model's: one that spans the ranks (both KV heads, one on each rank)
+  // cannot be factored by either.
+  auto palu = Engine::create(two, engine_config(2, "palu", {{"head_group_size", 2}}));
   ASSERT_FALSE(palu.is_ok());
-  EXPECT_EQ(palu.status().code(), StatusCode::kUnimplemented);
-  EXPECT_NE(palu.status().message().find("palu does not run under tensor parallelism"), std::string::npos)
+  EXPECT_EQ(palu.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(palu.status().message().find("a group of 2 KV heads spans tensor-parallel ranks"), std::string::npos)
       << palu.status().to_string();
   // The engine's rank count must be the model's.
   EXPECT_EQ(Engine::create(two, engine_config(1, "vanilla", nullptr)).status().code(), StatusCode::kInvalidArgument);
