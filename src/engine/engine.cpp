@@ -240,8 +240,11 @@ Result<std::unique_ptr<Engine>> Engine::create(const ModelBundle& bundle, const 
   methods.reserve(static_cast<size_t>(num_ranks));
   methods.push_back(std::move(method));
   for (int r = 1; r < num_ranks; ++r) {
+    // A method that reads the model's weights (low-rank factors of its projections) reads the rank's part.
+    MethodEnvironment rank_environment = environment;
+    rank_environment.model = &bundle.rank_model(r);
     SE_ASSIGN_OR_RETURN(std::unique_ptr<MethodRuntime> rank_method,
-                        create_method(config.sparse_method, config.sparse_config, environment));
+                        create_method(config.sparse_method, config.sparse_config, rank_environment));
     methods.push_back(std::move(rank_method));
   }
   std::vector<std::unique_ptr<EngineRank>> ranks;

@@ -175,8 +175,11 @@ class MethodRuntime {
 
   // --- tensor parallelism (MethodTraits::tensor_parallel) ---
   // This instance serves rank comm.rank() of comm.size(), over that rank's KV heads; set before the first step.
-  // Hooks that must agree across ranks run their collectives on it, every rank in the same order.
-  void set_communicator(Communicator& comm) { communicator_ = &comm; }
+  // Hooks that must agree across ranks run their collectives on it, every rank in the same order. A method that
+  // composes another hands it on.
+  virtual void set_communicator(Communicator& comm) { communicator_ = &comm; }
+  // The ranks this instance's decisions must agree with (a single rank unless set_communicator said otherwise).
+  Communicator& communicator() const { return *communicator_; }
 
   // --- introspection (tests and debugging only; never read by the engine) ---
   // The method's per-sequence metadata for `seq` as JSON (e.g. accumulated attention scores), so fidelity tests can
@@ -185,9 +188,6 @@ class MethodRuntime {
 
  protected:
   MethodRuntime(std::string name, nlohmann::ordered_json config) : name_(std::move(name)), config_(std::move(config)) {}
-
-  // The ranks this instance's decisions must agree with (a single rank unless set_communicator said otherwise).
-  Communicator& communicator() const { return *communicator_; }
 
   MethodTraits traits_;  // each method fills its own in its constructor
 

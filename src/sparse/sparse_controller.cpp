@@ -27,6 +27,15 @@ int64_t tokens_read_by_last_row(const AttentionView& view, int32_t s, int32_t h,
   return sliding_window > 0 ? std::min<int64_t>(n, sliding_window) : n;
 }
 
+// Whether `here` holds on every rank of `ranks`; a collective when there are several (host memory, as the CPU
+// ranks keep it).
+bool on_every_rank(Communicator& ranks, bool here) {
+  if (ranks.size() == 1) return here;
+  float count = here ? 1.0f : 0.0f;
+  ranks.all_reduce_sum(TensorView{&count, DType::kF32, {1}, Device::kCpu});
+  return count == static_cast<float>(ranks.size());
+}
+
 // Over every sequence and KV head; a sequence with produced lists reports its own count (its lists may be device
 // memory).
 int64_t tokens_read_by_last_rows(const AttentionView& view, const Selection* selection, int32_t sliding_window) {
@@ -65,7 +74,13 @@ Status SparseController::run_transient_pass(int32_t seq, std::span<const int32_t
   const auto num_tokens = static_cast<int32_t>(token_ids.size());
   if (num_tokens == 0) return Status::ok();
   const int32_t num_before = cache_.num_logical_tokens(seq);
-  SE_RETURN_IF_ERROR(cache_.reserve(seq, num_tokens));
+  Status reserved = cache_.reserve(seq, num_tokens);
+  if (!on_every_rank(method_.communicator(), reserved.is_ok())) {
+    if (!reserved.is_ok()) return reserved;
+    SE_RETURN_IF_ERROR(cache_.truncate(seq, num_before));
+    return resource_exhausted(
+        "transient pass: another tensor-parallel rank has no room for the {} tokens of sequence {}", num_tokens, seq);
+  }
   // Inside its step's finish_step: the batch is built as every step's is, and only the forward runs.
   clear_batch(pass_batch_);
   append_sequence(pass_batch_, seq, token_ids, num_before, /*num_prefill_tokens=*/0, /*logit_row=*/false);

@@ -54,9 +54,11 @@ class SparseController final : public ForwardHooks {
   // A transient pass, what StepContext::run_transient_pass does in finish_step: reserves `token_ids` on top
   // of sequence `seq`'s cache, runs them through pass_forward as one slice at the positions after its logical
   // length (num_prefill_tokens = 0: neither a prompt chunk nor a decode step; only attend and on_layer_end
-  // fire), then truncates the cache back, so the pass leaves no K/V behind. Errors: kFailedPrecondition with no
-  // pass forward or from inside a pass (no nesting), kResourceExhausted when the pool cannot hold the tokens
-  // (nothing changed).
+  // fire), then truncates the cache back, so the pass leaves no K/V behind. Under tensor parallelism every rank
+  // runs the same passes (the forward's collectives pair up) and a pass runs on every rank or on none: the ranks
+  // agree over the method's communicator that each could reserve it. Errors: kFailedPrecondition with no pass
+  // forward or from inside a pass (no nesting), kResourceExhausted when the pool, or another rank's, cannot hold
+  // the tokens (nothing changed).
   Status run_transient_pass(int32_t seq, std::span<const int32_t> token_ids);
   // Tokens run in transient passes so far (a counter for stats).
   int64_t num_transient_pass_tokens() const { return num_transient_pass_tokens_; }

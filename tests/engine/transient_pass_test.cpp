@@ -1,14 +1,17 @@
 // The transient-pass contract methods like kvzip build on: SparseController::run_transient_pass runs extra
 // tokens on top of a sequence's cache and leaves no trace (pages, lengths, later logits), refuses nesting and
-// drivers without a model forward; CacheManager::truncate drops the newest tokens of compacted streams too; and
-// the MemoryOracle keeps the passes' room free in the step that completes a prompt.
+// drivers without a model forward, and runs on every tensor-parallel rank or on none; CacheManager::truncate drops the
+// newest tokens of compacted streams too; and the MemoryOracle keeps the passes' room free in the step that completes a
+// prompt.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
+#include <thread>
 
 #include "../support/tiny_model.h"
 #include "engine/memory_oracle.h"
+#include "parallel/local_comm_group.h"
 #include "sparse/method_registry.h"
 #include "sparse/paged_cache_manager.h"
 
@@ -122,6 +125,60 @@ TEST(TransientPassTest, OfferedOnlyWithAModelForwardAndNeverNested) {
   EXPECT_EQ(controller.num_transient_pass_tokens(), 3);
   controller.close(0);
   EXPECT_EQ((*cache)->num_free_pages(), (*cache)->num_total_pages());
+}
+
+// Two tensor-parallel ranks (threads of one LocalCommGroup), each with its controller over its own pool: a pass
+// whose tokens one rank's pool cannot hold runs on neither (a forward on one rank alone would wait in its
+// collectives for good), and leaves the rank that could reserve as it was; a pass both can hold runs on both.
+TEST(TransientPassTest, RunsOnEveryTensorParallelRankOrOnNone) {
+  const ModelConfig config = test::tiny_model().config();
+  LocalCommGroup group(2);
+  struct Rank {
+    std::unique_ptr<CacheManager> cache;
+    std::unique_ptr<MethodRuntime> method;
+    std::unique_ptr<SparseController> controller;
+    int num_forwards = 0;
+    Status outcome;
+  };
+  Rank ranks[2];
+  // Four streams of pages of 4 tokens: rank 1's 8 pages hold 8 tokens a stream.
+  const int num_pages[2] = {256, 8};
+  for (int r = 0; r < 2; ++r) {
+    Rank& rank = ranks[r];
+    auto cache = PagedCacheManager::create(tiny_layout(config, 4), num_pages[r], cpu_allocator(), false);
+    ASSERT_TRUE(cache.is_ok());
+    rank.cache = std::move(cache).value();
+    auto method = create_method("vanilla", nullptr);
+    ASSERT_TRUE(method.is_ok());
+    rank.method = std::move(method).value();
+    rank.method->set_communicator(group.communicator(r));
+    rank.controller = std::make_unique<SparseController>(*rank.method, *rank.cache);
+    rank.controller->set_pass_forward([&rank](const ForwardBatch&) { ++rank.num_forwards; });
+    ASSERT_TRUE(rank.controller->open(0, {}).is_ok());
+  }
+  const auto pass_on_both = [&](int num_tokens) {
+    const std::vector<int32_t> ids(static_cast<size_t>(num_tokens), 1);
+    std::thread other([&] { ranks[1].outcome = ranks[1].controller->run_transient_pass(0, ids); });
+    ranks[0].outcome = ranks[0].controller->run_transient_pass(0, ids);
+    other.join();
+  };
+  pass_on_both(13);
+  EXPECT_EQ(ranks[1].outcome.code(), StatusCode::kResourceExhausted) << ranks[1].outcome.to_string();
+  EXPECT_EQ(ranks[0].outcome.code(), StatusCode::kResourceExhausted) << ranks[0].outcome.to_string();
+  EXPECT_NE(ranks[0].outcome.message().find("another tensor-parallel rank"), std::string::npos);
+  for (Rank& rank : ranks) {
+    EXPECT_EQ(rank.num_forwards, 0);
+    EXPECT_EQ(rank.cache->num_logical_tokens(0), 0);
+    EXPECT_EQ(rank.cache->num_free_pages(), rank.cache->num_total_pages());
+  }
+  pass_on_both(7);
+  for (Rank& rank : ranks) {
+    EXPECT_TRUE(rank.outcome.is_ok()) << rank.outcome.to_string();
+    EXPECT_EQ(rank.num_forwards, 1);
+    EXPECT_EQ(rank.cache->num_logical_tokens(0), 0);
+    rank.controller->close(0);
+    EXPECT_EQ(rank.cache->num_free_pages(), rank.cache->num_total_pages());
+  }
 }
 
 TEST(PagedCacheTruncateTest, DropsTheNewestTokensOfCompactedStreams) {

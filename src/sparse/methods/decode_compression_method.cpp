@@ -34,6 +34,10 @@ DecodeCompressionMethod::DecodeCompressionMethod(std::string name, nlohmann::ord
   traits_.static_decode_forward = false;  // every decode forward copies its queries out on the host
   traits_.prefix_mode = PrefixMode::kChain;
   traits_.prefill_policy = PrefillPolicy::kDense;
+  // select() chooses each KV head's tokens from that head's keys and its query group's queries, and the clock that
+  // triggers a compression reads positions every stream shares (each keeps the same count of the region), so a
+  // tensor-parallel rank decides for its heads as one rank would; a prompt method must run split itself.
+  traits_.tensor_parallel = true;
   if (prompt_method_) {
     const MethodTraits& prompt = prompt_method_->traits();
     SE_CHECK(prompt.family == MethodFamily::kEviction && prompt.prefix_mode == PrefixMode::kChain,
@@ -41,6 +45,7 @@ DecodeCompressionMethod::DecodeCompressionMethod(std::string name, nlohmann::ord
     for (const OpId op : prompt.ops)
       if (std::find(traits_.ops.begin(), traits_.ops.end(), op) == traits_.ops.end()) traits_.ops.push_back(op);
     traits_.prefill_policy = prompt.prefill_policy;
+    traits_.tensor_parallel = prompt.tensor_parallel;
   }
 }
 
@@ -72,6 +77,11 @@ void DecodeCompressionMethod::on_pages_rewritten(int layer, const AttentionView&
 
 void DecodeCompressionMethod::on_stream_compacted(int32_t seq, int layer, int kv_head, std::span<const int32_t> kept) {
   if (prompt_method_) prompt_method_->on_stream_compacted(seq, layer, kv_head, kept);
+}
+
+void DecodeCompressionMethod::set_communicator(Communicator& comm) {
+  MethodRuntime::set_communicator(comm);
+  if (prompt_method_) prompt_method_->set_communicator(comm);
 }
 
 void DecodeCompressionMethod::on_sequence_end(int32_t seq) {

@@ -21,6 +21,8 @@
 // A sequence's prompt is the part before SequenceSlice::num_prefill_tokens: a resumed Chain Cache turn (whose
 // prompt is the whole retained chain, compressed decode state included) and a preempted sequence (which
 // recomputes its outputs as prompt) start their generated part again at their new prompt's end.
+// Tensor parallelism: each rank compresses its own KV heads with its own query heads' queries; the prompt method
+// is handed the rank's communicator, so one whose choices span the heads (ChunkKV) joins the ranks as it does alone.
 #pragma once
 
 #include <memory>
@@ -46,6 +48,8 @@ class DecodeCompressionMethod : public MethodRuntime {
   void on_pages_rewritten(int layer, const AttentionView& view) override;
   void on_stream_compacted(int32_t seq, int layer, int kv_head, std::span<const int32_t> kept) override;
   void on_sequence_end(int32_t seq) override;
+  // The prompt method's choices may span the ranks' heads (ChunkKV's chunks): it joins the same ranks.
+  void set_communicator(Communicator& comm) override;
   // The prompt method's (this method keeps nothing the retained KV does not hold).
   std::unique_ptr<MethodSequenceState> export_sequence_state(int32_t seq) override;
   Status import_sequence_state(int32_t seq, std::unique_ptr<MethodSequenceState> state) override;
@@ -71,7 +75,8 @@ class DecodeCompressionMethod : public MethodRuntime {
     int32_t num_queries = 0;  // the newest decode queries that score them (<= the ring's capacity)
   };
   virtual std::optional<Region> plan_compression(const Clock& clock) const = 0;
-  // Per KV head, the ascending region-relative indices one layer keeps of the region's n keys.
+  // Per KV head, the ascending region-relative indices one layer keeps of the region's n keys; a head's choice reads
+  // only its keys and its query group's queries (so tensor-parallel ranks choose for their heads alone).
   // queries [num_queries, H, D] oldest first; keys [n, Hkv, D] in position order.
   virtual std::vector<std::vector<int32_t>> select(const float* queries, int32_t num_queries, const float* keys,
                                                    int32_t n, int32_t num_heads, int32_t num_kv_heads,

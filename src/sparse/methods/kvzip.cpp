@@ -62,6 +62,9 @@ KvzipMethod::KvzipMethod(nlohmann::ordered_json config, double ratio, int32_t ch
   traits_.static_decode_forward = true;  // scores come from the reconstruction passes; decode steps only attend
   traits_.prefix_mode = PrefixMode::kChain;
   traits_.prefill_policy = PrefillPolicy::kCompressAfter;
+  // Each rank rates its own KV heads in the passes every rank runs alike, and the one threshold is taken over every
+  // rank's scores (select), so each keeps what one rank keeps of its heads.
+  traits_.tensor_parallel = true;
   if (environment.encode) {
     has_tokenizer_ = true;
     first_instruction_ids_ = environment.encode(kFirstInstruction);
@@ -90,7 +93,9 @@ int64_t KvzipMethod::resident_pages(const KvLayout& layout, int32_t num_prefill_
     const auto kept = static_cast<int64_t>(static_cast<double>(num_context) * ratio_);
     return num_streams * layout.pages_per_stream(base + kept);
   }
-  const auto num_pairs = static_cast<int64_t>(static_cast<double>(num_streams * num_context) * ratio_);
+  // The threshold is over every rank's streams, whose kept pairs may all fall in this rank's.
+  const int64_t num_all_streams = num_streams * communicator().size();
+  const auto num_pairs = static_cast<int64_t>(static_cast<double>(num_all_streams * num_context) * ratio_);
   return most_pages(num_streams, base, num_context, std::max<int64_t>(num_pairs - 1, 0), layout.page_size);
 }
 
@@ -250,11 +255,12 @@ std::vector<std::vector<int32_t>> KvzipMethod::select(SequenceState& state, int3
     }
     return kept;
   }
-  if (rated.empty()) return kept;
-  // One threshold over every rated (layer, KV head, token) pair.
-  std::vector<float> sorted;
-  sorted.reserve(rated.size() * static_cast<size_t>(num_context));
-  for (int s : rated) sorted.insert(sorted.end(), scores + int64_t{s} * num_context, scores + int64_t{s + 1} * num_context);
+  if (rated.empty()) return kept;  // on every rank alike: the ranks rate the same layers
+  // One threshold over every rated (layer, KV head, token) pair of every rank.
+  std::vector<float> mine;
+  mine.reserve(rated.size() * static_cast<size_t>(num_context));
+  for (int s : rated) mine.insert(mine.end(), scores + int64_t{s} * num_context, scores + int64_t{s + 1} * num_context);
+  std::vector<float> sorted = gather_over_every_rank(std::move(mine));
   const auto num_pairs = static_cast<int64_t>(sorted.size());
   const int64_t n = std::max<int64_t>(static_cast<int64_t>(static_cast<double>(num_pairs) * ratio_) - 1, 0);
   std::nth_element(sorted.begin(), sorted.begin() + n, sorted.end(), std::greater<float>());
@@ -266,6 +272,16 @@ std::vector<std::vector<int32_t>> KvzipMethod::select(SequenceState& state, int3
       if (row[j] > threshold) kept[static_cast<size_t>(s)].push_back(j);
   }
   return kept;
+}
+
+std::vector<float> KvzipMethod::gather_over_every_rank(std::vector<float> mine) const {
+  Communicator& ranks = communicator();
+  if (ranks.size() == 1) return mine;
+  const auto n = static_cast<int64_t>(mine.size());
+  std::vector<float> all(static_cast<size_t>(n * ranks.size()));
+  ranks.all_gather(TensorView{all.data(), DType::kF32, {n * ranks.size()}, Device::kCpu},
+                   TensorView{mine.data(), DType::kF32, {n}, Device::kCpu});
+  return all;
 }
 
 nlohmann::json KvzipMethod::debug_state(int32_t seq) const {

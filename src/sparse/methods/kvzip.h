@@ -32,6 +32,12 @@
 // ratio = 1 or C <= 0: no passes, nothing evicted. The reference's `head` level (precomputed head scores) is not
 // offered.
 //
+// Tensor parallelism: every rank runs the same passes (their forwards are collectives; SparseController runs a
+// pass on every rank or none) and rates its own KV heads with its own query heads; the threshold is the same
+// n-th largest of every rank's rated scores, all-gathered (N counts every rank's pairs), so each rank keeps what one
+// rank would keep of its heads. Pair-uniform needs no join. A rank's heads may take all N * ratio pairs, which its
+// resident_pages allows.
+//
 // Without a tokenizer in the MethodEnvironment (the fidelity tool, dummy weights) the instruction and suffix
 // are empty: the repeat input is the carried 8 tokens and the chunk. Without transient passes (a driver that
 // set no pass forward) or when a pass cannot get memory, the prompt stays uncompressed (logged once).
@@ -109,6 +115,8 @@ class KvzipMethod final : public MethodRuntime {
   // The first sink a layer keeps: 0, or on a sliding-window layer the first the next query can see.
   static int32_t first_visible_sink(const SequenceState& state, int layer, int32_t num_prefill_tokens);
   std::vector<std::vector<int32_t>> select(SequenceState& state, int32_t num_context, int num_streams) const;
+  // Every tensor-parallel rank's `mine` (as many on each), rank after rank; `mine` itself on one rank.
+  std::vector<float> gather_over_every_rank(std::vector<float> mine) const;
   void warn_once(bool& flag, const std::string& message);
 
   double ratio_ = 0.3;

@@ -20,7 +20,14 @@ Result<std::unique_ptr<MethodRuntime>> PaluMethod::create(const nlohmann::json& 
   if (environment.model != nullptr) {
     const ModelConfig& c = environment.model->config();
     LowRankKvShape shape;
-    shape.group_heads = low_rank_group_heads(c.num_kv_heads, head_group_size);
+    // The groups are the whole model's: a tensor-parallel rank factors its own, which must be whole groups.
+    const int32_t num_ranks = environment.model->communicator().size();
+    shape.group_heads = low_rank_group_heads(c.num_kv_heads * num_ranks / c.kv_head_copies, head_group_size);
+    if (c.num_kv_heads % shape.group_heads != 0)
+      return invalid_argument(
+          "palu: a group of {} KV heads spans tensor-parallel ranks that hold {} each; use a head_group_size that "
+          "divides {}",
+          shape.group_heads, c.num_kv_heads, c.num_kv_heads);
     const int32_t ratio_rank =
         std::max(1, static_cast<int32_t>(std::lround(rank_ratio * shape.group_heads * c.head_dim)));
     shape.k_rank = k_rank > 0 ? k_rank : ratio_rank;
@@ -38,6 +45,9 @@ PaluMethod::PaluMethod(nlohmann::ordered_json config, std::optional<LowRankKv> f
   traits_.ops = {OpId::kPagedLowRankAttention};
   // The latents are projected and attended to in host memory (the CUDA kernel is not wired into the engine).
   traits_.host_hooks = true;
+  // Each tensor-parallel rank factors its KV heads' rows of W_k and W_v, whole groups of the model's (create), and
+  // attention reads each group's latents alone.
+  traits_.tensor_parallel = true;
 }
 
 Result<std::unique_ptr<CacheManager>> PaluMethod::create_cache(const CacheSpec& spec) {

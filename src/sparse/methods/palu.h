@@ -8,6 +8,8 @@
 // prefix cache shares it. Ranks: k_rank / v_rank per group when given, else rank_ratio of the group's
 // head_group_size * head_dim rows. Without the model in its MethodEnvironment it only validates its config, and
 // refuses to build a cache. CPU only. Engine thread only.
+// Tensor parallelism: the groups are the whole model's; each rank factors its own KV heads' rows (its model's part),
+// and a group that would span ranks is refused.
 #pragma once
 
 #include <optional>

@@ -40,6 +40,25 @@ ShadowKvMethod::ShadowKvMethod(nlohmann::ordered_json config, ShadowKvParams par
   traits_.static_decode_forward = false;  // the chunks are chosen on the host every step
   traits_.prefix_mode = PrefixMode::kChain;
   traits_.prefill_policy = PrefillPolicy::kCompressAfter;
+  // The low-rank factors span the layer's every KV head: each rank sketches every rank's keys, gathered
+  // (sketch_layer), and keeps its heads' part; landmarks, outliers and the chunks a step reads are per KV head.
+  traits_.tensor_parallel = true;
+}
+
+std::vector<float> ShadowKvMethod::heads_of_every_rank(const std::vector<float>& mine, int32_t num_rows) const {
+  Communicator& ranks = communicator();
+  if (ranks.size() == 1) return mine;
+  const auto size = static_cast<int64_t>(ranks.size()), n = static_cast<int64_t>(mine.size());
+  std::vector<float> gathered(static_cast<size_t>(size * n));
+  ranks.all_gather(TensorView{gathered.data(), DType::kF32, {size * n}, Device::kCpu},
+                   TensorView{const_cast<float*>(mine.data()), DType::kF32, {n}, Device::kCpu});
+  // [rank][row][its heads] -> [row][rank][its heads]: rank r holds the layer's KV heads r * Hkv_r onwards.
+  const int64_t width = n / num_rows;
+  std::vector<float> rows(gathered.size());
+  for (int64_t r = 0; r < size; ++r)
+    for (int64_t t = 0; t < num_rows; ++t)
+      std::copy_n(gathered.data() + r * n + t * width, width, rows.data() + (t * size + r) * width);
+  return rows;
 }
 
 void ShadowKvMethod::on_attention_end(LayerContext& ctx) {
@@ -82,7 +101,11 @@ void ShadowKvMethod::sketch_layer(LayerContext& ctx, int32_t slice, int32_t n, S
     for (size_t row = 0; row < pre.size() / d; ++row)
       for (int32_t e = 0; e < rope_params.rotary_dim; ++e) pre[row * d + e] *= undo;
   }
-  ShadowKvLayerSketch sketch = shadowkv_sketch(pre.data(), post.data(), n, kv_heads, d, params_);
+  const int size = communicator().size();
+  ShadowKvLayerSketch sketch =
+      shadowkv_sketch_heads(shadowkv_sketch(heads_of_every_rank(pre, n).data(), heads_of_every_rank(post, n).data(), n,
+                                            kv_heads * size, d, params_),
+                            communicator().rank() * kv_heads, kv_heads);
 
   // Rewrite the landmark chunks' keys with their rebuild: what the reference rebuilds at every step, once.
   const SeqKvView& sv = view.seqs[slice];

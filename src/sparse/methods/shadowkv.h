@@ -14,6 +14,9 @@
 // no full history for the radix cache to share, and a retained chain carries its sketch with it (tokens past the
 // sketch are read exact, as the reference reads its generated tokens). Sliding-window layers stay dense. CPU only
 // (gather_keys has no CUDA kernel). Engine thread only.
+// Tensor parallelism: the SVD factors the keys of the layer's every KV head together, so each rank all-gathers the
+// others' pre- and post-RoPE prompt keys, sketches them as one rank does and keeps its heads' part; the rest is per
+// KV head.
 #pragma once
 
 #include <memory>
@@ -44,6 +47,9 @@ class ShadowKvMethod final : public MethodRuntime {
 
   ShadowKvMethod(nlohmann::ordered_json config, ShadowKvParams params, int32_t min_prompt_tokens);
   void sketch_layer(LayerContext& ctx, int32_t slice, int32_t num_tokens, SequenceSketch& layers);
+  // Rows [num_rows, this rank's KV heads, d] of every tensor-parallel rank side by side: [num_rows, every KV head,
+  // d] in head order (a collective over several ranks; `mine` itself on one).
+  std::vector<float> heads_of_every_rank(const std::vector<float>& mine, int32_t num_rows) const;
 
   ShadowKvParams params_;
   int32_t min_prompt_tokens_ = 0;

@@ -107,6 +107,24 @@ ShadowKvLayerSketch shadowkv_sketch(const float* pre_rope_keys, const float* pos
   return s;
 }
 
+ShadowKvLayerSketch shadowkv_sketch_heads(ShadowKvLayerSketch sketch, int32_t first, int32_t count) {
+  SE_CHECK(first >= 0 && count >= 0 && first + count <= sketch.num_kv_heads, "KV heads [{}, {}) of a sketch of {}",
+           first, first + count, sketch.num_kv_heads);
+  const auto keep = [first, count](auto& per_head) {
+    per_head.erase(per_head.begin() + first + count, per_head.end());
+    per_head.erase(per_head.begin(), per_head.begin() + first);
+  };
+  keep(sketch.outliers);
+  keep(sketch.landmark_chunks);
+  keep(sketch.landmarks);
+  const auto head_size = static_cast<int64_t>(sketch.rank) * sketch.head_dim;  // of sv
+  if (!sketch.sv.empty())
+    sketch.sv =
+        std::vector<float>(sketch.sv.begin() + first * head_size, sketch.sv.begin() + (first + count) * head_size);
+  sketch.num_kv_heads = count;
+  return sketch;
+}
+
 std::vector<std::vector<float>> shadowkv_chunk_scores(const ShadowKvLayerSketch& sketch, const float* queries,
                                                       int32_t num_queries, int32_t num_heads) {
   const int32_t d = sketch.head_dim, group = num_heads / sketch.num_kv_heads;

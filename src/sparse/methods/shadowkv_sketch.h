@@ -56,6 +56,10 @@ bool shadowkv_can_sketch(int32_t num_tokens, const ShadowKvParams& params);
 ShadowKvLayerSketch shadowkv_sketch(const float* pre_rope_keys, const float* post_rope_keys, int32_t num_tokens,
                                     int32_t num_kv_heads, int32_t head_dim, const ShadowKvParams& params);
 
+// The part of `sketch` that its KV heads [first, first + count) read: what a tensor-parallel rank holding those heads
+// keeps of a sketch over the layer's every head (U, shared by the heads, stays whole).
+ShadowKvLayerSketch shadowkv_sketch_heads(ShadowKvLayerSketch sketch, int32_t first, int32_t count);
+
 // The landmark scores of one decode step: queries [num_queries, H, d] (post-RoPE). Returns per KV head one score
 // per landmark (in landmark_chunks order).
 std::vector<std::vector<float>> shadowkv_chunk_scores(const ShadowKvLayerSketch& sketch, const float* queries,
