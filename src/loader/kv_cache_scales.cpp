@@ -13,7 +13,7 @@ KvCacheScales KvCacheScales::heads(int32_t first, int32_t count) const {
   out.num_kv_heads = count;
   const auto num_layers = static_cast<int32_t>(k.size()) / num_kv_heads;
   for (int32_t l = 0; l < num_layers; ++l) {
-    const size_t begin = static_cast<size_t>(l * num_kv_heads + first);
+    const size_t begin = static_cast<size_t>(l) * static_cast<size_t>(num_kv_heads) + static_cast<size_t>(first);
     out.k.insert(out.k.end(), k.begin() + static_cast<std::ptrdiff_t>(begin),
                  k.begin() + static_cast<std::ptrdiff_t>(begin + static_cast<size_t>(count)));
     out.v.insert(out.v.end(), v.begin() + static_cast<std::ptrdiff_t>(begin),

@@ -24,7 +24,7 @@ Result<std::unique_ptr<PagedCacheManager>> PagedCacheManager::create(const KvLay
   if (fp8_scales != nullptr && layout.store != KvStoreKind::kFp8E4M3)
     return invalid_argument("FP8 KV cache scales were given to a {} store", kv_store_kind_name(layout.store));
   if (fp8_scales != nullptr && (fp8_scales->num_kv_heads != layout.num_kv_heads ||
-                                fp8_scales->k.size() != static_cast<size_t>(layout.num_layers * layout.num_kv_heads)))
+                                fp8_scales->k.size() != static_cast<size_t>(layout.num_streams())))
     return invalid_argument("FP8 KV cache scales for {} KV heads, {} values, do not fit {} layers of {} KV heads",
                             fp8_scales->num_kv_heads, fp8_scales->k.size(), layout.num_layers, layout.num_kv_heads);
   if (layout.turboquant() && (allocator == nullptr || allocator->device() != Device::kCpu))
@@ -41,7 +41,7 @@ Result<std::unique_ptr<PagedCacheManager>> PagedCacheManager::create(const KvLay
       new PagedCacheManager(layout, std::move(storage), enable_prefix_caching, std::move(host_storage)));
   if (fp8_scales != nullptr)
     for (int layer = 0; layer < layout.num_layers; ++layer) {
-      const size_t at = static_cast<size_t>(layer * layout.num_kv_heads);
+      const size_t at = static_cast<size_t>(layer) * static_cast<size_t>(layout.num_kv_heads);
       cache->fp8_scales_->fix(layer, fp8_scales->k.data() + at, fp8_scales->v.data() + at);
     }
   return cache;

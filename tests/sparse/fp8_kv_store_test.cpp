@@ -104,7 +104,8 @@ TEST(Fp8KvStoreTest, WritesCodesUnderTheCheckpointsScales) {
   write_step(cache, 1, 5, k, v);
   const AttentionView view = cache.build_sequence_view(0, 1);
   for (int h = 0; h < kHeads; ++h) {
-    const float ks = scales.k[static_cast<size_t>(kHeads + h)], vs = scales.v[static_cast<size_t>(kHeads + h)];
+    const float ks = scales.k[static_cast<size_t>(kHeads) + static_cast<size_t>(h)],
+                vs = scales.v[static_cast<size_t>(kHeads) + static_cast<size_t>(h)];
     EXPECT_EQ(view.quantized.k_scales[h], ks);
     EXPECT_EQ(view.quantized.v_scales[h], vs);
     for (int32_t t = 0; t < 5; ++t) {
