@@ -83,7 +83,7 @@ class KiviCacheManager final : public CacheManager {
     // Quantized now (what views show); below the window's counts while a reserved step has not flushed yet.
     int32_t stored_keys = 0;
     int32_t stored_values = 0;
-    int32_t first_slot = 0;          // slot of token stored_values in the first residual page
+    int32_t first_slot = 0;               // slot of token stored_values in the first residual page
     std::vector<int32_t> quantized = {};  // page ids, group order (flush targets included)
     std::vector<int32_t> residual = {};   // page ids of the window, token order
     std::vector<int32_t> positions = {};  // slot -> position (slots are positions until an eviction)
