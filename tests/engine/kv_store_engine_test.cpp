@@ -341,6 +341,13 @@ TEST(KvStoreEngineTest, RefusesWhatTheStoreCannotTake) {
   EngineConfig radix = store_config("kivi4");
   radix.prefix_cache_mode = "radix";
   EXPECT_EQ(Engine::create(bundle, radix).status().code(), StatusCode::kInvalidArgument);
+  EngineConfig offloaded = store_config("kivi4");
+  offloaded.kv_offloading_size = int64_t{4} << 20;  // the host tier copies explicit pages only
+  const auto with_host_tier = Engine::create(bundle, offloaded);
+  ASSERT_FALSE(with_host_tier.is_ok());
+  EXPECT_EQ(with_host_tier.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(with_host_tier.status().message().find("host tier"), std::string::npos)
+      << with_host_tier.status().message();
   EngineConfig ragged = store_config("kivi4");
   ragged.kivi_residual = 40;  // not a multiple of the group
   EXPECT_EQ(Engine::create(bundle, ragged).status().code(), StatusCode::kInvalidArgument);
