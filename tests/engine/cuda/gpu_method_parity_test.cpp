@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <optional>
@@ -286,36 +287,38 @@ std::string judge_kvzip_difference(const TeacherForcedSequence& cpu, const Teach
   return first;
 }
 
-// The SnapKV family keeps, per stream (AdaKV: per layer, across its heads), the tokens of the largest window
-// scores. Every token only the CPU keeps must have a counterpart only the GPU keeps (same KV head where there is
-// one; AdaKV trades across the heads of a layer) that the CPU's scores rank below it and the GPU's own scores rank
-// above it: the GPU kept what its scores said. Fails the test otherwise; returns the first pair's scores.
-std::string judge_window_difference(const WindowScoreRecorder& cpu_scores, const WindowScoreRecorder& gpu_scores,
-                                    const CacheManager& cpu, const CacheManager& gpu, int num_layers,
-                                    const std::string& what) {
+// One device's score of the token at `position` in layer `layer`, KV head `kv_head`; nullopt where it has none.
+using TokenScore = std::function<std::optional<double>(int layer, int32_t kv_head, int32_t position)>;
+
+// Judges the first kept sets that part by both devices' scores: every token only the CPU keeps must have a partner
+// only the GPU keeps (in the same KV head, or where `across_heads` in another head of the layer when none there
+// does) that the CPU's scores rank no higher and the GPU's own scores no lower: the GPU kept what its scores said.
+// Fails the test otherwise; returns the first pair's scores.
+std::string judge_swaps(const CacheManager& cpu, const CacheManager& gpu, int num_layers, const TokenScore& cpu_score,
+                        const TokenScore& gpu_score, bool across_heads, const std::string& what) {
   std::string first;
   for (int l = 0; l < num_layers; ++l) {
     const auto [only_cpu, only_gpu] = kept_difference(cpu, gpu, l);
     for (const auto& [h, a] : only_cpu) {
+      const std::optional<double> ca = cpu_score(l, h, a), ga = gpu_score(l, h, a);
       const auto explains = [&](const std::pair<int32_t, int32_t>& other) {
-        const auto [h2, b] = other;
-        return cpu_scores.score(l, h, a) >= cpu_scores.score(l, h2, b) &&
-               gpu_scores.score(l, h2, b) >= gpu_scores.score(l, h, a);
+        const std::optional<double> cb = cpu_score(l, other.first, other.second);
+        const std::optional<double> gb = gpu_score(l, other.first, other.second);
+        return ca && ga && cb && gb && *ca >= *cb && *gb >= *ga;
       };
       auto it =
           std::find_if(only_gpu.begin(), only_gpu.end(), [&](const auto& o) { return o.first == h && explains(o); });
-      if (it == only_gpu.end()) it = std::find_if(only_gpu.begin(), only_gpu.end(), explains);
+      if (it == only_gpu.end() && across_heads) it = std::find_if(only_gpu.begin(), only_gpu.end(), explains);
       EXPECT_NE(it, only_gpu.end()) << what << " layer " << l << " head " << h << ": the GPU dropped position " << a
                                     << " against its own scores";
       if (it == only_gpu.end() || !first.empty()) continue;
       const auto [h2, b] = *it;
-      const double ca = cpu_scores.score(l, h, a), cb = cpu_scores.score(l, h2, b);
-      const double ga = gpu_scores.score(l, h, a), gb = gpu_scores.score(l, h2, b);
+      const double cb = *cpu_score(l, h2, b), gb = *gpu_score(l, h2, b);
       first = fmt::format(
           "layer {}: cpu keeps h{}:{} ({:.6f}, gpu {:.6f}) over h{}:{} ({:.6f}, gpu {:.6f}), cpu gap {:.2e} relative, "
           "gpu deviation {:.2e} relative",
-          l, h, a, ca, ga, h2, b, cb, gb, (ca - cb) / (ca + cb),
-          std::max(std::abs(ga - ca) / ca, std::abs(gb - cb) / cb));
+          l, h, a, *ca, *ga, h2, b, cb, gb, (*ca - cb) / (*ca + cb),
+          std::max(std::abs(*ga - *ca) / *ca, std::abs(gb - cb) / cb));
     }
   }
   return first;
@@ -333,43 +336,6 @@ std::optional<double> h2o_score(const nlohmann::json& state, const CacheManager&
   for (const nlohmann::json& dropped : state.at("dropped").at(layer).at(kv_head))
     if (dropped.at(0).get<int32_t>() == position) return dropped.at(1).get<double>();
   return std::nullopt;
-}
-
-// H2O drops, after every step, the heavy-hitter candidates of lowest acc. At the first step whose kept sets part
-// both devices held the same tokens before it, so a token only the CPU keeps and one only the GPU keeps (same
-// stream) were candidates on both: the CPU's acc must rank the CPU's token at least as high, and the GPU's acc the
-// GPU's. Fails the test for a token only the CPU keeps that no such pair explains (the GPU's eviction departs from
-// its scores); returns the first pair's scores.
-std::string judge_h2o_difference(const TeacherForcedSequence& cpu, const TeacherForcedSequence& gpu, int num_layers,
-                                 const std::string& what) {
-  const nlohmann::json cpu_state = cpu.method().debug_state(TeacherForcedSequence::kSeq);
-  const nlohmann::json gpu_state = gpu.method().debug_state(TeacherForcedSequence::kSeq);
-  std::string first;
-  for (int l = 0; l < num_layers; ++l) {
-    const auto [only_cpu, only_gpu] = kept_difference(cpu.cache(), gpu.cache(), l);
-    for (const auto& [h, a] : only_cpu) {
-      const auto scores = [&](int32_t position) {
-        return std::pair{h2o_score(cpu_state, cpu.cache(), l, h, position),
-                         h2o_score(gpu_state, gpu.cache(), l, h, position)};
-      };
-      const auto [ca, ga] = scores(a);
-      const auto it = std::find_if(only_gpu.begin(), only_gpu.end(), [&](const std::pair<int32_t, int32_t>& other) {
-        const auto [cb, gb] = scores(other.second);
-        return other.first == h && ca && ga && cb && gb && *ca >= *cb && *gb >= *ga;
-      });
-      EXPECT_NE(it, only_gpu.end()) << what << " layer " << l << " head " << h << ": the GPU dropped position " << a
-                                    << " against its own scores";
-      if (it == only_gpu.end() || !first.empty()) continue;
-      const int32_t b = it->second;
-      const auto [cb, gb] = scores(b);
-      first = fmt::format(
-          "layer {} h{}: cpu keeps {} (acc {:.6f}, gpu {:.6f}) over {} ({:.6f}, gpu {:.6f}), cpu gap {:.2e} "
-          "relative, gpu deviation {:.2e} relative",
-          l, h, a, *ca, *ga, b, *cb, *gb, (*ca - *cb) / (*ca + *cb),
-          std::max(std::abs(*ga - *ca) / *ca, std::abs(*gb - *cb) / *cb));
-    }
-  }
-  return first;
 }
 
 // Where one prompt's GPU run first parts from the CPU's with the token stream held fixed.
@@ -436,12 +402,24 @@ DecisionReport compare_decisions(const DeviceBundles& bundles, const std::string
     if (kept_diff.empty()) return;
     parted(affected);
     std::string note;
-    if (window_method)
-      note = judge_window_difference(*cpu_scores, *gpu_scores, (*cpu)->cache(), (*gpu)->cache(), num_layers, what);
-    else if (method == "kvzip")
+    if (window_method) {
+      // The SnapKV family ranks by window scores (AdaKV trades tokens across the heads of a layer).
+      note = judge_swaps((*cpu)->cache(), (*gpu)->cache(), num_layers,
+                         [&](int l, int32_t h, int32_t p) { return std::optional<double>(cpu_scores->score(l, h, p)); },
+                         [&](int l, int32_t h, int32_t p) { return std::optional<double>(gpu_scores->score(l, h, p)); },
+                         /*across_heads=*/true, what);
+    } else if (method == "kvzip") {
       note = judge_kvzip_difference(**cpu, **gpu, num_layers, what);
-    else if (method == "h2o")
-      note = judge_h2o_difference(**cpu, **gpu, num_layers, what);
+    } else if (method == "h2o") {
+      // At the first step whose kept sets part both devices held the same tokens before it, so the tokens in
+      // question were candidates on both, scored by accumulated attention (what the eviction dropped included).
+      const nlohmann::json cpu_state = (*cpu)->method().debug_state(TeacherForcedSequence::kSeq);
+      const nlohmann::json gpu_state = (*gpu)->method().debug_state(TeacherForcedSequence::kSeq);
+      note = judge_swaps((*cpu)->cache(), (*gpu)->cache(), num_layers,
+                         [&](int l, int32_t h, int32_t p) { return h2o_score(cpu_state, (*cpu)->cache(), l, h, p); },
+                         [&](int l, int32_t h, int32_t p) { return h2o_score(gpu_state, (*gpu)->cache(), l, h, p); },
+                         /*across_heads=*/false, what);
+    }
     if (!note.empty()) kept_diff += "; " + note;
   };
   const auto pick = [&](int step, const Tensor& want_logits, const Tensor& got_logits) {
