@@ -21,7 +21,7 @@ case $stage in
     nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$out/gpu.txt"
     "$bundle/backend_cuda_test" --gtest_filter='CudaArgmaxTest.*:CudaOpsTest.*:CudaMoeTest.*' > "$out/ops.log" 2>&1
     echo "backend_cuda_test exit $?"
-    "$bundle/engine_cuda_test" --gtest_filter='-GpuModelTest.SmolLM2*:GpuModelTest.Gemma3MatchesCpu' \
+    "$bundle/engine_cuda_test" --gtest_filter='-*SmolLM2*:GpuModelTest.Gemma3MatchesCpu' \
       > "$out/model.log" 2>&1
     echo "engine_cuda_test exit $?"
     if command -v compute-sanitizer > /dev/null; then
@@ -33,7 +33,7 @@ case $stage in
     grep -h PARITY "$out/ops.log" "$out/model.log" | tee "$out/parity.txt"
     ;;
   smollm2)
-    SE_TEST_SMOLLM2=$4 "$bundle/engine_cuda_test" --gtest_filter='GpuModelTest.SmolLM2*' > "$out/smollm2.log" 2>&1
+    SE_TEST_SMOLLM2=$4 "$bundle/engine_cuda_test" --gtest_filter='*SmolLM2*' > "$out/smollm2.log" 2>&1
     echo "engine_cuda_test (SmolLM2) exit $?"
     grep -E "PARITY|KEPTSET smollm .* of |^\[ +(OK|FAILED) |Failure" "$out/smollm2.log"
     ;;
