@@ -110,8 +110,11 @@ Result<Tensor> TeacherForcedSequence::prefill_chunk() {
   if (num_prefill_tokens_ == 0 || prefill_done())
     return failed_precondition("teacher forcing: no prompt tokens are left to prefill");
   const int32_t begin = num_prefilled_;
-  num_prefilled_ = std::min(num_prefill_tokens_, begin + prefill_chunk_);
-  return step(begin, num_prefilled_ - begin);
+  const int32_t end = std::min(num_prefill_tokens_, begin + prefill_chunk_);
+  // Counted only once computed, so a failed chunk is not taken for done.
+  SE_ASSIGN_OR_RETURN(Tensor logits, step(begin, end - begin));
+  num_prefilled_ = end;
+  return logits;
 }
 
 Result<Tensor> TeacherForcedSequence::decode(int32_t token) {
@@ -119,7 +122,9 @@ Result<Tensor> TeacherForcedSequence::decode(int32_t token) {
   if (token < 0 || token >= model_.config().vocab_size)
     return invalid_argument("teacher forcing: token id {} is outside the vocabulary", token);
   tokens_.push_back(token);
-  return step(static_cast<int32_t>(tokens_.size()) - 1, 1);
+  Result<Tensor> logits = step(static_cast<int32_t>(tokens_.size()) - 1, 1);
+  if (!logits.is_ok()) tokens_.pop_back();  // a failed step fed nothing
+  return logits;
 }
 
 Result<Tensor> TeacherForcedSequence::step(int32_t begin, int32_t n) {

@@ -84,5 +84,41 @@ TEST(TeacherForcingErrors, MisuseIsReported) {
   EXPECT_EQ(TeacherForcedSequence::create(model, options).status().code(), StatusCode::kInvalidArgument);
 }
 
+// A step the pool has no room for counts nothing: the prompt's last chunk is not taken for prefilled, and a decode
+// token is not taken for fed.
+TEST(TeacherForcingErrors, AStepWithoutRoomCountsNothing) {
+  const Model model = test::tiny_model();
+  TeacherForcingOptions options;
+  options.max_tokens = 16;
+  options.prefill_chunk = 4;
+  // How many prompt tokens the pool takes, four at a time.
+  int32_t fits = 0;
+  {
+    auto probe = TeacherForcedSequence::create(model, options);
+    ASSERT_TRUE(probe.is_ok());
+    ASSERT_TRUE((*probe)->start_prefill(random_prompt(4096, 1)).is_ok());
+    while ((*probe)->prefill_chunk().is_ok()) fits += options.prefill_chunk;
+  }
+  ASSERT_GE(fits, options.max_tokens);
+
+  auto run = TeacherForcedSequence::create(model, options);
+  ASSERT_TRUE(run.is_ok());
+  ASSERT_TRUE((*run)->start_prefill(random_prompt(fits + options.prefill_chunk, 2)).is_ok());
+  for (int32_t done = 0; done < fits; done += options.prefill_chunk) ASSERT_TRUE((*run)->prefill_chunk().is_ok());
+  EXPECT_EQ((*run)->prefill_chunk().status().code(), StatusCode::kResourceExhausted);
+  EXPECT_FALSE((*run)->prefill_done());
+  EXPECT_EQ((*run)->decode(5).status().code(), StatusCode::kFailedPrecondition);
+
+  auto decoding = TeacherForcedSequence::create(model, options);
+  ASSERT_TRUE(decoding.is_ok());
+  ASSERT_TRUE((*decoding)->prefill(random_prompt(fits, 3)).is_ok());
+  Result<Tensor> step = (*decoding)->decode(5);
+  while (step.is_ok()) step = (*decoding)->decode(5);
+  const int32_t fed = (*decoding)->num_tokens();
+  EXPECT_EQ(step.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ((*decoding)->decode(5).status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ((*decoding)->num_tokens(), fed);
+}
+
 }  // namespace
 }  // namespace se
