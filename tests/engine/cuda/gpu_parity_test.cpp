@@ -3,13 +3,12 @@
 // on both devices, one sequence at a time with chunked prefill, and through the engine on the GPU (concurrent
 // requests, continuous batching, mixed prefill and decode, device greedy sampling). Checks: logits relative
 // error over every step the two runs share, any divergence at a near-tie (the CPU's margin between the two picked
-// tokens within twice the logits' largest GPU deviation at that step), and for real checkpoints >= 90% of the
-// continuations identical (random tiny models sit at near-ties too often for a count to mean anything). Real
-// models (SmolLM2, Gemma 3) run when their files are present; dummy weights of tiny and real shapes always.
+// tokens within twice the logits' largest GPU deviation at that step). No count of identical continuations is
+// required: how many of ten prompts meet a sub-0.01 tie within the run is chance (docs/fidelity.md). Real models
+// (SmolLM2, Gemma 3) run when their files are present; dummy weights of tiny and real shapes always.
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cmath>
 #include <map>
 #include <optional>
 #include <cstdio>
@@ -54,9 +53,8 @@ constexpr double kMoeLogitsTolerance = 1.5e-1;
 
 // What the greedy continuations must show besides logits parity.
 enum class GreedyCheck : uint8_t {
-  kNone,          // dummy weights of real shapes: picks are ties, only logits are compared
-  kNearTies,      // every divergence at a near-tie
-  kNinetyPercent  // and >= 90% of the continuations identical (real checkpoints)
+  kNone,      // dummy weights of real shapes: picks are ties, only logits are compared
+  kNearTies,  // every divergence at a near-tie (how many prompts meet one within the run is chance, not a check)
 };
 
 // One sequence's greedy continuation, with the logits row each token was picked from.
@@ -162,8 +160,6 @@ double expect_model_parity(const std::string& name, const Model& cpu, const Mode
   if (check != GreedyCheck::kNone)
     std::printf("PARITY model %-14s %d of %zu greedy continuations identical over %d tokens\n", name.c_str(),
                 num_identical, prompts.size(), num_new);
-  if (check == GreedyCheck::kNinetyPercent)
-    EXPECT_GE(num_identical, static_cast<int>(std::ceil(0.9 * static_cast<double>(prompts.size())))) << name;
   return max_noise;
 }
 
@@ -202,7 +198,7 @@ TEST(GpuModelTest, Gemma3ShapedDummyMatchesCpu) {
 // prefill chunks mixed with decode steps, device argmax) against the CPU traces.
 void expect_engine_parity(const std::string& name, const ModelBundle& gpu_bundle,
                           const std::vector<std::vector<int32_t>>& prompts, const std::vector<GreedyTrace>& cpu_traces,
-                          double noise, int num_new, GreedyCheck check) {
+                          double noise, int num_new) {
   EngineConfig config;
   config.device = Device::kCuda;
   config.max_num_seqs = 4;
@@ -241,8 +237,6 @@ void expect_engine_parity(const std::string& name, const ModelBundle& gpu_bundle
   const EngineStats stats = (*engine)->stats();
   std::printf("PARITY engine %-13s %d of %zu requests identical; KV pool %lld pages\n", name.c_str(), num_identical,
               prompts.size(), static_cast<long long>(stats.num_kv_pages_total));
-  if (check == GreedyCheck::kNinetyPercent)
-    EXPECT_GE(num_identical, static_cast<int>(std::ceil(0.9 * static_cast<double>(prompts.size())))) << name;
   (*engine)->shutdown(/*drain=*/true);
 }
 
@@ -251,8 +245,8 @@ void expect_real_model_parity(const std::string& name, const char* env, std::opt
   if (!m) GTEST_SKIP() << name << " is not available (set " << env << ")";
   std::vector<GreedyTrace> cpu_traces;
   const double noise = expect_model_parity(name, *m->bundles.cpu.model, *m->bundles.gpu.model, m->prompts, 32, 8,
-                                           GreedyCheck::kNinetyPercent, &cpu_traces);
-  expect_engine_parity(name, m->bundles.gpu, m->prompts, cpu_traces, noise, 32, GreedyCheck::kNinetyPercent);
+                                           GreedyCheck::kNearTies, &cpu_traces);
+  expect_engine_parity(name, m->bundles.gpu, m->prompts, cpu_traces, noise, 32);
 }
 
 TEST(GpuModelTest, SmolLM2MatchesCpu) {
@@ -278,7 +272,7 @@ TEST(GpuEngineTest, TinyModelConcurrentGreedyMatchesCpu) {
   std::vector<GreedyTrace> cpu_traces;
   const double noise =
       expect_model_parity("tiny-llama", cpu, *gpu.model, prompts, 24, 40, GreedyCheck::kNearTies, &cpu_traces);
-  expect_engine_parity("tiny-llama", gpu, prompts, cpu_traces, noise, 24, GreedyCheck::kNearTies);
+  expect_engine_parity("tiny-llama", gpu, prompts, cpu_traces, noise, 24);
 }
 
 // The tiny model as a Qwen3-MoE (8 experts, 3 per token, layer 1 dense), so the router, the grouping by expert, the
@@ -307,7 +301,7 @@ TEST(GpuModelTest, TinyQwen3MoeMatchesCpu) {
   std::vector<GreedyTrace> cpu_traces;
   const double noise = expect_model_parity("tiny-qwen3-moe", cpu, *gpu.model, prompts, 24, 40, GreedyCheck::kNearTies,
                                            &cpu_traces, kMoeLogitsTolerance);
-  expect_engine_parity("tiny-qwen3-moe", gpu, prompts, cpu_traces, noise, 24, GreedyCheck::kNearTies);
+  expect_engine_parity("tiny-qwen3-moe", gpu, prompts, cpu_traces, noise, 24);
 }
 
 // A config.json in a directory of its own, loaded with --load-format dummy in bf16; removed with the object.
