@@ -46,19 +46,19 @@ bool parse_byte_size(const std::string& text, int64_t& bytes) {
 
 }  // namespace
 
-void add_device_option(CLI::App& command, Device& device) {
+void add_device_option(CLI::App& command, Device& device, bool check_usable) {
   CLI::Option* device_option =
       command
           .add_option_function<std::string>(
               "--device",
-              [&device](const std::string& text) {
+              [&device, check_usable](const std::string& text) {
                 if (text == "auto") return;  // resolved below
                 Result<Device> parsed = parse_device(text);
                 if (!parsed.is_ok()) throw CLI::ValidationError("--device", parsed.status().message());
                 if (!device_built(*parsed))
                   throw CLI::ValidationError("--device",
                                              "this build has no CUDA backend (configure with -DSE_CUDA=ON)");
-                if (*parsed == Device::kCuda)
+                if (*parsed == Device::kCuda && check_usable)
                   if (const Status usable = cuda_device_status(); !usable.is_ok())
                     throw CLI::ValidationError("--device", std::string(usable.message()));
                 device = *parsed;

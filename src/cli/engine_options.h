@@ -12,7 +12,9 @@ namespace se::cli {
 
 // Registers --device on `command` (cpu, cuda, or auto: cuda when a Hopper GPU is visible), written into `device`
 // once the command line is read; a device this build or machine cannot use is a CLI usage error.
-void add_device_option(CLI::App& command, Device& device);
+// check_usable: refuse --device cuda at parse time when no usable GPU is visible (a command that may not touch the
+// device, such as `eval --report-only`, checks when it needs to).
+void add_device_option(CLI::App& command, Device& device, bool check_usable = true);
 
 // Registers the flags on `command`; they write into `config`. --sparse-config must be a JSON object (a
 // parse error is a CLI usage error, exit code 2).

@@ -69,6 +69,7 @@ struct EvalOptions {
   int passkey_answer_tokens = 8;
   bool passkey_chat = false;
   bool no_passkey = false;
+  bool report_only = false;  // render from --results alone, computing nothing
   uint64_t seed = 0;
   int prefill_chunk = EngineConfig{}.max_num_batched_tokens;
   int page_size = EngineConfig{}.page_size;
@@ -279,22 +280,48 @@ struct ModelReport {
   std::vector<WindowScores> text;                                          // per row
   std::vector<std::map<std::pair<std::string, int32_t>, TaskScore>> tasks;  // per row
   std::vector<std::string> errors;                                         // per row
-  int64_t cells_run = 0, cells_reused = 0;
+  int64_t cells_run = 0, cells_reused = 0, cells_missing = 0;
 };
 
-// Finds `cell` in `results` or computes it with `fn` (which returns the result object) and records it.
+// Finds `cell` in `results` or computes it with `fn` (which returns the result object) and records it. Under
+// --report-only a cell not in the file is counted missing and comes back empty.
 template <typename Fn>
-Result<nlohmann::json> cell_result(ResultsFile& results, const nlohmann::json& cell, ModelReport& report, Fn&& fn) {
+Result<std::optional<nlohmann::json>> cell_result(const EvalOptions& o, ResultsFile& results,
+                                                  const nlohmann::json& cell, ModelReport& report, Fn&& fn) {
   if (const nlohmann::json* found = results.find(cell)) {
     report.cells_reused += 1;
-    return *found;
+    return std::optional<nlohmann::json>(*found);
+  }
+  if (o.report_only) {
+    report.cells_missing += 1;
+    return std::optional<nlohmann::json>();
   }
   const Clock::time_point start = Clock::now();
   SE_ASSIGN_OR_RETURN(nlohmann::json result, fn());
   result["seconds"] = std::chrono::duration<double>(Clock::now() - start).count();
   SE_RETURN_IF_ERROR(results.append(cell, result));
   report.cells_run += 1;
-  return result;
+  return std::optional<nlohmann::json>(std::move(result));
+}
+
+// The long-text windows `results` holds cells of for model `title` under this context and continuation, each at
+// the index (the cell's sample) it was scored under, at most --windows. A report drawn from the file alone takes its
+// windows from there: which texts /usr/share/doc holds differs between machines, so the machine that renders may
+// lack those of the one that computed.
+std::vector<TextWindow> recorded_windows(const ResultsFile& results, const EvalOptions& o, const std::string& title) {
+  std::map<int, TextWindow> by_index;
+  for (const nlohmann::json& record : results.records()) {
+    const nlohmann::json& cell = record["cell"];
+    const nlohmann::json& settings = cell["settings"];
+    const int index = cell["sample"].get<int>();
+    if (cell["model"] != title || cell["task"] != "text" || cell["context"] != o.context ||
+        settings.value("continuation", -1) != o.continuation || index >= o.num_windows)
+      continue;
+    by_index[index] = {settings["text"].get<std::string>(), settings["offset"].get<int64_t>(), {}};
+  }
+  std::vector<TextWindow> windows(static_cast<size_t>(by_index.empty() ? 0 : by_index.rbegin()->first + 1));
+  for (auto& [index, window] : by_index) windows[static_cast<size_t>(index)] = std::move(window);
+  return windows;
 }
 
 Result<ModelReport> evaluate_model(const EvalOptions& o, const std::string& model_arg, const std::vector<Row>& rows,
@@ -302,7 +329,8 @@ Result<ModelReport> evaluate_model(const EvalOptions& o, const std::string& mode
   ModelOptions model_options;
   model_options.model = model_arg;
   model_options.load_format = o.load_format;
-  SE_ASSIGN_OR_RETURN(ModelBundle bundle, model_options.load(o.device));
+  // A report alone needs the tokenizer and the config, not the device: the cells keep --device in their key.
+  SE_ASSIGN_OR_RETURN(ModelBundle bundle, model_options.load(o.report_only ? Device::kCpu : o.device));
   if (!bundle.tokenizer) return invalid_argument("model '{}' has no tokenizer", bundle.name);
   const Model& model = *bundle.model;
   const Tokenizer& tokenizer = *bundle.tokenizer;
@@ -321,7 +349,9 @@ Result<ModelReport> evaluate_model(const EvalOptions& o, const std::string& mode
   const ModelContext ctx{o, bundle, method_environment(bundle), report.title};
 
   std::vector<TextWindow> windows;
-  if (!o.no_text) {
+  if (!o.no_text && o.report_only) {
+    windows = recorded_windows(results, o, report.title);
+  } else if (!o.no_text) {
     std::vector<std::string> skipped;
     SE_ASSIGN_OR_RETURN(windows, load_text_windows(tokenizer, o.texts.empty() ? default_text_paths() : o.texts,
                                                    o.context + o.continuation, o.num_windows, o.windows_per_text,
@@ -400,7 +430,7 @@ Result<ModelReport> evaluate_model(const EvalOptions& o, const std::string& mode
     for (size_t r = 0; r < rows.size(); ++r) {
       progress.advance();
       if (!report.errors[r].empty()) continue;
-      auto result = cell_result(results, ctx.cell(rows[r], "text", o.context, static_cast<int>(w), settings), report,
+      auto result = cell_result(o, results, ctx.cell(rows[r], "text", o.context, static_cast<int>(w), settings), report,
                                 [&]() -> Result<nlohmann::json> {
                                   if (!reference) {
                                     SE_ASSIGN_OR_RETURN(auto steps, reference_steps(ctx, window));
@@ -412,11 +442,13 @@ Result<ModelReport> evaluate_model(const EvalOptions& o, const std::string& mode
         fail(r, result.status());
         continue;
       }
+      if (!*result) continue;
+      const nlohmann::json& found = **result;
       WindowScores& scores = report.text[r];
-      scores.agreement.push_back((*result)["agree"].get<double>() / (*result)["steps"].get<double>());
-      scores.kl.push_back((*result)["kl"].get<double>());
-      scores.held.push_back((*result)["held"].get<double>());
-      scores.seconds += (*result)["seconds"].get<double>();
+      scores.agreement.push_back(found["agree"].get<double>() / found["steps"].get<double>());
+      scores.kl.push_back(found["kl"].get<double>());
+      scores.held.push_back(found["held"].get<double>());
+      scores.seconds += found["seconds"].get<double>();
     }
   }
 
@@ -424,7 +456,7 @@ Result<ModelReport> evaluate_model(const EvalOptions& o, const std::string& mode
     for (size_t r = 0; r < rows.size(); ++r) {
       progress.advance();
       if (!report.errors[r].empty()) continue;
-      auto result = cell_result(results, ctx.cell(rows[r], c.task, c.length, c.sample, c.settings), report,
+      auto result = cell_result(o, results, ctx.cell(rows[r], c.task, c.length, c.sample, c.settings), report,
                                 [&]() -> Result<nlohmann::json> {
                                   SE_ASSIGN_OR_RETURN(std::string answer,
                                                       greedy_answer(ctx, c.ids, c.answer_tokens, rows[r]));
@@ -436,10 +468,11 @@ Result<ModelReport> evaluate_model(const EvalOptions& o, const std::string& mode
         fail(r, result.status());
         continue;
       }
+      if (!*result) continue;
       TaskScore& score = report.tasks[r][{c.task, c.length}];
-      score.correct += (*result)["correct"].get<bool>() ? 1 : 0;
+      score.correct += (**result)["correct"].get<bool>() ? 1 : 0;
       score.total += 1;
-      score.seconds += (*result)["seconds"].get<double>();
+      score.seconds += (**result)["seconds"].get<double>();
     }
   }
   progress.finish();
@@ -451,9 +484,14 @@ Result<ModelReport> evaluate_model(const EvalOptions& o, const std::string& mode
   report.setup = fmt::format(
       "Long text: {} window(s) of {} context + {} teacher-forced tokens from {} text(s). Tasks: {} sample(s) per "
       "task and length, needle depths {} in turn, plain prompts, greedy, device {}. Cells computed now: {}, taken "
-      "from the results file: {}.",
+      "from the results file: {}.{}",
       windows.size(), o.context, o.continuation, texts.size(), o.samples, depths, device_name(o.device),
-      report.cells_run, report.cells_reused);
+      report.cells_run, report.cells_reused,
+      report.cells_missing == 0
+          ? ""
+          : fmt::format(" Not in the results file, left out of this report: {} (so a row's counts may fall short of "
+                        "the plan).",
+                        report.cells_missing));
   return report;
 }
 
@@ -538,6 +576,9 @@ int run_eval(const EvalOptions& o) {
   if (o.context < 1 || o.continuation < 1)
     return report_usage_error(invalid_argument("--context and --continuation must be positive"));
   if (o.prefill_chunk < 1) return report_usage_error(invalid_argument("--prefill-chunk must be positive"));
+  if (o.report_only && o.results.empty()) return report_usage_error(invalid_argument("--report-only needs --results"));
+  if (o.device == Device::kCuda && !o.report_only)
+    if (const Status usable = cuda_device_status(); !usable.is_ok()) return report_usage_error(usable);
   if (o.num_windows < 0 || o.windows_per_text < 1 || o.samples < 0)
     return report_usage_error(invalid_argument("--windows and --samples must be >= 0, --windows-per-text >= 1"));
   for (const auto* depths : {&o.passkey_depths, &o.task_depths})
@@ -581,7 +622,7 @@ void add_eval_command(CLI::App& app, int& exit_code) {
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--load-format", o->load_format, "auto | gguf | safetensors")->capture_default_str();
-  add_device_option(*cmd, o->device);
+  add_device_option(*cmd, o->device, /*check_usable=*/false);
   cmd->add_option("--methods", o->methods, "methods, comma-separated (default: every registered method)")
       ->delimiter(',');
   cmd->add_option("--budgets", o->budgets, "budgets as fractions of each prompt, comma-separated")
@@ -615,6 +656,9 @@ void add_eval_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--no-tasks", o->no_tasks, "skip the RULER-style tasks");
   cmd->add_option("--results", o->results,
                   "JSONL file of finished cells: read first (cells already there are not rerun), appended to");
+  cmd->add_flag("--report-only", o->report_only,
+                "render the report from --results alone: no cell is computed, a missing one is left out (the model "
+                "loads on the CPU, for its tokenizer)");
   cmd->add_option("--passkey-lengths", o->passkey_lengths, "passkey prompt lengths in tokens, comma-separated")
       ->delimiter(',')
       ->capture_default_str();

@@ -106,6 +106,37 @@ def test_rerun_takes_every_cell_from_the_results_file(report, tmp_path):
     assert len(results.read_text().splitlines()) == len(lines)
 
 
+def test_report_only_renders_the_file_alone(report, tmp_path):
+    """--report-only computes nothing: its windows come from the file (the text it names need not exist here, as on
+    another machine), and a cell the file lacks is left out and counted."""
+    markdown, _, results = report
+    records = [json.loads(line) for line in results.read_text().splitlines()]
+    for r in records:
+        if r["cell"]["task"] == "text":
+            r["cell"]["settings"]["text"] = "/no/such/text"
+    dropped = next(r for r in records if r["cell"]["task"] == "niah_single" and r["cell"]["method"] == "vanilla")
+    kept = [r for r in records if r is not dropped]
+    partial = tmp_path / "partial.jsonl"
+    partial.write_text("".join(json.dumps(r) + "\n" for r in kept))
+    output = tmp_path / "report.md"
+    r = subprocess.run(eval_args(output, "--results", str(partial), "--report-only"), capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-4000:]
+    rendered = output.read_text()
+    assert f"Cells computed now: 0, taken from the results file: {len(kept)}." in rendered
+    assert "left out of this report: 1 " in rendered
+    assert text_rows(rendered) == text_rows(markdown)
+    assert task_rows(rendered)[("vanilla", "—")][2] == "—"
+    assert task_rows(rendered)[("vanilla", "—")][3] == task_rows(markdown)[("vanilla", "—")][3]
+    assert len(partial.read_text().splitlines()) == len(kept)
+
+
+def test_report_only_needs_a_results_file(tmp_path):
+    r = subprocess.run(eval_args(tmp_path / "x.md", "--report-only"), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert "--report-only needs --results" in r.stderr, r.stderr
+
+
 @pytest.mark.parametrize("extra, message", [
     (["--methods", "no_such_method"], "unknown --sparse-method 'no_such_method'"),
     (["--budgets", "1.5"], "--budgets"),
