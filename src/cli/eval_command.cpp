@@ -18,8 +18,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <set>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
