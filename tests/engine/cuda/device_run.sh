@@ -6,6 +6,11 @@
 #                                                                  included (its file, carried in parts)
 #   tests/engine/cuda/device_run.sh BUNDLE_DIR OUT_DIR decode      decode tokens/s of a dummy Llama-3.1-8B at
 #                                                                  batch 1 and 8 (BUNDLE_DIR/llama-3.1-8b/config.json)
+#   tests/engine/cuda/device_run.sh BUNDLE_DIR OUT_DIR quality GGUF RESULTS SECONDS
+#                                                                  docs/quality.md's SmolLM2 sweep on the GPU for at
+#                                                                  most SECONDS, resumed from and written back to
+#                                                                  RESULTS (GGUF must be named smol.gguf: cells name
+#                                                                  their model by file name); OUT_DIR gets the file
 #   tests/engine/cuda/device_run.sh BUNDLE_DIR OUT_DIR hf LAYERS   logits and greedy tokens against HF transformers
 #                                                                  on random Llama-3.1-8B-, Qwen3-8B- and
 #                                                                  Qwen3-30B-A3B-shaped checkpoints (Qwen3 also with
@@ -36,6 +41,16 @@ case $stage in
     SE_TEST_SMOLLM2=$4 "$bundle/engine_cuda_test" --gtest_filter='*SmolLM2*' > "$out/smollm2.log" 2>&1
     echo "engine_cuda_test (SmolLM2) exit $?"
     grep -E "PARITY|KEPTSET smollm .* of |^\[ +(OK|FAILED) |Failure" "$out/smollm2.log"
+    ;;
+  quality)
+    # Each cell is flushed as it finishes, so stopping the sweep at the limit loses at most the cell under way.
+    timeout "$6" "$bundle/sparse-engine" eval --models "$4" --device cuda \
+      --methods vanilla,snapkv,pyramidkv,adakv,chunkkv,streamingllm,h2o,quest,omnikv,kvzip --budgets 0.125,0.25,0.5 \
+      --context 4096 --continuation 256 --windows 20 --task-lengths 4096 --samples 50 --no-passkey \
+      --results "$5" > "$out/quality.log" 2>&1
+    echo "eval exit $? (124: stopped at the limit)"
+    cp "$5" "$out/"
+    wc -l "$5"
     ;;
   hf)
     for config in bench/models/llama-3.1-8b/config.json bench/models/qwen3-8b/config.json \
