@@ -245,7 +245,7 @@ TEST(TurboQuantProdKvCodec, KeyInnerProductsAreUnbiasedOverSeeds) {
         k2 += static_cast<double>(k[order[j]]) * k[order[j]];
         q2 += static_cast<double>(q[order[j]]) * q[order[j]];
       }
-      bound += 1.25 * d_prod[part == 0 ? bits + 1 : bits] * k2 * q2 / (d / 2);
+      bound += 1.25 * d_prod[part == 0 ? bits + 1 : bits] * k2 * q2 / (d / 2.0);
     }
     double sum = 0.0, sum2 = 0.0;
     std::vector<uint8_t> slot;

@@ -19,17 +19,19 @@ namespace se::cpu {
 
 namespace {
 
+// Slot j of a stream whose page list is `pages`.
+const uint8_t* slot_of(const AttentionView& view, const int32_t* pages, int32_t j, size_t slot_bytes) {
+  return static_cast<const uint8_t*>(view.kv_base) + static_cast<size_t>(pages[j / view.page_size]) * view.page_bytes +
+         static_cast<size_t>(j % view.page_size) * slot_bytes;
+}
+
 struct TurboQuantRows {
   static constexpr bool kInPlace = false;
   const AttentionView* view;
   const int32_t* pages;  // the stream's page list
   TurboQuantSlotLayout layout;
 
-  const uint8_t* slot(int32_t j) const {
-    return static_cast<const uint8_t*>(view->kv_base) +
-           static_cast<size_t>(pages[j / view->page_size]) * view->page_bytes +
-           static_cast<size_t>(j % view->page_size) * layout.slot_bytes();
-  }
+  const uint8_t* slot(int32_t j) const { return slot_of(*view, pages, j, layout.slot_bytes()); }
   const float* key(int32_t j, float* local) const {
     const QuantizedKvView& qv = view->quantized;
     if (qv.bits == 8) {
@@ -45,18 +47,15 @@ struct TurboQuantRows {
   }
 };
 
-// The paper's store, read through a view `head_dim` wide of a store head_dim / 2 wide.
+// The paper's store, read by the tiles of a view twice the head's width (the codec's attention domain): keys are
+// read_key's 2 * head_dim values, values read_value's head_dim values and head_dim zeros.
 struct TurboQuantProdRows {
   static constexpr bool kInPlace = false;
-  const AttentionView* view;
-  const int32_t* pages;
+  const AttentionView* view;  // the wide view
+  const int32_t* pages;       // the stream's page list
   const TurboQuantProdKvCodec* codec;
 
-  const uint8_t* slot(int32_t j) const {
-    return static_cast<const uint8_t*>(view->kv_base) +
-           static_cast<size_t>(pages[j / view->page_size]) * view->page_bytes +
-           static_cast<size_t>(j % view->page_size) * codec->layout().slot_bytes();
-  }
+  const uint8_t* slot(int32_t j) const { return slot_of(*view, pages, j, codec->layout().slot_bytes()); }
   const float* key(int32_t j, float* local) const {
     codec->read_key(slot(j), local);
     return local;
