@@ -189,7 +189,7 @@ Result<Plan> plan_rows(const EvalOptions& o) {
   return plan;
 }
 
-// The method and, unless it is the explicit store, the store it runs over: "snapkv (kivi2)".
+// The method and, unless it is the explicit store, the store it runs over: "METHOD (kivi2)".
 std::string method_label(const Row& row) {
   return row.store == KvStoreKind::kExplicit ? row.method
                                              : fmt::format("{} ({})", row.method, kv_store_kind_name(row.store));
@@ -517,7 +517,7 @@ std::string render_report(const EvalOptions& o, const std::vector<ModelReport>& 
       "*KV held*: the KV bytes the sequence holds after the run over what vanilla holds. Tasks: correct / asked with "
       "the 95% Wilson interval; vanilla's row is the ceiling. The budget is a fraction of each prompt (the "
       "context for long text, the whole prompt for tasks), set through the method's budget key. A row over a KV "
-      "store other than the explicit one (`--kv-cache-dtype`) names it after the method, e.g. `snapkv (kivi2)`; "
+      "store other than the explicit one (`--kv-cache-dtype`) names it after the method, as `METHOD (kivi2)`; "
       "the reference is always vanilla over explicit pages. Seconds: the mean time of one cell on this machine.\n";
   if (!left_out.empty()) {
     md += "\nLeft out (the method cannot keep its KV in the store):\n\n";
