@@ -16,6 +16,7 @@
 #include "backend/ops.h"
 #include "backend/quant/turboquant_kv.h"
 #include "backend/quant/turboquant_prod_kv.h"
+#include "kv/turboquant_channel_table.h"
 #include "sparse/paged_cache_manager.h"
 
 namespace se {
@@ -168,6 +169,30 @@ TEST(TurboQuantKvStoreTest, WritesCodecSlotsAndAttendsOverThem) {
     EXPECT_TRUE(cache.check_integrity().is_ok());
     EXPECT_EQ(cache.num_free_pages(), cache.num_total_pages());
   }
+}
+
+// A layer's outlier split: the identity order until a batch with rows fixes it, then that batch's, whatever comes
+// after; keys and values apart, each KV head its own.
+TEST(TurboQuantKvStoreTest, ChannelSplitIsFixedByTheLayersFirstBatchWithRows) {
+  TurboQuantChannelTable table(2, kHeads, kDim);
+  std::mt19937 rng(8);
+  const Tensor none = random_rows(rng, 0);
+  table.calibrate(0, none.view(), none.view());
+  EXPECT_FALSE(table.calibrated(0));
+  for (int32_t c = 0; c < kDim; ++c) EXPECT_EQ(table.key_orders(0)[c], c);
+  const Tensor k = random_rows(rng, 5), v = random_rows(rng, 5);
+  table.calibrate(0, k.view(), v.view());
+  ASSERT_TRUE(table.calibrated(0));
+  EXPECT_FALSE(table.calibrated(1));
+  const Tensor later_k = random_rows(rng, 3), later_v = random_rows(rng, 3);
+  ASSERT_NE(first_batch_order(later_k, 0), first_batch_order(k, 0));  // a later batch would choose otherwise
+  table.calibrate(0, later_k.view(), later_v.view());
+  for (int h = 0; h < kHeads; ++h) {
+    const std::vector<int32_t> key_order = first_batch_order(k, h), value_order = first_batch_order(v, h);
+    EXPECT_TRUE(std::equal(key_order.begin(), key_order.end(), table.key_orders(0) + h * kDim)) << h;
+    EXPECT_TRUE(std::equal(value_order.begin(), value_order.end(), table.value_orders(0) + h * kDim)) << h;
+  }
+  EXPECT_FALSE(std::equal(table.key_orders(0), table.key_orders(0) + kDim, table.key_orders(0) + kDim));
 }
 
 TEST(TurboQuantKvStoreTest, RefusesToMoveSlotsAndKeepsTheSequence) {
