@@ -25,6 +25,8 @@
 
 namespace se {
 
+class TurboQuantProdKvCodec;  // backend/quant/turboquant_prod_kv.h
+
 enum class SelectionUnit : uint8_t { kToken, kPage };
 
 // What the pages hold. Dense, selection and eviction methods keep explicit K/V. The quantization family keeps
@@ -88,7 +90,9 @@ struct SeqKvView {
 // a key record then a value record (backend/quant/turboquant_kv.h); kv_dtype is kU8. `bits` is the key bits (8:
 // e4m3 keys), `value_bits` the value bits; MSE keys are read in the rotated domain through `rotation` (Pi,
 // [head_dim, head_dim] row-major) and `centroids`. Page lists, token counts, causality and selection are those of
-// explicit pages.
+// explicit pages. The paper's store (turboquant_2.5|3.5) sets `turboquant_prod` instead: its slots are that codec's
+// (backend/quant/turboquant_prod_kv.h), read with each KV head's channel orders `key_orders` and `value_orders`
+// ([num_kv_heads][head_dim]); `bits` and `value_bits` are then its b.
 enum class KvQuantScheme : uint8_t { kFp8E4M3, kKivi, kTurboQuant };
 
 struct KiviSeqView {
@@ -112,6 +116,9 @@ struct QuantizedKvView {
   bool norm_correction = false;            // kTurboQuant
   const float* rotation = nullptr;         // kTurboQuant, MSE keys: [head_dim, head_dim]
   const float* centroids = nullptr;        // kTurboQuant, MSE keys: [2^bits]
+  const TurboQuantProdKvCodec* turboquant_prod = nullptr;  // kTurboQuant, the paper's store
+  const int32_t* key_orders = nullptr;                     // kTurboQuant, the paper's store
+  const int32_t* value_orders = nullptr;                   // kTurboQuant, the paper's store
 };
 
 // kLowRankLatent (a low-rank projection of K/V): the keys and values of each group of `group_heads` consecutive KV

@@ -10,6 +10,7 @@
 #include "backend/op_dispatch.h"
 #include "backend/quant/quantized_kv_layout.h"
 #include "backend/quant/turboquant_kv.h"
+#include "backend/quant/turboquant_prod_kv.h"
 #include "base/check.h"
 #include "base/top_k.h"
 
@@ -490,9 +491,20 @@ void check_kivi_view(const AttentionView& view) {
   }
 }
 
-// A TurboQuant view: its slots fill its pages, and MSE keys come with their rotation and codebook.
+// A TurboQuant view: its slots fill its pages, and MSE keys come with their rotation and codebook (the paper's
+// store: its codec and channel orders).
 void check_turboquant_view(const AttentionView& view, std::string_view op) {
   const QuantizedKvView& qv = view.quantized;
+  if (qv.turboquant_prod != nullptr) {
+    const TurboQuantProdKvCodec& codec = *qv.turboquant_prod;
+    SE_CHECK(codec.head_dim() == view.head_dim && qv.key_orders != nullptr && qv.value_orders != nullptr,
+             "{}: a codec of head_dim {} for head_dim {}, or no channel orders", op, codec.head_dim(), view.head_dim);
+    SE_CHECK(view.kv_dtype == DType::kU8 &&
+                 view.page_bytes == static_cast<size_t>(view.page_size) * codec.layout().slot_bytes(),
+             "{}: pages of {} bytes ({}) for {} slots of {} bytes", op, view.page_bytes, dtype_name(view.kv_dtype),
+             view.page_size, codec.layout().slot_bytes());
+    return;
+  }
   SE_CHECK((qv.bits >= 2 && qv.bits <= 4) || qv.bits == 8, "{}: key bits {} (2..4, or 8 for e4m3)", op, qv.bits);
   SE_CHECK(qv.value_bits >= 2 && qv.value_bits <= 8, "{}: value bits {} (2..8)", op, qv.value_bits);
   const TurboQuantSlotLayout slot =

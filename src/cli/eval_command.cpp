@@ -6,8 +6,9 @@
 //    vanilla's on the same tokens (top-1 agreement and KL(vanilla || method)), with a t interval over windows;
 //  * RULER-style tasks (eval_ruler.h) at several prompt lengths and needle depths, and the passkey, answered
 //    greedily and scored exactly, with Wilson intervals; vanilla's own row is the ceiling.
-// Every finished (model, method, budget, task, length, sample) cell is appended to --results (eval_results.h),
-// so a rerun with the same configuration skips it and a stopped sweep keeps its cells.
+// Each method runs over each KV store of --kv-cache-dtype it can keep its KV in (default: the explicit store), its
+// rows labelled with the store. Every finished (model, method, budget, store, task, length, sample) cell is appended
+// to --results (eval_results.h), so a rerun with the same configuration skips it and a stopped sweep keeps its cells.
 // Budgets are fractions of each prompt, turned into each method's own key by eval_budget.h. The model is driven
 // through TeacherForcedSequence (the method's cache under a SparseController, no engine thread), so teacher
 // forcing is exact.
@@ -52,6 +53,7 @@ struct EvalOptions {
   Device device = Device::kCpu;
   std::vector<std::string> methods;  // empty: every registered method
   std::vector<double> budgets = {0.125, 0.25, 0.5};
+  std::vector<std::string> kv_cache_dtypes = {"auto"};  // the KV stores each method runs over
   int context = 4096;
   int continuation = 256;
   std::vector<std::string> texts;  // empty: default_text_paths()
@@ -78,9 +80,10 @@ struct EvalOptions {
   std::string output;
 };
 
-// One table row: a method at one budget (or at its defaults).
+// One table row: a method at one budget (or at its defaults), over one KV store.
 struct Row {
   std::string method;
+  KvStoreKind store = KvStoreKind::kExplicit;
   nlohmann::json base_config = nlohmann::json::object();  // from --method-config
   std::optional<BudgetKey> key;
   double fraction = 1.0;  // of each prompt; meaningful with `key`
@@ -114,9 +117,16 @@ std::string command_line() {
   return out;
 }
 
-// The rows in registry order, each method's --method-config merged in; every configuration is built once here
-// so a bad one fails before any model loads.
-Result<std::vector<Row>> plan_rows(const EvalOptions& o) {
+// The rows, and the (method, store) pairs left out because the method cannot keep its KV in the store (each with
+// the reason).
+struct Plan {
+  std::vector<Row> rows;
+  std::vector<std::string> left_out;
+};
+
+// The rows in registry order, each method's --method-config merged in, per method every store in --kv-cache-dtype
+// order and then every budget; every configuration is built once here so a bad one fails before any model loads.
+Result<Plan> plan_rows(const EvalOptions& o) {
   std::vector<BudgetKey> overrides;
   for (const std::string& spec : o.budget_keys) {
     SE_ASSIGN_OR_RETURN(BudgetKey key, parse_budget_key(spec));
@@ -140,8 +150,15 @@ Result<std::vector<Row>> plan_rows(const EvalOptions& o) {
       return invalid_argument("--method-config names '{}', which --methods does not evaluate", name);
   for (double fraction : o.budgets)
     if (!(fraction > 0.0 && fraction <= 1.0)) return invalid_argument("--budgets: {} is not in (0, 1]", fraction);
+  std::vector<KvStoreKind> stores;
+  for (const std::string& text : o.kv_cache_dtypes) {
+    SE_ASSIGN_OR_RETURN(KvStoreKind store, parse_kv_cache_dtype(text));
+    if (std::find(stores.begin(), stores.end(), store) != stores.end())
+      return invalid_argument("--kv-cache-dtype names the {} store twice", kv_store_kind_name(store));
+    stores.push_back(store);
+  }
 
-  std::vector<Row> rows;
+  Plan plan;
   for (const std::string& name : names) {
     Row base;
     base.method = name;
@@ -151,22 +168,36 @@ Result<std::vector<Row>> plan_rows(const EvalOptions& o) {
     if (base.key && base.base_config.contains(base.key->key))
       return invalid_argument("--method-config for '{}' sets its budget key '{}', which --budgets sets", name,
                               base.key->key);
-    if (!base.key) {
-      rows.push_back(base);
-      continue;
-    }
-    for (double fraction : o.budgets) {
-      Row row = base;
-      row.fraction = fraction;
-      SE_RETURN_IF_ERROR(create_method(name, row.config_for(o.context)).status());
-      rows.push_back(std::move(row));
+    for (KvStoreKind store : stores) {
+      if (Status fits = check_kv_store_supports(store, o.device, method->traits(), name); !fits.is_ok()) {
+        plan.left_out.push_back(fits.message());
+        continue;
+      }
+      base.store = store;
+      if (!base.key) {
+        plan.rows.push_back(base);
+        continue;
+      }
+      for (double fraction : o.budgets) {
+        Row row = base;
+        row.fraction = fraction;
+        SE_RETURN_IF_ERROR(create_method(name, row.config_for(o.context)).status());
+        plan.rows.push_back(std::move(row));
+      }
     }
   }
-  return rows;
+  if (plan.rows.empty()) return invalid_argument("no method runs over the stores asked for");
+  return plan;
+}
+
+// The method and, unless it is the explicit store, the store it runs over: "METHOD (kivi2)".
+std::string method_label(const Row& row) {
+  return row.store == KvStoreKind::kExplicit ? row.method
+                                             : fmt::format("{} ({})", row.method, kv_store_kind_name(row.store));
 }
 
 std::string row_label(const Row& row) {
-  return row.key ? fmt::format("{} {}", row.method, percent(row.fraction)) : row.method;
+  return row.key ? fmt::format("{} {}", method_label(row), percent(row.fraction)) : method_label(row);
 }
 
 // What every run on one model shares.
@@ -177,10 +208,11 @@ struct ModelContext {
   std::string title;
 
   Result<std::unique_ptr<TeacherForcedSequence>> start(const std::string& method, nlohmann::json config,
-                                                       int32_t max_tokens) const {
-    return TeacherForcedSequence::create(
-        *bundle.model,
-        TeacherForcingOptions{method, std::move(config), o.page_size, o.prefill_chunk, max_tokens, environment});
+                                                       int32_t max_tokens,
+                                                       KvStoreKind store = KvStoreKind::kExplicit) const {
+    TeacherForcingOptions options{method, std::move(config), o.page_size, o.prefill_chunk, max_tokens, environment};
+    options.store = store;
+    return TeacherForcedSequence::create(*bundle.model, options);
   }
 
   // The identity of one cell of the results file: everything its result depends on.
@@ -191,8 +223,13 @@ struct ModelContext {
     settings["prefill_chunk"] = o.prefill_chunk;
     // A GPU's bf16 results are not the CPU's; a CPU cell keeps the key results files have always had.
     if (o.device != Device::kCpu) settings["device"] = device_name(o.device);
-    return {{"model", title},      {"method", row.method}, {"budget", row.key ? row.fraction : 1.0},
-            {"task", task},        {"context", length},    {"sample", sample},
+    return {{"model", title},
+            {"method", row.method},
+            {"budget", row.key ? row.fraction : 1.0},
+            {"kv_cache_dtype", kv_store_kind_name(row.store)},
+            {"task", task},
+            {"context", length},
+            {"sample", sample},
             {"settings", settings}};
   }
 };
@@ -216,7 +253,8 @@ Result<std::vector<std::vector<float>>> reference_steps(const ModelContext& ctx,
 Result<nlohmann::json> score_window(const ModelContext& ctx, const TextWindow& window,
                                     const std::vector<std::vector<float>>& reference, const Row& row) {
   const auto ids = std::span<const int32_t>(window.ids);
-  SE_ASSIGN_OR_RETURN(auto run, ctx.start(row.method, row.config_for(ctx.o.context), static_cast<int32_t>(ids.size())));
+  SE_ASSIGN_OR_RETURN(
+      auto run, ctx.start(row.method, row.config_for(ctx.o.context), static_cast<int32_t>(ids.size()), row.store));
   SE_RETURN_IF_ERROR(run->prefill(ids.first(static_cast<size_t>(ctx.o.context))).status());
   int64_t agree = 0;
   double kl = 0.0;
@@ -237,7 +275,7 @@ Result<nlohmann::json> score_window(const ModelContext& ctx, const TextWindow& w
 Result<std::string> greedy_answer(const ModelContext& ctx, const std::vector<int32_t>& prompt, int num_answer,
                                   const Row& row) {
   const int32_t num_prompt = static_cast<int32_t>(prompt.size());
-  SE_ASSIGN_OR_RETURN(auto run, ctx.start(row.method, row.config_for(num_prompt), num_prompt + num_answer));
+  SE_ASSIGN_OR_RETURN(auto run, ctx.start(row.method, row.config_for(num_prompt), num_prompt + num_answer, row.store));
   SE_ASSIGN_OR_RETURN(Tensor logits, run->prefill(prompt));
   std::vector<int32_t> output;
   for (int i = 0; i < num_answer; ++i) {
@@ -503,7 +541,8 @@ std::string interval_text(Interval i, bool as_percent) {
   return fmt::format("{:.4f} [{:.4f}, {:.4f}]", i.estimate, i.low, i.high);
 }
 
-std::string render_report(const EvalOptions& o, const std::vector<ModelReport>& reports, double seconds) {
+std::string render_report(const EvalOptions& o, const std::vector<ModelReport>& reports,
+                          const std::vector<std::string>& left_out, double seconds) {
   std::string md;
   md += "# Sparse methods against vanilla: next-token agreement, KL and long-context tasks\n\n";
   md += fmt::format("Produced by `sparse-engine eval` in {:.0f} s:\n\n```sh\n{}\n```\n\n", seconds, command_line());
@@ -515,8 +554,13 @@ std::string render_report(const EvalOptions& o, const std::vector<ModelReport>& 
       "KL(vanilla || method) in nats, averaged over steps, then windows. Brackets: 95% t interval over windows. "
       "*KV held*: the KV bytes the sequence holds after the run over what vanilla holds. Tasks: correct / asked with "
       "the 95% Wilson interval; vanilla's row is the ceiling. The budget is a fraction of each prompt (the "
-      "context for long text, the whole prompt for tasks), set through the method's budget key. Seconds: the "
-      "mean time of one cell on this machine.\n";
+      "context for long text, the whole prompt for tasks), set through the method's budget key. A row over a KV "
+      "store other than the explicit one (`--kv-cache-dtype`) names it after the method, as `METHOD (kivi2)`; "
+      "the reference is always vanilla over explicit pages. Seconds: the mean time of one cell on this machine.\n";
+  if (!left_out.empty()) {
+    md += "\nLeft out (the method cannot keep its KV in the store):\n\n";
+    for (const std::string& reason : left_out) md += "* " + reason + "\n";
+  }
   for (const ModelReport& report : reports) {
     md += fmt::format("\n## {}\n\n{}\n", report.title, report.setup);
     md += "\n| method | budget | config (long text) | top-1 agreement | mean KL | KV held | windows | s/window |\n"
@@ -525,7 +569,7 @@ std::string render_report(const EvalOptions& o, const std::vector<ModelReport>& 
       const Row& row = report.rows[r];
       const WindowScores& t = report.text[r];
       const nlohmann::json config = row.config_for(o.context);
-      md += fmt::format("| {} | {} | {} |", row.method, row.key ? percent(row.fraction) : "—",
+      md += fmt::format("| {} | {} | {} |", method_label(row), row.key ? percent(row.fraction) : "—",
                         config.empty() ? "defaults" : "`" + config.dump() + "`");
       if (!report.errors[r].empty()) {
         md += fmt::format(" error: {} | | | | |\n", report.errors[r]);
@@ -547,7 +591,7 @@ std::string render_report(const EvalOptions& o, const std::vector<ModelReport>& 
     md += "\n";
     for (size_t r = 0; r < report.rows.size(); ++r) {
       const Row& row = report.rows[r];
-      md += fmt::format("| {} | {} |", row.method, row.key ? percent(row.fraction) : "—");
+      md += fmt::format("| {} | {} |", method_label(row), row.key ? percent(row.fraction) : "—");
       for (const auto& column : report.task_columns) {
         auto it = report.tasks[r].find(column);
         if (it == report.tasks[r].end() || it->second.total == 0) {
@@ -588,19 +632,20 @@ int run_eval(const EvalOptions& o) {
   if (o.task_depths.empty()) return report_usage_error(invalid_argument("--task-depths is empty"));
   for (const std::string& task : o.tasks)
     if (auto parsed = parse_ruler_task(task); !parsed.is_ok()) return report_usage_error(parsed.status());
-  auto rows = plan_rows(o);
-  if (!rows.is_ok()) return report_usage_error(rows.status());
+  auto plan = plan_rows(o);
+  if (!plan.is_ok()) return report_usage_error(plan.status());
+  for (const std::string& reason : plan->left_out) std::fprintf(stderr, "left out: %s\n", reason.c_str());
   auto results = ResultsFile::open(o.results);
   if (!results.is_ok()) return report_usage_error(results.status());
   const Clock::time_point start = Clock::now();
   std::vector<ModelReport> reports;
   for (const std::string& model : o.models) {
-    auto report = evaluate_model(o, model, *rows, *results);
+    auto report = evaluate_model(o, model, plan->rows, *results);
     if (!report.is_ok()) return report_error(report.status());
     reports.push_back(std::move(*report));
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  const std::string md = render_report(o, reports, seconds);
+  const std::string md = render_report(o, reports, plan->left_out, seconds);
   std::fwrite(md.data(), 1, md.size(), stdout);
   if (!o.output.empty()) {
     std::ofstream out(o.output, std::ios::binary);
@@ -626,6 +671,12 @@ void add_eval_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--methods", o->methods, "methods, comma-separated (default: every registered method)")
       ->delimiter(',');
   cmd->add_option("--budgets", o->budgets, "budgets as fractions of each prompt, comma-separated")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--kv-cache-dtype", o->kv_cache_dtypes,
+                  "KV stores each method runs over, comma-separated (auto, fp8, kivi2, kivi4, turboquant_*; "
+                  "a method that cannot keep its KV in a store is left out of it, with the reason); KIVI "
+                  "with its default group 32 and window 128")
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--context", o->context, "long text: prompt tokens prefilled through the method")

@@ -18,7 +18,9 @@ Result<ResultsFile> ResultsFile::open(const std::string& path) {
       if (record.is_discarded() || !record.is_object() || !record.contains("cell") || !record.contains("result") ||
           !record["cell"].is_object())
         return invalid_argument("--results '{}': line {} is not a cell record", path, number);
-      file.results_[record["cell"].dump()] = {record["cell"], record["result"]};
+      nlohmann::json& cell = record["cell"];
+      if (!cell.contains("kv_cache_dtype")) cell["kv_cache_dtype"] = "auto";  // from before stores were evaluated
+      file.results_[cell.dump()] = {cell, record["result"]};
     }
   }
   file.out_ = std::make_unique<std::ofstream>(path, std::ios::app);

@@ -1,8 +1,9 @@
 // ResultsFile: the resumable results of `sparse-engine eval`, one JSON line per finished cell. A cell is one
-// (model, method, budget, task, context length, sample) under one configuration (method config, task
+// (model, method, budget, KV store, task, context length, sample) under one configuration (method config, task
 // parameters); its line holds {"cell": {...}, "result": {...}}. A rerun opens the same file, skips every cell
 // whose exact cell object (configuration included) is already there, and appends the rest, so a stopped sweep
-// keeps its finished cells and a changed configuration is run afresh. Lines are flushed one by one. Not
+// keeps its finished cells and a changed configuration is run afresh. A cell written before cells named their
+// store (no "kv_cache_dtype") reads as the explicit store's, "auto". Lines are flushed one by one. Not
 // thread-safe.
 #pragma once
 

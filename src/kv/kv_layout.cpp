@@ -43,6 +43,11 @@ Status KvLayout::validate() const {
       return invalid_argument("kv layout: the KIVI value group size {} does not divide head_dim {}",
                               kivi_value_group_size, head_dim);
   }
+  if (turboquant() && turboquant_format(store).outlier_split && (head_dim < 4 || head_dim % 2 != 0))
+    return invalid_argument(
+        "kv layout: the {} store splits each head's channels in halves; head_dim {} is not even "
+        "and at least 4",
+        kv_store_kind_name(store), head_dim);
   const int64_t num_streams = static_cast<int64_t>(num_layers) * num_kv_heads;
   if (num_streams > std::numeric_limits<int32_t>::max()) {
     return invalid_argument("kv layout: {} layers x {} KV heads overflow int32", num_layers,

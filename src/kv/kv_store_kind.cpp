@@ -11,7 +11,7 @@ Result<KvStoreKind> parse_kv_cache_dtype(std::string_view text) {
     if (text == kv_store_kind_name(store)) return store;
   return invalid_argument(
       "--kv-cache-dtype must be auto, fp8, fp8_e4m3, kivi2, kivi4, turboquant_k8v4, turboquant_4bit_nc, "
-      "turboquant_k3v4_nc or turboquant_3bit_nc, got '{}'",
+      "turboquant_k3v4_nc, turboquant_3bit_nc, turboquant_2.5 or turboquant_3.5, got '{}'",
       text);
 }
 
@@ -37,6 +37,10 @@ std::string_view kv_store_kind_name(KvStoreKind store) {
       return "turboquant_k3v4_nc";
     case KvStoreKind::kTurboQuant3BitNc:
       return "turboquant_3bit_nc";
+    case KvStoreKind::kTurboQuantProd25:
+      return "turboquant_2.5";
+    case KvStoreKind::kTurboQuantProd35:
+      return "turboquant_3.5";
   }
   return "?";
 }
@@ -48,7 +52,8 @@ int32_t kivi_bits(KvStoreKind store) {
 
 bool is_turboquant(KvStoreKind store) {
   return store == KvStoreKind::kTurboQuantK8V4 || store == KvStoreKind::kTurboQuant4BitNc ||
-         store == KvStoreKind::kTurboQuantK3V4Nc || store == KvStoreKind::kTurboQuant3BitNc;
+         store == KvStoreKind::kTurboQuantK3V4Nc || store == KvStoreKind::kTurboQuant3BitNc ||
+         store == KvStoreKind::kTurboQuantProd25 || store == KvStoreKind::kTurboQuantProd35;
 }
 
 TurboQuantKvFormat turboquant_format(KvStoreKind store) {
@@ -61,6 +66,10 @@ TurboQuantKvFormat turboquant_format(KvStoreKind store) {
       return {3, 4, true};
     case KvStoreKind::kTurboQuant3BitNc:
       return {3, 3, true};
+    case KvStoreKind::kTurboQuantProd25:
+      return {2, 2, false, true};
+    case KvStoreKind::kTurboQuantProd35:
+      return {3, 3, false, true};
     default:
       SE_CHECK(false, "{} is not a TurboQuant store", kv_store_kind_name(store));
   }

@@ -46,9 +46,11 @@ Status check_kv_store_supports(KvStoreKind store, Device device, const MethodTra
   if (kivi_bits(store) != 0 && !traits.ops.empty()) {
     if (traits.prefill_policy != PrefillPolicy::kCompressAfter)
       return invalid_argument(
-          "--kv-cache-dtype {} cannot run sparse method '{}': it evicts or selects as decode runs, and KIVI quantizes "
-          "tokens into groups as its residual window slides (only methods without ops of their own and compress-after "
-          "methods, which compress the prompt before it is quantized, run over it)",
+          "--kv-cache-dtype {} cannot run sparse method '{}': it evicts or selects single tokens as decode runs, and "
+          "KIVI quantizes keys per channel over groups of tokens sharing one scale and minimum as its residual window "
+          "slides, so a token inside a quantized group can be neither dropped nor read alone (only methods without "
+          "ops of their own and compress-after methods, which compress the prompt before it is quantized, run over "
+          "it)",
           store_name, name);
     if (const std::optional<OpId> op = op_reading_explicit_pages(traits))
       return invalid_argument(

@@ -54,7 +54,14 @@ PagedCacheManager::PagedCacheManager(const KvLayout& layout, std::unique_ptr<Pag
       host_pool_(host_storage ? std::make_unique<BlockPool>(std::move(host_storage)) : nullptr) {
   if (enable_prefix_caching) radix_ = std::make_unique<RadixCache>(&pool_, layout, host_pool_.get());
   if (layout.store == KvStoreKind::kFp8E4M3) fp8_scales_.emplace(layout.num_layers, layout.num_kv_heads);
-  if (layout.turboquant()) turboquant_.emplace(layout.head_dim, turboquant_format(layout.store));
+  if (!layout.turboquant()) return;
+  const TurboQuantKvFormat format = turboquant_format(layout.store);
+  if (!format.outlier_split) {
+    turboquant_.emplace(layout.head_dim, format);
+    return;
+  }
+  turboquant_prod_.emplace(layout.head_dim, format.key_bits);
+  turboquant_channels_.emplace(layout.num_layers, layout.num_kv_heads, layout.head_dim);
 }
 
 namespace {
@@ -236,19 +243,27 @@ AttentionView PagedCacheManager::make_view(int layer, const std::vector<SeqKvVie
       view.quantized.centroids = turboquant_->centroids().data();
     }
   }
+  if (turboquant_prod_) {
+    view.payload = KvPayload::kQuantized;
+    view.quantized.scheme = KvQuantScheme::kTurboQuant;
+    view.quantized.bits = view.quantized.value_bits = turboquant_prod_->bits();
+    view.quantized.turboquant_prod = &*turboquant_prod_;
+    view.quantized.key_orders = turboquant_channels_->key_orders(layer);
+    view.quantized.value_orders = turboquant_channels_->value_orders(layer);
+  }
   if (l.shared_latent()) view.payload = KvPayload::kSharedLatent;
   if (l.low_rank_latent()) view.payload = KvPayload::kLowRankLatent;  // the method's factors fill view.latent
   return view;
 }
 
-void PagedCacheManager::write_turboquant(const AttentionView& view, TensorView k, TensorView v) const {
+void PagedCacheManager::write_turboquant(int layer, const AttentionView& view, TensorView k, TensorView v) const {
   const int32_t dim = view.head_dim, heads = view.num_kv_heads;
   SE_CHECK(k.device == Device::kCpu && v.device == Device::kCpu && k.dtype == DType::kF32 && v.dtype == DType::kF32,
            "turboquant cache: writes f32 rows on the CPU");
   SE_CHECK(k.numel() == int64_t{view.q_indptr[view.num_seqs]} * heads * dim && v.numel() == k.numel(),
            "turboquant cache: k {} and v {} for {} rows of {} KV heads x {}", k.shape.to_string(), v.shape.to_string(),
            view.q_indptr[view.num_seqs], heads, dim);
-  const size_t slot_bytes = turboquant_->layout().slot_bytes();
+  const size_t slot_bytes = turboquant_ ? turboquant_->layout().slot_bytes() : turboquant_prod_->layout().slot_bytes();
   for (int32_t s = 0; s < view.num_seqs; ++s) {
     const int32_t n = view.q_indptr[s + 1] - view.q_indptr[s];
 #pragma omp parallel for schedule(static)
@@ -259,24 +274,33 @@ void PagedCacheManager::write_turboquant(const AttentionView& view, TensorView k
         // The sequence's new tokens are the last n slots of the stream.
         const int32_t slot = len - n + r;
         const int64_t source = (int64_t{view.q_indptr[s] + r} * heads + h) * dim;
-        turboquant_->encode(k.ptr<const float>() + source, v.ptr<const float>() + source,
-                            static_cast<uint8_t*>(view.kv_base) +
-                                static_cast<size_t>(pages[slot / view.page_size]) * view.page_bytes +
-                                static_cast<size_t>(slot % view.page_size) * slot_bytes);
+        const float *k_row = k.ptr<const float>() + source, *v_row = v.ptr<const float>() + source;
+        uint8_t* to = static_cast<uint8_t*>(view.kv_base) +
+                      static_cast<size_t>(pages[slot / view.page_size]) * view.page_bytes +
+                      static_cast<size_t>(slot % view.page_size) * slot_bytes;
+        if (turboquant_) {
+          turboquant_->encode(k_row, v_row, to);
+        } else {
+          turboquant_prod_->encode(k_row, v_row, turboquant_channels_->key_orders(layer) + int64_t{h} * dim,
+                                   turboquant_channels_->value_orders(layer) + int64_t{h} * dim, to);
+        }
       }
     }
   }
 }
 
 Status PagedCacheManager::check_rows_movable(std::string_view what) const {
-  if (!turboquant_) return Status::ok();
+  if (!layout().turboquant()) return Status::ok();
   return unimplemented("{}: the {} KV store keeps token slots that compact_kv and move_kv_rows do not move yet", what,
                        kv_store_kind_name(layout().store));
 }
 
 void PagedCacheManager::write(int layer, const AttentionView& view, TensorView k, TensorView v) {
-  if (turboquant_) {
-    write_turboquant(view, k, v);
+  // The split is fixed by the layer's first batch, before its rows are encoded; the view reads it through its
+  // pointers.
+  if (turboquant_channels_) turboquant_channels_->calibrate(layer, k, v);
+  if (layout().turboquant()) {
+    write_turboquant(layer, view, k, v);
     return;
   }
   // The scales are read through the view's pointers, so fixing them here reaches the view already built.

@@ -4,7 +4,9 @@
 // streams in place (evict). The layout's store kind (kv/kv_store_kind.h) says what the pages hold: explicit K/V,
 // or FP8 codes with per-(layer, KV head) scales fixed by the first batch each layer writes (kv/fp8_scale_table.h);
 // the views are then kQuantized and eviction and the prefix caches move the codes as they are. A TurboQuant store
-// encodes each written token into its slot (backend/quant/turboquant_kv.h); its tokens are coded on their own, so
+// encodes each written token into its slot (backend/quant/turboquant_kv.h; the paper's store turboquant_prod_kv.h,
+// with each layer's outlier channels fixed by its first batch, kv/turboquant_channel_table.h); its tokens are coded
+// on their own, so
 // the radix cache shares its pages as they are, while eviction and pruning, which move rows of the explicit
 // layout, refuse it. An optional host tier (a second pool of the same pages in host memory: pinned beside a GPU)
 // takes snapshots' pages when they are offloaded (kv/page_table_transfer.h copies them; restore brings them back)
@@ -19,8 +21,10 @@
 #include "backend/attention_view.h"
 #include "backend/ops.h"
 #include "backend/quant/turboquant_kv.h"
+#include "backend/quant/turboquant_prod_kv.h"
 #include "kv/block_pool.h"
 #include "kv/fp8_scale_table.h"
+#include "kv/turboquant_channel_table.h"
 #include "kv/page_table.h"
 #include "kv/radix_cache.h"
 #include "kv/slot_positions.h"
@@ -100,8 +104,8 @@ class PagedCacheManager final : public CacheManager {
   // `seq_views` and `q_indptr`.
   AttentionView make_view(int layer, const std::vector<SeqKvView>& seq_views,
                           const std::vector<int32_t>& q_indptr) const;
-  // Encodes the view's new tokens (the last n slots of each stream) into their TurboQuant slots.
-  void write_turboquant(const AttentionView& view, TensorView k, TensorView v) const;
+  // Encodes the view's new tokens (the last n slots of each stream) of layer `layer` into their TurboQuant slots.
+  void write_turboquant(int layer, const AttentionView& view, TensorView k, TensorView v) const;
   // kUnimplemented naming `what` when the store is TurboQuant (its slots are not rows of the explicit layout).
   Status check_rows_movable(std::string_view what) const;
 
@@ -109,7 +113,9 @@ class PagedCacheManager final : public CacheManager {
   std::unique_ptr<BlockPool> host_pool_;  // the host tier; null without one
   std::unique_ptr<RadixCache> radix_;  // null when prefix caching is off
   std::optional<Fp8ScaleTable> fp8_scales_;      // the FP8 store's scales; empty for explicit pages
-  std::optional<TurboQuantKvCodec> turboquant_;  // the TurboQuant store's codec
+  std::optional<TurboQuantKvCodec> turboquant_;  // a TurboQuant preset's codec
+  std::optional<TurboQuantProdKvCodec> turboquant_prod_;       // the paper's TurboQuant store's codec
+  std::optional<TurboQuantChannelTable> turboquant_channels_;  // and its outlier channels
   std::unordered_map<int32_t, Sequence> sequences_;
   std::vector<int32_t> q_indptr_;      // scratch of build_view
   std::vector<SeqKvView> seq_views_;   // scratch of build_view

@@ -9,9 +9,9 @@
 namespace se::cli {
 namespace {
 
-nlohmann::json cell(int sample, double budget = 0.25) {
-  return {{"model", "m"},     {"method", "snapkv"},    {"budget", budget},
-          {"task", "niah_single"}, {"context", 4096}, {"sample", sample}, {"config", {{"depth", 0.5}}}};
+nlohmann::json cell(int sample, double budget = 0.25, const std::string& store = "auto") {
+  return {{"model", "m"},          {"method", "snapkv"}, {"budget", budget}, {"kv_cache_dtype", store},
+          {"task", "niah_single"}, {"context", 4096},    {"sample", sample}, {"config", {{"depth", 0.5}}}};
 }
 
 TEST(EvalResultsTest, ReopenSkipsFinishedCells) {
@@ -36,6 +36,23 @@ TEST(EvalResultsTest, ReopenSkipsFinishedCells) {
   auto again = ResultsFile::open(path);
   ASSERT_TRUE(again.is_ok());
   EXPECT_EQ(again->records().size(), 3u);
+}
+
+// A file from before cells named their KV store: its cells are the explicit store's, and a store's cell is new.
+TEST(EvalResultsTest, CellsWithoutAStoreReadAsTheExplicitStore) {
+  const std::string path = testing::scratch_path("eval_results_old.jsonl");
+  nlohmann::json old_cell = cell(0);
+  old_cell.erase("kv_cache_dtype");
+  {
+    std::ofstream out(path, std::ios::trunc);
+    out << nlohmann::json{{"cell", old_cell}, {"result", {{"correct", true}}}}.dump() << '\n';
+  }
+  auto file = ResultsFile::open(path);
+  ASSERT_TRUE(file.is_ok()) << file.status().to_string();
+  ASSERT_NE(file->find(cell(0)), nullptr);
+  EXPECT_EQ((*file->find(cell(0)))["correct"], true);
+  EXPECT_EQ(file->find(cell(0, 0.25, "kivi2")), nullptr);
+  EXPECT_TRUE(file->append(cell(0, 0.25, "kivi2"), {{"correct", false}}).is_ok());
 }
 
 TEST(EvalResultsTest, BadLineIsAnError) {

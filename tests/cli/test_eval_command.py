@@ -152,3 +152,33 @@ def test_bad_options_are_usage_errors(tmp_path, extra, message):
     assert r.returncode == 2, r.stderr
     assert message in r.stderr, r.stderr
     assert not (tmp_path / "x.md").exists()
+
+
+def test_rows_per_store_and_the_store_in_each_cell(tmp_path):
+    """--kv-cache-dtype: a row per (method, budget, store) the method can keep its KV in, labelled with the store;
+    a method the store refuses is left out with the reason; every cell names its store."""
+    require_default_model()
+    output, results = tmp_path / "stores.md", tmp_path / "results.jsonl"
+    r = subprocess.run(eval_args(output, "--results", str(results), "--methods", "vanilla,snapkv,quest",
+                                 "--kv-cache-dtype", "auto,kivi2,turboquant_3.5", "--no-passkey"),
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-4000:]
+    markdown = output.read_text()
+    rows = text_rows(markdown)
+    assert set(rows) == {("vanilla", "—"), ("vanilla (kivi2)", "—"), ("vanilla (turboquant_3.5)", "—"),
+                         ("snapkv", "50.0%"), ("snapkv (kivi2)", "50.0%"), ("quest", "50.0%")}, rows
+    for cells in rows.values():
+        assert re.fullmatch(r"\d+\.\d% \[\d+\.\d, \d+\.\d\]", cells[3]), cells
+    assert set(task_rows(markdown)) == set(rows)
+    assert "Left out" in markdown and "snapkv" in markdown.split("Left out")[1] and "quest" in r.stderr
+    stores = {(c["method"], c["kv_cache_dtype"]) for c in (json.loads(line)["cell"]
+                                                          for line in results.read_text().splitlines())}
+    assert stores == {("vanilla", "auto"), ("vanilla", "kivi2"), ("vanilla", "turboquant_3.5"), ("snapkv", "auto"),
+                      ("snapkv", "kivi2"), ("quest", "auto")}
+
+
+def test_an_unknown_store_is_a_usage_error(tmp_path):
+    r = subprocess.run(eval_args(tmp_path / "x.md", "--kv-cache-dtype", "auto,int3"), capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert "--kv-cache-dtype must be auto" in r.stderr, r.stderr

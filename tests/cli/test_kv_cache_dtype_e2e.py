@@ -12,7 +12,8 @@ import pytest
 from server_process import BINARY, ServerProcess
 
 
-TURBOQUANT = ["turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc"]
+TURBOQUANT = ["turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc", "turboquant_2.5",
+              "turboquant_3.5"]
 
 
 def run(*args, timeout=120):
@@ -46,7 +47,8 @@ def test_methods_list_the_stores_each_method_takes():
 
 @pytest.mark.parametrize("flags, message", [
     (["--kv-cache-dtype", "int3"], "--kv-cache-dtype must be auto, fp8, fp8_e4m3, kivi2, kivi4, turboquant_k8v4, "
-                                   "turboquant_4bit_nc, turboquant_k3v4_nc or turboquant_3bit_nc, got 'int3'"),
+                                   "turboquant_4bit_nc, turboquant_k3v4_nc, turboquant_3bit_nc, turboquant_2.5 or "
+                                   "turboquant_3.5, got 'int3'"),
     (["--kv-cache-dtype", "turboquant_4bit_nc", "--sparse-method", "snapkv"], "TurboQuant keeps packed key"),
     (["--kv-cache-dtype", "kivi2", "--sparse-method", "h2o"], "cannot run sparse method 'h2o'"),
     (["--kv-cache-dtype", "kivi4", "--sparse-method", "kvzip"], "its op subset_attention_max_scores reads explicit"),
@@ -113,6 +115,7 @@ def test_chain_resumed_from_fp8_kv_equals_the_uninterrupted_conversation(client)
     # The window (R = 32) flushes while the chat prompt is prefilled and again while it decodes.
     ["--kv-cache-dtype", "kivi4", "--kivi-residual", "32"],
     ["--kv-cache-dtype", "turboquant_k3v4_nc"],
+    ["--kv-cache-dtype", "turboquant_3.5"],
 ])
 def test_quantized_store_server_answers_the_openai_client(flags):
     s = ServerProcess("--max-model-len", "2048", "--kv-cache-memory", "64MiB", *flags)

@@ -304,12 +304,13 @@ TEST(KvStoreEngineTest, TurboQuantGreedyGenerationStaysCloseToTheExplicitCache) 
   for (size_t i = 0; i < prompts.size(); ++i) prompts[i] = random_prompt(rng, 40 + 7 * static_cast<int>(i));
   const Generated f32 = generate(bundle, store_config("auto"), prompts, 24);
   const int32_t head_dim = 16, f32_slot_bytes = 2 * head_dim * 4;
-  // Least agreement per preset, a step under what it measures on this model: 75, 65, 54 and 45 of 96 (FP8: 87).
-  // head_dim 16 is where N(0, 1/d) fits a rotated coordinate worst, and attention here is sharp.
-  const std::vector<std::pair<std::string, double>> presets = {{"turboquant_k8v4", 0.77},
-                                                               {"turboquant_4bit_nc", 0.67},
-                                                               {"turboquant_k3v4_nc", 0.55},
-                                                               {"turboquant_3bit_nc", 0.46}};
+  // Least agreement per preset, a step under what it measures on this model: 75, 65, 54 and 45 of 96 (FP8: 87);
+  // the paper's 3.5- and 2.5-bit stores 34 and 15. head_dim 16 is where N(0, 1/d) fits a rotated coordinate worst
+  // (the paper's stores code halves of 8 channels, where the QJL estimate's variance, ~D_prod / 8, is largest), and
+  // attention here is sharp, so an unbiased but noisy logit flips the argmax often.
+  const std::vector<std::pair<std::string, double>> presets = {
+      {"turboquant_k8v4", 0.77},    {"turboquant_4bit_nc", 0.67}, {"turboquant_k3v4_nc", 0.55},
+      {"turboquant_3bit_nc", 0.46}, {"turboquant_3.5", 0.34},     {"turboquant_2.5", 0.14}};
   for (const auto& [preset, least] : presets) {
     const Generated tq = generate(bundle, store_config(preset), prompts, 24);
     const double agreement = next_token_agreement(bundle, store_config(preset), prompts, f32);
@@ -326,6 +327,8 @@ TEST(KvStoreEngineTest, TurboQuantGreedyGenerationStaysCloseToTheExplicitCache) 
 
 TEST(KvStoreEngineTest, TurboQuantRadixPrefixReuseGivesTheTokensOfRecomputing) {
   expect_radix_reuse_gives_the_tokens_of_recomputing("turboquant_k3v4_nc");
+  // The paper's store: the outlier split the first request fixed decodes the shared pages for the second.
+  expect_radix_reuse_gives_the_tokens_of_recomputing("turboquant_2.5");
 }
 
 TEST(KvStoreEngineTest, RefusesWhatTheStoreCannotTake) {

@@ -21,7 +21,10 @@
 //       outliers picked over all N vectors: PREFIX.outliers (i32), .rot_out, .rot_reg, .codes, .norm ([N][2]), .deq
 //   turboquant_kv PRESET N D K.f32 V.f32 PREFIX
 //       the store's slots of N tokens (PRESET a turboquant_* --kv-cache-dtype): PREFIX.slots (u8 [N][slot bytes]),
-//       .k and .v (f32 [N, D], what the slots read back as), and for MSE keys .rot (f64 [D, D], the store's Pi)
+//       .k and .v (f32 [N, D], what the slots read back as), and for MSE keys .rot (f64 [D, D], the store's Pi);
+//       the paper's stores (turboquant_2.5|3.5) fix the stream's outlier channels from all N tokens, as a layer's
+//       first batch fixes them, and write .korder and .vorder (i32 [D]) and the store's matrices, f64:
+//       .key_rot_out, .key_rot_reg, .key_qjl_out, .key_qjl_reg, .value_rot_out, .value_rot_reg
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -34,8 +37,10 @@
 #include "backend/quant/seeded_gaussian.h"
 #include "backend/quant/turboquant.h"
 #include "backend/quant/turboquant_kv.h"
+#include "backend/quant/turboquant_prod_kv.h"
 #include "kv/kv_store_kind.h"
 #include "kv/kivi_residual_window.h"
+#include "kv/turboquant_channel_table.h"
 #include "model/forward_batch.h"
 #include "sparse/kivi_cache_manager.h"
 #include "../support/array_files.h"
@@ -264,15 +269,17 @@ int turboquant_split(int argc, char** argv) {
   const int32_t d = std::stoi(argv[5]), num_outliers = std::stoi(argv[6]);
   const std::vector<float> x = read_array<float>(argv[7]);
   const std::string prefix = std::string(argv[8]) + ".";
-  const se::TurboQuantSplit q(d, se::select_outlier_channels(x.data(), n, d, num_outliers), bits, seed);
+  const std::vector<int32_t> outliers = se::select_outlier_channels(x.data(), n, d, num_outliers);
+  const std::vector<int32_t> order = se::outlier_channel_order(outliers, d);
+  const se::TurboQuantSplit q(d, num_outliers, bits, seed);
   std::vector<uint8_t> codes(n * q.code_bytes());
   std::vector<uint16_t> norms(n * 2);
   std::vector<float> deq(n * d);
   for (int64_t i = 0; i < n; ++i) {
-    q.encode(&x[i * d], &codes[i * q.code_bytes()], &norms[i * 2]);
-    q.decode(&codes[i * q.code_bytes()], &norms[i * 2], &deq[i * d]);
+    q.encode(&x[i * d], order.data(), &codes[i * q.code_bytes()], &norms[i * 2]);
+    q.decode(&codes[i * q.code_bytes()], &norms[i * 2], order.data(), &deq[i * d]);
   }
-  write_array(prefix + "outliers", q.outliers());
+  write_array(prefix + "outliers", outliers);
   write_array(prefix + "rot_out", q.outlier_codec().rotation());
   write_array(prefix + "rot_reg", q.regular_codec().rotation());
   write_array(prefix + "codes", codes);
@@ -281,16 +288,47 @@ int turboquant_split(int argc, char** argv) {
   return 0;
 }
 
+// The paper's store over one stream of n tokens.
+int turboquant_prod_kv(int32_t bits, int64_t n, int32_t d, std::vector<float> k, std::vector<float> v,
+                       const std::string& prefix) {
+  se::TurboQuantChannelTable channels(1, 1, d);
+  channels.calibrate(0, se::TensorView{k.data(), se::DType::kF32, se::Shape{n, 1, d}},
+                     se::TensorView{v.data(), se::DType::kF32, se::Shape{n, 1, d}});
+  const int32_t *key_order = channels.key_orders(0), *value_order = channels.value_orders(0);
+  const se::TurboQuantProdKvCodec codec(d, bits);
+  const size_t slot_bytes = codec.layout().slot_bytes();
+  std::vector<uint8_t> slots(n * slot_bytes);
+  std::vector<float> k_back(n * d), v_back(n * d);
+  for (int64_t i = 0; i < n; ++i) {
+    codec.encode(&k[i * d], &v[i * d], key_order, value_order, &slots[i * slot_bytes]);
+    codec.decode(&slots[i * slot_bytes], key_order, value_order, &k_back[i * d], &v_back[i * d]);
+  }
+  write_array(prefix + "slots", slots);
+  write_array(prefix + "k", k_back);
+  write_array(prefix + "v", v_back);
+  write_array(prefix + "korder", std::vector<int32_t>(key_order, key_order + d));
+  write_array(prefix + "vorder", std::vector<int32_t>(value_order, value_order + d));
+  write_array(prefix + "key_rot_out", codec.key_outlier_codec().mse().rotation());
+  write_array(prefix + "key_rot_reg", codec.key_regular_codec().mse().rotation());
+  write_array(prefix + "key_qjl_out", codec.key_outlier_codec().qjl().projection());
+  write_array(prefix + "key_qjl_reg", codec.key_regular_codec().qjl().projection());
+  write_array(prefix + "value_rot_out", codec.value_codec().outlier_codec().rotation());
+  write_array(prefix + "value_rot_reg", codec.value_codec().regular_codec().rotation());
+  return 0;
+}
+
 int turboquant_kv(char** argv) {
   const se::Result<se::KvStoreKind> store = se::parse_kv_cache_dtype(argv[2]);
   if (!store.is_ok() || !se::is_turboquant(*store)) {
-    std::fprintf(stderr, "%s is not a TurboQuant preset\n", argv[2]);
+    std::fprintf(stderr, "%s is not a TurboQuant store\n", argv[2]);
     return 2;
   }
   const int64_t n = std::stoll(argv[3]);
   const int32_t d = std::stoi(argv[4]);
   const std::vector<float> k = read_array<float>(argv[5]), v = read_array<float>(argv[6]);
   const std::string prefix = std::string(argv[7]) + ".";
+  const se::TurboQuantKvFormat format = se::turboquant_format(*store);
+  if (format.outlier_split) return turboquant_prod_kv(format.key_bits, n, d, k, v, prefix);
   const se::TurboQuantKvCodec codec(d, se::turboquant_format(*store));
   const size_t slot_bytes = codec.layout().slot_bytes();
   std::vector<uint8_t> slots(n * slot_bytes);

@@ -9,8 +9,10 @@
 //       quantized keys and values as KiviResidualWindow leaves them after the prefill; the residual tokens
 //       start at slot (first full-precision token) % PAGE_SIZE of their pages, as a window that slid would leave
 //       them; prints "quantized_keys quantized_values" per sequence
-//   turboquant PRESET H HKV D PAGE_SIZE WINDOW DIR
-//       slots of the turboquant_* preset, every token encoded by the store's codec
+//   turboquant STORE H HKV D PAGE_SIZE WINDOW DIR
+//       slots of the turboquant_* store, every token encoded by the store's codec; the paper's stores
+//       (turboquant_2.5|3.5) with each KV head's outlier channels fixed from all of the batch's tokens, as a layer's
+//       first batch fixes them
 // Writes DIR/out.f32 [sum rows, H, D].
 #include <algorithm>
 #include <cmath>
@@ -28,8 +30,10 @@
 #include "backend/quant/kivi_quant.h"
 #include "backend/quant/quantized_kv_layout.h"
 #include "backend/quant/turboquant_kv.h"
+#include "backend/quant/turboquant_prod_kv.h"
 #include "kv/kv_store_kind.h"
 #include "kv/kivi_residual_window.h"
+#include "kv/turboquant_channel_table.h"
 #include "../support/array_files.h"
 
 using se::AttentionView;
@@ -249,12 +253,47 @@ int kivi(char** argv) {
   return 0;
 }
 
+// The paper's store at `bits`.
+int turboquant_prod(int32_t bits, Batch b, const std::string& dir) {
+  const int64_t tokens = b.token_begin.back();
+  se::TurboQuantChannelTable channels(1, b.num_kv_heads, b.head_dim);
+  channels.calibrate(0, TensorView{b.k.data(), DType::kF32, Shape{tokens, b.num_kv_heads, b.head_dim}},
+                     TensorView{b.v.data(), DType::kF32, Shape{tokens, b.num_kv_heads, b.head_dim}});
+  const se::TurboQuantProdKvCodec codec(b.head_dim, bits);
+  const size_t slot_bytes = codec.layout().slot_bytes();
+  std::mt19937 rng(17);
+  const Streams streams(whole_pages(b), b.lens, b.num_kv_heads, rng);
+  const size_t page_bytes = static_cast<size_t>(b.page_size) * slot_bytes;
+  std::vector<uint8_t> pool(static_cast<size_t>(streams.num_pages) * page_bytes);
+  AttentionView view = base_view(b, streams);
+  view.kv_base = pool.data();
+  view.kv_dtype = DType::kU8;
+  view.page_bytes = page_bytes;
+  QuantizedKvView& qv = view.quantized;
+  qv.scheme = KvQuantScheme::kTurboQuant;
+  qv.bits = qv.value_bits = bits;
+  qv.turboquant_prod = &codec;
+  qv.key_orders = channels.key_orders(0);
+  qv.value_orders = channels.value_orders(0);
+  for (int32_t s = 0; s < b.num_seqs(); ++s)
+    for (int32_t h = 0; h < b.num_kv_heads; ++h)
+      for (int32_t t = 0; t < b.lens[s]; ++t)
+        codec.encode(b.k.data() + b.kv_offset(s, t, h), b.v.data() + b.kv_offset(s, t, h),
+                     qv.key_orders + int64_t{h} * b.head_dim, qv.value_orders + int64_t{h} * b.head_dim,
+                     pool.data() + static_cast<size_t>(streams.page(s, h, t, b.page_size)) * page_bytes +
+                         static_cast<size_t>(t % b.page_size) * slot_bytes);
+  attend_and_write(b, view, dir);
+  return 0;
+}
+
 int turboquant(char** argv) {
   const se::Result<se::KvStoreKind> store = se::parse_kv_cache_dtype(argv[2]);
   if (!store.is_ok() || !se::is_turboquant(*store)) return 2;
   const std::string dir = argv[8];
   const Batch b = read_batch(argv + 3, dir);
-  const se::TurboQuantKvCodec codec(b.head_dim, se::turboquant_format(*store));
+  const se::TurboQuantKvFormat format = se::turboquant_format(*store);
+  if (format.outlier_split) return turboquant_prod(format.key_bits, b, dir);
+  const se::TurboQuantKvCodec codec(b.head_dim, format);
   const size_t slot_bytes = codec.layout().slot_bytes();
   std::mt19937 rng(17);
   const Streams streams(whole_pages(b), b.lens, b.num_kv_heads, rng);

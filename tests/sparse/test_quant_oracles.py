@@ -273,3 +273,43 @@ def test_turboquant_kv_slots_bit_exact(preset, d, tmp_path):
     value_bits = turboquant.PRESETS[preset][1]
     key_bytes = d if key_bits == 8 else (d * key_bits + 7) // 8 + 2
     assert slots.shape[1] == key_bytes + (d * value_bits + 7) // 8 + 4
+
+
+PAPER_STORES = {"turboquant_2.5": 2, "turboquant_3.5": 3}
+PAPER_MATRICES = ["key_rot_out", "key_rot_reg", "key_qjl_out", "key_qjl_reg", "value_rot_out", "value_rot_reg"]
+
+
+def paper_matrices(prefix, d):
+    """The store's rotations and QJL matrices as quant_tool writes them: every part is d / 2 wide."""
+    half = d // 2
+    return {name: load(f"{prefix}.{name}", np.float64).reshape(half, half) for name in PAPER_MATRICES}
+
+
+@pytest.mark.parametrize("store", sorted(PAPER_STORES))
+@pytest.mark.parametrize("d", [64, 128])
+def test_turboquant_paper_kv_slots_bit_exact(store, d, tmp_path):
+    """The paper's store: the outlier split fixed from the stream's rows, then its slots byte for byte (prod keys,
+    MSE values, two instances each) and what they read back as."""
+    rng = np.random.default_rng(len(store) * 10 + d)
+    n = 150
+    k = tq_input(rng, n, d)
+    k[:, 40:48] *= 5.0  # outliers away from the first channels too
+    v = rng.standard_normal((n, d)).astype(np.float32) * 3.0
+    v[:, d - 8:] *= 4.0
+    k.tofile(tmp_path / "k.f32")
+    v.tofile(tmp_path / "v.f32")
+    run("turboquant_kv", store, n, d, tmp_path / "k.f32", tmp_path / "v.f32", tmp_path / "t")
+    key_order, value_order = turboquant.channel_order(k, d // 2), turboquant.channel_order(v, d // 2)
+    assert np.array_equal(load(tmp_path / "t.korder", np.int32), key_order)
+    assert np.array_equal(load(tmp_path / "t.vorder", np.int32), value_order)
+    slots, keys, values = turboquant.prod_kv_slots(k, v, PAPER_STORES[store], key_order, value_order,
+                                                   paper_matrices(tmp_path / "t", d))
+    ours = load(tmp_path / "t.slots", np.uint8).reshape(n, -1)
+    assert ours.shape == slots.shape
+    bad = np.argwhere(ours != slots)
+    assert bad.size == 0, f"{len(bad)} bytes differ, first at token {bad[0][0]} byte {bad[0][1]}"
+    np.testing.assert_allclose(load(tmp_path / "t.k", np.float32).reshape(n, d), keys, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(load(tmp_path / "t.v", np.float32).reshape(n, d), values, rtol=0, atol=1e-4)
+    # b + 0.5 bits per coordinate for keys (MSE and sign bits) and values, plus six fp16 norms.
+    bits = PAPER_STORES[store]
+    assert slots.shape[1] * 8 == 2 * d * (bits + 0.5) + 6 * 16

@@ -160,3 +160,36 @@ def test_turboquant_pages_match_the_oracle_dequantized_attention(preset, heads, 
 
     pairs = [deq(k, v) for k, v in zip(ks, vs)]
     check(tmp_path, q, [p[0] for p in pairs], [p[1] for p in pairs], ks, vs, ROWS, num_heads, window)
+
+
+PAPER_STORES = {"turboquant_2.5": 2, "turboquant_3.5": 3}
+
+
+@pytest.mark.parametrize("store", sorted(PAPER_STORES))
+@pytest.mark.parametrize("heads", GQA)
+@pytest.mark.parametrize("page_size", [16, 64])
+@pytest.mark.parametrize("window", [0, 24])
+def test_paper_turboquant_pages_match_the_oracle_dequantized_attention(store, heads, page_size, window, tmp_path):
+    """The paper's store scores keys as [Pi q; S q] . [centroids; signs] per part and sums values rotated; the
+    oracle decodes K (MSE plus the QJL term) and V in each head's channel order and attends densely."""
+    num_heads, num_kv_heads = heads
+    rng = np.random.default_rng(len(store) * 1000 + num_heads * 100 + num_kv_heads + page_size + window)
+    q, ks, vs = write_batch(tmp_path, LENS, ROWS, num_heads, num_kv_heads, rng)
+    subprocess.run([str(x) for x in (TOOL.parent / "quant_tool", "turboquant_kv", store, 1, HEAD_DIM,
+                                     tmp_path / "k.f32", tmp_path / "v.f32", tmp_path / "r")], check=True)
+    half = HEAD_DIM // 2
+    mats = {name: np.fromfile(tmp_path / f"r.{name}", np.float64).reshape(half, half)
+            for name in ["key_rot_out", "key_rot_reg", "key_qjl_out", "key_qjl_reg", "value_rot_out",
+                         "value_rot_reg"]}
+    run("turboquant", store, num_heads, num_kv_heads, HEAD_DIM, page_size, window, tmp_path)
+    all_k, all_v = np.concatenate(ks), np.concatenate(vs)
+    orders = [(turboquant.channel_order(all_k[:, h], half), turboquant.channel_order(all_v[:, h], half))
+              for h in range(num_kv_heads)]
+
+    def deq(k, v):
+        per_head = [turboquant.prod_kv_slots(k[:, h], v[:, h], PAPER_STORES[store], *orders[h], mats)[1:]
+                    for h in range(num_kv_heads)]
+        return np.stack([p[0] for p in per_head], axis=1), np.stack([p[1] for p in per_head], axis=1)
+
+    pairs = [deq(k, v) for k, v in zip(ks, vs)]
+    check(tmp_path, q, [p[0] for p in pairs], [p[1] for p in pairs], ks, vs, ROWS, num_heads, window)

@@ -21,23 +21,10 @@ double l2_norm(const float* x, int32_t n) {
 // fp16 of a double through fp32, the way a float tensor's norm is stored as half.
 uint16_t to_f16(double v) { return f32_to_f16(static_cast<float>(v)); }
 
-std::vector<int32_t> complement(const std::vector<int32_t>& chosen, int32_t dim) {
-  std::vector<int32_t> rest;
-  size_t k = 0;
-  for (int32_t c = 0; c < dim; ++c) {
-    if (k < chosen.size() && chosen[k] == c) ++k;
-    else rest.push_back(c);
-  }
-  return rest;
-}
-
-std::vector<int32_t> checked_outliers(std::vector<int32_t> outliers, int32_t dim) {
-  SE_CHECK(!outliers.empty() && static_cast<int32_t>(outliers.size()) < dim,
-           "TurboQuant split needs between 1 and {} outlier channels, got {}", dim - 1, outliers.size());
-  for (size_t i = 0; i < outliers.size(); ++i)
-    SE_CHECK(outliers[i] >= 0 && outliers[i] < dim && (i == 0 || outliers[i] > outliers[i - 1]),
-             "TurboQuant outlier channels must be ascending channel indices below {}", dim);
-  return outliers;
+int32_t checked_outlier_count(int32_t dim, int32_t num_outliers) {
+  SE_CHECK(num_outliers > 0 && num_outliers < dim, "TurboQuant split needs between 1 and {} outlier channels, got {}",
+           dim - 1, num_outliers);
+  return num_outliers;
 }
 
 }  // namespace
@@ -123,12 +110,10 @@ void TurboQuantProd::decode(const uint8_t* codes, uint16_t norm, const uint8_t* 
   qjl_.add_decoded(signs, residual_norm, out);
 }
 
-TurboQuantSplit::TurboQuantSplit(int32_t dim, std::vector<int32_t> outliers, int32_t bits, uint64_t seed)
+TurboQuantSplit::TurboQuantSplit(int32_t dim, int32_t num_outliers, int32_t bits, uint64_t seed)
     : dim_(dim),
-      outliers_(checked_outliers(outliers, dim)),
-      regular_channels_(complement(outliers_, dim)),
-      outlier_(static_cast<int32_t>(outliers_.size()), bits + 1, seed),
-      regular_(static_cast<int32_t>(regular_channels_.size()), bits, seed + kSplitSeedOffset) {}
+      outlier_(checked_outlier_count(dim, num_outliers), bits + 1, seed),
+      regular_(dim - num_outliers, bits, seed + kSplitSeedOffset) {}
 
 double TurboQuantSplit::effective_bits() const {
   return static_cast<double>(outlier_.dim() * outlier_.bits() + regular_.dim() * regular_.bits()) / dim_;
@@ -136,20 +121,18 @@ double TurboQuantSplit::effective_bits() const {
 
 size_t TurboQuantSplit::code_bytes() const { return outlier_.code_bytes() + regular_.code_bytes(); }
 
-void TurboQuantSplit::encode(const float* x, uint8_t* codes, uint16_t norms[2]) const {
-  std::vector<float> part(dim_);
-  for (size_t i = 0; i < outliers_.size(); ++i) part[i] = x[outliers_[i]];
-  outlier_.encode(part.data(), codes, &norms[0]);
-  for (size_t i = 0; i < regular_channels_.size(); ++i) part[i] = x[regular_channels_[i]];
-  regular_.encode(part.data(), codes + outlier_.code_bytes(), &norms[1]);
+void TurboQuantSplit::encode(const float* x, const int32_t* order, uint8_t* codes, uint16_t norms[2]) const {
+  std::vector<float> ordered(dim_);
+  for (int32_t i = 0; i < dim_; ++i) ordered[i] = x[order[i]];
+  outlier_.encode(ordered.data(), codes, &norms[0]);
+  regular_.encode(ordered.data() + outlier_.dim(), codes + outlier_.code_bytes(), &norms[1]);
 }
 
-void TurboQuantSplit::decode(const uint8_t* codes, const uint16_t norms[2], float* out) const {
-  std::vector<float> part(dim_);
-  outlier_.decode(codes, norms[0], part.data());
-  for (size_t i = 0; i < outliers_.size(); ++i) out[outliers_[i]] = part[i];
-  regular_.decode(codes + outlier_.code_bytes(), norms[1], part.data());
-  for (size_t i = 0; i < regular_channels_.size(); ++i) out[regular_channels_[i]] = part[i];
+void TurboQuantSplit::decode(const uint8_t* codes, const uint16_t norms[2], const int32_t* order, float* out) const {
+  std::vector<float> ordered(dim_);
+  outlier_.decode(codes, norms[0], ordered.data());
+  regular_.decode(codes + outlier_.code_bytes(), norms[1], ordered.data() + outlier_.dim());
+  for (int32_t i = 0; i < dim_; ++i) out[order[i]] = ordered[i];
 }
 
 std::vector<int32_t> select_outlier_channels(const float* x, int64_t tokens, int32_t dim, int32_t count) {
@@ -157,6 +140,23 @@ std::vector<int32_t> select_outlier_channels(const float* x, int64_t tokens, int
   for (int64_t t = 0; t < tokens; ++t)
     for (int32_t c = 0; c < dim; ++c) energy[c] += x[t * dim + c] * x[t * dim + c];
   return top_k_ascending(energy.data(), dim, count);
+}
+
+std::vector<int32_t> outlier_channel_order(const std::vector<int32_t>& outliers, int32_t dim) {
+  SE_CHECK(!outliers.empty() && static_cast<int32_t>(outliers.size()) < dim,
+           "TurboQuant split needs between 1 and {} outlier channels, got {}", dim - 1, outliers.size());
+  std::vector<int32_t> order = outliers;
+  size_t k = 0;
+  for (int32_t c = 0; c < dim; ++c) {
+    SE_CHECK(k == outliers.size() || (outliers[k] >= c && outliers[k] < dim),
+             "TurboQuant outlier channels must be ascending channel indices below {}", dim);
+    if (k < outliers.size() && outliers[k] == c)
+      ++k;
+    else
+      order.push_back(c);
+  }
+  SE_CHECK(k == outliers.size(), "TurboQuant outlier channels must be ascending channel indices below {}", dim);
+  return order;
 }
 
 }  // namespace se

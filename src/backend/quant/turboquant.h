@@ -12,9 +12,11 @@
 //
 // TurboQuantSplit (fractional effective bits, the paper's section 4.3): the outlier channels and the others are
 // coded by two independent TurboQuantMse instances, the outliers at b + 1 bits. The paper does not say how
-// outlier channels are chosen; here they are given by the caller, and select_outlier_channels picks the ones
-// with the largest energy (sum of squares) over some tokens, e.g. a stream's first prefill chunk. Half the
-// channels as outliers gives b + 0.5 bits per coordinate (2.5 from b = 2, 3.5 from b = 3).
+// outlier channels are chosen; here each call is given a channel order (outlier_channel_order: the outliers
+// ascending, then the other channels ascending), so one split serves streams whose outliers differ, and
+// select_outlier_channels picks the ones with the largest energy (sum of squares) over some tokens, e.g. a
+// stream's first prefill chunk. Half the channels as outliers gives b + 0.5 bits per coordinate (2.5 from b = 2,
+// 3.5 from b = 3).
 //
 // The rotation uses stream `seed`, the QJL matrix stream `seed + kQjlSeedOffset`, and the split's regular
 // instance stream `seed + kSplitSeedOffset`. Encoding and decoding are const and thread-safe.
@@ -63,6 +65,7 @@ class QjlResidual {
   void encode(const float* r, uint8_t* signs, uint16_t* norm) const;
   // out[i] += sqrt(pi/2) / dim * norm * (S^T sign)_i
   void add_decoded(const uint8_t* signs, uint16_t norm, float* out) const;
+  const std::vector<double>& projection() const { return projection_; }
 
  private:
   int32_t dim_;
@@ -87,28 +90,28 @@ class TurboQuantProd {
 
 class TurboQuantSplit {
  public:
-  // outliers: ascending channel indices, 0 < size < dim.
-  TurboQuantSplit(int32_t dim, std::vector<int32_t> outliers, int32_t bits, uint64_t seed);
+  // 0 < num_outliers < dim.
+  TurboQuantSplit(int32_t dim, int32_t num_outliers, int32_t bits, uint64_t seed);
 
   double effective_bits() const;
   size_t code_bytes() const;  // outlier codes, then regular codes
   const TurboQuantMse& outlier_codec() const { return outlier_; }
   const TurboQuantMse& regular_codec() const { return regular_; }
-  const std::vector<int32_t>& outliers() const { return outliers_; }
 
-  // norms[0]: the outlier part's, norms[1]: the regular part's.
-  void encode(const float* x, uint8_t* codes, uint16_t norms[2]) const;
-  void decode(const uint8_t* codes, const uint16_t norms[2], float* out) const;
+  // order [dim]: the outlier channels, then the others (outlier_channel_order). norms[0]: the outlier part's,
+  // norms[1]: the regular part's.
+  void encode(const float* x, const int32_t* order, uint8_t* codes, uint16_t norms[2]) const;
+  void decode(const uint8_t* codes, const uint16_t norms[2], const int32_t* order, float* out) const;
 
  private:
   int32_t dim_;
-  std::vector<int32_t> outliers_;
-  std::vector<int32_t> regular_channels_;  // the other channels, ascending
   TurboQuantMse outlier_;
   TurboQuantMse regular_;
 };
 
 // The `count` channels with the largest sum of squares over x [tokens, dim], ascending (ties to the lower).
 std::vector<int32_t> select_outlier_channels(const float* x, int64_t tokens, int32_t dim, int32_t count);
+// [dim]: `outliers` (ascending channel indices, 0 < size < dim), then the other channels ascending.
+std::vector<int32_t> outlier_channel_order(const std::vector<int32_t>& outliers, int32_t dim);
 
 }  // namespace se

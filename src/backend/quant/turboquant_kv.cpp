@@ -26,6 +26,7 @@ void turboquant_encode_value(const float* v, int32_t dim, int32_t bits, uint8_t*
 TurboQuantKvCodec::TurboQuantKvCodec(int32_t head_dim, TurboQuantKvFormat format, uint64_t seed)
     : head_dim_(head_dim), format_(format), layout_(turboquant_slot_layout(head_dim, format)) {
   SE_CHECK(head_dim > 0, "TurboQuant KV: head_dim {}", head_dim);
+  SE_CHECK(!format.outlier_split, "TurboQuant KV: the outlier-split store has its own codec (turboquant_prod_kv.h)");
   SE_CHECK(format.key_fp8() || (format.key_bits >= 2 && format.key_bits <= 4),
            "TurboQuant KV: keys take 2..4 bits or 8 (e4m3), not {}", format.key_bits);
   SE_CHECK(format.value_bits >= 2 && format.value_bits <= 8, "TurboQuant KV: values take 2..8 bits, not {}",

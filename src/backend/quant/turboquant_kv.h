@@ -34,6 +34,9 @@ struct TurboQuantKvFormat {
   int32_t key_bits = 0;          // 8: e4m3 keys; 2..4: TurboQuantMse codes of the rotated unit key
   int32_t value_bits = 0;        // 2..8
   bool norm_correction = false;  // renormalize the centroid vector before scaling it by ||k||
+  // The paper's store instead (turboquant_prod_kv.h): half the channels outliers at key_bits + 1 bits, keys
+  // TurboQuantProd, values TurboQuantMse; key_bits == value_bits, 2 or 3.
+  bool outlier_split = false;
   bool key_fp8() const { return key_bits == 8; }
 };
 
@@ -43,8 +46,18 @@ struct TurboQuantSlotLayout {
   size_t slot_bytes() const { return key_bytes + value_bytes; }
 };
 
+// The outlier channels of the paper's store: half of them (rounded down).
+inline int32_t turboquant_num_outliers(int32_t head_dim) { return head_dim / 2; }
+
 inline TurboQuantSlotLayout turboquant_slot_layout(int32_t head_dim, const TurboQuantKvFormat& format) {
   TurboQuantSlotLayout l;
+  if (format.outlier_split) {  // turboquant_prod_kv.h's records
+    const int32_t outliers = turboquant_num_outliers(head_dim), regular = head_dim - outliers, b = format.key_bits;
+    l.key_bytes = bit_stream_bytes(outliers, b) + bit_stream_bytes(outliers, 1) + bit_stream_bytes(regular, b - 1) +
+                  bit_stream_bytes(regular, 1) + 8;
+    l.value_bytes = bit_stream_bytes(outliers, b + 1) + bit_stream_bytes(regular, b) + 4;
+    return l;
+  }
   l.key_bytes = format.key_fp8() ? static_cast<size_t>(head_dim) : bit_stream_bytes(head_dim, format.key_bits) + 2;
   l.value_bytes = bit_stream_bytes(head_dim, format.value_bits) + 4;
   return l;

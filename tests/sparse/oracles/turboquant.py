@@ -14,6 +14,12 @@ then a value record. Key: MSE codes then fp16 ||k||, or (8 bits) the e4m3 cast o
 the token's channels, scale = max((max - min) / (2^b - 1), 1e-8), q = clamp(trunc((v - min) / scale + 0.5)),
 all fp32, then fp16 scale and fp16 min; it reads back as q * fp16(scale) + fp16(min). Norm correction divides
 the centroid vector by its norm before scaling it by ||k||.
+
+The paper's store (turboquant_2.5 / turboquant_3.5, section 4.3 of the paper): per stream, the D / 2 channels of
+largest energy (sum of squares over the rows that fix them) are outliers, ordered outliers ascending then the rest
+ascending; keys are prod codes per part (outliers at b + 1 bits, the rest at b), values MSE codes per part
+(outliers at b + 1, the rest at b). Key record: MSE codes and QJL signs of the outliers, of the rest, then fp16
+||k_O||, gamma_O, ||k_R||, gamma_R; value record: codes of the outliers, of the rest, then fp16 ||v_O||, ||v_R||.
 """
 import numpy as np
 
@@ -125,3 +131,51 @@ def kv_slots(k, v, preset, rot):
     value_record = np.concatenate([pack_bits(q, value_bits), scale.view(np.uint8).reshape(-1, 2),
                                    mn.view(np.uint8).reshape(-1, 2)], axis=1)
     return np.concatenate([key_record, value_record], axis=1), keys, value_decode(q, scale, mn)
+
+
+def channel_order(x, count):
+    """The stream's channel order from rows x [N, D]: its `count` highest-energy channels, then the rest."""
+    outliers = select_outliers(x, count)
+    return np.concatenate([outliers, np.setdiff1d(np.arange(x.shape[1]), outliers)])
+
+
+def fp16_bytes(*norms):
+    return np.concatenate([n.view(np.uint8).reshape(-1, 2) for n in norms], axis=1)
+
+
+def prod_kv_slots(k, v, bits, key_order, value_order, mats):
+    """The paper's store: k, v [N, D] of one stream and its channel orders -> the slots uint8 [N, slot bytes] and
+    the K/V they read back as (float32, original channels). mats: the engine's matrices by name, key_rot_out,
+    key_rot_reg, key_qjl_out, key_qjl_reg, value_rot_out, value_rot_reg."""
+    k, v = np.asarray(k, np.float32), np.asarray(v, np.float32)
+    d = k.shape[1]
+    o = d // 2
+    parts = [(slice(0, o), bits + 1, "out"), (slice(o, d), bits, "reg")]
+    ordered = k[:, key_order]
+    key_codes, key_norms, key_deq = [], [], []
+    for cols, b, name in parts:
+        x = ordered[:, cols]
+        rot, s = mats[f"key_rot_{name}"], mats[f"key_qjl_{name}"]
+        centroids, boundaries = solve_lloyd_max(x.shape[1], b - 1)
+        idx, norm = mse_encode(x, rot, boundaries)
+        mse = mse_decode(idx, norm, rot, centroids)
+        signs, rnorm = qjl_encode(x - mse, s)
+        key_codes += [pack_bits(idx, b - 1), pack_bits(signs, 1)]
+        key_norms += [norm, rnorm]
+        key_deq.append(qjl_add(mse, signs, rnorm, s))
+    keys = np.zeros_like(k)
+    keys[:, key_order] = np.concatenate(key_deq, axis=1)
+    ordered = v[:, value_order]
+    value_codes, value_norms, value_deq = [], [], []
+    for cols, b, name in parts:
+        x = ordered[:, cols]
+        rot = mats[f"value_rot_{name}"]
+        centroids, boundaries = solve_lloyd_max(x.shape[1], b)
+        idx, norm = mse_encode(x, rot, boundaries)
+        value_codes.append(pack_bits(idx, b))
+        value_norms.append(norm)
+        value_deq.append(mse_decode(idx, norm, rot, centroids))
+    values = np.zeros_like(v)
+    values[:, value_order] = np.concatenate(value_deq, axis=1)
+    slots = np.concatenate(key_codes + [fp16_bytes(*key_norms)] + value_codes + [fp16_bytes(*value_norms)], axis=1)
+    return slots, keys, values
