@@ -127,6 +127,26 @@ Status HostTier::retrieve(int32_t seq) {
   return retrieve(seq, pages_where(it->second, /*on_device=*/false));
 }
 
+Result<int64_t> HostTier::offload_oldest(int32_t seq, int64_t num_pages) {
+  if (!contains(seq)) return not_found("host tier: no sequence {}", seq);
+  std::vector<StreamPage> victims;
+  lru_.for_each_oldest_first([&](int32_t id) {
+    if (static_cast<int64_t>(victims.size()) >= num_pages) return false;
+    if (owner_[static_cast<size_t>(id)].seq == seq) victims.push_back(owner_[static_cast<size_t>(id)].page);
+    return true;
+  });
+  SE_RETURN_IF_ERROR(offload(seq, victims));
+  return static_cast<int64_t>(victims.size());
+}
+
+Status HostTier::append(int32_t seq, int32_t num_new_tokens) {
+  const auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return not_found("host tier: no sequence {}", seq);
+  SE_ASSIGN_OR_RETURN(const std::vector<StreamPage> new_pages, it->second.append(num_new_tokens));
+  track(seq, it->second, new_pages);
+  return Status::ok();
+}
+
 Result<int64_t> HostTier::make_room(int64_t num_pages) {
   const int64_t needed = num_pages - device_pool_->num_free_pages();
   if (needed <= 0) return int64_t{0};

@@ -106,6 +106,42 @@ Result<std::vector<int32_t>> TieredPageTable::move(std::span<const StreamPage> p
   return from_pages;
 }
 
+void TieredPageTable::grow_rows(int32_t stride) {
+  std::vector<int32_t> device_ids(static_cast<size_t>(layout_.num_streams()) * static_cast<size_t>(stride), -1);
+  std::vector<int32_t> host_ids(device_ids.size(), -1);
+  for (int32_t s = 0; s < layout_.num_streams(); ++s) {
+    const size_t from = static_cast<size_t>(s) * static_cast<size_t>(stride_);
+    const size_t to = static_cast<size_t>(s) * static_cast<size_t>(stride);
+    std::copy_n(device_ids_.begin() + static_cast<std::ptrdiff_t>(from), stride_, device_ids.begin() + to);
+    std::copy_n(host_ids_.begin() + static_cast<std::ptrdiff_t>(from), stride_, host_ids.begin() + to);
+  }
+  device_ids_ = std::move(device_ids);
+  host_ids_ = std::move(host_ids);
+  stride_ = stride;
+}
+
+Result<std::vector<StreamPage>> TieredPageTable::append(int32_t num_new_tokens) {
+  if (num_new_tokens < 0) return invalid_argument("tiered page table: cannot append {} tokens", num_new_tokens);
+  std::vector<StreamPage> new_pages;
+  int32_t widest = stride_;
+  for (int32_t s = 0; s < layout_.num_streams(); ++s) {
+    const int32_t have = num_pages(s);
+    if (num_tokens(s) % layout_.page_size != 0 && device_page({s, have - 1}) < 0)
+      return failed_precondition("tiered page table: the last page of stream {} is on the host", s);
+    const auto need = static_cast<int32_t>(layout_.pages_per_stream(num_tokens(s) + num_new_tokens));
+    for (int32_t p = have; p < need; ++p) new_pages.push_back({s, p});
+    widest = std::max(widest, need);
+  }
+  SE_ASSIGN_OR_RETURN(const std::vector<int32_t> ids, device_pool_->allocate(static_cast<int32_t>(new_pages.size())));
+  // Grown geometrically, as PageTable's rows are, so a decoding sequence re-lays them out rarely.
+  if (widest > stride_) grow_rows(std::max(widest, stride_ + stride_ / 2));
+  for (size_t i = 0; i < new_pages.size(); ++i) device_ids_[entry(new_pages[i])] = ids[i];
+  for (int32_t& n : num_tokens_) n += num_new_tokens;
+  num_logical_tokens_ += num_new_tokens;
+  num_device_pages_ += static_cast<int64_t>(new_pages.size());
+  return new_pages;
+}
+
 PageTableView TieredPageTable::device_view() const {
   return PageTableView{device_ids_.data(),    num_tokens_.data(),   stride_,
                        layout_.num_streams(), layout_.num_kv_heads, layout_.page_size};

@@ -3,7 +3,7 @@
 // where: the device row holds the page's device id or -1, the host row its host id or -1. Two rows rather than one
 // tagged id: the device rows are a page list attention reads as they are (PageTableView; a selection points only
 // at resident entries), and the host rows are what a retrieve copies from. Lengths are those of the PageTable the
-// sequence came from; it grows as a PageTable again once handed back whole (to_page_table). Owns one reference to
+// sequence came from, and appends add slots on the device. Owns one reference to
 // every page it lists, in that page's pool; both pools (with page storage) outlive it. Engine thread only.
 //
 // Invariants (check_integrity): every page of every stream is listed in exactly one row and is in use in that row's
@@ -56,6 +56,11 @@ class TieredPageTable final {
   Result<std::vector<int32_t>> offload(std::span<const StreamPage> pages);
   Result<std::vector<int32_t>> retrieve(std::span<const StreamPage> pages);
 
+  // Adds `num_new_tokens` slots at the end of every stream, taking new pages from the device pool, and returns the
+  // new pages. All or nothing: kFailedPrecondition when a stream's partly filled last page is on the host (the
+  // slot would land there: retrieve it first), kResourceExhausted when the device pool lacks room.
+  Result<std::vector<StreamPage>> append(int32_t num_new_tokens);
+
   // The device rows as a page list view: entries of pages on the host read -1.
   PageTableView device_view() const;
   // A PageTable over the device pool listing the same pages (each retained once more). Precondition:
@@ -72,6 +77,8 @@ class TieredPageTable final {
   Result<std::vector<int32_t>> move(std::span<const StreamPage> pages, bool to_host);
   // Releases every page to its pool.
   void release_all();
+  // Widens every row to `stride` entries, keeping them.
+  void grow_rows(int32_t stride);
 
   BlockPool* device_pool_;
   BlockPool* host_pool_;

@@ -1,6 +1,7 @@
 // HostTier over two real page pools (both host memory, as on the CPU backend): a randomized run of creates,
-// touches, ticks, whole and single-page offloads and retrieves, make_room evictions of single pages, drops and
-// resumes (a sequence brought back whole, taken back, grown and handed back), with check_integrity, the pools' page
+// touches, ticks, whole and single-page offloads and retrieves, make_room evictions of single pages, a sequence's own
+// oldest pages offloaded, decode steps in place (appends), drops and resumes (a sequence brought back whole, taken
+// back, grown and handed back), with check_integrity, the pools' page
 // accounting and every token's contents (read from whichever pool holds its page) checked after each operation, and
 // both pools whole at the end; plus the victim order and the errors that must change nothing.
 #include <gtest/gtest.h>
@@ -57,6 +58,16 @@ void expect_tokens(const BlockPool& device, const BlockPool& host, const TieredP
               << "seq " << seq << " stream " << s << " token " << i << (resident ? " (device)" : " (host)");
     }
   }
+}
+
+// Writes the pattern into the slots of a held sequence's streams past their first from[stream] (pages on the device).
+void write_tokens(const BlockPool& device, const TieredPageTable& t, int32_t seq, const std::vector<int32_t>& from) {
+  for (int32_t s = 0; s < kLayout.num_streams(); ++s)
+    for (int32_t i = from[static_cast<size_t>(s)]; i < t.num_tokens(s); ++i)
+      for (int kv = 0; kv < 2; ++kv)
+        for (int32_t e = 0; e < kLayout.head_dim; ++e)
+          element(device, t.device_page({s, i / kLayout.page_size}), i % kLayout.page_size, kv)[e] =
+              pattern(seq, s / kLayout.num_kv_heads, s % kLayout.num_kv_heads, i, kv, e);
 }
 
 // A sequence of `length` tokens whose streams were then cut, at times all of them (so its logical length exceeds
@@ -122,9 +133,9 @@ TEST(HostTierTest, RandomPageOffloadRetrieveEvictResume) {
   const Checker check{device, host, tier, seqs, logical_above_streams, partly_resident};
   std::mt19937 rng(35);
   int32_t next_seq = 0;
-  constexpr int kNumOps = 9;
+  constexpr int kNumOps = 11;
   int counts[kNumOps] = {};
-  int64_t evicted_pages = 0, refused_retrieves = 0, resumed_after_retrieve = 0;
+  int64_t evicted_pages = 0, refused_retrieves = 0, resumed_after_retrieve = 0, decoded_in_place = 0;
   auto pick = [&](bool (*want)(const TieredPageTable&)) -> int32_t {
     std::vector<int32_t> candidates;
     for (const auto& [seq, id] : seqs)
@@ -219,6 +230,40 @@ TEST(HostTierTest, RandomPageOffloadRetrieveEvictResume) {
         ASSERT_TRUE(tier.drop(seq).is_ok());
         seqs.erase(seq);
       }
+    } else if (op == 9) {  // a decode step in place: the partly filled last pages back first, new slots appended
+      if (const int32_t seq = pick(any); seq >= 0) {
+        std::vector<StreamPage> last_pages;
+        std::vector<int32_t> lengths;
+        const TieredPageTable& t = tier.table(seq);
+        for (int32_t st = 0; st < kLayout.num_streams(); ++st) {
+          lengths.push_back(t.num_tokens(st));
+          if (t.num_tokens(st) % kLayout.page_size != 0 && t.device_page({st, t.num_pages(st) - 1}) < 0)
+            last_pages.push_back({st, t.num_pages(st) - 1});
+        }
+        ASSERT_TRUE(tier.touch(seq).is_ok());
+        if (!last_pages.empty()) {
+          const Status s = retrieve(seq, last_pages, where);
+          ASSERT_TRUE(s.is_ok() || s.code() == StatusCode::kResourceExhausted) << where << ": " << s.to_string();
+        }
+        const int32_t n = 1 + static_cast<int32_t>(rng() % 3);
+        Status s = tier.append(seq, n);
+        if (s.code() == StatusCode::kResourceExhausted && tier.make_room(kLayout.pages_for_tokens(n)).is_ok())
+          s = tier.append(seq, n);
+        ASSERT_TRUE(s.is_ok() || s.code() == StatusCode::kResourceExhausted ||
+                    s.code() == StatusCode::kFailedPrecondition)
+            << where << ": " << s.to_string();
+        if (s.is_ok()) {
+          write_tokens(device, tier.table(seq), seqs[seq], lengths);
+          ++decoded_in_place;
+        }
+      }
+    } else if (op == 10) {  // a sequence's buffer shrinks: its own oldest pages go
+      if (const int32_t seq = pick(with_device_pages); seq >= 0) {
+        const int64_t before = tier.table(seq).num_device_pages();
+        const auto moved = tier.offload_oldest(seq, 1 + static_cast<int64_t>(rng() % 4));
+        ASSERT_TRUE(moved.is_ok() || moved.status().code() == StatusCode::kResourceExhausted) << where;
+        if (moved.is_ok()) ASSERT_EQ(tier.table(seq).num_device_pages(), before - *moved) << where;
+      }
     } else if (op == 7) {  // the device pool asked for room by someone else: single pages go, oldest first
       const auto made = tier.make_room(1 + static_cast<int64_t>(rng() % 40));
       ASSERT_TRUE(made.is_ok() || made.status().code() == StatusCode::kResourceExhausted) << where;
@@ -234,6 +279,7 @@ TEST(HostTierTest, RandomPageOffloadRetrieveEvictResume) {
   EXPECT_GT(evicted_pages, 300);
   EXPECT_GT(refused_retrieves, 50);
   EXPECT_GT(resumed_after_retrieve, 50);
+  EXPECT_GT(decoded_in_place, 100);
   EXPECT_TRUE(logical_above_streams);
   EXPECT_TRUE(partly_resident);
   for (const auto& [seq, id] : seqs) ASSERT_TRUE(tier.drop(seq).is_ok());
