@@ -60,8 +60,9 @@ class HostTier final {
   // Offloads up to `num_pages` of the sequence's own least recently used resident pages (its buffer shrinking).
   // Returns how many moved. kResourceExhausted, nothing moved, when the host pool lacks room.
   Result<int64_t> offload_oldest(int32_t seq, int64_t num_pages);
-  // Adds `num_new_tokens` slots to every stream of a sequence (TieredPageTable::append: its partly filled last
-  // pages must be resident); the new pages are the most recently used.
+  // Adds `num_new_tokens` slots to every stream of a sequence (TieredPageTable::append: a slot landing in a
+  // partly filled page on the host is written once that page is retrieved); the new pages are the most recently
+  // used.
   Status append(int32_t seq, int32_t num_new_tokens);
   // Offloads the least recently used resident pages, whichever sequence's, until the device pool has `num_pages`
   // free pages. Returns how many pages moved. kResourceExhausted, nothing moved, when the resident pages or the host

@@ -126,8 +126,6 @@ Result<std::vector<StreamPage>> TieredPageTable::append(int32_t num_new_tokens) 
   int32_t widest = stride_;
   for (int32_t s = 0; s < layout_.num_streams(); ++s) {
     const int32_t have = num_pages(s);
-    if (num_tokens(s) % layout_.page_size != 0 && device_page({s, have - 1}) < 0)
-      return failed_precondition("tiered page table: the last page of stream {} is on the host", s);
     const auto need = static_cast<int32_t>(layout_.pages_per_stream(num_tokens(s) + num_new_tokens));
     for (int32_t p = have; p < need; ++p) new_pages.push_back({s, p});
     widest = std::max(widest, need);

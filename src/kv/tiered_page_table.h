@@ -57,8 +57,9 @@ class TieredPageTable final {
   Result<std::vector<int32_t>> retrieve(std::span<const StreamPage> pages);
 
   // Adds `num_new_tokens` slots at the end of every stream, taking new pages from the device pool, and returns the
-  // new pages. All or nothing: kFailedPrecondition when a stream's partly filled last page is on the host (the
-  // slot would land there: retrieve it first), kResourceExhausted when the device pool lacks room.
+  // new pages. A slot may land in a partly filled last page on the host: its writer retrieves that page first, so a
+  // layer-by-layer step needs only the layer it writes resident. All or nothing: kResourceExhausted when the device
+  // pool lacks room.
   Result<std::vector<StreamPage>> append(int32_t num_new_tokens);
 
   // The device rows as a page list view: entries of pages on the host read -1.

@@ -112,16 +112,12 @@ Status PartitionedDecode::begin_step(int32_t seq) {
   Index& index = it->second;
   index.counts = {};
   const TieredPageTable& table = tier_->table(seq);
-  std::vector<StreamPage> last_pages;  // partly filled ones on the host: the step's token lands there
   for (int32_t s = 0; s < layout_.num_streams(); ++s) {
     if (layout_.pages_per_stream(table.num_tokens(s) + 1) > index.stride)
       return out_of_range("partitioned decode: sequence {} would pass the {} tokens its index holds", seq,
                           index.stride * layout_.page_size);
-    if (table.num_tokens(s) % layout_.page_size != 0 && table.device_page({s, table.num_pages(s) - 1}) < 0)
-      last_pages.push_back({s, table.num_pages(s) - 1});
   }
   tier_->advance();
-  SE_RETURN_IF_ERROR(retrieve(seq, index, last_pages));
   Status appended = tier_->append(seq, 1);
   if (appended.code() == StatusCode::kResourceExhausted) {
     SE_RETURN_IF_ERROR(tier_->make_room(layout_.pages_for_tokens(1)).status());

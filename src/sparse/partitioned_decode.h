@@ -59,8 +59,9 @@ class PartitionedDecode final {
   // Forgets a sequence's index (the caller drops it from the tier).
   void remove(int32_t seq) { seqs_.erase(seq); }
 
-  // Opens a decode step of `seq`: the partly filled last pages come back, every stream takes one slot (new pages
-  // on the device, making room there by the tier's LRU), and the LRU's clock ticks. kOutOfRange past
+  // Opens a decode step of `seq`: every stream takes one slot (new pages on the device, making room there by the
+  // tier's LRU; a slot in a partly filled page on the host waits for its layer to bring the page back), and the
+  // LRU's clock ticks. kOutOfRange past
   // max_num_tokens; the tier's errors when there is no room.
   Status begin_step(int32_t seq);
   // Layer `layer` of the step: writes the token's k, v [1, Hkv, D] into its slots, then Index, Select, Retrieve
