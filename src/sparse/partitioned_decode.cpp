@@ -62,10 +62,21 @@ Status PartitionedDecode::add(int32_t seq, int32_t max_num_tokens) {
       config_.fixed_buffer_pages < int64_t{layout_.num_kv_heads} * page_budget())
     return failed_precondition("partitioned decode: a fixed buffer of {} pages cannot hold one layer's {} selected",
                                config_.fixed_buffer_pages, int64_t{layout_.num_kv_heads} * page_budget());
+  // The two-level ranking is host code over fp32 bounds.
+  if (config_.two_level && (layout_.dtype != DType::kF32 || config_.two_level->group_size < 1))
+    return unimplemented("partitioned decode: the two-level index takes fp32 pages and groups of at least one page");
   Index index;
   index.stride = static_cast<int32_t>(layout_.pages_per_stream(std::max(max_num_tokens, table.num_logical_tokens())));
   const int32_t num_streams = layout_.num_streams();
-  index.bounds = empty_on(device_, layout_.dtype, {int64_t{num_streams} * index.stride, 2, layout_.head_dim});
+  const Shape bounds_shape{int64_t{num_streams} * index.stride, 2, layout_.head_dim};
+  index.bounds =
+      config_.two_level ? Tensor::empty(DType::kF32, bounds_shape) : empty_on(device_, layout_.dtype, bounds_shape);
+  if (config_.two_level) {
+    const int32_t group_size = config_.two_level->group_size;
+    index.groups.resize(static_cast<size_t>(num_streams) *
+                        static_cast<size_t>((index.stride + group_size - 1) / group_size) * 2 *
+                        static_cast<size_t>(layout_.head_dim));
+  }
   index.entries.resize(static_cast<size_t>(num_streams) * static_cast<size_t>(index.stride));
   for (size_t e = 0; e < index.entries.size(); ++e) index.entries[e] = static_cast<int32_t>(e);
   // Index: every page's bounds, each stream's tokens all counted as new.
@@ -79,8 +90,57 @@ Status PartitionedDecode::add(int32_t seq, int32_t max_num_tokens) {
   for (int32_t l = 0; l < layout_.num_layers && longest > 0; ++l)
     update_page_key_bounds(pool_bounds_.view(), layer_view(device.page_ids, device.stride, table, l, longest), longest);
   store_bounds(index, table, pages);
+  if (config_.two_level)
+    for (int32_t s = 0; s < num_streams; ++s)
+      for (int32_t p = 0; p < table.num_pages(s) - 1; p += config_.two_level->group_size)
+        summarize_group(index, table, s, p);
   seqs_.emplace(seq, std::move(index));
   return Status::ok();
+}
+
+void PartitionedDecode::summarize_group(Index& index, const TieredPageTable& table, int32_t stream,
+                                        int32_t page_idx) const {
+  const int32_t group_size = config_.two_level->group_size;
+  const int32_t groups_per_stream = (index.stride + group_size - 1) / group_size;
+  const int32_t group = page_idx / group_size, first = group * group_size;
+  const auto row = static_cast<size_t>(2 * layout_.head_dim);
+  const float* fine = index.bounds.data<float>() + static_cast<size_t>(stream * index.stride + first) * row;
+  float* coarse = index.groups.data() + static_cast<size_t>(stream * groups_per_stream + group) * row;
+  const int32_t num_pages = std::min(group_size, table.num_pages(stream) - 1 - first);
+  summarize_page_groups({fine, static_cast<size_t>(num_pages) * row}, num_pages, layout_.head_dim, group_size,
+                        {coarse, row});
+}
+
+void PartitionedDecode::select(Index& index, const TieredPageTable& table, int32_t layer, TensorView q) {
+  const int32_t budget = page_budget();
+  if (!config_.two_level) {
+    select_pages_by_key_bounds(lists_.view(), counts_.view(), q, index.bounds.view(),
+                               layer_view(index.entries.data(), index.stride, table, layer, 1), budget, index.stride,
+                               config_.gqa_agg);
+    copy(host_lists_.view(), lists_.view());
+    copy(host_counts_.view(), counts_.view());
+    for (int32_t h = 0; h < layout_.num_kv_heads; ++h)
+      index.counts.num_ranked_pages += std::max(0, table.num_pages(layout_.stream(layer, h)) - 1);
+    return;
+  }
+  const auto group_heads = static_cast<int32_t>(q.shape[1]) / layout_.num_kv_heads;
+  const auto row = static_cast<size_t>(2 * layout_.head_dim);
+  const int32_t group_size = config_.two_level->group_size;
+  const int32_t groups_per_stream = (index.stride + group_size - 1) / group_size;
+  for (int32_t h = 0; h < layout_.num_kv_heads; ++h) {
+    const int32_t s = layout_.stream(layer, h);
+    const size_t q_size = static_cast<size_t>(group_heads) * static_cast<size_t>(layout_.head_dim);
+    const std::vector<int32_t> pages =
+        select_pages_two_level({q.ptr<float>() + static_cast<size_t>(h) * q_size, q_size}, group_heads,
+                               {index.groups.data() + static_cast<size_t>(s * groups_per_stream) * row,
+                                static_cast<size_t>(groups_per_stream) * row},
+                               {index.bounds.data<float>() + static_cast<size_t>(s * index.stride) * row,
+                                static_cast<size_t>(index.stride) * row},
+                               table.num_pages(s), layout_.head_dim, budget, config_.gqa_agg, *config_.two_level,
+                               &index.counts.num_ranked_pages);
+    std::copy(pages.begin(), pages.end(), host_lists_.data<int32_t>() + static_cast<size_t>(h * budget));
+    host_counts_.data<int32_t>()[h] = static_cast<int32_t>(pages.size());
+  }
 }
 
 int64_t PartitionedDecode::buffer_pages(int32_t seq) const {
@@ -151,14 +211,15 @@ Status PartitionedDecode::attend(int32_t seq, int32_t layer, TensorView q, Tenso
   write_kv(write_view, k, v);
   update_page_key_bounds(pool_bounds_.view(), write_view, 1);
   store_bounds(index, table, last_pages);
+  // The candidates end before the last page: refreshing the group of the one before it takes in a page that just
+  // stopped being the last.
+  if (config_.two_level)
+    for (const StreamPage& page : last_pages)
+      if (page.page_idx > 0) summarize_group(index, table, page.stream, page.page_idx - 1);
 
-  // Select: Quest's ranking over the index, whose page lists are the entries of the pages' places.
+  // Select: Quest's ranking over the index (its page lists are the entries of the pages' places), or two-level.
   const int32_t budget = page_budget();
-  select_pages_by_key_bounds(lists_.view(), counts_.view(), q, index.bounds.view(),
-                             layer_view(index.entries.data(), index.stride, table, layer, 1), budget, index.stride,
-                             config_.gqa_agg);
-  copy(host_lists_.view(), lists_.view());
-  copy(host_counts_.view(), counts_.view());
+  select(index, table, layer, q);
   const int32_t* lists = host_lists_.data<int32_t>();
   const int32_t* counts = host_counts_.data<int32_t>();
 

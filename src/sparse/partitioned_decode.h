@@ -12,8 +12,9 @@
 // A selection over the same bounds, the same kernels and the same bytes: the output is the resident Quest's, bit for
 // bit. The buffer (pages resident per request) is elastic, buffer_factor times the step's mandatory pages (Spin's
 // default 5x), so it follows the request's selection as its streams grow, or fixed, the same number of pages
-// whatever the selection (what Spin compares against). Every layer selects (Quest's dense leading layers would
-// pin whole streams resident).
+// whatever the selection (what Spin compares against). Under `two_level` the index keeps group summaries beside the
+// page bounds and Select ranks the groups first (an approximation: docs/fidelity.md; with every group kept it is the
+// resident choice again). Every layer selects (Quest's dense leading layers would pin whole streams resident).
 //
 // Ownership: borrows the tier (and its pools); holds each sequence's index. Its views carry host tables: on the CPU
 // backend the ops read them as they are (a GPU run would mirror them, as the sparse controller does). Engine thread
@@ -22,10 +23,12 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "backend/ops.h"
 #include "kv/host_tier.h"
+#include "sparse/two_level_page_index.h"
 #include "tensor/tensor.h"
 
 namespace se {
@@ -38,6 +41,9 @@ struct PartitionConfig {
   PartitionBuffer buffer = PartitionBuffer::kElastic;
   int32_t buffer_factor = 5;       // kElastic: resident pages per mandatory page
   int64_t fixed_buffer_pages = 0;  // kFixed: resident pages per request
+  // Set: Select ranks page groups by their summaries first, then the pages of the kept groups
+  // (two_level_page_index.h), on the host.
+  std::optional<TwoLevelConfig> two_level;
 };
 
 // Pages of one sequence moved in one step, over its layers.
@@ -45,6 +51,7 @@ struct PartitionStepCounts {
   int64_t num_selected_pages = 0;   // the selections' pages (Attention's reads)
   int64_t num_retrieved_pages = 0;  // copied in: selected and not resident (Retrieve)
   int64_t num_offloaded_pages = 0;  // copied out of a full buffer (Offload)
+  int64_t num_ranked_pages = 0;     // pages whose own bounds Select ranked (all candidates but under two_level)
 };
 
 class PartitionedDecode final {
@@ -76,9 +83,11 @@ class PartitionedDecode final {
 
  private:
   struct Index {
-    int32_t stride = 0;            // index entries per stream: pages of max_num_tokens
-    Tensor bounds;                 // [num_streams * stride, 2, D] where the pool lives
+    int32_t stride = 0;  // index entries per stream: pages of max_num_tokens
+    // [num_streams * stride, 2, D]: where the pool lives, or on the host under two_level (the fine bounds).
+    Tensor bounds;
     std::vector<int32_t> entries;  // [num_streams][stride] entry ids (s * stride + p): the ranking's page lists
+    std::vector<float> groups;     // two_level: [num_streams][ceil(stride / group_size)][2][D] group summaries
     PartitionStepCounts counts;
   };
 
@@ -88,6 +97,12 @@ class PartitionedDecode final {
                            int32_t num_rows);
   // Copies the pool-indexed bounds of the listed pages (all resident) into the sequence's index.
   void store_bounds(const Index& index, const TieredPageTable& table, std::span<const StreamPage> pages);
+  // two_level: refreshes the summary of the group holding candidate page `page_idx` of stream `stream` (a stream's
+  // candidates are its pages but the last).
+  void summarize_group(Index& index, const TieredPageTable& table, int32_t stream, int32_t page_idx) const;
+  // Select of layer `layer` into host_lists_ / host_counts_: the page ranking op over the index, or the two-level
+  // ranking over its groups and pages.
+  void select(Index& index, const TieredPageTable& table, int32_t layer, TensorView q);
   // Brings the listed pages in, offloading the sequence's oldest pages first when the buffer would overflow and
   // making room in the device pool by the tier's LRU.
   Status retrieve(int32_t seq, Index& index, std::span<const StreamPage> pages);

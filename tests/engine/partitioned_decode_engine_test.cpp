@@ -244,5 +244,11 @@ TEST_F(PartitionedDecodeEngineTest, AnElasticBufferDecodesAsResidentQuest) {
   EXPECT_GT(retrieved, 0);
 }
 
+TEST_F(PartitionedDecodeEngineTest, TwoLevelSelectKeepingEveryGroupDecodesAsResidentQuest) {
+  const TwoLevelConfig every_group{.group_size = 4, .num_groups_kept = 1 << 20};
+  expect_same_runs(partitioned_runs(*bundle_.model, prompts_, {.buffer_factor = 2, .two_level = every_group}),
+                   reference_);
+}
+
 }  // namespace
 }  // namespace se
