@@ -92,7 +92,8 @@ class PartitionedDecode final {
   };
 
   int32_t page_budget() const { return std::max(1, config_.token_budget / layout_.page_size); }
-  // A one-sequence, one-query-row view of layer `layer` whose page lists are `rows` ([num_streams][stride]).
+  // A one-sequence view of layer `layer` with `num_rows` query rows whose page lists are `rows` ([num_streams]
+  // [stride]). NOTE: it points at seq_view_ and q_indptr_, so it holds until the next call.
   AttentionView layer_view(const int32_t* rows, int32_t stride, const TieredPageTable& table, int32_t layer,
                            int32_t num_rows);
   // Copies the pool-indexed bounds of the listed pages (all resident) into the sequence's index.
