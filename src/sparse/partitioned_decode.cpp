@@ -103,7 +103,7 @@ void PartitionedDecode::summarize_group(Index& index, const TieredPageTable& tab
   const int32_t group_size = config_.two_level->group_size;
   const int32_t groups_per_stream = (index.stride + group_size - 1) / group_size;
   const int32_t group = page_idx / group_size, first = group * group_size;
-  const auto row = static_cast<size_t>(2 * layout_.head_dim);
+  const auto row = 2 * static_cast<size_t>(layout_.head_dim);
   const float* fine = index.bounds.data<float>() + static_cast<size_t>(stream * index.stride + first) * row;
   float* coarse = index.groups.data() + static_cast<size_t>(stream * groups_per_stream + group) * row;
   const int32_t num_pages = std::min(group_size, table.num_pages(stream) - 1 - first);
@@ -124,7 +124,7 @@ void PartitionedDecode::select(Index& index, const TieredPageTable& table, int32
     return;
   }
   const auto group_heads = static_cast<int32_t>(q.shape[1]) / layout_.num_kv_heads;
-  const auto row = static_cast<size_t>(2 * layout_.head_dim);
+  const auto row = 2 * static_cast<size_t>(layout_.head_dim);
   const int32_t group_size = config_.two_level->group_size;
   const int32_t groups_per_stream = (index.stride + group_size - 1) / group_size;
   for (int32_t h = 0; h < layout_.num_kv_heads; ++h) {

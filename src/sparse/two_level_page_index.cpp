@@ -42,7 +42,7 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 void summarize_page_groups(std::span<const float> fine, int32_t num_candidates, int32_t head_dim, int32_t group_size,
                            std::span<float> coarse) {
-  const auto row = static_cast<size_t>(2 * head_dim);
+  const auto row = 2 * static_cast<size_t>(head_dim);
   const auto num_groups = static_cast<size_t>(ceil_div(num_candidates, group_size));
   SE_CHECK(
       group_size > 0 && fine.size() >= static_cast<size_t>(num_candidates) * row && coarse.size() >= num_groups * row,
@@ -70,7 +70,7 @@ std::vector<int32_t> select_pages_two_level(std::span<const float> q, int32_t gr
   std::vector<int32_t> pages(static_cast<size_t>(num_pages));
   std::iota(pages.begin(), pages.end(), 0);
   if (num_pages <= page_budget) return pages;
-  const auto row = static_cast<size_t>(2 * head_dim);
+  const auto row = 2 * static_cast<size_t>(head_dim);
   const int32_t num_candidates = num_pages - 1;
   const auto num_groups = static_cast<int32_t>(ceil_div(num_candidates, config.group_size));
   // Level one: the best groups, enough of them to hold the budget.

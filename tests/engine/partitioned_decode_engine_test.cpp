@@ -203,8 +203,8 @@ class PartitionedDecodeEngineTest : public ::testing::Test {
   void SetUp() override {
     std::mt19937 rng(35);
     for (int32_t length : {37, 52, 61}) {
-      std::vector<int32_t> prompt;
-      for (int32_t i = 0; i < length; ++i) prompt.push_back(static_cast<int32_t>(rng() % 96));
+      std::vector<int32_t> prompt(static_cast<size_t>(length));
+      for (int32_t& token : prompt) token = static_cast<int32_t>(rng() % 96);
       prompts_.push_back(std::move(prompt));
     }
     reference_ = engine_runs(bundle_, prompts_);

@@ -237,8 +237,9 @@ TEST(HostTierTest, RandomPageOffloadRetrieveEvictResume) {
       }
     } else if (op == 9) {  // a decode step in place: new slots appended, some landing in partly filled host pages
       if (const int32_t seq = pick(any); seq >= 0) {
-        std::vector<int32_t> lengths;
-        for (int32_t st = 0; st < kLayout.num_streams(); ++st) lengths.push_back(tier.table(seq).num_tokens(st));
+        std::vector<int32_t> lengths(static_cast<size_t>(kLayout.num_streams()));
+        for (int32_t st = 0; st < kLayout.num_streams(); ++st)
+          lengths[static_cast<size_t>(st)] = tier.table(seq).num_tokens(st);
         const int32_t n = 1 + static_cast<int32_t>(rng() % 3);
         Status s = tier.append(seq, n);
         if (s.code() == StatusCode::kResourceExhausted && tier.make_room(kLayout.pages_for_tokens(n)).is_ok())
