@@ -1,4 +1,4 @@
-#include "sparse/two_level_page_index.h"
+#include "sparse/quest_two_level_index.h"
 
 #include <algorithm>
 #include <numeric>

@@ -7,12 +7,12 @@
 #include <algorithm>
 #include <random>
 
-#include "sparse/two_level_page_index.h"
+#include "sparse/quest_two_level_index.h"
 
 namespace se {
 namespace {
 
-TEST(TwoLevelPageIndexTest, MetadataBytesAt128K) {
+TEST(QuestTwoLevelIndexTest, MetadataBytesAt128K) {
   // Llama-3.1-8B: 32 layers x 8 KV heads, head_dim 128, bf16 bounds, 16-token pages; 131072 tokens = 8192 pages.
   const KvLayout llama{.num_layers = 32, .num_kv_heads = 8, .head_dim = 128, .page_size = 16, .dtype = DType::kBF16};
   const PageBoundBytes flat = flat_page_bound_bytes(llama, 131072);
@@ -100,7 +100,7 @@ std::vector<int32_t> two_level(const Stream& s, int32_t page_budget, const TwoLe
                                 GroupReduce::kMean, config, num_fine_read);
 }
 
-TEST(TwoLevelPageIndexTest, AGroupSummaryIsItsPagesElementwiseMinAndMax) {
+TEST(QuestTwoLevelIndexTest, AGroupSummaryIsItsPagesElementwiseMinAndMax) {
   std::mt19937 rng(34);
   const Stream s = random_stream(rng);
   const int32_t num_candidates = s.num_pages - 1, group_size = 8;
@@ -120,7 +120,7 @@ TEST(TwoLevelPageIndexTest, AGroupSummaryIsItsPagesElementwiseMinAndMax) {
   }
 }
 
-TEST(TwoLevelPageIndexTest, EveryGroupKeptIsFlatQuest) {
+TEST(QuestTwoLevelIndexTest, EveryGroupKeptIsFlatQuest) {
   std::mt19937 rng(35);
   for (int trial = 0; trial < 300; ++trial) {
     const Stream s = random_stream(rng);
@@ -130,7 +130,7 @@ TEST(TwoLevelPageIndexTest, EveryGroupKeptIsFlatQuest) {
   }
 }
 
-TEST(TwoLevelPageIndexTest, FewGroupsKeptMissOnlyPagesOfGroupsPassedOver) {
+TEST(QuestTwoLevelIndexTest, FewGroupsKeptMissOnlyPagesOfGroupsPassedOver) {
   std::mt19937 rng(36);
   constexpr int kTrials = 1000;
   const TwoLevelConfig config{.group_size = 8, .num_groups_kept = 4};

@@ -10,7 +10,7 @@
 
 #include "backend/ops.h"
 #include "kv/page_storage.h"
-#include "sparse/partitioned_decode.h"
+#include "sparse/quest_partitioned_decode.h"
 
 namespace se {
 namespace {
@@ -109,7 +109,7 @@ Moves decode_and_compare(PartitionConfig config, bool exact = true) {
   BlockPool reference_pool = make_pool(512);
   HostTier tier(&device, &host);
   config.token_budget = kTokenBudget;
-  PartitionedDecode decode(&tier, kLayout, config);
+  QuestPartitionedDecode decode(&tier, kLayout, config);
   ResidentQuest quest(&reference_pool);
   std::mt19937 rng(35);
   const std::vector<int32_t> prompt_lengths = {61, 80, 45};
@@ -180,7 +180,7 @@ Moves decode_and_compare(PartitionConfig config, bool exact = true) {
   return moves;
 }
 
-TEST(PartitionedDecodeTest, ElasticBufferDecodesAsResidentQuest) {
+TEST(QuestPartitionedDecodeTest, ElasticBufferDecodesAsResidentQuest) {
   const Moves moves = decode_and_compare({.buffer = PartitionBuffer::kElastic, .buffer_factor = 2});
   EXPECT_GT(moves.offloaded, 0) << "the buffers filled, so Offload ran";
   std::printf("elastic 2x: %lld pages retrieved, %lld offloaded, at most %lld resident per request\n",
@@ -188,7 +188,7 @@ TEST(PartitionedDecodeTest, ElasticBufferDecodesAsResidentQuest) {
               static_cast<long long>(moves.max_resident));
 }
 
-TEST(PartitionedDecodeTest, FixedBufferDecodesAsResidentQuest) {
+TEST(QuestPartitionedDecodeTest, FixedBufferDecodesAsResidentQuest) {
   const Moves small = decode_and_compare({.buffer = PartitionBuffer::kFixed, .fixed_buffer_pages = 12});
   const Moves large = decode_and_compare({.buffer = PartitionBuffer::kFixed, .fixed_buffer_pages = 20});
   // A larger buffer keeps more of what later steps select: fewer retrieves.
@@ -197,7 +197,7 @@ TEST(PartitionedDecodeTest, FixedBufferDecodesAsResidentQuest) {
               static_cast<long long>(large.retrieved));
 }
 
-TEST(PartitionedDecodeTest, TwoLevelSelectKeepingEveryGroupDecodesAsResidentQuest) {
+TEST(QuestPartitionedDecodeTest, TwoLevelSelectKeepingEveryGroupDecodesAsResidentQuest) {
   const Moves flat = decode_and_compare({.buffer_factor = 2});
   const Moves all = decode_and_compare(
       {.buffer_factor = 2, .two_level = TwoLevelConfig{.group_size = 4, .num_groups_kept = 1 << 20}});
@@ -205,7 +205,7 @@ TEST(PartitionedDecodeTest, TwoLevelSelectKeepingEveryGroupDecodesAsResidentQues
   EXPECT_EQ(all.retrieved, flat.retrieved);
 }
 
-TEST(PartitionedDecodeTest, TwoLevelSelectKeepingFewGroupsRanksFewerPages) {
+TEST(QuestPartitionedDecodeTest, TwoLevelSelectKeepingFewGroupsRanksFewerPages) {
   const Moves flat = decode_and_compare({.buffer_factor = 2});
   const Moves few = decode_and_compare(
       {.buffer_factor = 2, .two_level = TwoLevelConfig{.group_size = 4, .num_groups_kept = 2}}, /*exact=*/false);
@@ -216,13 +216,13 @@ TEST(PartitionedDecodeTest, TwoLevelSelectKeepingFewGroupsRanksFewerPages) {
               static_cast<long long>(few.differing_layers), kNumSteps * 3 * kLayout.num_layers);
 }
 
-TEST(PartitionedDecodeTest, RefusesWhatItCannotServe) {
+TEST(QuestPartitionedDecodeTest, RefusesWhatItCannotServe) {
   BlockPool device = make_pool(64);
   BlockPool host = make_pool(64);
   HostTier tier(&device, &host);
-  PartitionedDecode fixed(&tier, kLayout,
-                          {.token_budget = kTokenBudget, .buffer = PartitionBuffer::kFixed, .fixed_buffer_pages = 4});
-  PartitionedDecode elastic(&tier, kLayout, {.token_budget = kTokenBudget});
+  QuestPartitionedDecode fixed(
+      &tier, kLayout, {.token_budget = kTokenBudget, .buffer = PartitionBuffer::kFixed, .fixed_buffer_pages = 4});
+  QuestPartitionedDecode elastic(&tier, kLayout, {.token_budget = kTokenBudget});
   EXPECT_EQ(elastic.add(0, kMaxTokens).code(), StatusCode::kNotFound);
   PageTable table(&device, kLayout);
   ASSERT_TRUE(table.append(20).is_ok());

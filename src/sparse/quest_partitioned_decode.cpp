@@ -1,4 +1,4 @@
-#include "sparse/partitioned_decode.h"
+#include "sparse/quest_partitioned_decode.h"
 
 #include <algorithm>
 
@@ -6,7 +6,7 @@
 
 namespace se {
 
-PartitionedDecode::PartitionedDecode(HostTier* tier, const KvLayout& layout, PartitionConfig config)
+QuestPartitionedDecode::QuestPartitionedDecode(HostTier* tier, const KvLayout& layout, PartitionConfig config)
     : tier_(tier),
       layout_(layout),
       config_(config),
@@ -19,8 +19,8 @@ PartitionedDecode::PartitionedDecode(HostTier* tier, const KvLayout& layout, Par
   host_counts_ = Tensor::empty(DType::kI32, {1, layout_.num_kv_heads});
 }
 
-AttentionView PartitionedDecode::layer_view(const int32_t* rows, int32_t stride, const TieredPageTable& table,
-                                            int32_t layer, int32_t num_rows) {
+AttentionView QuestPartitionedDecode::layer_view(const int32_t* rows, int32_t stride, const TieredPageTable& table,
+                                                 int32_t layer, int32_t num_rows) {
   const PageTableView device = table.device_view();
   seq_view_ = SeqKvView{};
   seq_view_.page_ids = rows + static_cast<int64_t>(layout_.stream(layer, 0)) * stride;
@@ -41,8 +41,8 @@ AttentionView PartitionedDecode::layer_view(const int32_t* rows, int32_t stride,
   return view;
 }
 
-void PartitionedDecode::store_bounds(const Index& index, const TieredPageTable& table,
-                                     std::span<const StreamPage> pages) {
+void QuestPartitionedDecode::store_bounds(const Index& index, const TieredPageTable& table,
+                                          std::span<const StreamPage> pages) {
   const size_t row_bytes = 2 * static_cast<size_t>(layout_.head_dim) * dtype_size(layout_.dtype);
   auto* from = static_cast<char*>(pool_bounds_.raw());
   auto* to = static_cast<char*>(index.bounds.raw());
@@ -51,7 +51,7 @@ void PartitionedDecode::store_bounds(const Index& index, const TieredPageTable& 
                     from + static_cast<size_t>(table.device_page(page)) * row_bytes, 0, row_bytes, 1);
 }
 
-Status PartitionedDecode::add(int32_t seq, int32_t max_num_tokens) {
+Status QuestPartitionedDecode::add(int32_t seq, int32_t max_num_tokens) {
   if (!tier_->contains(seq)) return not_found("partitioned decode: the host tier holds no sequence {}", seq);
   if (seqs_.count(seq) != 0) return conflict("partitioned decode: sequence {} is already indexed", seq);
   const TieredPageTable& table = tier_->table(seq);
@@ -98,8 +98,8 @@ Status PartitionedDecode::add(int32_t seq, int32_t max_num_tokens) {
   return Status::ok();
 }
 
-void PartitionedDecode::summarize_group(Index& index, const TieredPageTable& table, int32_t stream,
-                                        int32_t page_idx) const {
+void QuestPartitionedDecode::summarize_group(Index& index, const TieredPageTable& table, int32_t stream,
+                                             int32_t page_idx) const {
   const int32_t group_size = config_.two_level->group_size;
   const int32_t groups_per_stream = (index.stride + group_size - 1) / group_size;
   const int32_t group = page_idx / group_size, first = group * group_size;
@@ -111,7 +111,7 @@ void PartitionedDecode::summarize_group(Index& index, const TieredPageTable& tab
                         {coarse, row});
 }
 
-void PartitionedDecode::select(Index& index, const TieredPageTable& table, int32_t layer, TensorView q) {
+void QuestPartitionedDecode::select(Index& index, const TieredPageTable& table, int32_t layer, TensorView q) {
   const int32_t budget = page_budget();
   if (!config_.two_level) {
     select_pages_by_key_bounds(lists_.view(), counts_.view(), q, index.bounds.view(),
@@ -143,7 +143,7 @@ void PartitionedDecode::select(Index& index, const TieredPageTable& table, int32
   }
 }
 
-int64_t PartitionedDecode::buffer_pages(int32_t seq) const {
+int64_t QuestPartitionedDecode::buffer_pages(int32_t seq) const {
   if (config_.buffer == PartitionBuffer::kFixed) return config_.fixed_buffer_pages;
   // Mandatory: what the step's selections read over every stream (a short stream reads all its pages).
   const TieredPageTable& table = tier_->table(seq);
@@ -152,7 +152,7 @@ int64_t PartitionedDecode::buffer_pages(int32_t seq) const {
   return config_.buffer_factor * mandatory;
 }
 
-Status PartitionedDecode::retrieve(int32_t seq, Index& index, std::span<const StreamPage> pages) {
+Status QuestPartitionedDecode::retrieve(int32_t seq, Index& index, std::span<const StreamPage> pages) {
   if (pages.empty()) return Status::ok();
   const auto wanted = static_cast<int64_t>(pages.size());
   const int64_t over = tier_->table(seq).num_device_pages() + wanted - buffer_pages(seq);
@@ -166,7 +166,7 @@ Status PartitionedDecode::retrieve(int32_t seq, Index& index, std::span<const St
   return Status::ok();
 }
 
-Status PartitionedDecode::begin_step(int32_t seq) {
+Status QuestPartitionedDecode::begin_step(int32_t seq) {
   const auto it = seqs_.find(seq);
   if (it == seqs_.end()) return not_found("partitioned decode: no sequence {}", seq);
   Index& index = it->second;
@@ -186,8 +186,8 @@ Status PartitionedDecode::begin_step(int32_t seq) {
   return appended;
 }
 
-Status PartitionedDecode::attend(int32_t seq, int32_t layer, TensorView q, TensorView k, TensorView v, TensorView out,
-                                 const AttentionParams& params) {
+Status QuestPartitionedDecode::attend(int32_t seq, int32_t layer, TensorView q, TensorView k, TensorView v,
+                                      TensorView out, const AttentionParams& params) {
   const auto it = seqs_.find(seq);
   if (it == seqs_.end()) return not_found("partitioned decode: no sequence {}", seq);
   if (layer < 0 || layer >= layout_.num_layers)

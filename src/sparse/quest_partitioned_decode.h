@@ -1,5 +1,5 @@
-// PartitionedDecode: Spin's partitions (arXiv 2604.26837 §4.1) for Quest's page selection over KV that lives partly
-// on the host tier (kv/host_tier.h). One decode step of a sequence runs, layer by layer:
+// QuestPartitionedDecode: Spin's partitions (arXiv 2604.26837 §4.1) for Quest's page selection over KV that lives
+// partly on the host tier (kv/host_tier.h). One decode step of a sequence runs, layer by layer:
 //   Index      the key bounds (elementwise min and max of the keys) of every page of the sequence, host pages too,
 //              kept where the pool lives and keyed by the page's place (stream, page index), so page moves leave
 //              them be; the page that takes the step's token has its bounds refreshed.
@@ -28,7 +28,7 @@
 
 #include "backend/ops.h"
 #include "kv/host_tier.h"
-#include "sparse/two_level_page_index.h"
+#include "sparse/quest_two_level_index.h"
 #include "tensor/tensor.h"
 
 namespace se {
@@ -42,7 +42,7 @@ struct PartitionConfig {
   int32_t buffer_factor = 5;       // kElastic: resident pages per mandatory page
   int64_t fixed_buffer_pages = 0;  // kFixed: resident pages per request
   // Set: Select ranks page groups by their summaries first, then the pages of the kept groups
-  // (two_level_page_index.h), on the host.
+  // (quest_two_level_index.h), on the host.
   std::optional<TwoLevelConfig> two_level;
 };
 
@@ -54,10 +54,10 @@ struct PartitionStepCounts {
   int64_t num_ranked_pages = 0;     // pages whose own bounds Select ranked (all candidates but under two_level)
 };
 
-class PartitionedDecode final {
+class QuestPartitionedDecode final {
  public:
   // `tier` holds the sequences; its device pool's pages are of `layout`.
-  PartitionedDecode(HostTier* tier, const KvLayout& layout, PartitionConfig config);
+  QuestPartitionedDecode(HostTier* tier, const KvLayout& layout, PartitionConfig config);
 
   // Indexes a sequence the tier holds wholly resident (after its prefill): the bounds of every page. Its streams
   // may grow to `max_num_tokens` tokens. kNotFound, kFailedPrecondition when some of its pages are on the host or a

@@ -1,8 +1,8 @@
 // Quest's decode through Spin's partitions on the tiny model, against the engine's Quest with every page resident:
 // the same greedy tokens and log-probabilities for several prompts. The model runs here with hooks that prefill a
 // prompt densely into device pages, hand the sequence to the host tier, index it and offload it whole, then decode
-// through PartitionedDecode over a device pool smaller than the sequences' KV, so every step moves pages: never more
-// than its selection.
+// through QuestPartitionedDecode over a device pool smaller than the sequences' KV, so every step moves pages: never
+// more than its selection.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,7 +13,7 @@
 #include "../support/tiny_engine.h"
 #include "engine/engine.h"
 #include "kv/page_storage.h"
-#include "sparse/partitioned_decode.h"
+#include "sparse/quest_partitioned_decode.h"
 
 namespace se {
 namespace {
@@ -69,7 +69,7 @@ class TieredQuestHooks final : public ForwardHooks {
       : layout_(layout), device_(device), tier_(device, host), decode_(&tier_, layout, config) {}
 
   HostTier& tier() { return tier_; }
-  PartitionedDecode& decode() { return decode_; }
+  QuestPartitionedDecode& decode() { return decode_; }
 
   void begin_forward(const ForwardBatch& batch) override {
     const SequenceSlice& slice = batch.sequences[0];
@@ -123,7 +123,7 @@ class TieredQuestHooks final : public ForwardHooks {
   KvLayout layout_;
   BlockPool* device_;
   HostTier tier_;
-  PartitionedDecode decode_;
+  QuestPartitionedDecode decode_;
   PageTable prefill_{device_, layout_};
   bool decoding_ = false;
 };
@@ -198,7 +198,7 @@ void expect_same_runs(const std::vector<Generation>& got, const std::vector<Gene
   }
 }
 
-class PartitionedDecodeEngineTest : public ::testing::Test {
+class QuestPartitionedDecodeEngineTest : public ::testing::Test {
  protected:
   void SetUp() override {
     std::mt19937 rng(35);
@@ -215,7 +215,7 @@ class PartitionedDecodeEngineTest : public ::testing::Test {
   std::vector<Generation> reference_;
 };
 
-TEST_F(PartitionedDecodeEngineTest, AFixedBufferMovesPagesEveryStepAndDecodesAsResidentQuest) {
+TEST_F(QuestPartitionedDecodeEngineTest, AFixedBufferMovesPagesEveryStepAndDecodesAsResidentQuest) {
   // Four pages: one layer's selection (2 KV heads x 2 pages), so each layer's selection pushes the other's out.
   const std::vector<Generation> runs =
       partitioned_runs(*bundle_.model, prompts_, {.buffer = PartitionBuffer::kFixed, .fixed_buffer_pages = 4});
@@ -230,7 +230,7 @@ TEST_F(PartitionedDecodeEngineTest, AFixedBufferMovesPagesEveryStepAndDecodesAsR
   }
 }
 
-TEST_F(PartitionedDecodeEngineTest, AnElasticBufferDecodesAsResidentQuest) {
+TEST_F(QuestPartitionedDecodeEngineTest, AnElasticBufferDecodesAsResidentQuest) {
   const std::vector<Generation> runs =
       partitioned_runs(*bundle_.model, prompts_, {.buffer = PartitionBuffer::kElastic, .buffer_factor = 2});
   expect_same_runs(runs, reference_);
@@ -244,7 +244,7 @@ TEST_F(PartitionedDecodeEngineTest, AnElasticBufferDecodesAsResidentQuest) {
   EXPECT_GT(retrieved, 0);
 }
 
-TEST_F(PartitionedDecodeEngineTest, TwoLevelSelectKeepingEveryGroupDecodesAsResidentQuest) {
+TEST_F(QuestPartitionedDecodeEngineTest, TwoLevelSelectKeepingEveryGroupDecodesAsResidentQuest) {
   const TwoLevelConfig every_group{.group_size = 4, .num_groups_kept = 1 << 20};
   expect_same_runs(partitioned_runs(*bundle_.model, prompts_, {.buffer_factor = 2, .two_level = every_group}),
                    reference_);
