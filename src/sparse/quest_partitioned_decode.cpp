@@ -71,12 +71,9 @@ Status QuestPartitionedDecode::add(int32_t seq, int32_t max_num_tokens) {
   const Shape bounds_shape{int64_t{num_streams} * index.stride, 2, layout_.head_dim};
   index.bounds =
       config_.two_level ? Tensor::empty(DType::kF32, bounds_shape) : empty_on(device_, layout_.dtype, bounds_shape);
-  if (config_.two_level) {
-    const int32_t group_size = config_.two_level->group_size;
-    index.groups.resize(static_cast<size_t>(num_streams) *
-                        static_cast<size_t>((index.stride + group_size - 1) / group_size) * 2 *
+  if (config_.two_level)
+    index.groups.resize(static_cast<size_t>(num_streams) * static_cast<size_t>(groups_per_stream(index)) * 2 *
                         static_cast<size_t>(layout_.head_dim));
-  }
   index.entries.resize(static_cast<size_t>(num_streams) * static_cast<size_t>(index.stride));
   for (size_t e = 0; e < index.entries.size(); ++e) index.entries[e] = static_cast<int32_t>(e);
   // Index: every page's bounds, each stream's tokens all counted as new.
@@ -101,11 +98,10 @@ Status QuestPartitionedDecode::add(int32_t seq, int32_t max_num_tokens) {
 void QuestPartitionedDecode::summarize_group(Index& index, const TieredPageTable& table, int32_t stream,
                                              int32_t page_idx) const {
   const int32_t group_size = config_.two_level->group_size;
-  const int32_t groups_per_stream = (index.stride + group_size - 1) / group_size;
   const int32_t group = page_idx / group_size, first = group * group_size;
   const auto row = 2 * static_cast<size_t>(layout_.head_dim);
   const float* fine = index.bounds.data<float>() + static_cast<size_t>(stream * index.stride + first) * row;
-  float* coarse = index.groups.data() + static_cast<size_t>(stream * groups_per_stream + group) * row;
+  float* coarse = index.groups.data() + static_cast<size_t>(stream * groups_per_stream(index) + group) * row;
   const int32_t num_pages = std::min(group_size, table.num_pages(stream) - 1 - first);
   summarize_page_groups({fine, static_cast<size_t>(num_pages) * row}, num_pages, layout_.head_dim, group_size,
                         {coarse, row});
@@ -119,25 +115,25 @@ void QuestPartitionedDecode::select(Index& index, const TieredPageTable& table, 
                                config_.gqa_agg);
     copy(host_lists_.view(), lists_.view());
     copy(host_counts_.view(), counts_.view());
-    for (int32_t h = 0; h < layout_.num_kv_heads; ++h)
-      index.counts.num_ranked_pages += std::max(0, table.num_pages(layout_.stream(layer, h)) - 1);
+    for (int32_t h = 0; h < layout_.num_kv_heads; ++h) {
+      const int32_t num_pages = table.num_pages(layout_.stream(layer, h));
+      if (num_pages > budget) index.counts.num_ranked_pages += num_pages - 1;  // a shorter stream is read whole
+    }
     return;
   }
   const auto group_heads = static_cast<int32_t>(q.shape[1]) / layout_.num_kv_heads;
   const auto row = 2 * static_cast<size_t>(layout_.head_dim);
-  const int32_t group_size = config_.two_level->group_size;
-  const int32_t groups_per_stream = (index.stride + group_size - 1) / group_size;
+  const int32_t num_groups = groups_per_stream(index);
   for (int32_t h = 0; h < layout_.num_kv_heads; ++h) {
     const int32_t s = layout_.stream(layer, h);
     const size_t q_size = static_cast<size_t>(group_heads) * static_cast<size_t>(layout_.head_dim);
-    const std::vector<int32_t> pages =
-        select_pages_two_level({q.ptr<float>() + static_cast<size_t>(h) * q_size, q_size}, group_heads,
-                               {index.groups.data() + static_cast<size_t>(s * groups_per_stream) * row,
-                                static_cast<size_t>(groups_per_stream) * row},
-                               {index.bounds.data<float>() + static_cast<size_t>(s * index.stride) * row,
-                                static_cast<size_t>(index.stride) * row},
-                               table.num_pages(s), layout_.head_dim, budget, config_.gqa_agg, *config_.two_level,
-                               &index.counts.num_ranked_pages);
+    const std::vector<int32_t> pages = select_pages_two_level(
+        {q.ptr<float>() + static_cast<size_t>(h) * q_size, q_size}, group_heads,
+        {index.groups.data() + static_cast<size_t>(s * num_groups) * row, static_cast<size_t>(num_groups) * row},
+        {index.bounds.data<float>() + static_cast<size_t>(s * index.stride) * row,
+         static_cast<size_t>(index.stride) * row},
+        table.num_pages(s), layout_.head_dim, budget, config_.gqa_agg, *config_.two_level,
+        &index.counts.num_ranked_pages);
     std::copy(pages.begin(), pages.end(), host_lists_.data<int32_t>() + static_cast<size_t>(h * budget));
     host_counts_.data<int32_t>()[h] = static_cast<int32_t>(pages.size());
   }

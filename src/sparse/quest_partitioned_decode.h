@@ -51,7 +51,9 @@ struct PartitionStepCounts {
   int64_t num_selected_pages = 0;   // the selections' pages (Attention's reads)
   int64_t num_retrieved_pages = 0;  // copied in: selected and not resident (Retrieve)
   int64_t num_offloaded_pages = 0;  // copied out of a full buffer (Offload)
-  int64_t num_ranked_pages = 0;     // pages whose own bounds Select ranked (all candidates but under two_level)
+  // Pages whose own bounds Select ranked: every candidate of a stream longer than the budget, but those of the kept
+  // groups under two_level.
+  int64_t num_ranked_pages = 0;
 };
 
 class QuestPartitionedDecode final {
@@ -92,6 +94,10 @@ class QuestPartitionedDecode final {
   };
 
   int32_t page_budget() const { return std::max(1, config_.token_budget / layout_.page_size); }
+  // two_level: group summaries per stream of the index.
+  int32_t groups_per_stream(const Index& index) const {
+    return (index.stride + config_.two_level->group_size - 1) / config_.two_level->group_size;
+  }
   // A one-sequence view of layer `layer` with `num_rows` query rows whose page lists are `rows` ([num_streams]
   // [stride]). NOTE: it points at seq_view_ and q_indptr_, so it holds until the next call.
   AttentionView layer_view(const int32_t* rows, int32_t stride, const TieredPageTable& table, int32_t layer,
