@@ -2,9 +2,9 @@
 // the host tier's pool beside it. Each page of a stream lives in exactly one of them, and two rows per stream say
 // where: the device row holds the page's device id or -1, the host row its host id or -1. Two rows rather than one
 // tagged id: the device rows are a page list attention reads as they are (PageTableView; a selection points only
-// at resident entries), and the host rows are what a retrieve copies from. Lengths are those of the PageTable the
-// sequence came from, and appends add slots on the device. Owns one reference to
-// every page it lists, in that page's pool; both pools (with page storage) outlive it. Engine thread only.
+// at resident entries), and the host rows are what a retrieve copies from. Lengths start as those of the PageTable
+// the sequence came from; appends add slots (new pages on the device). Owns one reference to every page it lists, in
+// that page's pool; both pools (with page storage) outlive it. Engine thread only.
 //
 // Invariants (check_integrity): every page of every stream is listed in exactly one row and is in use in that row's
 // pool; no page is listed twice.
