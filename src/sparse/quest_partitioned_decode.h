@@ -70,8 +70,7 @@ class QuestPartitionedDecode final {
 
   // Opens a decode step of `seq`: every stream takes one slot (new pages on the device, making room there by the
   // tier's LRU; a slot in a partly filled page on the host waits for its layer to bring the page back), and the
-  // LRU's clock ticks. kOutOfRange past
-  // max_num_tokens; the tier's errors when there is no room.
+  // LRU's clock ticks. kOutOfRange past max_num_tokens; the tier's errors when there is no room.
   Status begin_step(int32_t seq);
   // Layer `layer` of the step: writes the token's k, v [1, Hkv, D] into its slots, then Index, Select, Retrieve
   // (and Offload), Attention: out [1, H, D] from q [1, H, D].
