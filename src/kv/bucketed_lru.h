@@ -43,6 +43,15 @@ class BucketedLru final {
   std::optional<int32_t> oldest() const;
   // Ticks since a present id was last touched, capped at kNumBuckets - 1.
   int32_t age(int32_t id) const;
+  // Calls fn(id) for the present ids from the least recently used on, until fn returns false: how an owner finds
+  // the oldest of its own ids among others' (O(ids visited + kNumBuckets)).
+  template <typename Fn>
+  void for_each_oldest_first(Fn&& fn) const {
+    for (int32_t age = kNumBuckets - 1; age >= 0; --age)
+      for (int32_t id = buckets_[static_cast<size_t>((newest_ - age + kNumBuckets) % kNumBuckets)].head; id >= 0;
+           id = next_[static_cast<size_t>(id)])
+        if (!fn(id)) return;
+  }
 
   // Ok, or the first violated invariant.
   Status check_integrity() const;

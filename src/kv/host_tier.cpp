@@ -1,6 +1,6 @@
 #include "kv/host_tier.h"
 
-#include "kv/page_table_transfer.h"
+#include "base/check.h"
 
 namespace se {
 
@@ -8,56 +8,61 @@ HostTier::HostTier(BlockPool* device_pool, BlockPool* host_pool)
     : device_pool_(device_pool),
       host_pool_(host_pool),
       lru_(device_pool->num_total_pages()),
-      owner_(static_cast<size_t>(device_pool->num_total_pages()), -1) {}
+      owner_(static_cast<size_t>(device_pool->num_total_pages())) {}
 
-std::vector<int32_t> HostTier::listed_pages(const PageTable& table) {
-  std::vector<int32_t> pages;
-  const KvLayout& layout = table.layout();
-  for (int32_t l = 0; l < layout.num_layers; ++l) {
-    for (int32_t h = 0; h < layout.num_kv_heads; ++h) {
-      const std::span<const int32_t> stream = table.pages(l, h);
-      pages.insert(pages.end(), stream.begin(), stream.end());
-      if (table.spare_page(l, h) >= 0) pages.push_back(table.spare_page(l, h));
-    }
-  }
+std::vector<StreamPage> HostTier::pages_where(const TieredPageTable& table, bool on_device) {
+  std::vector<StreamPage> pages;
+  for (int32_t s = 0; s < table.layout().num_streams(); ++s)
+    for (int32_t p = 0; p < table.num_pages(s); ++p)
+      if ((table.device_page({s, p}) >= 0) == on_device) pages.push_back({s, p});
   return pages;
 }
 
-void HostTier::track(int32_t seq, const PageTable& table) {
-  for (int32_t page : listed_pages(table)) {
-    owner_[static_cast<size_t>(page)] = seq;
-    lru_.insert(page);
+void HostTier::track(int32_t seq, const TieredPageTable& table, std::span<const StreamPage> pages) {
+  for (const StreamPage& page : pages) {
+    const int32_t id = table.device_page(page);
+    owner_[static_cast<size_t>(id)] = Owner{seq, page};
+    lru_.insert(id);
   }
 }
 
-void HostTier::untrack(const PageTable& table) {
-  for (int32_t page : listed_pages(table)) {
-    owner_[static_cast<size_t>(page)] = -1;
-    lru_.erase(page);
+void HostTier::untrack(std::span<const int32_t> device_pages) {
+  for (int32_t id : device_pages) {
+    owner_[static_cast<size_t>(id)] = Owner{};
+    lru_.erase(id);
   }
 }
 
 bool HostTier::is_resident(int32_t seq) const {
   const auto it = seqs_.find(seq);
-  return it != seqs_.end() && it->second.resident;
+  return it != seqs_.end() && it->second.num_host_pages() == 0;
 }
 
 Status HostTier::add(int32_t seq, PageTable&& table) {
   if (contains(seq)) return conflict("host tier: sequence {} is already held", seq);
-  for (int32_t page : listed_pages(table)) {
-    if (!device_pool_->is_valid_id(page) || owner_[static_cast<size_t>(page)] >= 0 ||
-        device_pool_->ref_count(page) != 1)
-      return failed_precondition("host tier: page {} of sequence {} is shared or not the device pool's", page, seq);
+  const KvLayout& layout = table.layout();
+  for (int32_t l = 0; l < layout.num_layers; ++l) {
+    for (int32_t h = 0; h < layout.num_kv_heads; ++h) {
+      for (int32_t page : table.pages(l, h)) {
+        if (!device_pool_->is_valid_id(page) || owner_[static_cast<size_t>(page)].seq >= 0 ||
+            device_pool_->ref_count(page) != 1)
+          return failed_precondition("host tier: page {} of sequence {} is shared or not the device pool's", page, seq);
+      }
+    }
   }
-  track(seq, table);
-  seqs_.emplace(seq, Entry{std::move(table), true});
+  const auto [it, inserted] = seqs_.emplace(seq, TieredPageTable(table, device_pool_, host_pool_));
+  table.free_all();  // the tier's table holds the pages now; spares go back
+  track(seq, it->second, pages_where(it->second, /*on_device=*/true));
   return Status::ok();
 }
 
 Status HostTier::drop(int32_t seq) {
   const auto it = seqs_.find(seq);
   if (it == seqs_.end()) return not_found("host tier: no sequence {}", seq);
-  if (it->second.resident) untrack(it->second.table);
+  std::vector<int32_t> resident;
+  for (const StreamPage& page : pages_where(it->second, /*on_device=*/true))
+    resident.push_back(it->second.device_page(page));
+  untrack(resident);
   seqs_.erase(it);  // the table releases its pages
   return Status::ok();
 }
@@ -65,52 +70,103 @@ Status HostTier::drop(int32_t seq) {
 Result<PageTable> HostTier::take(int32_t seq) {
   const auto it = seqs_.find(seq);
   if (it == seqs_.end()) return not_found("host tier: no sequence {}", seq);
-  if (!it->second.resident) return failed_precondition("host tier: sequence {} is offloaded (retrieve it)", seq);
-  untrack(it->second.table);
-  PageTable table = std::move(it->second.table);
-  seqs_.erase(it);
+  if (it->second.num_host_pages() > 0)
+    return failed_precondition("host tier: {} pages of sequence {} are on the host (retrieve them)",
+                               it->second.num_host_pages(), seq);
+  PageTable table = it->second.to_page_table();
+  SE_RETURN_IF_ERROR(drop(seq));
   return table;
 }
 
 Status HostTier::touch(int32_t seq) {
   const auto it = seqs_.find(seq);
-  if (it == seqs_.end() || !it->second.resident) return not_found("host tier: no resident sequence {}", seq);
-  for (int32_t page : listed_pages(it->second.table)) lru_.touch(page);
+  if (it == seqs_.end()) return not_found("host tier: no sequence {}", seq);
+  for (const StreamPage& page : pages_where(it->second, /*on_device=*/true)) lru_.touch(it->second.device_page(page));
+  return Status::ok();
+}
+
+Status HostTier::touch(int32_t seq, std::span<const StreamPage> pages) {
+  const auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return not_found("host tier: no sequence {}", seq);
+  const TieredPageTable& table = it->second;
+  for (const StreamPage& page : pages) {
+    if (page.stream < 0 || page.stream >= table.layout().num_streams() || page.page_idx < 0 ||
+        page.page_idx >= table.num_pages(page.stream) || table.device_page(page) < 0)
+      return invalid_argument("host tier: page {} of stream {} of sequence {} is not resident", page.page_idx,
+                              page.stream, seq);
+  }
+  for (const StreamPage& page : pages) lru_.touch(table.device_page(page));
+  return Status::ok();
+}
+
+Status HostTier::offload(int32_t seq, std::span<const StreamPage> pages) {
+  const auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return not_found("host tier: no sequence {}", seq);
+  SE_ASSIGN_OR_RETURN(const std::vector<int32_t> released, it->second.offload(pages));
+  untrack(released);
+  return Status::ok();
+}
+
+Status HostTier::retrieve(int32_t seq, std::span<const StreamPage> pages) {
+  const auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return not_found("host tier: no sequence {}", seq);
+  SE_RETURN_IF_ERROR(it->second.retrieve(pages).status());
+  track(seq, it->second, pages);
   return Status::ok();
 }
 
 Status HostTier::offload(int32_t seq) {
   const auto it = seqs_.find(seq);
-  if (it == seqs_.end() || !it->second.resident) return not_found("host tier: no resident sequence {}", seq);
-  SE_ASSIGN_OR_RETURN(PageTable copy, copy_page_table(it->second.table, *device_pool_, host_pool_));
-  untrack(it->second.table);
-  it->second.table = std::move(copy);  // the device table releases its pages
-  it->second.resident = false;
-  return Status::ok();
+  if (it == seqs_.end()) return not_found("host tier: no sequence {}", seq);
+  return offload(seq, pages_where(it->second, /*on_device=*/true));
 }
 
 Status HostTier::retrieve(int32_t seq) {
   const auto it = seqs_.find(seq);
-  if (it == seqs_.end() || it->second.resident) return not_found("host tier: no offloaded sequence {}", seq);
-  SE_ASSIGN_OR_RETURN(PageTable copy, copy_page_table(it->second.table, *host_pool_, device_pool_));
-  it->second.table = std::move(copy);  // the host table releases its pages
-  it->second.resident = true;
-  track(seq, it->second.table);
+  if (it == seqs_.end()) return not_found("host tier: no sequence {}", seq);
+  return retrieve(seq, pages_where(it->second, /*on_device=*/false));
+}
+
+Result<int64_t> HostTier::offload_oldest(int32_t seq, int64_t num_pages) {
+  if (!contains(seq)) return not_found("host tier: no sequence {}", seq);
+  std::vector<StreamPage> victims;
+  lru_.for_each_oldest_first([&](int32_t id) {
+    if (static_cast<int64_t>(victims.size()) >= num_pages) return false;
+    if (owner_[static_cast<size_t>(id)].seq == seq) victims.push_back(owner_[static_cast<size_t>(id)].page);
+    return true;
+  });
+  SE_RETURN_IF_ERROR(offload(seq, victims));
+  return static_cast<int64_t>(victims.size());
+}
+
+Status HostTier::append(int32_t seq, int32_t num_new_tokens) {
+  const auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return not_found("host tier: no sequence {}", seq);
+  SE_ASSIGN_OR_RETURN(const std::vector<StreamPage> new_pages, it->second.append(num_new_tokens));
+  track(seq, it->second, new_pages);
   return Status::ok();
 }
 
-Result<std::vector<int32_t>> HostTier::make_room(int64_t num_pages) {
-  std::vector<int32_t> offloaded;
-  while (device_pool_->num_free_pages() < num_pages) {
-    const std::optional<int32_t> victim = lru_.oldest();
-    if (!victim)
-      return resource_exhausted("host tier: {} device pages wanted, {} free and no resident sequence left", num_pages,
-                                device_pool_->num_free_pages());
-    const int32_t seq = owner_[static_cast<size_t>(*victim)];
-    SE_RETURN_IF_ERROR(offload(seq));
-    offloaded.push_back(seq);
+Result<int64_t> HostTier::make_room(int64_t num_pages) {
+  const int64_t needed = num_pages - device_pool_->num_free_pages();
+  if (needed <= 0) return int64_t{0};
+  if (needed > lru_.size() || needed > host_pool_->num_free_pages())
+    return resource_exhausted("host tier: {} device pages wanted, {} free, {} resident, {} free on the host", num_pages,
+                              device_pool_->num_free_pages(), lru_.size(), host_pool_->num_free_pages());
+  // The victims, oldest first, gathered per sequence so each sequence's pages move in one copy.
+  std::map<int32_t, std::vector<StreamPage>> victims;
+  for (int64_t i = 0; i < needed; ++i) {
+    const int32_t id = *lru_.oldest();
+    const Owner owner = owner_[static_cast<size_t>(id)];
+    untrack({&id, 1});
+    victims[owner.seq].push_back(owner.page);
   }
-  return offloaded;
+  for (const auto& [seq, pages] : victims) {
+    // Room was checked and the pages are resident: the move cannot fail.
+    const auto moved = seqs_.at(seq).offload(pages);
+    SE_CHECK(moved.is_ok(), "host tier: offloading LRU victims of sequence {}: {}", seq, moved.status().to_string());
+  }
+  return needed;
 }
 
 Status HostTier::check_integrity() const {
@@ -118,25 +174,21 @@ Status HostTier::check_integrity() const {
   SE_RETURN_IF_ERROR(host_pool_->check_integrity());
   SE_RETURN_IF_ERROR(lru_.check_integrity());
   int64_t resident_pages = 0;
-  std::vector<uint8_t> seen_host(static_cast<size_t>(host_pool_->num_total_pages()), 0);
-  for (const auto& [seq, entry] : seqs_) {
-    SE_RETURN_IF_ERROR(entry.table.check_integrity());
-    const BlockPool* pool = entry.resident ? device_pool_ : host_pool_;
-    for (int32_t page : listed_pages(entry.table)) {
-      if (!pool->is_valid_id(page) || pool->ref_count(page) == 0)
-        return internal_error("host tier: sequence {} lists page {} not in use in its pool", seq, page);
-      if (entry.resident) {
-        if (owner_[static_cast<size_t>(page)] != seq || !lru_.contains(page))
-          return internal_error("host tier: resident page {} of sequence {} not tracked as its own", page, seq);
-        ++resident_pages;
-      } else {
-        if (seen_host[static_cast<size_t>(page)]) return internal_error("host tier: host page {} listed twice", page);
-        seen_host[static_cast<size_t>(page)] = 1;
-      }
+  for (const auto& [seq, table] : seqs_) {
+    SE_RETURN_IF_ERROR(table.check_integrity());
+    for (const StreamPage& page : pages_where(table, /*on_device=*/true)) {
+      const int32_t id = table.device_page(page);
+      const Owner& owner = owner_[static_cast<size_t>(id)];
+      if (owner.seq != seq || owner.page.stream != page.stream || owner.page.page_idx != page.page_idx ||
+          !lru_.contains(id))
+        return internal_error("host tier: resident page {} of sequence {} not tracked as its own", id, seq);
+      if (device_pool_->ref_count(id) != 1)
+        return internal_error("host tier: resident page {} of sequence {} is shared", id, seq);
+      ++resident_pages;
     }
   }
   if (resident_pages != lru_.size())
-    return internal_error("host tier: the LRU holds {} pages, the resident tables list {}", lru_.size(),
+    return internal_error("host tier: the LRU holds {} pages, the tables list {} resident", lru_.size(),
                           resident_pages);
   return Status::ok();
 }

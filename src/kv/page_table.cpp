@@ -312,6 +312,29 @@ PageTable PageTable::clone() const {
   return copy;
 }
 
+PageTable PageTable::from_rows(BlockPool* pool, const KvLayout& layout, int32_t num_logical_tokens,
+                               std::span<const int32_t> num_tokens, std::span<const int32_t> page_ids, int32_t stride) {
+  PageTable table(pool, layout);
+  const auto num_streams = static_cast<size_t>(layout.num_streams());
+  SE_CHECK(num_tokens.size() == num_streams && page_ids.size() == num_streams * static_cast<size_t>(stride),
+           "page table: {} lengths and {} ids for {} streams of stride {}", num_tokens.size(), page_ids.size(),
+           num_streams, stride);
+  table.num_logical_tokens_ = num_logical_tokens;
+  table.stride_ = stride;
+  table.page_ids_.assign(page_ids.begin(), page_ids.end());
+  table.num_tokens_.assign(num_tokens.begin(), num_tokens.end());
+  for (size_t s = 0; s < num_streams; ++s) {
+    SE_CHECK(table.pages_for(num_tokens[s]) <= stride, "page table: stream {} of {} tokens over stride {}", s,
+             num_tokens[s], stride);
+    for (int32_t p = 0; p < table.pages_for(num_tokens[s]); ++p) {
+      const int32_t id = table.row(s)[p];
+      SE_CHECK(pool->is_valid_id(id) && pool->ref_count(id) > 0, "page table: page {} is not in use", id);
+      pool->retain(id);
+    }
+  }
+  return table;
+}
+
 void PageTable::free_all() {
   epoch_ = next_epoch();
   const auto num_streams = static_cast<size_t>(layout_.num_streams());

@@ -124,6 +124,11 @@ class PageTable final {
   // A second table over the same pages and lengths, retaining each page once more: a snapshot that stays
   // valid while this table changes. Shared pages are read-only to both (append refuses a shared partial page).
   PageTable clone() const;
+  // A table over `pool` with these lengths whose stream s lists row s of `page_ids` ([num_streams][stride], the
+  // first ceil(num_tokens[s] / page_size) entries of each row: pages in use in `pool`), retaining each page: how a
+  // holder that kept the lists itself (the host tier) hands a sequence back.
+  static PageTable from_rows(BlockPool* pool, const KvLayout& layout, int32_t num_logical_tokens,
+                             std::span<const int32_t> num_tokens, std::span<const int32_t> page_ids, int32_t stride);
   // Grows capacity so appends up to `num_tokens` physical tokens per stream do not reallocate
   // metadata.
   void reserve(int32_t num_tokens);

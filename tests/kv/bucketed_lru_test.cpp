@@ -1,6 +1,7 @@
 // BucketedLru against a reference that remembers each id's last touch: random inserts, touches, erases and ticks
 // (past several wraps of the 64-bucket ring), with check_integrity after each; the victim is always the id of the
-// largest capped age, earliest touched among those, and each id's age is its ticks since its touch, capped at 63.
+// largest capped age, earliest touched among those, the walk oldest first visits every id in that order, and each
+// id's age is its ticks since its touch, capped at 63.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -86,6 +87,19 @@ TEST(BucketedLruTest, RandomOperationsMatchTheReference) {
         want = i;
     }
     ASSERT_EQ(lru.size(), size);
+    // The walk visits every id once, in the reference's order: capped age down, touch order inside an age.
+    std::vector<int32_t> walked;
+    lru.for_each_oldest_first([&](int32_t i) {
+      walked.push_back(i);
+      return true;
+    });
+    ASSERT_EQ(static_cast<int32_t>(walked.size()), size) << step;
+    for (size_t w = 1; w < walked.size(); ++w) {
+      const int32_t a = walked[w - 1], b = walked[w];
+      ASSERT_TRUE(capped(a) > capped(b) ||
+                  (capped(a) == capped(b) && touched_seq[static_cast<size_t>(a)] < touched_seq[static_cast<size_t>(b)]))
+          << "step " << step << ": " << a << " walked before " << b;
+    }
     if (want < 0) {
       ASSERT_FALSE(lru.oldest().has_value());
     } else {
