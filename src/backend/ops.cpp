@@ -363,7 +363,7 @@ constexpr OpEntry kOps[] = {
     {OpId::kWriteKv, "write_kv", true},
     {OpId::kPagedAttention, "paged_attention", true},
     {OpId::kPagedAttentionOverSelection, "paged_attention over a selection", true},
-    {OpId::kPagedAttentionOverFp8Pages, "paged_attention over fp8 pages", false},
+    {OpId::kPagedAttentionOverFp8Pages, "paged_attention over fp8 pages", true},
     {OpId::kPagedAttentionOverKiviPages, "paged_attention over kivi pages", false},
     {OpId::kPagedAttentionOverTurboQuantPages, "paged_attention over turboquant pages", false},
     {OpId::kUpdatePageKeyBounds, "update_page_key_bounds", true},
@@ -421,18 +421,18 @@ void write_kv(const AttentionView& view, TensorView k, TensorView v) {
   SE_CHECK(view.payload == KvPayload::kExplicit || view.payload == KvPayload::kSharedLatent ||
                view.payload == KvPayload::kLowRankLatent || fp8,
            "write_kv: only explicit and FP8 K/V pages are written by this op, and latent rows");
-  if (fp8) {
-    SE_CHECK(k.device == Device::kCpu && view.kv_device == Device::kCpu,
-             "write_kv over fp8 pages: not implemented on CUDA");
+  if (fp8)
     SE_CHECK(view.quantized.k_scales != nullptr && view.quantized.v_scales != nullptr,
              "write_kv: fp8 pages, no scales");
-  }
+  SE_CHECK((k.device == Device::kCuda) == (view.kv_device == Device::kCuda), "write_kv: k on {}, the KV pool on {}",
+           device_name(k.device), device_name(view.kv_device));
   if (on_cuda(k, "write_kv")) {
-    SE_CHECK(view.payload == KvPayload::kExplicit, "write_kv: latent pages are not written on CUDA yet");
-    // The view's tables are device memory here: row counts are the caller's contract, not checked.
+    SE_CHECK(view.payload == KvPayload::kExplicit || fp8, "write_kv: latent pages are not written on CUDA yet");
+    // The view's tables (and an FP8 view's scales) are device memory here: row counts are the caller's contract,
+    // not checked.
     require_cuda_act(k, "write_kv.k");
     require_cuda_act(v, "write_kv.v");
-    SE_CHECK(view.kv_dtype == DType::kBF16, "write_kv: CUDA KV pages are bf16, got {}",
+    SE_CHECK(view.kv_dtype == (fp8 ? DType::kU8 : DType::kBF16), "write_kv: CUDA KV pages are bf16 (or fp8), got {}",
              dtype_name(view.kv_dtype));
     SE_CHECK(k.dtype == v.dtype && k.shape.rank() == 3 && k.shape[1] == view.num_kv_heads &&
                  k.shape[2] == view.head_dim && v.shape == k.shape,
@@ -451,6 +451,23 @@ void write_kv(const AttentionView& view, TensorView k, TensorView v) {
   cpu::write_kv(view, k, v);
 }
 
+void fp8_kv_scales(TensorView k_scales, TensorView v_scales, TensorView k, TensorView v) {
+  SE_CHECK(k.shape.rank() == 3 && v.shape == k.shape && k.shape[0] > 0 && k_scales.numel() == k.shape[1] &&
+               v_scales.numel() == k.shape[1],
+           "fp8_kv_scales: k {} v {} k_scales {} v_scales {}", k.shape.to_string(), v.shape.to_string(),
+           k_scales.shape.to_string(), v_scales.shape.to_string());
+  SE_CHECK(k_scales.dtype == DType::kF32 && v_scales.dtype == DType::kF32 && k_scales.device == k.device &&
+               v_scales.device == k.device && v.device == k.device && v.dtype == k.dtype,
+           "fp8_kv_scales: f32 scales where k and v live");
+  if (on_cuda(k, "fp8_kv_scales")) {
+    require_cuda_act(k, "fp8_kv_scales.k");
+    if constexpr (kCudaBuilt) cuda::fp8_kv_scales(k_scales, v_scales, k, v);
+    return;
+  }
+  require_cpu_f32(k, "fp8_kv_scales.k");
+  cpu::fp8_kv_scales(k_scales, v_scales, k, v);
+}
+
 namespace {
 
 // The CPU paged attention's query shape: q [T, H, D], out of as many elements.
@@ -460,6 +477,16 @@ void check_paged_attention_q(TensorView out, TensorView q, const AttentionView& 
                q.shape[0] == view.q_indptr[view.num_seqs] && out.numel() == q.numel(),
            "paged_attention: q {} for {} rows, {} KV heads x {}", q.shape.to_string(),
            view.q_indptr[view.num_seqs], view.num_kv_heads, view.head_dim);
+}
+
+// The CUDA paged attention's operands: q [T, H, D] and out on the GPU.
+void check_cuda_paged_attention(TensorView out, TensorView q, const AttentionView& view) {
+  require_cuda_act(out, "paged_attention.out");
+  require_cuda_act(q, "paged_attention.q");
+  SE_CHECK(q.shape.rank() == 3 && q.shape[2] == view.head_dim && q.shape[1] % view.num_kv_heads == 0 &&
+               out.numel() == q.numel(),
+           "paged_attention: q {} out {} for {} KV heads x {}", q.shape.to_string(), out.shape.to_string(),
+           view.num_kv_heads, view.head_dim);
 }
 
 // The tables of a KIVI view against attention_view.h's invariants (host tables, as the CPU op reads them).
@@ -523,16 +550,22 @@ void paged_attention_quantized(TensorView out, TensorView q, const AttentionView
   if (out.device == Device::kCuda || view.kv_device == Device::kCuda)
     SE_CHECK(cuda_implements(op_id), "{}: not implemented on CUDA", op);
   SE_CHECK(!view.has_selection, "{}: a selection over quantized pages is not implemented", op);
-  check_paged_attention_q(out, q, view);
   if (fp8) {
     SE_CHECK(view.kv_dtype == DType::kU8 &&
                  view.page_bytes == static_cast<size_t>(view.page_size) * fp8_kv_bytes_per_token(view.head_dim),
              "{}: pages of {} bytes ({}) for page size {} x head_dim {}", op, view.page_bytes,
              dtype_name(view.kv_dtype), view.page_size, view.head_dim);
     SE_CHECK(view.quantized.k_scales != nullptr && view.quantized.v_scales != nullptr, "{}: no scales", op);
+    if (on_cuda(out, op.data())) {
+      check_cuda_paged_attention(out, q, view);
+      if constexpr (kCudaBuilt) cuda::paged_attention(out, q, view, params);
+      return;
+    }
+    check_paged_attention_q(out, q, view);
     cpu::paged_attention_fp8(out, q, view, params);
     return;
   }
+  check_paged_attention_q(out, q, view);
   if (view.quantized.scheme == KvQuantScheme::kTurboQuant) {
     check_turboquant_view(view, op);
     cpu::paged_attention_turboquant(out, q, view, params);
@@ -552,14 +585,9 @@ void paged_attention(TensorView out, TensorView q, const AttentionView& view, co
   SE_CHECK(view.payload == KvPayload::kExplicit,
            "paged_attention: latent KV payloads are not implemented by this op");
   if (on_cuda(out, "paged_attention")) {
-    require_cuda_act(out, "paged_attention.out");
-    require_cuda_act(q, "paged_attention.q");
     SE_CHECK(view.kv_dtype == DType::kBF16, "paged_attention: CUDA KV pages are bf16, got {}",
              dtype_name(view.kv_dtype));
-    SE_CHECK(q.shape.rank() == 3 && q.shape[2] == view.head_dim && q.shape[1] % view.num_kv_heads == 0 &&
-                 out.numel() == q.numel(),
-             "paged_attention: q {} out {} for {} KV heads x {}", q.shape.to_string(), out.shape.to_string(),
-             view.num_kv_heads, view.head_dim);
+    check_cuda_paged_attention(out, q, view);
     if constexpr (kCudaBuilt) cuda::paged_attention(out, q, view, params);
     return;
   }
