@@ -40,8 +40,12 @@ def test_methods_list_the_stores_each_method_takes():
     for name in ["snapkv", "pyramidkv", "adakv", "chunkkv"]:
         assert methods[name]["kv_cache_dtypes"] == ["auto", "fp8_e4m3", "kivi2", "kivi4"], name
     assert methods["quest"]["kv_cache_dtypes"] == ["auto"]
+    # On CUDA (a build with it) FP8 pages are read by vanilla only: the GPU's method ops read bf16 pages.
+    assert methods["vanilla"]["cuda_kv_cache_dtypes"] in (["auto"], ["auto", "fp8_e4m3"])
+    for m in methods.values():
+        assert set(m["cuda_kv_cache_dtypes"]) <= ({"auto", "fp8_e4m3"} if not m["ops"] else {"auto"}), m
     table = run("methods", timeout=60)
-    assert "| kv cache dtypes |" in table.stdout
+    assert "| kv cache dtypes | on cuda |" in table.stdout
 
 
 @pytest.mark.parametrize("flags, message", [

@@ -245,8 +245,8 @@ TEST(Fp8KvStoreTest, AttentionScoresReadTheDecodedKeys) {
 }
 
 // The store admits vanilla and the methods whose K/V ops all read it (eviction's row copies, attention_scores);
-// page bounds, selection and key gathering read explicit pages, and CUDA has no quantized kernel, so those are
-// refused with the reason.
+// page bounds, selection and key gathering read explicit pages, so those are refused with the reason. On CUDA (in a
+// build with it) only methods without ops of their own run over it: the GPU's method ops read bf16 pages.
 TEST(Fp8KvStoreTest, SupportedMethodsAndDevices) {
   const auto check = [](const char* name, Device device) {
     auto method = create_method(name, nullptr);
@@ -262,7 +262,13 @@ TEST(Fp8KvStoreTest, SupportedMethodsAndDevices) {
   EXPECT_NE(quest.message().find("update_page_key_bounds"), std::string::npos) << quest.message();
   EXPECT_EQ(check("rkv", Device::kCpu).code(), StatusCode::kInvalidArgument);    // gather_keys
   EXPECT_EQ(check("kvzip", Device::kCpu).code(), StatusCode::kInvalidArgument);  // subset_attention_max_scores
-  EXPECT_EQ(check("vanilla", Device::kCuda).code(), StatusCode::kUnimplemented);
+  EXPECT_EQ(check("vanilla", Device::kCuda).is_ok(), cuda_implements(OpId::kPagedAttentionOverFp8Pages));
+  const Status streaming_on_cuda = check("streamingllm", Device::kCuda);
+  EXPECT_EQ(streaming_on_cuda.code(), StatusCode::kUnimplemented);
+  EXPECT_NE(
+      streaming_on_cuda.message().find(cuda_implements(OpId::kPagedAttentionOverFp8Pages) ? "compact_kv" : "CPU only"),
+      std::string::npos)
+      << streaming_on_cuda.message();
   auto vanilla = create_method("vanilla", nullptr);
   ASSERT_TRUE(vanilla.is_ok());
   EXPECT_TRUE(check_kv_store_supports(KvStoreKind::kExplicit, Device::kCuda, (*vanilla)->traits(), "vanilla").is_ok());
