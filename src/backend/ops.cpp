@@ -22,21 +22,23 @@ void require_cpu_f32(const TensorView& t, const char* what) {
 }
 int64_t last_dim(const TensorView& t) { return t.shape[t.shape.rank() - 1]; }
 
-// True when a sparse-method op works on a GPU KV pool (ops.h: host tables over a device pool); the
-// build must then have the CUDA backend, and the pages are bf16 K/V.
-bool pool_on_cuda(const AttentionView& view, const char* what) {
-  if (view.kv_device != Device::kCuda) return false;
-  SE_CHECK(kCudaBuilt,
-           "{}: the KV pool is on the GPU, but this build has no CUDA backend (configure with -DSE_CUDA=ON)", what);
-  SE_CHECK(view.payload == KvPayload::kExplicit, "{}: only explicit K/V pages are implemented on CUDA", what);
-  SE_CHECK(view.kv_dtype == DType::kBF16, "{}: CUDA KV pages are bf16, got {}", what, dtype_name(view.kv_dtype));
-  return true;
-}
 // An FP8 (e4m3) pool: one-byte codes in the explicit page layout, which write_kv quantizes into and the row
 // copies of eviction move as they are.
 bool is_fp8_pool(const AttentionView& view) {
   return view.payload == KvPayload::kQuantized && view.quantized.scheme == KvQuantScheme::kFp8E4M3 &&
          view.kv_dtype == DType::kU8;
+}
+// True when a sparse-method op works on a GPU KV pool (ops.h: host tables over a device pool); the
+// build must then have the CUDA backend, and the pages are bf16 K/V, or FP8 codes for the ops that
+// read them (`reads_fp8`: eviction's row copies and attention_scores, as on the CPU).
+bool pool_on_cuda(const AttentionView& view, const char* what, bool reads_fp8 = false) {
+  if (view.kv_device != Device::kCuda) return false;
+  SE_CHECK(kCudaBuilt,
+           "{}: the KV pool is on the GPU, but this build has no CUDA backend (configure with -DSE_CUDA=ON)", what);
+  if (reads_fp8 && is_fp8_pool(view)) return true;
+  SE_CHECK(view.payload == KvPayload::kExplicit, "{}: only explicit K/V pages are implemented on CUDA", what);
+  SE_CHECK(view.kv_dtype == DType::kBF16, "{}: CUDA KV pages are bf16, got {}", what, dtype_name(view.kv_dtype));
+  return true;
 }
 // A score op's output with a GPU pool: host f32 memory, since the methods read scores on the host.
 void require_host_scores(const TensorView& out, const char* what) {
@@ -683,7 +685,7 @@ void attention_scores(TensorView out, TensorView q, const AttentionView& view, i
                out.shape[1] == max_len,
            "attention_scores: q {} out {} for {} stored tokens", q.shape.to_string(), out.shape.to_string(),
            max_len);
-  if (pool_on_cuda(view, "attention_scores")) {
+  if (pool_on_cuda(view, "attention_scores", /*reads_fp8=*/true)) {
     require_cuda_act(q, "attention_scores.q");
     require_host_scores(out, "attention_scores.out");
     if constexpr (kCudaBuilt) cuda::attention_scores(out, q, view, slice, params, reduce, ready);
@@ -701,7 +703,7 @@ void compact_kv(const AttentionView& pool, std::span<const StreamCompaction> str
     for (size_t i = 0; i < s.kept.size(); ++i)
       SE_CHECK(s.kept[i] >= 0 && (i == 0 || s.kept[i] > s.kept[i - 1]),
                "compact_kv: kept indices must ascend from 0, got {} at {}", s.kept[i], i);
-  if (pool_on_cuda(pool, "compact_kv")) {
+  if (pool_on_cuda(pool, "compact_kv", /*reads_fp8=*/true)) {
     SE_CHECK(pool.payload != KvPayload::kSharedLatent, "compact_kv: shared-latent pages are kept on the CPU only");
     if constexpr (kCudaBuilt) cuda::compact_kv(pool, streams);
     return;
@@ -800,7 +802,7 @@ void move_kv_rows(const AttentionView& pool, std::span<const KvRowMove> moves) {
     SE_CHECK(slots[i].first != slots[i - 1].first || slots[i].second + slots[i - 1].second == 0,
              "move_kv_rows: slot {} of page {} is written by one move and read or written by another",
              slots[i].first % pool.page_size, slots[i].first / pool.page_size);
-  if (pool_on_cuda(pool, "move_kv_rows")) {
+  if (pool_on_cuda(pool, "move_kv_rows", /*reads_fp8=*/true)) {
     SE_CHECK(pool.payload != KvPayload::kSharedLatent, "move_kv_rows: shared-latent pages are kept on the CPU only");
     if constexpr (kCudaBuilt) cuda::move_kv_rows(pool, moves);
     return;

@@ -175,9 +175,10 @@ void paged_low_rank_attention(TensorView out, TensorView q, const AttentionView&
 
 // --- what the sparse methods read and change (sparse/methods/) ---
 // The methods run on the host and pass the cache's host view: q_indptr, seqs and the tables they point to are host
-// memory on both backends, and view.kv_device says where the pool is. With a CUDA pool (bf16 pages) the scoring
-// and compaction ops run on the GPU: q (and page key bounds) are device tensors, and the scores' `out` stays host
-// F32 memory, filled when the call returns.
+// memory on both backends, and view.kv_device says where the pool is. With a CUDA pool (bf16 pages; FP8 codes for
+// attention_scores, compact_kv and move_kv_rows, as on the CPU) the scoring and compaction ops run on the GPU: q
+// (and page key bounds) are device tensors, and the scores' `out` stays host F32 memory, filled when the call
+// returns.
 
 enum class ScoreReduce : uint8_t { kSum, kMax };
 enum class ScoresReady : uint8_t { kOnReturn, kAfterSynchronize };

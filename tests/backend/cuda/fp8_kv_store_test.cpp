@@ -1,10 +1,14 @@
-// Parity of the FP8 (e4m3) store on the GPU with the CPU's: write_kv's codes byte for byte (head 0's keys saturate
-// at +-448, so the saturation matches too), the scales fp8_kv_scales computes on the device bit for bit, and the
-// tiled attention over the codes against the CPU's FP8 attention over the same pages (bf16 tolerance: the GPU
-// decodes each row to bf16 for the tensor cores). Page sizes 16 and 64, GQA 1, 4 and 8, ragged batches mixing
-// decode rows with fresh and chunked prefill (chunks that read earlier chunks' pages), head_dim 64, 128 and 256.
+// Parity of the FP8 (e4m3) store's ops on the GPU with the CPU's: write_kv's codes byte for byte (head 0's keys
+// saturate at +-448, so the saturation matches too), the scales fp8_kv_scales computes on the device bit for bit,
+// the tiled attention over the codes against the CPU's FP8 attention over the same pages (bf16 tolerance: the GPU
+// decodes each row to bf16 for the tensor cores; page sizes 16 and 64, GQA 1, 4 and 8, ragged batches mixing decode
+// rows with fresh and chunked prefill, whose chunks read earlier chunks' pages, head_dim 64, 128 and 256), and the
+// eviction methods' ops over the codes: attention_scores decoding the keys (bf16 tolerance), compact_kv and
+// move_kv_rows moving them byte for byte.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -48,7 +52,7 @@ std::vector<PagedCase> fp8_cases() {
   return cases;
 }
 
-TEST(CudaFp8PagedAttentionTest, WritesTheCpuCodesAndAttendsLikeTheCpu) {
+TEST(CudaFp8KvStoreTest, WritesTheCpuCodesAndAttendsLikeTheCpu) {
   SE_SKIP_WITHOUT_CUDA_DEVICE();
   uint64_t seed = 7000;
   for (const PagedCase& c : fp8_cases()) test::run_paged_attention_case(c, Kernel::kTiled, seed += 10);
@@ -66,7 +70,7 @@ Tensor rows_for_scales(int64_t rows, int64_t heads, int64_t dim, uint64_t seed, 
   return t;
 }
 
-TEST(CudaFp8PagedAttentionTest, ScalesFromTheFirstBatchAreTheCpus) {
+TEST(CudaFp8KvStoreTest, ScalesFromTheFirstBatchAreTheCpus) {
   SE_SKIP_WITHOUT_CUDA_DEVICE();
   for (const DType dtype : {DType::kBF16, DType::kF32}) {
     for (const int64_t rows : {int64_t{1}, int64_t{37}, int64_t{4096}}) {
@@ -85,6 +89,60 @@ TEST(CudaFp8PagedAttentionTest, ScalesFromTheFirstBatchAreTheCpus) {
       EXPECT_EQ(v_want[0], 1.0f);
     }
   }
+}
+
+// A sequence of 40 query rows over streams of unequal lengths, and a decode row, the scored sequence not the first.
+PagedCase scoring_case() {
+  PagedCase c = fp8_case("fp8 scores ps16 g4 d128", 16, 2, 4, 128, {{300, 1}, {700, 40}});
+  c.head_skew = 37;
+  return c;
+}
+
+TEST(CudaFp8KvStoreTest, AttentionScoresDecodeTheCodes) {
+  SE_SKIP_WITHOUT_CUDA_DEVICE();
+  const PagedCase c = scoring_case();
+  test::PagedCacheFixture cache(c, 8100);
+  const int32_t slice = 1, n = c.seqs[1].num_new, heads = c.num_kv_heads * c.group;
+  const Tensor q = test::random_host({n, heads, c.head_dim}, 8101, DType::kBF16);
+  AttentionParams params;
+  params.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  for (const ScoreReduce reduce : {ScoreReduce::kSum, ScoreReduce::kMax}) {
+    Tensor want = Tensor::empty(DType::kF32, {heads, c.seqs[1].num_tokens});
+    Tensor got = Tensor::empty(DType::kF32, want.shape());
+    attention_scores(want.view(), q.view(), cache.cpu_view(), slice, params, reduce);
+    attention_scores(got.view(), test::upload(q, DType::kBF16).view(), cache.host_tables_gpu_view(), slice, params,
+                     reduce);
+    const double err = test::relative_error(got, want);
+    std::printf("PARITY attention_scores over fp8 pages (%s) rel_err %.3e\n",
+                reduce == ScoreReduce::kSum ? "sum" : "max", err);
+    EXPECT_LT(err, 1e-2);
+  }
+}
+
+TEST(CudaFp8KvStoreTest, EvictionMovesTheCodesAsBytes) {
+  SE_SKIP_WITHOUT_CUDA_DEVICE();
+  const PagedCase c = scoring_case();
+  test::PagedCacheFixture cache(c, 8200);
+  const AttentionView cpu = cache.cpu_view();
+  // Every KV head of sequence 1 keeps every third token; sequence 0's streams refill one slot from their last token.
+  std::vector<std::vector<int32_t>> kept(static_cast<size_t>(c.num_kv_heads));
+  std::vector<StreamCompaction> streams;
+  std::vector<KvRowMove> moves;
+  for (int32_t h = 0; h < c.num_kv_heads; ++h) {
+    for (int32_t j = 0; j < cache.num_tokens(1, h); j += 3) kept[static_cast<size_t>(h)].push_back(j);
+    streams.push_back(StreamCompaction{cpu.seqs[1].page_ids + static_cast<int64_t>(h) * cpu.seqs[1].stride,
+                                       kept[static_cast<size_t>(h)]});
+    const int32_t* pages = cpu.seqs[0].page_ids + static_cast<int64_t>(h) * cpu.seqs[0].stride;
+    const int32_t last = cache.num_tokens(0, h) - 1, hole = 5 + h;
+    moves.push_back(
+        KvRowMove{pages[last / c.page_size], last % c.page_size, pages[hole / c.page_size], hole % c.page_size});
+  }
+  compact_kv(cpu, streams);
+  compact_kv(cache.host_tables_gpu_view(), streams);
+  EXPECT_EQ(cache.count_pool_mismatches(), 0) << "compact_kv";
+  move_kv_rows(cpu, moves);
+  move_kv_rows(cache.host_tables_gpu_view(), moves);
+  EXPECT_EQ(cache.count_pool_mismatches(), 0) << "move_kv_rows";
 }
 
 }  // namespace
