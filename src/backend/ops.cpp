@@ -558,7 +558,7 @@ void paged_attention_quantized(TensorView out, TensorView q, const AttentionView
              "{}: pages of {} bytes ({}) for page size {} x head_dim {}", op, view.page_bytes,
              dtype_name(view.kv_dtype), view.page_size, view.head_dim);
     SE_CHECK(view.quantized.k_scales != nullptr && view.quantized.v_scales != nullptr, "{}: no scales", op);
-    if (on_cuda(out, op.data())) {
+    if (on_cuda(out, "paged_attention")) {
       check_cuda_paged_attention(out, q, view);
       if constexpr (kCudaBuilt) cuda::paged_attention(out, q, view, params);
       return;
