@@ -27,7 +27,7 @@ case $stage in
     for suite in 'CudaEvictionOps*' 'CudaSelectedAttentionTest.*' 'CudaPageKeyBoundsTest.*' \
                  'CudaAttentionLogitsMaxOverHeadsTest.*' 'CudaPagedAttentionTest.*:CudaOpsTest.*' \
                  'CudaArgmaxTest.*:CudaSampleRowsTest.*:CudaConstrainedSamplingTest.*' 'CudaMoeTest.*' \
-                 'CudaDecodeScoringOpsTest.*'; do
+                 'CudaDecodeScoringOpsTest.*' 'CudaFp8KvStoreTest.*'; do
       timeout 300 "$bundle/backend_cuda_test" --gtest_filter="$suite" >> "$out/kernels.log" 2>&1
       echo "backend_cuda_test $suite exit $?"
     done

@@ -23,21 +23,23 @@ void require_cpu_f32(const TensorView& t, const char* what) {
 }
 int64_t last_dim(const TensorView& t) { return t.shape[t.shape.rank() - 1]; }
 
-// True when a sparse-method op works on a GPU KV pool (ops.h: host tables over a device pool); the
-// build must then have the CUDA backend, and the pages are bf16 K/V.
-bool pool_on_cuda(const AttentionView& view, const char* what) {
-  if (view.kv_device != Device::kCuda) return false;
-  SE_CHECK(kCudaBuilt,
-           "{}: the KV pool is on the GPU, but this build has no CUDA backend (configure with -DSE_CUDA=ON)", what);
-  SE_CHECK(view.payload == KvPayload::kExplicit, "{}: only explicit K/V pages are implemented on CUDA", what);
-  SE_CHECK(view.kv_dtype == DType::kBF16, "{}: CUDA KV pages are bf16, got {}", what, dtype_name(view.kv_dtype));
-  return true;
-}
 // An FP8 (e4m3) pool: one-byte codes in the explicit page layout, which write_kv quantizes into and the row
 // copies of eviction move as they are.
 bool is_fp8_pool(const AttentionView& view) {
   return view.payload == KvPayload::kQuantized && view.quantized.scheme == KvQuantScheme::kFp8E4M3 &&
          view.kv_dtype == DType::kU8;
+}
+// True when a sparse-method op works on a GPU KV pool (ops.h: host tables over a device pool); the
+// build must then have the CUDA backend, and the pages are bf16 K/V, or FP8 codes for the ops that
+// read them (`reads_fp8`: eviction's row copies and attention_scores, as on the CPU).
+bool pool_on_cuda(const AttentionView& view, const char* what, bool reads_fp8 = false) {
+  if (view.kv_device != Device::kCuda) return false;
+  SE_CHECK(kCudaBuilt,
+           "{}: the KV pool is on the GPU, but this build has no CUDA backend (configure with -DSE_CUDA=ON)", what);
+  if (reads_fp8 && is_fp8_pool(view)) return true;
+  SE_CHECK(view.payload == KvPayload::kExplicit, "{}: only explicit K/V pages are implemented on CUDA", what);
+  SE_CHECK(view.kv_dtype == DType::kBF16, "{}: CUDA KV pages are bf16, got {}", what, dtype_name(view.kv_dtype));
+  return true;
 }
 // A score op's output with a GPU pool: host f32 memory, since the methods read scores on the host.
 void require_host_scores(const TensorView& out, const char* what) {
@@ -364,7 +366,7 @@ constexpr OpEntry kOps[] = {
     {OpId::kWriteKv, "write_kv", true},
     {OpId::kPagedAttention, "paged_attention", true},
     {OpId::kPagedAttentionOverSelection, "paged_attention over a selection", true},
-    {OpId::kPagedAttentionOverFp8Pages, "paged_attention over fp8 pages", false},
+    {OpId::kPagedAttentionOverFp8Pages, "paged_attention over fp8 pages", true},
     {OpId::kPagedAttentionOverKiviPages, "paged_attention over kivi pages", false},
     {OpId::kPagedAttentionOverTurboQuantPages, "paged_attention over turboquant pages", false},
     {OpId::kUpdatePageKeyBounds, "update_page_key_bounds", true},
@@ -422,18 +424,18 @@ void write_kv(const AttentionView& view, TensorView k, TensorView v) {
   SE_CHECK(view.payload == KvPayload::kExplicit || view.payload == KvPayload::kSharedLatent ||
                view.payload == KvPayload::kLowRankLatent || fp8,
            "write_kv: only explicit and FP8 K/V pages are written by this op, and latent rows");
-  if (fp8) {
-    SE_CHECK(k.device == Device::kCpu && view.kv_device == Device::kCpu,
-             "write_kv over fp8 pages: not implemented on CUDA");
+  if (fp8)
     SE_CHECK(view.quantized.k_scales != nullptr && view.quantized.v_scales != nullptr,
              "write_kv: fp8 pages, no scales");
-  }
+  SE_CHECK((k.device == Device::kCuda) == (view.kv_device == Device::kCuda), "write_kv: k on {}, the KV pool on {}",
+           device_name(k.device), device_name(view.kv_device));
   if (on_cuda(k, "write_kv")) {
-    SE_CHECK(view.payload == KvPayload::kExplicit, "write_kv: latent pages are not written on CUDA yet");
-    // The view's tables are device memory here: row counts are the caller's contract, not checked.
+    SE_CHECK(view.payload == KvPayload::kExplicit || fp8, "write_kv: latent pages are not written on CUDA yet");
+    // The view's tables (and an FP8 view's scales) are device memory here: row counts are the caller's contract,
+    // not checked.
     require_cuda_act(k, "write_kv.k");
     require_cuda_act(v, "write_kv.v");
-    SE_CHECK(view.kv_dtype == DType::kBF16, "write_kv: CUDA KV pages are bf16, got {}",
+    SE_CHECK(view.kv_dtype == (fp8 ? DType::kU8 : DType::kBF16), "write_kv: CUDA KV pages are bf16 (or fp8), got {}",
              dtype_name(view.kv_dtype));
     SE_CHECK(k.dtype == v.dtype && k.shape.rank() == 3 && k.shape[1] == view.num_kv_heads &&
                  k.shape[2] == view.head_dim && v.shape == k.shape,
@@ -452,6 +454,23 @@ void write_kv(const AttentionView& view, TensorView k, TensorView v) {
   cpu::write_kv(view, k, v);
 }
 
+void fp8_kv_scales(TensorView k_scales, TensorView v_scales, TensorView k, TensorView v) {
+  SE_CHECK(k.shape.rank() == 3 && v.shape == k.shape && k.shape[0] > 0 && k_scales.numel() == k.shape[1] &&
+               v_scales.numel() == k.shape[1],
+           "fp8_kv_scales: k {} v {} k_scales {} v_scales {}", k.shape.to_string(), v.shape.to_string(),
+           k_scales.shape.to_string(), v_scales.shape.to_string());
+  SE_CHECK(k_scales.dtype == DType::kF32 && v_scales.dtype == DType::kF32 && k_scales.device == k.device &&
+               v_scales.device == k.device && v.device == k.device && v.dtype == k.dtype,
+           "fp8_kv_scales: f32 scales where k and v live");
+  if (on_cuda(k, "fp8_kv_scales")) {
+    require_cuda_act(k, "fp8_kv_scales.k");
+    if constexpr (kCudaBuilt) cuda::fp8_kv_scales(k_scales, v_scales, k, v);
+    return;
+  }
+  require_cpu_f32(k, "fp8_kv_scales.k");
+  cpu::fp8_kv_scales(k_scales, v_scales, k, v);
+}
+
 namespace {
 
 // The CPU paged attention's query shape: q [T, H, D], out of as many elements.
@@ -461,6 +480,16 @@ void check_paged_attention_q(TensorView out, TensorView q, const AttentionView& 
                q.shape[0] == view.q_indptr[view.num_seqs] && out.numel() == q.numel(),
            "paged_attention: q {} for {} rows, {} KV heads x {}", q.shape.to_string(),
            view.q_indptr[view.num_seqs], view.num_kv_heads, view.head_dim);
+}
+
+// The CUDA paged attention's operands: q [T, H, D] and out on the GPU.
+void check_cuda_paged_attention(TensorView out, TensorView q, const AttentionView& view) {
+  require_cuda_act(out, "paged_attention.out");
+  require_cuda_act(q, "paged_attention.q");
+  SE_CHECK(q.shape.rank() == 3 && q.shape[2] == view.head_dim && q.shape[1] % view.num_kv_heads == 0 &&
+               out.numel() == q.numel(),
+           "paged_attention: q {} out {} for {} KV heads x {}", q.shape.to_string(), out.shape.to_string(),
+           view.num_kv_heads, view.head_dim);
 }
 
 // The tables of a KIVI view against attention_view.h's invariants (host tables, as the CPU op reads them).
@@ -535,16 +564,22 @@ void paged_attention_quantized(TensorView out, TensorView q, const AttentionView
   if (out.device == Device::kCuda || view.kv_device == Device::kCuda)
     SE_CHECK(cuda_implements(op_id), "{}: not implemented on CUDA", op);
   SE_CHECK(!view.has_selection, "{}: a selection over quantized pages is not implemented", op);
-  check_paged_attention_q(out, q, view);
   if (fp8) {
     SE_CHECK(view.kv_dtype == DType::kU8 &&
                  view.page_bytes == static_cast<size_t>(view.page_size) * fp8_kv_bytes_per_token(view.head_dim),
              "{}: pages of {} bytes ({}) for page size {} x head_dim {}", op, view.page_bytes,
              dtype_name(view.kv_dtype), view.page_size, view.head_dim);
     SE_CHECK(view.quantized.k_scales != nullptr && view.quantized.v_scales != nullptr, "{}: no scales", op);
+    if (on_cuda(out, "paged_attention")) {
+      check_cuda_paged_attention(out, q, view);
+      if constexpr (kCudaBuilt) cuda::paged_attention(out, q, view, params);
+      return;
+    }
+    check_paged_attention_q(out, q, view);
     cpu::paged_attention_fp8(out, q, view, params);
     return;
   }
+  check_paged_attention_q(out, q, view);
   if (view.quantized.scheme == KvQuantScheme::kTurboQuant) {
     check_turboquant_view(view, op);
     cpu::paged_attention_turboquant(out, q, view, params);
@@ -564,14 +599,9 @@ void paged_attention(TensorView out, TensorView q, const AttentionView& view, co
   SE_CHECK(view.payload == KvPayload::kExplicit,
            "paged_attention: latent KV payloads are not implemented by this op");
   if (on_cuda(out, "paged_attention")) {
-    require_cuda_act(out, "paged_attention.out");
-    require_cuda_act(q, "paged_attention.q");
     SE_CHECK(view.kv_dtype == DType::kBF16, "paged_attention: CUDA KV pages are bf16, got {}",
              dtype_name(view.kv_dtype));
-    SE_CHECK(q.shape.rank() == 3 && q.shape[2] == view.head_dim && q.shape[1] % view.num_kv_heads == 0 &&
-                 out.numel() == q.numel(),
-             "paged_attention: q {} out {} for {} KV heads x {}", q.shape.to_string(), out.shape.to_string(),
-             view.num_kv_heads, view.head_dim);
+    check_cuda_paged_attention(out, q, view);
     if constexpr (kCudaBuilt) cuda::paged_attention(out, q, view, params);
     return;
   }
@@ -667,7 +697,7 @@ void attention_scores(TensorView out, TensorView q, const AttentionView& view, i
                out.shape[1] == max_len,
            "attention_scores: q {} out {} for {} stored tokens", q.shape.to_string(), out.shape.to_string(),
            max_len);
-  if (pool_on_cuda(view, "attention_scores")) {
+  if (pool_on_cuda(view, "attention_scores", /*reads_fp8=*/true)) {
     require_cuda_act(q, "attention_scores.q");
     require_host_scores(out, "attention_scores.out");
     if constexpr (kCudaBuilt) cuda::attention_scores(out, q, view, slice, params, reduce, ready);
@@ -685,7 +715,7 @@ void compact_kv(const AttentionView& pool, std::span<const StreamCompaction> str
     for (size_t i = 0; i < s.kept.size(); ++i)
       SE_CHECK(s.kept[i] >= 0 && (i == 0 || s.kept[i] > s.kept[i - 1]),
                "compact_kv: kept indices must ascend from 0, got {} at {}", s.kept[i], i);
-  if (pool_on_cuda(pool, "compact_kv")) {
+  if (pool_on_cuda(pool, "compact_kv", /*reads_fp8=*/true)) {
     SE_CHECK(pool.payload != KvPayload::kSharedLatent, "compact_kv: shared-latent pages are kept on the CPU only");
     if constexpr (kCudaBuilt) cuda::compact_kv(pool, streams);
     return;
@@ -784,7 +814,7 @@ void move_kv_rows(const AttentionView& pool, std::span<const KvRowMove> moves) {
     SE_CHECK(slots[i].first != slots[i - 1].first || slots[i].second + slots[i - 1].second == 0,
              "move_kv_rows: slot {} of page {} is written by one move and read or written by another",
              slots[i].first % pool.page_size, slots[i].first / pool.page_size);
-  if (pool_on_cuda(pool, "move_kv_rows")) {
+  if (pool_on_cuda(pool, "move_kv_rows", /*reads_fp8=*/true)) {
     SE_CHECK(pool.payload != KvPayload::kSharedLatent, "move_kv_rows: shared-latent pages are kept on the CPU only");
     if constexpr (kCudaBuilt) cuda::move_kv_rows(pool, moves);
     return;

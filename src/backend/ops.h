@@ -129,14 +129,23 @@ void attention(TensorView out, TensorView q, TensorView k, TensorView v, TensorV
 // Writes the batch's new keys and values into the pages of `view`: for each sequence s with n query rows, row r
 // goes to physical slot num_tokens[h] - n + r of every KV head h (the slots the cache appended for this step).
 // k, v [T, Hkv, D] F32. A kSharedLatent or kLowRankLatent view (CPU only) takes the latent rows as k and has no V
-// half: v is not read.
+// half: v is not read. An FP8 view stores each element as fp8_quantize does, the same bytes on both backends (on
+// CUDA the scales are device memory, k and v F32 or BF16).
 void write_kv(const AttentionView& view, TensorView k, TensorView v);
+
+// The FP8 store's scales from a batch's new rows, per KV head as vLLM's calculate_kv_scales computes them over a
+// layer: k_scales[h] = max|K[:, h, :]| / 200 and v_scales[h] = max|V[:, h, :]| / 100, 1.0 where the maximum is 0
+// (fp8_kv.h). k, v [T, Hkv, D], T > 0; k_scales, v_scales [Hkv] F32 where k lives. On the CPU k and v are F32; on
+// CUDA F32 or BF16, reduced on the device (bit-identical scales: a maximum is exact, the division IEEE).
+void fp8_kv_scales(TensorView k_scales, TensorView v_scales, TensorView k, TensorView v);
 
 // Causal attention of every sequence's new queries against its paged KV (see attention_view.h), narrowed to
 // the view's selection when it has one. q, out [T, H, D] F32; GQA: head h reads KV head h / (H / Hkv).
-// Explicit pages, and quantized ones (kQuantized: FP8 e4m3 or KIVI, decoded row by row as they are read; no
-// selection yet). The quantized variants are the ops "paged_attention over fp8 pages" and "paged_attention over
-// kivi pages" for cuda_implements: CPU only for now, so a CUDA tensor or pool gets a "not implemented" error.
+// Explicit pages, and quantized ones (kQuantized: FP8 e4m3, KIVI or TurboQuant, decoded row by row as they are read;
+// no selection yet). The quantized variants are the ops "paged_attention over fp8 pages", "... over kivi pages" and
+// "... over turboquant pages" for cuda_implements: FP8 pages are read on CUDA too (device tables and scales, bf16
+// or f32 q and out, as for explicit pages); the others are CPU only, so a CUDA tensor or pool gets a "not
+// implemented" error.
 void paged_attention(TensorView out, TensorView q, const AttentionView& view, const AttentionParams& params);
 
 // Multi-head latent attention (MLA) with the weights absorbed, as FlashMLA computes it, in two ops. W_uk[h] and
@@ -166,9 +175,10 @@ void paged_low_rank_attention(TensorView out, TensorView q, const AttentionView&
 
 // --- what the sparse methods read and change (sparse/methods/) ---
 // The methods run on the host and pass the cache's host view: q_indptr, seqs and the tables they point to are host
-// memory on both backends, and view.kv_device says where the pool is. With a CUDA pool (bf16 pages) the scoring
-// and compaction ops run on the GPU: q (and page key bounds) are device tensors, and the scores' `out` stays host
-// F32 memory, filled when the call returns.
+// memory on both backends, and view.kv_device says where the pool is. With a CUDA pool (bf16 pages; FP8 codes for
+// attention_scores, compact_kv and move_kv_rows, as on the CPU) the scoring and compaction ops run on the GPU: q
+// (and page key bounds) are device tensors, and the scores' `out` stays host F32 memory, filled when the call
+// returns.
 
 enum class ScoreReduce : uint8_t { kSum, kMax };
 enum class ScoresReady : uint8_t { kOnReturn, kAfterSynchronize };

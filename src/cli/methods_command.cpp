@@ -23,11 +23,15 @@ Result<nlohmann::ordered_json> describe(const MethodInfo& info) {
   const MethodTraits& traits = (*method)->traits();
   std::vector<std::string> ops;
   for (OpId op : traits.ops) ops.emplace_back(op_name(op));
-  // The --kv-cache-dtype stores the method can keep its KV in (on the CPU; CUDA has explicit pages only).
-  std::vector<std::string> stores;
-  for (KvStoreKind store : kKvStoreKinds)
+  // The --kv-cache-dtype stores the method can keep its KV in, on the CPU and (in a build with it) on CUDA.
+  std::vector<std::string> stores, cuda_stores;
+  const bool runs_on_cuda = check_runs_on(Device::kCuda, traits, info.name).is_ok();
+  for (KvStoreKind store : kKvStoreKinds) {
     if (check_kv_store_supports(store, Device::kCpu, traits, info.name).is_ok())
       stores.emplace_back(kv_store_kind_name(store));
+    if (runs_on_cuda && check_kv_store_supports(store, Device::kCuda, traits, info.name).is_ok())
+      cuda_stores.emplace_back(kv_store_kind_name(store));
+  }
   return nlohmann::ordered_json{
       {"name", info.name},
       {"summary", info.summary},
@@ -39,6 +43,7 @@ Result<nlohmann::ordered_json> describe(const MethodInfo& info) {
       {"prefill_policy", prefill_policy_name(traits.prefill_policy)},
       {"selection_unit", (*method)->traits().selection_unit == SelectionUnit::kPage ? "page" : "token"},
       {"kv_cache_dtypes", stores},
+      {"cuda_kv_cache_dtypes", cuda_stores},
       {"latent_attention_store", keeps_shared_latent(traits) ? "shared latent" : "expanded heads"},
       {"tensor_parallel", traits.tensor_parallel},
       {"composition", composition_name(info.composition)},
@@ -62,17 +67,19 @@ int run_methods(bool as_json) {
   }
   std::printf(
       "| method | family | keeps full history | ops | prefix mode | prefill policy | kv cache dtypes | "
-      "defaults |\n");
-  std::printf("|---|---|---|---|---|---|---|---|\n");
+      "on cuda | defaults |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+  const auto joined = [](const nlohmann::ordered_json& names) {
+    std::string out;
+    for (const auto& name : names) out += (out.empty() ? "" : ", ") + name.get<std::string>();
+    return out.empty() ? std::string("-") : out;
+  };
   for (const auto& m : all) {
-    std::string ops;
-    for (const auto& op : m["ops"]) ops += (ops.empty() ? "" : ", ") + op.get<std::string>();
-    std::string stores;
-    for (const auto& store : m["kv_cache_dtypes"]) stores += (stores.empty() ? "" : ", ") + store.get<std::string>();
-    std::printf("| %s | %s | %s | %s | %s | %s | %s | `%s` |\n", m["name"].get<std::string>().c_str(),
+    std::printf("| %s | %s | %s | %s | %s | %s | %s | %s | `%s` |\n", m["name"].get<std::string>().c_str(),
                 m["family"].get<std::string>().c_str(), m["keeps_full_history"].get<bool>() ? "yes" : "no",
-                ops.empty() ? "-" : ops.c_str(), m["prefix_mode"].get<std::string>().c_str(),
-                m["prefill_policy"].get<std::string>().c_str(), stores.c_str(), m["defaults"].dump().c_str());
+                joined(m["ops"]).c_str(), m["prefix_mode"].get<std::string>().c_str(),
+                m["prefill_policy"].get<std::string>().c_str(), joined(m["kv_cache_dtypes"]).c_str(),
+                joined(m["cuda_kv_cache_dtypes"]).c_str(), m["defaults"].dump().c_str());
   }
   std::printf("\n");
   for (const auto& m : all)

@@ -32,14 +32,16 @@ std::optional<OpId> op_reading_explicit_pages(const MethodTraits& traits) {
 Status check_kv_store_supports(KvStoreKind store, Device device, const MethodTraits& traits, std::string_view name) {
   if (store == KvStoreKind::kExplicit) return Status::ok();
   const std::string_view store_name = kv_store_kind_name(store);
-  if (device == Device::kCuda)
+  // On CUDA a store runs where its attention has a kernel; the method's ops then follow the CPU's rules below (the
+  // GPU's row copies and attention_scores read FP8 pages as the CPU's do).
+  const OpId attention = kivi_bits(store) != 0  ? OpId::kPagedAttentionOverKiviPages
+                         : is_turboquant(store) ? OpId::kPagedAttentionOverTurboQuantPages
+                                                : OpId::kPagedAttentionOverFp8Pages;
+  if (device == Device::kCuda && !cuda_implements(attention))
     return unimplemented(
-        "--kv-cache-dtype {}: no CUDA kernel reads or writes quantized KV pages yet ({} is CPU "
-        "only); use --device cpu or --kv-cache-dtype auto",
-        store_name,
-        op_name(kivi_bits(store) != 0  ? OpId::kPagedAttentionOverKiviPages
-                : is_turboquant(store) ? OpId::kPagedAttentionOverTurboQuantPages
-                                       : OpId::kPagedAttentionOverFp8Pages));
+        "--kv-cache-dtype {}: no CUDA kernel reads or writes these quantized KV pages yet ({} is CPU only); use "
+        "--device cpu or --kv-cache-dtype auto",
+        store_name, op_name(attention));
   // A KIVI stream is quantized groups plus a full-precision window. The store holds a compress-after method's
   // prompt in the window until the method has scored it (attention_scores reads the window's rows) and evicted
   // from it (the store moves the kept rows itself); no other method op reads or moves KIVI groups.

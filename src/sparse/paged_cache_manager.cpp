@@ -53,7 +53,8 @@ PagedCacheManager::PagedCacheManager(const KvLayout& layout, std::unique_ptr<Pag
       pool_(std::move(storage)),
       host_pool_(host_storage ? std::make_unique<BlockPool>(std::move(host_storage)) : nullptr) {
   if (enable_prefix_caching) radix_ = std::make_unique<RadixCache>(&pool_, layout, host_pool_.get());
-  if (layout.store == KvStoreKind::kFp8E4M3) fp8_scales_.emplace(layout.num_layers, layout.num_kv_heads);
+  if (layout.store == KvStoreKind::kFp8E4M3)
+    fp8_scales_.emplace(layout.num_layers, layout.num_kv_heads, pool_.storage()->device());
   if (!layout.turboquant()) return;
   const TurboQuantKvFormat format = turboquant_format(layout.store);
   if (!format.outlier_split) {

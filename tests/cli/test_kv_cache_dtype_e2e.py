@@ -41,8 +41,17 @@ def test_methods_list_the_stores_each_method_takes():
     for name in ["snapkv", "pyramidkv", "adakv", "chunkkv"]:
         assert methods[name]["kv_cache_dtypes"] == ["auto", "fp8_e4m3", "kivi2", "kivi4"], name
     assert methods["quest"]["kv_cache_dtypes"] == ["auto"]
+    # On CUDA (a build with it) FP8 pages run under the methods that run there and read them on the CPU; KIVI and
+    # TurboQuant pages are CPU only.
+    cuda_fp8 = "fp8_e4m3" in methods["vanilla"]["cuda_kv_cache_dtypes"]
+    for m in methods.values():
+        if not m["cuda_kv_cache_dtypes"]:
+            continue  # the method does not run on CUDA
+        want = ["auto"] + (["fp8_e4m3"] if cuda_fp8 and "fp8_e4m3" in m["kv_cache_dtypes"] else [])
+        assert m["cuda_kv_cache_dtypes"] == want, m
+    assert methods["streamingllm"]["cuda_kv_cache_dtypes"] == methods["vanilla"]["cuda_kv_cache_dtypes"]
     table = run("methods", timeout=60)
-    assert "| kv cache dtypes |" in table.stdout
+    assert "| kv cache dtypes | on cuda |" in table.stdout
 
 
 @pytest.mark.parametrize("flags, message", [

@@ -245,8 +245,8 @@ TEST(Fp8KvStoreTest, AttentionScoresReadTheDecodedKeys) {
 }
 
 // The store admits vanilla and the methods whose K/V ops all read it (eviction's row copies, attention_scores);
-// page bounds, selection and key gathering read explicit pages, and CUDA has no quantized kernel, so those are
-// refused with the reason.
+// page bounds, selection and key gathering read explicit pages, so those are refused with the reason. On CUDA (in a
+// build with it) the same methods run over it, and the same ones are refused.
 TEST(Fp8KvStoreTest, SupportedMethodsAndDevices) {
   const auto check = [](const char* name, Device device) {
     auto method = create_method(name, nullptr);
@@ -262,7 +262,13 @@ TEST(Fp8KvStoreTest, SupportedMethodsAndDevices) {
   EXPECT_NE(quest.message().find("update_page_key_bounds"), std::string::npos) << quest.message();
   EXPECT_EQ(check("rkv", Device::kCpu).code(), StatusCode::kInvalidArgument);    // gather_keys
   EXPECT_EQ(check("kvzip", Device::kCpu).code(), StatusCode::kInvalidArgument);  // subset_attention_max_scores
-  EXPECT_EQ(check("vanilla", Device::kCuda).code(), StatusCode::kUnimplemented);
+  const bool cuda_fp8 = cuda_implements(OpId::kPagedAttentionOverFp8Pages);
+  for (const char* name : {"vanilla", "streamingllm", "snapkv", "h2o"})
+    EXPECT_EQ(check(name, Device::kCuda).is_ok(), cuda_fp8) << name;
+  const Status quest_on_cuda = check("quest", Device::kCuda);
+  EXPECT_EQ(quest_on_cuda.code(), cuda_fp8 ? StatusCode::kInvalidArgument : StatusCode::kUnimplemented);
+  EXPECT_NE(quest_on_cuda.message().find(cuda_fp8 ? "update_page_key_bounds" : "CPU only"), std::string::npos)
+      << quest_on_cuda.message();
   auto vanilla = create_method("vanilla", nullptr);
   ASSERT_TRUE(vanilla.is_ok());
   EXPECT_TRUE(check_kv_store_supports(KvStoreKind::kExplicit, Device::kCuda, (*vanilla)->traits(), "vanilla").is_ok());

@@ -85,10 +85,13 @@ TEST(MethodTraitsTest, CudaKernelsOfTheMethodOps) {
   for (OpId op : {OpId::kAttentionScores, OpId::kCompactKv, OpId::kMoveKvRows, OpId::kSubsetAttentionMaxScores,
                   OpId::kUpdatePageKeyBounds, OpId::kSelectPagesByKeyBounds, OpId::kTopKeysByLogitsMaxOverHeads,
                   OpId::kTokenListsWithTail, OpId::kPagedAttentionOverSelection, OpId::kGatherKeys,
-                  OpId::kBidirectionalWindowScores, OpId::kGroupMaxAttentionImportance, OpId::kKeyRedundancy})
+                  OpId::kBidirectionalWindowScores, OpId::kGroupMaxAttentionImportance, OpId::kKeyRedundancy,
+                  OpId::kPagedAttentionOverFp8Pages})
     EXPECT_EQ(cuda_implements(op), cuda_built) << op_name(op);
-  // The dense CPU reference attention has no CUDA twin.
+  // The dense CPU reference attention has no CUDA twin, nor do the KIVI and TurboQuant pages yet.
   EXPECT_FALSE(cuda_implements(OpId::kAttention));
+  EXPECT_FALSE(cuda_implements(OpId::kPagedAttentionOverKiviPages));
+  EXPECT_FALSE(cuda_implements(OpId::kPagedAttentionOverTurboQuantPages));
   EXPECT_EQ(op_name(OpId::kPagedAttentionOverSelection), "paged_attention over a selection");
 }
 

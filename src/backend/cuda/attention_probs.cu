@@ -4,7 +4,8 @@
 // 64 per tile, fp32 in shared memory) against 64 keys (bf16 in shared memory, loaded in 16-byte
 // pieces). Thread t takes key t % 64 against 16 vectors and sums each dot product over head_dim in
 // the same order in both passes, so pass 2 sees the logits pass 1 normalized. Logits, exponentials
-// and sums are fp32.
+// and sums are fp32. FP8 pages (the FP8 store) are decoded into the same bf16 key tile as they are
+// loaded, code x the KV head's scale.
 //
 // Pass 1, grid (key chunk, vector tile, KV head): each thread keeps an online (max, sum) per vector
 // over its keys, merged over the block, then over the chunks by the merge kernel.
@@ -22,6 +23,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_context.h"
 #include "backend/cuda/device_util.cuh"
+#include "backend/cuda/fp8_e4m3.cuh"
 
 namespace se::cuda {
 
@@ -41,6 +43,7 @@ struct ProbArgs {
   const void* q;  // [n, H, D]
   DType q_dtype;
   const char* kv_base;
+  const float* k_scales;  // FP8 pages: [Hkv] device scales; null for bf16 pages
   size_t page_bytes;
   int32_t page_size;
   int32_t num_kv_heads, group, num_rows;  // Hkv, G, n
@@ -95,11 +98,14 @@ __device__ __forceinline__ float2 merge_stats(float2 a, float2 b) {
   return make_float2(m, a.y * expf(a.x - m) + b.y * expf(b.x - m));
 }
 
-// k_s[kk] = key t0 + kk (zeros from `end` on). [kTileKeys][D + kKeyPad] bf16.
+// k_s[kk] = key t0 + kk of KV head kvh (zeros from `end` on). [kTileKeys][D + kKeyPad] bf16.
 template <int D>
-__device__ void load_keys(const ProbArgs& a, const int32_t* pages, int32_t len, int32_t end,
-                          int32_t t0, __nv_bfloat16* k_s) {
-  constexpr int kPieces = D / 8;  // 16-byte pieces per key row
+__device__ void load_keys(const ProbArgs& a, int kvh, const int32_t* pages, int32_t len, int32_t end, int32_t t0,
+                          __nv_bfloat16* k_s) {
+  constexpr int kPieces = D / 8;  // pieces of 8 elements per key row: 16 bytes of bf16, 8 of FP8 codes
+  const bool fp8 = a.k_scales != nullptr;
+  const float k_scale = fp8 ? a.k_scales[kvh] : 1.0f;
+  const size_t element_bytes = fp8 ? 1 : sizeof(__nv_bfloat16);
   for (int i = threadIdx.x; i < kTileKeys * kPieces; i += kThreads) {
     const int kk = i / kPieces;
     const int c = i - kk * kPieces;
@@ -109,9 +115,10 @@ __device__ void load_keys(const ProbArgs& a, const int32_t* pages, int32_t len, 
       const int32_t j = token_of(a, len, t);
       const int32_t page_idx = j / a.page_size;
       const int32_t offset = j - page_idx * a.page_size;
-      piece = *reinterpret_cast<const uint4*>(
-          a.kv_base + static_cast<size_t>(pages[page_idx]) * a.page_bytes +
-          (static_cast<size_t>(offset) * D + c * 8) * sizeof(__nv_bfloat16));
+      const char* src = a.kv_base + static_cast<size_t>(pages[page_idx]) * a.page_bytes +
+                        (static_cast<size_t>(offset) * D + c * 8) * element_bytes;
+      piece = fp8 ? fp8_e4m3x8_to_bf16x8(*reinterpret_cast<const uint2*>(src), k_scale)
+                  : *reinterpret_cast<const uint4*>(src);
     }
     auto* dst = reinterpret_cast<uint2*>(k_s + kk * (D + kKeyPad) + c * 8);
     dst[0] = make_uint2(piece.x, piece.y);
@@ -198,7 +205,7 @@ __global__ void __launch_bounds__(kThreads) attention_probs_stats_kernel(const P
   load_queries<D>(a, kvh, v0, nv, q_s);
   for (int32_t t0 = t_begin; t0 < t_end; t0 += kTileKeys) {
     __syncthreads();  // the previous tile's keys are consumed
-    load_keys<D>(a, pages, len, t_end, t0, k_s);
+    load_keys<D>(a, kvh, pages, len, t_end, t0, k_s);
     __syncthreads();
     float s[kVecsPerThread];
     tile_dots<D>(q_s, k_s, key, vbase, nvec, s);
@@ -278,7 +285,7 @@ __global__ void __launch_bounds__(kThreads) attention_probs_reduce_kernel(const 
 
   for (int i = threadIdx.x; i < num_acc; i += kThreads) acc[i] = 0.0f;
   if (t0 < key_end) {  // else the tile lies past this stream's end: zeros
-    load_keys<D>(a, pages, len, key_end, t0, k_s);
+    load_keys<D>(a, kvh, pages, len, key_end, t0, k_s);
     const int32_t t = t0 + key;
     const bool live = t < key_end;
     const int32_t j = live ? token_of(a, len, t) : 0;
@@ -429,6 +436,7 @@ void run_attention_probs(const AttentionProbsJob& job, const AttentionView& view
   a.q = job.q.data;
   a.q_dtype = job.q.dtype;
   a.kv_base = static_cast<const char*>(view.kv_base);
+  if (view.payload == KvPayload::kQuantized) a.k_scales = view.quantized.k_scales;  // FP8: ops.cpp admits no other
   a.page_bytes = view.page_bytes;
   a.page_size = view.page_size;
   a.num_kv_heads = num_kv_heads;

@@ -1,7 +1,8 @@
 // The pieces shared by the paged-attention kernels (the tiled flash-decoding kernel and the warp-specialized
 // Hopper prefill kernel): async copies, tensor-core fragments and warpgroup MMAs, the swizzled shared-memory tile
 // layouts, a CTA's query tile (its rows, keys, splits and Q staging), the rows' visible keys, the online softmax
-// step, the paged K/V tile gather, the result writes, and the kernels' launch and occupancy on the host.
+// step, the paged K/V tile gather (bf16 or FP8 pages), the result writes, and the kernels' launch and occupancy on
+// the host.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -11,6 +12,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_context.h"
+#include "backend/cuda/fp8_e4m3.cuh"
 #include "backend/cuda/paged_attention_args.h"
 
 namespace se::cuda::attention_tile {
@@ -475,6 +477,50 @@ __device__ __forceinline__ void load_kv_tile(bf16* k_s, int32_t* tok_s, int tile
     }
     cp_async_16(k_s + dst(row), k_src, in_split ? 16 : 0);
     cp_async_16(v_s + dst(row), in_split ? k_src + v_offset : k_src, in_split ? 16 : 0);
+  }
+}
+
+// load_kv_tile's twin for FP8 pages (one e4m3 code per element, attention_view.h): the same rows go to the same
+// swizzled places of the stage, each 16-byte bf16 chunk decoded from its 8 codes with the KV head's k_scale or
+// v_scale. The codes come through registers, not cp.async: up to 8 passes' loads are issued before the first is
+// decoded (16 registers of codes), so a tile waits out one or two memory latencies, and the stage is the only
+// decoded copy of a K/V row there is (the cache stays in codes). Rows past the split are zero. No selection
+// variant.
+template <int D, int kKeys, int kThreads, bool kBlocks>
+__device__ __forceinline__ void load_fp8_kv_tile(bf16* k_s, int tile_start, int split_end, const int32_t* pages,
+                                                 const PagedAttentionArgs& a, float k_scale, float v_scale,
+                                                 int thread) {
+  constexpr int kChunks = D / 8;
+  constexpr int kRowsPerPass = kThreads / kChunks;
+  constexpr int kPasses = kKeys / kRowsPerPass;
+  bf16* v_s = k_s + kKeys * D;
+  const int chunk = thread % kChunks;
+  const int row0 = thread / kChunks;
+  const size_t v_offset = static_cast<size_t>(a.page_size) * D;  // one byte per element
+  constexpr int kInFlight = kPasses < 8 ? kPasses : 8;
+  static_assert(kPasses % kInFlight == 0);
+#pragma unroll
+  for (int first = 0; first < kPasses; first += kInFlight) {
+    uint2 k_codes[kInFlight], v_codes[kInFlight];
+#pragma unroll
+    for (int j = 0; j < kInFlight; ++j) {
+      const int32_t token = tile_start + row0 + (first + j) * kRowsPerPass;
+      k_codes[j] = v_codes[j] = make_uint2(0, 0);  // e4m3 0x00 is +0
+      if (token < split_end) {
+        const int32_t page_idx = token / a.page_size;
+        const char* k_src = a.kv_base + static_cast<size_t>(pages[page_idx]) * a.page_bytes +
+                            static_cast<size_t>(token - page_idx * a.page_size) * D + chunk * 8;
+        k_codes[j] = *reinterpret_cast<const uint2*>(k_src);
+        v_codes[j] = *reinterpret_cast<const uint2*>(k_src + v_offset);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kInFlight; ++j) {
+      const int row = row0 + (first + j) * kRowsPerPass;
+      const int d = kBlocks ? swizzled_blocks<kKeys>(row, chunk) : swizzled<D>(row, chunk);
+      *reinterpret_cast<uint4*>(k_s + d) = fp8_e4m3x8_to_bf16x8(k_codes[j], k_scale);
+      *reinterpret_cast<uint4*>(v_s + d) = fp8_e4m3x8_to_bf16x8(v_codes[j], v_scale);
+    }
   }
 }
 

@@ -2,10 +2,10 @@
 // CudaContext::current()'s stream and asynchronous to the host. Callers go through ops.h, which
 // checks shapes and dtypes. All tensors live on the device. Activations are F32 or BF16 (each
 // tensor may differ; math is fp32); linear takes BF16 x and w (F32 or BF16 out, fp32 accumulation)
-// or all-F32; KV pages are BF16. AttentionView pointers (q_indptr, seqs and the page lists,
-// counts and selections they point to) are device pointers, and every sequence of a view has at
-// least one query row, except for the sparse methods' scoring ops at the end. Plain C++ header (no
-// CUDA includes): ops.cpp includes it.
+// or all-F32; KV pages are BF16 (FP8 codes too where write_kv and paged_attention say so).
+// AttentionView pointers (q_indptr, seqs and the page lists, counts and selections they point to)
+// are device pointers, and every sequence of a view has at least one query row, except for the
+// sparse methods' scoring ops at the end. Plain C++ header (no CUDA includes): ops.cpp includes it.
 #pragma once
 
 #include "backend/ops.h"
@@ -37,11 +37,15 @@ void sample_rows(TensorView ids, TensorView logprobs, TensorView x, std::span<co
 void mask_refused_tokens(TensorView out, TensorView x, TensorView allowed);
 void token_logprobs(TensorView logprobs, TensorView x, TensorView ids);
 
+// Explicit bf16 pages, or FP8 codes (the view's device scales).
 void write_kv(const AttentionView& view, TensorView k, TensorView v);
+// One block per (KV head, K or V) reduces the head's magnitudes over the batch's rows.
+void fp8_kv_scales(TensorView k_scales, TensorView v_scales, TensorView k, TensorView v);
 // Tensor-core (mma.sync bf16) tiled kernels: a decode kernel (query rows of one sequence x its GQA
 // group per CTA, keys split across warps) and a prefill kernel (64 query vectors per CTA), split-KV
 // with a combine pass when the batch alone cannot fill the GPU. head_dim 64, 128 or 256. With a
 // selection (token or page unit) a CTA gathers only the selected keys it can see and splits those.
+// Over FP8 pages (the view's device scales) each tile is decoded to bf16 as it is gathered.
 void paged_attention(TensorView out, TensorView q, const AttentionView& view,
                      const AttentionParams& params);
 // The plain fp32 kernel (one warp per query row and KV head, keys one by one): slow, kept as the

@@ -12,8 +12,8 @@
 // host_tables.h); the call does not wait.
 //
 // move_kv_rows needs no scratch: no move reads a slot another one writes, so one pass copies each row.
-#include <cuda_bf16.h>
-
+//
+// Rows move as bytes in 16-byte pieces, whatever the pages hold: bf16 elements or the FP8 store's e4m3 codes.
 #include <algorithm>
 #include <vector>
 
@@ -40,22 +40,21 @@ struct MoveRun {
 struct CompactArgs {
   char* kv_base;
   size_t page_bytes;
-  int32_t page_size, head_dim;
+  int32_t page_size;
+  int32_t row_bytes;  // one K or V row: head_dim elements
   const int32_t* pages;
   const MoveRun* runs;
   int32_t num_runs;
   int64_t first_row, num_rows;  // this piece: rows [first_row, first_row + num_rows)
-  uint4* rows;                  // [num_rows][2 (K, V)][head_dim / 8] 16-byte pieces
+  uint4* rows;                  // [num_rows][2 (K, V)][row_bytes / 16] 16-byte pieces
 };
 
 __device__ __forceinline__ uint4* piece_of(const CompactArgs& a, const int32_t* pages, int32_t token,
                                            int kv, int c) {
   const int32_t page_idx = token / a.page_size;
   const int32_t offset = token - page_idx * a.page_size;
-  return reinterpret_cast<uint4*>(
-      a.kv_base + static_cast<size_t>(pages[page_idx]) * a.page_bytes +
-      ((static_cast<size_t>(kv) * a.page_size + offset) * a.head_dim + c * 8) *
-          sizeof(__nv_bfloat16));
+  return reinterpret_cast<uint4*>(a.kv_base + static_cast<size_t>(pages[page_idx]) * a.page_bytes +
+                                  (static_cast<size_t>(kv) * a.page_size + offset) * a.row_bytes + c * 16);
 }
 
 // The last run that starts at or before `row` (runs ascend by row).
@@ -69,19 +68,19 @@ __device__ __forceinline__ const MoveRun& run_of(const CompactArgs& a, int64_t r
 }
 
 // Gather: scratch row r = the pieces of the source of row first_row + r. Scatter: its slot = scratch row r.
-// Thread i copies piece i % pieces_per_row of row i / pieces_per_row: [move][K, V][head_dim / 8].
-__global__ void move_kv_rows_kernel(char* kv_base, size_t page_bytes, int32_t page_size, int32_t head_dim,
+// Thread i copies piece i % pieces_per_row of row i / pieces_per_row: [move][K, V][row_bytes / 16].
+__global__ void move_kv_rows_kernel(char* kv_base, size_t page_bytes, int32_t page_size, int32_t row_bytes,
                                     const KvRowMove* moves, int64_t num_moves) {
-  const int pieces = head_dim / 8;
+  const int pieces = row_bytes / 16;
   const int64_t total = num_moves * 2 * pieces;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const KvRowMove m = moves[i / (2 * pieces)];
     const int rest = static_cast<int>(i % (2 * pieces));
-    const size_t piece = (static_cast<size_t>(rest / pieces) * page_size) * head_dim + (rest % pieces) * 8;
+    const size_t piece = static_cast<size_t>(rest / pieces) * page_size * row_bytes + (rest % pieces) * 16;
     const auto at = [&](int32_t page, int32_t offset) {
-      return reinterpret_cast<uint4*>(kv_base + static_cast<size_t>(page) * page_bytes +
-                                      (piece + static_cast<size_t>(offset) * head_dim) * sizeof(__nv_bfloat16));
+      return reinterpret_cast<uint4*>(kv_base + static_cast<size_t>(page) * page_bytes + piece +
+                                      static_cast<size_t>(offset) * row_bytes);
     };
     *at(m.dest_page, m.dest_offset) = *at(m.source_page, m.source_offset);
   }
@@ -89,7 +88,7 @@ __global__ void move_kv_rows_kernel(char* kv_base, size_t page_bytes, int32_t pa
 
 template <bool kGather>
 __global__ void compact_kv_move_kernel(const CompactArgs a) {
-  const int pieces = a.head_dim / 8;
+  const int pieces = a.row_bytes / 16;
   const int64_t total = a.num_rows * 2 * pieces;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -105,13 +104,21 @@ __global__ void compact_kv_move_kernel(const CompactArgs a) {
     }
   }
 }
+
+// Bytes of one K or V row of the pool's pages.
+int32_t row_bytes_of(const AttentionView& pool) {
+  return pool.head_dim * static_cast<int32_t>(dtype_size(pool.kv_dtype));
+}
+
+void check_16_byte_moves(const AttentionView& pool, const char* what) {
+  SE_CHECK(
+      row_bytes_of(pool) % 16 == 0 && pool.page_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(pool.kv_base) % 16 == 0,
+      "{}: rows of {} bytes and page_bytes {} must allow 16-byte moves", what, row_bytes_of(pool), pool.page_bytes);
+}
 }  // namespace
 
 void compact_kv(const AttentionView& pool, std::span<const StreamCompaction> streams) {
-  SE_CHECK(pool.head_dim % 8 == 0 && pool.page_bytes % 16 == 0 &&
-               reinterpret_cast<uintptr_t>(pool.kv_base) % 16 == 0,
-           "cuda::compact_kv: head_dim {} and page_bytes {} must allow 16-byte moves",
-           pool.head_dim, pool.page_bytes);
+  check_16_byte_moves(pool, "cuda::compact_kv");
   // Host tables: [page lists | runs], one copy.
   thread_local std::vector<int32_t> pages;
   thread_local std::vector<MoveRun> runs;
@@ -143,7 +150,7 @@ void compact_kv(const AttentionView& pool, std::span<const StreamCompaction> str
   std::copy_n(reinterpret_cast<const char*>(runs.data()), runs.size() * sizeof(MoveRun),
               tables.data() + pages_bytes);
   const int64_t piece_rows = std::min(num_rows, kMaxRowsPerPiece);
-  const size_t row_bytes = size_t{2} * pool.head_dim * sizeof(__nv_bfloat16);
+  const size_t row_bytes = size_t{2} * static_cast<size_t>(row_bytes_of(pool));  // K and V
   const StagedTables staged =
       stage_host_tables(tables.data(), tables.size(), static_cast<size_t>(piece_rows) * row_bytes);
 
@@ -151,7 +158,7 @@ void compact_kv(const AttentionView& pool, std::span<const StreamCompaction> str
   a.kv_base = static_cast<char*>(pool.kv_base);
   a.page_bytes = pool.page_bytes;
   a.page_size = pool.page_size;
-  a.head_dim = pool.head_dim;
+  a.row_bytes = row_bytes_of(pool);
   a.pages = static_cast<const int32_t*>(staged.tables);
   a.runs = reinterpret_cast<const MoveRun*>(static_cast<const char*>(staged.tables) + pages_bytes);
   a.num_runs = static_cast<int32_t>(runs.size());
@@ -159,7 +166,7 @@ void compact_kv(const AttentionView& pool, std::span<const StreamCompaction> str
   CudaContext& context = CudaContext::current();
   for (a.first_row = 0; a.first_row < num_rows; a.first_row += piece_rows) {
     a.num_rows = std::min(piece_rows, num_rows - a.first_row);
-    const unsigned grid = launch::grid_for(a.num_rows * 2 * (pool.head_dim / 8), kThreads);
+    const unsigned grid = launch::grid_for(a.num_rows * 2 * (a.row_bytes / 16), kThreads);
     compact_kv_move_kernel<true><<<grid, kThreads, 0, context.stream()>>>(a);
     SE_CUDA_CHECK_LAUNCH("compact_kv_move_kernel (gather)");
     compact_kv_move_kernel<false><<<grid, kThreads, 0, context.stream()>>>(a);
@@ -168,16 +175,14 @@ void compact_kv(const AttentionView& pool, std::span<const StreamCompaction> str
 }
 
 void move_kv_rows(const AttentionView& pool, std::span<const KvRowMove> moves) {
-  SE_CHECK(pool.head_dim % 8 == 0 && pool.page_bytes % 16 == 0 &&
-               reinterpret_cast<uintptr_t>(pool.kv_base) % 16 == 0,
-           "cuda::move_kv_rows: head_dim {} and page_bytes {} must allow 16-byte moves", pool.head_dim,
-           pool.page_bytes);
+  check_16_byte_moves(pool, "cuda::move_kv_rows");
   if (moves.empty()) return;
   const StagedTables staged = stage_host_tables(moves.data(), moves.size_bytes(), 0);
   const auto num_moves = static_cast<int64_t>(moves.size());
-  const unsigned grid = launch::grid_for(num_moves * 2 * (pool.head_dim / 8), kThreads);
+  const int32_t row_bytes = row_bytes_of(pool);
+  const unsigned grid = launch::grid_for(num_moves * 2 * (row_bytes / 16), kThreads);
   move_kv_rows_kernel<<<grid, kThreads, 0, CudaContext::current().stream()>>>(
-      static_cast<char*>(pool.kv_base), pool.page_bytes, pool.page_size, pool.head_dim,
+      static_cast<char*>(pool.kv_base), pool.page_bytes, pool.page_size, row_bytes,
       static_cast<const KvRowMove*>(staged.tables), num_moves);
   SE_CUDA_CHECK_LAUNCH("move_kv_rows_kernel");
 }

@@ -4,7 +4,9 @@
 // are used (T, num_seqs): the per-sequence counts stay on the device and each CTA finds its tile
 // there. A view with a selection runs the kernels' selection variant, whose CTAs split their
 // selected keys (not the whole stream) by the same factor; the prefill launch runs dense when the view
-// says every selected sequence is a decode one (AttentionView::selected_rows_max).
+// says every selected sequence is a decode one (AttentionView::selected_rows_max). An FP8 view (the
+// FP8 store: e4m3 pages, device scales per KV head; ops.cpp admits no other quantized one) runs the
+// kernels' FP8 variant over the same plan.
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -112,6 +114,11 @@ void paged_attention(TensorView out, TensorView q, const AttentionView& view,
   args.out = out.data;
   args.out_dtype = out.dtype;
   args.kv_base = static_cast<const char*>(view.kv_base);
+  args.codes = view.payload == KvPayload::kQuantized ? KvPageCodes::kFp8E4M3 : KvPageCodes::kBf16;
+  if (args.codes == KvPageCodes::kFp8E4M3) {
+    args.k_scales = view.quantized.k_scales;
+    args.v_scales = view.quantized.v_scales;
+  }
   args.page_bytes = view.page_bytes;
   args.page_size = view.page_size;
   args.num_kv_heads = view.num_kv_heads;
@@ -155,9 +162,9 @@ void paged_attention(TensorView out, TensorView q, const AttentionView& view,
 
   const int64_t base_ctas = int64_t{decode_grid} * view.num_kv_heads * decode_blocks +
                             int64_t{prefill_grid} * view.num_kv_heads * prefill_blocks;
-  const int64_t slots =
-      int64_t{tiled_blocks_per_sm(head_dim, !pure_decode, pure_decode ? args.select_unit > 0 : prefill_selects)} *
-      context.props().multiProcessorCount;
+  const int64_t slots = int64_t{tiled_blocks_per_sm(head_dim, !pure_decode,
+                                                    pure_decode ? args.select_unit > 0 : prefill_selects, args.codes)} *
+                        context.props().multiProcessorCount;
   const int64_t items = num_rows * num_heads;
   const int64_t bytes_per_split = items * (int64_t{head_dim} * 4 + 8);
   args.num_splits = choose_splits(base_ctas, std::max<int64_t>(slots, 1), bytes_per_split);

@@ -14,6 +14,10 @@
 
 namespace se::cuda {
 
+// What a K/V page holds: bf16 rows, which the kernels copy into their tiles as they are, or e4m3 codes (the FP8
+// store), which the tiled kernel reads into registers and decodes into its bf16 tile with the KV head's scales.
+enum class KvPageCodes : uint8_t { kBf16, kFp8E4M3 };
+
 struct PagedAttentionArgs {
   const void* q;  // [T, H, D]
   DType q_dtype;
@@ -24,6 +28,9 @@ struct PagedAttentionArgs {
   int32_t num_splits;
 
   const char* kv_base;
+  KvPageCodes codes;
+  const float* k_scales;  // kFp8E4M3: [num_kv_heads] (device)
+  const float* v_scales;
   size_t page_bytes;
   int32_t page_size;
   int32_t num_kv_heads;
@@ -52,13 +59,13 @@ struct PagedAttentionArgs {
 // at head_dim 256).
 int tiled_query_vectors(int head_dim, bool prefill);
 // Enqueues the tiled kernel for head_dim in {64, 128, 256}; grid_x bounds the number of tiles. The
-// selection variant runs when args.select_unit > 0.
+// selection variant runs when args.select_unit > 0 (bf16 pages only); FP8 pages run their own variant.
 void launch_paged_attention_tiled(const PagedAttentionArgs& args, int head_dim, bool prefill,
                                   int grid_x);
 // Resident CTAs per SM of that kernel (for split planning).
-int tiled_blocks_per_sm(int head_dim, bool prefill, bool selection);
+int tiled_blocks_per_sm(int head_dim, bool prefill, bool selection, KvPageCodes codes);
 
-// The kernel of the prefill launch at head_dim 128 without a selection, chosen once from the
+// The kernel of the prefill launch at head_dim 128 over bf16 pages without a selection, chosen once from the
 // environment: SE_PREFILL_KERNEL = hopper (the default: the warp-specialized kernel of
 // paged_prefill_hopper.cu) or tiled (paged_attention_tiled.cu, kept as the A/B baseline).
 enum class PrefillKernel { kTiled, kHopper };

@@ -118,6 +118,7 @@ __global__ void paged_attention_simple_kernel(const SimpleArgs a) {
 
 void paged_attention_simple(TensorView out, TensorView q, const AttentionView& view,
                             const AttentionParams& params) {
+  SE_CHECK(view.payload == KvPayload::kExplicit, "cuda::paged_attention_simple: reads bf16 pages only");
   const int64_t num_rows = q.shape[0];
   if (num_rows == 0 || view.num_seqs == 0) return;
   const int num_heads = static_cast<int>(q.shape[1]);

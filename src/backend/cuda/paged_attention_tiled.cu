@@ -15,8 +15,11 @@
 // warpgroup MMAs read. A view with a selection runs the kernel's selection variant: a CTA walks the
 // selected tokens of its stream in order (the "logical" keys), gathering each 64-key tile row by
 // row (whole pages for a page selection) and masking by the rows' token positions, which the tile
-// keeps beside its K and V rows; the dense variant is unchanged. The pieces this kernel shares with the
-// warp-specialized prefill kernel live in attention_tile.cuh. That kernel takes dense head_dim-128 prefill
+// keeps beside its K and V rows; the dense variant is unchanged. FP8 pages (the FP8 store's e4m3
+// codes) run the FP8 variant of both shapes: the tile loader reads each chunk's codes into registers
+// and stores them decoded (code x the KV head's scale) into the same bf16 stage, so everything after
+// the gather is the bf16 kernel's. The pieces this kernel shares with the warp-specialized prefill
+// kernel live in attention_tile.cuh. That kernel takes dense head_dim-128 prefill over bf16 pages
 // unless SE_PREFILL_KERNEL=tiled keeps it here (paged_attention_args.h).
 #include <cuda_bf16.h>
 
@@ -89,9 +92,10 @@ struct TiledConfig {
                 (kKeyGroups * 16 * D * 4 + kKeyGroups * 16 * 8) <= kStages * 2 * kTileElems * 2);
 };
 
-template <int D, int MW, bool kSel>
+template <int D, int MW, bool kSel, KvPageCodes kCodes>
 __global__ void __launch_bounds__(TiledConfig<D, MW, kSel>::kThreads)
     paged_attention_tiled_kernel(const PagedAttentionArgs a) {
+  static_assert(!kSel || kCodes == KvPageCodes::kBf16, "a selection reads bf16 pages only");
   using Cfg = TiledConfig<D, MW, kSel>;
   constexpr int kThreads = Cfg::kThreads;
   constexpr int kM = Cfg::kQueryVectors;
@@ -139,14 +143,27 @@ __global__ void __launch_bounds__(TiledConfig<D, MW, kSel>::kThreads)
   split_keys<kTileKeys>(a, kv_begin, kv_end, split_begin, split_end);
   t.load_queries<D, kM>(a, q_s, 0, kM, threadIdx.x, kThreads);
 
+  constexpr bool kFp8 = kCodes == KvPageCodes::kFp8E4M3;
+  const float k_scale = kFp8 ? a.k_scales[t.kv_head] : 1.0f;
+  const float v_scale = kFp8 ? a.v_scales[t.kv_head] : 1.0f;
+  // Tile `it` of the split into its stage: copied (bf16 pages) or decoded (FP8 pages).
+  auto load_tile = [&](int it) {
+    bf16* stage = kv_s + (it % Cfg::kStages) * 2 * Cfg::kTileElems;
+    if constexpr (kFp8) {
+      load_fp8_kv_tile<D, kTileKeys, kThreads, Cfg::kWgmma>(stage, split_begin + it * kTileKeys, split_end, t.pages, a,
+                                                            k_scale, v_scale, threadIdx.x);
+    } else {
+      load_kv_tile<D, kTileKeys, kThreads, kSel, Cfg::kWgmma>(stage, tok_s + (it % Cfg::kStages) * kTileKeys,
+                                                              split_begin + it * kTileKeys, split_end, t.pages, map,
+                                                              t.len, a, threadIdx.x);
+    }
+  };
+
   constexpr int kStages = Cfg::kStages;
   const int num_tiles = (split_end - split_begin + kTileKeys - 1) / kTileKeys;
 #pragma unroll
   for (int st = 0; st < kStages - 1; ++st) {
-    if (st < num_tiles)
-      load_kv_tile<D, kTileKeys, kThreads, kSel, Cfg::kWgmma>(
-          kv_s + st * 2 * Cfg::kTileElems, tok_s + st * kTileKeys, split_begin + st * kTileKeys,
-          split_end, t.pages, map, t.len, a, threadIdx.x);
+    if (st < num_tiles) load_tile(st);
     cp_async_commit();
   }
   __syncthreads();  // Q visible to every warp
@@ -172,10 +189,7 @@ __global__ void __launch_bounds__(TiledConfig<D, MW, kSel>::kThreads)
   for (int it = 0; it < num_tiles; ++it) {
     // Refill the stage consumed in the previous iteration (the barrier at its end made that safe).
     const int next = it + kStages - 1;
-    if (next < num_tiles)
-      load_kv_tile<D, kTileKeys, kThreads, kSel, Cfg::kWgmma>(
-          kv_s + (next % kStages) * 2 * Cfg::kTileElems, tok_s + (next % kStages) * kTileKeys,
-          split_begin + next * kTileKeys, split_end, t.pages, map, t.len, a, threadIdx.x);
+    if (next < num_tiles) load_tile(next);
     cp_async_commit();
     cp_async_wait<kStages - 1>();  // tile `it` has landed
     // The warpgroup MMAs read shared memory through the async proxy: make the copies visible to it.
@@ -320,18 +334,18 @@ __global__ void __launch_bounds__(TiledConfig<D, MW, kSel>::kThreads)
   }
 }
 
-template <int D, int MW, bool kSel>
+template <int D, int MW, bool kSel, KvPageCodes kCodes = KvPageCodes::kBf16>
 void launch_config(const PagedAttentionArgs& args, int grid_x) {
   using Cfg = TiledConfig<D, MW, kSel>;
-  launch_attention<paged_attention_tiled_kernel<D, MW, kSel>>(args, grid_x, Cfg::kThreads, Cfg::kSmemBytes,
-                                                              "paged_attention_tiled_kernel");
+  launch_attention<paged_attention_tiled_kernel<D, MW, kSel, kCodes>>(args, grid_x, Cfg::kThreads, Cfg::kSmemBytes,
+                                                                      "paged_attention_tiled_kernel");
 }
 
-template <int D, int MW, bool kSel>
+template <int D, int MW, bool kSel, KvPageCodes kCodes = KvPageCodes::kBf16>
 int blocks_per_sm() {
   using Cfg = TiledConfig<D, MW, kSel>;
-  return resident_ctas_per_sm<paged_attention_tiled_kernel<D, MW, kSel>>(Cfg::kThreads, Cfg::kSmemBytes,
-                                                                         "paged_attention_tiled_kernel");
+  return resident_ctas_per_sm<paged_attention_tiled_kernel<D, MW, kSel, kCodes>>(Cfg::kThreads, Cfg::kSmemBytes,
+                                                                                 "paged_attention_tiled_kernel");
 }
 
 // The prefill shape's 16-row blocks per CTA: 8 warps share each K/V tile where the registers
@@ -339,16 +353,22 @@ int blocks_per_sm() {
 template <int D>
 constexpr int kPrefillMW = D <= 128 ? 8 : 4;
 
-// Dense prefill at head_dim 128 runs the warp-specialized Hopper kernel when chosen.
-bool hopper_prefill(int head_dim, bool prefill, bool selection) {
-  return head_dim == 128 && prefill && !selection && prefill_kernel() != PrefillKernel::kTiled;
+// Dense prefill at head_dim 128 over bf16 pages runs the warp-specialized Hopper kernel when chosen.
+bool hopper_prefill(int head_dim, bool prefill, bool selection, KvPageCodes codes) {
+  return head_dim == 128 && prefill && !selection && codes == KvPageCodes::kBf16 &&
+         prefill_kernel() != PrefillKernel::kTiled;
 }
 
 template <int D>
 void launch_head_dim(const PagedAttentionArgs& args, bool prefill, int grid_x) {
   const bool selection = args.select_unit > 0;
   constexpr int MW = kPrefillMW<D>;
-  if (hopper_prefill(D, prefill, selection)) return launch_paged_prefill_hopper(args, grid_x);
+  if (args.codes == KvPageCodes::kFp8E4M3) {
+    SE_CHECK(!selection, "cuda::paged_attention: a selection over FP8 pages is not implemented");
+    return prefill ? launch_config<D, MW, false, KvPageCodes::kFp8E4M3>(args, grid_x)
+                   : launch_config<D, 1, false, KvPageCodes::kFp8E4M3>(args, grid_x);
+  }
+  if (hopper_prefill(D, prefill, selection, args.codes)) return launch_paged_prefill_hopper(args, grid_x);
   if (prefill) {
     selection ? launch_config<D, MW, true>(args, grid_x)
               : launch_config<D, MW, false>(args, grid_x);
@@ -358,9 +378,12 @@ void launch_head_dim(const PagedAttentionArgs& args, bool prefill, int grid_x) {
 }
 
 template <int D>
-int blocks_per_sm_head_dim(bool prefill, bool selection) {
+int blocks_per_sm_head_dim(bool prefill, bool selection, KvPageCodes codes) {
   constexpr int MW = kPrefillMW<D>;
-  if (hopper_prefill(D, prefill, selection)) return paged_prefill_hopper_blocks_per_sm();
+  if (codes == KvPageCodes::kFp8E4M3)
+    return prefill ? blocks_per_sm<D, MW, false, KvPageCodes::kFp8E4M3>()
+                   : blocks_per_sm<D, 1, false, KvPageCodes::kFp8E4M3>();
+  if (hopper_prefill(D, prefill, selection, codes)) return paged_prefill_hopper_blocks_per_sm();
   if (prefill) return selection ? blocks_per_sm<D, MW, true>() : blocks_per_sm<D, MW, false>();
   return selection ? blocks_per_sm<D, 1, true>() : blocks_per_sm<D, 1, false>();
 }
@@ -387,14 +410,14 @@ void launch_paged_attention_tiled(const PagedAttentionArgs& args, int head_dim, 
   }
 }
 
-int tiled_blocks_per_sm(int head_dim, bool prefill, bool selection) {
+int tiled_blocks_per_sm(int head_dim, bool prefill, bool selection, KvPageCodes codes) {
   switch (head_dim) {
     case 64:
-      return blocks_per_sm_head_dim<64>(prefill, selection);
+      return blocks_per_sm_head_dim<64>(prefill, selection, codes);
     case 128:
-      return blocks_per_sm_head_dim<128>(prefill, selection);
+      return blocks_per_sm_head_dim<128>(prefill, selection, codes);
     default:
-      return blocks_per_sm_head_dim<256>(prefill, selection);
+      return blocks_per_sm_head_dim<256>(prefill, selection, codes);
   }
 }
 

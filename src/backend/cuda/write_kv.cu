@@ -1,9 +1,12 @@
+// write_kv on the GPU: the step's new K/V rows into the slots the cache appended, as bf16 elements, or as e4m3
+// codes under the KV head's scale for the FP8 store (the bytes the CPU's fp8_quantize writes for the same values).
 #include <cuda_bf16.h>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_context.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/device_util.cuh"
+#include "backend/cuda/fp8_e4m3.cuh"
 
 namespace se::cuda {
 
@@ -16,11 +19,13 @@ struct WriteKvArgs {
   const SeqKvView* seqs;
   const void* k;
   const void* v;
-  DType dtype;  // of k and v
+  DType dtype;            // of k and v
+  const float* k_scales;  // FP8 pages: [num_kv_heads] (device); null for bf16 pages
+  const float* v_scales;
 };
 
-// One block per batch row; each thread moves 8 elements (one 16-byte BF16 chunk) of K and of V of
-// one KV head into the slot the cache appended for this row: num_tokens[h] - n + r.
+// One block per batch row; each thread moves 8 elements (one 16-byte BF16 chunk, or 8 codes) of K and
+// of V of one KV head into the slot the cache appended for this row: num_tokens[h] - n + r.
 __global__ void write_kv_kernel(WriteKvArgs a) {
   const int row = blockIdx.x;
   const int s = seq_of_row(a.q_indptr, a.num_seqs, row);
@@ -38,14 +43,21 @@ __global__ void write_kv_kernel(WriteKvArgs a) {
     const int64_t src = (static_cast<int64_t>(row) * a.num_kv_heads + h) * a.head_dim + c * 8;
     for (int kv = 0; kv < 2; ++kv) {
       const void* from = kv == 0 ? a.k : a.v;
+      const size_t element = (static_cast<size_t>(kv) * a.page_size + offset) * a.head_dim + c * 8;
+      if (a.k_scales != nullptr) {
+        // The CPU's fp8_quantize: code = e4m3_satfinite(x / scale), the division IEEE as on the host.
+        const float scale = (kv == 0 ? a.k_scales : a.v_scales)[h];
+        alignas(8) uint8_t codes[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) codes[i] = fp8_e4m3_code(load_as_float(from, a.dtype, src + i) / scale);
+        *reinterpret_cast<uint2*>(page_base + element) = *reinterpret_cast<const uint2*>(codes);
+        continue;
+      }
       alignas(16) __nv_bfloat16 chunk[8];
 #pragma unroll
       for (int i = 0; i < 8; ++i)
         chunk[i] = __float2bfloat16(load_as_float(from, a.dtype, src + i));
-      auto* to = reinterpret_cast<uint4*>(
-          page_base + ((static_cast<size_t>(kv) * a.page_size + offset) * a.head_dim + c * 8) *
-                          sizeof(__nv_bfloat16));
-      *to = *reinterpret_cast<const uint4*>(chunk);
+      *reinterpret_cast<uint4*>(page_base + element * sizeof(__nv_bfloat16)) = *reinterpret_cast<const uint4*>(chunk);
     }
   }
 }
@@ -56,6 +68,7 @@ void write_kv(const AttentionView& view, TensorView k, TensorView v) {
   if (num_rows == 0) return;
   SE_CHECK(view.head_dim % 8 == 0 && view.page_bytes % 16 == 0,
            "cuda::write_kv: head_dim {} page_bytes {}", view.head_dim, view.page_bytes);
+  const bool fp8 = view.payload == KvPayload::kQuantized;  // ops.cpp admits no other quantized store here
   const WriteKvArgs args{static_cast<char*>(view.kv_base),
                          view.page_bytes,
                          view.page_size,
@@ -66,7 +79,9 @@ void write_kv(const AttentionView& view, TensorView k, TensorView v) {
                          view.seqs,
                          k.data,
                          v.data,
-                         k.dtype};
+                         k.dtype,
+                         fp8 ? view.quantized.k_scales : nullptr,
+                         fp8 ? view.quantized.v_scales : nullptr};
   write_kv_kernel<<<static_cast<unsigned>(num_rows), 128, 0, CudaContext::current().stream()>>>(
       args);
   SE_CUDA_CHECK_LAUNCH("write_kv_kernel");

@@ -11,8 +11,6 @@ float abs_max(const float* x, size_t n) {
   return m;
 }
 
-float scale_from_max(float max_abs, float divisor) { return max_abs > 0.0f ? max_abs / divisor : 1.0f; }
-
 Result<std::vector<float>> checked_scales(const std::vector<float>& s, const char* name, int32_t num_kv_heads) {
   if (s.size() != 1 && s.size() != static_cast<size_t>(num_kv_heads))
     return invalid_argument("{} has {} values; expected 1 (per tensor) or {} (per KV head)", name, s.size(),
@@ -25,8 +23,8 @@ Result<std::vector<float>> checked_scales(const std::vector<float>& s, const cha
 }  // namespace
 
 Fp8KvScales fp8_kv_scales_from_batch(const float* keys, size_t num_keys, const float* values, size_t num_values) {
-  return Fp8KvScales{{scale_from_max(abs_max(keys, num_keys), kFp8KeyScaleDivisor)},
-                     {scale_from_max(abs_max(values, num_values), kFp8ValueScaleDivisor)}};
+  return Fp8KvScales{{fp8_scale_from_max(abs_max(keys, num_keys), kFp8KeyScaleDivisor)},
+                     {fp8_scale_from_max(abs_max(values, num_values), kFp8ValueScaleDivisor)}};
 }
 
 Result<Fp8KvScales> fp8_kv_scales_from_checkpoint(const std::optional<std::vector<float>>& k_scale,

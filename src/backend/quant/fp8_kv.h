@@ -19,6 +19,9 @@ namespace se {
 inline constexpr float kFp8KeyScaleDivisor = 200.0f;
 inline constexpr float kFp8ValueScaleDivisor = 100.0f;
 
+// calculate_kv_scales' scale from a maximum magnitude: max_abs / divisor, 1.0 for 0 (nothing to divide by).
+inline float fp8_scale_from_max(float max_abs, float divisor) { return max_abs > 0.0f ? max_abs / divisor : 1.0f; }
+
 // One layer's scales: size 1 (per tensor) or num_kv_heads (per head).
 struct Fp8KvScales {
   std::vector<float> k_scale;

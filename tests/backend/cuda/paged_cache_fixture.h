@@ -1,8 +1,9 @@
 // A paged cache in two copies for the CUDA attention tests: f32 pages on the host for the CPU
 // reference and bf16 pages on the GPU holding the same (bf16-representable) values, with the same
-// page lists. Pages are shuffled across the pool and every page, used or not, holds random data, so
-// masking must hide what lies past a stream's end. A cache may carry a selection (token or page
-// unit) per sequence and KV head. Views: cpu_view (host tables, host pool), gpu_view (device
+// page lists; or, for the FP8 store, the same e4m3 code bytes in both pools, read through the same
+// per-KV-head scales (host copies for the CPU view, device copies for the GPU's). Pages are shuffled across the pool
+// and every page, used or not, holds random data, so masking must hide what lies past a stream's end. A cache may carry
+// a selection (token or page unit) per sequence and KV head. Views: cpu_view (host tables, host pool), gpu_view (device
 // tables, device pool; what paged_attention takes on CUDA) and host_tables_gpu_view (host tables
 // over the device pool; what the sparse methods' scoring ops take). run_paged_attention_case checks
 // one case of paged attention against the CPU reference.
@@ -58,6 +59,7 @@ struct PagedCase {
   DType out_dtype = DType::kBF16;
   SelectionUnit selection_unit = SelectionUnit::kToken;
   std::vector<SelectSpec> select;  // per sequence; empty = the view has no selection
+  bool fp8 = false;                // FP8 (e4m3) pages instead of f32 / bf16 ones
 };
 
 class PagedCacheFixture {
@@ -88,10 +90,16 @@ class PagedCacheFixture {
       }
       q_indptr_.push_back(q_indptr_.back() + s.num_new);
     }
-    // Every page, used or not, holds random bf16-representable values.
+    // Every page, used or not, holds random bf16-representable values (or random finite e4m3 codes).
     elems_per_page_ = int64_t{2} * c.page_size * c.head_dim;
-    cpu_pool_ = random_host({num_pages_, elems_per_page_}, seed + 1, DType::kBF16);
-    gpu_pool_ = upload(cpu_pool_, DType::kBF16);
+    if (c.fp8) {
+      cpu_pool_ = random_fp8_codes({num_pages_, elems_per_page_}, seed + 1);
+      gpu_pool_ = cuda::to_device(cpu_pool_);
+      make_fp8_scales();
+    } else {
+      cpu_pool_ = random_host({num_pages_, elems_per_page_}, seed + 1, DType::kBF16);
+      gpu_pool_ = upload(cpu_pool_, DType::kBF16);
+    }
 
     d_page_ids_ = device_i32(page_ids_);
     d_num_tokens_ = device_i32(num_tokens_);
@@ -122,6 +130,7 @@ class PagedCacheFixture {
     v.page_bytes = static_cast<size_t>(elems_per_page_) * sizeof(float);
     v.q_indptr = q_indptr_.data();
     v.seqs = host_seqs_.data();
+    if (c_.fp8) quantized(v, k_scales_.data(), v_scales_.data());
     return v;
   }
   AttentionView gpu_view() const {
@@ -139,11 +148,19 @@ class PagedCacheFixture {
     v.page_bytes = static_cast<size_t>(elems_per_page_) * 2;
     v.q_indptr = q_indptr_.data();
     v.seqs = host_seqs_.data();
+    if (c_.fp8) quantized(v, d_k_scales_.data<float>(), d_v_scales_.data<float>());
     return v;
   }
 
-  // Number of pool elements where the GPU's bf16 pages differ from the CPU's f32 pages.
+  // Number of pool elements where the GPU's bf16 pages differ from the CPU's f32 pages (FP8: bytes where the two
+  // pools' codes differ).
   int64_t count_pool_mismatches() const {
+    if (c_.fp8) {
+      const Tensor gpu = cuda::to_host(gpu_pool_);
+      int64_t mismatches = 0;
+      for (int64_t i = 0; i < gpu.numel(); ++i) mismatches += gpu.data<uint8_t>()[i] != cpu_pool_.data<uint8_t>()[i];
+      return mismatches;
+    }
     const Tensor gpu = download_f32(gpu_pool_);
     int64_t mismatches = 0;
     for (int64_t i = 0; i < gpu.numel(); ++i)
@@ -152,6 +169,41 @@ class PagedCacheFixture {
   }
 
  private:
+  // Random e4m3 codes of finite values (0x7f and 0xff are NaN, which masking could not hide from P V).
+  static Tensor random_fp8_codes(Shape shape, uint64_t seed) {
+    Tensor t = Tensor::empty(DType::kU8, shape);
+    FastRng rng(seed);
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      const auto code = static_cast<uint8_t>(rng.next() >> 56);
+      t.data<uint8_t>()[i] = (code & 0x7f) == 0x7f ? code - 1 : code;
+    }
+    return t;
+  }
+  // Per-KV-head scales around max|x| / 448 for the test's unit-variance values; head 0's keys a quarter of that,
+  // so some of its writes saturate at +-448.
+  void make_fp8_scales() {
+    for (int32_t h = 0; h < c_.num_kv_heads; ++h) {
+      k_scales_.push_back((h == 0 ? 0.001f : 0.004f) * static_cast<float>(1 + h % 3));
+      v_scales_.push_back(0.005f * static_cast<float>(1 + h % 2));
+    }
+    d_k_scales_ = device_f32(k_scales_);
+    d_v_scales_ = device_f32(v_scales_);
+  }
+  // The FP8 store's view over the same tables: one-byte codes, scales per KV head.
+  void quantized(AttentionView& v, const float* k_scales, const float* v_scales) const {
+    v.kv_dtype = DType::kU8;
+    v.page_bytes = static_cast<size_t>(elems_per_page_);
+    v.payload = KvPayload::kQuantized;
+    v.quantized.scheme = KvQuantScheme::kFp8E4M3;
+    v.quantized.k_scales = k_scales;
+    v.quantized.v_scales = v_scales;
+  }
+
+  static Tensor device_f32(const std::vector<float>& v) {
+    Tensor host = Tensor::empty(DType::kF32, {static_cast<int64_t>(v.size())});
+    std::copy(v.begin(), v.end(), host.data<float>());
+    return cuda::to_device(host);
+  }
   static Tensor device_i32(const std::vector<int32_t>& v) {
     Tensor host =
         Tensor::empty(DType::kI32, {std::max<int64_t>(1, static_cast<int64_t>(v.size()))});
@@ -262,8 +314,9 @@ class PagedCacheFixture {
   std::vector<int32_t> selected_, selected_counts_, sel_strides_;
   std::vector<int64_t> sel_offset_, sel_count_offset_;
   std::vector<SeqKvView> host_seqs_;
-  Tensor cpu_pool_, gpu_pool_, d_page_ids_, d_num_tokens_, d_q_indptr_, d_seqs_, d_selected_,
-      d_selected_counts_;
+  std::vector<float> k_scales_, v_scales_;  // FP8: [num_kv_heads]
+  Tensor cpu_pool_, gpu_pool_, d_page_ids_, d_num_tokens_, d_q_indptr_, d_seqs_, d_selected_, d_selected_counts_,
+      d_k_scales_, d_v_scales_;
 };
 
 enum class Kernel { kTiled, kSimple };

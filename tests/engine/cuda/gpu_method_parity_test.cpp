@@ -352,14 +352,16 @@ struct DecisionReport {
 // The first kept set that parts is judged by both devices' scores of the tokens in question (the SnapKV family's
 // window scores, H2O's and KVzip's from debug_state); the first selection that parts must do so where the pages'
 // scores lie within their bf16 rounding; and a GPU pick that differs at a CPU margin above `pick_bound` (dense
-// attention's noise; < 0: twice the step's own logits deviation) must follow a decision that parted.
+// attention's noise; < 0: twice the step's own logits deviation) must follow a decision that parted. Both devices
+// keep `store`.
 DecisionReport compare_decisions(const DeviceBundles& bundles, const std::string& method, const nlohmann::json& config,
                                  const std::vector<int32_t>& prompt, int num_new, double pick_bound,
-                                 const std::string& what) {
+                                 const std::string& what, KvStoreKind store = KvStoreKind::kExplicit) {
   const int num_layers = bundles.cpu.model->config().num_layers;
   TeacherForcingOptions o;
   o.method = method;
   o.config = config;
+  o.store = store;
   o.prefill_chunk = kPrefillChunk;
   o.max_tokens = static_cast<int32_t>(prompt.size()) + num_new + 1;
   auto cpu = TeacherForcedSequence::create(*bundles.cpu.model, o);
@@ -557,6 +559,60 @@ void expect_methods_run_like_on_the_cpu(const DeviceBundles& bundles, const std:
     }
     std::printf("PARITY %-6s method %-12s %d of %zu continuations identical to the CPU\n", model_name.c_str(),
                 info.name.c_str(), identical, prompts.size());
+  }
+}
+
+// The FP8 store on the GPU (codes written and scales computed on the device, the tiled kernels' FP8 variant reading
+// the codes, attention_scores decoding them, eviction moving them as bytes) against the FP8 store on the CPU, for
+// vanilla and the eviction methods that run over it: greedy continuations through the engine, each prompt in an
+// engine of its own so that its first prefill chunk sets the scales, as in a teacher-forced replay. Both devices
+// write codes of their own K/V rows, which differ by rounding, so a code may land one e4m3 step apart. The judge is
+// EveryMethodRunsLikeOnTheCpu's: a continuation that parts at a CPU margin above twice vanilla's largest logits
+// deviation over the store must follow a kept set that parted (compare_decisions). The GPU's decode steps replay
+// CUDA graphs; with eager steps they pick the same tokens.
+TEST(GpuEngineTest, Fp8StoreRunsLikeOnTheCpu) {
+  SE_SKIP_WITHOUT_CUDA_DEVICE();
+  const DeviceBundles bundles = tiny_cpu_and_gpu_bundles();
+  const auto prompts = random_prompts(8, 96, 40, 90, 12);
+  const KvStoreKind fp8 = KvStoreKind::kFp8E4M3;
+  double noise = 0.0;
+  for (size_t p = 0; p < prompts.size(); ++p)
+    noise = std::max(noise, compare_decisions(bundles, "vanilla", nullptr, prompts[p], kNumNew, -1.0,
+                                              fmt::format("fp8 vanilla request {}", p), fp8)
+                                .noise);
+  const double bound = 2.0 * noise;
+  const std::map<std::string, nlohmann::json> configs = tiny_method_configs();
+  for (const char* method : {"vanilla", "streamingllm", "snapkv", "h2o"}) {
+    const nlohmann::json& config = configs.at(method);
+    int identical = 0;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      const std::vector<std::vector<int32_t>> one = {prompts[i]};
+      const auto want = engine_traces(bundles.cpu, Device::kCpu, method, config, one, kNumNew, true, 1, "fp8");
+      const auto got = engine_traces(bundles.gpu, Device::kCuda, method, config, one, kNumNew, false, 1, "fp8");
+      const auto eager = engine_traces(bundles.gpu, Device::kCuda, method, config, one, kNumNew, true, 1, "fp8");
+      EXPECT_EQ(got[0].tokens, eager[0].tokens) << method << " request " << i << ": CUDA graph decode over FP8";
+      const auto& w = want[0].tokens;
+      const auto& g = got[0].tokens;
+      const auto step = static_cast<int>(std::mismatch(w.begin(), w.end(), g.begin()).first - w.begin());
+      if (step == static_cast<int>(w.size())) {
+        ++identical;
+        continue;
+      }
+      const float margin = want[0].margins[static_cast<size_t>(step)];
+      std::string why = "a near-tie of the step's logits";
+      if (margin > bound) {
+        const DecisionReport r = compare_decisions(bundles, method, config, prompts[i], step, bound,
+                                                   fmt::format("fp8 {} request {} (replayed)", method, i), fp8);
+        EXPECT_TRUE(r.first_affected >= 0 && r.first_affected <= step)
+            << "fp8 " << method << " request " << i << " parts at step " << step << " (cpu margin " << margin
+            << ") with every decision before it the CPU's";
+        why = r.line;
+      }
+      std::printf("PARITY tiny   fp8 %-12s request %zu diverges at step %d (cpu margin %.4f): %s\n", method, i, step,
+                  margin, why.c_str());
+    }
+    std::printf("PARITY tiny   fp8 %-12s %d of %zu continuations identical to the CPU (bound %.4f)\n", method,
+                identical, prompts.size(), bound);
   }
 }
 
