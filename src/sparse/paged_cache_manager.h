@@ -112,8 +112,8 @@ class PagedCacheManager final : public CacheManager {
   BlockPool pool_;
   std::unique_ptr<BlockPool> host_pool_;  // the host tier; null without one
   std::unique_ptr<RadixCache> radix_;  // null when prefix caching is off
-  std::optional<Fp8ScaleTable> fp8_scales_;      // the FP8 store's scales; empty for explicit pages
-  std::optional<TurboQuantKvCodec> turboquant_;  // a TurboQuant preset's codec
+  std::optional<Fp8ScaleTable> fp8_scales_;                    // the FP8 store's scales; empty for explicit pages
+  std::optional<TurboQuantKvCodec> turboquant_;                // a TurboQuant preset's codec
   std::optional<TurboQuantProdKvCodec> turboquant_prod_;       // the paper's TurboQuant store's codec
   std::optional<TurboQuantChannelTable> turboquant_channels_;  // and its outlier channels
   std::unordered_map<int32_t, Sequence> sequences_;
