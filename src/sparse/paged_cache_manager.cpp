@@ -3,6 +3,7 @@
 #include "base/check.h"
 #include "backend/ops.h"
 #include "kv/page_table_transfer.h"
+#include "kv/pool_attention_view.h"
 
 namespace se {
 
@@ -215,17 +216,7 @@ Status PagedCacheManager::restore(int32_t seq, std::unique_ptr<SequenceSnapshot>
 AttentionView PagedCacheManager::make_view(int layer, const std::vector<SeqKvView>& seq_views,
                                            const std::vector<int32_t>& q_indptr) const {
   const KvLayout& l = layout();
-  AttentionView view;
-  view.kv_base = pool_.storage()->base();
-  view.kv_device = pool_.storage()->device();
-  view.kv_dtype = l.dtype;
-  view.page_bytes = l.page_bytes();
-  view.page_size = l.page_size;
-  view.head_dim = l.head_dim;
-  view.num_kv_heads = l.num_kv_heads;
-  view.num_seqs = static_cast<int32_t>(seq_views.size());
-  view.q_indptr = q_indptr.data();
-  view.seqs = seq_views.data();
+  AttentionView view = pool_attention_view(l, *pool_.storage(), seq_views, q_indptr.data());
   if (fp8_scales_) {
     view.payload = KvPayload::kQuantized;
     view.quantized.scheme = KvQuantScheme::kFp8E4M3;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "backend/device_memory.h"
+#include "kv/pool_attention_view.h"
 
 namespace se {
 
@@ -27,18 +28,7 @@ AttentionView QuestPartitionedDecode::layer_view(const int32_t* rows, int32_t st
   seq_view_.stride = stride;
   seq_view_.num_tokens = device.num_tokens + layout_.stream(layer, 0);
   q_indptr_ = {0, num_rows};
-  AttentionView view;
-  view.kv_base = device_pool_->storage()->base();
-  view.kv_device = device_;
-  view.kv_dtype = layout_.dtype;
-  view.page_bytes = layout_.page_bytes();
-  view.page_size = layout_.page_size;
-  view.head_dim = layout_.head_dim;
-  view.num_kv_heads = layout_.num_kv_heads;
-  view.num_seqs = 1;
-  view.q_indptr = q_indptr_.data();
-  view.seqs = &seq_view_;
-  return view;
+  return pool_attention_view(layout_, *device_pool_->storage(), {&seq_view_, 1}, q_indptr_.data());
 }
 
 void QuestPartitionedDecode::store_bounds(const Index& index, const TieredPageTable& table,

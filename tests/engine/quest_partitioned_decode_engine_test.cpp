@@ -13,6 +13,7 @@
 #include "../support/tiny_engine.h"
 #include "engine/engine.h"
 #include "kv/page_storage.h"
+#include "kv/pool_attention_view.h"
 #include "sparse/quest_partitioned_decode.h"
 
 namespace se {
@@ -97,16 +98,7 @@ class TieredQuestHooks final : public ForwardHooks {
     sv.stride = tv.stride;
     sv.num_tokens = tv.num_tokens + tv.stream(layer, 0);
     const std::vector<int32_t> q_indptr = {0, batch.num_tokens()};
-    AttentionView view;
-    view.kv_base = device_->storage()->base();
-    view.kv_dtype = layout_.dtype;
-    view.page_bytes = layout_.page_bytes();
-    view.page_size = layout_.page_size;
-    view.head_dim = layout_.head_dim;
-    view.num_kv_heads = layout_.num_kv_heads;
-    view.num_seqs = 1;
-    view.q_indptr = q_indptr.data();
-    view.seqs = &sv;
+    const AttentionView view = pool_attention_view(layout_, *device_->storage(), {&sv, 1}, q_indptr.data());
     write_kv(view, k, v);
     paged_attention(out, q, view, params);
   }

@@ -253,6 +253,35 @@ int kivi(char** argv) {
   return 0;
 }
 
+// Whole pages of fixed-size slots, one per token and KV head (a TurboQuant store's record), for b's sequences in a
+// shuffled page order, and the view over them with the TurboQuant payload; the caller sets the codec's fields and
+// encodes each slot.
+struct SlotPool {
+  std::mt19937 rng{17};
+  Streams streams;
+  size_t slot_bytes, page_bytes;
+  std::vector<uint8_t> bytes;
+  AttentionView view;
+
+  SlotPool(const Batch& b, size_t slot_size)
+      : streams(whole_pages(b), b.lens, b.num_kv_heads, rng),
+        slot_bytes(slot_size),
+        page_bytes(static_cast<size_t>(b.page_size) * slot_size),
+        bytes(static_cast<size_t>(streams.num_pages) * page_bytes),
+        view(base_view(b, streams)) {
+    view.kv_base = bytes.data();
+    view.kv_dtype = DType::kU8;
+    view.page_bytes = page_bytes;
+    view.quantized.scheme = KvQuantScheme::kTurboQuant;
+  }
+  SlotPool(const SlotPool&) = delete;  // the view points into `streams`
+
+  uint8_t* slot(const Batch& b, int32_t s, int32_t h, int32_t t) {
+    return bytes.data() + static_cast<size_t>(streams.page(s, h, t, b.page_size)) * page_bytes +
+           static_cast<size_t>(t % b.page_size) * slot_bytes;
+  }
+};
+
 // The paper's store at `bits`.
 int turboquant_prod(int32_t bits, Batch b, const std::string& dir) {
   const int64_t tokens = b.token_begin.back();
@@ -260,17 +289,8 @@ int turboquant_prod(int32_t bits, Batch b, const std::string& dir) {
   channels.calibrate(0, TensorView{b.k.data(), DType::kF32, Shape{tokens, b.num_kv_heads, b.head_dim}},
                      TensorView{b.v.data(), DType::kF32, Shape{tokens, b.num_kv_heads, b.head_dim}});
   const se::TurboQuantProdKvCodec codec(b.head_dim, bits);
-  const size_t slot_bytes = codec.layout().slot_bytes();
-  std::mt19937 rng(17);
-  const Streams streams(whole_pages(b), b.lens, b.num_kv_heads, rng);
-  const size_t page_bytes = static_cast<size_t>(b.page_size) * slot_bytes;
-  std::vector<uint8_t> pool(static_cast<size_t>(streams.num_pages) * page_bytes);
-  AttentionView view = base_view(b, streams);
-  view.kv_base = pool.data();
-  view.kv_dtype = DType::kU8;
-  view.page_bytes = page_bytes;
-  QuantizedKvView& qv = view.quantized;
-  qv.scheme = KvQuantScheme::kTurboQuant;
+  SlotPool pool(b, codec.layout().slot_bytes());
+  QuantizedKvView& qv = pool.view.quantized;
   qv.bits = qv.value_bits = bits;
   qv.turboquant_prod = &codec;
   qv.key_orders = channels.key_orders(0);
@@ -280,9 +300,8 @@ int turboquant_prod(int32_t bits, Batch b, const std::string& dir) {
       for (int32_t t = 0; t < b.lens[s]; ++t)
         codec.encode(b.k.data() + b.kv_offset(s, t, h), b.v.data() + b.kv_offset(s, t, h),
                      qv.key_orders + int64_t{h} * b.head_dim, qv.value_orders + int64_t{h} * b.head_dim,
-                     pool.data() + static_cast<size_t>(streams.page(s, h, t, b.page_size)) * page_bytes +
-                         static_cast<size_t>(t % b.page_size) * slot_bytes);
-  attend_and_write(b, view, dir);
+                     pool.slot(b, s, h, t));
+  attend_and_write(b, pool.view, dir);
   return 0;
 }
 
@@ -294,17 +313,8 @@ int turboquant(char** argv) {
   const se::TurboQuantKvFormat format = se::turboquant_format(*store);
   if (format.outlier_split) return turboquant_prod(format.key_bits, b, dir);
   const se::TurboQuantKvCodec codec(b.head_dim, format);
-  const size_t slot_bytes = codec.layout().slot_bytes();
-  std::mt19937 rng(17);
-  const Streams streams(whole_pages(b), b.lens, b.num_kv_heads, rng);
-  const size_t page_bytes = static_cast<size_t>(b.page_size) * slot_bytes;
-  std::vector<uint8_t> pool(static_cast<size_t>(streams.num_pages) * page_bytes);
-  AttentionView view = base_view(b, streams);
-  view.kv_base = pool.data();
-  view.kv_dtype = DType::kU8;
-  view.page_bytes = page_bytes;
-  QuantizedKvView& qv = view.quantized;
-  qv.scheme = KvQuantScheme::kTurboQuant;
+  SlotPool pool(b, codec.layout().slot_bytes());
+  QuantizedKvView& qv = pool.view.quantized;
   qv.bits = codec.format().key_bits;
   qv.value_bits = codec.format().value_bits;
   qv.norm_correction = codec.format().norm_correction;
@@ -313,10 +323,8 @@ int turboquant(char** argv) {
   for (int32_t s = 0; s < b.num_seqs(); ++s)
     for (int32_t h = 0; h < b.num_kv_heads; ++h)
       for (int32_t t = 0; t < b.lens[s]; ++t)
-        codec.encode(b.k.data() + b.kv_offset(s, t, h), b.v.data() + b.kv_offset(s, t, h),
-                     pool.data() + static_cast<size_t>(streams.page(s, h, t, b.page_size)) * page_bytes +
-                         static_cast<size_t>(t % b.page_size) * slot_bytes);
-  attend_and_write(b, view, dir);
+        codec.encode(b.k.data() + b.kv_offset(s, t, h), b.v.data() + b.kv_offset(s, t, h), pool.slot(b, s, h, t));
+  attend_and_write(b, pool.view, dir);
   return 0;
 }
 

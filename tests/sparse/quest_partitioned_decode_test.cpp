@@ -10,6 +10,7 @@
 
 #include "backend/ops.h"
 #include "kv/page_storage.h"
+#include "kv/pool_attention_view.h"
 #include "sparse/quest_partitioned_decode.h"
 
 namespace se {
@@ -45,15 +46,7 @@ struct LayerView {
     seq.page_ids = tv.pages(layer, 0);
     seq.stride = tv.stride;
     seq.num_tokens = tv.num_tokens + tv.stream(layer, 0);
-    view.kv_base = pool.storage()->base();
-    view.kv_dtype = kLayout.dtype;
-    view.page_bytes = kLayout.page_bytes();
-    view.page_size = kLayout.page_size;
-    view.head_dim = kLayout.head_dim;
-    view.num_kv_heads = kLayout.num_kv_heads;
-    view.num_seqs = 1;
-    view.q_indptr = q_indptr.data();
-    view.seqs = &seq;
+    view = pool_attention_view(kLayout, *pool.storage(), {&seq, 1}, q_indptr.data());
   }
 };
 
