@@ -174,6 +174,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const ModelBundle& bundle, const 
   SE_ASSIGN_OR_RETURN(std::unique_ptr<MethodRuntime> method,
                       create_method(config.sparse_method, config.sparse_config, environment));
   SE_RETURN_IF_ERROR(check_runs_on(config.device, method->traits(), method->name()));
+  if (model.latent_attention())
+    SE_RETURN_IF_ERROR(check_latent_attention_runs_on(config.device, method->traits(), method->name()));
   SE_RETURN_IF_ERROR(check_runs_sharded(model, num_ranks, *method, config));
   SE_ASSIGN_OR_RETURN(const KvStoreKind requested_store, parse_kv_cache_dtype(config.kv_cache_dtype));
   SE_RETURN_IF_ERROR(check_kv_store_supports(requested_store, config.device, method->traits(), method->name()));
