@@ -38,9 +38,9 @@ enum class SelectionUnit : uint8_t { kToken, kPage };
 // qk_rope_head_dim, the normed KV latent c then the rotated RoPE key, shared by every query head, so the view has
 // num_kv_heads = 1. Page p starts at kv_base + p * page_bytes and holds [page_size][head_dim] (the K half of the
 // explicit layout, no V half: the latent stands for both); element(page, 0, offset) reads it. Page lists, token
-// counts, causality and selection are those of explicit pages. paged_latent_attention reads it; on the CPU so do
-// the ops that read K rows alone (attention_scores, the page key bounds and their ranking) and eviction's row
-// copies, which see the rows as the keys of one KV head.
+// counts, causality and selection are those of explicit pages. paged_latent_attention reads it and eviction's row
+// copies move its rows (on both devices); on the CPU so do the ops that read K rows alone (attention_scores, the page
+// key bounds and their ranking), which see the rows as the keys of one KV head.
 enum class KvPayload : uint8_t { kExplicit, kQuantized, kLowRankLatent, kSharedLatent };
 
 struct SeqKvView {

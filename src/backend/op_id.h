@@ -44,6 +44,7 @@ enum class OpId : uint8_t {
   kGatherKeys,
   kPagedLatentAttention,   // multi-head latent attention with absorbed weights over a latent store
   kAbsorbLatentQueries,    // the queries of multi-head latent attention taken into latent space
+  kRopeLatentHeads,        // multi-head latent attention's projections normed and rotated as attention reads them
   kPagedLowRankAttention,  // attention over low-rank KV latents, keys and values rebuilt as it reads them
   kBidirectionalWindowScores,
   kGroupMaxAttentionImportance,

@@ -31,12 +31,14 @@ bool is_fp8_pool(const AttentionView& view) {
 }
 // True when a sparse-method op works on a GPU KV pool (ops.h: host tables over a device pool); the
 // build must then have the CUDA backend, and the pages are bf16 K/V, or FP8 codes for the ops that
-// read them (`reads_fp8`: eviction's row copies and attention_scores, as on the CPU).
-bool pool_on_cuda(const AttentionView& view, const char* what, bool reads_fp8 = false) {
+// read them (`reads_fp8`: eviction's row copies and attention_scores, as on the CPU), or a shared latent's bf16 rows
+// for the ops that move rows as bytes (`moves_latent_rows`: eviction's row copies).
+bool pool_on_cuda(const AttentionView& view, const char* what, bool reads_fp8 = false, bool moves_latent_rows = false) {
   if (view.kv_device != Device::kCuda) return false;
   SE_CHECK(kCudaBuilt,
            "{}: the KV pool is on the GPU, but this build has no CUDA backend (configure with -DSE_CUDA=ON)", what);
   if (reads_fp8 && is_fp8_pool(view)) return true;
+  if (moves_latent_rows && view.payload == KvPayload::kSharedLatent && view.kv_dtype == DType::kBF16) return true;
   SE_CHECK(view.payload == KvPayload::kExplicit, "{}: only explicit K/V pages are implemented on CUDA", what);
   SE_CHECK(view.kv_dtype == DType::kBF16, "{}: CUDA KV pages are bf16, got {}", what, dtype_name(view.kv_dtype));
   return true;
@@ -380,8 +382,9 @@ constexpr OpEntry kOps[] = {
     {OpId::kMoveKvRows, "move_kv_rows", true},
     {OpId::kSubsetAttentionMaxScores, "subset_attention_max_scores", true},
     {OpId::kGatherKeys, "gather_keys", true},
-    {OpId::kPagedLatentAttention, "paged_latent_attention", false},
-    {OpId::kAbsorbLatentQueries, "absorb_latent_queries", false},
+    {OpId::kPagedLatentAttention, "paged_latent_attention", true},
+    {OpId::kAbsorbLatentQueries, "absorb_latent_queries", true},
+    {OpId::kRopeLatentHeads, "rope_latent_heads", true},
     {OpId::kPagedLowRankAttention, "paged_low_rank_attention", true},
     {OpId::kBidirectionalWindowScores, "bidirectional_window_scores", true},
     {OpId::kGroupMaxAttentionImportance, "group_max_attention_importance", true},
@@ -430,7 +433,7 @@ void write_kv(const AttentionView& view, TensorView k, TensorView v) {
   SE_CHECK((k.device == Device::kCuda) == (view.kv_device == Device::kCuda), "write_kv: k on {}, the KV pool on {}",
            device_name(k.device), device_name(view.kv_device));
   if (on_cuda(k, "write_kv")) {
-    SE_CHECK(view.payload == KvPayload::kExplicit || fp8, "write_kv: latent pages are not written on CUDA yet");
+    SE_CHECK(view.payload != KvPayload::kLowRankLatent, "write_kv: low-rank latent pages are not written on CUDA yet");
     // The view's tables (and an FP8 view's scales) are device memory here: row counts are the caller's contract,
     // not checked.
     require_cuda_act(k, "write_kv.k");
@@ -610,47 +613,84 @@ void paged_attention(TensorView out, TensorView q, const AttentionView& view, co
   cpu::paged_attention(out, q, view, params);
 }
 
-void absorb_latent_queries(TensorView q_latent, TensorView q_nope, TensorView q_rope, TensorView kv_b) {
+void rope_latent_heads(TensorView out, TensorView x, TensorView positions, const RopeParams& rope,
+                       const TensorView* norm_weight, float eps) {
+  const std::string_view op = op_name(OpId::kRopeLatentHeads);
+  SE_CHECK(x.shape.rank() == 3 && out.shape == x.shape && positions.numel() == x.shape[0] &&
+               positions.dtype == DType::kI32 && rope.rotary_dim > 0 && rope.rotary_dim % 2 == 0 &&
+               rope.rotary_dim < x.shape[2],
+           "{}: x {} out {} positions {} rotary_dim {}", op, x.shape.to_string(), out.shape.to_string(),
+           positions.numel(), rope.rotary_dim);
+  SE_CHECK(norm_weight == nullptr || norm_weight->numel() == x.shape[2] - rope.rotary_dim,
+           "{}: a norm of {} elements for heads of {} + {}", op, norm_weight == nullptr ? 0 : norm_weight->numel(),
+           x.shape[2] - rope.rotary_dim, rope.rotary_dim);
+  if (on_cuda(out, "rope_latent_heads")) {
+    require_cuda_act(out, "rope_latent_heads.out");
+    SE_CHECK(
+        x.device == Device::kCuda && x.dtype == DType::kF32 && positions.device == Device::kCuda &&
+            (norm_weight == nullptr || (norm_weight->device == Device::kCuda && norm_weight->dtype == DType::kF32)),
+        "{}: x f32, positions and the norm (f32) on the GPU", op);
+    if constexpr (kCudaBuilt) cuda::rope_latent_heads(out, x, positions, rope, norm_weight, eps);
+    return;
+  }
+  require_cpu_f32(out, "rope_latent_heads.out");
+  require_cpu_f32(x, "rope_latent_heads.x");
+  if (norm_weight != nullptr) require_cpu_f32(*norm_weight, "rope_latent_heads.norm_weight");
+  cpu::rope_latent_heads(out, x, positions, rope, norm_weight, eps);
+}
+
+void absorb_latent_queries(TensorView q_latent, TensorView q, TensorView kv_b) {
   const std::string_view op = op_name(OpId::kAbsorbLatentQueries);
-  if (q_latent.device == Device::kCuda || q_nope.device == Device::kCuda)
-    SE_CHECK(cuda_implements(OpId::kAbsorbLatentQueries), "{}: not implemented on CUDA", op);
+  SE_CHECK(q_latent.shape.rank() == 3 && q.shape.rank() == 3 && kv_b.shape.rank() == 2, "{}: q_latent {} q {} kv_b {}",
+           op, q_latent.shape.to_string(), q.shape.to_string(), kv_b.shape.to_string());
+  const int64_t rows = q.shape[0], heads = q.shape[1], rank = kv_b.shape[1], rope = q_latent.shape[2] - rank;
+  SE_CHECK(q_latent.shape[0] == rows && q_latent.shape[1] == heads && rope > 0 && q.shape[2] > rope &&
+               kv_b.shape[0] % heads == 0 && kv_b.shape[0] / heads > q.shape[2] - rope,
+           "{}: q_latent {} q {} kv_b {}", op, q_latent.shape.to_string(), q.shape.to_string(), kv_b.shape.to_string());
+  if (on_cuda(q_latent, "absorb_latent_queries")) {
+    require_cuda_act(q_latent, "absorb_latent_queries.q_latent");
+    require_cuda_act(q, "absorb_latent_queries.q");
+    require_cuda_act(kv_b, "absorb_latent_queries.kv_b");
+    if constexpr (kCudaBuilt) cuda::absorb_latent_queries(q_latent, q, kv_b);
+    return;
+  }
   require_cpu_f32(q_latent, "absorb_latent_queries.q_latent");
-  require_cpu_f32(q_nope, "absorb_latent_queries.q_nope");
-  require_cpu_f32(q_rope, "absorb_latent_queries.q_rope");
+  require_cpu_f32(q, "absorb_latent_queries.q");
   require_cpu_f32(kv_b, "absorb_latent_queries.kv_b");
-  SE_CHECK(q_latent.shape.rank() == 3 && q_nope.shape.rank() == 3 && q_rope.shape.rank() == 3 && kv_b.shape.rank() == 2,
-           "{}: q_latent {} q_nope {} q_rope {} kv_b {}", op, q_latent.shape.to_string(), q_nope.shape.to_string(),
-           q_rope.shape.to_string(), kv_b.shape.to_string());
-  const int64_t rows = q_nope.shape[0], heads = q_nope.shape[1], rank = kv_b.shape[1];
-  SE_CHECK(q_rope.shape[0] == rows && q_latent.shape[0] == rows && q_rope.shape[1] == heads &&
-               q_latent.shape[1] == heads && q_latent.shape[2] == rank + q_rope.shape[2] &&
-               kv_b.shape[0] % heads == 0 && kv_b.shape[0] / heads > q_nope.shape[2],
-           "{}: q_latent {} q_nope {} q_rope {} kv_b {}", op, q_latent.shape.to_string(), q_nope.shape.to_string(),
-           q_rope.shape.to_string(), kv_b.shape.to_string());
-  cpu::absorb_latent_queries(q_latent, q_nope, q_rope, kv_b);
+  cpu::absorb_latent_queries(q_latent, q, kv_b);
 }
 
 void paged_latent_attention(TensorView out, TensorView q_latent, const AttentionView& view, TensorView kv_b,
                             const AttentionParams& params) {
   const std::string_view op = op_name(OpId::kPagedLatentAttention);
-  if (out.device == Device::kCuda || view.kv_device == Device::kCuda)
-    SE_CHECK(cuda_implements(OpId::kPagedLatentAttention), "{}: not implemented on CUDA", op);
   SE_CHECK(view.payload == KvPayload::kSharedLatent, "{}: the view does not hold a shared latent store", op);
-  SE_CHECK(view.kv_dtype == DType::kF32 && view.num_kv_heads == 1, "{}: f32 pages of one latent head, got {} x {}", op,
-           view.num_kv_heads, dtype_name(view.kv_dtype));
-  require_cpu_f32(out, "paged_latent_attention.out");
-  require_cpu_f32(q_latent, "paged_latent_attention.q_latent");
-  require_cpu_f32(kv_b, "paged_latent_attention.kv_b");
-  const int64_t rows = view.q_indptr[view.num_seqs];
+  SE_CHECK(view.num_kv_heads == 1, "{}: pages of one latent head, got {}", op, view.num_kv_heads);
   SE_CHECK(q_latent.shape.rank() == 3 && out.shape.rank() == 3 && kv_b.shape.rank() == 2,
            "{}: q_latent {} out {} kv_b {}", op, q_latent.shape.to_string(), out.shape.to_string(),
            kv_b.shape.to_string());
-  const int64_t heads = q_latent.shape[1], rank = kv_b.shape[1];
-  SE_CHECK(q_latent.shape[0] == rows && out.shape[0] == rows && out.shape[1] == heads &&
-               q_latent.shape[2] == view.head_dim && rank < view.head_dim && kv_b.shape[0] % heads == 0 &&
-               kv_b.shape[0] / heads > out.shape[2],
-           "{}: q_latent {} out {} kv_b {} for {} rows of latent width {}", op, q_latent.shape.to_string(),
-           out.shape.to_string(), kv_b.shape.to_string(), rows, view.head_dim);
+  const int64_t rows = q_latent.shape[0], heads = q_latent.shape[1], rank = kv_b.shape[1];
+  SE_CHECK(out.shape[0] == rows && out.shape[1] == heads && q_latent.shape[2] == view.head_dim &&
+               rank < view.head_dim && kv_b.shape[0] % heads == 0 && kv_b.shape[0] / heads > out.shape[2],
+           "{}: q_latent {} out {} kv_b {} for latent rows of {}", op, q_latent.shape.to_string(),
+           out.shape.to_string(), kv_b.shape.to_string(), view.head_dim);
+  SE_CHECK((out.device == Device::kCuda) == (view.kv_device == Device::kCuda), "{}: out on {}, the KV pool on {}", op,
+           device_name(out.device), device_name(view.kv_device));
+  if (on_cuda(out, "paged_latent_attention")) {
+    // The view's tables are device memory here: row counts are the caller's contract, not checked.
+    require_cuda_act(out, "paged_latent_attention.out");
+    require_cuda_act(q_latent, "paged_latent_attention.q_latent");
+    require_cuda_act(kv_b, "paged_latent_attention.kv_b");
+    SE_CHECK(view.kv_dtype == DType::kBF16 && view.tables_device == Device::kCuda,
+             "{}: CUDA pages are bf16 with device tables, got {}", op, dtype_name(view.kv_dtype));
+    if constexpr (kCudaBuilt) cuda::paged_latent_attention(out, q_latent, view, kv_b, params);
+    return;
+  }
+  require_cpu_f32(out, "paged_latent_attention.out");
+  require_cpu_f32(q_latent, "paged_latent_attention.q_latent");
+  require_cpu_f32(kv_b, "paged_latent_attention.kv_b");
+  SE_CHECK(view.kv_dtype == DType::kF32, "{}: the CPU backend keeps f32 pages, got {}", op, dtype_name(view.kv_dtype));
+  SE_CHECK(rows == view.q_indptr[view.num_seqs], "{}: q_latent {} for {} rows", op, q_latent.shape.to_string(),
+           view.q_indptr[view.num_seqs]);
   cpu::paged_latent_attention(out, q_latent, view, kv_b, params);
 }
 
@@ -715,8 +755,7 @@ void compact_kv(const AttentionView& pool, std::span<const StreamCompaction> str
     for (size_t i = 0; i < s.kept.size(); ++i)
       SE_CHECK(s.kept[i] >= 0 && (i == 0 || s.kept[i] > s.kept[i - 1]),
                "compact_kv: kept indices must ascend from 0, got {} at {}", s.kept[i], i);
-  if (pool_on_cuda(pool, "compact_kv", /*reads_fp8=*/true)) {
-    SE_CHECK(pool.payload != KvPayload::kSharedLatent, "compact_kv: shared-latent pages are kept on the CPU only");
+  if (pool_on_cuda(pool, "compact_kv", /*reads_fp8=*/true, /*moves_latent_rows=*/true)) {
     if constexpr (kCudaBuilt) cuda::compact_kv(pool, streams);
     return;
   }
@@ -814,8 +853,7 @@ void move_kv_rows(const AttentionView& pool, std::span<const KvRowMove> moves) {
     SE_CHECK(slots[i].first != slots[i - 1].first || slots[i].second + slots[i - 1].second == 0,
              "move_kv_rows: slot {} of page {} is written by one move and read or written by another",
              slots[i].first % pool.page_size, slots[i].first / pool.page_size);
-  if (pool_on_cuda(pool, "move_kv_rows", /*reads_fp8=*/true)) {
-    SE_CHECK(pool.payload != KvPayload::kSharedLatent, "move_kv_rows: shared-latent pages are kept on the CPU only");
+  if (pool_on_cuda(pool, "move_kv_rows", /*reads_fp8=*/true, /*moves_latent_rows=*/true)) {
     if constexpr (kCudaBuilt) cuda::move_kv_rows(pool, moves);
     return;
   }

@@ -128,9 +128,9 @@ void attention(TensorView out, TensorView q, TensorView k, TensorView v, TensorV
 
 // Writes the batch's new keys and values into the pages of `view`: for each sequence s with n query rows, row r
 // goes to physical slot num_tokens[h] - n + r of every KV head h (the slots the cache appended for this step).
-// k, v [T, Hkv, D] F32. A kSharedLatent or kLowRankLatent view (CPU only) takes the latent rows as k and has no V
-// half: v is not read. An FP8 view stores each element as fp8_quantize does, the same bytes on both backends (on
-// CUDA the scales are device memory, k and v F32 or BF16).
+// k, v [T, Hkv, D] F32. A kSharedLatent or kLowRankLatent view takes the latent rows as k and has no V half: v is
+// not read (on CUDA the shared latent's rows only, into bf16 pages). An FP8 view stores each element as
+// fp8_quantize does, the same bytes on both backends (on CUDA the scales are device memory, k and v F32 or BF16).
 void write_kv(const AttentionView& view, TensorView k, TensorView v);
 
 // The FP8 store's scales from a batch's new rows, per KV head as vLLM's calculate_kv_scales computes them over a
@@ -148,19 +148,29 @@ void fp8_kv_scales(TensorView k_scales, TensorView v_scales, TensorView k, Tenso
 // implemented" error.
 void paged_attention(TensorView out, TensorView q, const AttentionView& view, const AttentionParams& params);
 
-// Multi-head latent attention (MLA) with the weights absorbed, as FlashMLA computes it, in two ops. W_uk[h] and
-// W_uv[h] are head h's k_nope rows [qk_nope, rank] and v rows [v_head, rank] of kv_b [heads * (qk_nope + v_head),
-// rank], as the checkpoint stores it.
-// absorb_latent_queries takes each head's query into latent space: q_latent[t, h] = [W_uk[h]^T q_nope[t, h] ;
-// q_rope[t, h]], so that q_latent . [c_j ; k_rope_j] is the logit q . k_j of the expanded key k_j = [W_uk[h] c_j ;
-// k_rope_j] (unscaled). These are the queries a method scores the latent store with. q_nope [T, H, qk_nope], q_rope
-// [T, H, qk_rope] (rotated), q_latent [T, H, rank + qk_rope] F32 on the CPU.
-void absorb_latent_queries(TensorView q_latent, TensorView q_nope, TensorView q_rope, TensorView kv_b);
+// Multi-head latent attention (MLA) with the weights absorbed, as FlashMLA computes it. W_uk[h] and W_uv[h] are head
+// h's k_nope rows [qk_nope, rank] and v rows [v_head, rank] of kv_b [heads * (qk_nope + v_head), rank], as the
+// checkpoint stores it.
+// rope_latent_heads readies the layer's projections: each head of x [T, H, P + R] as a DeepSeek checkpoint's
+// projections give it (P values, then a RoPE part of R values whose pairs are interleaved: (x0, x1), (x2, x3), ...)
+// goes to out [T, H, P + R] as the P values, RMS-normed by norm_weight [P] when it is given (the KV latent), then the
+// RoPE part moved to the rotate-half layout rope() turns (pair i is (i, i + R / 2): the same pairs at the same
+// frequencies, so q . k is unchanged) and rotated at positions[T] (I32) by `rope` (rotary_dim = R). The queries
+// [q_nope ; q_rope] and the store's rows [c ; k_rope] both come out of it. out may alias x. x, out F32 (out BF16
+// too on CUDA).
+void rope_latent_heads(TensorView out, TensorView x, TensorView positions, const RopeParams& rope,
+                       const TensorView* norm_weight = nullptr, float eps = 0.0f);
+// absorb_latent_queries takes each head's query q[t, h] = [q_nope ; q_rope] (rope_latent_heads' output, q_rope
+// rotated) into latent space: q_latent[t, h] = [W_uk[h]^T q_nope ; q_rope], so that q_latent . [c_j ; k_rope_j] is
+// the logit q . k_j of the expanded key k_j = [W_uk[h] c_j ; k_rope_j] (unscaled). These are the queries a method
+// scores the latent store with. q [T, H, qk_nope + qk_rope], q_latent [T, H, rank + qk_rope] F32 (CUDA: kv_b as the
+// weights are stored, bf16).
+void absorb_latent_queries(TensorView q_latent, TensorView q, TensorView kv_b);
 // paged_latent_attention attends over a kSharedLatent store (attention_view.h) with those queries: the logits are
 // scale * q_latent . [c_j ; k_rope_j], the softmax-weighted latents sum to o = sum_j p_j c_j, and out[h] =
 // W_uv[h] o. Equal to attention over the expanded keys and values W_uv[h] c_j, which it never materializes.
-// Causality, sliding window and selection as paged_attention. q_latent [T, H, view.head_dim], out [T, H, v_head] F32
-// on the CPU; no CUDA kernel yet for either op (a CUDA tensor or pool gets a "not implemented" error).
+// Causality, sliding window and selection as paged_attention. q_latent [T, H, view.head_dim], out [T, H, v_head]
+// F32 on the CPU; on CUDA bf16 pages and device tables, q_latent and out F32 or BF16, kv_b bf16.
 void paged_latent_attention(TensorView out, TensorView q_latent, const AttentionView& view, TensorView kv_b,
                             const AttentionParams& params);
 

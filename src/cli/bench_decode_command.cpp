@@ -30,6 +30,8 @@
 #include "cli/model_options.h"
 #include "engine/engine.h"
 #include "kv/kv_layout.h"
+#include "sparse/method_registry.h"
+#include "sparse/method_traits.h"
 
 namespace se::cli {
 
@@ -219,8 +221,18 @@ Result<DecodePoint> run_point(const ModelBundle& bundle, const DecodeBenchOption
   // Keep the oldest sequences whose growth over the warm-up and the window fits: each stream may open
   // ceil(decode_tokens / page_size) + 1 pages (the methods that evict as they decode open fewer).
   const ModelConfig& mc = bundle.model->config();
-  const int64_t growth_per_seq = static_cast<int64_t>(mc.num_layers) * mc.num_kv_heads *
-                                 ((decode_tokens + config.page_size - 1) / config.page_size + 1);
+  // The engine's store: a latent-attention model keeps one shared latent row per token (one stream per layer) under
+  // the methods that keep it.
+  SE_ASSIGN_OR_RETURN(const KvStoreKind requested_store, parse_kv_cache_dtype(config.kv_cache_dtype));
+  SE_ASSIGN_OR_RETURN(const std::unique_ptr<MethodRuntime> method,
+                      create_method(config.sparse_method, config.sparse_config));
+  SE_ASSIGN_OR_RETURN(const KvStoreKind store,
+                      model_kv_store(requested_store, mc.latent_attention(), method->traits()));
+  const bool shared_latent = store == KvStoreKind::kSharedLatent;
+  const int32_t kv_heads = shared_latent ? 1 : mc.num_kv_heads;
+  const int32_t kv_head_dim = shared_latent ? mc.kv_lora_rank + mc.qk_rope_head_dim : mc.head_dim;
+  const int64_t growth_per_seq =
+      static_cast<int64_t>(mc.num_layers) * kv_heads * ((decode_tokens + config.page_size - 1) / config.page_size + 1);
   // Aborting a running sequence returns about used_per_seq pages; waiting ones hold none.
   const int64_t admitted_seqs = resident;
   const int64_t used_per_seq = (admitted->num_kv_pages_used + admitted_seqs - 1) / admitted_seqs;
@@ -266,12 +278,12 @@ Result<DecodePoint> run_point(const ModelBundle& bundle, const DecodeBenchOption
   p.kv_pages_total = end.num_kv_pages_total;
   // The store's real bytes per token (FP8 codes are one byte per element; KIVI's codes, group parameters and
   // residual window at the length a stream attends over: the prompt and the decoded tokens, or what an eviction
-  // method kept of the prompt, quantized after it compressed; a TurboQuant slot); FP8's scales are per layer.
-  SE_ASSIGN_OR_RETURN(const KvStoreKind store, parse_kv_cache_dtype(config.kv_cache_dtype));
+  // method kept of the prompt, quantized after it compressed; a TurboQuant slot; a shared latent's row);
+  // FP8's scales are per layer.
   const double attended_tokens = static_cast<double>(end.attended_kv_tokens_total - begin.attended_kv_tokens_total);
-  const double stream_steps = static_cast<double>(timed_steps) * resident * mc.num_layers * mc.num_kv_heads;
+  const double stream_steps = static_cast<double>(timed_steps) * resident * mc.num_layers * kv_heads;
   const double kv_token_bytes =
-      make_kv_layout(mc.num_layers, mc.num_kv_heads, mc.head_dim, config.page_size, config.device, store,
+      make_kv_layout(mc.num_layers, kv_heads, kv_head_dim, config.page_size, config.device, store,
                      config.kivi_group_size, config.kivi_residual, config.max_num_batched_tokens)
           .bytes_per_token(std::max<int64_t>(std::llround(attended_tokens / stream_steps), 1));
   p.kv_bytes_per_step = attended_tokens * kv_token_bytes / static_cast<double>(timed_steps);

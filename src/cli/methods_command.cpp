@@ -45,6 +45,8 @@ Result<nlohmann::ordered_json> describe(const MethodInfo& info) {
       {"kv_cache_dtypes", stores},
       {"cuda_kv_cache_dtypes", cuda_stores},
       {"latent_attention_store", keeps_shared_latent(traits) ? "shared latent" : "expanded heads"},
+      {"latent_attention_on_cuda",
+       runs_on_cuda && check_latent_attention_runs_on(Device::kCuda, traits, info.name).is_ok()},
       {"tensor_parallel", traits.tensor_parallel},
       {"composition", composition_name(info.composition)},
       {"defaults", (*method)->config()},
@@ -84,14 +86,18 @@ int run_methods(bool as_json) {
   std::printf("\n");
   for (const auto& m : all)
     std::printf("%s: %s\n", m["name"].get<std::string>().c_str(), m["summary"].get<std::string>().c_str());
-  std::string latent;
-  for (const auto& m : all)
+  std::string latent, latent_cuda;
+  for (const auto& m : all) {
     if (m["latent_attention_store"] == "shared latent")
       latent += (latent.empty() ? "" : ", ") + m["name"].get<std::string>();
+    if (m["latent_attention_on_cuda"].get<bool>())
+      latent_cuda += (latent_cuda.empty() ? "" : ", ") + m["name"].get<std::string>();
+  }
   std::printf(
       "\nOn latent-attention (MLA) models %s keep%s one shared latent row per token; the other methods keep "
-      "every head's expanded K/V.\n",
-      latent.c_str(), latent.find(',') == std::string::npos ? "s" : "");
+      "every head's expanded K/V, on the CPU only. On CUDA such a model runs under %s.\n",
+      latent.c_str(), latent.find(',') == std::string::npos ? "s" : "",
+      latent_cuda.empty() ? "no method in this build" : latent_cuda.c_str());
   std::string split;
   for (const auto& m : all)
     if (m["tensor_parallel"].get<bool>()) split += (split.empty() ? "" : ", ") + m["name"].get<std::string>();

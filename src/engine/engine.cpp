@@ -171,6 +171,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const ModelBundle& bundle, const 
                       create_method(config.sparse_method, config.sparse_config, environment));
   SE_ASSIGN_OR_RETURN(const KvStoreKind requested_store, parse_kv_cache_dtype(config.kv_cache_dtype));
   SE_RETURN_IF_ERROR(check_method_runs(config.device, requested_store, method->traits(), method->name()));
+  if (model.latent_attention())
+    SE_RETURN_IF_ERROR(check_latent_attention_runs_on(config.device, method->traits(), method->name()));
   SE_RETURN_IF_ERROR(check_runs_sharded(model, num_ranks, *method, config));
   // The workspaces first: the KV pool takes a share of what remains.
   std::vector<ForwardWorkspace> workspaces;

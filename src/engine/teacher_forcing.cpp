@@ -30,6 +30,12 @@ Result<std::unique_ptr<TeacherForcedSequence>> TeacherForcedSequence::create(con
   if (options.prefill_chunk < 1) return invalid_argument("teacher forcing: prefill_chunk must be positive");
   SE_RETURN_IF_ERROR(check_method_runs(model.device(), options.store, method->traits(), method->name()));
   const ModelConfig& config = model.config();
+  // The replay keeps every head's expanded K/V, over which a latent-attention model attends on the CPU only.
+  if (config.latent_attention() && model.device() != Device::kCpu)
+    return unimplemented(
+        "teacher forcing over a latent-attention model runs on the CPU only (its {} path keeps the "
+        "shared latent, which the replay does not)",
+        device_name(model.device()));
   KvLayout layout;
   layout.num_layers = config.num_layers;
   layout.num_kv_heads = config.num_kv_heads;

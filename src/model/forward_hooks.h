@@ -30,7 +30,8 @@ class ForwardHooks {
   // latent [T, 1, kv_lora_rank + qk_rope]: each new row's normed KV latent and rotated RoPE key, to store and attend
   // to; q_latent [T, H, kv_lora_rank + qk_rope]: the queries with W_uk absorbed (absorb_latent_queries), whose dot
   // products with the rows are the model's logits (unscaled); kv_b the layer's [H * (qk_nope + v_head),
-  // kv_lora_rank] expansion; out [T, H, v_head]. F32 on the CPU. Called only when stores_latent().
+  // kv_lora_rank] expansion; out [T, H, v_head]: F32 on the CPU, the model's matmul dtype on CUDA (latent and
+  // q_latent F32 on both). Called only when stores_latent().
   virtual void attend_latent(int /*layer*/, const LayerConfig& /*layer_config*/, const ForwardBatch& /*batch*/,
                              TensorView /*q_latent*/, TensorView /*latent*/, TensorView /*kv_b*/, TensorView /*out*/,
                              const AttentionParams& /*params*/) {

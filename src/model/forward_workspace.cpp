@@ -119,7 +119,6 @@ std::vector<ForwardWorkspace::BufferSpec> ForwardWorkspace::buffer_specs(const M
     specs.push_back({&ForwardWorkspace::kv_a_, DType::kF32, {0, c.kv_lora_rank + rope}});
     specs.push_back({&ForwardWorkspace::kv_latent_, matmul_dtype, {0, int64_t{c.kv_lora_rank}}});
     specs.push_back({&ForwardWorkspace::kv_b_, DType::kF32, {0, heads * (c.qk_nope_head_dim + c.v_head_dim)}});
-    specs.push_back({&ForwardWorkspace::k_rope_, DType::kF32, {0, 1, rope}});
     specs.push_back({&ForwardWorkspace::latent_rows_, DType::kF32, {0, 1, c.kv_lora_rank + rope}});
     specs.push_back({&ForwardWorkspace::q_absorbed_, DType::kF32, {0, heads, c.kv_lora_rank + rope}});
   }

@@ -71,7 +71,6 @@ class ForwardWorkspace final {
   TensorView kv_a(int64_t t) const { return rows(kv_a_, t); }                // [t, kv_lora_rank + qk_rope] F32
   TensorView kv_latent(int64_t t) const { return rows(kv_latent_, t); }      // [t, kv_lora_rank] matmul input
   TensorView kv_b(int64_t t) const { return rows(kv_b_, t); }                // [t, heads * (qk_nope + v_head)] F32
-  TensorView k_rope(int64_t t) const { return rows(k_rope_, t); }            // [t, 1, qk_rope] F32
   TensorView latent_rows(int64_t t) const { return rows(latent_rows_, t); }  // [t, 1, kv_lora_rank + qk_rope] F32
   TensorView q_absorbed(int64_t t) const { return rows(q_absorbed_, t); }    // [t, heads, kv_lora_rank + qk_rope] F32
   TensorView last(int64_t r) const { return rows(last_, r); }           // [r, hidden] F32 gathered rows
@@ -112,7 +111,7 @@ class ForwardWorkspace final {
   // MoE models only:
   Tensor router_logits_, expert_ids_, expert_weights_, expert_offsets_, expert_rows_, expert_slots_, expert_in_,
       expert_gate_up_, expert_act_, expert_out_;
-  Tensor q_latent_, q_proj_, kv_a_, kv_latent_, kv_b_, k_rope_, latent_rows_,
+  Tensor q_latent_, q_proj_, kv_a_, kv_latent_, kv_b_, latent_rows_,
       q_absorbed_;  // latent-attention models only
 };
 

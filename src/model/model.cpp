@@ -12,20 +12,8 @@
 
 namespace se {
 
-namespace {
-
-Status check_device(const ModelConfig& config, Device device) {
-  if (device != Device::kCpu && config.latent_attention())
-    return unimplemented("multi-head latent attention has no {} kernels yet; run this model with --device cpu",
-                         device_name(device));
-  return Status::ok();
-}
-
-}  // namespace
-
 Result<Model> Model::create(const ModelConfig& config, const std::map<std::string, Tensor>& tensors, Device device,
                             Communicator& comm) {
-  SE_RETURN_IF_ERROR(check_device(config, device));
   const ShardLayout layout{comm.rank(), comm.size()};
   SE_ASSIGN_OR_RETURN(ModelConfig shard, shard_config(config, layout));
   ModelWeightsBuilder builder(device, matrix_dtype(device));
@@ -45,7 +33,6 @@ Result<Model> Model::create(const ModelConfig& config, const std::map<std::strin
 }
 
 Result<Model> Model::from_weights(const ModelConfig& config, ModelWeights weights, Device device, Communicator& comm) {
-  SE_RETURN_IF_ERROR(check_device(config, device));
   if (config.shard.rank != comm.rank() || config.shard.size != comm.size()) {
     return invalid_argument("weights of tensor-parallel rank {} of {} on a communicator of rank {} of {}",
                             config.shard.rank, config.shard.size, comm.rank(), comm.size());

@@ -19,6 +19,22 @@ Status check_runs_on(Device device, const MethodTraits& traits, std::string_view
                        missing);
 }
 
+Status check_latent_attention_runs_on(Device device, const MethodTraits& traits, std::string_view name) {
+  if (device == Device::kCpu) return Status::ok();
+  if (!keeps_shared_latent(traits))
+    return unimplemented(
+        "sparse method '{}' reads every head's expanded keys and values of a latent-attention model, which run on the "
+        "CPU only; on {} the methods that keep the shared latent run (`sparse-engine methods`)",
+        name, device_name(device));
+  for (OpId op : traits.ops)
+    if (op != OpId::kCompactKv && op != OpId::kMoveKvRows)
+      return unimplemented(
+          "sparse method '{}' cannot run over a latent-attention model's shared latent on {}: {} has no CUDA kernel "
+          "for latent rows yet",
+          name, device_name(device), op_name(op));
+  return Status::ok();
+}
+
 namespace {
 // The first of the method's ops that reads explicit K/V pages: any but eviction's row copies (which move a quantized
 // store's codes as bytes) and attention_scores (which decodes each stored key as it reads it).

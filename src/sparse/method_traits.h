@@ -72,6 +72,12 @@ inline bool keeps_shared_latent(const MethodTraits& traits) {
 // kUnimplemented: no quantized store holds latent rows yet.
 Result<KvStoreKind> model_kv_store(KvStoreKind requested, bool latent_attention, const MethodTraits& traits);
 
+// Ok when the method runs over a latent-attention (MLA) model on `device`: anywhere on the CPU; on CUDA only over the
+// shared latent (the expanded heads run on the CPU alone) and with ops whose CUDA kernels take the latent rows:
+// eviction's row copies, which move rows as bytes (the GPU's scores, page bounds and selection read 64, 128 or 256-wide
+// keys, not rows of kv_lora_rank + qk_rope). Else kUnimplemented naming method `name`, the device and what is missing.
+Status check_latent_attention_runs_on(Device device, const MethodTraits& traits, std::string_view name);
+
 // Ok when every op of traits.ops has a kernel on `device` and its hooks do not need host memory; else
 // kUnimplemented naming method `name`, the device and the missing ops (or its host hooks).
 Status check_runs_on(Device device, const MethodTraits& traits, std::string_view name);

@@ -110,9 +110,12 @@ void SparseController::attend_latent(int layer, const LayerConfig& layer_config,
                                      TensorView q_latent, TensorView latent, TensorView kv_b, TensorView out,
                                      const AttentionParams& params) {
   const AttentionView dense = cache_.build_view(layer, batch);
-  write_kv(dense, latent, latent);
-  LayerContext ctx{layer, layer_config, batch, q_latent, latent, latent, out, dense, dense, params, cache_};
-  paged_latent_attention(out, q_latent, select(ctx), kv_b, params);
+  const AttentionView dense_device = device_views_ ? device_views_->device_view(layer, dense) : dense;
+  write_kv(dense_device, latent, latent);
+  LayerContext ctx{layer, layer_config, batch, q_latent, latent, latent, out, dense, dense_device, params, cache_};
+  const AttentionView attended = select(ctx);
+  paged_latent_attention(out, q_latent, device_views_ ? device_views_->device_view(layer, attended) : attended, kv_b,
+                         params);
   method_.on_attention_end(ctx);
 }
 

@@ -1,165 +1,48 @@
-// absorb_latent_queries then paged_latent_attention (absorbed weights over a shared latent store) against a float64
-// reference of the naive expanded form: every key k_j = [k_rope_j ; W_uk[h] c_j] and value v_j = W_uv[h] c_j
-// materialized per head, then plain causal attention. Ragged batches mix decode rows with prefill chunks (longer
-// than one query tile), over pages scattered in the pool; with and without a sliding window, and over a token
-// selection (what a sparse method narrows the latent store to). Outputs start poisoned (NaN).
+// Multi-head latent attention's ops on the CPU. absorb_latent_queries then paged_latent_attention (absorbed weights
+// over a shared latent store) against the float64 reference of the naive expanded form (latent_attention_case.h):
+// ragged batches mix decode rows with prefill chunks (longer than one query tile), over pages scattered in the
+// pool; with and without a sliding window, and over a token or page selection (what a sparse method narrows the
+// latent store to). Outputs start poisoned (NaN). rope_latent_heads against rms_norm and rope applied to the
+// deinterleaved heads.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
 #include <limits>
-#include <numeric>
-#include <random>
 #include <vector>
 
 #include "backend/ops.h"
+#include "latent_attention_case.h"
 #include "op_test_util.h"
 
 namespace se {
 namespace {
 
-constexpr int32_t kHeads = 4, kNope = 8, kRope = 6, kValue = 12, kRank = 16, kWidth = kRank + kRope;
-constexpr int32_t kPageSize = 4;
-
-struct Seq {
-  int32_t rows;
-  int32_t len;
-};
-
-// A token selection that drops every third token from the second on (token 0, which every row sees, stays).
-bool in_selection(int32_t j) { return j % 3 != 1; }
-
-void check(const std::vector<Seq>& seqs, const AttentionParams& params, uint64_t seed, bool select = false) {
-  std::mt19937 rng(static_cast<uint32_t>(seed));
-  int32_t num_pages = 0, total_rows = 0;
-  for (const Seq& s : seqs) {
-    num_pages += (s.len + kPageSize - 1) / kPageSize;
-    total_rows += s.rows;
-  }
-  std::vector<int32_t> free(static_cast<size_t>(num_pages));
-  std::iota(free.begin(), free.end(), 0);
-  std::shuffle(free.begin(), free.end(), rng);
-  const Tensor pool = test::random_tensor({num_pages, kPageSize, kWidth}, seed + 1);
-  const Tensor kv_b = test::random_tensor({kHeads * (kNope + kValue), kRank}, seed + 2, 0.25f);
-  const Tensor q_nope = test::random_tensor({total_rows, kHeads, kNope}, seed + 3);
-  const Tensor q_rope = test::random_tensor({total_rows, kHeads, kRope}, seed + 4);
-
-  std::vector<std::vector<int32_t>> page_ids;
-  std::vector<int32_t> lengths, q_indptr{0};
-  size_t next = 0;
-  for (const Seq& s : seqs) {
-    std::vector<int32_t>& pages = page_ids.emplace_back();
-    for (int32_t p = 0; p < (s.len + kPageSize - 1) / kPageSize; ++p) pages.push_back(free[next++]);
-    lengths.push_back(s.len);
-    q_indptr.push_back(q_indptr.back() + s.rows);
-  }
-  std::vector<std::vector<int32_t>> selected(seqs.size());
-  std::vector<int32_t> num_selected;
-  for (size_t i = 0; i < seqs.size(); ++i) {
-    for (int32_t j = 0; j < seqs[i].len; ++j)
-      if (in_selection(j)) selected[i].push_back(j);
-    num_selected.push_back(static_cast<int32_t>(selected[i].size()));
-  }
-  std::vector<SeqKvView> views;
-  for (size_t i = 0; i < seqs.size(); ++i) {
-    SeqKvView v;
-    v.page_ids = page_ids[i].data();
-    v.stride = static_cast<int32_t>(page_ids[i].size());
-    v.num_tokens = &lengths[i];
-    if (select) {
-      v.selected = selected[i].data();
-      v.selected_stride = num_selected[i];
-      v.num_selected = &num_selected[i];
-    }
-    views.push_back(v);
-  }
-  AttentionView view;
-  view.kv_base = pool.raw();
-  view.page_bytes = sizeof(float) * kPageSize * kWidth;
-  view.page_size = kPageSize;
-  view.head_dim = kWidth;
-  view.num_kv_heads = 1;
-  view.num_seqs = static_cast<int32_t>(seqs.size());
-  view.q_indptr = q_indptr.data();
-  view.seqs = views.data();
-  view.payload = KvPayload::kSharedLatent;
-  view.has_selection = select;
-
-  Tensor q_latent = Tensor::empty(DType::kF32, {total_rows, kHeads, kWidth});
-  absorb_latent_queries(q_latent.view(), q_nope.view(), q_rope.view(), kv_b.view());
-  Tensor out = Tensor::empty(DType::kF32, {total_rows, kHeads, kValue});
+void check(const std::vector<test::LatentSeq>& seqs, const AttentionParams& params, uint64_t seed,
+           test::LatentSelection selection = test::LatentSelection::kNone) {
+  const test::LatentShape shape;
+  const test::LatentCase c(shape, seqs, seed, selection, [](float x) { return x; });
+  Tensor q_latent = Tensor::empty(DType::kF32, {c.total_rows(), shape.heads, shape.width()});
+  absorb_latent_queries(q_latent.view(), c.q.view(), c.kv_b.view());
+  Tensor out = Tensor::empty(DType::kF32, {c.total_rows(), shape.heads, shape.value});
   std::fill_n(out.data<float>(), out.numel(), std::numeric_limits<float>::quiet_NaN());
-  paged_latent_attention(out.view(), q_latent.view(), view, kv_b.view(), params);
-
-  // The expanded form in float64.
-  std::vector<double> ref(static_cast<size_t>(out.numel()));
-  const float* w = kv_b.data<float>();
-  for (size_t s = 0; s < seqs.size(); ++s) {
-    const int32_t len = seqs[s].len, n = seqs[s].rows;
-    const auto latent = [&](int32_t j) {
-      const int32_t page = page_ids[s][static_cast<size_t>(j / kPageSize)];
-      return pool.data<float>() + (static_cast<int64_t>(page) * kPageSize + j % kPageSize) * kWidth;
-    };
-    for (int32_t h = 0; h < kHeads; ++h) {
-      const float* w_uk = w + static_cast<int64_t>(h) * (kNope + kValue) * kRank;
-      const float* w_uv = w_uk + static_cast<int64_t>(kNope) * kRank;
-      std::vector<std::vector<double>> keys(static_cast<size_t>(len)), values(static_cast<size_t>(len));
-      for (int32_t j = 0; j < len; ++j) {
-        const float* c = latent(j);
-        for (int32_t d = 0; d < kRope; ++d) keys[static_cast<size_t>(j)].push_back(c[kRank + d]);
-        for (int32_t d = 0; d < kNope; ++d) {
-          double k = 0;
-          for (int32_t i = 0; i < kRank; ++i) k += double{w_uk[d * kRank + i]} * c[i];
-          keys[static_cast<size_t>(j)].push_back(k);
-        }
-        for (int32_t d = 0; d < kValue; ++d) {
-          double v = 0;
-          for (int32_t i = 0; i < kRank; ++i) v += double{w_uv[d * kRank + i]} * c[i];
-          values[static_cast<size_t>(j)].push_back(v);
-        }
-      }
-      for (int32_t r = 0; r < n; ++r) {
-        const int64_t row = q_indptr[s] + r;
-        std::vector<double> q;
-        q.reserve(kRope + kNope);
-        for (int32_t d = 0; d < kRope; ++d) q.push_back(q_rope.data<float>()[(row * kHeads + h) * kRope + d]);
-        for (int32_t d = 0; d < kNope; ++d) q.push_back(q_nope.data<float>()[(row * kHeads + h) * kNope + d]);
-        const int32_t last = len - n + r;
-        const int32_t first = params.sliding_window > 0 ? std::max(0, last - params.sliding_window + 1) : 0;
-        std::vector<double> logits;
-        logits.reserve(static_cast<size_t>(last) - static_cast<size_t>(first) + 1);
-        for (int32_t j = first; j <= last; ++j) {
-          double dot = 0;
-          for (size_t d = 0; d < q.size(); ++d) dot += q[d] * keys[static_cast<size_t>(j)][d];
-          logits.push_back(select && !in_selection(j) ? -std::numeric_limits<double>::infinity() : dot * params.scale);
-        }
-        const double max_logit = *std::max_element(logits.begin(), logits.end());
-        double sum = 0;
-        for (double& l : logits) sum += l = std::exp(l - max_logit);
-        for (int32_t d = 0; d < kValue; ++d) {
-          double acc = 0;
-          for (int32_t j = first; j <= last; ++j)
-            acc += logits[static_cast<size_t>(j - first)] * values[static_cast<size_t>(j)][static_cast<size_t>(d)];
-          ref[static_cast<size_t>((row * kHeads + h) * kValue + d)] = acc / sum;
-        }
-      }
-    }
-  }
+  paged_latent_attention(out.view(), q_latent.view(), c.view(), c.kv_b.view(), params);
+  const std::vector<double> ref = c.expanded_reference(params);
   EXPECT_LT(test::relative_error(out.data<float>(), ref.data(), out.numel()), 1e-5);
 }
 
 TEST(PagedLatentAttentionTest, AbsorbedEqualsExpandedOnRaggedBatches) {
   AttentionParams params;
-  params.scale = 1.0f / std::sqrt(static_cast<float>(kNope + kRope));
+  params.scale = 1.0f / std::sqrt(14.0f);
   // Decode rows of several lengths, a short chunk, and a prefill longer than one query tile (32 rows).
   check({{1, 1}, {1, 5}, {1, 17}, {4, 33}, {40, 40}}, params, 11);
   check({{3, 3}, {1, 64}, {9, 12}}, params, 12);
 }
 
-TEST(PagedLatentAttentionTest, TokenSelection) {
+TEST(PagedLatentAttentionTest, TokenAndPageSelection) {
   AttentionParams params;
   params.scale = 0.3f;
-  check({{1, 1}, {1, 17}, {4, 33}, {40, 40}}, params, 14, /*select=*/true);
+  check({{1, 1}, {1, 17}, {4, 33}, {40, 40}}, params, 14, test::LatentSelection::kTokens);
+  check({{1, 1}, {1, 17}, {4, 33}, {1, 40}}, params, 15, test::LatentSelection::kPages);
 }
 
 TEST(PagedLatentAttentionTest, SlidingWindow) {
@@ -170,15 +53,59 @@ TEST(PagedLatentAttentionTest, SlidingWindow) {
 }
 
 TEST(PagedLatentAttentionTest, RefusesOtherPayloads) {
+  const test::LatentShape shape;
   AttentionView view;
   int32_t q_indptr[2] = {0, 0};
   view.q_indptr = q_indptr;
   view.num_kv_heads = 1;
-  view.head_dim = kWidth;
-  const Tensor q_latent = Tensor::empty(DType::kF32, {0, kHeads, kWidth});
-  const Tensor kv_b = Tensor::empty(DType::kF32, {kHeads * (kNope + kValue), kRank});
-  Tensor out = Tensor::empty(DType::kF32, {0, kHeads, kValue});
+  view.head_dim = shape.width();
+  const Tensor q_latent = Tensor::empty(DType::kF32, {0, shape.heads, shape.width()});
+  const Tensor kv_b = Tensor::empty(DType::kF32, {shape.heads * shape.per_head(), shape.rank});
+  Tensor out = Tensor::empty(DType::kF32, {0, shape.heads, shape.value});
   EXPECT_DEATH(paged_latent_attention(out.view(), q_latent.view(), view, kv_b.view(), {}), "shared latent store");
+}
+
+// Each head [first ; interleaved RoPE pairs] against the same head deinterleaved by hand, its first part through
+// rms_norm and its RoPE part through rope: YaRN's scaled cos and sin included, in place as the layer calls it.
+TEST(RopeLatentHeadsTest, MatchesNormAndRopeOfTheDeinterleavedHeads) {
+  constexpr int64_t kTokens = 5, kHeads = 3, kFirst = 10, kRope = 8, kWidth = kFirst + kRope;
+  RopeParams rope_params;
+  rope_params.theta = 10000.0f;
+  rope_params.rotary_dim = kRope;
+  rope_params.scaling = RopeScaling::kYarn;
+  rope_params.factor = 4.0f;
+  rope_params.original_max_position = 64;
+  rope_params.attention_factor = 1.2f;
+  Tensor positions = Tensor::empty(DType::kI32, {kTokens});
+  for (int64_t t = 0; t < kTokens; ++t) positions.data<int32_t>()[t] = static_cast<int32_t>(7 * t + 3);
+  const Tensor x = test::random_tensor({kTokens, kHeads, kWidth}, 21);
+  const Tensor weight = test::random_tensor({kFirst}, 22);
+  for (const bool normed : {false, true}) {
+    Tensor out = Tensor::empty(DType::kF32, {kTokens, kHeads, kWidth});
+    std::copy_n(x.data<float>(), x.numel(), out.data<float>());
+    const TensorView norm = weight.view();
+    rope_latent_heads(out.view(), out.view(), positions.view(), rope_params, normed ? &norm : nullptr, 1e-6f);
+
+    Tensor first = Tensor::empty(DType::kF32, {kTokens * kHeads, kFirst});
+    Tensor rotated = Tensor::empty(DType::kF32, {kTokens, kHeads, kRope});
+    for (int64_t i = 0; i < kTokens * kHeads; ++i) {
+      const float* head = x.data<float>() + i * kWidth;
+      std::copy_n(head, kFirst, first.data<float>() + i * kFirst);
+      for (int64_t p = 0; p < kRope / 2; ++p) {
+        rotated.data<float>()[i * kRope + p] = head[kFirst + 2 * p];
+        rotated.data<float>()[i * kRope + kRope / 2 + p] = head[kFirst + 2 * p + 1];
+      }
+    }
+    if (normed) rms_norm(first.view(), first.view(), weight.view(), 1e-6f);
+    rope(rotated.view(), positions.view(), rope_params);
+    for (int64_t i = 0; i < kTokens * kHeads; ++i) {
+      for (int64_t d = 0; d < kFirst; ++d)
+        ASSERT_FLOAT_EQ(out.data<float>()[i * kWidth + d], first.data<float>()[i * kFirst + d]) << i << " " << d;
+      for (int64_t d = 0; d < kRope; ++d)
+        ASSERT_FLOAT_EQ(out.data<float>()[i * kWidth + kFirst + d], rotated.data<float>()[i * kRope + d])
+            << i << " " << d;
+    }
+  }
 }
 
 }  // namespace

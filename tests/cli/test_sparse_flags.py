@@ -76,6 +76,11 @@ def test_methods_json_lists_the_registry_with_traits():
         # model's shared latent; the others need per-head K/V.
         over_latent = m["name"] in ("vanilla", "streamingllm", "snapkv", "pyramidkv", "adakv", "chunkkv", "quest")
         assert m["latent_attention_store"] == ("shared latent" if over_latent else "expanded heads"), m
+        # On CUDA only vanilla and, in a build with the kernels, StreamingLLM (whose row copies move the latent's
+        # rows as bytes) run over it.
+        cuda_built = bool(next(x for x in methods if x["name"] == "streamingllm")["cuda_kv_cache_dtypes"])
+        expected = m["name"] == "vanilla" or (cuda_built and m["name"] == "streamingllm")
+        assert m["latent_attention_on_cuda"] == expected, m
         # Every method decides per KV head or joins the ranks, so all run on tensor-parallel ranks.
         assert m["tensor_parallel"], m
         assert m["composition"] in ("none", "prompt-time", "decode-time"), m

@@ -97,16 +97,5 @@ TEST(ModelConfigTest, MoeLayersFollowDecoderSparseStepAndMlpOnlyLayers) {
   EXPECT_NE(too_many.status().message().find("num_experts_per_tok"), std::string::npos);
 }
 
-// Multi-head latent attention has only a CPU path: a model using it is refused on a GPU before any weight moves,
-// not stopped mid-forward.
-TEST(ModelCreateTest, LatentAttentionIsRefusedOffTheCpu) {
-  ModelConfig config;
-  config.kv_lora_rank = 32;
-  const Result<Model> model = Model::create(config, {}, Device::kCuda);
-  ASSERT_FALSE(model.is_ok());
-  EXPECT_NE(model.status().message().find("multi-head latent attention has no cuda kernels"), std::string::npos)
-      << model.status().to_string();
-}
-
 }  // namespace
 }  // namespace se

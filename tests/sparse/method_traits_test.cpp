@@ -86,13 +86,38 @@ TEST(MethodTraitsTest, CudaKernelsOfTheMethodOps) {
                   OpId::kUpdatePageKeyBounds, OpId::kSelectPagesByKeyBounds, OpId::kTopKeysByLogitsMaxOverHeads,
                   OpId::kTokenListsWithTail, OpId::kPagedAttentionOverSelection, OpId::kGatherKeys,
                   OpId::kBidirectionalWindowScores, OpId::kGroupMaxAttentionImportance, OpId::kKeyRedundancy,
-                  OpId::kPagedAttentionOverFp8Pages})
+                  OpId::kPagedAttentionOverFp8Pages, OpId::kPagedLatentAttention, OpId::kAbsorbLatentQueries,
+                  OpId::kRopeLatentHeads})
     EXPECT_EQ(cuda_implements(op), cuda_built) << op_name(op);
   // The dense CPU reference attention has no CUDA twin, nor do the KIVI and TurboQuant pages yet.
   EXPECT_FALSE(cuda_implements(OpId::kAttention));
   EXPECT_FALSE(cuda_implements(OpId::kPagedAttentionOverKiviPages));
   EXPECT_FALSE(cuda_implements(OpId::kPagedAttentionOverTurboQuantPages));
   EXPECT_EQ(op_name(OpId::kPagedAttentionOverSelection), "paged_attention over a selection");
+}
+
+// A latent-attention model runs every method on the CPU; on CUDA only over the shared latent, with ops whose kernels
+// take its rows (eviction's row copies): vanilla and StreamingLLM run, SnapKV and Quest are refused naming the op
+// without a latent kernel, and a method over the expanded heads is refused for reading them.
+TEST(MethodTraitsTest, LatentAttentionOnCudaKeepsTheSharedLatent) {
+  const auto on = [](Device device, const char* name) {
+    auto method = create_method(name, nullptr);
+    SE_CHECK(method.is_ok(), "{}", name);
+    return check_latent_attention_runs_on(device, (*method)->traits(), name);
+  };
+  for (const MethodInfo& info : registered_methods())
+    EXPECT_TRUE(on(Device::kCpu, info.name.c_str()).is_ok()) << info.name;
+  EXPECT_TRUE(on(Device::kCuda, "vanilla").is_ok());
+  EXPECT_TRUE(on(Device::kCuda, "streamingllm").is_ok());
+  const Status snapkv = on(Device::kCuda, "snapkv");
+  EXPECT_EQ(snapkv.code(), StatusCode::kUnimplemented);
+  EXPECT_NE(snapkv.message().find("attention_scores"), std::string::npos) << snapkv.message();
+  const Status quest = on(Device::kCuda, "quest");
+  EXPECT_EQ(quest.code(), StatusCode::kUnimplemented);
+  EXPECT_NE(quest.message().find("update_page_key_bounds"), std::string::npos) << quest.message();
+  const Status h2o = on(Device::kCuda, "h2o");
+  EXPECT_EQ(h2o.code(), StatusCode::kUnimplemented);
+  EXPECT_NE(h2o.message().find("expanded keys and values"), std::string::npos) << h2o.message();
 }
 
 }  // namespace

@@ -34,7 +34,9 @@ void paged_attention_kivi(TensorView out, TensorView q, const AttentionView& vie
 // TurboQuant slots (attention_view.h, kTurboQuant): MSE keys are scored in the rotated domain (each query head
 // rotated once), values decoded row by row.
 void paged_attention_turboquant(TensorView out, TensorView q, const AttentionView& view, const AttentionParams& params);
-void absorb_latent_queries(TensorView q_latent, TensorView q_nope, TensorView q_rope, TensorView kv_b);
+void rope_latent_heads(TensorView out, TensorView x, TensorView positions, const RopeParams& rope,
+                       const TensorView* norm_weight, float eps);
+void absorb_latent_queries(TensorView q_latent, TensorView q, TensorView kv_b);
 void paged_latent_attention(TensorView out, TensorView q_latent, const AttentionView& view, TensorView kv_b,
                             const AttentionParams& params);
 // Low-rank latents: per (sequence, KV head) the visible keys are rebuilt once, then each query of the head's group

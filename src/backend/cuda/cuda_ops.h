@@ -60,6 +60,17 @@ void paged_attention_simple(TensorView out, TensorView q, const AttentionView& v
 void paged_low_rank_attention(TensorView out, TensorView q, const AttentionView& view, const RopeParams& rope,
                               const AttentionParams& params);
 
+// Multi-head latent attention (latent_projections.cu, paged_latent_attention.cu). rope_latent_heads: one block
+// per (token, head). absorb_latent_queries: a per-head GEMM with W_uk (bf16 kv_b, fp32 accumulation).
+// paged_latent_attention over bf16 latent pages with device tables: CTAs of 16 query vectors of one sequence read
+// each page once for all of them, split-KV with a combine pass, then a per-head GEMM with W_uv. Rows of at most
+// 1024 values, a latent of at most 512.
+void rope_latent_heads(TensorView out, TensorView x, TensorView positions, const RopeParams& rope,
+                       const TensorView* norm_weight, float eps);
+void absorb_latent_queries(TensorView q_latent, TensorView q, TensorView kv_b);
+void paged_latent_attention(TensorView out, TensorView q_latent, const AttentionView& view, TensorView kv_b,
+                            const AttentionParams& params);
+
 // --- the sparse methods' ops: host tables over the device pool ---
 // The methods run on the host and pass the cache's host view: q_indptr, seqs and the page lists,
 // counts and selections they point to are HOST memory, while kv_base is the device bf16 pool. Each

@@ -13,7 +13,8 @@
 //
 // move_kv_rows needs no scratch: no move reads a slot another one writes, so one pass copies each row.
 //
-// Rows move as bytes in 16-byte pieces, whatever the pages hold: bf16 elements or the FP8 store's e4m3 codes.
+// Rows move as bytes in 16-byte pieces, whatever the pages hold: bf16 elements or the FP8 store's e4m3 codes, and a
+// shared latent's rows, which have no V half (one half per row where K/V pages have two).
 #include <algorithm>
 #include <vector>
 
@@ -42,11 +43,12 @@ struct CompactArgs {
   size_t page_bytes;
   int32_t page_size;
   int32_t row_bytes;  // one K or V row: head_dim elements
+  int32_t halves;     // 2 (K and V), or 1 (a shared latent's rows)
   const int32_t* pages;
   const MoveRun* runs;
   int32_t num_runs;
   int64_t first_row, num_rows;  // this piece: rows [first_row, first_row + num_rows)
-  uint4* rows;                  // [num_rows][2 (K, V)][row_bytes / 16] 16-byte pieces
+  uint4* rows;                  // [num_rows][halves][row_bytes / 16] 16-byte pieces
 };
 
 __device__ __forceinline__ uint4* piece_of(const CompactArgs& a, const int32_t* pages, int32_t token,
@@ -68,15 +70,15 @@ __device__ __forceinline__ const MoveRun& run_of(const CompactArgs& a, int64_t r
 }
 
 // Gather: scratch row r = the pieces of the source of row first_row + r. Scatter: its slot = scratch row r.
-// Thread i copies piece i % pieces_per_row of row i / pieces_per_row: [move][K, V][row_bytes / 16].
+// Thread i copies piece i % pieces_per_row of row i / pieces_per_row: [move][halves][row_bytes / 16].
 __global__ void move_kv_rows_kernel(char* kv_base, size_t page_bytes, int32_t page_size, int32_t row_bytes,
-                                    const KvRowMove* moves, int64_t num_moves) {
+                                    int32_t halves, const KvRowMove* moves, int64_t num_moves) {
   const int pieces = row_bytes / 16;
-  const int64_t total = num_moves * 2 * pieces;
+  const int64_t total = num_moves * halves * pieces;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const KvRowMove m = moves[i / (2 * pieces)];
-    const int rest = static_cast<int>(i % (2 * pieces));
+    const KvRowMove m = moves[i / (halves * pieces)];
+    const int rest = static_cast<int>(i % (halves * pieces));
     const size_t piece = static_cast<size_t>(rest / pieces) * page_size * row_bytes + (rest % pieces) * 16;
     const auto at = [&](int32_t page, int32_t offset) {
       return reinterpret_cast<uint4*>(kv_base + static_cast<size_t>(page) * page_bytes + piece +
@@ -89,11 +91,11 @@ __global__ void move_kv_rows_kernel(char* kv_base, size_t page_bytes, int32_t pa
 template <bool kGather>
 __global__ void compact_kv_move_kernel(const CompactArgs a) {
   const int pieces = a.row_bytes / 16;
-  const int64_t total = a.num_rows * 2 * pieces;
+  const int64_t total = a.num_rows * a.halves * pieces;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t r = i / (2 * pieces);
-    const int rest = static_cast<int>(i - r * 2 * pieces);
+    const int64_t r = i / (a.halves * pieces);
+    const int rest = static_cast<int>(i - r * a.halves * pieces);
     const MoveRun& run = run_of(a, a.first_row + r);
     const auto step = static_cast<int32_t>(a.first_row + r - run.row);
     const int32_t* pages = a.pages + run.pages_offset;
@@ -109,6 +111,9 @@ __global__ void compact_kv_move_kernel(const CompactArgs a) {
 int32_t row_bytes_of(const AttentionView& pool) {
   return pool.head_dim * static_cast<int32_t>(dtype_size(pool.kv_dtype));
 }
+
+// The rows a token keeps in a page: K and V, or a shared latent's one row.
+int32_t halves_of(const AttentionView& pool) { return pool.payload == KvPayload::kSharedLatent ? 1 : 2; }
 
 void check_16_byte_moves(const AttentionView& pool, const char* what) {
   SE_CHECK(
@@ -150,7 +155,7 @@ void compact_kv(const AttentionView& pool, std::span<const StreamCompaction> str
   std::copy_n(reinterpret_cast<const char*>(runs.data()), runs.size() * sizeof(MoveRun),
               tables.data() + pages_bytes);
   const int64_t piece_rows = std::min(num_rows, kMaxRowsPerPiece);
-  const size_t row_bytes = size_t{2} * static_cast<size_t>(row_bytes_of(pool));  // K and V
+  const size_t row_bytes = static_cast<size_t>(halves_of(pool)) * static_cast<size_t>(row_bytes_of(pool));
   const StagedTables staged =
       stage_host_tables(tables.data(), tables.size(), static_cast<size_t>(piece_rows) * row_bytes);
 
@@ -159,6 +164,7 @@ void compact_kv(const AttentionView& pool, std::span<const StreamCompaction> str
   a.page_bytes = pool.page_bytes;
   a.page_size = pool.page_size;
   a.row_bytes = row_bytes_of(pool);
+  a.halves = halves_of(pool);
   a.pages = static_cast<const int32_t*>(staged.tables);
   a.runs = reinterpret_cast<const MoveRun*>(static_cast<const char*>(staged.tables) + pages_bytes);
   a.num_runs = static_cast<int32_t>(runs.size());
@@ -166,7 +172,7 @@ void compact_kv(const AttentionView& pool, std::span<const StreamCompaction> str
   CudaContext& context = CudaContext::current();
   for (a.first_row = 0; a.first_row < num_rows; a.first_row += piece_rows) {
     a.num_rows = std::min(piece_rows, num_rows - a.first_row);
-    const unsigned grid = launch::grid_for(a.num_rows * 2 * (a.row_bytes / 16), kThreads);
+    const unsigned grid = launch::grid_for(a.num_rows * a.halves * (a.row_bytes / 16), kThreads);
     compact_kv_move_kernel<true><<<grid, kThreads, 0, context.stream()>>>(a);
     SE_CUDA_CHECK_LAUNCH("compact_kv_move_kernel (gather)");
     compact_kv_move_kernel<false><<<grid, kThreads, 0, context.stream()>>>(a);
@@ -180,9 +186,10 @@ void move_kv_rows(const AttentionView& pool, std::span<const KvRowMove> moves) {
   const StagedTables staged = stage_host_tables(moves.data(), moves.size_bytes(), 0);
   const auto num_moves = static_cast<int64_t>(moves.size());
   const int32_t row_bytes = row_bytes_of(pool);
-  const unsigned grid = launch::grid_for(num_moves * 2 * (row_bytes / 16), kThreads);
+  const int32_t halves = halves_of(pool);
+  const unsigned grid = launch::grid_for(num_moves * halves * (row_bytes / 16), kThreads);
   move_kv_rows_kernel<<<grid, kThreads, 0, CudaContext::current().stream()>>>(
-      static_cast<char*>(pool.kv_base), pool.page_bytes, pool.page_size, row_bytes,
+      static_cast<char*>(pool.kv_base), pool.page_bytes, pool.page_size, row_bytes, halves,
       static_cast<const KvRowMove*>(staged.tables), num_moves);
   SE_CUDA_CHECK_LAUNCH("move_kv_rows_kernel");
 }

@@ -1,5 +1,6 @@
 // write_kv on the GPU: the step's new K/V rows into the slots the cache appended, as bf16 elements, or as e4m3
 // codes under the KV head's scale for the FP8 store (the bytes the CPU's fp8_quantize writes for the same values).
+// A shared-latent store's pages have no V half: its rows go to the K half alone.
 #include <cuda_bf16.h>
 
 #include "backend/cuda/cuda_check.h"
@@ -22,6 +23,7 @@ struct WriteKvArgs {
   DType dtype;            // of k and v
   const float* k_scales;  // FP8 pages: [num_kv_heads] (device); null for bf16 pages
   const float* v_scales;
+  int32_t halves;  // 2 (K and V), or 1 for the shared latent's rows
 };
 
 // One block per batch row; each thread moves 8 elements (one 16-byte BF16 chunk, or 8 codes) of K and
@@ -41,7 +43,7 @@ __global__ void write_kv_kernel(WriteKvArgs a) {
     const int32_t offset = slot % a.page_size;
     char* page_base = a.kv_base + static_cast<size_t>(page) * a.page_bytes;
     const int64_t src = (static_cast<int64_t>(row) * a.num_kv_heads + h) * a.head_dim + c * 8;
-    for (int kv = 0; kv < 2; ++kv) {
+    for (int kv = 0; kv < a.halves; ++kv) {
       const void* from = kv == 0 ? a.k : a.v;
       const size_t element = (static_cast<size_t>(kv) * a.page_size + offset) * a.head_dim + c * 8;
       if (a.k_scales != nullptr) {
@@ -81,7 +83,8 @@ void write_kv(const AttentionView& view, TensorView k, TensorView v) {
                          v.data,
                          k.dtype,
                          fp8 ? view.quantized.k_scales : nullptr,
-                         fp8 ? view.quantized.v_scales : nullptr};
+                         fp8 ? view.quantized.v_scales : nullptr,
+                         view.payload == KvPayload::kSharedLatent ? 1 : 2};
   write_kv_kernel<<<static_cast<unsigned>(num_rows), 128, 0, CudaContext::current().stream()>>>(
       args);
   SE_CUDA_CHECK_LAUNCH("write_kv_kernel");

@@ -66,8 +66,12 @@ struct GreedyTrace {
 // Prefill in chunks of `prefill_chunk`, then decode: the engine's step order on the model's device.
 GreedyTrace run_greedy(const Model& model, const std::vector<int32_t>& prompt, int num_new, int prefill_chunk) {
   const ModelConfig& c = model.config();
-  KvLayout layout{c.num_layers, c.num_kv_heads, c.head_dim, 16,
-                  model.device() == Device::kCuda ? DType::kBF16 : DType::kF32};
+  // A latent-attention model keeps its shared latent under vanilla, as the engine does: one row of kv_lora_rank +
+  // qk_rope per token.
+  const bool latent = c.latent_attention();
+  const KvLayout layout = make_kv_layout(c.num_layers, latent ? 1 : c.num_kv_heads,
+                                         latent ? c.kv_lora_rank + c.qk_rope_head_dim : c.head_dim, 16, model.device(),
+                                         latent ? KvStoreKind::kSharedLatent : KvStoreKind::kExplicit, 0, 0, 0);
   const auto num_tokens = static_cast<int64_t>(prompt.size()) + num_new;
   auto cache = PagedCacheManager::create(layout, static_cast<int32_t>(layout.pages_for_tokens(num_tokens)),
                                          device_allocator(model.device()), /*enable_prefix_caching=*/false);
@@ -302,6 +306,67 @@ TEST(GpuModelTest, TinyQwen3MoeMatchesCpu) {
   const double noise = expect_model_parity("tiny-qwen3-moe", cpu, *gpu.model, prompts, 24, 40, GreedyCheck::kNearTies,
                                            &cpu_traces, kMoeLogitsTolerance);
   expect_engine_parity("tiny-qwen3-moe", gpu, prompts, cpu_traces, noise, 24);
+}
+
+// DeepSeek-V2's multi-head latent attention over the shared latent store (a tiny random model: a dense first layer,
+// then experts with a shared one), through the model and the engine; MoE routing widens the logits tolerance.
+TEST(GpuModelTest, TinyDeepSeekV2MatchesCpu) {
+  SE_SKIP_WITHOUT_CUDA_DEVICE();
+  auto normalized = normalize_hf_config(tiny_config("deepseek_v2"), "tiny-deepseek-v2");
+  ASSERT_TRUE(normalized.is_ok()) << normalized.status().to_string();
+  const auto weights = bf16_dummy_weights(*normalized, 10.0f);
+  const Model cpu = create_model(*normalized, weights, Device::kCpu);
+  ModelBundle gpu;
+  gpu.name = "tiny-deepseek-v2";
+  gpu.model = std::make_unique<Model>(create_model(*normalized, weights, Device::kCuda));
+  const auto prompts = random_prompts(10, 96, 3, 90, 23);
+  std::vector<GreedyTrace> cpu_traces;
+  const double noise = expect_model_parity("tiny-deepseek-v2", cpu, *gpu.model, prompts, 24, 40, GreedyCheck::kNearTies,
+                                           &cpu_traces, kMoeLogitsTolerance);
+  expect_engine_parity("tiny-deepseek-v2", gpu, prompts, cpu_traces, noise, 24);
+}
+
+// DeepSeek-V2-Lite's attention widths (16 heads, a latent of 512 and a RoPE key of 64 under its YaRN scaling, q_nope
+// and v 128) in two layers, one dense and one of experts, on dummy weights: logits parity only (random weights leave
+// greedy picks at ties).
+TEST(GpuModelTest, DeepSeekV2LiteShapedDummyMatchesCpu) {
+  SE_SKIP_WITHOUT_CUDA_DEVICE();
+  const nlohmann::json config = {{"model_type", "deepseek_v2"},
+                                 {"vocab_size", 8192},
+                                 {"hidden_size", 1024},
+                                 {"intermediate_size", 2816},
+                                 {"moe_intermediate_size", 352},
+                                 {"num_hidden_layers", 2},
+                                 {"num_attention_heads", 16},
+                                 {"num_key_value_heads", 16},
+                                 {"kv_lora_rank", 512},
+                                 {"q_lora_rank", nullptr},
+                                 {"qk_nope_head_dim", 128},
+                                 {"qk_rope_head_dim", 64},
+                                 {"v_head_dim", 128},
+                                 {"n_routed_experts", 16},
+                                 {"num_experts_per_tok", 6},
+                                 {"n_shared_experts", 2},
+                                 {"first_k_dense_replace", 1},
+                                 {"routed_scaling_factor", 1.0},
+                                 {"rms_norm_eps", 1e-6},
+                                 {"rope_theta", 10000.0},
+                                 {"max_position_embeddings", 163840},
+                                 {"rope_scaling",
+                                  {{"type", "yarn"},
+                                   {"factor", 40},
+                                   {"original_max_position_embeddings", 4096},
+                                   {"beta_fast", 32},
+                                   {"beta_slow", 1},
+                                   {"mscale", 0.707},
+                                   {"mscale_all_dim", 0.707}}}};
+  auto normalized = normalize_hf_config(config, "deepseek-v2-lite-shaped");
+  ASSERT_TRUE(normalized.is_ok()) << normalized.status().to_string();
+  const auto weights = bf16_dummy_weights(*normalized, 1.0f);
+  const Model cpu = create_model(*normalized, weights, Device::kCpu);
+  const Model gpu = create_model(*normalized, weights, Device::kCuda);
+  expect_model_parity("v2-lite-shaped", cpu, gpu, random_prompts(3, 8192, 20, 150, 24), 8, 64, GreedyCheck::kNone,
+                      nullptr, kMoeLogitsTolerance);
 }
 
 // A config.json in a directory of its own, loaded with --load-format dummy in bf16; removed with the object.
