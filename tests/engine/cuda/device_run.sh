@@ -24,7 +24,7 @@ export LD_LIBRARY_PATH=$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 case $stage in
   parity)
     nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$out/gpu.txt"
-    "$bundle/backend_cuda_test" --gtest_filter='CudaArgmaxTest.*:CudaOpsTest.*:CudaMoeTest.*:CudaFp8KvStoreTest.*' \
+    "$bundle/backend_cuda_test" --gtest_filter='CudaArgmaxTest.*:CudaOpsTest.*:CudaMoeTest.*:CudaFp8KvStoreTest.*:CudaDecodeScoringOpsTest.*' \
       > "$out/ops.log" 2>&1
     echo "backend_cuda_test exit $?"
     "$bundle/engine_cuda_test" --gtest_filter='-*SmolLM2*:GpuModelTest.Gemma3MatchesCpu' \
