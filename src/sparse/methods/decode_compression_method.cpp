@@ -67,6 +67,11 @@ int32_t DecodeCompressionMethod::transient_extra_tokens(int32_t num_prefill_toke
   return prompt_method_ ? prompt_method_->transient_extra_tokens(num_prefill_tokens) : 0;
 }
 
+int64_t DecodeCompressionMethod::sequence_device_bytes(const KvLayout& layout, int64_t query_row_elements) const {
+  const int64_t ring = int64_t{layout.num_layers} * query_capacity_ * query_row_elements * int64_t{sizeof(float)};
+  return ring + (prompt_method_ ? prompt_method_->sequence_device_bytes(layout, query_row_elements) : 0);
+}
+
 void DecodeCompressionMethod::prepare_step(StepContext& ctx) {
   if (prompt_method_) prompt_method_->prepare_step(ctx);
 }

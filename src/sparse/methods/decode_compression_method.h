@@ -43,6 +43,8 @@ class DecodeCompressionMethod : public MethodRuntime {
   // `num_tokens` (peak_generated_tokens), per stream.
   int64_t resident_pages(const KvLayout& layout, int32_t num_prefill_tokens, int32_t num_tokens) const override;
   int32_t transient_extra_tokens(int32_t num_prefill_tokens) const override;
+  // The recent queries' ring: capacity rows per layer (plus the prompt method's own).
+  int64_t sequence_device_bytes(const KvLayout& layout, int64_t query_row_elements) const override;
   void prepare_step(StepContext& ctx) override;
   void on_attention_end(LayerContext& ctx) override;
   void on_layer_end(int layer, const ForwardBatch& batch, TensorView hidden) override;
