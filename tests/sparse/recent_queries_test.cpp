@@ -1,10 +1,11 @@
 // RecentQueries: the ring hands back the newest rows of each layer oldest first, across wraps, after appends of one
-// row, of several and of more rows than it holds; layers are independent; a request for more rows than it holds
-// and rows of another width are refused.
+// row, of several and of more rows than it holds; layers are independent; its storage starts another ring empty; a
+// request for more rows than it holds and rows of another width are refused.
 #include <gtest/gtest.h>
 
 #include <vector>
 
+#include "backend/device_memory.h"
 #include "sparse/methods/recent_queries.h"
 
 namespace se {
@@ -24,6 +25,11 @@ void append(RecentQueries& ring, int layer, int32_t first, int32_t n) {
   ring.append(layer, TensorView{rows.data(), DType::kF32, {n, 2, 3}, Device::kCpu});
 }
 
+// A ring of `num_layers` x `capacity` rows on the host.
+RecentQueries host_ring(int num_layers, int32_t capacity) {
+  return RecentQueries(empty_on(Device::kCpu, DType::kF32, {num_layers, capacity, kRow}));
+}
+
 std::vector<float> newest(const RecentQueries& ring, int layer, int32_t n) {
   std::vector<float> out(static_cast<size_t>(n * kRow), -1.0f);
   ring.newest(layer, n, TensorView{out.data(), DType::kF32, {n, 2, 3}, Device::kCpu});
@@ -31,7 +37,7 @@ std::vector<float> newest(const RecentQueries& ring, int layer, int32_t n) {
 }
 
 TEST(RecentQueriesTest, NewestRowsOldestFirstAcrossWraps) {
-  RecentQueries ring(Device::kCpu, 2, 4, kRow);
+  RecentQueries ring = host_ring(2, 4);
   EXPECT_EQ(ring.size(0), 0);
   append(ring, 0, 0, 1);
   append(ring, 0, 1, 2);
@@ -49,11 +55,16 @@ TEST(RecentQueriesTest, NewestRowsOldestFirstAcrossWraps) {
   append(ring, 1, 100, 2);
   EXPECT_EQ(newest(ring, 1, 2), numbered_rows(100, 2));
   EXPECT_EQ(newest(ring, 0, 1), numbered_rows(18, 1));
+  // The storage serves another sequence from empty.
+  RecentQueries next(std::move(ring).release());
+  EXPECT_EQ(next.size(0), 0);
+  append(next, 0, 200, 1);
+  EXPECT_EQ(newest(next, 0, 1), numbered_rows(200, 1));
 }
 
 TEST(RecentQueriesDeathTest, RefusesWhatItDoesNotHold) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
-  RecentQueries ring(Device::kCpu, 1, 4, kRow);
+  RecentQueries ring = host_ring(1, 4);
   append(ring, 0, 0, 2);
   EXPECT_DEATH(newest(ring, 0, 3), "3 rows asked of layer 0, which holds 2");
   std::vector<float> wide(8);

@@ -95,7 +95,12 @@ void DecodeCompressionMethod::set_communicator(Communicator& comm) {
 
 void DecodeCompressionMethod::on_sequence_end(int32_t seq) {
   if (prompt_method_) prompt_method_->on_sequence_end(seq);
-  sequences_.erase(seq);
+  if (auto it = sequences_.find(seq); it != sequences_.end()) end_sequence(it);
+}
+
+void DecodeCompressionMethod::end_sequence(std::unordered_map<int32_t, SequenceState>::iterator it) {
+  spare_rings_.push_back(std::move(it->second.queries).release());
+  sequences_.erase(it);
 }
 
 std::unique_ptr<MethodSequenceState> DecodeCompressionMethod::export_sequence_state(int32_t seq) {
@@ -118,12 +123,21 @@ void DecodeCompressionMethod::on_attention_end(LayerContext& ctx) {
     // A sequence that took more prompt since it last decoded (the next turn of a conversation under the same id)
     // starts its generated part again, as a resumed Chain Cache turn does.
     if (it != sequences_.end() && it->second.prompt_end != slice.num_prefill_tokens) {
-      sequences_.erase(it);
+      end_sequence(it);
       it = sequences_.end();
     }
-    if (it == sequences_.end())
+    if (it == sequences_.end()) {
+      const Shape ring_shape{num_layers, query_capacity_, row_elements};
+      Tensor rings;
+      if (!spare_rings_.empty() && spare_rings_.back().device() == ctx.q.device &&
+          spare_rings_.back().shape() == ring_shape) {
+        rings = std::move(spare_rings_.back());
+        spare_rings_.pop_back();
+      } else {
+        rings = empty_on(ctx.q.device, DType::kF32, ring_shape);
+      }
       it = sequences_
-               .emplace(slice.seq, SequenceState{RecentQueries(ctx.q.device, num_layers, query_capacity_, row_elements),
+               .emplace(slice.seq, SequenceState{RecentQueries(std::move(rings)),
                                                  slice.num_prefill_tokens,
                                                  slice.num_prefill_tokens,
                                                  0,
@@ -131,6 +145,7 @@ void DecodeCompressionMethod::on_attention_end(LayerContext& ctx) {
                                                  {},
                                                  {}})
                .first;
+    }
     it->second.queries.append(ctx.layer, TensorView{ctx.q.ptr<float>() + int64_t{slice.token_begin} * row_elements,
                                                     DType::kF32,
                                                     {slice.num_tokens, ctx.q.shape[1], ctx.q.shape[2]},

@@ -6,7 +6,8 @@
 //
 // Per decode step of a sequence:
 //   * on_attention_end: the step's post-RoPE query rows of each layer go into the sequence's RecentQueries ring,
-//     by a copy where the queries live (device memory on a GPU: nothing reaches the host);
+//     by a copy where the queries live (device memory on a GPU: nothing reaches the host); an ended sequence's
+//     rings serve the next one, so a GPU neither allocates nor frees them in a steady state;
 //   * finish_step: plan_compression sees the clock (decoded tokens, generated tokens resident, the position where
 //     uncompressed tokens begin) and may name a region [first, end) of positions and how many of the newest
 //     queries score it. Each layer then reads the region's keys (gather_keys: slot order is position order,
@@ -107,12 +108,15 @@ class DecodeCompressionMethod : public MethodRuntime {
     std::vector<std::vector<int32_t>> last_kept;  // [stream] region-relative indices kept in the last region
     std::vector<std::vector<float>> last_scores;  // [stream] the scores they were chosen by
   };
+  // Ends a sequence's state, its query rings kept for the next sequence.
+  void end_sequence(std::unordered_map<int32_t, SequenceState>::iterator it);
   // Compresses positions region [first, end) of `slice`'s sequence.
   void compress(StepContext& ctx, const SequenceSlice& slice, SequenceState& state, const Region& region);
 
   std::unique_ptr<MethodRuntime> prompt_method_;  // null: the prompt stays whole
   int32_t query_capacity_ = 0;
   std::unordered_map<int32_t, SequenceState> sequences_;  // by sequence id, from its first decode step
+  std::vector<Tensor> spare_rings_;                       // ended sequences' RecentQueries storage, for the next ones
   // Scratch of compress(): per stream, and the region's keys, queries and every layer's scores where the pool
   // lives, and the scores' host copy.
   std::vector<std::vector<int32_t>> kept_;

@@ -7,10 +7,12 @@
 
 namespace se {
 
-RecentQueries::RecentQueries(Device device, int num_layers, int32_t capacity, int64_t row_elements)
-    : capacity_(capacity), row_elements_(row_elements), appended_(static_cast<size_t>(num_layers), 0) {
-  SE_CHECK(capacity > 0 && row_elements > 0, "RecentQueries: capacity {} x {} elements", capacity, row_elements);
-  rows_ = empty_on(device, DType::kF32, {num_layers, capacity, row_elements});
+RecentQueries::RecentQueries(Tensor rows) : rows_(std::move(rows)) {
+  SE_CHECK(rows_.dtype() == DType::kF32 && rows_.rank() == 3 && rows_.numel() > 0,
+           "RecentQueries: storage {} is not [layers, capacity, row] F32", rows_.describe());
+  capacity_ = static_cast<int32_t>(rows_.dim(1));
+  row_elements_ = rows_.dim(2);
+  appended_.assign(static_cast<size_t>(rows_.dim(0)), 0);
 }
 
 float* RecentQueries::row(int layer, int64_t index) const {

@@ -14,8 +14,12 @@ namespace se {
 
 class RecentQueries {
  public:
-  // `row_elements` = num_heads * head_dim of one F32 query row; the rings are allocated on `device` up front.
-  RecentQueries(Device device, int num_layers, int32_t capacity, int64_t row_elements);
+  // `rows` [num_layers, capacity, num_heads * head_dim] F32 (any contents): the rings' storage, on the device whose
+  // query rows they keep.
+  explicit RecentQueries(Tensor rows);
+
+  // The storage back, for another sequence's rings (no allocation, and on a GPU no free that waits for the device).
+  Tensor release() && { return std::move(rows_); }
 
   // Appends rows [n, H, D] F32 of layer `layer` (on the ring's device); only the newest `capacity` are kept.
   void append(int layer, TensorView rows);
