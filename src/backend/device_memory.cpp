@@ -87,7 +87,7 @@ TensorView scratch_view(Tensor& buffer, Device device, DType dtype, Shape shape)
     buffer = Tensor();
     buffer = empty_on(device, DType::kU8, {static_cast<int64_t>(grown)});
   }
-  return TensorView{buffer.raw(), dtype, std::move(shape), device};
+  return TensorView{buffer.raw(), dtype, shape, device};
 }
 
 Tensor to_device(const Tensor& host, Device device) {

@@ -56,6 +56,7 @@ std::vector<std::vector<int32_t>> rkv_select(const float* queries, const float* 
     return std::vector<std::vector<int32_t>>(static_cast<size_t>(num_kv_heads), rkv_keep(nullptr, num_tokens, params));
   const RkvScores s = rkv_scores(queries, keys, num_tokens, num_heads, num_kv_heads, head_dim, params);
   std::vector<std::vector<int32_t>> kept;
+  kept.reserve(static_cast<size_t>(num_kv_heads));
   for (int32_t kvh = 0; kvh < num_kv_heads; ++kvh)
     kept.push_back(rkv_keep(s.values.data() + static_cast<size_t>(kvh) * s.num_prefix, num_tokens, params));
   return kept;
