@@ -184,15 +184,19 @@ Result<DecodePoint> run_point(const ModelBundle& bundle, const DecodeBenchOption
     for (const std::string& id : ids) engine->abort(id);
   };
 
-  // Admission ends when every prompt is in, or when nothing prefills and the rest keep waiting (the pool is full).
+  // Admission ends when every prompt is in, or when nothing prefills and the rest keep waiting (the pool is full),
+  // or, for `auto`, at the first preemption: the running sequences outgrew the pool, which dense ones, never giving
+  // pages back, always do while later prompts wait. The scheduler preempts the newest, so the running sequences
+  // stay the oldest requests.
   const uint64_t all_prompt_tokens = static_cast<uint64_t>(num_requests) * static_cast<uint64_t>(o.input_len);
   uint64_t stalled_since = 0;
   auto admitted = wait_for(*engine, [&](const EngineStats& s) {
-    if (s.prompt_tokens_total < all_prompt_tokens || s.num_prefilling > 0 || s.num_running == 0) {
+    if (s.num_prefilling > 0 || s.num_running == 0) {
       stalled_since = 0;
       return false;
     }
-    if (s.num_waiting == 0) return true;
+    if (batch == 0 && s.preemptions_total > 0) return true;
+    if (s.num_waiting == 0) return s.prompt_tokens_total >= all_prompt_tokens;
     if (stalled_since == 0) stalled_since = s.steps_total;
     return s.steps_total >= stalled_since + 4;
   }, std::chrono::seconds(3600));
@@ -201,7 +205,7 @@ Result<DecodePoint> run_point(const ModelBundle& bundle, const DecodeBenchOption
     return admitted.status();
   }
   const double prefill_seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  if (admitted->preemptions_total > 0) {
+  if (batch > 0 && admitted->preemptions_total > 0) {
     abort_all();
     return resource_exhausted("requests were preempted while prefilling: batch {} does not stay resident", num_requests);
   }
@@ -316,6 +320,7 @@ int run_decode_bench(const DecodeBenchOptions& o) {
       "| batch | decode tok/s | ms/step | KV GB read/step | metadata GB read/step | roofline ms | of roofline | "
       "KV pages used/total | prefill s | host gap ms/step | expert GB read/step |\n"
       "|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::fflush(stdout);
   int failures = 0;
   for (int batch : *batches) {
     auto point = run_point(*bundle, o, batch);
@@ -340,15 +345,15 @@ int run_decode_bench(const DecodeBenchOptions& o) {
           o.csv_path,
           "model,device,method,sparse_config,input_len,batch,decode_tok_s,step_ms,weight_gb,kv_gb_per_step,"
           "metadata_gb_per_step,roofline_ms,of_roofline,kv_pages_used,kv_pages_total,bandwidth_gbs,prefill_s,"
-          "host_gap_ms,expert_gb_per_step",
+          "host_gap_ms,expert_gb_per_step,kv_cache_dtype",
           fmt::format(
               "{},{},{},\"{}\",{},{},{:.2f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{},{},{:.1f},{:.2f},{:.4f},"
-              "{:.4f}",
+              "{:.4f},{}",
               bundle->name, device_name(o.engine.device), o.engine.sparse_method, csv_escaped(config), o.input_len,
               point->batch, point->decode_tok_s, point->step_ms, weight_bytes / 1e9, point->kv_bytes_per_step / 1e9,
               point->metadata_bytes_per_step / 1e9, roofline_ms, roofline_ms / point->step_ms, point->kv_pages_used,
               point->kv_pages_total, bandwidth / 1e9, point->prefill_seconds, point->host_gap_ms,
-              point->expert_bytes_per_step / 1e9));
+              point->expert_bytes_per_step / 1e9, o.engine.kv_cache_dtype));
     }
   }
   return failures == 0 ? 0 : 1;

@@ -162,17 +162,14 @@ void add_engine_options(CLI::App& command, EngineConfig& config) {
 
 Status check_sparse_options(const EngineConfig& config) {
   SE_ASSIGN_OR_RETURN(std::unique_ptr<MethodRuntime> method, create_method(config.sparse_method, config.sparse_config));
-  SE_RETURN_IF_ERROR(check_runs_on(config.device, method->traits(), method->name()));
+  SE_ASSIGN_OR_RETURN(const KvStoreKind store, parse_kv_cache_dtype(config.kv_cache_dtype));
+  SE_RETURN_IF_ERROR(check_method_runs(config.device, store, method->traits(), method->name()));
   if (config.tensor_parallel_size > 1) {
     if (config.device != Device::kCpu)
       return unimplemented("--tensor-parallel-size {} runs on the CPU only for now; use --device cpu",
                            config.tensor_parallel_size);
-    if (!method->traits().tensor_parallel)
-      return unimplemented("{} does not run under tensor parallelism yet; run it with --tensor-parallel-size 1",
-                           method->name());
+    SE_RETURN_IF_ERROR(check_tensor_parallel(method->traits(), method->name()));
   }
-  SE_ASSIGN_OR_RETURN(const KvStoreKind store, parse_kv_cache_dtype(config.kv_cache_dtype));
-  SE_RETURN_IF_ERROR(check_kv_store_supports(store, config.device, method->traits(), method->name()));
   if (kivi_bits(store) == 0) return Status::ok();
   // The KIVI geometry as far as it does not depend on the model: a stand-in head of one group's channels
   // (Engine::create checks it again with the model's head_dim).

@@ -519,12 +519,15 @@ Result<ModelReport> evaluate_model(const EvalOptions& o, const std::string& mode
   for (const TextWindow& w : windows) texts.insert(w.path);
   std::string depths;
   for (double d : o.task_depths) depths += (depths.empty() ? "" : ", ") + fmt::format("{:g}", d);
+  const std::string task_setup =
+      o.no_tasks ? std::string("none")
+                 : fmt::format("{} sample(s) per task and length, needle depths {} in turn, plain prompts, greedy",
+                               o.samples, depths);
   report.setup = fmt::format(
-      "Long text: {} window(s) of {} context + {} teacher-forced tokens from {} text(s). Tasks: {} sample(s) per "
-      "task and length, needle depths {} in turn, plain prompts, greedy, device {}. Cells computed now: {}, taken "
-      "from the results file: {}.{}",
-      windows.size(), o.context, o.continuation, texts.size(), o.samples, depths, device_name(o.device),
-      report.cells_run, report.cells_reused,
+      "Long text: {} window(s) of {} context + {} teacher-forced tokens from {} text(s). Tasks: {}. Device {}. "
+      "Cells computed now: {}, taken from the results file: {}.{}",
+      windows.size(), o.context, o.continuation, texts.size(), task_setup, device_name(o.device), report.cells_run,
+      report.cells_reused,
       report.cells_missing == 0
           ? ""
           : fmt::format(" Not in the results file, left out of this report: {} (so a row's counts may fall short of "

@@ -52,11 +52,7 @@ Status check_runs_sharded(const ModelConfig& model, int size, const MethodRuntim
     return invalid_argument("the model was loaded for --tensor-parallel-size {} but the engine runs {}", size,
                             config.tensor_parallel_size);
   if (size == 1) return Status::ok();
-  if (!method.traits().tensor_parallel)
-    return unimplemented(
-        "{} does not run under tensor parallelism yet (its decisions span KV heads the ranks split); "
-        "run it with --tensor-parallel-size 1",
-        method.name());
+  SE_RETURN_IF_ERROR(check_tensor_parallel(method.traits(), method.name()));
   if (model.kv_head_copies > 1 && !method.traits().position_only)
     return invalid_argument(
         "{} scores each KV head with its query heads, but {} ranks split the model's {} KV heads' "
@@ -173,10 +169,9 @@ Result<std::unique_ptr<Engine>> Engine::create(const ModelBundle& bundle, const 
   const MethodEnvironment environment = method_environment(bundle);
   SE_ASSIGN_OR_RETURN(std::unique_ptr<MethodRuntime> method,
                       create_method(config.sparse_method, config.sparse_config, environment));
-  SE_RETURN_IF_ERROR(check_runs_on(config.device, method->traits(), method->name()));
-  SE_RETURN_IF_ERROR(check_runs_sharded(model, num_ranks, *method, config));
   SE_ASSIGN_OR_RETURN(const KvStoreKind requested_store, parse_kv_cache_dtype(config.kv_cache_dtype));
-  SE_RETURN_IF_ERROR(check_kv_store_supports(requested_store, config.device, method->traits(), method->name()));
+  SE_RETURN_IF_ERROR(check_method_runs(config.device, requested_store, method->traits(), method->name()));
+  SE_RETURN_IF_ERROR(check_runs_sharded(model, num_ranks, *method, config));
   // The workspaces first: the KV pool takes a share of what remains.
   std::vector<ForwardWorkspace> workspaces;
   workspaces.reserve(static_cast<size_t>(num_ranks));

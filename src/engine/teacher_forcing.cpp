@@ -28,9 +28,8 @@ Result<std::unique_ptr<TeacherForcedSequence>> TeacherForcedSequence::create(con
                                                                              const TeacherForcingOptions& options) {
   if (options.max_tokens < 1) return invalid_argument("teacher forcing: max_tokens must be positive");
   if (options.prefill_chunk < 1) return invalid_argument("teacher forcing: prefill_chunk must be positive");
-  SE_RETURN_IF_ERROR(check_runs_on(model.device(), method->traits(), method->name()));
+  SE_RETURN_IF_ERROR(check_method_runs(model.device(), options.store, method->traits(), method->name()));
   const ModelConfig& config = model.config();
-  SE_RETURN_IF_ERROR(check_kv_store_supports(options.store, model.device(), method->traits(), method->name()));
   KvLayout layout;
   layout.num_layers = config.num_layers;
   layout.num_kv_heads = config.num_kv_heads;

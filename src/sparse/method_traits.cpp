@@ -77,6 +77,19 @@ Status check_kv_store_supports(KvStoreKind store, Device device, const MethodTra
   return Status::ok();
 }
 
+Status check_method_runs(Device device, KvStoreKind store, const MethodTraits& traits, std::string_view name) {
+  SE_RETURN_IF_ERROR(check_runs_on(device, traits, name));
+  return check_kv_store_supports(store, device, traits, name);
+}
+
+Status check_tensor_parallel(const MethodTraits& traits, std::string_view name) {
+  if (traits.tensor_parallel) return Status::ok();
+  return unimplemented(
+      "{} does not run under tensor parallelism yet (its decisions span KV heads the ranks split); run it with "
+      "--tensor-parallel-size 1",
+      name);
+}
+
 Result<KvStoreKind> model_kv_store(KvStoreKind requested, bool latent_attention, const MethodTraits& traits) {
   if (!latent_attention || !keeps_shared_latent(traits)) return requested;
   if (requested != KvStoreKind::kExplicit)

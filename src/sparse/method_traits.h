@@ -82,6 +82,13 @@ Status check_runs_on(Device device, const MethodTraits& traits, std::string_view
 // a KIVI or TurboQuant store only for methods with no ops of their own.
 Status check_kv_store_supports(KvStoreKind store, Device device, const MethodTraits& traits, std::string_view name);
 
+// check_runs_on, then check_kv_store_supports: what building a method's cache on `device` in `store` needs (the
+// engine, teacher forcing, and the CLI before the model loads).
+Status check_method_runs(Device device, KvStoreKind store, const MethodTraits& traits, std::string_view name);
+
+// Ok when the method can decide on a rank's share of the KV heads (traits.tensor_parallel); else kUnimplemented.
+Status check_tensor_parallel(const MethodTraits& traits, std::string_view name);
+
 std::string_view family_name(MethodFamily family);
 std::string_view prefix_mode_name(PrefixMode mode);
 std::string_view prefill_policy_name(PrefillPolicy policy);

@@ -92,6 +92,17 @@ def test_eviction_batch_auto_and_an_oversized_batch(tmp_path):
     assert "RESOURCE_EXHAUSTED" in r.stdout
 
 
+def test_dense_batch_auto_keeps_what_the_pool_holds(tmp_path):
+    # Dense sequences never return pages, so admission must end when the waiting prompts stop fitting rather than
+    # wait for every submitted prompt.
+    require_default_model()
+    small_pool = ["--kv-cache-memory", "20000000", "--max-num-seqs", "16"]
+    r, rows = bench_decode(tmp_path, "--batch", "auto", *small_pool)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert len(rows) == 1 and 1 < int(rows[0]["batch"]) < 16
+    assert rows[0]["kv_cache_dtype"] == "auto"
+
+
 def test_sweep_report_relates_methods_to_dense(tmp_path):
     require_default_model()
     r, _ = bench_decode(tmp_path, "--batch", "1")

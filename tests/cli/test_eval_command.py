@@ -128,6 +128,10 @@ def test_report_only_renders_the_file_alone(report, tmp_path):
     assert text_rows(rendered) == text_rows(markdown)
     assert task_rows(rendered)[("vanilla", "—")][2] == "—"
     assert task_rows(rendered)[("vanilla", "—")][3] == task_rows(markdown)[("vanilla", "—")][3]
+    r = subprocess.run(eval_args(output, "--results", str(partial), "--report-only", "--no-tasks"),
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-4000:]
+    assert "Tasks: none." in output.read_text()
     assert len(partial.read_text().splitlines()) == len(kept)
 
 

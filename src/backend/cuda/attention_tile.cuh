@@ -480,49 +480,52 @@ __device__ __forceinline__ void load_kv_tile(bf16* k_s, int32_t* tok_s, int tile
   }
 }
 
-// load_kv_tile's twin for FP8 pages (one e4m3 code per element, attention_view.h): the same rows go to the same
-// swizzled places of the stage, each 16-byte bf16 chunk decoded from its 8 codes with the KV head's k_scale or
-// v_scale. The codes come through registers, not cp.async: up to 8 passes' loads are issued before the first is
-// decoded (16 registers of codes), so a tile waits out one or two memory latencies, and the stage is the only
-// decoded copy of a K/V row there is (the cache stays in codes). Rows past the split are zero. No selection
-// variant.
-template <int D, int kKeys, int kThreads, bool kBlocks>
-__device__ __forceinline__ void load_fp8_kv_tile(bf16* k_s, int tile_start, int split_end, const int32_t* pages,
-                                                 const PagedAttentionArgs& a, float k_scale, float v_scale,
-                                                 int thread) {
-  constexpr int kChunks = D / 8;
-  constexpr int kRowsPerPass = kThreads / kChunks;
-  constexpr int kPasses = kKeys / kRowsPerPass;
-  bf16* v_s = k_s + kKeys * D;
-  const int chunk = thread % kChunks;
-  const int row0 = thread / kChunks;
-  const size_t v_offset = static_cast<size_t>(a.page_size) * D;  // one byte per element
-  constexpr int kInFlight = kPasses < 8 ? kPasses : 8;
-  static_assert(kPasses % kInFlight == 0);
+// load_kv_tile's twin for FP8 pages (one e4m3 code per element, attention_view.h), in two halves: fetch issues the
+// loads of this thread's codes of a tile into registers, store decodes them (code x the KV head's k_scale or v_scale)
+// into the same swizzled places of a bf16 stage that load_kv_tile fills. A kernel that fetches the next tile before
+// computing the current one and stores it after hides the loads' latency behind that computation, as cp.async does
+// for bf16 pages; the stage is the only decoded copy of a K/V row there is (the cache stays in codes). Rows past the
+// split are zero. No selection variant.
+template <int D, int kKeys, int kThreads>
+struct Fp8KvTileCodes {
+  static constexpr int kChunks = D / 8;
+  static constexpr int kRowsPerPass = kThreads / kChunks;
+  static constexpr int kPasses = kKeys / kRowsPerPass;
+  uint2 k[kPasses], v[kPasses];  // 8 codes each: one 16-byte chunk of a bf16 row
+
+  __device__ __forceinline__ void fetch(int tile_start, int split_end, const int32_t* pages,
+                                        const PagedAttentionArgs& a, int thread) {
+    const int chunk = thread % kChunks;
+    const int row0 = thread / kChunks;
+    const size_t v_offset = static_cast<size_t>(a.page_size) * D;  // one byte per element
 #pragma unroll
-  for (int first = 0; first < kPasses; first += kInFlight) {
-    uint2 k_codes[kInFlight], v_codes[kInFlight];
-#pragma unroll
-    for (int j = 0; j < kInFlight; ++j) {
-      const int32_t token = tile_start + row0 + (first + j) * kRowsPerPass;
-      k_codes[j] = v_codes[j] = make_uint2(0, 0);  // e4m3 0x00 is +0
+    for (int pass = 0; pass < kPasses; ++pass) {
+      const int32_t token = tile_start + row0 + pass * kRowsPerPass;
+      k[pass] = v[pass] = make_uint2(0, 0);  // e4m3 0x00 is +0
       if (token < split_end) {
         const int32_t page_idx = token / a.page_size;
         const char* k_src = a.kv_base + static_cast<size_t>(pages[page_idx]) * a.page_bytes +
                             static_cast<size_t>(token - page_idx * a.page_size) * D + chunk * 8;
-        k_codes[j] = *reinterpret_cast<const uint2*>(k_src);
-        v_codes[j] = *reinterpret_cast<const uint2*>(k_src + v_offset);
+        k[pass] = *reinterpret_cast<const uint2*>(k_src);
+        v[pass] = *reinterpret_cast<const uint2*>(k_src + v_offset);
       }
     }
+  }
+
+  template <bool kBlocks>
+  __device__ __forceinline__ void store(bf16* k_s, float k_scale, float v_scale, int thread) const {
+    bf16* v_s = k_s + kKeys * D;
+    const int chunk = thread % kChunks;
+    const int row0 = thread / kChunks;
 #pragma unroll
-    for (int j = 0; j < kInFlight; ++j) {
-      const int row = row0 + (first + j) * kRowsPerPass;
+    for (int pass = 0; pass < kPasses; ++pass) {
+      const int row = row0 + pass * kRowsPerPass;
       const int d = kBlocks ? swizzled_blocks<kKeys>(row, chunk) : swizzled<D>(row, chunk);
-      *reinterpret_cast<uint4*>(k_s + d) = fp8_e4m3x8_to_bf16x8(k_codes[j], k_scale);
-      *reinterpret_cast<uint4*>(v_s + d) = fp8_e4m3x8_to_bf16x8(v_codes[j], v_scale);
+      *reinterpret_cast<uint4*>(k_s + d) = fp8_e4m3x8_to_bf16x8(k[pass], k_scale);
+      *reinterpret_cast<uint4*>(v_s + d) = fp8_e4m3x8_to_bf16x8(v[pass], v_scale);
     }
   }
-}
+};
 
 // Writes query vector (row, head)'s dims d, d + 1: the final output when the launch has one split,
 // else this split's (blockIdx.z's) unnormalized partial, with its (m, l) when write_ml.

@@ -16,9 +16,9 @@
 // selected tokens of its stream in order (the "logical" keys), gathering each 64-key tile row by
 // row (whole pages for a page selection) and masking by the rows' token positions, which the tile
 // keeps beside its K and V rows; the dense variant is unchanged. FP8 pages (the FP8 store's e4m3
-// codes) run the FP8 variant of both shapes: the tile loader reads each chunk's codes into registers
-// and stores them decoded (code x the KV head's scale) into the same bf16 stage, so everything after
-// the gather is the bf16 kernel's. The pieces this kernel shares with the warp-specialized prefill
+// codes) run the FP8 variant of both shapes: the next tile's codes are loaded into registers while
+// the current tile is computed and then stored decoded (code x the KV head's scale) into the same
+// bf16 stage, so everything after the gather is the bf16 kernel's. The pieces this kernel shares with the warp-specialized prefill
 // kernel live in attention_tile.cuh. That kernel takes dense head_dim-128 prefill over bf16 pages
 // unless SE_PREFILL_KERNEL=tiled keeps it here (paged_attention_args.h).
 #include <cuda_bf16.h>
@@ -77,6 +77,9 @@ struct TiledConfig {
   // Two stages: a third (tried for decode, docs/perf-notes.md) needs 100 KB of shared memory, fits
   // 2 CTAs per SM instead of 3 and streamed 20% slower.
   static constexpr int kStages = 2;
+  // The decode shape at head_dim <= 128 fits three CTAs per SM in shared memory; holding its registers to three
+  // CTAs' worth keeps the FP8 variant, whose next tile's codes stay in registers, at the bf16 variant's occupancy.
+  static constexpr int kMinBlocks = MW == 1 && D <= 128 ? 3 : 1;
   // The selection variant adds each stage's token positions ([kStages][64] int32) after the K/V
   // stages.
   static constexpr size_t kTokenBytes = kSel ? kStages * kTileKeys * sizeof(int32_t) : 0;
@@ -93,7 +96,7 @@ struct TiledConfig {
 };
 
 template <int D, int MW, bool kSel, KvPageCodes kCodes>
-__global__ void __launch_bounds__(TiledConfig<D, MW, kSel>::kThreads)
+__global__ void __launch_bounds__(TiledConfig<D, MW, kSel>::kThreads, TiledConfig<D, MW, kSel>::kMinBlocks)
     paged_attention_tiled_kernel(const PagedAttentionArgs a) {
   static_assert(!kSel || kCodes == KvPageCodes::kBf16, "a selection reads bf16 pages only");
   using Cfg = TiledConfig<D, MW, kSel>;
@@ -146,12 +149,20 @@ __global__ void __launch_bounds__(TiledConfig<D, MW, kSel>::kThreads)
   constexpr bool kFp8 = kCodes == KvPageCodes::kFp8E4M3;
   const float k_scale = kFp8 ? a.k_scales[t.kv_head] : 1.0f;
   const float v_scale = kFp8 ? a.v_scales[t.kv_head] : 1.0f;
-  // Tile `it` of the split into its stage: copied (bf16 pages) or decoded (FP8 pages).
+  // FP8 codes in flight: the next tile's, fetched before the current tile is computed and decoded into their stage
+  // after it. Loads waited out at the refill streamed FP8 pages at half of bf16's bytes per second (H100, 32K
+  // decode). At head_dim 256 a thread's share of a tile (16 chunks of K and V) would spill: there the refill stays
+  // synchronous.
+  using TileCodes = Fp8KvTileCodes<D, kTileKeys, kThreads>;
+  constexpr bool kFp8InFlight = kFp8 && TileCodes::kPasses <= 8;
+  TileCodes codes;
+  auto stage_of = [&](int it) { return kv_s + (it % Cfg::kStages) * 2 * Cfg::kTileElems; };
+  // Tile `it` of the split into its stage: copied (bf16 pages) or fetched and decoded at once (FP8 pages).
   auto load_tile = [&](int it) {
-    bf16* stage = kv_s + (it % Cfg::kStages) * 2 * Cfg::kTileElems;
+    bf16* stage = stage_of(it);
     if constexpr (kFp8) {
-      load_fp8_kv_tile<D, kTileKeys, kThreads, Cfg::kWgmma>(stage, split_begin + it * kTileKeys, split_end, t.pages, a,
-                                                            k_scale, v_scale, threadIdx.x);
+      codes.fetch(split_begin + it * kTileKeys, split_end, t.pages, a, threadIdx.x);
+      codes.template store<Cfg::kWgmma>(stage, k_scale, v_scale, threadIdx.x);
     } else {
       load_kv_tile<D, kTileKeys, kThreads, kSel, Cfg::kWgmma>(stage, tok_s + (it % Cfg::kStages) * kTileKeys,
                                                               split_begin + it * kTileKeys, split_end, t.pages, map,
@@ -189,7 +200,11 @@ __global__ void __launch_bounds__(TiledConfig<D, MW, kSel>::kThreads)
   for (int it = 0; it < num_tiles; ++it) {
     // Refill the stage consumed in the previous iteration (the barrier at its end made that safe).
     const int next = it + kStages - 1;
-    if (next < num_tiles) load_tile(next);
+    if constexpr (kFp8InFlight) {
+      if (next < num_tiles) codes.fetch(split_begin + next * kTileKeys, split_end, t.pages, a, threadIdx.x);
+    } else if (next < num_tiles) {
+      load_tile(next);
+    }
     cp_async_commit();
     cp_async_wait<kStages - 1>();  // tile `it` has landed
     // The warpgroup MMAs read shared memory through the async proxy: make the copies visible to it.
@@ -286,6 +301,10 @@ __global__ void __launch_bounds__(TiledConfig<D, MW, kSel>::kThreads)
           mma_bf16(rows.o[2 * dp + 1], pa, vb[2], vb[3]);
         }
       }
+    }
+    // The next tile's stage was consumed an iteration ago (behind the barrier above): its codes go in now.
+    if constexpr (kFp8InFlight) {
+      if (next < num_tiles) codes.template store<Cfg::kWgmma>(stage_of(next), k_scale, v_scale, threadIdx.x);
     }
     __syncthreads();  // this stage is refilled by the next iteration's prefetch
   }
