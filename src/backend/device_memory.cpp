@@ -1,5 +1,6 @@
 #include "backend/device_memory.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "base/check.h"
@@ -77,6 +78,16 @@ Tensor empty_on(Device device, DType dtype, Shape shape) {
   Tensor t = Tensor::empty(dtype, shape, device_allocator(device));
   SE_CHECK(t.raw() != nullptr || t.nbytes() == 0, "out of {} memory for {}", device_name(device), t.describe());
   return t;
+}
+
+TensorView scratch_view(Tensor& buffer, Device device, DType dtype, Shape shape) {
+  const size_t nbytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
+  if (!buffer.defined() || buffer.device() != device || buffer.nbytes() < nbytes) {
+    const size_t grown = buffer.defined() && buffer.device() == device ? std::max(nbytes, 2 * buffer.nbytes()) : nbytes;
+    buffer = Tensor();
+    buffer = empty_on(device, DType::kU8, {static_cast<int64_t>(grown)});
+  }
+  return TensorView{buffer.raw(), dtype, shape, device};
 }
 
 Tensor to_device(const Tensor& host, Device device) {

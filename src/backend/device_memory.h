@@ -33,6 +33,10 @@ Allocator* staging_allocator(Device device);
 
 // An uninitialized tensor on `device`.
 Tensor empty_on(Device device, DType dtype, Shape shape);
+// A view of `shape` at the start of `buffer`, reallocated (uninitialized, geometrically grown) on `device` when it is
+// elsewhere or too small: scratch reused across calls without an allocation in a steady state. Freeing the old
+// buffer waits for the device's work that may still read it.
+TensorView scratch_view(Tensor& buffer, Device device, DType dtype, Shape shape);
 // A copy of host tensor `host` on `device` (shares `host` when device is the CPU).
 Tensor to_device(const Tensor& host, Device device);
 

@@ -49,6 +49,7 @@ enum class OpId : uint8_t {
   kBidirectionalWindowScores,
   kGroupMaxAttentionImportance,
   kKeyRedundancy,
+  kRedundancyAwareScores,
 };
 
 // The op's ops.h name ("paged_attention over a selection" for the selection mode).

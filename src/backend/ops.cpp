@@ -389,6 +389,7 @@ constexpr OpEntry kOps[] = {
     {OpId::kBidirectionalWindowScores, "bidirectional_window_scores", true},
     {OpId::kGroupMaxAttentionImportance, "group_max_attention_importance", true},
     {OpId::kKeyRedundancy, "key_redundancy", true},
+    {OpId::kRedundancyAwareScores, "redundancy_aware_scores", true},
 };
 
 constexpr bool rows_follow_ids() {
@@ -832,6 +833,24 @@ void key_redundancy(TensorView out, TensorView keys, float threshold) {
     return;
   }
   cpu::key_redundancy(out, keys, threshold);
+}
+
+void redundancy_aware_scores(TensorView out, TensorView importance, TensorView redundancy, int32_t kernel,
+                             float lambda) {
+  SE_CHECK(out.dtype == DType::kF32 && importance.dtype == DType::kF32 && redundancy.dtype == DType::kF32 &&
+               out.device == importance.device && out.device == redundancy.device,
+           "redundancy_aware_scores: F32 out, importance and redundancy on one device");
+  SE_CHECK(out.shape.rank() == 2 && out.shape == importance.shape && redundancy.shape.rank() == 2 &&
+               redundancy.shape[0] == out.shape[0] && redundancy.shape[1] >= out.shape[1],
+           "redundancy_aware_scores: out {} for importance {} and redundancy {}", out.shape.to_string(),
+           importance.shape.to_string(), redundancy.shape.to_string());
+  SE_CHECK(kernel > 0 && kernel % 2 == 1, "redundancy_aware_scores: kernel {} must be odd", kernel);
+  if (out.numel() == 0) return;
+  if (on_cuda(out, "redundancy_aware_scores")) {
+    if constexpr (kCudaBuilt) cuda::redundancy_aware_scores(out, importance, redundancy, kernel, lambda);
+    return;
+  }
+  cpu::redundancy_aware_scores(out, importance, redundancy, kernel, lambda);
 }
 
 void move_kv_rows(const AttentionView& pool, std::span<const KvRowMove> moves) {

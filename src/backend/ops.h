@@ -250,6 +250,12 @@ void group_max_attention_importance(TensorView out, TensorView queries, TensorVi
 // diagonal 0; in each row i the largest j with S[i, j] > threshold (j = 0 when there is none) is set to 0;
 // out[h, j] = softmax over j of the mean over i of S[i, j]. keys [T, Hkv, D] F32; out [Hkv, T] F32.
 void key_redundancy(TensorView out, TensorView keys, float threshold);
+// R-KV's final scores from the two above: out[h, j] = lambda * max over i in [j - kernel / 2, j + kernel / 2] of
+// importance[h, i] (i < m only: -inf padding) - (1 - lambda) * redundancy[h, j], j < m. importance [Hkv, m] and
+// redundancy [Hkv, T] (m <= T: the redundancy of the m oldest keys) F32, out [Hkv, m] F32, one device; kernel odd.
+// Float arithmetic: the twins differ at most where a compiler fuses the multiply and the subtraction.
+void redundancy_aware_scores(TensorView out, TensorView importance, TensorView redundancy, int32_t kernel,
+                             float lambda);
 
 // Page key bounds (query-aware page selection): bounds [num_pool_pages, 2, D], of the pool's dtype (so exact), holds
 // per page the elementwise min (row 0) and max (row 1) of the keys it stores. Recomputes them for every page that

@@ -198,7 +198,17 @@ Result<std::unique_ptr<Engine>> Engine::create(const ModelBundle& bundle, const 
     layout = low_rank->store_layout(layout);
   }
   SE_RETURN_IF_ERROR(layout.validate());
-  const int64_t pool_bytes = kv_pool_bytes(config, num_ranks);
+  int64_t pool_bytes = kv_pool_bytes(config, num_ranks);
+  if (config.device == Device::kCuda && config.kv_cache_memory <= 0) {
+    // What the method keeps per running sequence beside the pool comes out of the device's share first.
+    const int64_t per_sequence = method->sequence_device_bytes(layout, int64_t{model.num_heads} * model.head_dim);
+    pool_bytes -= per_sequence * config.max_num_seqs;
+    if (per_sequence > 0 && pool_bytes <= 0)
+      return resource_exhausted(
+          "{} keeps {} bytes per sequence beside the KV cache, which --max-num-seqs {} leaves no room for; lower "
+          "--max-num-seqs",
+          method->name(), per_sequence, config.max_num_seqs);
+  }
   const int64_t num_pages =
       pool_bytes / static_cast<int64_t>(layout.page_bytes() + method->page_metadata_bytes(layout));
   if (num_pages < layout.num_streams())

@@ -63,7 +63,8 @@ const std::vector<Entry>& entries() {
        &ChunkKvMethod::create},
       {{"rkv",
         "decode-time: the generated part, at budget + buffer, keeps its top tokens by attention minus key "
-        "redundancy; the prompt stays whole unless a prompt_method compresses it; CPU only",
+        "redundancy; the prompt stays whole unless a prompt_method compresses it; on a GPU scored on the device, "
+        "the top tokens picked on the host",
         Composition::kDecodeTime},
        nullptr,
        nullptr,
@@ -71,7 +72,7 @@ const std::vector<Entry>& entries() {
       {{"kara",
         "decode-time: every period, the newest window of generated tokens keeps its top tokens by "
         "bidirectional window attention, as Token2Chunk spans; the prompt stays whole unless a prompt_method "
-        "compresses it; CPU only",
+        "compresses it; on a GPU scored on the device, the spans picked on the host",
         Composition::kDecodeTime},
        nullptr,
        nullptr,

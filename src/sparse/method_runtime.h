@@ -115,6 +115,10 @@ class MethodRuntime {
   // Bytes of metadata the method keeps per pool page on the pool's device (e.g. key bounds), which the engine
   // sets aside with each page when it sizes the pool.
   virtual size_t page_metadata_bytes(const KvLayout& /*layout*/) const { return 0; }
+  // Bytes the method keeps per running sequence on the pool's device outside the pool (e.g. recent query rows), for
+  // query rows of `query_row_elements` F32 values; a GPU engine that sizes its pool from free memory sets them aside
+  // for --max-num-seqs sequences first.
+  virtual int64_t sequence_device_bytes(const KvLayout& /*layout*/, int64_t /*query_row_elements*/) const { return 0; }
 
   // --- memory (MemoryOracle) ---
   // Pages a sequence holds once it has computed `num_tokens` tokens of which `num_prefill_tokens` were

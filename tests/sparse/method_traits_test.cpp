@@ -20,8 +20,9 @@ TEST(MethodTraitsTest, MethodsDeclareTheirOps) {
   EXPECT_EQ(method_ops("quest"), (std::vector<std::string_view>{"update_page_key_bounds", "select_pages_by_key_bounds",
                                                                  "paged_attention over a selection"}));
   EXPECT_EQ(method_ops("h2o"), (std::vector<std::string_view>{"attention_scores", "compact_kv", "move_kv_rows"}));
-  EXPECT_EQ(method_ops("rkv"), (std::vector<std::string_view>{"gather_keys", "compact_kv",
-                                                              "group_max_attention_importance", "key_redundancy"}));
+  EXPECT_EQ(method_ops("rkv"),
+            (std::vector<std::string_view>{"gather_keys", "compact_kv", "group_max_attention_importance",
+                                           "key_redundancy", "redundancy_aware_scores"}));
   EXPECT_EQ(method_ops("kara"),
             (std::vector<std::string_view>{"gather_keys", "compact_kv", "bidirectional_window_scores"}));
   EXPECT_TRUE(method_ops("vanilla").empty());
@@ -42,14 +43,14 @@ TEST(MethodTraitsTest, StaticDecodeForwards) {
   EXPECT_TRUE(is_static("quest"));
   EXPECT_FALSE(is_static("h2o"));
   EXPECT_FALSE(is_static("omnikv"));
-  EXPECT_FALSE(is_static("rkv"));  // every decode forward keeps its queries on the host
+  EXPECT_FALSE(is_static("rkv"));  // every decode forward copies its queries to a ring row that moves
   EXPECT_FALSE(is_static("kara"));
 }
 
 // A method runs on CUDA exactly when every op it calls has a CUDA kernel in this build and its hooks need no host
 // memory; a refusal names the method and each missing op, or its host hooks (a CPU-only build has no CUDA kernels
 // at all, so only vanilla runs there; a CUDA build has a kernel for every op of every registered method, and
-// refuses the decode-time compressors only for their host hooks).
+// refuses Palu and ShadowKV only for their host hooks; the decode-time compressors keep theirs on the device).
 TEST(MethodTraitsTest, MethodsRunOnCudaWhenTheirOpsHaveKernels) {
   const bool cuda_built = cuda_implements(OpId::kPagedAttention);
   for (const MethodInfo& info : registered_methods()) {
@@ -62,6 +63,7 @@ TEST(MethodTraitsTest, MethodsRunOnCudaWhenTheirOpsHaveKernels) {
       if (!cuda_implements(op)) missing.push_back(op_name(op));
     if (info.name == "vanilla") EXPECT_TRUE(missing.empty()) << info.name;
     if (cuda_built) EXPECT_TRUE(missing.empty()) << info.name << " lacks " << missing.front();
+    if (info.name == "rkv" || info.name == "kara") EXPECT_FALSE((*method)->traits().host_hooks) << info.name;
     if ((*method)->traits().host_hooks) {
       ASSERT_EQ(on_cuda.code(), StatusCode::kUnimplemented) << info.name;
       EXPECT_NE(on_cuda.message().find(info.name), std::string::npos) << on_cuda.message();
@@ -86,8 +88,8 @@ TEST(MethodTraitsTest, CudaKernelsOfTheMethodOps) {
                   OpId::kUpdatePageKeyBounds, OpId::kSelectPagesByKeyBounds, OpId::kTopKeysByLogitsMaxOverHeads,
                   OpId::kTokenListsWithTail, OpId::kPagedAttentionOverSelection, OpId::kGatherKeys,
                   OpId::kBidirectionalWindowScores, OpId::kGroupMaxAttentionImportance, OpId::kKeyRedundancy,
-                  OpId::kPagedAttentionOverFp8Pages, OpId::kPagedLatentAttention, OpId::kAbsorbLatentQueries,
-                  OpId::kRopeLatentHeads})
+                  OpId::kRedundancyAwareScores, OpId::kPagedAttentionOverFp8Pages, OpId::kPagedLatentAttention,
+                  OpId::kAbsorbLatentQueries, OpId::kRopeLatentHeads})
     EXPECT_EQ(cuda_implements(op), cuda_built) << op_name(op);
   // The dense CPU reference attention has no CUDA twin, nor do the KIVI and TurboQuant pages yet.
   EXPECT_FALSE(cuda_implements(OpId::kAttention));

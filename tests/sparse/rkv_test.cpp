@@ -1,8 +1,13 @@
-// rkv as a registered method: its configuration (defaults, bad values named), and its memory model against the
-// trigger it runs (the generated part is admitted at the most it ever holds).
+// rkv as a registered method: its configuration (defaults, bad values named), its memory model against the
+// trigger it runs (the generated part is admitted at the most it ever holds), and its scores through the backend's
+// redundancy_aware_scores against the reference's pooling and mix written out here.
 #include <gtest/gtest.h>
 
+#include <random>
+
+#include "backend/ops.h"
 #include "sparse/method_registry.h"
+#include "sparse/methods/observation_window_scores.h"
 #include "sparse/methods/rkv_scores.h"
 
 namespace se {
@@ -52,6 +57,39 @@ TEST(RkvMethodTest, ResidentPagesCoverTheTransientPeak) {
   }
   EXPECT_TRUE(reached);
   EXPECT_EQ((*method)->resident_pages(layout, kPrompt, kPrompt), layout.pages_for_tokens(kPrompt));
+}
+
+// rkv_scores on random queries and keys (GQA group 2, a kernel wider than some heads' edges) equals the importance
+// max-pooled with -inf padding (the SnapKV family's pool_scores) and mixed with the redundancy, step by step.
+TEST(RkvMethodTest, ScoresPoolTheImportanceAndSubtractTheRedundancy) {
+  RkvParams params;
+  params.window = 3;
+  params.kernel = 5;
+  params.mix_lambda = 0.3f;
+  constexpr int32_t kTokens = 41, kHeads = 4, kKvHeads = 2, kDim = 16, kScored = kTokens - 3;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  std::vector<float> q(size_t{3} * kHeads * kDim), k(size_t{kTokens} * kKvHeads * kDim);
+  for (float& x : q) x = normal(rng);
+  for (float& x : k) x = normal(rng);
+  const RkvScores got = rkv_scores(q.data(), k.data(), kTokens, kHeads, kKvHeads, kDim, params);
+  std::vector<float> importance(size_t{kKvHeads} * kScored), redundancy(size_t{kKvHeads} * kTokens);
+  group_max_attention_importance(TensorView{importance.data(), DType::kF32, {kKvHeads, kScored}, Device::kCpu},
+                                 TensorView{q.data(), DType::kF32, {3, kHeads, kDim}, Device::kCpu},
+                                 TensorView{k.data(), DType::kF32, {kScored, kKvHeads, kDim}, Device::kCpu});
+  key_redundancy(TensorView{redundancy.data(), DType::kF32, {kKvHeads, kTokens}, Device::kCpu},
+                 TensorView{k.data(), DType::kF32, {kTokens, kKvHeads, kDim}, Device::kCpu},
+                 params.similarity_threshold);
+  ASSERT_EQ(got.num_prefix, kScored);
+  std::vector<float> pooled(kScored);
+  for (int32_t h = 0; h < kKvHeads; ++h) {
+    pool_scores(importance.data() + size_t{kScored} * h, pooled.data(), kScored, params.kernel, WindowPooling::kMax);
+    for (int32_t j = 0; j < kScored; ++j) {
+      const float want =
+          params.mix_lambda * pooled[j] - (1.0f - params.mix_lambda) * redundancy[size_t{kTokens} * h + j];
+      EXPECT_NEAR(got.values[size_t{kScored} * h + j], want, 1e-7f * (1.0f + std::abs(want))) << h << " " << j;
+    }
+  }
 }
 
 }  // namespace

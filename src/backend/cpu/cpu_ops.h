@@ -51,6 +51,8 @@ void gather_keys(TensorView out, const AttentionView& view, int32_t slice, int32
 void bidirectional_window_scores(TensorView out, TensorView queries, TensorView keys);
 void group_max_attention_importance(TensorView out, TensorView queries, TensorView keys);
 void key_redundancy(TensorView out, TensorView keys, float threshold);
+void redundancy_aware_scores(TensorView out, TensorView importance, TensorView redundancy, int32_t kernel,
+                             float lambda);
 void token_lists_with_tail(TensorView lists, TensorView counts, TensorView tokens, const AttentionView& view,
                            int32_t slice, int32_t tail_begin);
 void update_page_key_bounds(TensorView bounds, const AttentionView& view, int32_t max_new_tokens);

@@ -111,6 +111,9 @@ void group_max_attention_importance(TensorView out, TensorView queries, TensorVi
 // Unit keys, then one block per row of S (its newest near-duplicate), one thread per (KV head, column) for the
 // column sums, one block per KV head for the softmax.
 void key_redundancy(TensorView out, TensorView keys, float threshold);
+// One thread per (KV head, token).
+void redundancy_aware_scores(TensorView out, TensorView importance, TensorView redundancy, int32_t kernel,
+                             float lambda);
 // One block per KV head; the stream lengths travel as kernel arguments.
 void token_lists_with_tail(TensorView lists, TensorView counts, TensorView tokens, const AttentionView& view,
                            int32_t slice, int32_t tail_begin);

@@ -1,7 +1,10 @@
 #include "sparse/methods/decode_compression_method.h"
 
 #include <algorithm>
+#include <numeric>
 
+#include "backend/device_memory.h"
+#include "backend/ops.h"
 #include "base/check.h"
 #include "sparse/sliding_window_tail.h"
 
@@ -27,11 +30,11 @@ DecodeCompressionMethod::DecodeCompressionMethod(std::string name, nlohmann::ord
   traits_.family = MethodFamily::kEviction;
   traits_.keeps_full_history = false;
   // gather_keys reads a region's keys, the subclass's scoring ops score them (each adds its own); compact_kv
-  // evicts. All have CUDA kernels, but the decode queries are kept in host memory and the region is scored on
-  // host buffers, so the engine refuses these methods on a GPU at startup (host_hooks).
+  // evicts.
   traits_.ops = {OpId::kGatherKeys, OpId::kCompactKv};
-  traits_.host_hooks = true;
-  traits_.static_decode_forward = false;  // every decode forward copies its queries out on the host
+  // Every decode forward copies its queries into the sequence's ring at a row that moves with each step, so a
+  // replayed graph would write the wrong row: decode steps run eagerly.
+  traits_.static_decode_forward = false;
   traits_.prefix_mode = PrefixMode::kChain;
   traits_.prefill_policy = PrefillPolicy::kDense;
   // select() chooses each KV head's tokens from that head's keys and its query group's queries, and the clock that
@@ -46,6 +49,7 @@ DecodeCompressionMethod::DecodeCompressionMethod(std::string name, nlohmann::ord
       if (std::find(traits_.ops.begin(), traits_.ops.end(), op) == traits_.ops.end()) traits_.ops.push_back(op);
     traits_.prefill_policy = prompt.prefill_policy;
     traits_.tensor_parallel = prompt.tensor_parallel;
+    traits_.host_hooks = prompt.host_hooks;
   }
 }
 
@@ -61,6 +65,11 @@ int64_t DecodeCompressionMethod::resident_pages(const KvLayout& layout, int32_t 
 
 int32_t DecodeCompressionMethod::transient_extra_tokens(int32_t num_prefill_tokens) const {
   return prompt_method_ ? prompt_method_->transient_extra_tokens(num_prefill_tokens) : 0;
+}
+
+int64_t DecodeCompressionMethod::sequence_device_bytes(const KvLayout& layout, int64_t query_row_elements) const {
+  const int64_t ring = int64_t{layout.num_layers} * query_capacity_ * query_row_elements * int64_t{sizeof(float)};
+  return ring + (prompt_method_ ? prompt_method_->sequence_device_bytes(layout, query_row_elements) : 0);
 }
 
 void DecodeCompressionMethod::prepare_step(StepContext& ctx) {
@@ -86,7 +95,12 @@ void DecodeCompressionMethod::set_communicator(Communicator& comm) {
 
 void DecodeCompressionMethod::on_sequence_end(int32_t seq) {
   if (prompt_method_) prompt_method_->on_sequence_end(seq);
-  sequences_.erase(seq);
+  if (auto it = sequences_.find(seq); it != sequences_.end()) end_sequence(it);
+}
+
+void DecodeCompressionMethod::end_sequence(std::unordered_map<int32_t, SequenceState>::iterator it) {
+  spare_rings_.push_back(std::move(it->second.queries).release());
+  sequences_.erase(it);
 }
 
 std::unique_ptr<MethodSequenceState> DecodeCompressionMethod::export_sequence_state(int32_t seq) {
@@ -104,25 +118,38 @@ void DecodeCompressionMethod::on_attention_end(LayerContext& ctx) {
   const int64_t row_elements = ctx.q.shape[1] * ctx.q.shape[2];
   for (const SequenceSlice& slice : ctx.batch.sequences) {
     if (!slice.is_decode(ctx.batch.positions)) continue;
-    SE_CHECK(ctx.q.device == Device::kCpu, "{}: decode queries are kept in host memory (CPU backend only)", name());
+    SE_CHECK(ctx.q.dtype == DType::kF32, "{}: F32 queries, got {}", name(), dtype_name(ctx.q.dtype));
     auto it = sequences_.find(slice.seq);
     // A sequence that took more prompt since it last decoded (the next turn of a conversation under the same id)
     // starts its generated part again, as a resumed Chain Cache turn does.
     if (it != sequences_.end() && it->second.prompt_end != slice.num_prefill_tokens) {
-      sequences_.erase(it);
+      end_sequence(it);
       it = sequences_.end();
     }
-    if (it == sequences_.end())
+    if (it == sequences_.end()) {
+      const Shape ring_shape{num_layers, query_capacity_, row_elements};
+      Tensor rings;
+      if (!spare_rings_.empty() && spare_rings_.back().device() == ctx.q.device &&
+          spare_rings_.back().shape() == ring_shape) {
+        rings = std::move(spare_rings_.back());
+        spare_rings_.pop_back();
+      } else {
+        rings = empty_on(ctx.q.device, DType::kF32, ring_shape);
+      }
       it = sequences_
-               .emplace(slice.seq, SequenceState{RecentQueries(num_layers, query_capacity_, row_elements),
+               .emplace(slice.seq, SequenceState{RecentQueries(std::move(rings)),
                                                  slice.num_prefill_tokens,
                                                  slice.num_prefill_tokens,
                                                  0,
                                                  {},
+                                                 {},
                                                  {}})
                .first;
-    it->second.queries.append(ctx.layer, ctx.q.ptr<float>() + int64_t{slice.token_begin} * row_elements,
-                              slice.num_tokens);
+    }
+    it->second.queries.append(ctx.layer, TensorView{ctx.q.ptr<float>() + int64_t{slice.token_begin} * row_elements,
+                                                    DType::kF32,
+                                                    {slice.num_tokens, ctx.q.shape[1], ctx.q.shape[2]},
+                                                    ctx.q.device});
   }
 }
 
@@ -154,12 +181,15 @@ void DecodeCompressionMethod::compress(StepContext& ctx, const SequenceSlice& sl
   const int32_t seq = slice.seq;
   const int num_layers = layout.num_layers;
   const int32_t num_kv_heads = layout.num_kv_heads, head_dim = layout.head_dim;
+  const auto num_heads = static_cast<int32_t>(state.queries.row_elements() / head_dim);
+  const Device device = state.queries.device();
   SE_CHECK(region.first < region.end && region.num_queries > 0, "{}: empty region [{}, {})", name(), region.first,
            region.end);
   // Per layer: the region's slots [first_slot, first_slot + n) (the same in every KV head of a full-attention
-  // layer), its keys and queries; gathered one layer after another (views are the cache's), scored in parallel.
+  // layer), and where a full-attention layer does not keep the whole region, where its scores start in scores_.
   std::vector<int32_t> first_slot(static_cast<size_t>(num_layers)), count(static_cast<size_t>(num_layers));
-  std::vector<std::vector<float>> keys(static_cast<size_t>(num_layers)), queries(static_cast<size_t>(num_layers));
+  std::vector<int64_t> score_offset(static_cast<size_t>(num_layers), -1);
+  int64_t num_scores_total = 0;
   for (int layer = 0; layer < num_layers; ++layer) {
     const auto slots_before = [&](int32_t h, int32_t position) {
       const std::span<const int32_t> positions = ctx.cache.slot_positions(seq, layer, h);
@@ -168,33 +198,46 @@ void DecodeCompressionMethod::compress(StepContext& ctx, const SequenceSlice& sl
     const int32_t a = slots_before(0, region.first), b = slots_before(0, region.end);
     first_slot[static_cast<size_t>(layer)] = a;
     count[static_cast<size_t>(layer)] = b - a;
-    if (ctx.sliding_window(layer) > 0 || b == a) continue;
+    if (ctx.sliding_window(layer) > 0 || num_kept(b - a) >= b - a) continue;
     // Every KV head keeps the same number of each region, so the region is the same run of slots in all of them.
     for (int32_t h = 1; h < num_kv_heads; ++h)
       SE_CHECK(slots_before(h, region.first) == a && slots_before(h, region.end) == b &&
                    ctx.cache.stream_length(seq, layer, h) == ctx.cache.stream_length(seq, layer, 0),
                "{}: seq {} layer {}: KV head {} holds the region elsewhere", name(), seq, layer, h);
-    auto& k = keys[static_cast<size_t>(layer)];
-    k.resize(static_cast<size_t>(b - a) * num_kv_heads * head_dim);
-    const AttentionView view = ctx.cache.build_sequence_view(seq, layer);
-    gather_keys(TensorView{k.data(), DType::kF32, {b - a, num_kv_heads, head_dim}, Device::kCpu}, view, 0, a);
-    auto& q = queries[static_cast<size_t>(layer)];
     SE_CHECK(state.queries.size(layer) >= region.num_queries, "{}: seq {} layer {} holds {} of {} queries", name(), seq,
              layer, state.queries.size(layer), region.num_queries);
-    q.resize(static_cast<size_t>(state.queries.row_elements()) * region.num_queries);
-    state.queries.newest(layer, region.num_queries, q.data());
+    score_offset[static_cast<size_t>(layer)] = num_scores_total;
+    num_scores_total += int64_t{num_kv_heads} * num_scores(b - a);
   }
-  const auto num_heads = static_cast<int32_t>(state.queries.row_elements() / head_dim);
+  // Every scored layer's keys and queries gathered and scored where they live, one layer after another into the
+  // same scratch (the device runs them in order), then one copy of all the scores to the host.
+  if (num_scores_total > 0) {
+    const TensorView scores = scratch_view(scores_, device, DType::kF32, {num_scores_total});
+    for (int layer = 0; layer < num_layers; ++layer) {
+      const int64_t offset = score_offset[static_cast<size_t>(layer)];
+      if (offset < 0) continue;
+      const int32_t n = count[static_cast<size_t>(layer)];
+      const AttentionView view = ctx.cache.build_sequence_view(seq, layer);
+      SE_CHECK(view.kv_device == device, "{}: the pool is on {}, the queries on {}", name(),
+               device_name(view.kv_device), device_name(device));
+      const TensorView keys = scratch_view(keys_, device, DType::kF32, {n, num_kv_heads, head_dim});
+      gather_keys(keys, view, 0, first_slot[static_cast<size_t>(layer)]);
+      const TensorView queries = scratch_view(queries_, device, DType::kF32, {region.num_queries, num_heads, head_dim});
+      state.queries.newest(layer, region.num_queries, queries);
+      score(TensorView{scores.ptr<float>() + offset, DType::kF32, {num_kv_heads, num_scores(n)}, device}, queries,
+            keys);
+    }
+    host_scores_.resize(static_cast<size_t>(num_scores_total));
+    copy(TensorView{host_scores_.data(), DType::kF32, {num_scores_total}, Device::kCpu}, scores);
+  }
   kept_.resize(static_cast<size_t>(layout.num_streams()));
   state.last_kept.assign(static_cast<size_t>(layout.num_streams()), {});
+  state.last_scores.assign(static_cast<size_t>(layout.num_streams()), {});
 #pragma omp parallel for schedule(dynamic)
   for (int layer = 0; layer < num_layers; ++layer) {
     const int32_t a = first_slot[static_cast<size_t>(layer)], n = count[static_cast<size_t>(layer)];
     const int32_t window = ctx.sliding_window(layer);
-    std::vector<std::vector<int32_t>> chosen;
-    if (window == 0 && n > 0)
-      chosen = select(queries[static_cast<size_t>(layer)].data(), region.num_queries,
-                      keys[static_cast<size_t>(layer)].data(), n, num_heads, num_kv_heads, head_dim);
+    const int64_t offset = score_offset[static_cast<size_t>(layer)];
     for (int32_t h = 0; h < num_kv_heads; ++h) {
       const int stream = layout.stream(layer, h);
       std::vector<int32_t>& kept = kept_[static_cast<size_t>(stream)];
@@ -203,12 +246,18 @@ void DecodeCompressionMethod::compress(StepContext& ctx, const SequenceSlice& sl
         keep_sliding_window_tail(len, window, len - (n - num_kept(n)), kept);
         continue;
       }
+      std::vector<int32_t>& chosen = state.last_kept[static_cast<size_t>(stream)];
+      if (offset >= 0) {
+        const float* head_scores = host_scores_.data() + offset + int64_t{h} * num_scores(n);
+        chosen = select(head_scores, n);
+        state.last_scores[static_cast<size_t>(stream)].assign(head_scores, head_scores + num_scores(n));
+      } else {
+        chosen.resize(static_cast<size_t>(n));  // the whole region stays
+        std::iota(chosen.begin(), chosen.end(), 0);
+      }
       kept.clear();
       for (int32_t s = 0; s < a; ++s) kept.push_back(s);
-      if (n > 0) {
-        for (const int32_t i : chosen[static_cast<size_t>(h)]) kept.push_back(a + i);
-        state.last_kept[static_cast<size_t>(stream)] = chosen[static_cast<size_t>(h)];
-      }
+      for (const int32_t i : chosen) kept.push_back(a + i);
       for (int32_t s = a + n; s < len; ++s) kept.push_back(s);
     }
   }
@@ -230,16 +279,21 @@ nlohmann::json DecodeCompressionMethod::debug_state(int32_t seq) const {
   auto it = sequences_.find(seq);
   if (it == sequences_.end()) return nullptr;
   const SequenceState& state = it->second;
-  nlohmann::json kept = nlohmann::json::array();
   const size_t num_layers = static_cast<size_t>(state.queries.num_layers());
-  for (size_t stream = 0; stream < state.last_kept.size(); ++stream) {
-    if (stream % (state.last_kept.size() / num_layers) == 0) kept.push_back(nlohmann::json::array());
-    kept.back().push_back(state.last_kept[stream]);
-  }
+  // [stream] -> [layer][kv_head]
+  const auto by_layer = [&](const auto& per_stream) {
+    nlohmann::json out = nlohmann::json::array();
+    for (size_t stream = 0; stream < per_stream.size(); ++stream) {
+      if (stream % (per_stream.size() / num_layers) == 0) out.push_back(nlohmann::json::array());
+      out.back().push_back(per_stream[stream]);
+    }
+    return out;
+  };
   return {{"uncompressed_from", state.uncompressed_from},
           {"compressions", state.num_compressions},
           {"last_region", {state.last_region.first, state.last_region.second}},
-          {"last_kept", kept}};
+          {"last_kept", by_layer(state.last_kept)},
+          {"last_scores", by_layer(state.last_scores)}};
 }
 
 }  // namespace se

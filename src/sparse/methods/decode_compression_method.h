@@ -5,15 +5,18 @@
 // (plan_compression) and which of its tokens each (layer, KV head) keeps (select). Engine thread only.
 //
 // Per decode step of a sequence:
-//   * on_attention_end: the step's post-RoPE query rows of each layer go into the sequence's RecentQueries ring
-//     (host memory: the CPU backend's q; the GPU path needs a device ring, see traits().ops);
+//   * on_attention_end: the step's post-RoPE query rows of each layer go into the sequence's RecentQueries ring,
+//     by a copy where the queries live (device memory on a GPU: nothing reaches the host); an ended sequence's
+//     rings serve the next one, so a GPU neither allocates nor frees them in a steady state;
 //   * finish_step: plan_compression sees the clock (decoded tokens, generated tokens resident, the position where
 //     uncompressed tokens begin) and may name a region [first, end) of positions and how many of the newest
 //     queries score it. Each layer then reads the region's keys (gather_keys: slot order is position order,
-//     since this method only ever compacts), select() picks the kept tokens per KV head, and every stream of the
-//     sequence is compacted at once (KvStreams::evict_streams): tokens outside the region all stay. On a
-//     sliding-window layer the stream keeps its tail instead (sliding_window_tail.h), as many tokens as the full
-//     layers keep.
+//     since this method only ever compacts) and score() enqueues the region's scores beside them, on the device
+//     where the pool lives; the scores of every layer come to the host in one copy (the step's only round trip,
+//     scores only, never K/V), select() picks the kept tokens per KV head there, and every stream of the
+//     sequence is compacted at once on the device (KvStreams::evict_streams), its freed pages returned in the
+//     same step: tokens outside the region all stay. On a sliding-window layer the stream keeps its tail instead
+//     (sliding_window_tail.h), as many tokens as the full layers keep.
 // Composed with a prompt-time method (the registry's "prompt_method", an eviction method that compresses a prompt
 // once at its end and keeps every KV head of a layer at the same length), that method runs every hook first: it
 // compresses the prompt at the end of prefill, and the generated part after it is this method's. The sequence's
@@ -41,6 +44,8 @@ class DecodeCompressionMethod : public MethodRuntime {
   // `num_tokens` (peak_generated_tokens), per stream.
   int64_t resident_pages(const KvLayout& layout, int32_t num_prefill_tokens, int32_t num_tokens) const override;
   int32_t transient_extra_tokens(int32_t num_prefill_tokens) const override;
+  // The recent queries' ring: capacity rows per layer (plus the prompt method's own).
+  int64_t sequence_device_bytes(const KvLayout& layout, int64_t query_row_elements) const override;
   void prepare_step(StepContext& ctx) override;
   void on_attention_end(LayerContext& ctx) override;
   void on_layer_end(int layer, const ForwardBatch& batch, TensorView hidden) override;
@@ -54,8 +59,9 @@ class DecodeCompressionMethod : public MethodRuntime {
   std::unique_ptr<MethodSequenceState> export_sequence_state(int32_t seq) override;
   Status import_sequence_state(int32_t seq, std::unique_ptr<MethodSequenceState> state) override;
   // {"uncompressed_from": position, "compressions": count, "last_region": [first, end) positions of the last
-  // compression, "last_kept": [layer][kv_head] -> the region-relative indices select() kept there (empty on
-  // sliding-window layers)}, or null for a sequence that has not decoded.
+  // compression, "last_kept": [layer][kv_head] -> the region-relative indices select() kept there (all of them
+  // where the whole region stayed; none on sliding-window layers), "last_scores": [layer][kv_head] -> the scores
+  // it chose them by (none where nothing was scored)}, or null for a sequence that has not decoded.
   nlohmann::json debug_state(int32_t seq) const override;
 
  protected:
@@ -75,13 +81,18 @@ class DecodeCompressionMethod : public MethodRuntime {
     int32_t num_queries = 0;  // the newest decode queries that score them (<= the ring's capacity)
   };
   virtual std::optional<Region> plan_compression(const Clock& clock) const = 0;
-  // Per KV head, the ascending region-relative indices one layer keeps of the region's n keys; a head's choice reads
-  // only its keys and its query group's queries (so tensor-parallel ranks choose for their heads alone).
-  // queries [num_queries, H, D] oldest first; keys [n, Hkv, D] in position order.
-  virtual std::vector<std::vector<int32_t>> select(const float* queries, int32_t num_queries, const float* keys,
-                                                   int32_t n, int32_t num_heads, int32_t num_kv_heads,
-                                                   int32_t head_dim) const = 0;
-  // How many of a region of n tokens select() keeps (what sliding-window layers keep of it as a tail).
+  // How many scores per KV head score() gives a region of n tokens.
+  virtual int32_t num_scores(int32_t n) const = 0;
+  // Enqueues one layer's scores of a region of n tokens through backend ops where the tensors live: out
+  // [Hkv, num_scores(n)]; queries [num_queries, H, D] oldest first and keys [n, Hkv, D] in position order, F32. A
+  // head's scores read only its keys and its query group's queries (so tensor-parallel ranks choose for their heads
+  // alone).
+  virtual void score(TensorView out, TensorView queries, TensorView keys) = 0;
+  // The ascending region-relative indices one KV head keeps of the region's n tokens, from its scores
+  // [num_scores(n)] in host memory. Called from several threads at once.
+  virtual std::vector<int32_t> select(const float* scores, int32_t n) const = 0;
+  // How many of a region of n tokens select() keeps (what sliding-window layers keep of it as a tail); a region
+  // that keeps all n is not scored.
   virtual int32_t num_kept(int32_t n) const = 0;
   // The most generated tokens resident at once (before a compression step compacts them) up to `num_decoded`
   // decoded tokens.
@@ -95,16 +106,23 @@ class DecodeCompressionMethod : public MethodRuntime {
     int32_t num_compressions = 0;
     std::pair<int32_t, int32_t> last_region{0, 0};
     std::vector<std::vector<int32_t>> last_kept;  // [stream] region-relative indices kept in the last region
+    std::vector<std::vector<float>> last_scores;  // [stream] the scores they were chosen by
   };
+  // Ends a sequence's state, its query rings kept for the next sequence.
+  void end_sequence(std::unordered_map<int32_t, SequenceState>::iterator it);
   // Compresses positions region [first, end) of `slice`'s sequence.
   void compress(StepContext& ctx, const SequenceSlice& slice, SequenceState& state, const Region& region);
 
   std::unique_ptr<MethodRuntime> prompt_method_;  // null: the prompt stays whole
   int32_t query_capacity_ = 0;
   std::unordered_map<int32_t, SequenceState> sequences_;  // by sequence id, from its first decode step
-  // Scratch of compress(), per stream.
+  std::vector<Tensor> spare_rings_;                       // ended sequences' RecentQueries storage, for the next ones
+  // Scratch of compress(): per stream, and the region's keys, queries and every layer's scores where the pool
+  // lives, and the scores' host copy.
   std::vector<std::vector<int32_t>> kept_;
   std::vector<KvStreams::StreamEviction> evictions_;
+  Tensor keys_, queries_, scores_;
+  std::vector<float> host_scores_;
 };
 
 }  // namespace se

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "backend/ops.h"
+
 namespace se {
 
 Result<std::unique_ptr<MethodRuntime>> KaraMethod::create(const nlohmann::json& config,
@@ -36,13 +38,12 @@ std::optional<DecodeCompressionMethod::Region> KaraMethod::plan_compression(cons
   return Region{window_start, window_start + params_.window, params_.window + params_.buffer};
 }
 
-std::vector<std::vector<int32_t>> KaraMethod::select(const float* queries, int32_t num_queries, const float* keys,
-                                                     int32_t n, int32_t num_heads, int32_t num_kv_heads,
-                                                     int32_t head_dim) const {
-  std::vector<std::vector<int32_t>> kept;
-  for (KaraSelection& s : kara_select(queries, num_queries, keys, n, num_heads, num_kv_heads, head_dim, params_))
-    kept.push_back(std::move(s.kept));
-  return kept;
+void KaraMethod::score(TensorView out, TensorView queries, TensorView keys) {
+  bidirectional_window_scores(out, queries, keys);
+}
+
+std::vector<int32_t> KaraMethod::select(const float* scores, int32_t n) const {
+  return kara_select_tokens(scores, n, params_).kept;
 }
 
 int32_t KaraMethod::peak_generated_tokens(int32_t num_decoded) const {

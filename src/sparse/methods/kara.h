@@ -11,7 +11,8 @@
 // Config: window (W, default 512), buffer (P, 64), candidates (K, 64), budget (R, 160), period (128),
 // length_exponent (gamma, 1.0); budget <= window, candidates >= 1; plus "prompt_method" / "prompt_config": a
 // prompt-time method that compresses the prompt at the end of prefill (the registry lists the valid ones).
-// The sequence keeps the queries of its newest W + P decode tokens per layer (host memory).
+// The sequence keeps the queries of its newest W + P decode tokens per layer, where the queries live (device
+// memory on a GPU).
 #pragma once
 
 #include "sparse/method_config.h"
@@ -28,8 +29,9 @@ class KaraMethod final : public DecodeCompressionMethod {
 
  protected:
   std::optional<Region> plan_compression(const Clock& clock) const override;
-  std::vector<std::vector<int32_t>> select(const float* queries, int32_t num_queries, const float* keys, int32_t n,
-                                           int32_t num_heads, int32_t num_kv_heads, int32_t head_dim) const override;
+  int32_t num_scores(int32_t n) const override { return n; }
+  void score(TensorView out, TensorView queries, TensorView keys) override;
+  std::vector<int32_t> select(const float* scores, int32_t n) const override;
   int32_t num_kept(int32_t n) const override { return std::min(n, params_.budget); }
   int32_t peak_generated_tokens(int32_t num_decoded) const override;
 

@@ -1,36 +1,44 @@
 // RecentQueries: the newest post-RoPE query rows of one sequence's decode tokens, per layer, in a ring of fixed
 // capacity. Decode-time compression scores the cache with the queries of tokens decoded in earlier steps, which
-// attention has long discarded, so the method keeps them. Host memory, filled lazily up to the capacity; engine
-// thread only.
+// attention has long discarded, so the method keeps them. The ring lives where the step's queries do (device
+// memory beside a GPU) and every row moves by a copy enqueued there: keeping them costs a decode step no trip to
+// the host. Engine thread only.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
+#include "tensor/tensor.h"
+
 namespace se {
 
 class RecentQueries {
  public:
-  // `row_elements` = num_heads * head_dim of one query row.
-  RecentQueries(int num_layers, int32_t capacity, int64_t row_elements);
+  // `rows` [num_layers, capacity, num_heads * head_dim] F32 (any contents): the rings' storage, on the device whose
+  // query rows they keep.
+  explicit RecentQueries(Tensor rows);
 
-  // Appends `n` rows [n, H, D] of layer `layer`; only the newest `capacity` are kept.
-  void append(int layer, const float* rows, int32_t n);
-  int num_layers() const { return static_cast<int>(layers_.size()); }
+  // The storage back, for another sequence's rings (no allocation, and on a GPU no free that waits for the device).
+  Tensor release() && { return std::move(rows_); }
+
+  // Appends rows [n, H, D] F32 of layer `layer` (on the ring's device); only the newest `capacity` are kept.
+  void append(int layer, TensorView rows);
+  int num_layers() const { return static_cast<int>(appended_.size()); }
   int64_t row_elements() const { return row_elements_; }
+  Device device() const { return rows_.device(); }
   // Rows of `layer` held (min(appended, capacity)).
   int32_t size(int layer) const;
-  // The newest `n` (<= size) rows of `layer`, oldest first, into out [n, H, D].
-  void newest(int layer, int32_t n, float* out) const;
+  // The newest `n` (<= size) rows of `layer`, oldest first, into out [n, H, D] F32 on the ring's device.
+  void newest(int layer, int32_t n, TensorView out) const;
 
  private:
-  struct Ring {
-    std::vector<float> rows;  // [min(appended, capacity), H, D], row i of the stream at i % capacity
-    int64_t appended = 0;
-  };
+  // Row `index` (< capacity) of `layer`'s ring.
+  float* row(int layer, int64_t index) const;
+
   int32_t capacity_ = 0;
   int64_t row_elements_ = 0;
-  std::vector<Ring> layers_;
+  Tensor rows_;                    // [num_layers, capacity, H * D]: row i of a layer's stream at i % capacity
+  std::vector<int64_t> appended_;  // [layer] rows appended so far
 };
 
 }  // namespace se

@@ -29,7 +29,8 @@ Result<std::unique_ptr<MethodRuntime>> RkvMethod::create(const nlohmann::json& c
 RkvMethod::RkvMethod(nlohmann::ordered_json config, const RkvParams& params,
                      std::unique_ptr<MethodRuntime> prompt_method)
     : DecodeCompressionMethod("rkv", std::move(config), params.window, std::move(prompt_method)), params_(params) {
-  traits_.ops.insert(traits_.ops.end(), {OpId::kGroupMaxAttentionImportance, OpId::kKeyRedundancy});
+  traits_.ops.insert(traits_.ops.end(),
+                     {OpId::kGroupMaxAttentionImportance, OpId::kKeyRedundancy, OpId::kRedundancyAwareScores});
 }
 
 std::optional<DecodeCompressionMethod::Region> RkvMethod::plan_compression(const Clock& clock) const {
@@ -38,12 +39,11 @@ std::optional<DecodeCompressionMethod::Region> RkvMethod::plan_compression(const
   return Region{clock.num_logical - clock.num_decoded, clock.num_logical, params_.window};
 }
 
-std::vector<std::vector<int32_t>> RkvMethod::select(const float* queries, int32_t num_queries, const float* keys,
-                                                    int32_t n, int32_t num_heads, int32_t num_kv_heads,
-                                                    int32_t head_dim) const {
-  SE_CHECK(num_queries == params_.window, "rkv: {} queries for a window of {}", num_queries, params_.window);
-  return rkv_select(queries, keys, n, num_heads, num_kv_heads, head_dim, params_);
+void RkvMethod::score(TensorView out, TensorView queries, TensorView keys) {
+  rkv_score(out, queries, keys, params_, scratch_);
 }
+
+std::vector<int32_t> RkvMethod::select(const float* scores, int32_t n) const { return rkv_keep(scores, n, params_); }
 
 int32_t RkvMethod::peak_generated_tokens(int32_t num_decoded) const {
   // Uncompressed until the first multiple of buffer at or past budget + buffer, which is the most ever resident:

@@ -28,14 +28,17 @@ class RkvMethod final : public DecodeCompressionMethod {
 
  protected:
   std::optional<Region> plan_compression(const Clock& clock) const override;
-  std::vector<std::vector<int32_t>> select(const float* queries, int32_t num_queries, const float* keys, int32_t n,
-                                           int32_t num_heads, int32_t num_kv_heads, int32_t head_dim) const override;
+  // The window's own tokens are always kept and not scored.
+  int32_t num_scores(int32_t n) const override { return n - params_.window; }
+  void score(TensorView out, TensorView queries, TensorView keys) override;
+  std::vector<int32_t> select(const float* scores, int32_t n) const override;
   int32_t num_kept(int32_t n) const override { return std::min(n, params_.budget); }
   int32_t peak_generated_tokens(int32_t num_decoded) const override;
 
  private:
   RkvMethod(nlohmann::ordered_json config, const RkvParams& params, std::unique_ptr<MethodRuntime> prompt_method);
   RkvParams params_;
+  RkvScratch scratch_;  // of score()
 };
 
 }  // namespace se

@@ -1,6 +1,7 @@
 // R-KV scoring and selection (METHODS-2.md §3, from the reference code Zefan-Cai/R-KV rkv/compression/r1_kv.py and
 // rkv/utils.py): attention importance from the newest w queries, minus key-similarity redundancy, ranked per
-// (layer, KV head). Plain functions on host buffers; no state, thread-compatible.
+// (layer, KV head). Plain functions (rkv_score where its tensors live, the rest on host buffers); no state,
+// thread-compatible.
 //
 // For one layer with T cached tokens, w = window, G = num_heads / num_kv_heads, per KV head:
 //   1. logits[r, j] = max over the G query heads of q_r . k_j / sqrt(d) (GQA pooling "max", before the softmax);
@@ -11,14 +12,17 @@
 //      token's newest near-duplicate goes unpenalized; redundancy[j] = softmax over j of the column mean of S;
 //   4. score[j] = lambda * importance[j] - (1 - lambda) * redundancy[j], j < T - w;
 //   5. keep the budget - w best of them (ties: the lower index) plus the w newest tokens.
-// Steps 1-2 are the backend op group_max_attention_importance and step 3 key_redundancy (ops.h), so a GPU runs
-// the same scoring; here they run on host buffers (their CPU twins).
+// Steps 1-2 are the backend op group_max_attention_importance, step 3 key_redundancy and the pooling and mix of
+// step 4 redundancy_aware_scores (ops.h): rkv_score runs them where its tensors live (the method on a GPU), the
+// host-buffer functions below on their CPU twins.
 // NOTE: the reference casts the importance to the model dtype; this stays in fp32 and accumulates dot products in
 // double, so fp32 inputs rank as the reference does up to rounding-level near-ties.
 #pragma once
 
 #include <cstdint>
 #include <vector>
+
+#include "tensor/tensor.h"
 
 namespace se {
 
@@ -38,6 +42,20 @@ struct RkvScores {
   int32_t num_prefix = 0;     // T - w
   std::vector<float> values;  // [num_kv_heads, num_prefix]
 };
+
+// rkv_score's intermediate scores where they are computed, grown as needed and kept across calls.
+struct RkvScratch {
+  Tensor importance;  // [num_kv_heads, T - w]
+  Tensor redundancy;  // [num_kv_heads, T]
+};
+
+// Steps 1-4 as backend ops on `out`'s device (only enqueued on a GPU): out [num_kv_heads, T - w]; queries
+// [w, num_heads, head_dim] and keys [T, num_kv_heads, head_dim] F32 on the same device, as below.
+void rkv_score(TensorView out, TensorView queries, TensorView keys, const RkvParams& params, RkvScratch& scratch);
+
+// Step 5 for one KV head's scores [T - w] of its T tokens: the stream positions it keeps, ascending (every
+// position when T <= budget).
+std::vector<int32_t> rkv_keep(const float* scores, int32_t num_tokens, const RkvParams& params);
 
 // queries [w, num_heads, head_dim]: the newest w post-RoPE queries, oldest first; keys [T, num_kv_heads,
 // head_dim]: the cached post-RoPE keys in stream order. Requires T > w and num_heads % num_kv_heads == 0.

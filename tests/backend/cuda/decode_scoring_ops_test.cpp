@@ -3,7 +3,8 @@
 // (page sizes 16 and 64, per-head stream lengths, ranges that start and end inside pages); the three scores over
 // the same f32 queries and keys agree to 1e-6 (double accumulation on both: only the reductions' order and exp's
 // last bits differ), GQA groups 1, 4 and 8, head_dim 64 and 128, windows of a few rows up to budget + buffer keys;
-// key_redundancy also with repeated keys, whose newest copies go unpenalized.
+// key_redundancy also with repeated keys, whose newest copies go unpenalized; redundancy_aware_scores on random
+// importance and redundancy, kernels 1 and 7.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -106,6 +107,28 @@ TEST(CudaDecodeScoringOpsTest, KeyRedundancyMatchesCpu) {
     const double err = test::relative_error(test::download_f32(got), ref);
     std::printf("PARITY key_redundancy %-20s rel_err %.3e\n", c.name, err);
     EXPECT_LT(err, 1e-6) << c.name;
+  }
+}
+
+// R-KV's pooling and mix over the same importance and redundancy: float arithmetic on both, so they agree to the
+// last bits (a fused multiply-add on one side at most).
+TEST(CudaDecodeScoringOpsTest, RedundancyAwareScoresMatchCpu) {
+  SE_SKIP_WITHOUT_CUDA_DEVICE();
+  uint64_t seed = 12400;
+  for (const ScoreCase& c : kScoreCases) {
+    const int32_t scored = std::max(1, c.num_keys - c.rows);
+    const Tensor importance = random_host({c.num_kv_heads, scored}, seed += 10, DType::kF32);
+    const Tensor redundancy = random_host({c.num_kv_heads, c.num_keys}, seed + 1, DType::kF32);
+    for (const int32_t kernel : {1, 7}) {
+      Tensor ref = Tensor::empty(DType::kF32, {c.num_kv_heads, scored});
+      redundancy_aware_scores(ref.view(), importance.view(), redundancy.view(), kernel, 0.07f);
+      const Tensor importance_dev = upload(importance, DType::kF32), redundancy_dev = upload(redundancy, DType::kF32);
+      Tensor got = poisoned(DType::kF32, {c.num_kv_heads, scored});
+      redundancy_aware_scores(got.view(), importance_dev.view(), redundancy_dev.view(), kernel, 0.07f);
+      const double err = test::relative_error(test::download_f32(got), ref);
+      std::printf("PARITY redundancy_aware_scores %-20s kernel %d rel_err %.3e\n", c.name, kernel, err);
+      EXPECT_LT(err, 1e-6) << c.name << " kernel " << kernel;
+    }
   }
 }
 

@@ -26,7 +26,7 @@ case $stage in
   parity)
     nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$out/gpu.txt"
     "$bundle/backend_cuda_test" \
-      --gtest_filter='CudaArgmaxTest.*:CudaOpsTest.*:CudaMoeTest.*:CudaFp8KvStoreTest.*:CudaLatent*' \
+      --gtest_filter='CudaArgmaxTest.*:CudaOpsTest.*:CudaMoeTest.*:CudaFp8KvStoreTest.*:CudaLatent*:CudaDecodeScoringOpsTest.*' \
       > "$out/ops.log" 2>&1
     echo "backend_cuda_test exit $?"
     "$bundle/engine_cuda_test" --gtest_filter='-*SmolLM2*:GpuModelTest.Gemma3MatchesCpu' \

@@ -30,7 +30,10 @@
 #include "sparse/method_config.h"
 #include "sparse/method_registry.h"
 #include "sparse/method_traits.h"
+#include "base/top_k.h"
+#include "sparse/methods/kara_selection.h"
 #include "sparse/methods/observation_window_scores.h"
+#include "sparse/methods/rkv_scores.h"
 #include "sparse/sparse_controller.h"
 
 namespace se {
@@ -53,7 +56,10 @@ std::map<std::string, nlohmann::json> tiny_method_configs() {
           {"h2o", {{"budget", 32}}},
           {"quest", {{"token_budget", 32}, {"dense_layers", 0}}},
           {"omnikv", {{"num_selected_tokens", 32}, {"filter_layers", {0}}}},
-          {"kvzip", {{"ratio", 0.5}}}};
+          {"kvzip", {{"ratio", 0.5}}},
+          // Decode-time compression of the 16 generated tokens: R-KV at decode steps 12 and 16, Kara at 8 and 16.
+          {"rkv", {{"budget", 8}, {"buffer", 4}, {"window", 2}, {"kernel", 3}}},
+          {"kara", {{"window", 6}, {"buffer", 2}, {"candidates", 2}, {"budget", 3}, {"period", 4}}}};
 }
 
 // What one decode step's attention read in each layer for sequence 0 of its batch: per KV head the ascending
@@ -339,6 +345,85 @@ std::optional<double> h2o_score(const nlohmann::json& state, const CacheManager&
   return std::nullopt;
 }
 
+// R-KV and Kara (decode_compression_method.h) at the first compression whose kept sets part: both devices held the
+// same region, so their debug_state's region-relative kept indices and scores line up. Each device must keep what
+// the method's selection picks from its own scores; R-KV ranks by score alone, so every index only the CPU keeps
+// must have a partner only the GPU keeps that the CPU's scores rank no higher and the GPU's no lower. Kara's
+// Token2Chunk turns a swapped candidate into other chunks, so there the candidates (its top scores) are held to
+// that. Returns the first pair's scores, with the largest deviation of the GPU's scores from the CPU's.
+std::string judge_decode_compression(const MethodRuntime& cpu_method, const MethodRuntime& gpu_method, int num_layers,
+                                     const std::string& what) {
+  const nlohmann::json cpu_state = cpu_method.debug_state(TeacherForcedSequence::kSeq);
+  const nlohmann::json gpu_state = gpu_method.debug_state(TeacherForcedSequence::kSeq);
+  if (cpu_state.is_null() || gpu_state.is_null()) return {};
+  const nlohmann::ordered_json& config = cpu_method.config();
+  const bool rkv = cpu_method.name() == "rkv";
+  RkvParams rkv_params;
+  KaraParams kara_params;
+  if (rkv) {
+    rkv_params.budget = config.at("budget");
+    rkv_params.window = config.at("window");
+  } else {
+    kara_params.budget = config.at("budget");
+    kara_params.candidates = config.at("candidates");
+    kara_params.length_exponent = config.at("length_exponent").get<float>();
+  }
+  std::string first;
+  double deviation = 0.0;
+  for (int l = 0; l < num_layers; ++l) {
+    const nlohmann::json& cpu_scores = cpu_state.at("last_scores").at(l);
+    for (size_t h = 0; h < cpu_scores.size(); ++h) {
+      const std::vector<float> c = cpu_scores.at(h), g = gpu_state.at("last_scores").at(l).at(h);
+      const std::vector<int32_t> cpu_kept = cpu_state.at("last_kept").at(l).at(h);
+      const std::vector<int32_t> gpu_kept = gpu_state.at("last_kept").at(l).at(h);
+      if (c.empty() || cpu_kept == gpu_kept) continue;
+      if (c.size() != g.size()) {
+        ADD_FAILURE() << what << " layer " << l << " head " << h << ": " << c.size() << " cpu and " << g.size()
+                      << " gpu scores";
+        continue;
+      }
+      const auto n = static_cast<int32_t>(rkv ? c.size() + static_cast<size_t>(rkv_params.window) : c.size());
+      const auto pick = [&](const std::vector<float>& scores) {
+        return rkv ? rkv_keep(scores.data(), n, rkv_params) : kara_select_tokens(scores.data(), n, kara_params).kept;
+      };
+      EXPECT_EQ(pick(c), cpu_kept) << what << " layer " << l << " head " << h << ": the CPU kept against its scores";
+      EXPECT_EQ(pick(g), gpu_kept) << what << " layer " << l << " head " << h << ": the GPU kept against its scores";
+      for (size_t j = 0; j < c.size(); ++j)
+        deviation = std::max(deviation, std::abs(static_cast<double>(g[j]) - c[j]) / (std::abs(c[j]) + 1e-12));
+      // The ranked sets: R-KV's kept (less its window), Kara's candidates.
+      std::vector<int32_t> cpu_ranked = cpu_kept, gpu_ranked = gpu_kept;
+      if (rkv) {
+        std::erase_if(cpu_ranked, [&](int32_t i) { return i >= static_cast<int32_t>(c.size()); });
+        std::erase_if(gpu_ranked, [&](int32_t i) { return i >= static_cast<int32_t>(c.size()); });
+      } else {
+        const int32_t k = std::min(kara_params.candidates, std::min(kara_params.budget, n));
+        top_k_ascending(c.data(), n, k, cpu_ranked);
+        top_k_ascending(g.data(), n, k, gpu_ranked);
+      }
+      std::vector<int32_t> only_cpu, only_gpu;
+      std::set_difference(cpu_ranked.begin(), cpu_ranked.end(), gpu_ranked.begin(), gpu_ranked.end(),
+                          std::back_inserter(only_cpu));
+      std::set_difference(gpu_ranked.begin(), gpu_ranked.end(), cpu_ranked.begin(), cpu_ranked.end(),
+                          std::back_inserter(only_gpu));
+      for (const int32_t a : only_cpu) {
+        const auto a_ = static_cast<size_t>(a);
+        const auto it = std::find_if(only_gpu.begin(), only_gpu.end(), [&](int32_t b) {
+          const auto b_ = static_cast<size_t>(b);
+          return c[a_] >= c[b_] && g[b_] >= g[a_];
+        });
+        EXPECT_NE(it, only_gpu.end()) << what << " layer " << l << " head " << h << ": the GPU ranked region index "
+                                      << a << " lower against its own scores";
+        if (it == only_gpu.end() || !first.empty()) continue;
+        const auto b_ = static_cast<size_t>(*it);
+        first = fmt::format("layer {} h{}: cpu ranks region index {} ({:.6f}, gpu {:.6f}) over {} ({:.6f}, gpu {:.6f})",
+                            l, h, a, c[a_], g[a_], *it, c[b_], g[b_]);
+      }
+    }
+  }
+  if (first.empty()) first = "the same candidates";
+  return fmt::format("{}; gpu scores deviate up to {:.2e} relative", first, deviation);
+}
+
 // Where one prompt's GPU run first parts from the CPU's with the token stream held fixed.
 struct DecisionReport {
   int first_affected = -1;  // the first greedy token a kept set or selection that parted can change; -1: none did
@@ -351,10 +436,10 @@ struct DecisionReport {
 // of kPrefillChunk, as the engine tests' steps), comparing after every prefill chunk and decode step the positions
 // each (layer, KV head) stream keeps and, for each decode step, what each layer's selection let attention read.
 // The first kept set that parts is judged by both devices' scores of the tokens in question (the SnapKV family's
-// window scores, H2O's and KVzip's from debug_state); the first selection that parts must do so where the pages'
-// scores lie within their bf16 rounding; and a GPU pick that differs at a CPU margin above `pick_bound` (dense
-// attention's noise; < 0: twice the step's own logits deviation) must follow a decision that parted. Both devices
-// keep `store`.
+// window scores, H2O's, KVzip's, R-KV's and Kara's from debug_state); the first selection that parts must do so where
+// the pages' scores lie within their bf16 rounding; and a GPU pick that differs at a CPU margin above `pick_bound`
+// (dense attention's noise; < 0: twice the step's own logits deviation) must follow a decision that parted. Both
+// devices keep `store`.
 DecisionReport compare_decisions(const DeviceBundles& bundles, const std::string& method, const nlohmann::json& config,
                                  const std::vector<int32_t>& prompt, int num_new, double pick_bound,
                                  const std::string& what, KvStoreKind store = KvStoreKind::kExplicit) {
@@ -413,6 +498,8 @@ DecisionReport compare_decisions(const DeviceBundles& bundles, const std::string
                          /*across_heads=*/true, what);
     } else if (method == "kvzip") {
       note = judge_kvzip_difference(**cpu, **gpu, num_layers, what);
+    } else if (method == "rkv" || method == "kara") {
+      note = judge_decode_compression((*cpu)->method(), (*gpu)->method(), num_layers, what);
     } else if (method == "h2o") {
       // At the first step whose kept sets part both devices held the same tokens before it, so the tokens in
       // question were candidates on both, scored by accumulated attention (what the eviction dropped included).
