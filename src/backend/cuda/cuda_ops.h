@@ -39,6 +39,11 @@ void token_logprobs(TensorView logprobs, TensorView x, TensorView ids);
 
 // Explicit bf16 pages, or FP8 codes (the view's device scales).
 void write_kv(const AttentionView& view, TensorView k, TensorView v);
+// The KIVI store's writes (device tables): one block per batch row puts its K/V rows into each stream's bf16 window;
+// a flush runs one block per key group (a thread per channel) and one per value row (a thread per value group), the
+// job lists staged from host memory.
+void write_kivi_window(const AttentionView& view, TensorView k, TensorView v);
+void quantize_kivi_rows(const AttentionView& pool, const KiviFlushRows& rows);
 // One block per (KV head, K or V) reduces the head's magnitudes over the batch's rows.
 void fp8_kv_scales(TensorView k_scales, TensorView v_scales, TensorView k, TensorView v);
 // Tensor-core (mma.sync bf16) tiled kernels: a decode kernel (query rows of one sequence x its GQA
