@@ -66,11 +66,12 @@ __device__ __forceinline__ uint16_t f16_bits(float x) { return __half_as_ushort(
 template <typename Value>
 __device__ void quantize_group(Value value, int n, int bits, uint32_t* words, uint16_t* scale, uint16_t* mn) {
   const float max_code = static_cast<float>((1 << bits) - 1);
+  // The comparisons of std::min, std::max and std::clamp on the host, so signed zeros pick the CPU's side.
   float lo = INFINITY, hi = -INFINITY;
   for (int i = 0; i < n; ++i) {
     const float x = f16_round(value(i));
-    lo = fminf(lo, x);
-    hi = fmaxf(hi, x);
+    lo = x < lo ? x : lo;
+    hi = hi < x ? x : hi;
   }
   const float s = f16_round(__fdiv_rn(f16_round(__fsub_rn(hi, lo)), max_code));
   *scale = f16_bits(s);
@@ -80,8 +81,8 @@ __device__ void quantize_group(Value value, int n, int bits, uint32_t* words, ui
   for (int i = 0; i < n; ++i) {
     uint32_t q = 0;
     if (s > 0.0f) {
-      const float t =
-          fminf(fmaxf(f16_round(__fdiv_rn(f16_round(__fsub_rn(f16_round(value(i)), lo)), s)), 0.0f), max_code);
+      const float x = f16_round(__fdiv_rn(f16_round(__fsub_rn(f16_round(value(i)), lo)), s));
+      const float t = x < 0.0f ? 0.0f : (max_code < x ? max_code : x);
       q = static_cast<uint32_t>(rintf(t));  // round half to even, as torch.round
     }
     word |= q << ((i % per_word) * bits);
