@@ -213,7 +213,7 @@ TEST(CudaKiviKvStoreTest, WritesTheCpuBytesAndAttendsLikeTheCpu) {
   SE_SKIP_WITHOUT_CUDA_DEVICE();
   uint64_t seed = 9000;
   for (const KiviCase& c : kivi_cases()) {
-    KiviPair pair(c, 4096, /*hold_prompts=*/false);
+    KiviPair pair(c, 8192, /*hold_prompts=*/false);
     const size_t num_seqs = c.steps.front().size();
     for (size_t s = 0; s < num_seqs; ++s) pair.open(static_cast<int32_t>(s), 0);
     double worst = 0.0;
