@@ -758,8 +758,6 @@ void paged_low_rank_attention(TensorView out, TensorView q, const AttentionView&
   cpu::paged_low_rank_attention(out, q, view, rope, params);
 }
 
-// The sparse-method ops take the cache's host tables on both backends; a GPU pool (view.kv_device) sends them to
-// the CUDA twins, with q (and page key bounds) on the device and the scores written to host memory.
 namespace {
 // A KIVI host view as the explicit pages of its windows, for a GPU scoring op over sequence `slice`, whose tokens must
 // all be in its window (a compress-after method scores a prompt the store holds at full precision): each sequence
@@ -783,6 +781,8 @@ AttentionView kivi_windows_as_explicit(const AttentionView& view, int32_t slice,
 }
 }  // namespace
 
+// The sparse-method ops take the cache's host tables on both backends; a GPU pool (view.kv_device) sends them to
+// the CUDA twins, with q (and page key bounds) on the device and the scores written to host memory.
 void attention_scores(TensorView out, TensorView q, const AttentionView& view, int32_t slice,
                       const AttentionParams& params, ScoreReduce reduce, ScoresReady ready) {
   SE_CHECK(slice >= 0 && slice < view.num_seqs, "attention_scores: sequence {} of {}", slice, view.num_seqs);
