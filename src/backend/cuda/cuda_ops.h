@@ -50,7 +50,8 @@ void fp8_kv_scales(TensorView k_scales, TensorView v_scales, TensorView k, Tenso
 // group per CTA, keys split across warps) and a prefill kernel (64 query vectors per CTA), split-KV
 // with a combine pass when the batch alone cannot fill the GPU. head_dim 64, 128 or 256. With a
 // selection (token or page unit) a CTA gathers only the selected keys it can see and splits those.
-// Over FP8 pages (the view's device scales) each tile is decoded to bf16 as it is gathered.
+// Over FP8 pages (the view's device scales) and KIVI streams (group codes and a bf16 window) each tile is decoded to
+// bf16 as it is gathered.
 void paged_attention(TensorView out, TensorView q, const AttentionView& view,
                      const AttentionParams& params);
 // The plain fp32 kernel (one warp per query row and KV head, keys one by one): slow, kept as the

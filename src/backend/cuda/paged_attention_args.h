@@ -73,7 +73,8 @@ struct PagedAttentionArgs {
 // at head_dim 256).
 int tiled_query_vectors(int head_dim, bool prefill);
 // Enqueues the tiled kernel for head_dim in {64, 128, 256}; grid_x bounds the number of tiles. The
-// selection variant runs when args.select_unit > 0 (bf16 pages only); FP8 pages run their own variant.
+// selection variant runs when args.select_unit > 0 (bf16 pages only); FP8 pages and KIVI streams run
+// variants of their own.
 void launch_paged_attention_tiled(const PagedAttentionArgs& args, int head_dim, bool prefill,
                                   int grid_x);
 // Resident CTAs per SM of that kernel (for split planning).
