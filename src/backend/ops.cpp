@@ -369,7 +369,7 @@ constexpr OpEntry kOps[] = {
     {OpId::kPagedAttention, "paged_attention", true},
     {OpId::kPagedAttentionOverSelection, "paged_attention over a selection", true},
     {OpId::kPagedAttentionOverFp8Pages, "paged_attention over fp8 pages", true},
-    {OpId::kPagedAttentionOverKiviPages, "paged_attention over kivi pages", false},
+    {OpId::kPagedAttentionOverKiviPages, "paged_attention over kivi pages", true},
     {OpId::kPagedAttentionOverTurboQuantPages, "paged_attention over turboquant pages", false},
     {OpId::kUpdatePageKeyBounds, "update_page_key_bounds", true},
     {OpId::kPageKeyBoundScores, "page_key_bound_scores", true},
@@ -423,11 +423,86 @@ void attention(TensorView out, TensorView q, TensorView k, TensorView v, TensorV
   cpu::attention(out, q, k, v, q_positions, k_positions, params);
 }
 
+namespace {
+bool is_kivi_view(const AttentionView& view) {
+  return view.payload == KvPayload::kQuantized && view.quantized.scheme == KvQuantScheme::kKivi;
+}
+
+// A KIVI view's residual window as the backend keeps it (f32 rows on the CPU, bf16 on CUDA) and its codes' geometry.
+void check_kivi_geometry(const AttentionView& view, std::string_view op) {
+  const QuantizedKvView& qv = view.quantized;
+  const DType rows = view.kv_device == Device::kCuda ? DType::kBF16 : DType::kF32;
+  SE_CHECK(view.kv_dtype == rows, "{}: KIVI residual rows on {} are {}, got {}", op, device_name(view.kv_device),
+           dtype_name(rows), dtype_name(view.kv_dtype));
+  SE_CHECK(qv.bits == 2 || qv.bits == 4 || qv.bits == 8, "{}: KIVI bits {} (2, 4 or 8)", op, qv.bits);
+  SE_CHECK(qv.group_size > 0 && qv.group_size % (32 / qv.bits) == 0,
+           "{}: KIVI group size {} is not a positive multiple of {}", op, qv.group_size, 32 / qv.bits);
+  SE_CHECK(
+      qv.value_group_size > 0 && view.head_dim % qv.value_group_size == 0 && qv.value_group_size % (32 / qv.bits) == 0,
+      "{}: KIVI value group size {} does not divide head_dim {} in whole {}-bit code words", op, qv.value_group_size,
+      view.head_dim, qv.bits);
+  const KiviPageLayout layout = kivi_page_layout(qv.group_size, qv.value_group_size, view.head_dim, qv.bits);
+  SE_CHECK(qv.quantized_page_bytes == layout.page_bytes, "{}: KIVI pages of {} bytes, the layout has {}", op,
+           qv.quantized_page_bytes, layout.page_bytes);
+  SE_CHECK(view.page_size > 0 &&
+               2 * static_cast<size_t>(view.page_size) * view.head_dim * dtype_size(view.kv_dtype) <= view.page_bytes,
+           "{}: {} residual rows of head_dim {} do not fit a page of {} bytes", op, view.page_size, view.head_dim,
+           view.page_bytes);
+}
+
+void write_kivi_window(const AttentionView& view, TensorView k, TensorView v) {
+  check_kivi_geometry(view, "write_kv");
+  SE_CHECK(view.quantized.kivi_seqs != nullptr, "write_kv: KIVI view without its sequences' tables");
+  SE_CHECK((k.device == Device::kCuda) == (view.kv_device == Device::kCuda), "write_kv: k on {}, the KV pool on {}",
+           device_name(k.device), device_name(view.kv_device));
+  SE_CHECK(k.shape.rank() == 3 && k.shape[1] == view.num_kv_heads && k.shape[2] == view.head_dim && v.shape == k.shape,
+           "write_kv: k {} v {} for {} KV heads x {}", k.shape.to_string(), v.shape.to_string(), view.num_kv_heads,
+           view.head_dim);
+  if (on_cuda(k, "write_kv")) {
+    // Device tables: the row count is the caller's contract, as for the other stores.
+    require_cuda_act(k, "write_kv.k");
+    require_cuda_act(v, "write_kv.v");
+    SE_CHECK(k.dtype == v.dtype, "write_kv: k is {}, v {}", dtype_name(k.dtype), dtype_name(v.dtype));
+    if constexpr (kCudaBuilt) cuda::write_kivi_window(view, k, v);
+    return;
+  }
+  require_cpu_f32(k, "write_kv.k");
+  require_cpu_f32(v, "write_kv.v");
+  SE_CHECK(k.shape[0] == view.q_indptr[view.num_seqs], "write_kv: k {} for {} rows", k.shape.to_string(),
+           view.q_indptr[view.num_seqs]);
+  cpu::write_kivi_window(view, k, v);
+}
+}  // namespace
+
+void quantize_kivi_rows(const AttentionView& pool, const KiviFlushRows& rows) {
+  SE_CHECK(is_kivi_view(pool), "quantize_kivi_rows: not a KIVI view of the pool");
+  check_kivi_geometry(pool, "quantize_kivi_rows");
+  SE_CHECK(rows.key_rows.size() == rows.key_pages.size() * static_cast<size_t>(pool.quantized.group_size) &&
+               rows.value_slots.size() == rows.value_pages.size() && rows.value_rows.size() == rows.value_pages.size(),
+           "quantize_kivi_rows: {} key rows for {} groups of {}, {} value rows, {} slots and {} pages",
+           rows.key_rows.size(), rows.key_pages.size(), pool.quantized.group_size, rows.value_rows.size(),
+           rows.value_slots.size(), rows.value_pages.size());
+  for (int32_t slot : rows.value_slots)
+    SE_CHECK(slot >= 0 && slot < pool.quantized.group_size, "quantize_kivi_rows: value slot {} of a group of {}", slot,
+             pool.quantized.group_size);
+  if (rows.key_pages.empty() && rows.value_pages.empty()) return;
+  if (pool.kv_device == Device::kCuda) {
+    SE_CHECK(kCudaBuilt, "quantize_kivi_rows: the KV pool is on the GPU, but this build has no CUDA backend");
+    if constexpr (kCudaBuilt) cuda::quantize_kivi_rows(pool, rows);
+    return;
+  }
+  cpu::quantize_kivi_rows(pool, rows);
+}
+
 void write_kv(const AttentionView& view, TensorView k, TensorView v) {
+  if (is_kivi_view(view)) {
+    write_kivi_window(view, k, v);
+    return;
+  }
   const bool fp8 = is_fp8_pool(view);
   SE_CHECK(view.payload == KvPayload::kExplicit || view.payload == KvPayload::kSharedLatent ||
                view.payload == KvPayload::kLowRankLatent || fp8,
-           "write_kv: only explicit and FP8 K/V pages are written by this op, and latent rows");
+           "write_kv: only explicit and FP8 K/V pages are written by this op, KIVI windows and latent rows");
   if (fp8)
     SE_CHECK(view.quantized.k_scales != nullptr && view.quantized.v_scales != nullptr,
              "write_kv: fp8 pages, no scales");
@@ -499,16 +574,7 @@ void check_cuda_paged_attention(TensorView out, TensorView q, const AttentionVie
 // The tables of a KIVI view against attention_view.h's invariants (host tables, as the CPU op reads them).
 void check_kivi_view(const AttentionView& view) {
   const QuantizedKvView& qv = view.quantized;
-  SE_CHECK(view.kv_dtype == DType::kF32, "paged_attention: the CPU backend keeps f32 residual pages");
-  SE_CHECK(qv.bits == 2 || qv.bits == 4 || qv.bits == 8, "paged_attention: KIVI bits {} (2, 4 or 8)", qv.bits);
-  SE_CHECK(qv.group_size > 0 && qv.group_size % (32 / qv.bits) == 0,
-           "paged_attention: KIVI group size {} is not a positive multiple of {}", qv.group_size, 32 / qv.bits);
-  SE_CHECK(qv.value_group_size > 0 && view.head_dim % qv.value_group_size == 0,
-           "paged_attention: KIVI value group size {} does not divide head_dim {}", qv.value_group_size,
-           view.head_dim);
-  const KiviPageLayout layout = kivi_page_layout(qv.group_size, qv.value_group_size, view.head_dim, qv.bits);
-  SE_CHECK(qv.quantized_page_bytes == layout.page_bytes, "paged_attention: KIVI pages of {} bytes, the layout has {}",
-           qv.quantized_page_bytes, layout.page_bytes);
+  check_kivi_geometry(view, "paged_attention");
   SE_CHECK(qv.kivi_seqs != nullptr, "paged_attention: KIVI view without its sequences' tables");
   for (int32_t s = 0; s < view.num_seqs; ++s) {
     const KiviSeqView& kivi = qv.kivi_seqs[s];
@@ -581,6 +647,13 @@ void paged_attention_quantized(TensorView out, TensorView q, const AttentionView
     }
     check_paged_attention_q(out, q, view);
     cpu::paged_attention_fp8(out, q, view, params);
+    return;
+  }
+  if (view.quantized.scheme == KvQuantScheme::kKivi && on_cuda(out, "paged_attention")) {
+    // Device tables: the geometry is checked, the tables' invariants are the cache's contract.
+    check_kivi_geometry(view, op);
+    check_cuda_paged_attention(out, q, view);
+    if constexpr (kCudaBuilt) cuda::paged_attention(out, q, view, params);
     return;
   }
   check_paged_attention_q(out, q, view);
@@ -726,11 +799,40 @@ void paged_low_rank_attention(TensorView out, TensorView q, const AttentionView&
   cpu::paged_low_rank_attention(out, q, view, rope, params);
 }
 
+namespace {
+// A KIVI host view as the explicit pages of its windows, for a GPU scoring op over sequence `slice`, whose tokens must
+// all be in its window (a compress-after method scores a prompt the store holds at full precision): each sequence
+// reads its residual page list, and the slice's window starts at slot 0 of it. `seqs` keeps the views.
+AttentionView kivi_windows_as_explicit(const AttentionView& view, int32_t slice, std::vector<SeqKvView>& seqs,
+                                       std::string_view op) {
+  check_kivi_geometry(view, op);
+  const KiviSeqView& kivi = view.quantized.kivi_seqs[slice];
+  for (int32_t h = 0; h < view.num_kv_heads; ++h)
+    SE_CHECK(kivi.num_quantized_keys[h] == 0 && kivi.num_quantized_values[h] == 0 && kivi.residual_first_slot[h] == 0,
+             "{}: sequence {} KV head {} of the KIVI store has {} keys and {} values quantized already; on CUDA it "
+             "scores only tokens its window holds at full precision",
+             op, slice, h, kivi.num_quantized_keys[h], kivi.num_quantized_values[h]);
+  seqs.clear();
+  for (int32_t s = 0; s < view.num_seqs; ++s) seqs.push_back(view.quantized.kivi_seqs[s].residual);
+  AttentionView window = view;
+  window.payload = KvPayload::kExplicit;
+  window.quantized = QuantizedKvView{};
+  window.seqs = seqs.data();
+  return window;
+}
+}  // namespace
+
 // The sparse-method ops take the cache's host tables on both backends; a GPU pool (view.kv_device) sends them to
 // the CUDA twins, with q (and page key bounds) on the device and the scores written to host memory.
 void attention_scores(TensorView out, TensorView q, const AttentionView& view, int32_t slice,
                       const AttentionParams& params, ScoreReduce reduce, ScoresReady ready) {
   SE_CHECK(slice >= 0 && slice < view.num_seqs, "attention_scores: sequence {} of {}", slice, view.num_seqs);
+  if (is_kivi_view(view) && view.kv_device == Device::kCuda) {
+    thread_local std::vector<SeqKvView> windows;
+    attention_scores(out, q, kivi_windows_as_explicit(view, slice, windows, "attention_scores"), slice, params, reduce,
+                     ready);
+    return;
+  }
   int32_t max_len = 0;
   for (int32_t h = 0; h < view.num_kv_heads; ++h) max_len = std::max(max_len, view.seqs[slice].num_tokens[h]);
   SE_CHECK(q.shape.rank() == 3 && q.shape[2] == view.head_dim && q.shape[1] % view.num_kv_heads == 0 &&

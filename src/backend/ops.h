@@ -130,8 +130,31 @@ void attention(TensorView out, TensorView q, TensorView k, TensorView v, TensorV
 // goes to physical slot num_tokens[h] - n + r of every KV head h (the slots the cache appended for this step).
 // k, v [T, Hkv, D] F32. A kSharedLatent or kLowRankLatent view takes the latent rows as k and has no V half: v is
 // not read (on CUDA the shared latent's rows only, into bf16 pages). An FP8 view stores each element as
-// fp8_quantize does, the same bytes on both backends (on CUDA the scales are device memory, k and v F32 or BF16).
+// fp8_quantize does, the same bytes on both backends (on CUDA the scales are device memory, k and v F32 or BF16). A
+// KIVI view (attention_view.h, kKivi) takes the rows into each stream's full-precision window: row r at window slot
+// residual.num_tokens[h] - n + r, counted from residual_first_slot[h] of the stream's residual page list (the new
+// tokens are the last of its window).
 void write_kv(const AttentionView& view, TensorView k, TensorView v);
+
+// What one KIVI flush quantizes (KiviCacheManager): rows of the residual window, numbered page * page_size + slot over
+// the pool's residual pages, into the quantized pages of attention_view.h's kKivi layout.
+struct KiviFlushRows {
+  // Key group g: the K rows key_rows[g * group_size + t] (t < group_size, token order), one code per channel under
+  // each channel's scale and minimum over the group, into quantized page key_pages[g].
+  std::span<const int32_t> key_pages;
+  std::span<const int64_t> key_rows;
+  // Value i: the V row value_rows[i], groups of value_group_size channels, into token slot value_slots[i] of quantized
+  // page value_pages[i].
+  std::span<const int32_t> value_pages;
+  std::span<const int32_t> value_slots;
+  std::span<const int64_t> value_rows;
+};
+
+// Quantizes `rows` as kivi_quantize_row does (backend/quant/kivi_quant.h): the same codes, scales and minima on both
+// backends for the same row values. `pool` is a KIVI view of the pool (its residual geometry and `quantized`
+// fields; its sequences are not read): f32 rows on the CPU, bf16 rows on CUDA, where the job lists travel from host
+// memory and the call only enqueues.
+void quantize_kivi_rows(const AttentionView& pool, const KiviFlushRows& rows);
 
 // The FP8 store's scales from a batch's new rows, per KV head as vLLM's calculate_kv_scales computes them over a
 // layer: k_scales[h] = max|K[:, h, :]| / 200 and v_scales[h] = max|V[:, h, :]| / 100, 1.0 where the maximum is 0
@@ -143,9 +166,9 @@ void fp8_kv_scales(TensorView k_scales, TensorView v_scales, TensorView k, Tenso
 // the view's selection when it has one. q, out [T, H, D] F32; GQA: head h reads KV head h / (H / Hkv).
 // Explicit pages, and quantized ones (kQuantized: FP8 e4m3, KIVI or TurboQuant, decoded row by row as they are read;
 // no selection yet). The quantized variants are the ops "paged_attention over fp8 pages", "... over kivi pages" and
-// "... over turboquant pages" for cuda_implements: FP8 pages are read on CUDA too (device tables and scales, bf16
-// or f32 q and out, as for explicit pages); the others are CPU only, so a CUDA tensor or pool gets a "not
-// implemented" error.
+// "... over turboquant pages" for cuda_implements: FP8 and KIVI pages are read on CUDA too (device tables, an FP8
+// view's scales on the device, bf16 or f32 q and out, as for explicit pages); TurboQuant's are CPU only, so a CUDA
+// tensor or pool gets a "not implemented" error.
 void paged_attention(TensorView out, TensorView q, const AttentionView& view, const AttentionParams& params);
 
 // Multi-head latent attention (MLA) with the weights absorbed, as FlashMLA computes it. W_uk[h] and W_uv[h] are head
@@ -186,9 +209,9 @@ void paged_low_rank_attention(TensorView out, TensorView q, const AttentionView&
 // --- what the sparse methods read and change (sparse/methods/) ---
 // The methods run on the host and pass the cache's host view: q_indptr, seqs and the tables they point to are host
 // memory on both backends, and view.kv_device says where the pool is. With a CUDA pool (bf16 pages; FP8 codes for
-// attention_scores, compact_kv and move_kv_rows, as on the CPU) the scoring and compaction ops run on the GPU: q
-// (and page key bounds) are device tensors, and the scores' `out` stays host F32 memory, filled when the call
-// returns.
+// attention_scores, compact_kv and move_kv_rows, as on the CPU; a KIVI view for attention_scores while the scored
+// sequence's tokens are all in its window) the scoring and compaction ops run on the GPU: q (and page key bounds) are
+// device tensors, and the scores' `out` stays host F32 memory, filled when the call returns.
 
 enum class ScoreReduce : uint8_t { kSum, kMax };
 enum class ScoresReady : uint8_t { kOnReturn, kAfterSynchronize };

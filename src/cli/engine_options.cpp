@@ -119,13 +119,15 @@ void add_engine_options(CLI::App& command, EngineConfig& config) {
       ->check(CLI::IsMember({"auto", "radix", "chain", "off"}))
       ->capture_default_str();
   command
-      .add_option("--kv-cache-dtype", config.kv_cache_dtype,
-                  "what the KV pages hold: auto (the backend's dtype), fp8 or fp8_e4m3 (e4m3 codes with "
-                  "per-layer, per-KV-head scales), kivi2 or kivi4 (KIVI's 2- or 4-bit group codes and a "
-                  "full-precision residual window), turboquant_k8v4, turboquant_4bit_nc, turboquant_k3v4_nc or "
-                  "turboquant_3bit_nc (vLLM's TurboQuant presets: rotated Lloyd-Max keys or e4m3 keys, uniform "
-                  "values, per token), turboquant_2.5 or turboquant_3.5 (the paper's store: outlier channels at one "
-                  "bit more, QJL-corrected keys); CPU; `sparse-engine methods` lists the methods each supports")
+      .add_option(
+          "--kv-cache-dtype", config.kv_cache_dtype,
+          "what the KV pages hold: auto (the backend's dtype), fp8 or fp8_e4m3 (e4m3 codes with "
+          "per-layer, per-KV-head scales), kivi2 or kivi4 (KIVI's 2- or 4-bit group codes and a "
+          "full-precision residual window), turboquant_k8v4, turboquant_4bit_nc, turboquant_k3v4_nc or "
+          "turboquant_3bit_nc (vLLM's TurboQuant presets: rotated Lloyd-Max keys or e4m3 keys, uniform "
+          "values, per token), turboquant_2.5 or turboquant_3.5 (the paper's store: outlier channels at one "
+          "bit more, QJL-corrected keys); all on the CPU, auto, fp8 and kivi also on CUDA; `sparse-engine methods` "
+          "lists the methods each supports")
       ->capture_default_str();
   command
       .add_option("--kivi-group-size", config.kivi_group_size,

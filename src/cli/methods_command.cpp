@@ -116,8 +116,10 @@ int run_methods(bool as_json) {
     for (const auto& store : m["kv_cache_dtypes"])
       if (store == "kivi2") over_kivi += (over_kivi.empty() ? "" : ", ") + m["name"].get<std::string>();
   std::printf(
-      "\nKIVI (--kv-cache-dtype kivi2|kivi4) runs under %s: a compress-after method scores and evicts the prompt while "
-      "the store holds it at full precision, and only the kept tokens are quantized. Methods that evict or select "
+      "\nKIVI (--kv-cache-dtype kivi2|kivi4) runs under %s, on the CPU and on CUDA (where the window is written, its "
+      "groups quantized and the kept rows moved on the device): a compress-after method scores and evicts the prompt "
+      "while the store holds it at full precision, and only the kept tokens are quantized. Methods that evict or "
+      "select "
       "during decode are refused over KIVI, as are ops that read explicit K/V pages; every refused pairing of a method "
       "and a store fails before the model loads (exit 2) with the reason. Over KIVI the Chain Cache keeps a chain's "
       "quantized groups and residual windows between turns (--prefix-cache-mode chain, or auto for a method with a "

@@ -61,6 +61,13 @@ bool AttentionViewMirror::place_regions(const KvLayout& l, const ForwardBatch& b
 
 void AttentionViewMirror::upload(CacheManager& cache, const ForwardBatch& batch) {
   const KvLayout& l = cache.layout();
+  if (l.kivi()) {
+    if (!kivi_) kivi_ = std::make_unique<KiviViewMirror>(device_);
+    const uint64_t sent = kivi_->bytes_sent();
+    kivi_->upload(cache, batch);
+    bytes_sent_ += kivi_->bytes_sent() - sent;
+    return;
+  }
   const int32_t L = l.num_layers, H = l.num_kv_heads;
   const auto num_seqs = static_cast<int32_t>(batch.sequences.size());
   selection_used_ = 0;
@@ -165,6 +172,7 @@ void AttentionViewMirror::upload(CacheManager& cache, const ForwardBatch& batch)
 }
 
 AttentionView AttentionViewMirror::device_view(int layer, const AttentionView& host_view) {
+  if (kivi_) return kivi_->device_view(layer, host_view);
   SE_CHECK(host_view.num_seqs == num_seqs_, "device view of {} sequences, {} uploaded", host_view.num_seqs, num_seqs_);
   const char* header_device = static_cast<const char*>(header_.device.raw());
   AttentionView view = host_view;

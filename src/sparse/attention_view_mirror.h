@@ -16,15 +16,18 @@
 // device view carries it by value, so such a forward enqueues no host copy after upload() and a CUDA graph can
 // replay it. Valid while the cache's tables are unchanged, i.e. until the forward's method hooks evict.
 // The buffers grow geometrically, so a steady decode allocates nothing; a move of the header notes
-// StepGraph::note_buffers_moved. Engine thread only.
+// StepGraph::note_buffers_moved. A KIVI cache's views (quantized groups and a sliding window) travel whole each
+// forward instead, through a KiviViewMirror. Engine thread only.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <unordered_map>
 #include <vector>
 
 #include "backend/attention_view.h"
 #include "sparse/cache_manager.h"
+#include "sparse/kivi_view_mirror.h"
 #include "tensor/tensor.h"
 
 namespace se {
@@ -60,6 +63,7 @@ class AttentionViewMirror final {
   const SeqKvView* upload_selection(const AttentionView& host_view, const SeqKvView* views);
 
   Device device_;
+  std::unique_ptr<KiviViewMirror> kivi_;  // a KIVI cache's views, made at its first upload
   // The header of the uploaded forward: SeqKvView [num_layers][num_seqs] | q_indptr [num_seqs + 1] | num_tokens
   // [num_seqs][num_layers][num_kv_heads], the views pointing into the regions of the lists buffer.
   Staged header_;

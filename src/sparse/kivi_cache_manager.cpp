@@ -2,9 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstring>
 
-#include "backend/quant/kivi_quant.h"
+#include "backend/device_memory.h"
 #include "base/check.h"
 #include "kv/page_storage.h"
 
@@ -47,9 +46,11 @@ Result<std::unique_ptr<KiviCacheManager>> KiviCacheManager::create(const KvLayou
                                                                    Allocator* allocator, bool hold_prompts) {
   SE_RETURN_IF_ERROR(layout.validate());
   if (!layout.kivi()) return invalid_argument("kivi cache: the layout's store is {}", kv_store_kind_name(layout.store));
-  if (allocator == nullptr || allocator->device() != Device::kCpu || layout.dtype != DType::kF32)
-    return unimplemented("the {} KV store runs on the CPU only (f32 residual rows), got {} rows",
-                         kv_store_kind_name(layout.store), dtype_name(layout.dtype));
+  if (allocator == nullptr) return invalid_argument("kivi cache: no allocator");
+  const DType rows = kv_page_dtype(allocator->device(), layout.store);
+  if (layout.dtype != rows)
+    return invalid_argument("the {} KV store keeps {} residual rows on {}, got {}", kv_store_kind_name(layout.store),
+                            dtype_name(rows), device_name(allocator->device()), dtype_name(layout.dtype));
   SE_ASSIGN_OR_RETURN(std::unique_ptr<ArenaPageStorage> storage,
                       ArenaPageStorage::create(allocator, num_pages, layout.page_bytes()));
   return std::unique_ptr<KiviCacheManager>(new KiviCacheManager(layout, std::move(storage), hold_prompts));
@@ -176,8 +177,10 @@ Status KiviCacheManager::reserve(int32_t seq, int32_t num_new_tokens) {
 
 void KiviCacheManager::flush(Sequence& s) {
   if (s.held_prompt > 0) return;
+  flush_rows_.clear();
   bool pages_moved = false;
   for (Stream& stream : s.streams) pages_moved = flush(stream) || pages_moved;
+  quantize_kivi_rows(pool_view(), flush_rows_.rows());
   if (pages_moved) s.epoch = next_epoch();  // listed pages moved
 }
 
@@ -185,45 +188,24 @@ bool KiviCacheManager::flush(Stream& stream) {
   const int32_t keys_end = static_cast<int32_t>(stream.window.quantized_keys());
   const int32_t values_end = static_cast<int32_t>(stream.window.quantized_values());
   if (keys_end == stream.stored_keys && values_end == stream.stored_values) return false;
-  const KvLayout& l = layout();
-  const int32_t group = l.page_size, dim = l.head_dim, bits = kivi_bits(l.store), per_page = residual_page_tokens_;
-  char* base = static_cast<char*>(pool_.storage()->base());
-  const size_t page_bytes = l.page_bytes();
-  auto page = [&](int32_t id) { return base + static_cast<size_t>(id) * page_bytes; };
-  rows_.resize(static_cast<size_t>(group) * static_cast<size_t>(dim));
-  // Row kv (0 = K, 1 = V) of token j, still in the window.
-  auto row = [&](int kv, int32_t j) {
+  const int32_t group = layout().page_size, per_page = residual_page_tokens_;
+  // Window row of token j (page * per_page + slot), still in the window.
+  auto row = [&](int32_t j) {
     const int32_t slot = j - stream.stored_values + stream.first_slot;
-    return reinterpret_cast<const float*>(page(stream.residual[static_cast<size_t>(slot / per_page)])) +
-           (static_cast<size_t>(kv) * static_cast<size_t>(per_page) + static_cast<size_t>(slot % per_page)) *
-               static_cast<size_t>(dim);
+    return int64_t{stream.residual[static_cast<size_t>(slot / per_page)]} * per_page + slot % per_page;
   };
-  // Keys: whole groups, one row per channel over the group's tokens.
+  // Keys: whole groups; values: one token at a time, into its slot of its group's page.
   for (int32_t first = stream.stored_keys; first < keys_end; first += group) {
-    for (int32_t t = 0; t < group; ++t)
-      std::memcpy(&rows_[static_cast<size_t>(t) * static_cast<size_t>(dim)], row(0, first + t),
-                  static_cast<size_t>(dim) * sizeof(float));
-    char* target = page(stream.quantized[static_cast<size_t>(first / group)]);
-    auto* words = reinterpret_cast<uint32_t*>(target + page_layout_.key_codes);
-    auto* scale = reinterpret_cast<uint16_t*>(target + page_layout_.key_scale);
-    auto* mn = reinterpret_cast<uint16_t*>(target + page_layout_.key_min);
-    for (int32_t c = 0; c < dim; ++c)
-      kivi_quantize_row(&rows_[static_cast<size_t>(c)], group, dim, group, bits,
-                        words + static_cast<int64_t>(c) * page_layout_.key_words, &scale[c], &mn[c]);
+    flush_rows_.key_pages.push_back(stream.quantized[static_cast<size_t>(first / group)]);
+    for (int32_t t = 0; t < group; ++t) flush_rows_.key_rows.push_back(row(first + t));
   }
-  // Values: one token at a time, into its slot of its group's page.
   for (int32_t j = stream.stored_values; j < values_end; ++j) {
-    char* target = page(stream.quantized[static_cast<size_t>(j / group)]);
-    const int32_t t = j % group;
-    kivi_quantize_row(row(1, j), dim, 1, l.kivi_value_group_size, bits,
-                      reinterpret_cast<uint32_t*>(target + page_layout_.value_codes) +
-                          static_cast<int64_t>(t) * page_layout_.value_words,
-                      reinterpret_cast<uint16_t*>(target + page_layout_.value_scale) +
-                          static_cast<int64_t>(t) * page_layout_.value_groups,
-                      reinterpret_cast<uint16_t*>(target + page_layout_.value_min) +
-                          static_cast<int64_t>(t) * page_layout_.value_groups);
+    flush_rows_.value_pages.push_back(stream.quantized[static_cast<size_t>(j / group)]);
+    flush_rows_.value_slots.push_back(j % group);
+    flush_rows_.value_rows.push_back(row(j));
   }
-  // The window slides past the quantized values: whole pages it left go back.
+  // The window slides past the quantized values: whole pages it left go back (the quantization, enqueued after this
+  // step's writes, reads them before a later step can take them).
   const int32_t first = stream.first_slot + (values_end - stream.stored_values);
   const int32_t dropped = first / per_page;
   if (dropped > 0) {
@@ -330,6 +312,16 @@ AttentionView KiviCacheManager::make_view(int layer, const std::vector<const Seq
     seq_views_.push_back(SeqKvView{quantized, stride_q, num_tokens});
     kivi_views_.push_back(KiviSeqView{keys, values, SeqKvView{residual, stride_r, residual_tokens}, first_slot});
   }
+  AttentionView view = pool_view();
+  view.num_seqs = static_cast<int32_t>(sequences.size());
+  view.q_indptr = q_indptr_.data();
+  view.seqs = seq_views_.data();
+  view.quantized.kivi_seqs = kivi_views_.data();
+  return view;
+}
+
+AttentionView KiviCacheManager::pool_view() const {
+  const KvLayout& l = layout();
   AttentionView view;
   view.kv_base = pool_.storage()->base();
   view.kv_device = pool_.storage()->device();
@@ -338,9 +330,6 @@ AttentionView KiviCacheManager::make_view(int layer, const std::vector<const Seq
   view.page_size = residual_page_tokens_;  // the residual pages' explicit rows
   view.head_dim = l.head_dim;
   view.num_kv_heads = l.num_kv_heads;
-  view.num_seqs = static_cast<int32_t>(sequences.size());
-  view.q_indptr = q_indptr_.data();
-  view.seqs = seq_views_.data();
   view.payload = KvPayload::kQuantized;
   view.quantized.scheme = KvQuantScheme::kKivi;
   view.quantized.quantized_base = pool_.storage()->base();
@@ -348,7 +337,6 @@ AttentionView KiviCacheManager::make_view(int layer, const std::vector<const Seq
   view.quantized.bits = kivi_bits(l.store);
   view.quantized.group_size = l.page_size;
   view.quantized.value_group_size = l.kivi_value_group_size;
-  view.quantized.kivi_seqs = kivi_views_.data();
   return view;
 }
 
@@ -366,34 +354,6 @@ AttentionView KiviCacheManager::build_sequence_view(int32_t seq, int layer) {
   q_indptr_.assign(2, 0);
   view_sequences_.assign(1, &sequence(seq));
   return make_view(layer, view_sequences_);
-}
-
-void KiviCacheManager::write(int /*layer*/, const AttentionView& view, TensorView k, TensorView v) {
-  const int32_t dim = view.head_dim, heads = view.num_kv_heads, per_page = view.page_size;
-  SE_CHECK(k.device == Device::kCpu && v.device == Device::kCpu && k.dtype == DType::kF32 && v.dtype == DType::kF32,
-           "kivi cache: writes f32 rows on the CPU");
-  SE_CHECK(k.numel() == int64_t{view.q_indptr[view.num_seqs]} * heads * dim && v.numel() == k.numel(),
-           "kivi cache: k {} and v {} for {} rows of {} KV heads x {}", k.shape.to_string(), v.shape.to_string(),
-           view.q_indptr[view.num_seqs], heads, dim);
-  const auto* k_rows = k.ptr<const float>();
-  const auto* v_rows = v.ptr<const float>();
-  for (int32_t s = 0; s < view.num_seqs; ++s) {
-    const KiviSeqView& kivi = view.quantized.kivi_seqs[s];
-    const int32_t n = view.q_indptr[s + 1] - view.q_indptr[s];
-    for (int32_t h = 0; h < heads; ++h) {
-      const int32_t len = view.seqs[s].num_tokens[h];
-      const int32_t* pages = kivi.residual.page_ids + static_cast<int64_t>(h) * kivi.residual.stride;
-      for (int32_t r = 0; r < n; ++r) {
-        // The sequence's new tokens are the last n of the stream, all in the window.
-        const int32_t slot = len - n + r - kivi.num_quantized_values[h] + kivi.residual_first_slot[h];
-        const size_t source = (static_cast<size_t>(view.q_indptr[s] + r) * heads + static_cast<size_t>(h)) * dim;
-        std::memcpy(view.element<float>(pages[slot / per_page], 0, slot % per_page), k_rows + source,
-                    static_cast<size_t>(dim) * sizeof(float));
-        std::memcpy(view.element<float>(pages[slot / per_page], 1, slot % per_page), v_rows + source,
-                    static_cast<size_t>(dim) * sizeof(float));
-      }
-    }
-  }
 }
 
 Status KiviCacheManager::check_eviction(const Sequence& s, const StreamEviction& e) const {
@@ -433,23 +393,20 @@ Status KiviCacheManager::evict_streams(int32_t seq, std::span<const StreamEvicti
     if (listed != 0) return invalid_argument("evict: stream (layer {}, head {}) listed twice", e.layer, e.kv_head);
     listed = 1;
   }
+  // Nothing is quantized, so each window starts at its stream's first token, slot 0: kept rows move down in order.
+  compactions_.clear();
+  for (const StreamEviction& e : streams) {
+    const Stream& stream = s.streams[static_cast<size_t>(l.stream(e.layer, e.kv_head))];
+    SE_CHECK(stream.first_slot == 0, "kivi cache: an unquantized window starts at slot {}", stream.first_slot);
+    compactions_.push_back(StreamCompaction{stream.residual.data(), e.kept});
+  }
+  AttentionView window = pool_view();
+  window.payload = KvPayload::kExplicit;
+  compact_kv(window, compactions_);
   const int32_t per_page = residual_page_tokens_;
-  const auto row_bytes = static_cast<size_t>(l.head_dim) * sizeof(float);
-  char* base = static_cast<char*>(pool_.storage()->base());
-  auto row = [&](const Stream& stream, int kv, int32_t slot) {
-    return base + static_cast<size_t>(stream.residual[static_cast<size_t>(slot / per_page)]) * l.page_bytes() +
-           (static_cast<size_t>(kv) * static_cast<size_t>(per_page) + static_cast<size_t>(slot % per_page)) * row_bytes;
-  };
   for (const StreamEviction& e : streams) {
     Stream& stream = s.streams[static_cast<size_t>(l.stream(e.layer, e.kv_head))];
     const auto kept = static_cast<int32_t>(e.kept.size());
-    // Nothing is quantized, so the window starts at the stream's first token: kept rows move down in order.
-    for (int32_t i = 0; i < kept; ++i) {
-      if (e.kept[static_cast<size_t>(i)] == i) continue;
-      for (int kv = 0; kv < 2; ++kv)
-        std::memcpy(row(stream, kv, stream.first_slot + i),
-                    row(stream, kv, stream.first_slot + e.kept[static_cast<size_t>(i)]), row_bytes);
-    }
     for (int32_t i = 0; i < kept; ++i)
       stream.positions[static_cast<size_t>(i)] = stream.positions[static_cast<size_t>(e.kept[static_cast<size_t>(i)])];
     stream.positions.resize(static_cast<size_t>(kept));

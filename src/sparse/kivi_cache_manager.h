@@ -7,12 +7,14 @@
 // The views are kQuantized / kKivi (attention_view.h).
 //
 // A step, as KIVI's model runs it: reserve(n) takes the residual pages of the n new tokens and the quantized pages
-// the step's flush fills; the forward writes the new rows into the window (write) and attends over what was
-// quantized before the step plus every newer token at full precision (a prefill attends at full precision, a
-// decode token before its flush); on_computed then flushes: keys of whole R-token blocks and values older than
-// the last R tokens are quantized from their window rows into their pages, and the window's pages it slid past
-// return to the pool. No dequantized copy of the cache is ever stored. No radix prefix cache runs over these pages
-// (a window's rows flush into groups of its own stream's tokens, so no page is shared); the Chain Cache keeps a
+// the step's flush fills; the forward writes the new rows into the window (write_kv over the view) and attends over
+// what was quantized before the step plus every newer token at full precision (a prefill attends at full precision,
+// a decode token before its flush); on_computed then flushes: keys of whole R-token blocks and values older than
+// the last R tokens are quantized from their window rows into their pages (quantize_kivi_rows), and the window's
+// pages it slid past return to the pool. No dequantized copy of the cache is ever stored. The pool lives where the
+// model runs: f32 rows on the CPU, bf16 rows on CUDA, where the writes, the flush's quantization and eviction's row
+// moves run on the device and only the page lists and counts stay on the host. No radix prefix cache runs over these
+// pages (a window's rows flush into groups of its own stream's tokens, so no page is shared); the Chain Cache keeps a
 // sequence between turns as snapshot() takes it, its groups, their scales and minima and its window rows as they are,
 // and restore() resumes it there: the next turn's tokens append to the window as decode tokens would.
 //
@@ -30,6 +32,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend/ops.h"
 #include "backend/quant/quantized_kv_layout.h"
 #include "kv/block_pool.h"
 #include "kv/kivi_residual_window.h"
@@ -39,7 +42,8 @@ namespace se {
 
 class KiviCacheManager final : public CacheManager {
  public:
-  // A pool of `num_pages` pages of `layout` (a valid KIVI layout on the CPU) from `allocator`; `hold_prompts`:
+  // A pool of `num_pages` pages of `layout` (a valid KIVI layout whose rows are kv_page_dtype of the allocator's
+  // device) from `allocator`; `hold_prompts`:
   // every prompt stays full precision until it is computed (see above).
   static Result<std::unique_ptr<KiviCacheManager>> create(const KvLayout& layout, int32_t num_pages,
                                                           Allocator* allocator, bool hold_prompts = false);
@@ -58,7 +62,6 @@ class KiviCacheManager final : public CacheManager {
   Status restore(int32_t seq, std::unique_ptr<SequenceSnapshot> snapshot) override;
 
   AttentionView build_view(int layer, const ForwardBatch& batch) override;
-  void write(int layer, const AttentionView& view, TensorView k, TensorView v) override;
   AttentionView build_sequence_view(int32_t seq, int layer) override;
   uint64_t table_epoch(int32_t seq) const override { return sequence(seq).epoch; }
   int32_t num_logical_tokens(int32_t seq) const override;
@@ -122,6 +125,8 @@ class KiviCacheManager final : public CacheManager {
   static int64_t pages_of(const Sequence& s);
   // Layer `layer` of `sequences` into the scratch tables, with q_indptr_ for their new rows.
   AttentionView make_view(int layer, const std::vector<const Sequence*>& sequences);
+  // The pool and its geometry as a KIVI view of no sequences (what the flush's quantization reads).
+  AttentionView pool_view() const;
 
   BlockPool pool_;
   KiviPageLayout page_layout_;
@@ -134,8 +139,16 @@ class KiviCacheManager final : public CacheManager {
   std::vector<SeqKvView> seq_views_;
   std::vector<KiviSeqView> kivi_views_;
   std::vector<const Sequence*> view_sequences_;
-  std::vector<float> rows_;      // scratch of flush: one key group's rows [group][head_dim]
-  std::vector<uint8_t> listed_;  // scratch of evict_streams: which streams an eviction names
+  // Scratch of flush: the window rows a sequence's streams quantize, as quantize_kivi_rows lists them.
+  struct FlushRows {
+    std::vector<int32_t> key_pages, value_pages, value_slots;
+    std::vector<int64_t> key_rows, value_rows;
+    void clear() { key_pages.clear(), value_pages.clear(), value_slots.clear(), key_rows.clear(), value_rows.clear(); }
+    KiviFlushRows rows() const { return {key_pages, key_rows, value_pages, value_slots, value_rows}; }
+  };
+  FlushRows flush_rows_;
+  std::vector<uint8_t> listed_;                // scratch of evict_streams: which streams an eviction names
+  std::vector<StreamCompaction> compactions_;  // scratch of evict_streams: the kept rows each window moves down
 };
 
 }  // namespace se

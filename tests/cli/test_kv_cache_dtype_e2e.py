@@ -41,15 +41,18 @@ def test_methods_list_the_stores_each_method_takes():
     for name in ["snapkv", "pyramidkv", "adakv", "chunkkv"]:
         assert methods[name]["kv_cache_dtypes"] == ["auto", "fp8_e4m3", "kivi2", "kivi4"], name
     assert methods["quest"]["kv_cache_dtypes"] == ["auto"]
-    # On CUDA (a build with it) FP8 pages run under the methods that run there and read them on the CPU; KIVI and
+    # On CUDA (a build with it) FP8 and KIVI pages run under the methods that run there and take them on the CPU;
     # TurboQuant pages are CPU only.
-    cuda_fp8 = "fp8_e4m3" in methods["vanilla"]["cuda_kv_cache_dtypes"]
+    cuda_built = "fp8_e4m3" in methods["vanilla"]["cuda_kv_cache_dtypes"]
+    on_gpu = ["fp8_e4m3", "kivi2", "kivi4"] if cuda_built else []
     for m in methods.values():
         if not m["cuda_kv_cache_dtypes"]:
             continue  # the method does not run on CUDA
-        want = ["auto"] + (["fp8_e4m3"] if cuda_fp8 and "fp8_e4m3" in m["kv_cache_dtypes"] else [])
+        want = ["auto"] + [store for store in on_gpu if store in m["kv_cache_dtypes"]]
         assert m["cuda_kv_cache_dtypes"] == want, m
-    assert methods["streamingllm"]["cuda_kv_cache_dtypes"] == methods["vanilla"]["cuda_kv_cache_dtypes"]
+    assert methods["vanilla"]["cuda_kv_cache_dtypes"] == ["auto"] + on_gpu
+    assert methods["snapkv"]["cuda_kv_cache_dtypes"] == ["auto"] + on_gpu
+    assert methods["streamingllm"]["cuda_kv_cache_dtypes"] == ["auto"] + on_gpu[:1]
     table = run("methods", timeout=60)
     assert "| kv cache dtypes | on cuda |" in table.stdout
 

@@ -88,12 +88,11 @@ TEST(MethodTraitsTest, CudaKernelsOfTheMethodOps) {
                   OpId::kUpdatePageKeyBounds, OpId::kSelectPagesByKeyBounds, OpId::kTopKeysByLogitsMaxOverHeads,
                   OpId::kTokenListsWithTail, OpId::kPagedAttentionOverSelection, OpId::kGatherKeys,
                   OpId::kBidirectionalWindowScores, OpId::kGroupMaxAttentionImportance, OpId::kKeyRedundancy,
-                  OpId::kRedundancyAwareScores, OpId::kPagedAttentionOverFp8Pages, OpId::kPagedLatentAttention,
-                  OpId::kAbsorbLatentQueries, OpId::kRopeLatentHeads})
+                  OpId::kRedundancyAwareScores, OpId::kPagedAttentionOverFp8Pages, OpId::kPagedAttentionOverKiviPages,
+                  OpId::kPagedLatentAttention, OpId::kAbsorbLatentQueries, OpId::kRopeLatentHeads})
     EXPECT_EQ(cuda_implements(op), cuda_built) << op_name(op);
-  // The dense CPU reference attention has no CUDA twin, nor do the KIVI and TurboQuant pages yet.
+  // The dense CPU reference attention has no CUDA twin, nor do the TurboQuant pages yet.
   EXPECT_FALSE(cuda_implements(OpId::kAttention));
-  EXPECT_FALSE(cuda_implements(OpId::kPagedAttentionOverKiviPages));
   EXPECT_FALSE(cuda_implements(OpId::kPagedAttentionOverTurboQuantPages));
   EXPECT_EQ(op_name(OpId::kPagedAttentionOverSelection), "paged_attention over a selection");
 }

@@ -207,12 +207,15 @@ TEST(PayloadViewTest, ExplicitOnlyOpsRejectOtherPayloads) {
   Tensor q = Tensor::empty(DType::kF32, {1, 1, kHeadDim}), out = Tensor::empty(DType::kF32, {1, 1, kHeadDim});
   view.payload = KvPayload::kLowRankLatent;  // paged_low_rank_attention reads it
   EXPECT_DEATH(paged_attention(out.view(), q.view(), view, AttentionParams{}), "payloads are not implemented");
-  // KIVI pages are written by no op yet; FP8 pages are (fp8_kv_store_test).
+  // TurboQuant slots are written by no op yet; FP8 pages are (fp8_kv_store_test), and KIVI windows, whose view must
+  // give the codes' geometry (kivi_kv_store_test).
   view.payload = KvPayload::kSharedLatent;  // paged_latent_attention reads it
   EXPECT_DEATH(paged_attention(out.view(), q.view(), view, AttentionParams{}), "payloads are not implemented");
   view.payload = KvPayload::kQuantized;
-  view.quantized.scheme = KvQuantScheme::kKivi;
+  view.quantized.scheme = KvQuantScheme::kTurboQuant;
   EXPECT_DEATH(write_kv(view, q.view(), q.view()), "only explicit and FP8 K/V pages are written");
+  view.quantized.scheme = KvQuantScheme::kKivi;
+  EXPECT_DEATH(write_kv(view, q.view(), q.view()), "KIVI bits 0");
 }
 
 }  // namespace

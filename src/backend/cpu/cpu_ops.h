@@ -28,6 +28,8 @@ void attention(TensorView out, TensorView q, TensorView k, TensorView v, TensorV
 
 void write_kv(const AttentionView& view, TensorView k, TensorView v);
 void fp8_kv_scales(TensorView k_scales, TensorView v_scales, TensorView k, TensorView v);
+void write_kivi_window(const AttentionView& view, TensorView k, TensorView v);
+void quantize_kivi_rows(const AttentionView& pool, const KiviFlushRows& rows);
 void paged_attention(TensorView out, TensorView q, const AttentionView& view, const AttentionParams& params);
 void paged_attention_fp8(TensorView out, TensorView q, const AttentionView& view, const AttentionParams& params);
 void paged_attention_kivi(TensorView out, TensorView q, const AttentionView& view, const AttentionParams& params);

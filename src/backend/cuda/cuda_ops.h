@@ -39,13 +39,19 @@ void token_logprobs(TensorView logprobs, TensorView x, TensorView ids);
 
 // Explicit bf16 pages, or FP8 codes (the view's device scales).
 void write_kv(const AttentionView& view, TensorView k, TensorView v);
+// The KIVI store's writes (device tables): one block per batch row puts its K/V rows into each stream's bf16 window;
+// a flush runs one block per key group (a thread per channel) and one per value row (a thread per value group), the
+// job lists staged from host memory.
+void write_kivi_window(const AttentionView& view, TensorView k, TensorView v);
+void quantize_kivi_rows(const AttentionView& pool, const KiviFlushRows& rows);
 // One block per (KV head, K or V) reduces the head's magnitudes over the batch's rows.
 void fp8_kv_scales(TensorView k_scales, TensorView v_scales, TensorView k, TensorView v);
 // Tensor-core (mma.sync bf16) tiled kernels: a decode kernel (query rows of one sequence x its GQA
 // group per CTA, keys split across warps) and a prefill kernel (64 query vectors per CTA), split-KV
 // with a combine pass when the batch alone cannot fill the GPU. head_dim 64, 128 or 256. With a
 // selection (token or page unit) a CTA gathers only the selected keys it can see and splits those.
-// Over FP8 pages (the view's device scales) each tile is decoded to bf16 as it is gathered.
+// Over FP8 pages (the view's device scales) and KIVI streams (group codes and a bf16 window) each tile is decoded to
+// bf16 as it is gathered.
 void paged_attention(TensorView out, TensorView q, const AttentionView& view,
                      const AttentionParams& params);
 // The plain fp32 kernel (one warp per query row and KV head, keys one by one): slow, kept as the

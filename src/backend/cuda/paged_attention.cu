@@ -5,8 +5,8 @@
 // there. A view with a selection runs the kernels' selection variant, whose CTAs split their
 // selected keys (not the whole stream) by the same factor; the prefill launch runs dense when the view
 // says every selected sequence is a decode one (AttentionView::selected_rows_max). An FP8 view (the
-// FP8 store: e4m3 pages, device scales per KV head; ops.cpp admits no other quantized one) runs the
-// kernels' FP8 variant over the same plan.
+// FP8 store: e4m3 pages, device scales per KV head) runs the kernels' FP8 variant over the same plan, a KIVI view
+// (group codes and a bf16 window, device tables) their KIVI variant; ops.cpp admits no other quantized one.
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -114,10 +114,25 @@ void paged_attention(TensorView out, TensorView q, const AttentionView& view,
   args.out = out.data;
   args.out_dtype = out.dtype;
   args.kv_base = static_cast<const char*>(view.kv_base);
-  args.codes = view.payload == KvPayload::kQuantized ? KvPageCodes::kFp8E4M3 : KvPageCodes::kBf16;
+  args.codes = view.payload != KvPayload::kQuantized           ? KvPageCodes::kBf16
+               : view.quantized.scheme == KvQuantScheme::kKivi ? KvPageCodes::kKivi
+                                                               : KvPageCodes::kFp8E4M3;
   if (args.codes == KvPageCodes::kFp8E4M3) {
     args.k_scales = view.quantized.k_scales;
     args.v_scales = view.quantized.v_scales;
+  }
+  if (args.codes == KvPageCodes::kKivi) {
+    const QuantizedKvView& qv = view.quantized;
+    // A tile chunk of 8 channels decodes within one code word and one value group.
+    SE_CHECK(qv.value_group_size % 8 == 0 && (32 / qv.bits) % 8 == 0,
+             "cuda::paged_attention: KIVI value groups of {} channels at {} bits do not hold whole 8-channel chunks",
+             qv.value_group_size, qv.bits);
+    args.kivi = KiviTileArgs{static_cast<const char*>(qv.quantized_base),
+                             kivi_page_layout(qv.group_size, qv.value_group_size, head_dim, qv.bits),
+                             qv.bits,
+                             qv.group_size,
+                             qv.value_group_size,
+                             qv.kivi_seqs};
   }
   args.page_bytes = view.page_bytes;
   args.page_size = view.page_size;

@@ -10,13 +10,26 @@
 #include <cstdint>
 
 #include "backend/attention_view.h"
+#include "backend/quant/quantized_kv_layout.h"
 #include "tensor/dtype.h"
 
 namespace se::cuda {
 
-// What a K/V page holds: bf16 rows, which the kernels copy into their tiles as they are, or e4m3 codes (the FP8
-// store), which the tiled kernel reads into registers and decodes into its bf16 tile with the KV head's scales.
-enum class KvPageCodes : uint8_t { kBf16, kFp8E4M3 };
+// What a K/V page holds: bf16 rows, which the kernels copy into their tiles as they are, e4m3 codes (the FP8
+// store), which the tiled kernel reads into registers and decodes into its bf16 tile with the KV head's scales, or a
+// KIVI stream's group codes and bf16 window rows (kivi_kv_tile.cuh).
+enum class KvPageCodes : uint8_t { kBf16, kFp8E4M3, kKivi };
+
+// kKivi: the quantized pages' geometry and the view's per-sequence tables (device); kv_base, page_bytes and
+// page_size then describe the window's explicit rows, and the SeqKvViews list the quantized pages.
+struct KiviTileArgs {
+  const char* quantized_base;
+  KiviPageLayout layout;
+  int32_t bits;
+  int32_t group_size;
+  int32_t value_group_size;
+  const KiviSeqView* seqs;
+};
 
 struct PagedAttentionArgs {
   const void* q;  // [T, H, D]
@@ -31,6 +44,7 @@ struct PagedAttentionArgs {
   KvPageCodes codes;
   const float* k_scales;  // kFp8E4M3: [num_kv_heads] (device)
   const float* v_scales;
+  KiviTileArgs kivi;
   size_t page_bytes;
   int32_t page_size;
   int32_t num_kv_heads;
@@ -59,7 +73,8 @@ struct PagedAttentionArgs {
 // at head_dim 256).
 int tiled_query_vectors(int head_dim, bool prefill);
 // Enqueues the tiled kernel for head_dim in {64, 128, 256}; grid_x bounds the number of tiles. The
-// selection variant runs when args.select_unit > 0 (bf16 pages only); FP8 pages run their own variant.
+// selection variant runs when args.select_unit > 0 (bf16 pages only); FP8 pages and KIVI streams run
+// variants of their own.
 void launch_paged_attention_tiled(const PagedAttentionArgs& args, int head_dim, bool prefill,
                                   int grid_x);
 // Resident CTAs per SM of that kernel (for split planning).

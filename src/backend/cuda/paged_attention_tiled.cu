@@ -18,7 +18,9 @@
 // keeps beside its K and V rows; the dense variant is unchanged. FP8 pages (the FP8 store's e4m3
 // codes) run the FP8 variant of both shapes: the next tile's codes are loaded into registers while
 // the current tile is computed and then stored decoded (code x the KV head's scale) into the same
-// bf16 stage, so everything after the gather is the bf16 kernel's. The pieces this kernel shares with the warp-specialized prefill
+// bf16 stage, so everything after the gather is the bf16 kernel's; KIVI streams run a third variant whose loader
+// decodes each row from its group codes or reads it from the window (kivi_kv_tile.cuh). The pieces this kernel
+// shares with the warp-specialized prefill
 // kernel live in attention_tile.cuh. That kernel takes dense head_dim-128 prefill over bf16 pages
 // unless SE_PREFILL_KERNEL=tiled keeps it here (paged_attention_args.h).
 #include <cuda_bf16.h>
@@ -29,6 +31,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_context.h"
 #include "backend/cuda/device_util.cuh"
+#include "backend/cuda/kivi_kv_tile.cuh"
 #include "backend/cuda/paged_attention_args.h"
 
 namespace se::cuda {
@@ -147,6 +150,7 @@ __global__ void __launch_bounds__(TiledConfig<D, MW, kSel>::kThreads, TiledConfi
   t.load_queries<D, kM>(a, q_s, 0, kM, threadIdx.x, kThreads);
 
   constexpr bool kFp8 = kCodes == KvPageCodes::kFp8E4M3;
+  constexpr bool kKivi = kCodes == KvPageCodes::kKivi;
   const float k_scale = kFp8 ? a.k_scales[t.kv_head] : 1.0f;
   const float v_scale = kFp8 ? a.v_scales[t.kv_head] : 1.0f;
   // FP8 codes in flight: the next tile's, fetched before the current tile is computed and decoded into their stage
@@ -156,13 +160,18 @@ __global__ void __launch_bounds__(TiledConfig<D, MW, kSel>::kThreads, TiledConfi
   using TileCodes = Fp8KvTileCodes<D, kTileKeys, kThreads>;
   constexpr bool kFp8InFlight = kFp8 && TileCodes::kPasses <= 8;
   TileCodes codes;
+  const KiviStream kivi = kKivi ? KiviStream::of(a, slice, t.kv_head) : KiviStream{};
   auto stage_of = [&](int it) { return kv_s + (it % Cfg::kStages) * 2 * Cfg::kTileElems; };
-  // Tile `it` of the split into its stage: copied (bf16 pages) or fetched and decoded at once (FP8 pages).
+  // Tile `it` of the split into its stage: copied (bf16 pages), fetched and decoded at once (FP8 pages), or decoded
+  // from a KIVI stream's groups and window.
   auto load_tile = [&](int it) {
     bf16* stage = stage_of(it);
     if constexpr (kFp8) {
       codes.fetch(split_begin + it * kTileKeys, split_end, t.pages, a, threadIdx.x);
       codes.template store<Cfg::kWgmma>(stage, k_scale, v_scale, threadIdx.x);
+    } else if constexpr (kKivi) {
+      load_kivi_kv_tile<D, kTileKeys, kThreads, Cfg::kWgmma>(stage, split_begin + it * kTileKeys, split_end, kivi, a,
+                                                             threadIdx.x);
     } else {
       load_kv_tile<D, kTileKeys, kThreads, kSel, Cfg::kWgmma>(stage, tok_s + (it % Cfg::kStages) * kTileKeys,
                                                               split_begin + it * kTileKeys, split_end, t.pages, map,
@@ -387,6 +396,11 @@ void launch_head_dim(const PagedAttentionArgs& args, bool prefill, int grid_x) {
     return prefill ? launch_config<D, MW, false, KvPageCodes::kFp8E4M3>(args, grid_x)
                    : launch_config<D, 1, false, KvPageCodes::kFp8E4M3>(args, grid_x);
   }
+  if (args.codes == KvPageCodes::kKivi) {
+    SE_CHECK(!selection, "cuda::paged_attention: a selection over KIVI pages is not implemented");
+    return prefill ? launch_config<D, MW, false, KvPageCodes::kKivi>(args, grid_x)
+                   : launch_config<D, 1, false, KvPageCodes::kKivi>(args, grid_x);
+  }
   if (hopper_prefill(D, prefill, selection, args.codes)) return launch_paged_prefill_hopper(args, grid_x);
   if (prefill) {
     selection ? launch_config<D, MW, true>(args, grid_x)
@@ -402,6 +416,9 @@ int blocks_per_sm_head_dim(bool prefill, bool selection, KvPageCodes codes) {
   if (codes == KvPageCodes::kFp8E4M3)
     return prefill ? blocks_per_sm<D, MW, false, KvPageCodes::kFp8E4M3>()
                    : blocks_per_sm<D, 1, false, KvPageCodes::kFp8E4M3>();
+  if (codes == KvPageCodes::kKivi)
+    return prefill ? blocks_per_sm<D, MW, false, KvPageCodes::kKivi>()
+                   : blocks_per_sm<D, 1, false, KvPageCodes::kKivi>();
   if (hopper_prefill(D, prefill, selection, codes)) return paged_prefill_hopper_blocks_per_sm();
   if (prefill) return selection ? blocks_per_sm<D, MW, true>() : blocks_per_sm<D, MW, false>();
   return selection ? blocks_per_sm<D, 1, true>() : blocks_per_sm<D, 1, false>();

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU model path on the device machine, from a bundle built here with shared/tools/device-bundle:
-#   tests/engine/cuda/device_run.sh BUNDLE_DIR OUT_DIR parity      op (FP8 and latent stores included), model and
-#                                                                  engine parity on dummy weights (tiny, Gemma-3-,
+#   tests/engine/cuda/device_run.sh BUNDLE_DIR OUT_DIR parity      op (FP8, KIVI and latent stores included), model
+#                                                                  and engine parity on dummy weights (tiny, Gemma-3-,
 #                                                                  DeepSeek-V2-shaped)
 #   tests/engine/cuda/device_run.sh BUNDLE_DIR OUT_DIR smollm2 GGUF  the same on SmolLM2, every method's decisions
 #                                                                  included (its file, carried in parts)
@@ -25,8 +25,7 @@ export LD_LIBRARY_PATH=$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 case $stage in
   parity)
     nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$out/gpu.txt"
-    "$bundle/backend_cuda_test" \
-      --gtest_filter='CudaArgmaxTest.*:CudaOpsTest.*:CudaMoeTest.*:CudaFp8KvStoreTest.*:CudaLatent*:CudaDecodeScoringOpsTest.*' \
+    "$bundle/backend_cuda_test" --gtest_filter='CudaArgmaxTest.*:CudaOpsTest.*:CudaMoeTest.*:CudaFp8KvStoreTest.*:CudaKiviKvStoreTest.*:CudaLatent*:CudaDecodeScoringOpsTest.*' \
       > "$out/ops.log" 2>&1
     echo "backend_cuda_test exit $?"
     "$bundle/engine_cuda_test" --gtest_filter='-*SmolLM2*:GpuModelTest.Gemma3MatchesCpu' \

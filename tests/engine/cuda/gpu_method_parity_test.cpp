@@ -439,15 +439,17 @@ struct DecisionReport {
 // window scores, H2O's, KVzip's, R-KV's and Kara's from debug_state); the first selection that parts must do so where
 // the pages' scores lie within their bf16 rounding; and a GPU pick that differs at a CPU margin above `pick_bound`
 // (dense attention's noise; < 0: twice the step's own logits deviation) must follow a decision that parted. Both
-// devices keep `store`.
+// devices keep `store` (a KIVI store's window `kivi_residual` tokens).
 DecisionReport compare_decisions(const DeviceBundles& bundles, const std::string& method, const nlohmann::json& config,
                                  const std::vector<int32_t>& prompt, int num_new, double pick_bound,
-                                 const std::string& what, KvStoreKind store = KvStoreKind::kExplicit) {
+                                 const std::string& what, KvStoreKind store = KvStoreKind::kExplicit,
+                                 int32_t kivi_residual = 128) {
   const int num_layers = bundles.cpu.model->config().num_layers;
   TeacherForcingOptions o;
   o.method = method;
   o.config = config;
   o.store = store;
+  o.kivi_residual = kivi_residual;
   o.prefill_chunk = kPrefillChunk;
   o.max_tokens = static_cast<int32_t>(prompt.size()) + num_new + 1;
   auto cpu = TeacherForcedSequence::create(*bundles.cpu.model, o);
@@ -701,6 +703,67 @@ TEST(GpuEngineTest, Fp8StoreRunsLikeOnTheCpu) {
     }
     std::printf("PARITY tiny   fp8 %-12s %d of %zu continuations identical to the CPU (bound %.4f)\n", method,
                 identical, prompts.size(), bound);
+  }
+}
+
+// The KIVI stores on the GPU (the window written and its groups quantized on the device, the tiled kernels' KIVI
+// variant reading codes and window, SnapKV scoring its held prompt's window and evicting on the device) against the
+// same stores on the CPU, for vanilla and SnapKV: greedy continuations through the engine, R = 32 so that the 40- to
+// 90-token prompts flush key groups during prefill and decode. Both devices quantize their own K/V rows, which differ
+// by rounding, so a value near a step between two codes may take the other one, a step of a quarter (2-bit) or a
+// fifteenth (4-bit) of its group's range. The judge is Fp8StoreRunsLikeOnTheCpu's: a continuation that parts at a CPU
+// margin above twice vanilla's largest logits deviation over the store must follow a kept set that parted
+// (compare_decisions). The GPU's decode steps replay CUDA graphs; with eager steps they pick the same tokens.
+TEST(GpuEngineTest, KiviStoresRunLikeOnTheCpu) {
+  SE_SKIP_WITHOUT_CUDA_DEVICE();
+  const DeviceBundles bundles = tiny_cpu_and_gpu_bundles();
+  const auto prompts = random_prompts(8, 96, 40, 90, 12);
+  constexpr int32_t kResidual = 32;
+  const std::map<std::string, nlohmann::json> configs = tiny_method_configs();
+  for (const KvStoreKind store : {KvStoreKind::kKivi2, KvStoreKind::kKivi4}) {
+    const std::string name(kv_store_kind_name(store));
+    double noise = 0.0;
+    for (size_t p = 0; p < prompts.size(); ++p)
+      noise = std::max(noise, compare_decisions(bundles, "vanilla", nullptr, prompts[p], kNumNew, -1.0,
+                                                fmt::format("{} vanilla request {}", name, p), store, kResidual)
+                                  .noise);
+    const double bound = 2.0 * noise;
+    for (const char* method : {"vanilla", "snapkv"}) {
+      const nlohmann::json& config = configs.at(method);
+      int identical = 0;
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        const std::vector<std::vector<int32_t>> one = {prompts[i]};
+        const auto want =
+            engine_traces(bundles.cpu, Device::kCpu, method, config, one, kNumNew, true, 1, name, kResidual);
+        const auto got =
+            engine_traces(bundles.gpu, Device::kCuda, method, config, one, kNumNew, false, 1, name, kResidual);
+        const auto eager =
+            engine_traces(bundles.gpu, Device::kCuda, method, config, one, kNumNew, true, 1, name, kResidual);
+        EXPECT_EQ(got[0].tokens, eager[0].tokens) << name << " " << method << " request " << i << ": CUDA graph decode";
+        const auto& w = want[0].tokens;
+        const auto& g = got[0].tokens;
+        const auto step = static_cast<int>(std::mismatch(w.begin(), w.end(), g.begin()).first - w.begin());
+        if (step == static_cast<int>(w.size())) {
+          ++identical;
+          continue;
+        }
+        const float margin = want[0].margins[static_cast<size_t>(step)];
+        std::string why = "a near-tie of the step's logits";
+        if (margin > bound) {
+          const DecisionReport r =
+              compare_decisions(bundles, method, config, prompts[i], step, bound,
+                                fmt::format("{} {} request {} (replayed)", name, method, i), store, kResidual);
+          EXPECT_TRUE(r.first_affected >= 0 && r.first_affected <= step)
+              << name << " " << method << " request " << i << " parts at step " << step << " (cpu margin " << margin
+              << ") with every decision before it the CPU's";
+          why = r.line;
+        }
+        std::printf("PARITY tiny   %s %-12s request %zu diverges at step %d (cpu margin %.4f): %s\n", name.c_str(),
+                    method, i, step, margin, why.c_str());
+      }
+      std::printf("PARITY tiny   %s %-12s %d of %zu continuations identical to the CPU (bound %.4f)\n", name.c_str(),
+                  method, identical, prompts.size(), bound);
+    }
   }
 }
 

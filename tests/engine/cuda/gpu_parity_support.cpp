@@ -112,7 +112,8 @@ std::optional<RealModel> load_real(const char* env, std::optional<std::string> f
 std::vector<EngineTrace> engine_traces(const ModelBundle& bundle, Device device, const std::string& method,
                                        const nlohmann::json& method_config,
                                        const std::vector<std::vector<int32_t>>& prompts, int num_new,
-                                       bool enforce_eager, int max_num_seqs, const std::string& kv_cache_dtype) {
+                                       bool enforce_eager, int max_num_seqs, const std::string& kv_cache_dtype,
+                                       int kivi_residual) {
   EngineConfig config;
   config.device = device;
   config.max_num_seqs = max_num_seqs;
@@ -123,6 +124,7 @@ std::vector<EngineTrace> engine_traces(const ModelBundle& bundle, Device device,
   config.sparse_method = method;
   config.sparse_config = method_config;
   config.kv_cache_dtype = kv_cache_dtype;
+  config.kivi_residual = kivi_residual;
   auto engine = Engine::create(bundle, config);
   SE_CHECK(engine.is_ok(), "{} on {}: {}", method, device_name(device), engine.status().to_string());
   // One batch, so every run schedules the same steps: an eviction method's prefill chunks decide what it keeps,

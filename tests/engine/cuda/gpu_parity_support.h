@@ -47,8 +47,9 @@ struct RealModel {
 std::optional<RealModel> load_real(const char* env, std::optional<std::string> fallback);
 
 // Greedy continuations of `prompts` through an engine on `device` running `method` with `config` (`max_num_seqs`
-// sequence slots, 24-token steps: chunked prefill mixed with decode) over the KV store `kv_cache_dtype`, with each
-// step's margin: the logprob of the chosen token over the runner-up's.
+// sequence slots, 24-token steps: chunked prefill mixed with decode) over the KV store `kv_cache_dtype` (a KIVI
+// store's window `kivi_residual` tokens), with each step's margin: the logprob of the chosen token over the
+// runner-up's.
 struct EngineTrace {
   std::vector<int32_t> tokens;
   std::vector<float> margins;
@@ -57,6 +58,6 @@ std::vector<EngineTrace> engine_traces(const ModelBundle& bundle, Device device,
                                        const nlohmann::json& method_config,
                                        const std::vector<std::vector<int32_t>>& prompts, int num_new,
                                        bool enforce_eager = false, int max_num_seqs = 4,
-                                       const std::string& kv_cache_dtype = "auto");
+                                       const std::string& kv_cache_dtype = "auto", int kivi_residual = 128);
 
 }  // namespace se::gpu_parity
