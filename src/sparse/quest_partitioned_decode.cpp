@@ -1,6 +1,7 @@
 #include "sparse/quest_partitioned_decode.h"
 
 #include <algorithm>
+#include <bit>
 
 #include "backend/device_memory.h"
 #include "kv/pool_attention_view.h"
@@ -41,6 +42,49 @@ void QuestPartitionedDecode::store_bounds(const Index& index, const TieredPageTa
                     from + static_cast<size_t>(table.device_page(page)) * row_bytes, 0, row_bytes, 1);
 }
 
+int32_t QuestPartitionedDecode::stride_for(int32_t num_tokens) const {
+  return static_cast<int32_t>(
+      std::bit_ceil(static_cast<uint64_t>(std::max<int64_t>(1, layout_.pages_per_stream(num_tokens)))));
+}
+
+int64_t QuestPartitionedDecode::index_bytes_at(int32_t stride) const {
+  const int64_t row = 2 * int64_t{layout_.head_dim};
+  // Under two_level only the group summaries stay where the pool lives; the fine bounds are on the host.
+  if (config_.two_level)
+    return int64_t{layout_.num_streams()} *
+           ((stride + config_.two_level->group_size - 1) / config_.two_level->group_size) * row *
+           static_cast<int64_t>(sizeof(float));
+  return int64_t{layout_.num_streams()} * stride * row * static_cast<int64_t>(dtype_size(layout_.dtype));
+}
+
+void QuestPartitionedDecode::grow(Index& index, int32_t stride) const {
+  const int32_t num_streams = layout_.num_streams();
+  const Shape shape{int64_t{num_streams} * stride, 2, layout_.head_dim};
+  Tensor bounds = config_.two_level ? Tensor::empty(DType::kF32, shape) : empty_on(device_, layout_.dtype, shape);
+  const size_t row_bytes = 2 * static_cast<size_t>(layout_.head_dim) * dtype_size(bounds.dtype());
+  if (index.stride > 0)
+    copy_rows_async(bounds.device(), bounds.raw(), static_cast<size_t>(stride) * row_bytes, index.bounds.raw(),
+                    static_cast<size_t>(index.stride) * row_bytes, static_cast<size_t>(index.stride) * row_bytes,
+                    static_cast<size_t>(num_streams));
+  index.bounds = std::move(bounds);
+  if (config_.two_level) {
+    const auto row = 2 * static_cast<size_t>(layout_.head_dim);
+    const auto old_groups = static_cast<size_t>(index.stride > 0 ? groups_per_stream(index) : 0);
+    const int32_t old_stride = index.stride;
+    index.stride = stride;
+    const auto new_groups = static_cast<size_t>(groups_per_stream(index));
+    index.stride = old_stride;
+    std::vector<float> groups(static_cast<size_t>(num_streams) * new_groups * row);
+    for (size_t s = 0; s < static_cast<size_t>(num_streams) && old_groups > 0; ++s)
+      std::copy_n(index.groups.begin() + static_cast<std::ptrdiff_t>(s * old_groups * row), old_groups * row,
+                  groups.begin() + static_cast<std::ptrdiff_t>(s * new_groups * row));
+    index.groups = std::move(groups);
+  }
+  index.stride = stride;
+  index.entries.resize(static_cast<size_t>(num_streams) * static_cast<size_t>(stride));
+  for (size_t e = 0; e < index.entries.size(); ++e) index.entries[e] = static_cast<int32_t>(e);
+}
+
 Status QuestPartitionedDecode::add(int32_t seq, int32_t max_num_tokens) {
   if (!tier_->contains(seq)) return not_found("partitioned decode: the host tier holds no sequence {}", seq);
   if (seqs_.count(seq) != 0) return conflict("partitioned decode: sequence {} is already indexed", seq);
@@ -56,16 +100,8 @@ Status QuestPartitionedDecode::add(int32_t seq, int32_t max_num_tokens) {
   if (config_.two_level && (layout_.dtype != DType::kF32 || config_.two_level->group_size < 1))
     return unimplemented("partitioned decode: the two-level index takes fp32 pages and groups of at least one page");
   Index index;
-  index.stride = static_cast<int32_t>(layout_.pages_per_stream(std::max(max_num_tokens, table.num_logical_tokens())));
+  grow(index, stride_for(std::max(max_num_tokens, table.num_logical_tokens())));
   const int32_t num_streams = layout_.num_streams();
-  const Shape bounds_shape{int64_t{num_streams} * index.stride, 2, layout_.head_dim};
-  index.bounds =
-      config_.two_level ? Tensor::empty(DType::kF32, bounds_shape) : empty_on(device_, layout_.dtype, bounds_shape);
-  if (config_.two_level)
-    index.groups.resize(static_cast<size_t>(num_streams) * static_cast<size_t>(groups_per_stream(index)) * 2 *
-                        static_cast<size_t>(layout_.head_dim));
-  index.entries.resize(static_cast<size_t>(num_streams) * static_cast<size_t>(index.stride));
-  for (size_t e = 0; e < index.entries.size(); ++e) index.entries[e] = static_cast<int32_t>(e);
   // Index: every page's bounds, each stream's tokens all counted as new.
   int32_t longest = 0;
   std::vector<StreamPage> pages;
@@ -138,70 +174,116 @@ int64_t QuestPartitionedDecode::buffer_pages(int32_t seq) const {
   return config_.buffer_factor * mandatory;
 }
 
-Status QuestPartitionedDecode::retrieve(int32_t seq, Index& index, std::span<const StreamPage> pages) {
+Status QuestPartitionedDecode::retrieve(int32_t seq, Index& index, std::span<const StreamPage> pages,
+                                        int64_t buffer_pages) {
   if (pages.empty()) return Status::ok();
   const auto wanted = static_cast<int64_t>(pages.size());
-  const int64_t over = tier_->table(seq).num_device_pages() + wanted - buffer_pages(seq);
+  // The buffer is a target: its oldest pages go out as far as the host has room for them.
+  const int64_t over = std::min(tier_->table(seq).num_device_pages() + wanted - buffer_pages,
+                                int64_t{tier_->host_pool()->num_free_pages()});
   if (over > 0) {
     SE_ASSIGN_OR_RETURN(const int64_t offloaded, tier_->offload_oldest(seq, over));
     index.counts.num_offloaded_pages += offloaded;
   }
-  if (device_pool_->num_free_pages() < wanted) SE_RETURN_IF_ERROR(tier_->make_room(wanted).status());
-  SE_RETURN_IF_ERROR(tier_->retrieve(seq, pages));
+  // In pieces of what the two pools have free: making room for a piece fills host pages that the piece's retrieve
+  // then frees, so a sequence whose pages fill both pools still swaps them in.
+  for (size_t done = 0; done < pages.size();) {
+    const int64_t num_free = int64_t{device_pool_->num_free_pages()} + tier_->host_pool()->num_free_pages();
+    if (num_free == 0)
+      return resource_exhausted("partitioned decode: both pools are full, sequence {} cannot bring its pages in", seq);
+    const auto piece = static_cast<size_t>(std::min<int64_t>(num_free, static_cast<int64_t>(pages.size() - done)));
+    if (device_pool_->num_free_pages() < static_cast<int64_t>(piece))
+      SE_RETURN_IF_ERROR(tier_->make_room(static_cast<int64_t>(piece)).status());
+    SE_RETURN_IF_ERROR(tier_->retrieve(seq, pages.subspan(done, piece)));
+    done += piece;
+  }
   index.counts.num_retrieved_pages += wanted;
   return Status::ok();
 }
 
-Status QuestPartitionedDecode::begin_step(int32_t seq) {
+std::vector<StreamPage> QuestPartitionedDecode::layer_pages(const TieredPageTable& table, int32_t layer) const {
+  std::vector<StreamPage> pages;
+  for (int32_t h = 0; h < layout_.num_kv_heads; ++h) {
+    const int32_t s = layout_.stream(layer, h);
+    for (int32_t p = 0; p < table.num_pages(s); ++p) pages.push_back({s, p});
+  }
+  return pages;
+}
+
+Status QuestPartitionedDecode::begin_step(int32_t seq, int32_t num_tokens) {
   const auto it = seqs_.find(seq);
   if (it == seqs_.end()) return not_found("partitioned decode: no sequence {}", seq);
+  if (num_tokens < 1) return invalid_argument("partitioned decode: a step of {} tokens", num_tokens);
   Index& index = it->second;
   index.counts = {};
-  const TieredPageTable& table = tier_->table(seq);
-  for (int32_t s = 0; s < layout_.num_streams(); ++s) {
-    if (layout_.pages_per_stream(table.num_tokens(s) + 1) > index.stride)
-      return out_of_range("partitioned decode: sequence {} would pass the {} tokens its index holds", seq,
-                          index.stride * layout_.page_size);
-  }
+  const int32_t num_before = tier_->table(seq).num_logical_tokens();
+  const int32_t stride = stride_for(num_before + num_tokens);
   tier_->advance();
-  Status appended = tier_->append(seq, 1);
-  if (appended.code() == StatusCode::kResourceExhausted) {
-    SE_RETURN_IF_ERROR(tier_->make_room(layout_.pages_for_tokens(1)).status());
-    appended = tier_->append(seq, 1);
-  }
-  return appended;
+  // Every stream holds every token: each takes the same new pages.
+  const int64_t new_pages = layout_.pages_for_tokens(num_before + num_tokens) - layout_.pages_for_tokens(num_before);
+  if (device_pool_->num_free_pages() < new_pages) SE_RETURN_IF_ERROR(tier_->make_room(new_pages).status());
+  SE_RETURN_IF_ERROR(tier_->append(seq, num_tokens));
+  if (stride > index.stride) grow(index, stride);
+  index.step_tokens = num_tokens;
+  return Status::ok();
 }
 
 Status QuestPartitionedDecode::attend(int32_t seq, int32_t layer, TensorView q, TensorView k, TensorView v,
-                                      TensorView out, const AttentionParams& params) {
+                                      TensorView out, const AttentionParams& params, PartitionStep step) {
   const auto it = seqs_.find(seq);
   if (it == seqs_.end()) return not_found("partitioned decode: no sequence {}", seq);
   if (layer < 0 || layer >= layout_.num_layers)
     return invalid_argument("partitioned decode: no layer {} of {}", layer, layout_.num_layers);
   Index& index = it->second;
+  const auto num_rows = static_cast<int32_t>(q.shape[0]);
+  if (num_rows != index.step_tokens || k.shape[0] != num_rows)
+    return invalid_argument("partitioned decode: layer {} of sequence {} got {} query rows for a step of {} tokens",
+                            layer, seq, num_rows, index.step_tokens);
   const TieredPageTable& table = tier_->table(seq);
   const int32_t heads = layout_.num_kv_heads;
-  // The token's slots, in the layer's last pages: resident (an earlier layer's Offload may have taken some; the
-  // resident ones are touched first, so bringing the others back spares them), then written and their bounds
-  // refreshed.
-  std::vector<StreamPage> last_pages, resident, missing;
+  if (step == PartitionStep::kDecode && num_rows != 1)
+    return invalid_argument("partitioned decode: a decode step of sequence {} has {} tokens", seq, num_rows);
+  const bool dense = step == PartitionStep::kPrefill || layer < config_.dense_layers || params.sliding_window > 0;
+  // The pages taking the step's tokens, in the layer's streams.
+  std::vector<StreamPage> written, resident, missing;
   for (int32_t h = 0; h < heads; ++h) {
     const int32_t s = layout_.stream(layer, h);
-    last_pages.push_back({s, table.num_pages(s) - 1});
-    (table.device_page(last_pages.back()) >= 0 ? resident : missing).push_back(last_pages.back());
+    for (int32_t p = (table.num_tokens(s) - num_rows) / layout_.page_size; p < table.num_pages(s); ++p)
+      written.push_back({s, p});
   }
+  // Made resident first (an earlier layer's Offload may have taken some; the resident ones are touched first, so
+  // bringing the others back spares them): the written pages, or a dense layer's every page.
+  const std::vector<StreamPage> reads = dense ? layer_pages(table, layer) : written;
+  for (const StreamPage& page : reads) (table.device_page(page) >= 0 ? resident : missing).push_back(page);
   SE_RETURN_IF_ERROR(tier_->touch(seq, resident));
-  SE_RETURN_IF_ERROR(retrieve(seq, index, missing));
+  SE_RETURN_IF_ERROR(retrieve(seq, index, missing, std::max(buffer_pages(seq), static_cast<int64_t>(reads.size()))));
+  for (const StreamPage& page : reads)
+    if (table.device_page(page) < 0)
+      return resource_exhausted("partitioned decode: the device pool cannot hold layer {}'s pages", layer);
   PageTableView device = table.device_view();
-  const AttentionView write_view = layer_view(device.page_ids, device.stride, table, layer, 1);
+  const AttentionView write_view = layer_view(device.page_ids, device.stride, table, layer, num_rows);
   write_kv(write_view, k, v);
-  update_page_key_bounds(pool_bounds_.view(), write_view, 1);
-  store_bounds(index, table, last_pages);
-  // The candidates end before the last page: refreshing the group of the one before it takes in a page that just
-  // stopped being the last.
-  if (config_.two_level)
-    for (const StreamPage& page : last_pages)
-      if (page.page_idx > 0) summarize_group(index, table, page.stream, page.page_idx - 1);
+  update_page_key_bounds(pool_bounds_.view(), write_view, num_rows);
+  store_bounds(index, table, written);
+  // The candidates end before the last page: the groups from the one holding the page before the first written
+  // (it may just have stopped being the last) to the one holding the new next-to-last page are refreshed.
+  if (config_.two_level) {
+    for (int32_t h = 0; h < heads; ++h) {
+      const int32_t s = layout_.stream(layer, h);
+      const int32_t first = std::max(0, (table.num_tokens(s) - num_rows) / layout_.page_size - 1);
+      for (int32_t p = first; p < table.num_pages(s) - 1; ++p)
+        if (p == first || p % config_.two_level->group_size == 0) summarize_group(index, table, s, p);
+    }
+  }
+  if (dense) {
+    index.counts.num_selected_pages += static_cast<int64_t>(reads.size());
+    for (int32_t h = 0; h < heads; ++h) {
+      const int32_t stored = table.num_tokens(layout_.stream(layer, h));
+      index.counts.num_read_tokens += params.sliding_window > 0 ? std::min(stored, params.sliding_window) : stored;
+    }
+    paged_attention(out, q, write_view, params);
+    return Status::ok();
+  }
 
   // Select: Quest's ranking over the index (its page lists are the entries of the pages' places), or two-level.
   const int32_t budget = page_budget();
@@ -219,8 +301,12 @@ Status QuestPartitionedDecode::attend(int32_t seq, int32_t layer, TensorView q, 
     }
   }
   SE_RETURN_IF_ERROR(tier_->touch(seq, resident));
-  SE_RETURN_IF_ERROR(retrieve(seq, index, missing));
+  SE_RETURN_IF_ERROR(retrieve(seq, index, missing, buffer_pages(seq)));
   index.counts.num_selected_pages += static_cast<int64_t>(resident.size() + missing.size());
+  for (const std::vector<StreamPage>* pages : {&resident, &missing})
+    for (const StreamPage& page : *pages)
+      index.counts.num_read_tokens +=
+          std::min(layout_.page_size, table.num_tokens(page.stream) - page.page_idx * layout_.page_size);
   // Retrieving spares the selection (touched last, and no larger than the buffer) unless the device pool itself
   // is smaller than what the other sequences keep resident plus this selection.
   for (const std::vector<StreamPage>* pages : {&resident, &missing})
