@@ -26,6 +26,7 @@
 #include "parallel/communicator.h"
 #include "sparse/cache_manager.h"
 #include "sparse/method_traits.h"
+#include "sparse/quest_partitioned_decode.h"
 #include "sparse/selection.h"
 
 namespace se {
@@ -93,6 +94,10 @@ struct CacheSpec {
   Allocator* host_allocator = nullptr;  // host memory for it (pinned beside a GPU)
   // The checkpoint's scales of an FP8 store, for the layout's KV heads (none: calibrated on the first batch).
   std::optional<KvCacheScales> fp8_scales = std::nullopt;
+  // Set: running sequences live in the host tier and the method's decode runs as Spin's partitions over them
+  // (tiered_cache_manager.h), with this buffer; the method's own selection fields (partition_config) come first.
+  std::optional<PartitionConfig> partitions = std::nullopt;
+  int32_t max_num_batched_tokens = 0;  // a step's tokens at most (the partitions' working set)
 };
 
 class MethodRuntime {
@@ -115,6 +120,9 @@ class MethodRuntime {
   // Bytes of metadata the method keeps per pool page on the pool's device (e.g. key bounds), which the engine
   // sets aside with each page when it sizes the pool.
   virtual size_t page_metadata_bytes(const KvLayout& /*layout*/) const { return 0; }
+  // The method's decode as Spin's partitions over KV on the host tier (quest_partitioned_decode.h): its selection
+  // (budget, group reduction, dense layers) with the default buffer; nullopt for a method that cannot run so.
+  virtual std::optional<PartitionConfig> partition_config() const { return std::nullopt; }
 
   // --- memory (MemoryOracle) ---
   // Pages a sequence holds once it has computed `num_tokens` tokens of which `num_prefill_tokens` were
