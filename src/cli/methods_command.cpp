@@ -46,6 +46,7 @@ Result<nlohmann::ordered_json> describe(const MethodInfo& info) {
       {"cuda_kv_cache_dtypes", cuda_stores},
       {"latent_attention_store", keeps_shared_latent(traits) ? "shared latent" : "expanded heads"},
       {"tensor_parallel", traits.tensor_parallel},
+      {"kv_partitions", (*method)->partition_config().has_value()},
       {"composition", composition_name(info.composition)},
       {"defaults", (*method)->config()},
   };
@@ -96,6 +97,13 @@ int run_methods(bool as_json) {
   for (const auto& m : all)
     if (m["tensor_parallel"].get<bool>()) split += (split.empty() ? "" : ", ") + m["name"].get<std::string>();
   std::printf("\nUnder --tensor-parallel-size above 1 run %s (each rank over its KV heads).\n", split.c_str());
+  std::string partitioned;
+  for (const auto& m : all)
+    if (m["kv_partitions"].get<bool>()) partitioned += (partitioned.empty() ? "" : ", ") + m["name"].get<std::string>();
+  std::printf(
+      "Under --kv-partitions (running requests' KV in the host tier, Spin's partitions; CPU) run %s: a request's KV "
+      "may exceed the device pool.\n",
+      partitioned.c_str());
   std::string decode_time, prompt_time;
   for (const auto& m : all) {
     std::string& names = m["composition"] == "decode-time" ? decode_time : prompt_time;
