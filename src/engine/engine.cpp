@@ -145,8 +145,10 @@ Status check_kv_partitions(const EngineConfig& config, const MethodRuntime& meth
   if (config.kv_offloading_size <= 0)
     return invalid_argument("--kv-partitions keeps running sequences in the host tier: give it --kv-offloading-size");
   if (!method.partition_config())
-    return invalid_argument("--kv-partitions: {} cannot run its decode as Spin's partitions (quest can)",
-                            method.name());
+    return invalid_argument(
+        "--kv-partitions: {} cannot run its decode as Spin's partitions (quest and omnikv with "
+        "num_selected_tokens can)",
+        method.name());
   if (config.device != Device::kCpu)
     return unimplemented("--kv-partitions runs on the CPU backend only for now (use --device cpu)");
   if (config.tensor_parallel_size > 1) return unimplemented("--kv-partitions does not run under tensor parallelism");
@@ -252,6 +254,10 @@ Result<std::unique_ptr<Engine>> Engine::create(const ModelBundle& bundle, const 
                  staging_allocator(config.device)};
   if (config.kv_partitions) {
     PartitionConfig partitions = *method->partition_config();
+    method->complete_partition_config(partitions, layout.num_layers);
+    // A token selection reads at most one page per kept token per KV head.
+    if (partitions.token_filters)
+      partitions.token_budget = std::max(1, partitions.token_filters->num_kept_tokens) * layout.page_size;
     partitions.buffer_factor = config.kv_partition_buffer_factor;
     if (config.kv_partition_fixed_pages > 0) {
       partitions.buffer = PartitionBuffer::kFixed;

@@ -121,8 +121,11 @@ class MethodRuntime {
   // sets aside with each page when it sizes the pool.
   virtual size_t page_metadata_bytes(const KvLayout& /*layout*/) const { return 0; }
   // The method's decode as Spin's partitions over KV on the host tier (quest_partitioned_decode.h): its selection
-  // (budget, group reduction, dense layers) with the default buffer; nullopt for a method that cannot run so.
+  // (Quest's budget, group reduction and dense layers, or OmniKV's token filters) with the default buffer; nullopt
+  // for a method that cannot run so.
   virtual std::optional<PartitionConfig> partition_config() const { return std::nullopt; }
+  // Fills in what partition_config depends on the model for (its `num_layers` layers).
+  virtual void complete_partition_config(PartitionConfig& /*config*/, int32_t /*num_layers*/) const {}
 
   // --- memory (MemoryOracle) ---
   // Pages a sequence holds once it has computed `num_tokens` tokens of which `num_prefill_tokens` were

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 
 #include "backend/device_memory.h"
 #include "kv/pool_attention_view.h"
@@ -48,6 +49,8 @@ int32_t QuestPartitionedDecode::stride_for(int32_t num_tokens) const {
 }
 
 int64_t QuestPartitionedDecode::index_bytes_at(int32_t stride) const {
+  // OmniKV keeps no page bounds: its token index is one step's, a few ints per kept token.
+  if (config_.token_filters) return 0;
   const int64_t row = 2 * int64_t{layout_.head_dim};
   // Under two_level only the group summaries stay where the pool lives; the fine bounds are on the host.
   if (config_.two_level)
@@ -59,10 +62,10 @@ int64_t QuestPartitionedDecode::index_bytes_at(int32_t stride) const {
 
 void QuestPartitionedDecode::grow(Index& index, int32_t stride) const {
   const int32_t num_streams = layout_.num_streams();
-  const Shape shape{int64_t{num_streams} * stride, 2, layout_.head_dim};
+  const Shape shape{config_.token_filters ? 0 : int64_t{num_streams} * stride, 2, layout_.head_dim};
   Tensor bounds = config_.two_level ? Tensor::empty(DType::kF32, shape) : empty_on(device_, layout_.dtype, shape);
   const size_t row_bytes = 2 * static_cast<size_t>(layout_.head_dim) * dtype_size(bounds.dtype());
-  if (index.stride > 0)
+  if (index.stride > 0 && !config_.token_filters)
     copy_rows_async(bounds.device(), bounds.raw(), static_cast<size_t>(stride) * row_bytes, index.bounds.raw(),
                     static_cast<size_t>(index.stride) * row_bytes, static_cast<size_t>(index.stride) * row_bytes,
                     static_cast<size_t>(num_streams));
@@ -110,9 +113,9 @@ Status QuestPartitionedDecode::add(int32_t seq, int32_t max_num_tokens) {
     for (int32_t p = 0; p < table.num_pages(s); ++p) pages.push_back({s, p});
   }
   const PageTableView device = table.device_view();
-  for (int32_t l = 0; l < layout_.num_layers && longest > 0; ++l)
+  for (int32_t l = 0; l < layout_.num_layers && longest > 0 && !config_.token_filters; ++l)
     update_page_key_bounds(pool_bounds_.view(), layer_view(device.page_ids, device.stride, table, l, longest), longest);
-  store_bounds(index, table, pages);
+  if (!config_.token_filters) store_bounds(index, table, pages);
   if (config_.two_level)
     for (int32_t s = 0; s < num_streams; ++s)
       for (int32_t p = 0; p < table.num_pages(s) - 1; p += config_.two_level->group_size)
@@ -228,6 +231,66 @@ Status QuestPartitionedDecode::begin_step(int32_t seq, int32_t num_tokens) {
   return Status::ok();
 }
 
+void QuestPartitionedDecode::filter_tokens(Index& index, const TieredPageTable& table, int32_t layer,
+                                           const AttentionView& view, TensorView q) {
+  const int32_t prompt = index.num_prefill_tokens;
+  const int32_t num_kept = std::min(config_.token_filters->num_kept_tokens, prompt);
+  index.keeps_whole_prompt = num_kept >= prompt;
+  if (index.keeps_whole_prompt) return;
+  // Every stream holds every token: the tail past the prompt is the same length in each.
+  const int64_t width = num_kept + table.num_tokens(layout_.stream(layer, 0)) - prompt;
+  if (!index.token_lists.defined() || index.token_lists.shape()[1] < width) {
+    index.kept_tokens = empty_on(device_, DType::kI32, {num_kept});
+    index.token_lists = empty_on(device_, DType::kI32, {layout_.num_kv_heads, std::max(2 * width, int64_t{64})});
+    index.token_counts = empty_on(device_, DType::kI32, {layout_.num_kv_heads});
+  }
+  const TensorView last_row{q.data, q.dtype, Shape{q.shape[1], q.shape[2]}, q.device};
+  const float scale = 1.0f / std::sqrt(static_cast<float>(layout_.head_dim));
+  top_keys_by_logits_max_over_heads(index.kept_tokens.view(), last_row, view, 0, prompt, scale);
+  token_lists_with_tail(index.token_lists.view(), index.token_counts.view(), index.kept_tokens.view(), view, 0, prompt);
+}
+
+Status QuestPartitionedDecode::attend_filtered_tokens(int32_t seq, Index& index, int32_t layer, TensorView q,
+                                                      TensorView out, const AttentionParams& params) {
+  if (!index.token_lists.defined())
+    return failed_precondition("partitioned decode: sparse layer {} of sequence {} runs before its filter layer", layer,
+                               seq);
+  const TieredPageTable& table = tier_->table(seq);
+  const auto width = static_cast<int32_t>(index.token_lists.shape()[1]);
+  const int32_t* lists = index.token_lists.data<int32_t>();
+  const int32_t* counts = index.token_counts.data<int32_t>();
+  // The pages the tokens lie in (each list ascends, so a page's tokens are consecutive).
+  std::vector<StreamPage> resident, missing;
+  for (int32_t h = 0; h < layout_.num_kv_heads; ++h) {
+    int32_t last = -1;
+    for (int32_t i = 0; i < counts[h]; ++i) {
+      const int32_t page_idx = lists[h * width + i] / layout_.page_size;
+      if (page_idx == last) continue;
+      last = page_idx;
+      const StreamPage page{layout_.stream(layer, h), page_idx};
+      (table.device_page(page) >= 0 ? resident : missing).push_back(page);
+    }
+    index.counts.num_read_tokens += counts[h];
+  }
+  SE_RETURN_IF_ERROR(tier_->touch(seq, resident));
+  SE_RETURN_IF_ERROR(retrieve(seq, index, missing, buffer_pages(seq)));
+  index.counts.num_selected_pages += static_cast<int64_t>(resident.size() + missing.size());
+  for (const std::vector<StreamPage>* pages : {&resident, &missing})
+    for (const StreamPage& page : *pages)
+      if (table.device_page(page) < 0)
+        return resource_exhausted("partitioned decode: the device pool cannot hold layer {}'s selection", layer);
+  const PageTableView device = table.device_view();
+  AttentionView view = layer_view(device.page_ids, device.stride, table, layer, 1);
+  seq_view_.selected = lists;
+  seq_view_.selected_stride = width;
+  seq_view_.num_selected = counts;
+  view.selection_unit = SelectionUnit::kToken;
+  view.has_selection = true;
+  view.selected_rows_max = 1;
+  paged_attention(out, q, view, params);
+  return Status::ok();
+}
+
 Status QuestPartitionedDecode::attend(int32_t seq, int32_t layer, TensorView q, TensorView k, TensorView v,
                                       TensorView out, const AttentionParams& params, PartitionStep step) {
   const auto it = seqs_.find(seq);
@@ -243,7 +306,12 @@ Status QuestPartitionedDecode::attend(int32_t seq, int32_t layer, TensorView q, 
   const int32_t heads = layout_.num_kv_heads;
   if (step == PartitionStep::kDecode && num_rows != 1)
     return invalid_argument("partitioned decode: a decode step of sequence {} has {} tokens", seq, num_rows);
-  const bool dense = step == PartitionStep::kPrefill || layer < config_.dense_layers || params.sliding_window > 0;
+  if (step == PartitionStep::kPrefill) index.num_prefill_tokens = table.num_logical_tokens();
+  const TokenFilters* filters = config_.token_filters ? &*config_.token_filters : nullptr;
+  // OmniKV's filter and dense layers read whole, and so does a sparse layer whose filter kept the whole prompt.
+  const bool filtered = filters != nullptr && filters->sources[static_cast<size_t>(layer)] >= 0;
+  const bool dense = step == PartitionStep::kPrefill || layer < config_.dense_layers || params.sliding_window > 0 ||
+                     (filters != nullptr && (!filtered || index.keeps_whole_prompt));
   // The pages taking the step's tokens, in the layer's streams.
   std::vector<StreamPage> written, resident, missing;
   for (int32_t h = 0; h < heads; ++h) {
@@ -263,8 +331,10 @@ Status QuestPartitionedDecode::attend(int32_t seq, int32_t layer, TensorView q, 
   PageTableView device = table.device_view();
   const AttentionView write_view = layer_view(device.page_ids, device.stride, table, layer, num_rows);
   write_kv(write_view, k, v);
-  update_page_key_bounds(pool_bounds_.view(), write_view, num_rows);
-  store_bounds(index, table, written);
+  if (filters == nullptr) {
+    update_page_key_bounds(pool_bounds_.view(), write_view, num_rows);
+    store_bounds(index, table, written);
+  }
   // The candidates end before the last page: the groups from the one holding the page before the first written
   // (it may just have stopped being the last) to the one holding the new next-to-last page are refreshed.
   if (config_.two_level) {
@@ -282,8 +352,11 @@ Status QuestPartitionedDecode::attend(int32_t seq, int32_t layer, TensorView q, 
       index.counts.num_read_tokens += params.sliding_window > 0 ? std::min(stored, params.sliding_window) : stored;
     }
     paged_attention(out, q, write_view, params);
+    if (filters != nullptr && step == PartitionStep::kDecode && filters->is_filter[static_cast<size_t>(layer)])
+      filter_tokens(index, table, layer, write_view, q);
     return Status::ok();
   }
+  if (filters != nullptr) return attend_filtered_tokens(seq, index, layer, q, out, params);
 
   // Select: Quest's ranking over the index (its page lists are the entries of the pages' places), or two-level.
   const int32_t budget = page_budget();

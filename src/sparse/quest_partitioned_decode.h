@@ -1,5 +1,6 @@
-// QuestPartitionedDecode: Spin's partitions (arXiv 2604.26837 §4.1) for Quest's page selection over KV that lives
-// partly on the host tier (kv/host_tier.h). One decode step of a sequence runs, layer by layer:
+// QuestPartitionedDecode: Spin's partitions (arXiv 2604.26837 §4.1) for Quest's page selection (or OmniKV's token
+// selection, TokenFilters below) over KV that lives partly on the host tier (kv/host_tier.h). One decode step of a
+// sequence runs, layer by layer:
 //   Index      the key bounds (elementwise min and max of the keys) of every page of the sequence, host pages too,
 //              kept where the pool lives and keyed by the page's place (stream, page index), so page moves leave
 //              them be; the page that takes the step's token has its bounds refreshed.
@@ -40,6 +41,17 @@ enum class PartitionBuffer : uint8_t { kElastic, kFixed };
 // What a step computes: a decode token (Select runs) or a prefill chunk (read densely).
 enum class PartitionStep : uint8_t { kDecode, kPrefill };
 
+// OmniKV's selection (sparse/methods/omnikv.h) as the partitions run it: at a decode step a filter layer reads its
+// layer whole and keeps the prompt tokens its last query row scores highest over every query head
+// (top_keys_by_logits_max_over_heads); the sparse layers after it read those tokens and the decode tail
+// (token_lists_with_tail), so Retrieve brings in only the pages they lie in. The prompt is what the sequence's
+// prefill steps computed.
+struct TokenFilters {
+  std::vector<uint8_t> is_filter;  // [num_layers]
+  std::vector<int32_t> sources;    // [num_layers] the filter layer whose tokens a sparse layer reads; -1 for others
+  int32_t num_kept_tokens = 0;     // prompt tokens a filter keeps (the whole prompt when it is no longer)
+};
+
 struct PartitionConfig {
   int32_t token_budget = 2048;  // tokens a KV head reads per step, last page included (Quest's)
   GroupReduce gqa_agg = GroupReduce::kMean;
@@ -50,6 +62,9 @@ struct PartitionConfig {
   // (quest_two_level_index.h), on the host.
   std::optional<TwoLevelConfig> two_level;
   int32_t dense_layers = 0;  // leading layers a decode step reads whole (Quest's)
+  // Set: OmniKV's token selection in place of Quest's pages (token_budget then bounds the pages its kept tokens lie
+  // in, one per token at most).
+  std::optional<TokenFilters> token_filters;
 };
 
 // Pages of one sequence moved in one step, over its layers.
@@ -106,7 +121,12 @@ class QuestPartitionedDecode final {
     std::vector<int32_t> entries;  // [num_streams][stride] entry ids (s * stride + p): the ranking's page lists
     std::vector<float> groups;     // two_level: [num_streams][ceil(stride / group_size)][2][D] group summaries
     PartitionStepCounts counts;
-    int32_t step_tokens = 1;  // the open step's new tokens per stream
+    int32_t step_tokens = 1;         // the open step's new tokens per stream
+    int32_t num_prefill_tokens = 0;  // what its prefill steps computed
+    // token_filters: the last filter layer's choice this step: the kept prompt tokens [kept], and per KV head those
+    // tokens then the decode tail [Hkv][width] with counts [Hkv]; none when the filter kept the whole prompt.
+    Tensor kept_tokens, token_lists, token_counts;
+    bool keeps_whole_prompt = false;
   };
 
   int32_t page_budget() const { return std::max(1, config_.token_budget / layout_.page_size); }
@@ -138,6 +158,12 @@ class QuestPartitionedDecode final {
   Status retrieve(int32_t seq, Index& index, std::span<const StreamPage> pages, int64_t buffer_pages);
   // Every page of the layer's streams; a dense layer's reads.
   std::vector<StreamPage> layer_pages(const TieredPageTable& table, int32_t layer) const;
+  // token_filters: a filter layer's choice over `view` (the layer whole, one query row q [1, H, D]) into the index.
+  void filter_tokens(Index& index, const TieredPageTable& table, int32_t layer, const AttentionView& view,
+                     TensorView q);
+  // token_filters: a sparse layer: Retrieve the pages of its filter's tokens, then attend over those tokens.
+  Status attend_filtered_tokens(int32_t seq, Index& index, int32_t layer, TensorView q, TensorView out,
+                                const AttentionParams& params);
 
   HostTier* tier_;
   KvLayout layout_;

@@ -161,6 +161,25 @@ TEST_F(KvPartitionsEngineTest, AFixedBufferAndADenseLayerDecodeAsResidentQuest) 
   expect_same_generations(run(bundle_, config, prompts, /*together=*/true), reference);
 }
 
+TEST_F(KvPartitionsEngineTest, OmniKvsTokenSelectionDecodesAsResidentOmniKv) {
+  // Layer 0 filters (16 prompt tokens kept), layer 1 reads them and the decode tail.
+  const nlohmann::json omnikv = {{"filter_layers", {0}}, {"num_wait", 0}, {"num_selected_tokens", 16}};
+  const auto prompts = random_prompts({97, 130, 151}, 39);
+  EngineConfig resident;
+  resident.page_size = kPageSize;
+  resident.sparse_method = "omnikv";
+  resident.sparse_config = omnikv;
+  const Runs reference = run(bundle_, resident, prompts, /*together=*/false);
+  EngineConfig config = partitioned_config(0);
+  config.sparse_method = "omnikv";
+  config.sparse_config = omnikv;
+  config.kv_cache_memory = kDevicePages * kPageBytes;  // OmniKV keeps no per-page metadata
+  ASSERT_GT(kv_pages(prompts), kDevicePages);
+  const Runs partitioned = run(bundle_, config, prompts, /*together=*/true);
+  expect_same_generations(partitioned, reference);
+  EXPECT_GT(partitioned.max_host_pages_used, 0);
+}
+
 TEST_F(KvPartitionsEngineTest, RefusesRequestsThatCanNeverFitAndServesTheOthers) {
   const auto prompts = random_prompts({97}, 38);
   const Runs reference = run(bundle_, quest_config(0), prompts, /*together=*/false);
@@ -217,6 +236,10 @@ TEST_F(KvPartitionsEngineTest, RefusesWhatThePartitionsCannotRun) {
   EngineConfig fp8 = config;
   fp8.kv_cache_dtype = "fp8";
   EXPECT_EQ(check(fp8).code(), StatusCode::kUnimplemented);
+  EngineConfig fraction = config;
+  fraction.sparse_method = "omnikv";
+  fraction.sparse_config = {{"selected_fraction", 0.1}};
+  EXPECT_EQ(check(fraction).code(), StatusCode::kInvalidArgument) << "no page bound before the prompt comes";
   EngineConfig small_fixed = config;
   small_fixed.kv_partition_fixed_pages = 3;  // one layer's selection is 2 KV heads x 2 pages
   EXPECT_EQ(Engine::create(bundle_, small_fixed).status().code(), StatusCode::kInvalidArgument);
