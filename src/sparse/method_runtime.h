@@ -26,7 +26,7 @@
 #include "parallel/communicator.h"
 #include "sparse/cache_manager.h"
 #include "sparse/method_traits.h"
-#include "sparse/quest_partitioned_decode.h"
+#include "sparse/partitioned_decode.h"
 #include "sparse/selection.h"
 
 namespace se {
@@ -120,7 +120,7 @@ class MethodRuntime {
   // Bytes of metadata the method keeps per pool page on the pool's device (e.g. key bounds), which the engine
   // sets aside with each page when it sizes the pool.
   virtual size_t page_metadata_bytes(const KvLayout& /*layout*/) const { return 0; }
-  // The method's decode as Spin's partitions over KV on the host tier (quest_partitioned_decode.h): its selection
+  // The method's decode as Spin's partitions over KV on the host tier (partitioned_decode.h): its selection
   // (Quest's budget, group reduction and dense layers, or OmniKV's token filters) with the default buffer; nullopt
   // for a method that cannot run so.
   virtual std::optional<PartitionConfig> partition_config() const { return std::nullopt; }

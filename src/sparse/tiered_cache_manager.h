@@ -2,7 +2,7 @@
 // (Spin's hierarchy, kv/host_tier.h), for a method whose decode runs as Spin's partitions
 // (MethodRuntime::partition_config: Quest). A sequence lives in the tier from its admission. reserve opens its step
 // (new slots on the device, the device's least recently used pages going to the host for room); each layer then
-// attends through QuestPartitionedDecode: a prefill chunk and Quest's dense layers read the layer's pages whole, a
+// attends through PartitionedDecode: a prefill chunk and Quest's dense layers read the layer's pages whole, a
 // decode step Quest's selection, and only what is missing comes in from the host. So a sequence's KV may exceed the
 // device pool: the device holds its working set, the host the rest.
 //
@@ -23,7 +23,7 @@
 #include "kv/host_tier.h"
 #include "kv/slot_positions.h"
 #include "sparse/cache_manager.h"
-#include "sparse/quest_partitioned_decode.h"
+#include "sparse/partitioned_decode.h"
 
 namespace se {
 
@@ -68,7 +68,7 @@ class TieredCacheManager final : public CacheManager {
   Status restore(int32_t seq, std::unique_ptr<SequenceSnapshot> snapshot) override;
 
   // Layer `layer` of the sequence's open step (reserve): writes k, v [n, Hkv, D] and attends, out [n, H, D] from
-  // q [n, H, D], as QuestPartitionedDecode::attend.
+  // q [n, H, D], as PartitionedDecode::attend.
   Status attend(int32_t seq, int layer, TensorView q, TensorView k, TensorView v, TensorView out,
                 const AttentionParams& params, PartitionStep step);
   // What the sequence's open step moved so far.
@@ -102,7 +102,7 @@ class TieredCacheManager final : public CacheManager {
   BlockPool device_pool_;
   BlockPool host_pool_;
   HostTier tier_;
-  QuestPartitionedDecode partitions_;
+  PartitionedDecode partitions_;
   int32_t max_num_batched_tokens_;
   struct Sequence {
     std::vector<int32_t> metadata_pages;  // device pages held for its index

@@ -11,7 +11,7 @@
 #include "backend/ops.h"
 #include "kv/page_storage.h"
 #include "kv/pool_attention_view.h"
-#include "sparse/quest_partitioned_decode.h"
+#include "sparse/partitioned_decode.h"
 
 namespace se {
 namespace {
@@ -102,7 +102,7 @@ Moves decode_and_compare(PartitionConfig config, bool exact = true) {
   BlockPool reference_pool = make_pool(512);
   HostTier tier(&device, &host);
   config.token_budget = kTokenBudget;
-  QuestPartitionedDecode decode(&tier, kLayout, config);
+  PartitionedDecode decode(&tier, kLayout, config);
   ResidentQuest quest(&reference_pool);
   std::mt19937 rng(35);
   const std::vector<int32_t> prompt_lengths = {61, 80, 45};
@@ -213,9 +213,9 @@ TEST(QuestPartitionedDecodeTest, RefusesWhatItCannotServe) {
   BlockPool device = make_pool(64);
   BlockPool host = make_pool(64);
   HostTier tier(&device, &host);
-  QuestPartitionedDecode fixed(
-      &tier, kLayout, {.token_budget = kTokenBudget, .buffer = PartitionBuffer::kFixed, .fixed_buffer_pages = 4});
-  QuestPartitionedDecode elastic(&tier, kLayout, {.token_budget = kTokenBudget});
+  PartitionedDecode fixed(&tier, kLayout,
+                          {.token_budget = kTokenBudget, .buffer = PartitionBuffer::kFixed, .fixed_buffer_pages = 4});
+  PartitionedDecode elastic(&tier, kLayout, {.token_budget = kTokenBudget});
   EXPECT_EQ(elastic.add(0, kMaxTokens).code(), StatusCode::kNotFound);
   PageTable table(&device, kLayout);
   ASSERT_TRUE(table.append(20).is_ok());

@@ -1,4 +1,4 @@
-// QuestPartitionedDecode: Spin's partitions (arXiv 2604.26837 §4.1) for Quest's page selection (or OmniKV's token
+// PartitionedDecode: Spin's partitions (arXiv 2604.26837 §4.1) for Quest's page selection (or OmniKV's token
 // selection, TokenFilters below) over KV that lives partly on the host tier (kv/host_tier.h). One decode step of a
 // sequence runs, layer by layer:
 //   Index      the key bounds (elementwise min and max of the keys) of every page of the sequence, host pages too,
@@ -78,10 +78,10 @@ struct PartitionStepCounts {
   int64_t num_read_tokens = 0;  // KV tokens the step's last query row attended, over layers and KV heads
 };
 
-class QuestPartitionedDecode final {
+class PartitionedDecode final {
  public:
   // `tier` holds the sequences; its device pool's pages are of `layout`.
-  QuestPartitionedDecode(HostTier* tier, const KvLayout& layout, PartitionConfig config);
+  PartitionedDecode(HostTier* tier, const KvLayout& layout, PartitionConfig config);
 
   // Indexes a sequence the tier holds wholly resident (after its prefill, or empty before it): the bounds of every
   // page, in an index sized for `max_num_tokens` tokens at first. kNotFound, kFailedPrecondition when some of its

@@ -1,4 +1,4 @@
-#include "sparse/quest_partitioned_decode.h"
+#include "sparse/partitioned_decode.h"
 
 #include <algorithm>
 #include <bit>
@@ -9,7 +9,7 @@
 
 namespace se {
 
-QuestPartitionedDecode::QuestPartitionedDecode(HostTier* tier, const KvLayout& layout, PartitionConfig config)
+PartitionedDecode::PartitionedDecode(HostTier* tier, const KvLayout& layout, PartitionConfig config)
     : tier_(tier),
       layout_(layout),
       config_(config),
@@ -22,8 +22,8 @@ QuestPartitionedDecode::QuestPartitionedDecode(HostTier* tier, const KvLayout& l
   host_counts_ = Tensor::empty(DType::kI32, {1, layout_.num_kv_heads});
 }
 
-AttentionView QuestPartitionedDecode::layer_view(const int32_t* rows, int32_t stride, const TieredPageTable& table,
-                                                 int32_t layer, int32_t num_rows) {
+AttentionView PartitionedDecode::layer_view(const int32_t* rows, int32_t stride, const TieredPageTable& table,
+                                            int32_t layer, int32_t num_rows) {
   const PageTableView device = table.device_view();
   seq_view_ = SeqKvView{};
   seq_view_.page_ids = rows + static_cast<int64_t>(layout_.stream(layer, 0)) * stride;
@@ -33,8 +33,8 @@ AttentionView QuestPartitionedDecode::layer_view(const int32_t* rows, int32_t st
   return pool_attention_view(layout_, *device_pool_->storage(), {&seq_view_, 1}, q_indptr_.data());
 }
 
-void QuestPartitionedDecode::store_bounds(const Index& index, const TieredPageTable& table,
-                                          std::span<const StreamPage> pages) {
+void PartitionedDecode::store_bounds(const Index& index, const TieredPageTable& table,
+                                     std::span<const StreamPage> pages) {
   const size_t row_bytes = 2 * static_cast<size_t>(layout_.head_dim) * dtype_size(layout_.dtype);
   auto* from = static_cast<char*>(pool_bounds_.raw());
   auto* to = static_cast<char*>(index.bounds.raw());
@@ -43,12 +43,12 @@ void QuestPartitionedDecode::store_bounds(const Index& index, const TieredPageTa
                     from + static_cast<size_t>(table.device_page(page)) * row_bytes, 0, row_bytes, 1);
 }
 
-int32_t QuestPartitionedDecode::stride_for(int32_t num_tokens) const {
+int32_t PartitionedDecode::stride_for(int32_t num_tokens) const {
   return static_cast<int32_t>(
       std::bit_ceil(static_cast<uint64_t>(std::max<int64_t>(1, layout_.pages_per_stream(num_tokens)))));
 }
 
-int64_t QuestPartitionedDecode::index_bytes_at(int32_t stride) const {
+int64_t PartitionedDecode::index_bytes_at(int32_t stride) const {
   // OmniKV keeps no page bounds: its token index is one step's, a few ints per kept token.
   if (config_.token_filters) return 0;
   const int64_t row = 2 * int64_t{layout_.head_dim};
@@ -60,7 +60,7 @@ int64_t QuestPartitionedDecode::index_bytes_at(int32_t stride) const {
   return int64_t{layout_.num_streams()} * stride * row * static_cast<int64_t>(dtype_size(layout_.dtype));
 }
 
-void QuestPartitionedDecode::grow(Index& index, int32_t stride) const {
+void PartitionedDecode::grow(Index& index, int32_t stride) const {
   const int32_t num_streams = layout_.num_streams();
   const Shape shape{config_.token_filters ? 0 : int64_t{num_streams} * stride, 2, layout_.head_dim};
   Tensor bounds = config_.two_level ? Tensor::empty(DType::kF32, shape) : empty_on(device_, layout_.dtype, shape);
@@ -88,7 +88,7 @@ void QuestPartitionedDecode::grow(Index& index, int32_t stride) const {
   for (size_t e = 0; e < index.entries.size(); ++e) index.entries[e] = static_cast<int32_t>(e);
 }
 
-Status QuestPartitionedDecode::add(int32_t seq, int32_t max_num_tokens) {
+Status PartitionedDecode::add(int32_t seq, int32_t max_num_tokens) {
   if (!tier_->contains(seq)) return not_found("partitioned decode: the host tier holds no sequence {}", seq);
   if (seqs_.count(seq) != 0) return conflict("partitioned decode: sequence {} is already indexed", seq);
   const TieredPageTable& table = tier_->table(seq);
@@ -124,8 +124,8 @@ Status QuestPartitionedDecode::add(int32_t seq, int32_t max_num_tokens) {
   return Status::ok();
 }
 
-void QuestPartitionedDecode::summarize_group(Index& index, const TieredPageTable& table, int32_t stream,
-                                             int32_t page_idx) const {
+void PartitionedDecode::summarize_group(Index& index, const TieredPageTable& table, int32_t stream,
+                                        int32_t page_idx) const {
   const int32_t group_size = config_.two_level->group_size;
   const int32_t group = page_idx / group_size, first = group * group_size;
   const auto row = 2 * static_cast<size_t>(layout_.head_dim);
@@ -136,7 +136,7 @@ void QuestPartitionedDecode::summarize_group(Index& index, const TieredPageTable
                         {coarse, row});
 }
 
-void QuestPartitionedDecode::select(Index& index, const TieredPageTable& table, int32_t layer, TensorView q) {
+void PartitionedDecode::select(Index& index, const TieredPageTable& table, int32_t layer, TensorView q) {
   const int32_t budget = page_budget();
   if (!config_.two_level) {
     select_pages_by_key_bounds(lists_.view(), counts_.view(), q, index.bounds.view(),
@@ -168,7 +168,7 @@ void QuestPartitionedDecode::select(Index& index, const TieredPageTable& table, 
   }
 }
 
-int64_t QuestPartitionedDecode::buffer_pages(int32_t seq) const {
+int64_t PartitionedDecode::buffer_pages(int32_t seq) const {
   if (config_.buffer == PartitionBuffer::kFixed) return config_.fixed_buffer_pages;
   // Mandatory: what the step's selections read over every stream (a short stream reads all its pages).
   const TieredPageTable& table = tier_->table(seq);
@@ -177,8 +177,7 @@ int64_t QuestPartitionedDecode::buffer_pages(int32_t seq) const {
   return config_.buffer_factor * mandatory;
 }
 
-Status QuestPartitionedDecode::retrieve(int32_t seq, Index& index, std::span<const StreamPage> pages,
-                                        int64_t buffer_pages) {
+Status PartitionedDecode::retrieve(int32_t seq, Index& index, std::span<const StreamPage> pages, int64_t buffer_pages) {
   if (pages.empty()) return Status::ok();
   const auto wanted = static_cast<int64_t>(pages.size());
   // The buffer is a target: its oldest pages go out as far as the host has room for them.
@@ -204,7 +203,7 @@ Status QuestPartitionedDecode::retrieve(int32_t seq, Index& index, std::span<con
   return Status::ok();
 }
 
-std::vector<StreamPage> QuestPartitionedDecode::layer_pages(const TieredPageTable& table, int32_t layer) const {
+std::vector<StreamPage> PartitionedDecode::layer_pages(const TieredPageTable& table, int32_t layer) const {
   std::vector<StreamPage> pages;
   for (int32_t h = 0; h < layout_.num_kv_heads; ++h) {
     const int32_t s = layout_.stream(layer, h);
@@ -213,7 +212,7 @@ std::vector<StreamPage> QuestPartitionedDecode::layer_pages(const TieredPageTabl
   return pages;
 }
 
-Status QuestPartitionedDecode::begin_step(int32_t seq, int32_t num_tokens) {
+Status PartitionedDecode::begin_step(int32_t seq, int32_t num_tokens) {
   const auto it = seqs_.find(seq);
   if (it == seqs_.end()) return not_found("partitioned decode: no sequence {}", seq);
   if (num_tokens < 1) return invalid_argument("partitioned decode: a step of {} tokens", num_tokens);
@@ -231,8 +230,8 @@ Status QuestPartitionedDecode::begin_step(int32_t seq, int32_t num_tokens) {
   return Status::ok();
 }
 
-void QuestPartitionedDecode::filter_tokens(Index& index, const TieredPageTable& table, int32_t layer,
-                                           const AttentionView& view, TensorView q) {
+void PartitionedDecode::filter_tokens(Index& index, const TieredPageTable& table, int32_t layer,
+                                      const AttentionView& view, TensorView q) {
   const int32_t prompt = index.num_prefill_tokens;
   const int32_t num_kept = std::min(config_.token_filters->num_kept_tokens, prompt);
   index.keeps_whole_prompt = num_kept >= prompt;
@@ -250,8 +249,8 @@ void QuestPartitionedDecode::filter_tokens(Index& index, const TieredPageTable& 
   token_lists_with_tail(index.token_lists.view(), index.token_counts.view(), index.kept_tokens.view(), view, 0, prompt);
 }
 
-Status QuestPartitionedDecode::attend_filtered_tokens(int32_t seq, Index& index, int32_t layer, TensorView q,
-                                                      TensorView out, const AttentionParams& params) {
+Status PartitionedDecode::attend_filtered_tokens(int32_t seq, Index& index, int32_t layer, TensorView q, TensorView out,
+                                                 const AttentionParams& params) {
   if (!index.token_lists.defined())
     return failed_precondition("partitioned decode: sparse layer {} of sequence {} runs before its filter layer", layer,
                                seq);
@@ -291,8 +290,8 @@ Status QuestPartitionedDecode::attend_filtered_tokens(int32_t seq, Index& index,
   return Status::ok();
 }
 
-Status QuestPartitionedDecode::attend(int32_t seq, int32_t layer, TensorView q, TensorView k, TensorView v,
-                                      TensorView out, const AttentionParams& params, PartitionStep step) {
+Status PartitionedDecode::attend(int32_t seq, int32_t layer, TensorView q, TensorView k, TensorView v, TensorView out,
+                                 const AttentionParams& params, PartitionStep step) {
   const auto it = seqs_.find(seq);
   if (it == seqs_.end()) return not_found("partitioned decode: no sequence {}", seq);
   if (layer < 0 || layer >= layout_.num_layers)
