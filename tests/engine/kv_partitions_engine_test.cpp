@@ -35,7 +35,7 @@ struct Generation {
 struct Runs {
   std::vector<Generation> generations;
   int64_t max_host_pages_used = 0;  // seen in the engine's stats while the requests ran
-  uint64_t preemptions = 0;
+  EngineStats end;                  // once drained
 };
 
 EngineConfig quest_config(int dense_layers) {
@@ -93,7 +93,7 @@ Runs run(const ModelBundle& bundle, const EngineConfig& config, const std::vecto
     for (auto& stream : *submitted) drain(*stream);
   }
   (*engine)->shutdown(/*drain=*/true);
-  runs.preemptions = (*engine)->stats().preemptions_total;
+  runs.end = (*engine)->stats();
   return runs;
 }
 
@@ -141,7 +141,7 @@ TEST_F(KvPartitionsEngineTest, ServesMoreSequencesThanTheDevicePoolHoldsAsReside
   const Runs partitioned = run(bundle_, partitioned_config(0), prompts, /*together=*/true);
   expect_same_generations(partitioned, reference);
   EXPECT_GT(partitioned.max_host_pages_used, 0) << "the host tier held running sequences' pages";
-  EXPECT_EQ(partitioned.preemptions, 0u);
+  EXPECT_EQ(partitioned.end.preemptions_total, 0u);
 }
 
 TEST_F(KvPartitionsEngineTest, ServesASequenceLongerThanTheDevicePool) {
@@ -159,6 +159,22 @@ TEST_F(KvPartitionsEngineTest, AFixedBufferAndADenseLayerDecodeAsResidentQuest) 
   EngineConfig config = partitioned_config(1);
   config.kv_partition_fixed_pages = 8;  // two layers' selections (2 KV heads x 2 pages each)
   expect_same_generations(run(bundle_, config, prompts, /*together=*/true), reference);
+}
+
+TEST_F(KvPartitionsEngineTest, PreemptsWhenBothPoolsRunShortAndLeavesThemWhole) {
+  const auto prompts = random_prompts({97, 130, 151}, 40);
+  const Runs reference = run(bundle_, quest_config(0), prompts, /*together=*/false);
+  // 64 device and 40 host pages, less 4 kept free and the indexes' pages, against 104 pages of prompts: the newest
+  // request gives way and is recomputed later.
+  const Runs partitioned = run(bundle_, partitioned_config(0, /*host_pages=*/40), prompts, /*together=*/true);
+  EXPECT_GT(partitioned.end.preemptions_total, 0u);
+  // The oldest request never gives way: its run is uninterrupted. A recomputed one prefills its outputs densely
+  // where they were decoded through Quest's selection, so its later tokens may differ.
+  ASSERT_EQ(partitioned.generations.size(), 3u);
+  EXPECT_EQ(partitioned.generations[0].tokens, reference.generations[0].tokens);
+  for (const Generation& g : partitioned.generations) EXPECT_EQ(g.tokens.size(), static_cast<size_t>(kMaxTokens));
+  EXPECT_EQ(partitioned.end.num_kv_pages_free, partitioned.end.num_kv_pages_total);
+  EXPECT_EQ(partitioned.end.num_kv_host_pages_used, 0);
 }
 
 TEST_F(KvPartitionsEngineTest, OmniKvsTokenSelectionDecodesAsResidentOmniKv) {
