@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <utility>
 
 #include "backend/device_memory.h"
 #include "kv/pool_attention_view.h"
@@ -12,7 +13,7 @@ namespace se {
 PartitionedDecode::PartitionedDecode(HostTier* tier, const KvLayout& layout, PartitionConfig config)
     : tier_(tier),
       layout_(layout),
-      config_(config),
+      config_(std::move(config)),
       device_(tier->device_pool()->storage()->device()),
       device_pool_(tier->device_pool()) {
   pool_bounds_ = empty_on(device_, layout_.dtype, {device_pool_->num_total_pages(), 2, layout_.head_dim});

@@ -123,7 +123,7 @@ Status TieredCacheManager::reserve(int32_t seq, int32_t num_new_tokens) {
                               pages_to_reserve(seq, num_new_tokens), num_new_tokens, seq, num_available_pages());
   const size_t num_held = s.metadata_pages.size();
   SE_RETURN_IF_ERROR(hold_metadata_pages(s.metadata_pages, new_metadata));
-  const Status begun = partitions_.begin_step(seq, num_new_tokens);
+  Status begun = partitions_.begin_step(seq, num_new_tokens);
   if (!begun.is_ok()) {
     device_pool_.release(std::span<const int32_t>(s.metadata_pages).subspan(num_held));
     num_metadata_pages_ -= static_cast<int64_t>(s.metadata_pages.size() - num_held);

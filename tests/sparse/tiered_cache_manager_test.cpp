@@ -19,8 +19,8 @@ constexpr int32_t kTokenBudget = 32;      // 8 pages per KV head: a layer's sele
 constexpr int32_t kMaxBatchedTokens = 8;  // a step's tokens at most
 
 std::unique_ptr<TieredCacheManager> make_cache(int32_t device_pages, int32_t host_pages,
-                                               PartitionConfig config = {.token_budget = kTokenBudget,
-                                                                         .buffer_factor = 2}) {
+                                               const PartitionConfig& config = {.token_budget = kTokenBudget,
+                                                                                .buffer_factor = 2}) {
   auto cache = TieredCacheManager::create(kLayout, device_pages, cpu_allocator(), host_pages, cpu_allocator(), config,
                                           kMaxBatchedTokens);
   SE_CHECK(cache.is_ok(), "{}", cache.status().to_string());
