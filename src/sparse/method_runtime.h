@@ -26,7 +26,7 @@
 #include "parallel/communicator.h"
 #include "sparse/cache_manager.h"
 #include "sparse/method_traits.h"
-#include "sparse/partitioned_decode.h"
+#include "sparse/partition_config.h"
 #include "sparse/selection.h"
 
 namespace se {

@@ -273,8 +273,10 @@ Status PartitionedDecode::attend_filtered_tokens(int32_t seq, Index& index, int3
     index.counts.num_read_tokens += counts[h];
   }
   SE_RETURN_IF_ERROR(tier_->touch(seq, resident));
-  SE_RETURN_IF_ERROR(retrieve(seq, index, missing, buffer_pages(seq)));
-  index.counts.num_selected_pages += static_cast<int64_t>(resident.size() + missing.size());
+  // The decode tail's pages come on top of the kept tokens': the buffer never sheds the layer's reads.
+  const auto num_reads = static_cast<int64_t>(resident.size() + missing.size());
+  SE_RETURN_IF_ERROR(retrieve(seq, index, missing, std::max(buffer_pages(seq), num_reads)));
+  index.counts.num_selected_pages += num_reads;
   for (const std::vector<StreamPage>* pages : {&resident, &missing})
     for (const StreamPage& page : *pages)
       if (table.device_page(page) < 0)

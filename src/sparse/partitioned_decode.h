@@ -18,7 +18,7 @@
 // resident choice again). A prefill chunk, and a decode step's dense layers (Quest's leading `dense_layers`,
 // sliding-window layers), read every page of the layer's streams: Retrieve brings the missing ones in, in pieces of
 // what the two pools have free, so a layer fits whenever the device pool holds it whole. The index grows with the
-// sequence (doubling its pages per stream).
+// sequence (doubling its entries per stream).
 //
 // Ownership: borrows the tier (and its pools); holds each sequence's index. Its views carry host tables: on the CPU
 // backend the ops read them as they are (a GPU run would mirror them, as the sparse controller does). Engine thread
@@ -32,40 +32,14 @@
 
 #include "backend/ops.h"
 #include "kv/host_tier.h"
+#include "sparse/partition_config.h"
 #include "sparse/quest_two_level_index.h"
 #include "tensor/tensor.h"
 
 namespace se {
 
-enum class PartitionBuffer : uint8_t { kElastic, kFixed };
 // What a step computes: a decode token (Select runs) or a prefill chunk (read densely).
 enum class PartitionStep : uint8_t { kDecode, kPrefill };
-
-// OmniKV's selection (sparse/methods/omnikv.h) as the partitions run it: at a decode step a filter layer reads its
-// layer whole and keeps the prompt tokens its last query row scores highest over every query head
-// (top_keys_by_logits_max_over_heads); the sparse layers after it read those tokens and the decode tail
-// (token_lists_with_tail), so Retrieve brings in only the pages they lie in. The prompt is what the sequence's
-// prefill steps computed.
-struct TokenFilters {
-  std::vector<uint8_t> is_filter;  // [num_layers]
-  std::vector<int32_t> sources;    // [num_layers] the filter layer whose tokens a sparse layer reads; -1 for others
-  int32_t num_kept_tokens = 0;     // prompt tokens a filter keeps (the whole prompt when it is no longer)
-};
-
-struct PartitionConfig {
-  int32_t token_budget = 2048;  // tokens a KV head reads per step, last page included (Quest's)
-  GroupReduce gqa_agg = GroupReduce::kMean;
-  PartitionBuffer buffer = PartitionBuffer::kElastic;
-  int32_t buffer_factor = 5;       // kElastic: resident pages per mandatory page
-  int64_t fixed_buffer_pages = 0;  // kFixed: resident pages per request
-  // Set: Select ranks page groups by their summaries first, then the pages of the kept groups
-  // (quest_two_level_index.h), on the host.
-  std::optional<TwoLevelConfig> two_level;
-  int32_t dense_layers = 0;  // leading layers a decode step reads whole (Quest's)
-  // Set: OmniKV's token selection in place of Quest's pages (token_budget then bounds the pages its kept tokens lie
-  // in, one per token at most).
-  std::optional<TokenFilters> token_filters;
-};
 
 // Pages of one sequence moved in one step, over its layers.
 struct PartitionStepCounts {
@@ -115,7 +89,7 @@ class PartitionedDecode final {
 
  private:
   struct Index {
-    int32_t stride = 0;  // index entries per stream: pages of max_num_tokens
+    int32_t stride = 0;  // index entries per stream: stride_for the longest length so far
     // [num_streams * stride, 2, D]: where the pool lives, or on the host under two_level (the fine bounds).
     Tensor bounds;
     std::vector<int32_t> entries;  // [num_streams][stride] entry ids (s * stride + p): the ranking's page lists

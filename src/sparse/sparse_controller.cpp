@@ -123,7 +123,9 @@ void SparseController::attend(int layer, const LayerConfig& layer_config, const 
 void SparseController::attend_partitioned(int layer, const ForwardBatch& batch, TensorView q, TensorView k,
                                           TensorView v, TensorView out, const AttentionParams& params) {
   for (const SequenceSlice& slice : batch.sequences) {
-    const PartitionStep step = slice.is_decode(batch.positions) ? PartitionStep::kDecode : PartitionStep::kPrefill;
+    // A decode step computes one token; anything longer reads densely, as a prefill chunk does.
+    const PartitionStep step =
+        slice.is_decode(batch.positions) && slice.num_tokens == 1 ? PartitionStep::kDecode : PartitionStep::kPrefill;
     // NOTE: reserve opened the step and checked that the device holds the sequence's working set beside every
     // sequence's metadata, and that one layer's selection stays free across the pools, so attending cannot run
     // short of room.
