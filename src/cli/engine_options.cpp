@@ -140,7 +140,8 @@ void add_engine_options(CLI::App& command, EngineConfig& config) {
       },
       "Spin's partitions: running requests' KV lives in the host tier (--kv-offloading-size) page by page too, and "
       "the method's decode brings in only the pages it selects, so a request's KV may exceed the device pool "
-      "(quest, omnikv; CPU). elastic keeps FACTOR (default 5) resident pages per page a step's selections read, "
+      "(CPU; `sparse-engine methods` lists the methods that can). elastic keeps FACTOR (default 5) resident pages per "
+      "page a step's selections read, "
       "fixed:PAGES "
       "that many per request");
   command.add_option("--gpu-memory-utilization", config.gpu_memory_utilization,

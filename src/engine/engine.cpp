@@ -146,8 +146,8 @@ Status check_kv_partitions(const EngineConfig& config, const MethodRuntime& meth
     return invalid_argument("--kv-partitions keeps running sequences in the host tier: give it --kv-offloading-size");
   if (!method.partition_config())
     return invalid_argument(
-        "--kv-partitions: {} cannot run its decode as Spin's partitions (quest and omnikv with "
-        "num_selected_tokens can)",
+        "--kv-partitions: {} cannot run its decode as Spin's partitions with this configuration (`sparse-engine "
+        "methods` lists the methods that can)",
         method.name());
   if (config.device != Device::kCpu)
     return unimplemented("--kv-partitions runs on the CPU backend only for now (use --device cpu)");

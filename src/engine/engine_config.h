@@ -26,9 +26,9 @@ struct EngineConfig {
   // 0 = none.
   int64_t kv_offloading_size = 0;
   // Spin's partitions (--kv-partitions): running sequences' KV lives in the host tier page by page as well, and a
-  // method whose decode can run as the partitions (Quest) brings in only the pages it selects, so a request's KV
-  // may exceed the device pool. Needs kv_offloading_size. The buffer each request keeps resident is elastic,
-  // kv_partition_buffer_factor times the pages its step's selections read (Spin's default 5), or fixed at
+  // method whose decode can run as the partitions (partition_config) brings in only the pages it selects, so a
+  // request's KV may exceed the device pool. Needs kv_offloading_size. The buffer each request keeps resident is
+  // elastic, kv_partition_buffer_factor times the pages its step's selections read (Spin's default 5), or fixed at
   // kv_partition_fixed_pages pages when that is above 0.
   bool kv_partitions = false;
   int kv_partition_buffer_factor = 5;

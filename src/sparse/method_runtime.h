@@ -121,7 +121,7 @@ class MethodRuntime {
   // sets aside with each page when it sizes the pool.
   virtual size_t page_metadata_bytes(const KvLayout& /*layout*/) const { return 0; }
   // The method's decode as Spin's partitions over KV on the host tier (partitioned_decode.h): its selection
-  // (Quest's budget, group reduction and dense layers, or OmniKV's token filters) with the default buffer; nullopt
+  // (a page budget, group reduction and dense layers, or token filters) with the default buffer; nullopt
   // for a method that cannot run so.
   virtual std::optional<PartitionConfig> partition_config() const { return std::nullopt; }
   // Fills in what partition_config depends on the model for (its `num_layers` layers).

@@ -50,7 +50,7 @@ int32_t PartitionedDecode::stride_for(int32_t num_tokens) const {
 }
 
 int64_t PartitionedDecode::index_bytes_at(int32_t stride) const {
-  // OmniKV keeps no page bounds: its token index is one step's, a few ints per kept token.
+  // The token selection keeps no page bounds: its index is one step's, a few ints per kept token.
   if (config_.token_filters) return 0;
   const int64_t row = 2 * int64_t{layout_.head_dim};
   // Under two_level only the group summaries stay where the pool lives; the fine bounds are on the host.
@@ -310,7 +310,7 @@ Status PartitionedDecode::attend(int32_t seq, int32_t layer, TensorView q, Tenso
     return invalid_argument("partitioned decode: a decode step of sequence {} has {} tokens", seq, num_rows);
   if (step == PartitionStep::kPrefill) index.num_prefill_tokens = table.num_logical_tokens();
   const TokenFilters* filters = config_.token_filters ? &*config_.token_filters : nullptr;
-  // OmniKV's filter and dense layers read whole, and so does a sparse layer whose filter kept the whole prompt.
+  // Filter and dense layers read whole under token_filters, and so does a sparse layer whose filter kept it all.
   const bool filtered = filters != nullptr && filters->sources[static_cast<size_t>(layer)] >= 0;
   const bool dense = step == PartitionStep::kPrefill || layer < config_.dense_layers || params.sliding_window > 0 ||
                      (filters != nullptr && (!filtered || index.keeps_whole_prompt));
@@ -360,7 +360,7 @@ Status PartitionedDecode::attend(int32_t seq, int32_t layer, TensorView q, Tenso
   }
   if (filters != nullptr) return attend_filtered_tokens(seq, index, layer, q, out, params);
 
-  // Select: Quest's ranking over the index (its page lists are the entries of the pages' places), or two-level.
+  // Select: the key-bound ranking over the index (its page lists are the entries of the pages' places), or two-level.
   const int32_t budget = page_budget();
   select(index, table, layer, q);
   const int32_t* lists = host_lists_.data<int32_t>();

@@ -1,21 +1,21 @@
-// PartitionedDecode: Spin's partitions (arXiv 2604.26837 §4.1) for Quest's page selection (or OmniKV's token
-// selection, TokenFilters below) over KV that lives partly on the host tier (kv/host_tier.h). One decode step of a
-// sequence runs, layer by layer:
+// PartitionedDecode: Spin's partitions (arXiv 2604.26837 §4.1) for page selection by key bounds (or a token
+// selection at filter layers, TokenFilters) over KV that lives partly on the host tier (kv/host_tier.h). One decode
+// step of a sequence runs, layer by layer:
 //   Index      the key bounds (elementwise min and max of the keys) of every page of the sequence, host pages too,
 //              kept where the pool lives and keyed by the page's place (stream, page index), so page moves leave
 //              them be; the page that takes the step's token has its bounds refreshed.
-//   Select     Quest's top pages from those bounds (select_pages_by_key_bounds, as the resident method ranks).
+//   Select     the top pages from those bounds (select_pages_by_key_bounds, as the resident method ranks).
 //   Retrieve   only the selected pages not resident are copied in (HostTier::retrieve), into the request's buffer.
 //   Offload    when they would overflow the buffer, its least recently used pages go out first: never the layer's
 //              selection, which was touched just before.
 //   Attention  paged attention over the selected pages, all resident now, through the tier's device rows (the
 //              entries of host pages read -1 there, and no selection points at them).
-// A selection over the same bounds, the same kernels and the same bytes: the output is the resident Quest's, bit for
+// A selection over the same bounds, the same kernels and the same bytes: the output is the resident method's, bit for
 // bit. The buffer (pages resident per request) is elastic, buffer_factor times the step's mandatory pages (Spin's
 // default 5x), so it follows the request's selection as its streams grow, or fixed, the same number of pages
 // whatever the selection (what Spin compares against). Under `two_level` the index keeps group summaries beside the
 // page bounds and Select ranks the groups first (an approximation: docs/fidelity.md; with every group kept it is the
-// resident choice again). A prefill chunk, and a decode step's dense layers (Quest's leading `dense_layers`,
+// resident choice again). A prefill chunk, and a decode step's dense layers (the leading `dense_layers`,
 // sliding-window layers), read every page of the layer's streams: Retrieve brings the missing ones in, in pieces of
 // what the two pools have free, so a layer fits whenever the device pool holds it whole. The index grows with the
 // sequence (doubling its entries per stream).
@@ -79,7 +79,7 @@ class PartitionedDecode final {
   // on the host): now, and for any sequence once its streams hold `num_tokens` tokens.
   int64_t index_bytes(int32_t seq) const { return index_bytes_at(seqs_.at(seq).stride); }
   int64_t index_bytes_for(int32_t num_tokens) const { return index_bytes_at(stride_for(num_tokens)); }
-  // Pages a layer's selection reads: one per KV head and page of Quest's budget.
+  // Pages a layer's selection reads: one per KV head and page of the budget.
   int64_t selection_pages() const { return int64_t{layout_.num_kv_heads} * page_budget(); }
 
   // What the sequence's step moved so far (reset by begin_step).

@@ -1,10 +1,10 @@
 // TieredCacheManager: the KV of running sequences spread page by page over the device pool and the host tier
 // (Spin's hierarchy, kv/host_tier.h), for a method whose decode runs as Spin's partitions
-// (MethodRuntime::partition_config: Quest). A sequence lives in the tier from its admission. reserve opens its step
+// (MethodRuntime::partition_config). A sequence lives in the tier from its admission. reserve opens its step
 // (new slots on the device, the device's least recently used pages going to the host for room); each layer then
-// attends through PartitionedDecode: a prefill chunk and Quest's dense layers read the layer's pages whole, a
-// decode step Quest's selection, and only what is missing comes in from the host. So a sequence's KV may exceed the
-// device pool: the device holds its working set, the host the rest.
+// attends through PartitionedDecode: a prefill chunk and dense layers read the layer's pages whole, a
+// decode step the method's selection, and only what is missing comes in from the host. So a sequence's KV may exceed
+// the device pool: the device holds its working set, the host the rest.
 //
 // Device memory: the pool's pages hold resident KV, and each sequence's index (its pages' key bounds, kept where
 // the pool lives) takes pages' worth of the pool too, held out of it as the index grows (metadata pages): the
