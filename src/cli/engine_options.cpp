@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/device_memory.h"
+#include "engine/engine.h"
 #include "kv/kv_layout.h"
 #include "sparse/method_registry.h"
 
@@ -107,6 +108,42 @@ void add_engine_options(CLI::App& command, EngineConfig& config) {
       },
       "GiB of host memory for the host KV tier (vLLM's flag; pinned beside a GPU): idle Chain Cache chains and "
       "radix prefix blocks the pool reclaims move there and come back on a hit (default 0: none)");
+  // Its own flag rather than a form of --kv-offloading-size: that one sizes the tier (vLLM's meaning, idle state
+  // only), this one changes how the running requests' decode reads their KV, and only some methods can.
+  command.add_option_function<std::string>(
+      "--kv-partitions",
+      [&config](const std::string& text) {
+        const size_t colon = text.find(':');
+        const std::string mode = text.substr(0, colon);
+        int value = 0;
+        const bool has_value = colon != std::string::npos;
+        if (has_value) {
+          try {
+            size_t used = 0;
+            value = std::stoi(text.substr(colon + 1), &used);
+            if (used != text.size() - colon - 1) value = 0;
+          } catch (const std::exception&) {
+            value = 0;
+          }
+        }
+        if (mode == "elastic" && (!has_value || value >= 1)) {
+          config.kv_partitions = true;
+          if (has_value) config.kv_partition_buffer_factor = value;
+        } else if (mode == "fixed" && value >= 1) {
+          config.kv_partitions = true;
+          config.kv_partition_fixed_pages = value;
+        } else {
+          throw CLI::ValidationError(
+              "--kv-partitions",
+              "expects elastic, elastic:FACTOR or fixed:PAGES (positive integers), got '" + text + "'");
+        }
+      },
+      "Spin's partitions: running requests' KV lives in the host tier (--kv-offloading-size) page by page too, and "
+      "the method's decode brings in only the pages it selects, so a request's KV may exceed the device pool "
+      "(CPU; `sparse-engine methods` lists the methods that can). elastic keeps FACTOR (default 5) resident pages per "
+      "page a step's selections read, "
+      "fixed:PAGES "
+      "that many per request");
   command.add_option("--gpu-memory-utilization", config.gpu_memory_utilization,
                      "with --device cuda: the fraction of the device memory left after weights and workspace that the "
                      "KV cache takes")
@@ -166,6 +203,7 @@ Status check_sparse_options(const EngineConfig& config) {
   SE_ASSIGN_OR_RETURN(std::unique_ptr<MethodRuntime> method, create_method(config.sparse_method, config.sparse_config));
   SE_ASSIGN_OR_RETURN(const KvStoreKind store, parse_kv_cache_dtype(config.kv_cache_dtype));
   SE_RETURN_IF_ERROR(check_method_runs(config.device, store, method->traits(), method->name()));
+  SE_RETURN_IF_ERROR(check_kv_partitions(config, *method));
   if (config.tensor_parallel_size > 1) {
     if (config.device != Device::kCpu)
       return unimplemented("--tensor-parallel-size {} runs on the CPU only for now; use --device cpu",

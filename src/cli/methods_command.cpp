@@ -48,6 +48,7 @@ Result<nlohmann::ordered_json> describe(const MethodInfo& info) {
       {"latent_attention_on_cuda",
        runs_on_cuda && check_latent_attention_runs_on(Device::kCuda, traits, info.name).is_ok()},
       {"tensor_parallel", traits.tensor_parallel},
+      {"kv_partitions", (*method)->partition_config().has_value()},
       {"composition", composition_name(info.composition)},
       {"defaults", (*method)->config()},
   };
@@ -102,6 +103,13 @@ int run_methods(bool as_json) {
   for (const auto& m : all)
     if (m["tensor_parallel"].get<bool>()) split += (split.empty() ? "" : ", ") + m["name"].get<std::string>();
   std::printf("\nUnder --tensor-parallel-size above 1 run %s (each rank over its KV heads).\n", split.c_str());
+  std::string partitioned;
+  for (const auto& m : all)
+    if (m["kv_partitions"].get<bool>()) partitioned += (partitioned.empty() ? "" : ", ") + m["name"].get<std::string>();
+  std::printf(
+      "Under --kv-partitions (running requests' KV in the host tier, Spin's partitions; CPU) run %s: a request's KV "
+      "may exceed the device pool.\n",
+      partitioned.c_str());
   std::string decode_time, prompt_time;
   for (const auto& m : all) {
     std::string& names = m["composition"] == "decode-time" ? decode_time : prompt_time;

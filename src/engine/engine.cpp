@@ -136,6 +136,34 @@ std::optional<KvCacheScales> checkpoint_fp8_scales(const ModelBundle& bundle, co
 
 }  // namespace
 
+Status check_kv_partitions(const EngineConfig& config, const MethodRuntime& method) {
+  if (!config.kv_partitions) return Status::ok();
+  if (config.kv_offloading_size <= 0)
+    return invalid_argument("--kv-partitions keeps running sequences in the host tier: give it --kv-offloading-size");
+  if (!method.partition_config())
+    return invalid_argument(
+        "--kv-partitions: {} cannot run its decode as Spin's partitions with this configuration (`sparse-engine "
+        "methods` lists the methods that can)",
+        method.name());
+  if (config.device != Device::kCpu)
+    return unimplemented("--kv-partitions runs on the CPU backend only for now (use --device cpu)");
+  if (config.tensor_parallel_size > 1) return unimplemented("--kv-partitions does not run under tensor parallelism");
+  if (config.kv_cache_dtype != "auto")
+    return unimplemented("--kv-partitions reads explicit K/V pages: use --kv-cache-dtype auto, not {}",
+                         config.kv_cache_dtype);
+  if (config.enable_prefix_caching && config.prefix_cache_mode != "auto" && config.prefix_cache_mode != "off")
+    return invalid_argument(
+        "--kv-partitions keeps each page one sequence's, so no prefix cache runs beside it: drop --prefix-cache-mode "
+        "{} (or give off)",
+        config.prefix_cache_mode);
+  if (config.kv_partition_buffer_factor < 1 || config.kv_partition_fixed_pages < 0)
+    return invalid_argument(
+        "--kv-partitions: an elastic buffer's factor must be at least 1 and a fixed buffer's "
+        "pages positive (got {} and {})",
+        config.kv_partition_buffer_factor, config.kv_partition_fixed_pages);
+  return Status::ok();
+}
+
 // The model as sparse methods may see it (method_environment.h): its tokenizer and chat reply suffix.
 MethodEnvironment method_environment(const ModelBundle& bundle) {
   MethodEnvironment environment;
@@ -174,6 +202,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const ModelBundle& bundle, const 
   if (model.latent_attention())
     SE_RETURN_IF_ERROR(check_latent_attention_runs_on(config.device, method->traits(), method->name()));
   SE_RETURN_IF_ERROR(check_runs_sharded(model, num_ranks, *method, config));
+  SE_RETURN_IF_ERROR(check_kv_partitions(config, *method));
   // The workspaces first: the KV pool takes a share of what remains.
   std::vector<ForwardWorkspace> workspaces;
   workspaces.reserve(static_cast<size_t>(num_ranks));
@@ -214,6 +243,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const ModelBundle& bundle, const 
   if (num_pages < layout.num_streams())
     return resource_exhausted("the KV cache budget of {} bytes holds {} pages, fewer than the {} one token needs",
                               pool_bytes, num_pages, layout.num_streams());
+  if (config.kv_partitions) config.prefix_cache_mode = "off";
   SE_ASSIGN_OR_RETURN(config.prefix_cache_mode, resolve_prefix_cache_mode(config, *method, layout));
   const int64_t num_host_pages = config.kv_offloading_size / static_cast<int64_t>(layout.page_bytes());
   // Radix blocks that come back from the host tier land under new ids, and the method recomputes its metadata for
@@ -229,9 +259,28 @@ Result<std::unique_ptr<Engine>> Engine::create(const ModelBundle& bundle, const 
                  config.prefix_cache_mode == "radix",
                  static_cast<int32_t>(std::min<int64_t>(num_host_pages, INT32_MAX)),
                  staging_allocator(config.device)};
+  if (config.kv_partitions) {
+    PartitionConfig partitions = *method->partition_config();
+    method->complete_partition_config(partitions, layout.num_layers);
+    // A token selection reads at most one page per kept token per KV head.
+    if (partitions.token_filters)
+      partitions.token_budget = std::max(1, partitions.token_filters->num_kept_tokens) * layout.page_size;
+    partitions.buffer_factor = config.kv_partition_buffer_factor;
+    if (config.kv_partition_fixed_pages > 0) {
+      partitions.buffer = PartitionBuffer::kFixed;
+      partitions.fixed_buffer_pages = config.kv_partition_fixed_pages;
+      // A layer's selection must stay resident while it is attended.
+      const int64_t selection = int64_t{layout.num_kv_heads} * std::max(1, partitions.token_budget / layout.page_size);
+      if (partitions.fixed_buffer_pages < selection)
+        return invalid_argument("--kv-partitions fixed:{} holds fewer pages than one layer's selection ({})",
+                                partitions.fixed_buffer_pages, selection);
+    }
+    spec.partitions = partitions;
+    spec.max_num_batched_tokens = config.max_num_batched_tokens;
+  }
   SE_LOG_INFO(
       "KV cache on {}: {} pages of {} tokens{}, {}{} ({} tokens per layer and KV head across the pool); "
-      "sparse method {} {}; prefix cache {}; host tier {} pages",
+      "sparse method {} {}; prefix cache {}; host tier {} pages{}",
       device_name(config.device), num_pages, layout.page_size,
       num_ranks > 1 ? fmt::format(" on each of {} tensor-parallel ranks", num_ranks) : std::string(),
       kv_store_kind_name(layout.store),
@@ -239,7 +288,11 @@ Result<std::unique_ptr<Engine>> Engine::create(const ModelBundle& bundle, const 
       : bundle.kv_cache_scales              ? " with the checkpoint's scales"
                                             : " with scales from the first batch",
       num_pages / layout.num_streams() * layout.page_size, method->name(), method->config().dump(),
-      config.prefix_cache_mode, num_host_pages);
+      config.prefix_cache_mode, num_host_pages,
+      !config.kv_partitions ? ""
+      : config.kv_partition_fixed_pages > 0
+          ? fmt::format(", running sequences in it (fixed buffer of {} pages)", config.kv_partition_fixed_pages)
+          : fmt::format(", running sequences in it (elastic buffer, {}x)", config.kv_partition_buffer_factor));
   std::string fingerprint =
       config.prefix_cache_mode == "chain" ? make_chain_fingerprint(bundle, layout, *method) : std::string();
   // Every rank runs an instance of the method over its KV heads, in a pool of the same pages.

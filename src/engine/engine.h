@@ -19,6 +19,7 @@
 #include "engine/sampling_params.h"
 #include "kv/chain_cache.h"
 #include "sparse/method_environment.h"
+#include "sparse/method_runtime.h"
 
 namespace se {
 
@@ -49,6 +50,11 @@ class EngineLoop;
 // The engine builds its method with it; so does anything that builds methods for the same model
 // (TeacherForcedSequence). `bundle` must outlive the environment.
 MethodEnvironment method_environment(const ModelBundle& bundle);
+
+// Ok when `config` can run `method`'s decode as Spin's partitions over the host tier (or does not ask to):
+// kInvalidArgument / kUnimplemented naming what stands in the way. Needs no model, so the command line checks it
+// before one loads.
+Status check_kv_partitions(const EngineConfig& config, const MethodRuntime& method);
 
 class Engine {
  public:

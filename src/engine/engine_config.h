@@ -25,6 +25,14 @@ struct EngineConfig {
   // the KV pages of idle chains and radix blocks the pool reclaims, so they come back instead of being dropped;
   // 0 = none.
   int64_t kv_offloading_size = 0;
+  // Spin's partitions (--kv-partitions): running sequences' KV lives in the host tier page by page as well, and a
+  // method whose decode can run as the partitions (partition_config) brings in only the pages it selects, so a
+  // request's KV may exceed the device pool. Needs kv_offloading_size. The buffer each request keeps resident is
+  // elastic, kv_partition_buffer_factor times the pages its step's selections read (Spin's default 5), or fixed at
+  // kv_partition_fixed_pages pages when that is above 0.
+  bool kv_partitions = false;
+  int kv_partition_buffer_factor = 5;
+  int kv_partition_fixed_pages = 0;
   double gpu_memory_utilization = 0.9;  // CUDA: the fraction of the device memory still free after the weights and
                                         // the forward's workspace that the KV pool takes
   // CUDA: decode steps of methods whose decode forward is static (method_traits.h) replay a CUDA graph captured

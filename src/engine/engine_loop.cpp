@@ -61,10 +61,12 @@ Result<std::unique_ptr<Request>> EngineLoop::make_request(GenerationRequest& g) 
         "this model's maximum context length is {} tokens; the request has {} prompt tokens and asks for {} more",
         config_.max_model_len, num_prompt, g.params.max_tokens);
   const bool resumes_chain = g.chain && !g.chain->create;  // checked against its retained state instead
-  if (!resumes_chain && !oracle_.can_ever_fit(num_prompt, g.params.max_tokens))
-    return resource_exhausted("the request ({} prompt + {} new tokens) can never fit in the KV cache ({} pages of {} "
-                              "tokens per layer and head); use a shorter prompt or fewer max_tokens",
-                              num_prompt, g.params.max_tokens, oracle_.num_total_pages(), config_.page_size);
+  if (const Status fits = resumes_chain ? Status::ok() : oracle_.check_can_ever_fit(num_prompt, g.params.max_tokens);
+      !fits.is_ok())
+    return resource_exhausted(
+        "the request ({} prompt + {} new tokens) can never fit in the KV cache: {}; use a "
+        "shorter prompt or fewer max_tokens",
+        num_prompt, g.params.max_tokens, fits.message());
   if (!bundle_.tokenizer && !g.params.stop.empty())
     return invalid_argument("stop strings need a tokenizer; this model has none");
 
@@ -390,9 +392,12 @@ void EngineLoop::publish_stats() {
   const CacheManager& cache = *lead().cache;
   s.num_kv_pages_total = cache.num_total_pages();
   s.num_kv_pages_free = cache.num_free_pages();
-  s.num_kv_pages_cached = cache.num_available_pages() - s.num_kv_pages_free;
+  // A pool whose running sequences live partly on the host tier counts what the tier could take as available too
+  // (less what it keeps free for swaps).
+  const int64_t available = std::min(std::max(cache.num_available_pages(), s.num_kv_pages_free), s.num_kv_pages_total);
+  s.num_kv_pages_cached = available - s.num_kv_pages_free;
   s.num_kv_pages_chains = chains_ ? chains_->num_reclaimable_pages() : 0;
-  s.num_kv_pages_used = s.num_kv_pages_total - cache.num_available_pages() - s.num_kv_pages_chains;
+  s.num_kv_pages_used = s.num_kv_pages_total - available - s.num_kv_pages_chains;
   s.num_chains = chains_ ? chains_->num_chains() : 0;
   s.num_kv_host_pages_total = cache.num_host_pages();
   s.num_kv_host_pages_used = cache.num_host_pages() - cache.num_free_host_pages();

@@ -24,11 +24,17 @@ class MemoryOracle {
   explicit MemoryOracle(SparseController& controller, ChainCacheIndex* chains = nullptr)
       : MemoryOracle(std::vector<SparseController*>{&controller}, chains) {}
 
-  // Whether a request of this size fits in the whole pool at its peak, on every rank. Pure: safe from any thread.
-  bool can_ever_fit(int32_t num_prompt_tokens, int32_t max_new_tokens) const {
+  // Whether a request of this size fits in the whole pool at its peak, on every rank (where running sequences live
+  // partly on the host tier: the device holds its working set, the two pools the rest); kResourceExhausted saying
+  // what is short. Pure: safe from any thread.
+  Status check_can_ever_fit(int32_t num_prompt_tokens, int32_t max_new_tokens) const {
     for (const SparseController* rank : ranks_)
-      if (rank->peak_pages(num_prompt_tokens, max_new_tokens) > rank->cache().num_total_pages()) return false;
-    return true;
+      SE_RETURN_IF_ERROR(rank->cache().check_can_ever_hold(rank->peak_pages(num_prompt_tokens, max_new_tokens),
+                                                           num_prompt_tokens + max_new_tokens));
+    return Status::ok();
+  }
+  bool can_ever_fit(int32_t num_prompt_tokens, int32_t max_new_tokens) const {
+    return check_can_ever_fit(num_prompt_tokens, max_new_tokens).is_ok();
   }
   // Starts the request's cache state on all its known tokens (a resumed request recomputes its outputs too)
   // and sets num_computed_tokens / num_cached_tokens from the prefix cache, or from the chain state the request

@@ -76,6 +76,7 @@ class HostTier final {
   const TieredPageTable& table(int32_t seq) const { return seqs_.at(seq); }
   const BucketedLru& lru() const { return lru_; }
   BlockPool* device_pool() const { return device_pool_; }
+  BlockPool* host_pool() const { return host_pool_; }
 
   // Ok, or the first violated invariant.
   Status check_integrity() const;

@@ -66,6 +66,13 @@ class CacheManager : public KvStreams {
   virtual int64_t pages_to_reserve(int32_t seq, int32_t num_new_tokens) const = 0;
   // Pages the sequence holds now.
   virtual int64_t num_held_pages(int32_t seq) const = 0;
+  // Ok when a sequence of at most `max_num_tokens` tokens that holds `peak_pages` pages at its peak could ever run
+  // alone; else kResourceExhausted saying what is short. By default the pool must hold its peak.
+  virtual Status check_can_ever_hold(int64_t peak_pages, int32_t /*max_num_tokens*/) const {
+    if (peak_pages <= num_total_pages()) return Status::ok();
+    return resource_exhausted("it holds {} pages at its peak, the pool {} pages of {} tokens per layer and head",
+                              peak_pages, num_total_pages(), layout().page_size);
+  }
 
   // --- lifecycle ---
   // Starts sequence `seq` on `prompt`; returns how many leading prompt tokens are already cached (reused, not

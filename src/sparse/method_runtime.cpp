@@ -4,10 +4,18 @@
 
 #include "sparse/kivi_cache_manager.h"
 #include "sparse/paged_cache_manager.h"
+#include "sparse/tiered_cache_manager.h"
 
 namespace se {
 
 Result<std::unique_ptr<CacheManager>> MethodRuntime::create_cache(const CacheSpec& spec) {
+  if (spec.partitions) {
+    if (!partition_config()) return unimplemented("{} cannot run its decode as Spin's partitions", name());
+    SE_ASSIGN_OR_RETURN(std::unique_ptr<TieredCacheManager> cache,
+                        TieredCacheManager::create(spec.layout, spec.num_pages, spec.allocator, spec.num_host_pages,
+                                                   spec.host_allocator, *spec.partitions, spec.max_num_batched_tokens));
+    return std::unique_ptr<CacheManager>(std::move(cache));
+  }
   if (spec.layout.kivi()) {
     if (spec.num_host_pages > 0) return unimplemented("the KIVI store keeps no host tier yet");
     SE_ASSIGN_OR_RETURN(std::unique_ptr<KiviCacheManager> cache,

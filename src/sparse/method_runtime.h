@@ -26,6 +26,7 @@
 #include "parallel/communicator.h"
 #include "sparse/cache_manager.h"
 #include "sparse/method_traits.h"
+#include "sparse/partition_config.h"
 #include "sparse/selection.h"
 
 namespace se {
@@ -93,6 +94,10 @@ struct CacheSpec {
   Allocator* host_allocator = nullptr;  // host memory for it (pinned beside a GPU)
   // The checkpoint's scales of an FP8 store, for the layout's KV heads (none: calibrated on the first batch).
   std::optional<KvCacheScales> fp8_scales = std::nullopt;
+  // Set: running sequences live in the host tier and the method's decode runs as Spin's partitions over them
+  // (tiered_cache_manager.h), with this buffer; the method's own selection fields (partition_config) come first.
+  std::optional<PartitionConfig> partitions = std::nullopt;
+  int32_t max_num_batched_tokens = 0;  // a step's tokens at most (the partitions' working set)
 };
 
 class MethodRuntime {
@@ -119,6 +124,12 @@ class MethodRuntime {
   // query rows of `query_row_elements` F32 values; a GPU engine that sizes its pool from free memory sets them aside
   // for --max-num-seqs sequences first.
   virtual int64_t sequence_device_bytes(const KvLayout& /*layout*/, int64_t /*query_row_elements*/) const { return 0; }
+  // The method's decode as Spin's partitions over KV on the host tier (partitioned_decode.h): its selection
+  // (a page budget, group reduction and dense layers, or token filters) with the default buffer; nullopt
+  // for a method that cannot run so.
+  virtual std::optional<PartitionConfig> partition_config() const { return std::nullopt; }
+  // Fills in what partition_config depends on the model for (its `num_layers` layers).
+  virtual void complete_partition_config(PartitionConfig& /*config*/, int32_t /*num_layers*/) const {}
 
   // --- memory (MemoryOracle) ---
   // Pages a sequence holds once it has computed `num_tokens` tokens of which `num_prefill_tokens` were

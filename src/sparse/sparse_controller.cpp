@@ -51,6 +51,16 @@ int64_t tokens_read_by_last_rows(const AttentionView& view, const Selection* sel
   return n;
 }
 
+// Rows [begin, begin + n) of a [T, ...] tensor.
+TensorView rows_of(TensorView t, int32_t begin, int32_t n) {
+  int64_t row_elements = 1;
+  for (int d = 1; d < t.shape.rank(); ++d) row_elements *= t.shape[d];
+  TensorView rows = t;
+  rows.data = t.ptr<char>() + begin * row_elements * static_cast<int64_t>(dtype_size(t.dtype));
+  rows.shape[0] = n;
+  return rows;
+}
+
 }  // namespace
 
 void SparseController::prepare_step(const ForwardBatch& batch) {
@@ -97,6 +107,10 @@ void SparseController::begin_forward(const ForwardBatch& batch) {
 
 void SparseController::attend(int layer, const LayerConfig& layer_config, const ForwardBatch& batch, TensorView q,
                               TensorView k, TensorView v, TensorView out, const AttentionParams& params) {
+  if (tiered_ != nullptr) {
+    attend_partitioned(layer, batch, q, k, v, out, params);
+    return;
+  }
   const AttentionView dense = cache_.build_view(layer, batch);
   const AttentionView dense_device = device_views_ ? device_views_->device_view(layer, dense) : dense;
   cache_.write(layer, dense_device, k, v);
@@ -104,6 +118,26 @@ void SparseController::attend(int layer, const LayerConfig& layer_config, const 
   const AttentionView attended = select(ctx);
   paged_attention(out, q, device_views_ ? device_views_->device_view(layer, attended) : attended, params);
   method_.on_attention_end(ctx);
+}
+
+void SparseController::attend_partitioned(int layer, const ForwardBatch& batch, TensorView q, TensorView k,
+                                          TensorView v, TensorView out, const AttentionParams& params) {
+  for (const SequenceSlice& slice : batch.sequences) {
+    // A decode step computes one token; anything longer reads densely, as a prefill chunk does.
+    const PartitionStep step =
+        slice.is_decode(batch.positions) && slice.num_tokens == 1 ? PartitionStep::kDecode : PartitionStep::kPrefill;
+    // NOTE: reserve opened the step and checked that the device holds the sequence's working set beside every
+    // sequence's metadata, and that one layer's selection stays free across the pools, so attending cannot run
+    // short of room.
+    const int64_t num_read = tiered_->step_counts(slice.seq).num_read_tokens;
+    const Status attended = tiered_->attend(slice.seq, layer, rows_of(q, slice.token_begin, slice.num_tokens),
+                                            rows_of(k, slice.token_begin, slice.num_tokens),
+                                            rows_of(v, slice.token_begin, slice.num_tokens),
+                                            rows_of(out, slice.token_begin, slice.num_tokens), params, step);
+    SE_CHECK(attended.is_ok(), "layer {} of sequence {} over the host tier: {}", layer, slice.seq,
+             attended.to_string());
+    num_attended_kv_tokens_ += tiered_->step_counts(slice.seq).num_read_tokens - num_read;
+  }
 }
 
 void SparseController::attend_latent(int layer, const LayerConfig& layer_config, const ForwardBatch& batch,

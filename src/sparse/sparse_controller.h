@@ -3,7 +3,9 @@
 // reads, runs attention over the resulting AttentionView and hands the method the outcome; around the forward
 // it fires prepare_step and finish_step. Model code and the scheduler only ever talk to this class, never to a
 // method by name. On CUDA the methods still see the cache's host views while write_kv and attention read their
-// device mirror, uploaded once per forward. Engine thread only.
+// device mirror, uploaded once per forward. A cache whose running sequences live partly on the host tier
+// (TieredCacheManager) attends itself, sequence by sequence, through Spin's partitions; the method's per-layer hooks
+// then do not run. Engine thread only.
 #pragma once
 
 #include <functional>
@@ -14,6 +16,7 @@
 #include "sparse/attention_view_mirror.h"
 #include "sparse/method_runtime.h"
 #include "sparse/retained_sequence.h"
+#include "sparse/tiered_cache_manager.h"
 
 namespace se {
 
@@ -23,6 +26,7 @@ class SparseController final : public ForwardHooks {
   SparseController(MethodRuntime& method, CacheManager& cache, Device device = Device::kCpu)
       : method_(method),
         cache_(cache),
+        tiered_(dynamic_cast<TieredCacheManager*>(&cache)),
         device_views_(device == Device::kCpu ? nullptr : std::make_unique<AttentionViewMirror>(device)) {}
 
   MethodRuntime& method() { return method_; }
@@ -111,9 +115,13 @@ class SparseController final : public ForwardHooks {
  private:
   // The method's selection for the layer of `ctx`, applied to its view and counted; what attention then reads.
   AttentionView select(LayerContext& ctx);
+  // attend over the tiered cache: each sequence of the batch through the partitions, over its own rows.
+  void attend_partitioned(int layer, const ForwardBatch& batch, TensorView q, TensorView k, TensorView v,
+                          TensorView out, const AttentionParams& params);
 
   MethodRuntime& method_;
   CacheManager& cache_;
+  TieredCacheManager* tiered_;                         // cache_ when it attends itself; else null
   std::unique_ptr<AttentionViewMirror> device_views_;  // null on the CPU
   Selection selection_;  // reused by every layer
   PassForward pass_forward_;

@@ -1,7 +1,7 @@
 // Quest's decode through Spin's partitions on the tiny model, against the engine's Quest with every page resident:
 // the same greedy tokens and log-probabilities for several prompts. The model runs here with hooks that prefill a
 // prompt densely into device pages, hand the sequence to the host tier, index it and offload it whole, then decode
-// through QuestPartitionedDecode over a device pool smaller than the sequences' KV, so every step moves pages: never
+// through PartitionedDecode over a device pool smaller than the sequences' KV, so every step moves pages: never
 // more than its selection.
 #include <gtest/gtest.h>
 
@@ -14,7 +14,7 @@
 #include "engine/engine.h"
 #include "kv/page_storage.h"
 #include "kv/pool_attention_view.h"
-#include "sparse/quest_partitioned_decode.h"
+#include "sparse/partitioned_decode.h"
 
 namespace se {
 namespace {
@@ -70,7 +70,7 @@ class TieredQuestHooks final : public ForwardHooks {
       : layout_(layout), device_(device), tier_(device, host), decode_(&tier_, layout, config) {}
 
   HostTier& tier() { return tier_; }
-  QuestPartitionedDecode& decode() { return decode_; }
+  PartitionedDecode& decode() { return decode_; }
 
   void begin_forward(const ForwardBatch& batch) override {
     const SequenceSlice& slice = batch.sequences[0];
@@ -115,7 +115,7 @@ class TieredQuestHooks final : public ForwardHooks {
   KvLayout layout_;
   BlockPool* device_;
   HostTier tier_;
-  QuestPartitionedDecode decode_;
+  PartitionedDecode decode_;
   PageTable prefill_{device_, layout_};
   bool decoding_ = false;
 };

@@ -11,7 +11,7 @@
 #include "backend/ops.h"
 #include "kv/page_storage.h"
 #include "kv/pool_attention_view.h"
-#include "sparse/quest_partitioned_decode.h"
+#include "sparse/partitioned_decode.h"
 
 namespace se {
 namespace {
@@ -102,7 +102,7 @@ Moves decode_and_compare(PartitionConfig config, bool exact = true) {
   BlockPool reference_pool = make_pool(512);
   HostTier tier(&device, &host);
   config.token_budget = kTokenBudget;
-  QuestPartitionedDecode decode(&tier, kLayout, config);
+  PartitionedDecode decode(&tier, kLayout, config);
   ResidentQuest quest(&reference_pool);
   std::mt19937 rng(35);
   const std::vector<int32_t> prompt_lengths = {61, 80, 45};
@@ -213,9 +213,9 @@ TEST(QuestPartitionedDecodeTest, RefusesWhatItCannotServe) {
   BlockPool device = make_pool(64);
   BlockPool host = make_pool(64);
   HostTier tier(&device, &host);
-  QuestPartitionedDecode fixed(
-      &tier, kLayout, {.token_budget = kTokenBudget, .buffer = PartitionBuffer::kFixed, .fixed_buffer_pages = 4});
-  QuestPartitionedDecode elastic(&tier, kLayout, {.token_budget = kTokenBudget});
+  PartitionedDecode fixed(&tier, kLayout,
+                          {.token_budget = kTokenBudget, .buffer = PartitionBuffer::kFixed, .fixed_buffer_pages = 4});
+  PartitionedDecode elastic(&tier, kLayout, {.token_budget = kTokenBudget});
   EXPECT_EQ(elastic.add(0, kMaxTokens).code(), StatusCode::kNotFound);
   PageTable table(&device, kLayout);
   ASSERT_TRUE(table.append(20).is_ok());
@@ -227,9 +227,23 @@ TEST(QuestPartitionedDecodeTest, RefusesWhatItCannotServe) {
   ASSERT_TRUE(tier.retrieve(0).is_ok());
   ASSERT_TRUE(elastic.add(0, 22).is_ok());  // an index of 6 pages per stream: 24 tokens
   EXPECT_EQ(elastic.add(0, 22).code(), StatusCode::kConflict);
-  for (int step = 0; step < 4; ++step) ASSERT_TRUE(elastic.begin_step(0).is_ok());
-  EXPECT_EQ(elastic.begin_step(0).code(), StatusCode::kOutOfRange) << "past the index";
+  // 8 entries per stream (the 6 pages of 22 tokens, to a power of two): 32 tokens, then twice as many.
+  const int64_t index_bytes = elastic.index_bytes(0);
+  EXPECT_EQ(index_bytes, elastic.index_bytes_for(32));
+  EXPECT_EQ(elastic.index_bytes_for(33), 2 * index_bytes);
+  ASSERT_TRUE(elastic.begin_step(0, 12).is_ok());
+  EXPECT_EQ(elastic.index_bytes(0), index_bytes);
+  ASSERT_TRUE(elastic.begin_step(0).is_ok());
+  EXPECT_EQ(elastic.index_bytes(0), 2 * index_bytes) << "past 32 tokens the index doubles";
   const Tensor t = Tensor::empty(DType::kF32, {1, kNumHeads, kLayout.head_dim});
+  const Tensor two_rows = Tensor::empty(DType::kF32, {2, kNumHeads, kLayout.head_dim});
+  EXPECT_EQ(elastic.attend(0, 0, two_rows.view(), two_rows.view(), two_rows.view(), two_rows.view(), {}).code(),
+            StatusCode::kInvalidArgument)
+      << "two query rows for a one-token step";
+  ASSERT_TRUE(elastic.begin_step(0, 2).is_ok());
+  EXPECT_EQ(elastic.attend(0, 0, two_rows.view(), two_rows.view(), two_rows.view(), two_rows.view(), {}).code(),
+            StatusCode::kInvalidArgument)
+      << "a decode step of two tokens";
   EXPECT_EQ(elastic.attend(0, 2, t.view(), t.view(), t.view(), t.view(), {}).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(elastic.attend(1, 0, t.view(), t.view(), t.view(), t.view(), {}).code(), StatusCode::kNotFound);
   EXPECT_TRUE(tier.check_integrity().is_ok());

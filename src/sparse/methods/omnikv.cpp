@@ -70,6 +70,21 @@ OmniKvMethod::LayerPlan OmniKvMethod::plan_layers(int32_t num_layers) const {
   return plan;
 }
 
+std::optional<PartitionConfig> OmniKvMethod::partition_config() const {
+  if (selected_fraction_ > 0.0) return std::nullopt;
+  PartitionConfig config;
+  config.token_filters = TokenFilters{.is_filter = {}, .sources = {}, .num_kept_tokens = num_selected_tokens_};
+  return config;
+}
+
+void OmniKvMethod::complete_partition_config(PartitionConfig& config, int32_t num_layers) const {
+  const LayerPlan layers = plan_layers(num_layers);
+  TokenFilters& filters = *config.token_filters;
+  filters.sources = layers.sources;
+  filters.is_filter.clear();
+  for (LayerRole role : layers.roles) filters.is_filter.push_back(role == LayerRole::kFilter ? 1 : 0);
+}
+
 const OmniKvMethod::LayerPlan& OmniKvMethod::plan(int32_t num_layers) {
   if (plan_num_layers_ != num_layers) {
     plan_ = plan_layers(num_layers);

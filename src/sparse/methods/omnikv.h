@@ -17,6 +17,7 @@
 // where the pool lives (top_keys_by_logits_max_over_heads, token_lists_with_tail), so on a GPU no index reaches
 // the host and the step does not wait for it. Engine thread only.
 // Sliding-window layers (Gemma 3's local layers) stay dense: their window already bounds what they read.
+// Under --kv-partitions the partitions run this selection over KV on the host tier (PartitionConfig::token_filters).
 // Tensor parallelism: each rank's filter scores are the max over its own query heads; the ranks all-gather them and
 // take the max of those, which is the max over every head in any order, so every rank keeps the one rank's index.
 #pragma once
@@ -41,6 +42,12 @@ class OmniKvMethod final : public MethodRuntime {
   void on_sequence_end(int32_t seq) override {
     if (auto it = indices_.find(seq); it != indices_.end()) it->second.filter_layer = -1;
   }
+
+  // Its layer plan and kept tokens as Spin's partitions run them (PartitionConfig::token_filters); the model's layers
+  // are known only once the cache is built, so the engine completes it (complete_partition_config). nullopt under
+  // selected_fraction, whose kept tokens, and so the pages they lie in, have no bound before the prompt comes.
+  std::optional<PartitionConfig> partition_config() const override;
+  void complete_partition_config(PartitionConfig& config, int32_t num_layers) const override;
 
   // Role of every layer of a model with `num_layers` layers; for a sparse layer, `source` is its filter layer.
   struct LayerPlan {

@@ -41,6 +41,7 @@ QuestMethod::QuestMethod(nlohmann::ordered_json config, int token_budget, int de
 
 Result<std::unique_ptr<CacheManager>> QuestMethod::create_cache(const CacheSpec& spec) {
   SE_ASSIGN_OR_RETURN(std::unique_ptr<CacheManager> cache, MethodRuntime::create_cache(spec));
+  if (spec.partitions) return cache;
   // NOTE: every page's bounds are recomputed when a token lands in it, before any score reads them, so the
   // tensor needs no initialization.
   bounds_ = Tensor::empty(spec.layout.dtype, {spec.num_pages, 2, spec.layout.head_dim}, spec.allocator);

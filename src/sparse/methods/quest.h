@@ -28,8 +28,13 @@ class QuestMethod final : public MethodRuntime {
  public:
   static Result<std::unique_ptr<MethodRuntime>> create(const nlohmann::json& config);
 
-  // The paged cache, plus a bounds tensor [num_pages, 2, head_dim] of the pool's dtype for its pool.
+  // The paged cache, plus a bounds tensor [num_pages, 2, head_dim] of the pool's dtype for its pool; under Spin's
+  // partitions the tiered cache, whose partitions keep the bounds.
   Result<std::unique_ptr<CacheManager>> create_cache(const CacheSpec& spec) override;
+  // Its budget, group reduction and dense layers.
+  std::optional<PartitionConfig> partition_config() const override {
+    return PartitionConfig{.token_budget = token_budget_, .gqa_agg = gqa_agg_, .dense_layers = dense_layers_};
+  }
   size_t page_metadata_bytes(const KvLayout& layout) const override {
     return 2 * static_cast<size_t>(layout.head_dim) * dtype_size(layout.dtype);
   }

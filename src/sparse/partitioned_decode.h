@@ -1,20 +1,24 @@
-// QuestPartitionedDecode: Spin's partitions (arXiv 2604.26837 §4.1) for Quest's page selection over KV that lives
-// partly on the host tier (kv/host_tier.h). One decode step of a sequence runs, layer by layer:
+// PartitionedDecode: Spin's partitions (arXiv 2604.26837 §4.1) for page selection by key bounds (or a token
+// selection at filter layers, TokenFilters) over KV that lives partly on the host tier (kv/host_tier.h). One decode
+// step of a sequence runs, layer by layer:
 //   Index      the key bounds (elementwise min and max of the keys) of every page of the sequence, host pages too,
 //              kept where the pool lives and keyed by the page's place (stream, page index), so page moves leave
 //              them be; the page that takes the step's token has its bounds refreshed.
-//   Select     Quest's top pages from those bounds (select_pages_by_key_bounds, as the resident method ranks).
+//   Select     the top pages from those bounds (select_pages_by_key_bounds, as the resident method ranks).
 //   Retrieve   only the selected pages not resident are copied in (HostTier::retrieve), into the request's buffer.
 //   Offload    when they would overflow the buffer, its least recently used pages go out first: never the layer's
 //              selection, which was touched just before.
 //   Attention  paged attention over the selected pages, all resident now, through the tier's device rows (the
 //              entries of host pages read -1 there, and no selection points at them).
-// A selection over the same bounds, the same kernels and the same bytes: the output is the resident Quest's, bit for
+// A selection over the same bounds, the same kernels and the same bytes: the output is the resident method's, bit for
 // bit. The buffer (pages resident per request) is elastic, buffer_factor times the step's mandatory pages (Spin's
 // default 5x), so it follows the request's selection as its streams grow, or fixed, the same number of pages
 // whatever the selection (what Spin compares against). Under `two_level` the index keeps group summaries beside the
 // page bounds and Select ranks the groups first (an approximation: docs/fidelity.md; with every group kept it is the
-// resident choice again). Every layer selects (Quest's dense leading layers would pin whole streams resident).
+// resident choice again). A prefill chunk, and a decode step's dense layers (the leading `dense_layers`,
+// sliding-window layers), read every page of the layer's streams: Retrieve brings the missing ones in, in pieces of
+// what the two pools have free, so a layer fits whenever the device pool holds it whole. The index grows with the
+// sequence (doubling its entries per stream).
 //
 // Ownership: borrows the tier (and its pools); holds each sequence's index. Its views carry host tables: on the CPU
 // backend the ops read them as they are (a GPU run would mirror them, as the sparse controller does). Engine thread
@@ -28,23 +32,14 @@
 
 #include "backend/ops.h"
 #include "kv/host_tier.h"
+#include "sparse/partition_config.h"
 #include "sparse/quest_two_level_index.h"
 #include "tensor/tensor.h"
 
 namespace se {
 
-enum class PartitionBuffer : uint8_t { kElastic, kFixed };
-
-struct PartitionConfig {
-  int32_t token_budget = 2048;  // tokens a KV head reads per step, last page included (Quest's)
-  GroupReduce gqa_agg = GroupReduce::kMean;
-  PartitionBuffer buffer = PartitionBuffer::kElastic;
-  int32_t buffer_factor = 5;       // kElastic: resident pages per mandatory page
-  int64_t fixed_buffer_pages = 0;  // kFixed: resident pages per request
-  // Set: Select ranks page groups by their summaries first, then the pages of the kept groups
-  // (quest_two_level_index.h), on the host.
-  std::optional<TwoLevelConfig> two_level;
-};
+// What a step computes: a decode token (Select runs) or a prefill chunk (read densely).
+enum class PartitionStep : uint8_t { kDecode, kPrefill };
 
 // Pages of one sequence moved in one step, over its layers.
 struct PartitionStepCounts {
@@ -54,28 +49,38 @@ struct PartitionStepCounts {
   // Pages whose own bounds Select ranked: every candidate of a stream longer than the budget, but those of the kept
   // groups under two_level.
   int64_t num_ranked_pages = 0;
+  int64_t num_read_tokens = 0;  // KV tokens the step's last query row attended, over layers and KV heads
 };
 
-class QuestPartitionedDecode final {
+class PartitionedDecode final {
  public:
   // `tier` holds the sequences; its device pool's pages are of `layout`.
-  QuestPartitionedDecode(HostTier* tier, const KvLayout& layout, PartitionConfig config);
+  PartitionedDecode(HostTier* tier, const KvLayout& layout, PartitionConfig config);
 
-  // Indexes a sequence the tier holds wholly resident (after its prefill): the bounds of every page. Its streams
-  // may grow to `max_num_tokens` tokens. kNotFound, kFailedPrecondition when some of its pages are on the host or a
-  // fixed buffer cannot hold one layer's selection, kConflict when already indexed.
+  // Indexes a sequence the tier holds wholly resident (after its prefill, or empty before it): the bounds of every
+  // page, in an index sized for `max_num_tokens` tokens at first. kNotFound, kFailedPrecondition when some of its
+  // pages are on the host or a fixed buffer cannot hold one layer's selection, kConflict when already indexed.
   Status add(int32_t seq, int32_t max_num_tokens);
   // Forgets a sequence's index (the caller drops it from the tier).
   void remove(int32_t seq) { seqs_.erase(seq); }
 
-  // Opens a decode step of `seq`: every stream takes one slot (new pages on the device, making room there by the
-  // tier's LRU; a slot in a partly filled page on the host waits for its layer to bring the page back), and the
-  // LRU's clock ticks. kOutOfRange past max_num_tokens; the tier's errors when there is no room.
-  Status begin_step(int32_t seq);
-  // Layer `layer` of the step: writes the token's k, v [1, Hkv, D] into its slots, then Index, Select, Retrieve
-  // (and Offload), Attention: out [1, H, D] from q [1, H, D].
+  // Opens a step of `num_tokens` tokens of `seq` (a decode step's one, or a prefill chunk): every stream takes the
+  // slots (new pages on the device, making room there by the tier's LRU; a slot in a partly filled page on the
+  // host waits for its layer to bring the page back), the index grows when the streams outgrow it, and the LRU's
+  // clock ticks. The tier's errors when there is no room.
+  Status begin_step(int32_t seq, int32_t num_tokens = 1);
+  // Layer `layer` of the step: writes the step's k, v [n, Hkv, D] into its slots, then Index, Select, Retrieve
+  // (and Offload), Attention: out [n, H, D] from q [n, H, D]. A decode step has one row; a prefill chunk, and a
+  // decode step's dense layers, skip Select and read every page of the layer's streams.
   Status attend(int32_t seq, int32_t layer, TensorView q, TensorView k, TensorView v, TensorView out,
-                const AttentionParams& params);
+                const AttentionParams& params, PartitionStep step = PartitionStep::kDecode);
+
+  // Bytes of the sequence's index where the pool lives (under two_level its group summaries; the fine bounds are
+  // on the host): now, and for any sequence once its streams hold `num_tokens` tokens.
+  int64_t index_bytes(int32_t seq) const { return index_bytes_at(seqs_.at(seq).stride); }
+  int64_t index_bytes_for(int32_t num_tokens) const { return index_bytes_at(stride_for(num_tokens)); }
+  // Pages a layer's selection reads: one per KV head and page of the budget.
+  int64_t selection_pages() const { return int64_t{layout_.num_kv_heads} * page_budget(); }
 
   // What the sequence's step moved so far (reset by begin_step).
   const PartitionStepCounts& step_counts(int32_t seq) const { return seqs_.at(seq).counts; }
@@ -84,15 +89,28 @@ class QuestPartitionedDecode final {
 
  private:
   struct Index {
-    int32_t stride = 0;  // index entries per stream: pages of max_num_tokens
+    int32_t stride = 0;  // index entries per stream: stride_for the longest length so far
     // [num_streams * stride, 2, D]: where the pool lives, or on the host under two_level (the fine bounds).
     Tensor bounds;
     std::vector<int32_t> entries;  // [num_streams][stride] entry ids (s * stride + p): the ranking's page lists
     std::vector<float> groups;     // two_level: [num_streams][ceil(stride / group_size)][2][D] group summaries
     PartitionStepCounts counts;
+    int32_t step_tokens = 1;         // the open step's new tokens per stream
+    int32_t num_prefill_tokens = 0;  // what its prefill steps computed
+    // token_filters: the last filter layer's choice this step: the kept prompt tokens [kept], and per KV head those
+    // tokens then the decode tail [Hkv][width] with counts [Hkv]; none when the filter kept the whole prompt.
+    Tensor kept_tokens, token_lists, token_counts;
+    bool keeps_whole_prompt = false;
   };
 
   int32_t page_budget() const { return std::max(1, config_.token_budget / layout_.page_size); }
+  // The index's entries per stream once its streams hold `num_tokens` tokens: a power of two, so it grows by
+  // doubling and its size follows from the length alone.
+  int32_t stride_for(int32_t num_tokens) const;
+  // Bytes of an index of `stride` entries per stream.
+  int64_t index_bytes_at(int32_t stride) const;
+  // Widens the index to `stride` entries per stream, keeping every stream's bounds and summaries.
+  void grow(Index& index, int32_t stride) const;
   // two_level: group summaries per stream of the index.
   int32_t groups_per_stream(const Index& index) const {
     return (index.stride + config_.two_level->group_size - 1) / config_.two_level->group_size;
@@ -109,9 +127,17 @@ class QuestPartitionedDecode final {
   // Select of layer `layer` into host_lists_ / host_counts_: the page ranking op over the index, or the two-level
   // ranking over its groups and pages.
   void select(Index& index, const TieredPageTable& table, int32_t layer, TensorView q);
-  // Brings the listed pages in, offloading the sequence's oldest pages first when the buffer would overflow and
-  // making room in the device pool by the tier's LRU.
-  Status retrieve(int32_t seq, Index& index, std::span<const StreamPage> pages);
+  // Brings the listed pages in, offloading the sequence's oldest pages first when they would overflow a buffer of
+  // `buffer_pages` and making room in the device pool by the tier's LRU, in pieces of what the two pools have free.
+  Status retrieve(int32_t seq, Index& index, std::span<const StreamPage> pages, int64_t buffer_pages);
+  // Every page of the layer's streams; a dense layer's reads.
+  std::vector<StreamPage> layer_pages(const TieredPageTable& table, int32_t layer) const;
+  // token_filters: a filter layer's choice over `view` (the layer whole, one query row q [1, H, D]) into the index.
+  void filter_tokens(Index& index, const TieredPageTable& table, int32_t layer, const AttentionView& view,
+                     TensorView q);
+  // token_filters: a sparse layer: Retrieve the pages of its filter's tokens, then attend over those tokens.
+  Status attend_filtered_tokens(int32_t seq, Index& index, int32_t layer, TensorView q, TensorView out,
+                                const AttentionParams& params);
 
   HostTier* tier_;
   KvLayout layout_;
