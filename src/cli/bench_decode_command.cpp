@@ -192,16 +192,19 @@ Result<DecodePoint> run_point(const ModelBundle& bundle, const DecodeBenchOption
   // stay the oldest requests.
   const uint64_t all_prompt_tokens = static_cast<uint64_t>(num_requests) * static_cast<uint64_t>(o.input_len);
   uint64_t stalled_since = 0;
-  auto admitted = wait_for(*engine, [&](const EngineStats& s) {
-    if (s.num_prefilling > 0 || s.num_running == 0) {
-      stalled_since = 0;
-      return false;
-    }
-    if (batch == 0 && s.preemptions_total > 0) return true;
-    if (s.num_waiting == 0) return s.prompt_tokens_total >= all_prompt_tokens;
-    if (stalled_since == 0) stalled_since = s.steps_total;
-    return s.steps_total >= stalled_since + 4;
-  }, std::chrono::seconds(3600));
+  auto admitted = wait_for(
+      *engine,
+      [&](const EngineStats& s) {
+        if (s.num_prefilling > 0 || s.num_running == 0) {
+          stalled_since = 0;
+          return false;
+        }
+        if (batch == 0 && s.preemptions_total > 0) return true;
+        if (s.num_waiting == 0) return s.prompt_tokens_total >= all_prompt_tokens;
+        if (stalled_since == 0) stalled_since = s.steps_total;
+        return s.steps_total >= stalled_since + 4;
+      },
+      std::chrono::seconds(3600));
   if (!admitted.is_ok()) {
     abort_all();
     return admitted.status();
