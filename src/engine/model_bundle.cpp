@@ -62,8 +62,11 @@ Result<ModelBundle> ModelBundle::load(const std::string& path, const LoadOptions
   ModelBundle bundle;
   SE_ASSIGN_OR_RETURN(LoadedModel loaded, load_rank_models(path, options, device, tensor_parallel_size, bundle));
   bundle.path = path;
-  bundle.name = std::filesystem::path(path).filename().string();
-  if (bundle.name.empty()) bundle.name = std::filesystem::path(path).parent_path().filename().string();
+  // A model is named by its file, or by its folder where the file says nothing (an HF directory given with a
+  // trailing slash, a dummy load's config.json).
+  const std::filesystem::path model_path(path);
+  bundle.name = model_path.filename().string();
+  if (bundle.name.empty() || bundle.name == "config.json") bundle.name = model_path.parent_path().filename().string();
   bundle.source_format = loaded.source_format;
   bundle.kv_cache_scales = std::move(loaded.kv_cache_scales);
   SE_ASSIGN_OR_RETURN(bundle.tokenizer, load_tokenizer(loaded));
