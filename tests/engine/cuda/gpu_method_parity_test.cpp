@@ -596,6 +596,31 @@ void expect_kept_sets_under_teacher_forcing(const DeviceBundles& bundles,
   }
 }
 
+// Whether the GPU's greedy continuation `got` is the CPU's `want`. One that parts at a CPU margin above `bound` is
+// replayed under teacher forcing up to that step (compare_decisions): a kept set or selection must have parted, at a
+// near-tie of the method's scores, before the token. Prints where and why it parted under `label`.
+bool judge_continuation(const DeviceBundles& bundles, const std::string& method, const nlohmann::json& config,
+                        const std::vector<int32_t>& prompt, const EngineTrace& want, const EngineTrace& got,
+                        double bound, const std::string& label, KvStoreKind store = KvStoreKind::kExplicit,
+                        int32_t kivi_residual = 128) {
+  const auto& w = want.tokens;
+  const auto& g = got.tokens;
+  const auto step = static_cast<int>(std::mismatch(w.begin(), w.end(), g.begin()).first - w.begin());
+  if (step == static_cast<int>(w.size())) return true;
+  const float margin = want.margins[static_cast<size_t>(step)];
+  std::string why = "a near-tie of the step's logits";
+  if (margin > bound) {
+    const DecisionReport r = compare_decisions(bundles, method, config, prompt, step, bound,
+                                               fmt::format("{} (replayed)", label), store, kivi_residual);
+    EXPECT_TRUE(r.first_affected >= 0 && r.first_affected <= step)
+        << label << " parts at step " << step << " (cpu margin " << margin
+        << ") with every decision before it the CPU's";
+    why = r.line;
+  }
+  std::printf("PARITY %s diverges at step %d (cpu margin %.4f): %s\n", label.c_str(), step, margin, why.c_str());
+  return false;
+}
+
 // Every registered method through the engine on both devices, greedy. Methods whose ops have no CUDA kernels are
 // refused by the GPU engine at startup, naming the method. The others run one sequence at a time, so each
 // request's steps are the ones teacher forcing replays (prefill chunks of kPrefillChunk, then eager decode steps:
@@ -625,146 +650,69 @@ void expect_methods_run_like_on_the_cpu(const DeviceBundles& bundles, const std:
     const auto want = engine_traces(bundles.cpu, Device::kCpu, info.name, it->second, prompts, kNumNew, true, 1);
     const auto got = engine_traces(bundles.gpu, Device::kCuda, info.name, it->second, prompts, kNumNew, true, 1);
     int identical = 0;
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      const auto& w = want[i].tokens;
-      const auto& g = got[i].tokens;
-      const auto step = static_cast<int>(std::mismatch(w.begin(), w.end(), g.begin()).first - w.begin());
-      if (step == static_cast<int>(w.size())) {
-        ++identical;
-        continue;
-      }
-      const float margin = want[i].margins[static_cast<size_t>(step)];
-      std::string why = "a near-tie of the step's logits";
-      if (margin > bound) {
-        const DecisionReport r =
-            compare_decisions(bundles, info.name, it->second, prompts[i], step, bound,
-                              fmt::format("{} {} request {} (replayed)", model_name, info.name, i));
-        EXPECT_TRUE(r.first_affected >= 0 && r.first_affected <= step)
-            << model_name << " " << info.name << " request " << i << " parts at step " << step << " (cpu margin "
-            << margin << ") with every decision before it the CPU's";
-        why = r.line;
-      }
-      std::printf("PARITY %-6s method %-12s request %zu diverges at step %d (cpu margin %.4f): %s\n",
-                  model_name.c_str(), info.name.c_str(), i, step, margin, why.c_str());
-    }
+    for (size_t i = 0; i < prompts.size(); ++i)
+      identical += judge_continuation(bundles, info.name, it->second, prompts[i], want[i], got[i], bound,
+                                      fmt::format("{:<6} method {:<12} request {}", model_name, info.name, i));
     std::printf("PARITY %-6s method %-12s %d of %zu continuations identical to the CPU\n", model_name.c_str(),
                 info.name.c_str(), identical, prompts.size());
   }
 }
 
-// The FP8 store on the GPU (codes written and scales computed on the device, the tiled kernels' FP8 variant reading
-// the codes, attention_scores decoding them, eviction moving them as bytes) against the FP8 store on the CPU, for
-// vanilla and the eviction methods that run over it: greedy continuations through the engine, each prompt in an
-// engine of its own so that its first prefill chunk sets the scales, as in a teacher-forced replay. Both devices
-// write codes of their own K/V rows, which differ by rounding, so a code may land one e4m3 step apart. The judge is
-// EveryMethodRunsLikeOnTheCpu's: a continuation that parts at a CPU margin above twice vanilla's largest logits
-// deviation over the store must follow a kept set that parted (compare_decisions). The GPU's decode steps replay
-// CUDA graphs; with eager steps they pick the same tokens.
-TEST(GpuEngineTest, Fp8StoreRunsLikeOnTheCpu) {
-  SE_SKIP_WITHOUT_CUDA_DEVICE();
-  const DeviceBundles bundles = tiny_cpu_and_gpu_bundles();
+// A quantized store on the GPU against the same store on the CPU, for `methods`: greedy continuations through the
+// engine, each prompt in an engine of its own so that its first prefill chunk sets an FP8 store's scales, as in a
+// teacher-forced replay. Both devices quantize their own K/V rows, which differ by rounding, so a value near a step
+// between two codes may take the other one. The judge is EveryMethodRunsLikeOnTheCpu's with the bound twice
+// vanilla's largest logits deviation over the store. The GPU's decode steps replay CUDA graphs; with eager steps they
+// pick the same tokens.
+void expect_store_runs_like_on_the_cpu(const DeviceBundles& bundles, KvStoreKind store, int32_t kivi_residual,
+                                       const std::vector<std::string>& methods) {
   const auto prompts = random_prompts(8, 96, 40, 90, 12);
-  const KvStoreKind fp8 = KvStoreKind::kFp8E4M3;
+  const std::string name(kv_store_kind_name(store));
   double noise = 0.0;
   for (size_t p = 0; p < prompts.size(); ++p)
     noise = std::max(noise, compare_decisions(bundles, "vanilla", nullptr, prompts[p], kNumNew, -1.0,
-                                              fmt::format("fp8 vanilla request {}", p), fp8)
+                                              fmt::format("{} vanilla request {}", name, p), store, kivi_residual)
                                 .noise);
   const double bound = 2.0 * noise;
   const std::map<std::string, nlohmann::json> configs = tiny_method_configs();
-  for (const char* method : {"vanilla", "streamingllm", "snapkv", "h2o"}) {
+  for (const std::string& method : methods) {
     const nlohmann::json& config = configs.at(method);
     int identical = 0;
     for (size_t i = 0; i < prompts.size(); ++i) {
       const std::vector<std::vector<int32_t>> one = {prompts[i]};
-      const auto want = engine_traces(bundles.cpu, Device::kCpu, method, config, one, kNumNew, true, 1, "fp8");
-      const auto got = engine_traces(bundles.gpu, Device::kCuda, method, config, one, kNumNew, false, 1, "fp8");
-      const auto eager = engine_traces(bundles.gpu, Device::kCuda, method, config, one, kNumNew, true, 1, "fp8");
-      EXPECT_EQ(got[0].tokens, eager[0].tokens) << method << " request " << i << ": CUDA graph decode over FP8";
-      const auto& w = want[0].tokens;
-      const auto& g = got[0].tokens;
-      const auto step = static_cast<int>(std::mismatch(w.begin(), w.end(), g.begin()).first - w.begin());
-      if (step == static_cast<int>(w.size())) {
-        ++identical;
-        continue;
-      }
-      const float margin = want[0].margins[static_cast<size_t>(step)];
-      std::string why = "a near-tie of the step's logits";
-      if (margin > bound) {
-        const DecisionReport r = compare_decisions(bundles, method, config, prompts[i], step, bound,
-                                                   fmt::format("fp8 {} request {} (replayed)", method, i), fp8);
-        EXPECT_TRUE(r.first_affected >= 0 && r.first_affected <= step)
-            << "fp8 " << method << " request " << i << " parts at step " << step << " (cpu margin " << margin
-            << ") with every decision before it the CPU's";
-        why = r.line;
-      }
-      std::printf("PARITY tiny   fp8 %-12s request %zu diverges at step %d (cpu margin %.4f): %s\n", method, i, step,
-                  margin, why.c_str());
+      const auto want =
+          engine_traces(bundles.cpu, Device::kCpu, method, config, one, kNumNew, true, 1, name, kivi_residual);
+      const auto got =
+          engine_traces(bundles.gpu, Device::kCuda, method, config, one, kNumNew, false, 1, name, kivi_residual);
+      const auto eager =
+          engine_traces(bundles.gpu, Device::kCuda, method, config, one, kNumNew, true, 1, name, kivi_residual);
+      EXPECT_EQ(got[0].tokens, eager[0].tokens) << name << " " << method << " request " << i << ": CUDA graph decode";
+      identical +=
+          judge_continuation(bundles, method, config, prompts[i], want[0], got[0], bound,
+                             fmt::format("tiny   {} {:<12} request {}", name, method, i), store, kivi_residual);
     }
-    std::printf("PARITY tiny   fp8 %-12s %d of %zu continuations identical to the CPU (bound %.4f)\n", method,
-                identical, prompts.size(), bound);
+    std::printf("PARITY tiny   %s %-12s %d of %zu continuations identical to the CPU (bound %.4f)\n", name.c_str(),
+                method.c_str(), identical, prompts.size(), bound);
   }
 }
 
-// The KIVI stores on the GPU (the window written and its groups quantized on the device, the tiled kernels' KIVI
-// variant reading codes and window, SnapKV scoring its held prompt's window and evicting on the device) against the
-// same stores on the CPU, for vanilla and SnapKV: greedy continuations through the engine, R = 32 so that the 40- to
-// 90-token prompts flush key groups during prefill and decode. Both devices quantize their own K/V rows, which differ
-// by rounding, so a value near a step between two codes may take the other one, a step of a quarter (2-bit) or a
-// fifteenth (4-bit) of its group's range. The judge is Fp8StoreRunsLikeOnTheCpu's: a continuation that parts at a CPU
-// margin above twice vanilla's largest logits deviation over the store must follow a kept set that parted
-// (compare_decisions). The GPU's decode steps replay CUDA graphs; with eager steps they pick the same tokens.
+// The FP8 store: codes written and scales computed on the device, the tiled kernels' FP8 variant reading the codes,
+// attention_scores decoding them, eviction moving them as bytes; a code may land one e4m3 step apart.
+TEST(GpuEngineTest, Fp8StoreRunsLikeOnTheCpu) {
+  SE_SKIP_WITHOUT_CUDA_DEVICE();
+  expect_store_runs_like_on_the_cpu(tiny_cpu_and_gpu_bundles(), KvStoreKind::kFp8E4M3, 128,
+                                    {"vanilla", "streamingllm", "snapkv", "h2o"});
+}
+
+// The KIVI stores: the window written and its groups quantized on the device, the tiled kernels' KIVI variant reading
+// codes and window, SnapKV scoring its held prompt's window and evicting on the device. R = 32, so that the 40- to
+// 90-token prompts flush key groups during prefill and decode; a code one step apart is a quarter (2-bit) or a
+// fifteenth (4-bit) of its group's range.
 TEST(GpuEngineTest, KiviStoresRunLikeOnTheCpu) {
   SE_SKIP_WITHOUT_CUDA_DEVICE();
   const DeviceBundles bundles = tiny_cpu_and_gpu_bundles();
-  const auto prompts = random_prompts(8, 96, 40, 90, 12);
-  constexpr int32_t kResidual = 32;
-  const std::map<std::string, nlohmann::json> configs = tiny_method_configs();
-  for (const KvStoreKind store : {KvStoreKind::kKivi2, KvStoreKind::kKivi4}) {
-    const std::string name(kv_store_kind_name(store));
-    double noise = 0.0;
-    for (size_t p = 0; p < prompts.size(); ++p)
-      noise = std::max(noise, compare_decisions(bundles, "vanilla", nullptr, prompts[p], kNumNew, -1.0,
-                                                fmt::format("{} vanilla request {}", name, p), store, kResidual)
-                                  .noise);
-    const double bound = 2.0 * noise;
-    for (const char* method : {"vanilla", "snapkv"}) {
-      const nlohmann::json& config = configs.at(method);
-      int identical = 0;
-      for (size_t i = 0; i < prompts.size(); ++i) {
-        const std::vector<std::vector<int32_t>> one = {prompts[i]};
-        const auto want =
-            engine_traces(bundles.cpu, Device::kCpu, method, config, one, kNumNew, true, 1, name, kResidual);
-        const auto got =
-            engine_traces(bundles.gpu, Device::kCuda, method, config, one, kNumNew, false, 1, name, kResidual);
-        const auto eager =
-            engine_traces(bundles.gpu, Device::kCuda, method, config, one, kNumNew, true, 1, name, kResidual);
-        EXPECT_EQ(got[0].tokens, eager[0].tokens) << name << " " << method << " request " << i << ": CUDA graph decode";
-        const auto& w = want[0].tokens;
-        const auto& g = got[0].tokens;
-        const auto step = static_cast<int>(std::mismatch(w.begin(), w.end(), g.begin()).first - w.begin());
-        if (step == static_cast<int>(w.size())) {
-          ++identical;
-          continue;
-        }
-        const float margin = want[0].margins[static_cast<size_t>(step)];
-        std::string why = "a near-tie of the step's logits";
-        if (margin > bound) {
-          const DecisionReport r =
-              compare_decisions(bundles, method, config, prompts[i], step, bound,
-                                fmt::format("{} {} request {} (replayed)", name, method, i), store, kResidual);
-          EXPECT_TRUE(r.first_affected >= 0 && r.first_affected <= step)
-              << name << " " << method << " request " << i << " parts at step " << step << " (cpu margin " << margin
-              << ") with every decision before it the CPU's";
-          why = r.line;
-        }
-        std::printf("PARITY tiny   %s %-12s request %zu diverges at step %d (cpu margin %.4f): %s\n", name.c_str(),
-                    method, i, step, margin, why.c_str());
-      }
-      std::printf("PARITY tiny   %s %-12s %d of %zu continuations identical to the CPU (bound %.4f)\n", name.c_str(),
-                  method, identical, prompts.size(), bound);
-    }
-  }
+  for (const KvStoreKind store : {KvStoreKind::kKivi2, KvStoreKind::kKivi4})
+    expect_store_runs_like_on_the_cpu(bundles, store, 32, {"vanilla", "snapkv"});
 }
 
 // SmolLM2's prompts long enough for the 32-token budgets: six of the short texts run together, each set starting
