@@ -734,6 +734,22 @@ void absorb_latent_queries(TensorView q_latent, TensorView q, TensorView kv_b) {
   cpu::absorb_latent_queries(q_latent, q, kv_b);
 }
 
+namespace {
+// A latent store's pages as each backend keeps them (bf16 with device tables on CUDA, f32 on the CPU) and, on the
+// CPU, one query row per row of the view's q_indptr (a CUDA view's tables are device memory: there the row counts
+// are the caller's contract, not checked).
+void check_latent_pages(const AttentionView& view, bool on_device, int64_t q_rows, std::string_view op) {
+  if (on_device) {
+    SE_CHECK(view.kv_dtype == DType::kBF16 && view.tables_device == Device::kCuda,
+             "{}: CUDA pages are bf16 with device tables, got {}", op, dtype_name(view.kv_dtype));
+    return;
+  }
+  SE_CHECK(view.kv_dtype == DType::kF32, "{}: the CPU backend keeps f32 pages, got {}", op, dtype_name(view.kv_dtype));
+  SE_CHECK(q_rows == view.q_indptr[view.num_seqs], "{}: {} query rows for {} rows", op, q_rows,
+           view.q_indptr[view.num_seqs]);
+}
+}  // namespace
+
 void paged_latent_attention(TensorView out, TensorView q_latent, const AttentionView& view, TensorView kv_b,
                             const AttentionParams& params) {
   const std::string_view op = op_name(OpId::kPagedLatentAttention);
@@ -749,22 +765,18 @@ void paged_latent_attention(TensorView out, TensorView q_latent, const Attention
            out.shape.to_string(), kv_b.shape.to_string(), view.head_dim);
   SE_CHECK((out.device == Device::kCuda) == (view.kv_device == Device::kCuda), "{}: out on {}, the KV pool on {}", op,
            device_name(out.device), device_name(view.kv_device));
-  if (on_cuda(out, "paged_latent_attention")) {
-    // The view's tables are device memory here: row counts are the caller's contract, not checked.
+  const bool on_device = on_cuda(out, "paged_latent_attention");
+  check_latent_pages(view, on_device, rows, op);
+  if (on_device) {
     require_cuda_act(out, "paged_latent_attention.out");
     require_cuda_act(q_latent, "paged_latent_attention.q_latent");
     require_cuda_act(kv_b, "paged_latent_attention.kv_b");
-    SE_CHECK(view.kv_dtype == DType::kBF16 && view.tables_device == Device::kCuda,
-             "{}: CUDA pages are bf16 with device tables, got {}", op, dtype_name(view.kv_dtype));
     if constexpr (kCudaBuilt) cuda::paged_latent_attention(out, q_latent, view, kv_b, params);
     return;
   }
   require_cpu_f32(out, "paged_latent_attention.out");
   require_cpu_f32(q_latent, "paged_latent_attention.q_latent");
   require_cpu_f32(kv_b, "paged_latent_attention.kv_b");
-  SE_CHECK(view.kv_dtype == DType::kF32, "{}: the CPU backend keeps f32 pages, got {}", op, dtype_name(view.kv_dtype));
-  SE_CHECK(rows == view.q_indptr[view.num_seqs], "{}: q_latent {} for {} rows", op, q_latent.shape.to_string(),
-           view.q_indptr[view.num_seqs]);
   cpu::paged_latent_attention(out, q_latent, view, kv_b, params);
 }
 
@@ -784,18 +796,15 @@ void paged_low_rank_attention(TensorView out, TensorView q, const AttentionView&
   SE_CHECK(q.shape.rank() == 3 && q.shape[2] == lr.kv_head_dim && q.shape[1] % kv_heads == 0 && out.shape == q.shape,
            "{}: q {} out {} for {} KV heads x {}", op, q.shape.to_string(), out.shape.to_string(), kv_heads,
            lr.kv_head_dim);
-  if (on_cuda(out, "paged_low_rank_attention")) {
+  const bool on_device = on_cuda(out, "paged_low_rank_attention");
+  check_latent_pages(view, on_device, q.shape[0], op);
+  if (on_device) {
     require_cuda_act(q, "paged_low_rank_attention.q");
-    SE_CHECK(view.kv_dtype == DType::kBF16 && view.tables_device == Device::kCuda,
-             "{}: CUDA pages are bf16 with device tables, got {}", op, dtype_name(view.kv_dtype));
     if constexpr (kCudaBuilt) cuda::paged_low_rank_attention(out, q, view, rope, params);
     return;
   }
   require_cpu_f32(out, "paged_low_rank_attention.out");
   require_cpu_f32(q, "paged_low_rank_attention.q");
-  SE_CHECK(view.kv_dtype == DType::kF32, "{}: the CPU backend keeps f32 pages, got {}", op, dtype_name(view.kv_dtype));
-  SE_CHECK(q.shape[0] == view.q_indptr[view.num_seqs], "{}: q {} for {} rows", op, q.shape.to_string(),
-           view.q_indptr[view.num_seqs]);
   cpu::paged_low_rank_attention(out, q, view, rope, params);
 }
 
