@@ -33,7 +33,11 @@ class QuestMethod final : public MethodRuntime {
   Result<std::unique_ptr<CacheManager>> create_cache(const CacheSpec& spec) override;
   // Its budget, group reduction and dense layers.
   std::optional<PartitionConfig> partition_config() const override {
-    return PartitionConfig{.token_budget = token_budget_, .gqa_agg = gqa_agg_, .dense_layers = dense_layers_};
+    PartitionConfig config;
+    config.token_budget = token_budget_;
+    config.gqa_agg = gqa_agg_;
+    config.dense_layers = dense_layers_;
+    return config;
   }
   size_t page_metadata_bytes(const KvLayout& layout) const override {
     return 2 * static_cast<size_t>(layout.head_dim) * dtype_size(layout.dtype);
