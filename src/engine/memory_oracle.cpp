@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "base/check.h"
+#include "base/logging.h"
 #include "engine/retained_ranks.h"
 
 namespace se {
@@ -41,10 +42,24 @@ Result<int32_t> MemoryOracle::open_on_every_rank(int32_t seq, Request& request) 
     states = retained->take_ranks();
     request.chain_state.reset();
   }
+  if (!states.empty()) {
+    Result<int32_t> resumed =
+        on_every_rank(seq, request, [&](size_t r) { return ranks_[r]->resume(seq, std::move(states[r])); });
+    if (resumed.is_ok()) return resumed;
+    // A chain that cannot come back on every rank is rebuilt from its tokens, as one whose state was reclaimed is:
+    // the turn costs a prefill, not an error.
+    SE_LOG_WARN("request {}: its chain could not be resumed ({}); rebuilding it from its {} tokens", request.request_id,
+                resumed.status().message(), request.token_ids.size());
+    request.chain_status = ChainStatus::kRebuilt;
+  }
+  return on_every_rank(seq, request, [&](size_t r) { return ranks_[r]->open(seq, request.token_ids); });
+}
+
+Result<int32_t> MemoryOracle::on_every_rank(int32_t seq, const Request& request,
+                                            const std::function<Result<int32_t>(size_t rank)>& open) {
   int32_t num_cached = 0;
   for (size_t r = 0; r < ranks_.size(); ++r) {
-    Result<int32_t> opened =
-        states.empty() ? ranks_[r]->open(seq, request.token_ids) : ranks_[r]->resume(seq, std::move(states[r]));
+    Result<int32_t> opened = open(r);
     if (!opened.is_ok()) {
       close_on_ranks(seq, r);
       return opened.status();

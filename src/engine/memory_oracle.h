@@ -6,6 +6,7 @@
 // ranks' caches are touched between steps, while their workers wait), except can_ever_fit (pure).
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -80,9 +81,12 @@ class MemoryOracle {
   bool make_room(const std::vector<int64_t>& num_pages);
   // The same number of pages on every rank.
   bool make_room(int64_t num_pages) { return make_room(std::vector<int64_t>(ranks_.size(), num_pages)); }
-  // Opens `seq` on every rank, on the request's prompt or its retained state; returns the tokens it starts with.
-  // On error no rank holds `seq`.
+  // Opens `seq` on every rank, on the request's retained state or, where there is none or it cannot be resumed on
+  // every rank, on its tokens; returns the tokens it starts with. On error no rank holds `seq`.
   Result<int32_t> open_on_every_rank(int32_t seq, Request& request);
+  // Runs `open` for each rank in order; on the first error closes `seq` on the ranks that opened it.
+  Result<int32_t> on_every_rank(int32_t seq, const Request& request,
+                                const std::function<Result<int32_t>(size_t rank)>& open);
   // Closes `seq` on ranks [0, end).
   void close_on_ranks(int32_t seq, size_t end);
   std::unique_ptr<ChainState> retain_on_every_rank(int32_t seq);

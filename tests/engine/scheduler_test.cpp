@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 
+#include "engine/retained_ranks.h"
 #include "sparse/methods/vanilla.h"
 #include "sparse/paged_cache_manager.h"
 
@@ -147,6 +148,57 @@ TEST_F(SchedulerTest, WaitingRequestsDoNotPreemptRunningOnes) {
   EXPECT_EQ(plan_of(p2), (Plan{{"a", 1}}));
   EXPECT_TRUE(p2.preempted.empty());
   EXPECT_EQ(scheduler_->waiting().size(), 1u);
+}
+
+// A state no rank retained: what a chain is when one rank cannot bring its part back.
+class ForeignChainState final : public ChainState {
+ public:
+  int64_t num_held_pages() const override { return 0; }
+  int32_t num_logical_tokens() const override { return 8; }
+};
+
+// Two tensor-parallel ranks: a chained turn whose state one rank cannot resume is rebuilt from its tokens on both
+// (rank 0's part, already resumed, is given back), and both pools are whole once it ends.
+TEST(MemoryOracleTest, AChainOneRankCannotResumeIsRebuiltOnEveryRank) {
+  std::vector<std::unique_ptr<PagedCacheManager>> caches;
+  std::vector<std::unique_ptr<SparseController>> controllers;
+  std::vector<SparseController*> ranks;
+  auto method = std::move(VanillaMethod::create(nullptr)).value();
+  for (int r = 0; r < 2; ++r) {
+    caches.push_back(std::move(PagedCacheManager::create(small_layout(), 64, cpu_allocator(), false)).value());
+    controllers.push_back(std::make_unique<SparseController>(*method, *caches.back()));
+    ranks.push_back(controllers.back().get());
+  }
+  MemoryOracle oracle(ranks);
+  SamplingParams params;
+  Request first("first", std::vector<int32_t>(8, 7), params);
+  ASSERT_TRUE(oracle.admit(first).is_ok());
+  ASSERT_TRUE(oracle.try_reserve(first, 8));
+  first.num_computed_tokens = 8;
+  oracle.commit(first);
+  std::unique_ptr<ChainState> retained = oracle.retain(first);
+  auto* both = dynamic_cast<RetainedRanks*>(retained.get());
+  ASSERT_NE(both, nullptr);
+  std::vector<std::unique_ptr<ChainState>> parts = both->take_ranks();
+  parts[1] = std::make_unique<ForeignChainState>();
+
+  Request next("next", std::vector<int32_t>(12, 7), params);
+  next.chain_state = std::make_unique<RetainedRanks>(std::move(parts));
+  next.chain_status = ChainStatus::kResumed;
+  ASSERT_TRUE(oracle.admit(next).is_ok());
+  EXPECT_EQ(next.chain_status, ChainStatus::kRebuilt);
+  EXPECT_EQ(next.num_computed_tokens, 0);  // no prefix cache: the whole conversation is prefilled again
+  EXPECT_FALSE(next.chain_state);
+  for (const auto& cache : caches) {
+    EXPECT_TRUE(cache->check_integrity().is_ok());
+    EXPECT_EQ(cache->num_free_pages(), cache->num_total_pages());  // rank 0's resumed pages went back
+  }
+  ASSERT_TRUE(oracle.try_reserve(next, 12));
+  next.num_computed_tokens = 12;
+  oracle.commit(next);
+  next.state = RequestState::kFinished;
+  oracle.release(next);
+  for (const auto& cache : caches) EXPECT_EQ(cache->num_free_pages(), cache->num_total_pages());
 }
 
 }  // namespace
