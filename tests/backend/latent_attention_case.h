@@ -17,11 +17,6 @@
 
 namespace se::test {
 
-struct LatentSeq {
-  int32_t rows;  // new query rows
-  int32_t len;   // tokens stored, the new ones included
-};
-
 struct LatentShape {
   int32_t heads = 4, nope = 8, rope = 6, value = 12, rank = 16;
   int32_t page_size = 4;
@@ -35,23 +30,19 @@ class LatentCase {
  public:
   // `round` maps every stored value and weight to what the device keeps (identity on the CPU).
   template <typename Round>
-  LatentCase(const LatentShape& shape, const std::vector<LatentSeq>& seqs, uint64_t seed, LatentSelection selection,
+  LatentCase(const LatentShape& shape, const std::vector<PagedSeq>& seqs, uint64_t seed, LatentSelection selection,
              Round round)
       : shape_(shape), seqs_(seqs), selection_(selection) {
     std::mt19937 rng(static_cast<uint32_t>(seed));
     const int32_t ps = shape.page_size;
     int32_t num_pages = 0;
-    for (const LatentSeq& s : seqs) {
+    for (const PagedSeq& s : seqs) {
       num_pages += (s.len + ps - 1) / ps;
       total_rows_ += s.rows;
     }
-    std::vector<int32_t> free(static_cast<size_t>(num_pages));
-    std::iota(free.begin(), free.end(), 0);
-    std::shuffle(free.begin(), free.end(), rng);
+    const std::vector<int32_t> free = shuffled_page_ids(num_pages, rng);
     const auto rounded = [&](Shape s, uint64_t seed_offset, float scale) {
-      Tensor t = random_tensor(s, seed + seed_offset, scale);
-      for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = round(t.data<float>()[i]);
-      return t;
+      return rounded_random_tensor(s, seed + seed_offset, scale, round);
     };
     pool = rounded({num_pages, ps, shape.width()}, 1, 1.0f);
     kv_b = rounded({shape.heads * shape.per_head(), shape.rank}, 2, 1.0f / std::sqrt(float(shape.rank)));
@@ -59,7 +50,7 @@ class LatentCase {
 
     size_t next = 0;
     q_indptr.push_back(0);
-    for (const LatentSeq& s : seqs) {
+    for (const PagedSeq& s : seqs) {
       std::vector<int32_t>& pages = page_ids.emplace_back();
       for (int32_t p = 0; p < (s.len + ps - 1) / ps; ++p) pages.push_back(free[next++]);
       lengths.push_back(s.len);
@@ -187,7 +178,7 @@ class LatentCase {
   }
 
   LatentShape shape_;
-  std::vector<LatentSeq> seqs_;
+  std::vector<PagedSeq> seqs_;
   LatentSelection selection_;
   int64_t total_rows_ = 0;
 };

@@ -17,7 +17,7 @@
 namespace se {
 namespace {
 
-void check(const std::vector<test::LatentSeq>& seqs, const AttentionParams& params, uint64_t seed,
+void check(const std::vector<test::PagedSeq>& seqs, const AttentionParams& params, uint64_t seed,
            test::LatentSelection selection = test::LatentSelection::kNone) {
   const test::LatentShape shape;
   const test::LatentCase c(shape, seqs, seed, selection, [](float x) { return x; });

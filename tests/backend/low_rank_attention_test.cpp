@@ -9,7 +9,7 @@
 namespace se {
 namespace {
 
-const std::vector<test::LowRankSeq> kBatch = {{5, 13}, {1, 9}, {40, 40}, {1, 1}};
+const std::vector<test::PagedSeq> kBatch = {{5, 13}, {1, 9}, {40, 40}, {1, 1}};
 
 double error_against_reference(const test::LowRankShape& shape, const RopeParams& rope, const AttentionParams& params,
                                uint64_t seed) {

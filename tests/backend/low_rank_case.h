@@ -15,11 +15,6 @@
 
 namespace se::test {
 
-struct LowRankSeq {
-  int32_t rows;  // new query rows
-  int32_t len;   // tokens stored, the new ones included
-};
-
 struct LowRankShape {
   int32_t groups = 2, group_heads = 2, head_dim = 16, k_rank = 5, v_rank = 7, queries_per_kv = 2;
   int32_t page_size = 4;
@@ -33,23 +28,19 @@ class LowRankCase {
  public:
   // `round` maps every stored or factor value to what the device keeps (identity on the CPU).
   template <typename Round>
-  LowRankCase(const LowRankShape& shape, const std::vector<LowRankSeq>& seqs, uint64_t seed, Round round)
+  LowRankCase(const LowRankShape& shape, const std::vector<PagedSeq>& seqs, uint64_t seed, Round round)
       : shape_(shape), seqs_(seqs) {
     std::mt19937 rng(static_cast<uint32_t>(seed));
     const int32_t ps = shape.page_size, d = shape.head_dim;
     int32_t pages_per_group = 0;
-    for (const LowRankSeq& s : seqs) {
+    for (const PagedSeq& s : seqs) {
       pages_per_group += (s.len + ps - 1) / ps;
       total_rows_ += s.rows;
     }
     num_pages_ = pages_per_group * shape.groups;
-    std::vector<int32_t> free(static_cast<size_t>(num_pages_));
-    std::iota(free.begin(), free.end(), 0);
-    std::shuffle(free.begin(), free.end(), rng);
+    const std::vector<int32_t> free = shuffled_page_ids(num_pages_, rng);
     const auto rounded = [&](Shape s, uint64_t seed_offset, float scale) {
-      Tensor t = random_tensor(s, seed + seed_offset, scale);
-      for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = round(t.data<float>()[i]);
-      return t;
+      return rounded_random_tensor(s, seed + seed_offset, scale, round);
     };
     pool = rounded({num_pages_, ps, shape.width()}, 1, 1.0f);
     up_k = rounded({shape.groups, shape.group_heads * d, shape.k_rank}, 2, 0.6f);
@@ -61,7 +52,7 @@ class LowRankCase {
     q = rounded({total_rows_, shape.heads(), d}, 7, 1.0f);
     size_t next = 0;
     q_indptr = {0};
-    for (const LowRankSeq& s : seqs) {
+    for (const PagedSeq& s : seqs) {
       std::vector<int32_t>& ids = page_ids.emplace_back();
       const int32_t n = (s.len + ps - 1) / ps;
       for (int32_t g = 0; g < shape.groups; ++g)
@@ -183,7 +174,7 @@ class LowRankCase {
 
  private:
   LowRankShape shape_;
-  std::vector<LowRankSeq> seqs_;
+  std::vector<PagedSeq> seqs_;
   int32_t total_rows_ = 0;
   int32_t num_pages_ = 0;
 };

@@ -57,7 +57,7 @@ struct Errors {
   double vs_cpu, vs_expanded;
 };
 
-Errors gpu_errors(const test::LatentShape& shape, const std::vector<test::LatentSeq>& seqs,
+Errors gpu_errors(const test::LatentShape& shape, const std::vector<test::PagedSeq>& seqs,
                   const AttentionParams& params, uint64_t seed,
                   test::LatentSelection selection = test::LatentSelection::kNone) {
   const test::LatentCase c(shape, seqs, seed, selection, [](float x) { return test::representable(x, DType::kBF16); });
@@ -93,8 +93,8 @@ TEST(CudaLatentAttentionTest, DeepSeekV2LiteShapesMatchTheCpu) {
     shape.page_size = page_size;
     // Decode rows of several lengths, prefill chunks (one over earlier chunks' pages), and a lone long decode row
     // whose keys split over many CTAs.
-    for (const auto& batch : {std::vector<test::LatentSeq>{{1, 1}, {1, 37}, {1, 300}, {17, 17}, {5, 130}},
-                              std::vector<test::LatentSeq>{{1, 3000}}}) {
+    for (const auto& batch : {std::vector<test::PagedSeq>{{1, 1}, {1, 37}, {1, 300}, {17, 17}, {5, 130}},
+                              std::vector<test::PagedSeq>{{1, 3000}}}) {
       const Errors e = gpu_errors(shape, batch, params, 31 + page_size);
       std::printf("PARITY paged_latent_attention V2-Lite page %-3d %zu seqs  vs cpu %.3e  vs expanded %.3e\n",
                   page_size, batch.size(), e.vs_cpu, e.vs_expanded);
@@ -108,7 +108,7 @@ TEST(CudaLatentAttentionTest, FewAndUnevenHeads) {
   SE_SKIP_WITHOUT_CUDA_DEVICE();
   AttentionParams params;
   params.scale = 0.2f;
-  const std::vector<test::LatentSeq> batch = {{1, 1}, {1, 50}, {9, 9}, {3, 70}, {1, 129}};
+  const std::vector<test::PagedSeq> batch = {{1, 1}, {1, 50}, {9, 9}, {3, 70}, {1, 129}};
   // Four heads: four rows a CTA. 24 heads: two CTAs a row, the second half empty.
   for (const test::LatentShape& shape :
        {test::LatentShape{.heads = 4, .nope = 32, .rope = 16, .value = 24, .rank = 64, .page_size = 16},
@@ -123,7 +123,7 @@ TEST(CudaLatentAttentionTest, SelectionsAndSlidingWindow) {
   SE_SKIP_WITHOUT_CUDA_DEVICE();
   AttentionParams params;
   params.scale = 1.0f / std::sqrt(192.0f);
-  const std::vector<test::LatentSeq> decode = {{1, 1}, {1, 40}, {1, 333}, {1, 1000}};
+  const std::vector<test::PagedSeq> decode = {{1, 1}, {1, 40}, {1, 333}, {1, 1000}};
   for (const test::LatentSelection selection : {test::LatentSelection::kTokens, test::LatentSelection::kPages}) {
     const Errors e = gpu_errors(kLite, decode, params, 51, selection);
     EXPECT_LT(e.vs_cpu, 1e-4);

@@ -18,7 +18,7 @@ Tensor device_i32(const std::vector<int32_t>& v) {
 
 double gpu_error(const test::LowRankShape& shape, const RopeParams& rope, const AttentionParams& params,
                  uint64_t seed) {
-  const std::vector<test::LowRankSeq> batch = {{5, 13}, {1, 9}, {40, 40}, {1, 1}, {1, 300}};
+  const std::vector<test::PagedSeq> batch = {{5, 13}, {1, 9}, {40, 40}, {1, 1}, {1, 300}};
   const test::LowRankCase c(shape, batch, seed, [](float x) { return test::representable(x, DType::kBF16); });
   const Tensor want = c.reference(rope, params);
 
