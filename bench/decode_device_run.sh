@@ -10,8 +10,9 @@
 #                                                               the long-generation benchmark of decode-time
 #                                                               compression (long_generation_sweep.py): 1,024-token
 #                                                               prompts, OUTPUT_LEN tokens each, one KV pool of
-#                                                               KV_MEMORY (default 40G) for every method, CSV and
-#                                                               report under OUT_DIR
+#                                                               KV_MEMORY (default 64G: an H200) for every method,
+#                                                               REQUESTS_PER_SLOT x C requests (default 1), CSV
+#                                                               and report under OUT_DIR
 #   bench/decode_device_run.sh BUNDLE_DIR OUT_DIR hf CONTEXT BATCHES   HF transformers dense decode, same shape
 #   bench/decode_device_run.sh BUNDLE_DIR OUT_DIR profile CONTEXT BATCH [ARGS...]
 #                                                               ncu kernel times of eager decode steps, the timed
@@ -53,7 +54,8 @@ case $stage in
   longgen)
     python3 bench/long_generation_sweep.py --binary "$bundle/sparse-engine" --model $model --input-len 1024 \
       --output-len "$4" --budget "$5" --concurrencies "$6" --methods "$7" --csv "$out/long_generation.csv" \
-      -- --kv-cache-memory "${8:-40G}" --max-num-batched-tokens 16384 2>&1 | tee -a "$out/longgen.log" \
+      --requests-per-slot "${REQUESTS_PER_SLOT:-1}" \
+      -- --kv-cache-memory "${8:-64G}" --max-num-batched-tokens 16384 2>&1 | tee -a "$out/longgen.log" \
       | grep -vE "^\s*$"
     ;;
   profile)

@@ -17,7 +17,7 @@ and over dense at each concurrency, and whether Kara's throughput rises with eve
 
     bench/long_generation_sweep.py --model bench/models/llama-3.1-8b --input-len 1024 --output-len 16384 \\
         --budget 2048 --concurrencies 8,16,32,64,128 --csv bench/results/long_generation.csv \\
-        -- --kv-cache-memory 40G
+        -- --kv-cache-memory 64G
     bench/long_generation_sweep.py --report bench/results/long_generation.csv
 """
 import argparse
