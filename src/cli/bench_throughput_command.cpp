@@ -101,7 +101,14 @@ Result<ThroughputRun> run_requests(Engine& engine, const ThroughputOptions& o, i
   }
   run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   progress.finish();
+  // The engine publishes its stats after the step whose tokens the streams just delivered: wait for that snapshot.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   run.stats = engine.stats();
+  while (run.stats.generation_tokens_total < static_cast<uint64_t>(run.output_tokens) &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    run.stats = engine.stats();
+  }
   // EOS is ignored: every request writes exactly --output-len tokens, however often it was preempted.
   if (run.output_tokens != int64_t{o.num_prompts} * o.output_len ||
       run.stats.generation_tokens_total != static_cast<uint64_t>(run.output_tokens))
