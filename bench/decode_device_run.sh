@@ -6,6 +6,13 @@
 #   bench/decode_device_run.sh BUNDLE_DIR OUT_DIR sweep CONTEXTS DENSE_BATCHES SPARSE_BATCHES METHODS
 #                                                               `bench decode` over methods (decode_sweep.py), CSV
 #                                                               under OUT_DIR
+#   bench/decode_device_run.sh BUNDLE_DIR OUT_DIR longgen OUTPUT_LEN BUDGET CONCURRENCIES METHODS [KV_MEMORY]
+#                                                               the long-generation benchmark of decode-time
+#                                                               compression (long_generation_sweep.py): 1,024-token
+#                                                               prompts, OUTPUT_LEN tokens each, one KV pool of
+#                                                               KV_MEMORY (default 64G: an H200) for every method,
+#                                                               REQUESTS_PER_SLOT x C requests (default 1), CSV
+#                                                               and report under OUT_DIR
 #   bench/decode_device_run.sh BUNDLE_DIR OUT_DIR hf CONTEXT BATCHES   HF transformers dense decode, same shape
 #   bench/decode_device_run.sh BUNDLE_DIR OUT_DIR profile CONTEXT BATCH [ARGS...]
 #                                                               ncu kernel times of eager decode steps, the timed
@@ -42,6 +49,13 @@ case $stage in
     python3 bench/decode_sweep.py --binary "$bundle/sparse-engine" --model $model --contexts "$4" \
       --batches "$5" --sparse-batches "$6" --methods "$7" --csv "$out/decode.csv" \
       -- --gpu-memory-utilization 0.92 --max-num-batched-tokens 16384 2>&1 | tee -a "$out/sweep.log" \
+      | grep -vE "^\s*$"
+    ;;
+  longgen)
+    python3 bench/long_generation_sweep.py --binary "$bundle/sparse-engine" --model $model --input-len 1024 \
+      --output-len "$4" --budget "$5" --concurrencies "$6" --methods "$7" --csv "$out/long_generation.csv" \
+      --requests-per-slot "${REQUESTS_PER_SLOT:-1}" \
+      -- --kv-cache-memory "${8:-64G}" --max-num-batched-tokens 16384 2>&1 | tee -a "$out/longgen.log" \
       | grep -vE "^\s*$"
     ;;
   profile)

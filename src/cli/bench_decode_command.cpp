@@ -16,8 +16,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <random>
 #include <string>
 #include <thread>
@@ -27,6 +25,7 @@
 
 #include "backend/device_memory.h"
 #include "cli/bench_commands.h"
+#include "cli/bench_csv.h"
 #include "cli/model_options.h"
 #include "engine/engine.h"
 #include "kv/kv_layout.h"
@@ -297,20 +296,6 @@ Result<DecodePoint> run_point(const ModelBundle& bundle, const DecodeBenchOption
                             static_cast<double>(timed_steps);
   p.host_gap_ms = 1e3 * (end.host_gap_seconds_total - begin.host_gap_seconds_total) / static_cast<double>(timed_steps);
   return p;
-}
-
-// A CSV field's text with its double quotes doubled (the caller quotes the field).
-std::string csv_escaped(const std::string& text) {
-  std::string out;
-  for (char c : text) out += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return out;
-}
-
-void append_csv(const std::string& path, const std::string& header, const std::string& row) {
-  const bool fresh = !std::filesystem::exists(path) || std::filesystem::file_size(path) == 0;
-  std::ofstream out(path, std::ios::app);
-  if (fresh) out << header << "\n";
-  out << row << "\n";
 }
 
 int run_decode_bench(const DecodeBenchOptions& o) {

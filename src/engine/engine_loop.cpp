@@ -406,6 +406,11 @@ void EngineLoop::publish_stats() {
   s.prefix_cache_queries_total = static_cast<uint64_t>(prefix.query_tokens);
   s.prefix_cache_hits_total = static_cast<uint64_t>(prefix.hit_tokens);
   s.transient_pass_tokens_total = static_cast<uint64_t>(lead().controller.num_transient_pass_tokens());
+  // Rank 0's pool, as the page counts above; every rank compresses in the same steps.
+  s.num_kv_pages_used_peak = lead().controller.peak_held_pages();
+  s.compression_steps_total = static_cast<uint64_t>(lead().controller.num_compression_steps());
+  s.compression_freed_pages_total = static_cast<uint64_t>(lead().controller.num_compression_freed_pages());
+  s.compression_seconds_total = lead().controller.compression_seconds();
   // What the ranks read together: each rank its KV heads and its part of the experts.
   for (const auto& rank : ranks_) {
     s.attended_kv_tokens_total += static_cast<uint64_t>(rank->controller.num_attended_kv_tokens());

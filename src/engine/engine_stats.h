@@ -31,6 +31,8 @@ struct EngineStats {
   int64_t num_kv_pages_free = 0;    // in the pool's free list
   int64_t num_kv_pages_cached = 0;  // held only by the idle prefix cache (reclaimable)
   int64_t num_kv_pages_chains = 0;  // held by idle Chain Cache chains (reclaimable); total = the four
+  // The most pages live sequences and idle chains held at once, at a step's peak (before its compressions).
+  int64_t num_kv_pages_used_peak = 0;
   int num_chains = 0;               // Chain Cache chains, idle or with a turn in flight
   int64_t num_kv_host_pages_total = 0;  // the host tier's pages (--kv-offloading-size; 0 without one)
   int64_t num_kv_host_pages_used = 0;   // held there by offloaded state
@@ -44,6 +46,11 @@ struct EngineStats {
   uint64_t preemptions_total = 0;
   uint64_t transient_pass_tokens_total = 0;  // tokens methods ran in transient passes (context reconstruction)
   uint64_t steps_total = 0;                  // model forwards of the serving loop
+  // The method's compressions and evictions (SparseController::num_compression_steps): steps that returned pages
+  // to the pool, the pages returned, and the time its end-of-step work took in all steps.
+  uint64_t compression_steps_total = 0;
+  uint64_t compression_freed_pages_total = 0;
+  double compression_seconds_total = 0.0;
   // KV tokens attention read: per step, layer, sequence and KV head, what its last query row sees (after
   // selection, eviction and sliding windows). Decode steps read each of them once, so this is their KV traffic.
   uint64_t attended_kv_tokens_total = 0;

@@ -96,6 +96,14 @@ std::string render_prometheus(const EngineStats& s, std::string_view model_name)
   e.scalar("method_metadata_bytes_total", "counter",
            "Bytes of per-page method metadata decode selections read (e.g. per-page key bounds).",
            s.method_metadata_bytes_total);
+  e.scalar("compression_steps_total", "counter", "Steps in which the sparse method returned KV pages to the pool.",
+           s.compression_steps_total);
+  e.scalar("compression_freed_pages_total", "counter", "KV pages the sparse method's compressions returned.",
+           s.compression_freed_pages_total);
+  e.scalar("compression_seconds_total", "counter", "Time the sparse method spent compressing at the ends of steps.",
+           s.compression_seconds_total);
+  e.scalar("kv_pages_used_peak", "gauge", "The most KV pages held at once, at a step's peak.",
+           s.num_kv_pages_used_peak);
   e.scalar("host_gap_seconds_total", "counter",
            "Decode time the device waited for the host between CUDA-graph steps.", s.host_gap_seconds_total);
   e.histogram("time_to_first_token_seconds", "Time from arrival to the first generated token.",

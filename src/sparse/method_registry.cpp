@@ -63,8 +63,8 @@ const std::vector<Entry>& entries() {
        &ChunkKvMethod::create},
       {{"rkv",
         "decode-time: the generated part, at budget + buffer, keeps its top tokens by attention minus key "
-        "redundancy; the prompt stays whole unless a prompt_method compresses it; on a GPU scored on the device, "
-        "the top tokens picked on the host",
+        "redundancy (mix_lambda 1: attention alone, a threshold-triggered SnapKV); the prompt stays whole unless a "
+        "prompt_method compresses it; on a GPU scored on the device, the top tokens picked on the host",
         Composition::kDecodeTime},
        nullptr,
        nullptr,

@@ -1,6 +1,9 @@
 #include "sparse/sparse_controller.h"
 
 #include <algorithm>
+#include <chrono>
+
+#include "backend/device_memory.h"
 
 #include "sparse/low_rank_kv.h"
 #include "sparse/step_driver.h"
@@ -75,7 +78,17 @@ void SparseController::finish_step(const ForwardBatch& batch) {
       return run_transient_pass(seq, token_ids);
     };
   }
+  const int64_t free_before = cache_.num_free_pages();
+  peak_held_pages_ = std::max(peak_held_pages_, cache_.num_total_pages() - cache_.num_available_pages());
+  const auto start = std::chrono::steady_clock::now();
   method_.finish_step(ctx);
+  const int64_t freed = cache_.num_free_pages() - free_before;
+  if (freed > 0) {
+    if (device_ != Device::kCpu) synchronize(device_);
+    ++num_compression_steps_;
+    num_compression_freed_pages_ += freed;
+  }
+  compression_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 Status SparseController::run_transient_pass(int32_t seq, std::span<const int32_t> token_ids) {

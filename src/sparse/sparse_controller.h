@@ -26,6 +26,7 @@ class SparseController final : public ForwardHooks {
   SparseController(MethodRuntime& method, CacheManager& cache, Device device = Device::kCpu)
       : method_(method),
         cache_(cache),
+        device_(device),
         tiered_(dynamic_cast<TieredCacheManager*>(&cache)),
         device_views_(device == Device::kCpu ? nullptr : std::make_unique<AttentionViewMirror>(device)) {}
 
@@ -71,6 +72,15 @@ class SparseController final : public ForwardHooks {
   int64_t num_attended_kv_tokens() const { return num_attended_kv_tokens_; }
   // Bytes of per-page method metadata the decode steps' selections read (MethodRuntime::decode_reads).
   int64_t num_method_metadata_bytes() const { return num_method_metadata_bytes_; }
+  // The method's compressions and evictions, all in finish_step: steps whose finish_step returned pages to the
+  // pool, the pages it returned, and the time it took (on a GPU, a step that returned pages waits for its
+  // compaction kernels before the clock stops, so they count here and not in the next forward).
+  int64_t num_compression_steps() const { return num_compression_steps_; }
+  int64_t num_compression_freed_pages() const { return num_compression_freed_pages_; }
+  double compression_seconds() const { return compression_seconds_; }
+  // The most pages live sequences (and idle Chain Cache chains) held at once, counted at each step's peak: after
+  // its forward, before finish_step compresses.
+  int64_t peak_held_pages() const { return peak_held_pages_; }
   // Counts a forward of `batch` that ran without calling attend (a CUDA graph replay of a static decode step):
   // the tokens the method's selection reads in every layer (MethodRuntime::decode_reads), else the dense tokens,
   // windowed as that layer's last attend was, and the metadata the selection reads.
@@ -121,6 +131,7 @@ class SparseController final : public ForwardHooks {
 
   MethodRuntime& method_;
   CacheManager& cache_;
+  Device device_;
   TieredCacheManager* tiered_;                         // cache_ when it attends itself; else null
   std::unique_ptr<AttentionViewMirror> device_views_;  // null on the CPU
   Selection selection_;  // reused by every layer
@@ -131,6 +142,10 @@ class SparseController final : public ForwardHooks {
   int64_t num_transient_pass_tokens_ = 0;
   int64_t num_attended_kv_tokens_ = 0;
   int64_t num_method_metadata_bytes_ = 0;
+  int64_t num_compression_steps_ = 0;
+  int64_t num_compression_freed_pages_ = 0;
+  double compression_seconds_ = 0.0;
+  int64_t peak_held_pages_ = 0;
   std::vector<int32_t> layer_windows_;  // each layer's sliding window at its last attend
   Tensor low_rank_rows_;                // attend_low_rank's latent rows, grown to the largest batch
 };

@@ -3,8 +3,11 @@
 // redundancy_aware_scores against the reference's pooling and mix written out here.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <limits>
 #include <random>
 
+#include "backend/device_memory.h"
 #include "backend/ops.h"
 #include "sparse/method_registry.h"
 #include "sparse/methods/observation_window_scores.h"
@@ -90,6 +93,33 @@ TEST(RkvMethodTest, ScoresPoolTheImportanceAndSubtractTheRedundancy) {
       EXPECT_NEAR(got.values[size_t{kScored} * h + j], want, 1e-7f * (1.0f + std::abs(want))) << h << " " << j;
     }
   }
+}
+
+// At mix_lambda 1 the scores are the pooled importance alone, and the redundancy, weighted 0, is not computed: its
+// scratch, poisoned with NaN beforehand, must not reach the scores.
+TEST(RkvMethodTest, LambdaOneScoresByImportanceAlone) {
+  RkvParams params;
+  params.window = 2;
+  params.kernel = 3;
+  params.mix_lambda = 1.0f;
+  constexpr int32_t kTokens = 30, kHeads = 2, kKvHeads = 1, kDim = 8, kScored = kTokens - 2;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal;
+  std::vector<float> q(size_t{2} * kHeads * kDim), k(size_t{kTokens} * kKvHeads * kDim);
+  for (float& x : q) x = normal(rng);
+  for (float& x : k) x = normal(rng);
+  RkvScratch scratch;
+  scratch.redundancy = empty_on(Device::kCpu, DType::kF32, {kKvHeads, kTokens});
+  std::fill_n(scratch.redundancy.view().ptr<float>(), kKvHeads * kTokens, std::numeric_limits<float>::quiet_NaN());
+  std::vector<float> got(kScored), importance(kScored), want(kScored);
+  rkv_score(TensorView{got.data(), DType::kF32, {kKvHeads, kScored}, Device::kCpu},
+            TensorView{q.data(), DType::kF32, {2, kHeads, kDim}, Device::kCpu},
+            TensorView{k.data(), DType::kF32, {kTokens, kKvHeads, kDim}, Device::kCpu}, params, scratch);
+  group_max_attention_importance(TensorView{importance.data(), DType::kF32, {kKvHeads, kScored}, Device::kCpu},
+                                 TensorView{q.data(), DType::kF32, {2, kHeads, kDim}, Device::kCpu},
+                                 TensorView{k.data(), DType::kF32, {kScored, kKvHeads, kDim}, Device::kCpu});
+  pool_scores(importance.data(), want.data(), kScored, params.kernel, WindowPooling::kMax);
+  for (int32_t j = 0; j < kScored; ++j) EXPECT_EQ(got[j], want[j]) << j;
 }
 
 }  // namespace

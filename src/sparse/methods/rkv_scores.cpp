@@ -19,7 +19,13 @@ void rkv_score(TensorView out, TensorView queries, TensorView keys, const RkvPar
   // Only the n older keys are normalized over; the redundancy sees all T.
   group_max_attention_importance(importance, queries,
                                  TensorView{keys.data, DType::kF32, {n, num_kv_heads, keys.shape[2]}, keys.device});
-  key_redundancy(redundancy, keys, params.similarity_threshold);
+  // At lambda 1 the redundancy is weighted 0 (attention importance alone, SnapKV's score under R-KV's trigger):
+  // zeros give the same scores without its O(T^2) similarities.
+  if (params.mix_lambda == 1.0f) {
+    fill_zero(redundancy);
+  } else {
+    key_redundancy(redundancy, keys, params.similarity_threshold);
+  }
   redundancy_aware_scores(out, importance, redundancy, params.kernel, params.mix_lambda);
 }
 

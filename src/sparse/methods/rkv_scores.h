@@ -10,7 +10,8 @@
 //   3. redundancy: S = cosine similarities of all T keys (k / (|k| + 1e-8)), diagonal 0; in each row i the largest
 //      j with S[i, j] > threshold (0 when there is none: the reference then clears column 0) is set to 0, so each
 //      token's newest near-duplicate goes unpenalized; redundancy[j] = softmax over j of the column mean of S;
-//   4. score[j] = lambda * importance[j] - (1 - lambda) * redundancy[j], j < T - w;
+//   4. score[j] = lambda * importance[j] - (1 - lambda) * redundancy[j], j < T - w (at lambda 1 the redundancy is
+//      not computed: the pooled importance alone, SnapKV's score);
 //   5. keep the budget - w best of them (ties: the lower index) plus the w newest tokens.
 // Steps 1-2 are the backend op group_max_attention_importance, step 3 key_redundancy and the pooling and mix of
 // step 4 redundancy_aware_scores (ops.h): rkv_score runs them where its tensors live (the method on a GPU), the
