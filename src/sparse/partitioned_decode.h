@@ -20,7 +20,8 @@
 // what the two pools have free, so a layer fits whenever the device pool holds it whole. The index grows with the
 // sequence (doubling its entries per stream).
 //
-// Ownership: borrows the tier (and its pools); holds each sequence's index. Its views carry host tables: on the CPU
+// Ownership: borrows the tier (and its pools); holds each sequence's index, which take hands out while the sequence
+// is idle (and offload_index parks in host pages) and put takes back. Its views carry host tables: on the CPU
 // backend the ops read them as they are (a GPU run would mirror them, as the sparse controller does). Engine thread
 // only.
 #pragma once

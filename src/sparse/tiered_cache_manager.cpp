@@ -233,17 +233,11 @@ Status TieredCacheManager::restore(int32_t seq, std::unique_ptr<SequenceSnapshot
     return invalid_argument("restore: the snapshot of sequence {} was not taken by this tiered cache", seq);
   Sequence sequence{.metadata_pages = std::move(tiered->metadata_pages), .positions = std::move(tiered->positions)};
   tiered->metadata_pages.clear();
-  num_metadata_pages_ += static_cast<int64_t>(sequence.metadata_pages.size());
-  const auto release_metadata = [&] {
-    device_pool_.release(sequence.metadata_pages);
-    num_metadata_pages_ -= static_cast<int64_t>(sequence.metadata_pages.size());
-  };
-  if (!tiered->index.host_pages.empty()) {
-    if (const Status held = hold_metadata_pages(sequence.metadata_pages, tiered->num_pages_to_restore());
-        !held.is_ok()) {
-      release_metadata();
-      return held;
-    }
+  if (tiered->index.host_pages.empty()) {
+    num_metadata_pages_ += static_cast<int64_t>(sequence.metadata_pages.size());
+  } else {
+    // A parked index comes back into metadata pages first (all or nothing: on error none is held).
+    SE_RETURN_IF_ERROR(hold_metadata_pages(sequence.metadata_pages, tiered->num_pages_to_restore()));
     SE_CHECK(partitions_.retrieve_index(tiered->index, host_pool_).is_ok(), "tiered cache: index of sequence {}", seq);
   }
   SE_CHECK(tier_.attach(seq, std::move(tiered->table)).is_ok(), "tiered cache: attaching sequence {}", seq);

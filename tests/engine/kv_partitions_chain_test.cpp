@@ -12,6 +12,7 @@
 #include <map>
 #include <random>
 
+#include "../support/prune_wait.h"
 #include "../support/tiny_engine.h"
 #include "engine/engine.h"
 #include "engine/model_runner.h"
@@ -327,7 +328,7 @@ TEST(PartitionedChainRandomTest, ChainedTurnsAbortsAndPreemptionKeepEverythingWh
   std::mt19937 rng(35);
   std::map<std::string, std::vector<int32_t>> conversations;  // chain id -> its tokens so far (idle chains)
   std::vector<Request*> live;
-  int num_steps = 0, num_turns = 0, num_resumed = 0, num_aborts = 0, num_preemptions = 0, num_gone = 0;
+  int num_steps = 0, num_turns = 0, num_resumed = 0, num_aborts = 0, num_preemptions = 0, num_dropped_for_room = 0;
   const auto check = [&](const char* when) {
     for (const Status& s : {loop.cache().check_integrity(), loop.chains().check_integrity()})
       ASSERT_TRUE(s.is_ok()) << when << " at step " << num_steps << ": " << s.to_string();
@@ -363,8 +364,12 @@ TEST(PartitionedChainRandomTest, ChainedTurnsAbortsAndPreemptionKeepEverythingWh
         live.push_back(*turn);
       }
     }
+    std::vector<std::string> idle_before;
+    for (const auto& [chain_id, tokens] : conversations)
+      if (loop.chains().find(chain_id) && !loop.chains().find(chain_id)->in_flight) idle_before.push_back(chain_id);
     if (!loop.step()) continue;
     ++num_steps;
+    for (const std::string& chain_id : idle_before) num_dropped_for_room += loop.chains().find(chain_id) ? 0 : 1;
     num_preemptions += static_cast<int>(loop.last_plan().preempted.size());
     check("after a step");
     // Now and then a turn is aborted, running or waiting (its chain is dropped, or gets back its untouched state).
@@ -383,19 +388,14 @@ TEST(PartitionedChainRandomTest, ChainedTurnsAbortsAndPreemptionKeepEverythingWh
   }
   while (loop.step()) check("draining");
   EXPECT_TRUE(loop.scheduler().running().empty() && loop.scheduler().waiting().empty());
-  for (int t = 0; t <= num_turns; ++t) {
-    const std::string chain_id = "chain" + std::to_string(t);
-    if (loop.chains().num_idle_chains() > 0 && conversations.count(chain_id) != 0 && !loop.chains().find(chain_id))
-      ++num_gone;
-    loop.chains().drop(chain_id);
-  }
+  for (int t = 0; t <= num_turns; ++t) loop.chains().drop("chain" + std::to_string(t));
   check("at the end");
   EXPECT_EQ(loop.cache().num_free_pages(), loop.cache().num_total_pages());
   EXPECT_EQ(loop.cache().num_free_host_pages(), loop.cache().num_host_pages());
   EXPECT_GT(num_resumed, 3);
   EXPECT_GT(num_aborts, 0);
   EXPECT_GT(num_preemptions, 0) << "no step ran short";
-  EXPECT_GT(num_gone, 0) << "no idle chain was dropped for room";
+  EXPECT_GT(num_dropped_for_room, 0) << "no idle chain gave its room to running requests";
   RecordProperty("steps", num_steps);
 }
 
@@ -421,6 +421,20 @@ TEST(PartitionedChainErrorsTest, BadInputGetsAClearErrorAndLeavesTheOtherChains)
   edited.push_back(1);
   edited[3] = (edited[3] + 1) % 96;
   EXPECT_EQ((*engine)->submit({"e", edited, greedy(4), ChainRequest{"small"}}).status().code(), StatusCode::kConflict);
+
+  // A prune of a chain's prefix: the partitions keep every token, so it fails and the chain stays as it was.
+  const ChainInfo before = *(*engine)->find_chain("small");
+  PruneRequest prune;
+  prune.chain_id = "small";
+  prune.ranges = {{0, 16}};
+  prune.keep_tokens = 2;
+  auto pruned = (*engine)->submit_prune(prune);
+  ASSERT_TRUE(pruned.is_ok()) << pruned.status().to_string();
+  const PruneStatus prune_status = test::wait_for_prune(**engine, *pruned);
+  EXPECT_EQ(prune_status.state, PruneState::kFailed);
+  EXPECT_NE(prune_status.reason.find("keep every token"), std::string::npos) << prune_status.reason;
+  EXPECT_EQ((*engine)->find_chain("small")->digest, before.digest);
+  EXPECT_EQ((*engine)->find_chain("small")->num_host_pages, before.num_host_pages);
 
   // "big" was dropped when its turn ended, and its next turn is told to start over; "small" resumes from the host.
   std::vector<int32_t> big2 = big_prompt;
