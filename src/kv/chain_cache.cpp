@@ -143,9 +143,8 @@ void ChainCacheIndex::park(const std::string& chain_id) {
 
 void ChainCacheIndex::park_locked(const std::string& chain_id, Chain& chain) {
   if (offload_locked(chain_id, chain)) return;
-  const std::string id = chain_id;  // a copy: it may name the entry erased
-  chains_.erase(id);                // out of every LRU already; releases the state's pages
-  tombstone(id);
+  chains_.erase(chain_id);  // out of every LRU already; releases the state's pages
+  tombstone(chain_id);
 }
 
 int64_t ChainCacheIndex::drop_oldest_on_host() {

@@ -146,7 +146,7 @@ class ChainCacheIndex final {
   // Moves an idle chain's state to the host tier, dropping the host's least recently used chains while the tier
   // is full; false when it cannot go there (the chain is then left out of every LRU, for the caller to drop).
   bool offload_locked(const std::string& chain_id, Chain& chain);
-  // offload_locked, or drops the chain when it cannot go there.
+  // offload_locked, or drops the chain when it cannot go there (`chain_id` must not be the map's own key).
   void park_locked(const std::string& chain_id, Chain& chain);
   void tombstone(const std::string& chain_id);
   void drop_locked(const std::string& chain_id);

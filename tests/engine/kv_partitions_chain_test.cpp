@@ -297,6 +297,7 @@ TEST(PartitionedPreemptionTest, APreemptedRequestKeepsItsStateAndGoesOnAsUnpreem
   auto engine = Engine::create(bundle, partitioned_config(m, 20, 512));
   ASSERT_TRUE(engine.is_ok()) << engine.status().to_string();
   std::vector<GenerationRequest> batch;
+  batch.reserve(prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i)
     batch.push_back({"r" + std::to_string(i), prompts[i], greedy(kMaxTokens)});
   auto streams = (*engine)->submit_batch(std::move(batch));
