@@ -140,7 +140,8 @@ void add_engine_options(CLI::App& command, EngineConfig& config) {
       },
       "Spin's partitions: running requests' KV lives in the host tier (--kv-offloading-size) page by page too, and "
       "the method's decode brings in only the pages it selects, so a request's KV may exceed the device pool "
-      "(CPU; `sparse-engine methods` lists the methods that can). elastic keeps FACTOR (default 5) resident pages per "
+      "(CPU; `sparse-engine methods` lists the methods that can); a preempted request keeps its KV there, and with "
+      "--prefix-cache-mode chain so does a finished turn. elastic keeps FACTOR (default 5) resident pages per "
       "page a step's selections read, "
       "fixed:PAGES "
       "that many per request");
@@ -150,9 +151,10 @@ void add_engine_options(CLI::App& command, EngineConfig& config) {
       ->capture_default_str();
   command.add_flag("--enforce-eager", config.enforce_eager, "CUDA: run every step eagerly (no CUDA graphs)");
   command.add_flag("!--no-enable-prefix-caching", config.enable_prefix_caching, "disable prefix reuse (radix and chain)");
-  command.add_option("--prefix-cache-mode", config.prefix_cache_mode,
-                     "prefix reuse: radix (full-history methods), chain (Chain Cache, eviction methods), off, or auto "
-                     "(by the method's traits)")
+  command
+      .add_option("--prefix-cache-mode", config.prefix_cache_mode,
+                  "prefix reuse: radix (full-history methods), chain (Chain Cache: eviction methods, and any "
+                  "method under --kv-partitions), off, or auto (by the method's traits; off under --kv-partitions)")
       ->check(CLI::IsMember({"auto", "radix", "chain", "off"}))
       ->capture_default_str();
   command

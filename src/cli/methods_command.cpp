@@ -108,7 +108,7 @@ int run_methods(bool as_json) {
     if (m["kv_partitions"].get<bool>()) partitioned += (partitioned.empty() ? "" : ", ") + m["name"].get<std::string>();
   std::printf(
       "Under --kv-partitions (running requests' KV in the host tier, Spin's partitions; CPU) run %s: a request's KV "
-      "may exceed the device pool.\n",
+      "may exceed the device pool, and with --prefix-cache-mode chain a finished turn stays whole in the tier.\n",
       partitioned.c_str());
   std::string decode_time, prompt_time;
   for (const auto& m : all) {

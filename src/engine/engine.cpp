@@ -151,17 +151,36 @@ Status check_kv_partitions(const EngineConfig& config, const MethodRuntime& meth
   if (config.kv_cache_dtype != "auto")
     return unimplemented("--kv-partitions reads explicit K/V pages: use --kv-cache-dtype auto, not {}",
                          config.kv_cache_dtype);
-  if (config.enable_prefix_caching && config.prefix_cache_mode != "auto" && config.prefix_cache_mode != "off")
+  if (config.enable_prefix_caching && config.prefix_cache_mode == "radix")
     return invalid_argument(
-        "--kv-partitions keeps each page one sequence's, so no prefix cache runs beside it: drop --prefix-cache-mode "
-        "{} (or give off)",
-        config.prefix_cache_mode);
+        "--kv-partitions keeps each page one sequence's, so no radix prefix cache runs beside it: use "
+        "--prefix-cache-mode chain (a finished turn kept whole in the host tier) or off");
   if (config.kv_partition_buffer_factor < 1 || config.kv_partition_fixed_pages < 0)
     return invalid_argument(
         "--kv-partitions: an elastic buffer's factor must be at least 1 and a fixed buffer's "
         "pages positive (got {} and {})",
         config.kv_partition_buffer_factor, config.kv_partition_fixed_pages);
   return Status::ok();
+}
+
+Result<PartitionConfig> engine_partition_config(const EngineConfig& config, MethodRuntime& method,
+                                                const KvLayout& layout) {
+  PartitionConfig partitions = *method.partition_config();
+  method.complete_partition_config(partitions, layout.num_layers);
+  // A token selection reads at most one page per kept token per KV head.
+  if (partitions.token_filters)
+    partitions.token_budget = std::max(1, partitions.token_filters->num_kept_tokens) * layout.page_size;
+  partitions.buffer_factor = config.kv_partition_buffer_factor;
+  if (config.kv_partition_fixed_pages > 0) {
+    partitions.buffer = PartitionBuffer::kFixed;
+    partitions.fixed_buffer_pages = config.kv_partition_fixed_pages;
+    // A layer's selection must stay resident while it is attended.
+    const int64_t selection = int64_t{layout.num_kv_heads} * std::max(1, partitions.token_budget / layout.page_size);
+    if (partitions.fixed_buffer_pages < selection)
+      return invalid_argument("--kv-partitions fixed:{} holds fewer pages than one layer's selection ({})",
+                              partitions.fixed_buffer_pages, selection);
+  }
+  return partitions;
 }
 
 // The model as sparse methods may see it (method_environment.h): its tokenizer and chat reply suffix.
@@ -243,12 +262,19 @@ Result<std::unique_ptr<Engine>> Engine::create(const ModelBundle& bundle, const 
   if (num_pages < layout.num_streams())
     return resource_exhausted("the KV cache budget of {} bytes holds {} pages, fewer than the {} one token needs",
                               pool_bytes, num_pages, layout.num_streams());
-  if (config.kv_partitions) config.prefix_cache_mode = "off";
-  SE_ASSIGN_OR_RETURN(config.prefix_cache_mode, resolve_prefix_cache_mode(config, *method, layout));
+  // The partitions keep every token of a sequence in the tier and its index beside it, so a finished turn is kept
+  // whole whatever the method (chain, when asked for); a page is one sequence's, so no radix cache.
+  if (config.kv_partitions) {
+    config.prefix_cache_mode = config.enable_prefix_caching && config.prefix_cache_mode == "chain" ? "chain" : "off";
+  } else {
+    SE_ASSIGN_OR_RETURN(config.prefix_cache_mode, resolve_prefix_cache_mode(config, *method, layout));
+  }
   const int64_t num_host_pages = config.kv_offloading_size / static_cast<int64_t>(layout.page_bytes());
   // Radix blocks that come back from the host tier land under new ids, and the method recomputes its metadata for
-  // them (MethodRuntime::on_pages_rewritten); a chain's pages are not told to it.
-  if (num_host_pages > 0 && method->page_metadata_bytes(layout) > 0 && config.prefix_cache_mode == "chain")
+  // them (MethodRuntime::on_pages_rewritten); a chain's pages are not told to it (the partitions' index travels
+  // with the chain instead).
+  if (num_host_pages > 0 && method->page_metadata_bytes(layout) > 0 && config.prefix_cache_mode == "chain" &&
+      !config.kv_partitions)
     return unimplemented(
         "{} keeps metadata per device page, which a chain's pages coming back from the host tier lack; run it "
         "without --kv-offloading-size or with --prefix-cache-mode radix",
@@ -260,22 +286,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const ModelBundle& bundle, const 
                  static_cast<int32_t>(std::min<int64_t>(num_host_pages, INT32_MAX)),
                  staging_allocator(config.device)};
   if (config.kv_partitions) {
-    PartitionConfig partitions = *method->partition_config();
-    method->complete_partition_config(partitions, layout.num_layers);
-    // A token selection reads at most one page per kept token per KV head.
-    if (partitions.token_filters)
-      partitions.token_budget = std::max(1, partitions.token_filters->num_kept_tokens) * layout.page_size;
-    partitions.buffer_factor = config.kv_partition_buffer_factor;
-    if (config.kv_partition_fixed_pages > 0) {
-      partitions.buffer = PartitionBuffer::kFixed;
-      partitions.fixed_buffer_pages = config.kv_partition_fixed_pages;
-      // A layer's selection must stay resident while it is attended.
-      const int64_t selection = int64_t{layout.num_kv_heads} * std::max(1, partitions.token_budget / layout.page_size);
-      if (partitions.fixed_buffer_pages < selection)
-        return invalid_argument("--kv-partitions fixed:{} holds fewer pages than one layer's selection ({})",
-                                partitions.fixed_buffer_pages, selection);
-    }
-    spec.partitions = partitions;
+    SE_ASSIGN_OR_RETURN(spec.partitions, engine_partition_config(config, *method, layout));
     spec.max_num_batched_tokens = config.max_num_batched_tokens;
   }
   SE_LOG_INFO(

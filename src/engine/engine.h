@@ -56,6 +56,12 @@ MethodEnvironment method_environment(const ModelBundle& bundle);
 // before one loads.
 Status check_kv_partitions(const EngineConfig& config, const MethodRuntime& method);
 
+// The partitions' settings the engine's cache runs with under `config` (check_kv_partitions ok, kv_partitions set):
+// the method's selection over `layout`, and the buffer config gives. kInvalidArgument for a fixed buffer smaller
+// than one layer's selection.
+Result<PartitionConfig> engine_partition_config(const EngineConfig& config, MethodRuntime& method,
+                                                const KvLayout& layout);
+
 class Engine {
  public:
   // Sizes the KV pool from `config` and starts the engine thread. `bundle` must outlive the engine.

@@ -134,7 +134,11 @@ Status EngineLoop::begin_chain_turn(Request& request, const ChainRequest& chain)
     const int64_t num_held = state->num_held_pages() + state->num_pages_to_restore();
     const std::optional<int64_t> num_extension =
         state->num_pages_to_extend(int64_t{num_new} + request.params.max_tokens);
-    if (!oracle_.can_ever_fit_resumed(num_held, num_extension, num_new, request.params.max_tokens)) {
+    // Where running sequences live in the host tier the state is one more such sequence, its every token kept.
+    const bool fits = lead().cache->runs_on_host_tier()
+                          ? oracle_.can_ever_fit(request.num_tokens(), request.params.max_tokens)
+                          : oracle_.can_ever_fit_resumed(num_held, num_extension, num_new, request.params.max_tokens);
+    if (!fits) {
       chains_->cancel_turn(chain.chain_id, std::move(state));
       return unavailable("no capacity to restore chain '{}': its {} pages plus {} new and {} generated tokens can "
                          "never fit in the KV cache ({} pages)", chain.chain_id, num_held, num_new,
@@ -154,6 +158,8 @@ void EngineLoop::end_chain_turn(Request& r, FinishReason reason) {
     // The state covers the first num_computed_tokens tokens; the last sampled token is kept in the prefix too,
     // so the next turn computes it first.
     chains_->end_turn(r.chain_id, r.token_ids, oracle_.retain(r));
+    // Where running sequences live in the host tier, the device keeps only their pages: the chain goes there.
+    if (lead().cache->runs_on_host_tier()) chains_->park(r.chain_id);
   } else if (r.chain_state) {
     chains_->cancel_turn(r.chain_id, std::move(r.chain_state));
   } else {

@@ -7,6 +7,12 @@
 #include "engine/retained_ranks.h"
 
 namespace se {
+namespace {
+// A resumed chain turn that computed nothing past its restored state: the state is still the chain's.
+bool restored_untouched(const Request& request) {
+  return request.chain_status == ChainStatus::kResumed && request.num_computed_tokens == request.num_cached_tokens;
+}
+}  // namespace
 
 int64_t MemoryOracle::num_available_pages() const {
   int64_t fewest = lead().num_available_pages();
@@ -19,7 +25,17 @@ Status MemoryOracle::admit(Request& request) {
   if (request.chain_state && !make_room(request.chain_state->num_pages_to_restore()))
     return resource_exhausted("request {}: {} device pages to bring its chain back from the host tier, {} available",
                               request.request_id, request.chain_state->num_pages_to_restore(), num_available_pages());
+  if (request.kept_state && !make_room(request.kept_state->num_pages_to_restore()))
+    return resource_exhausted("request {}: {} device pages to resume its kept state, {} available", request.request_id,
+                              request.kept_state->num_pages_to_restore(), num_available_pages());
   const int32_t seq = next_seq_++;
+  if (request.kept_state) {
+    // It goes on as if never preempted: the same computed tokens, and its prefill ends where it did.
+    // Losing it (an error) leaves the request to start afresh at its next admission.
+    SE_ASSIGN_OR_RETURN(request.num_computed_tokens, ranks_[0]->resume(seq, std::move(request.kept_state)));
+    request.seq = seq;
+    return Status::ok();
+  }
   SE_ASSIGN_OR_RETURN(const int32_t num_cached, open_on_every_rank(seq, request));
   request.seq = seq;
   request.num_computed_tokens = num_cached;
@@ -100,14 +116,18 @@ bool MemoryOracle::try_reserve(Request& request, int32_t num_tokens) {
 }
 
 bool MemoryOracle::make_room(const std::vector<int64_t>& num_pages) {
-  int64_t shortfall = 0;
-  for (size_t r = 0; r < ranks_.size(); ++r)
-    shortfall = std::max(shortfall, num_pages[r] - ranks_[r]->cache().num_available_pages());
+  const auto shortfall = [&] {
+    int64_t most = 0;
+    for (size_t r = 0; r < ranks_.size(); ++r)
+      most = std::max(most, num_pages[r] - ranks_[r]->cache().num_available_pages());
+    return most;
+  };
   // A reclaimed chain frees at least its num_held_pages on every rank (RetainedRanks).
-  if (shortfall > 0 && chains_ != nullptr) chains_->reclaim(shortfall);
-  for (size_t r = 0; r < ranks_.size(); ++r)
-    if (num_pages[r] > ranks_[r]->cache().num_available_pages()) return false;
-  return true;
+  if (chains_ != nullptr && shortfall() > 0) chains_->reclaim(shortfall());
+  // Where running sequences live in the host tier too, the idle chains there give it back, oldest first.
+  while (chains_ != nullptr && lead().runs_on_host_tier() && shortfall() > 0 && chains_->drop_oldest_on_host() > 0) {
+  }
+  return shortfall() <= 0;
 }
 
 void MemoryOracle::commit(Request& request) {
@@ -115,12 +135,28 @@ void MemoryOracle::commit(Request& request) {
     rank->cache().on_computed(request.seq, request.token_ids, request.num_computed_tokens);
 }
 
+void MemoryOracle::preempt(Request& request) {
+  if (request.seq < 0 || request.num_computed_tokens == 0 || restored_untouched(request) || ranks_.size() != 1 ||
+      !lead().runs_on_host_tier()) {
+    release(request);
+    return;
+  }
+  std::unique_ptr<ChainState> state = retain_on_every_rank(request.seq);
+  request.seq = -1;
+  if (state->offload().is_ok()) {
+    request.kept_state = std::move(state);
+    return;
+  }
+  // The host tier lacks room for it: its pages go back and it recomputes its tokens.
+  request.num_computed_tokens = 0;
+}
+
 void MemoryOracle::release(Request& request) {
   if (request.seq < 0) return;
-  const bool restored_untouched =
-      request.chain_status == ChainStatus::kResumed && request.num_computed_tokens == request.num_cached_tokens;
-  if (restored_untouched) {
+  if (restored_untouched(request)) {
     request.chain_state = retain_on_every_rank(request.seq);
+    // Where running sequences live in the host tier, the device keeps only their pages: back there when it can.
+    if (lead().runs_on_host_tier()) (void)request.chain_state->offload();
   } else {
     close_on_ranks(request.seq, ranks_.size());
   }

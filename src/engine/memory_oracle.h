@@ -39,7 +39,8 @@ class MemoryOracle {
   }
   // Starts the request's cache state on all its known tokens (a resumed request recomputes its outputs too)
   // and sets num_computed_tokens / num_cached_tokens from the prefix cache, or from the chain state the request
-  // carries (restored into the new sequence). A chain state on the host tier comes back into device pages: when
+  // carries (restored into the new sequence); a request with a kept state (preempt) resumes that, its progress
+  // unchanged. A chain state on the host tier comes back into device pages: when
   // they stay short after reclaiming idle chains, kResourceExhausted and the request keeps its state.
   Status admit(Request& request);
   // A new step's scheduling starts: no room is held back for transient passes yet.
@@ -56,6 +57,12 @@ class MemoryOracle {
   // chain request that computed nothing past its restored state takes that state back (it is admitted again
   // later); one that did loses it and is marked rebuilt.
   void release(Request& request);
+  // Ends the cache state of a request the scheduler puts back (preempted, or admitted without room to run). Where
+  // running sequences live in the host tier (CacheManager::runs_on_host_tier, one rank), one that computed tokens
+  // keeps its state parked there (SequenceSnapshot::offload) and its next admission resumes it, as if it had never
+  // left: a recomputed one would prefill densely what it decoded through its method's selection. When the tier
+  // lacks room, and elsewhere, it is released (and recomputes its tokens).
+  void preempt(Request& request);
   // Ends the request's cache state by retaining it for Chain Cache (the request's seq is released): a
   // RetainedSequence, or with several ranks a RetainedRanks of one per rank.
   std::unique_ptr<ChainState> retain(Request& request);

@@ -45,6 +45,9 @@ struct Request {
   std::string chain_id;
   ChainStatus chain_status = ChainStatus::kNone;
   std::unique_ptr<ChainState> chain_state;
+  // A preempted request's cache state, kept on the host tier (MemoryOracle::preempt) until its next admission
+  // resumes it.
+  std::unique_ptr<ChainState> kept_state;
 
   Clock::time_point arrival_time;
   std::optional<Clock::time_point> first_token_time;

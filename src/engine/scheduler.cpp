@@ -9,7 +9,7 @@ namespace se {
 void Scheduler::add(Request* request) { waiting_.push_back(request); }
 
 void Scheduler::preempt(Request* request, StepPlan& plan) {
-  oracle_.release(*request);
+  oracle_.preempt(*request);
   request->state = RequestState::kWaiting;
   ++request->num_preemptions;
   running_.erase(std::find(running_.begin(), running_.end(), request));
@@ -50,7 +50,7 @@ StepPlan Scheduler::schedule() {
     if (request->seq < 0 && !oracle_.admit(*request).is_ok()) break;
     const int32_t n = std::min(request->num_uncomputed_tokens(), budget);
     if (!oracle_.try_reserve(*request, n)) {
-      oracle_.release(*request);  // gives back its prefix pins; it is admitted again next time
+      oracle_.preempt(*request);  // gives back its prefix pins (or keeps its state); it is admitted again next time
       break;
     }
     waiting_.pop_front();

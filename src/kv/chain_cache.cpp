@@ -129,11 +129,31 @@ int64_t ChainCacheIndex::reclaim(int64_t num_pages) {
     const std::string chain_id = lru_.front();
     Chain& chain = chains_.at(chain_id);
     num_released += chain.state->num_held_pages();
-    if (offload_locked(chain_id, chain)) continue;
-    chains_.erase(chain_id);  // out of every LRU already; releases the state's pages
-    tombstone(chain_id);
+    park_locked(chain_id, chain);
   }
   return num_released;
+}
+
+void ChainCacheIndex::park(const std::string& chain_id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = chains_.find(chain_id);
+  if (it == chains_.end() || !it->second.state || it->second.state->is_offloaded()) return;
+  park_locked(chain_id, it->second);
+}
+
+void ChainCacheIndex::park_locked(const std::string& chain_id, Chain& chain) {
+  if (offload_locked(chain_id, chain)) return;
+  chains_.erase(chain_id);  // out of every LRU already; releases the state's pages
+  tombstone(chain_id);
+}
+
+int64_t ChainCacheIndex::drop_oldest_on_host() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (host_lru_.empty()) return 0;
+  const std::string oldest = host_lru_.front();  // a copy: dropping erases the list entry
+  const int64_t num_pages = chains_.at(oldest).state->num_host_pages();
+  drop_locked(oldest);
+  return num_pages;
 }
 
 std::optional<ChainInfo> ChainCacheIndex::find(const std::string& chain_id) const {

@@ -106,13 +106,21 @@ class ChainCacheIndex final {
   // pages or none is left: each moves to the host tier or is dropped (above). Returns the device pages freed.
   int64_t reclaim(int64_t num_pages);
 
+  // Moves an idle chain's state to the host tier now, as reclaim would (the host's least recently used chains
+  // dropped for room, the chain itself when it cannot go there). Unknown and busy chains are ignored.
+  void park(const std::string& chain_id);
+  // Drops the least recently used idle chain on the host tier (where running sequences live there too, it yields
+  // them its host pages). Returns the host pages freed, 0 when no chain is there.
+  int64_t drop_oldest_on_host();
+
   std::optional<ChainInfo> find(const std::string& chain_id) const;
   // The stored prefix of an idle chain (empty otherwise).
   std::vector<int32_t> prefix(const std::string& chain_id) const;
   int32_t num_chains() const;
   int32_t num_idle_chains() const;  // on either tier
   int32_t num_chains_on_host() const;
-  // Host tier pages the idle chains on the host hold (a running total, as num_reclaimable_pages).
+  // Host tier pages the idle chains hold (a running total, as num_reclaimable_pages): those on the host, and those
+  // a chain still on the device kept there from a cache whose running sequences live in the tier.
   int64_t num_host_pages() const;
   // Pages held by idle chains: what reclaim() could give back. A running total (read every engine step), kept
   // where chains enter and leave the LRU; a state's pages do not change while it is idle.
@@ -138,6 +146,8 @@ class ChainCacheIndex final {
   // Moves an idle chain's state to the host tier, dropping the host's least recently used chains while the tier
   // is full; false when it cannot go there (the chain is then left out of every LRU, for the caller to drop).
   bool offload_locked(const std::string& chain_id, Chain& chain);
+  // offload_locked, or drops the chain when it cannot go there (`chain_id` must not be the map's own key).
+  void park_locked(const std::string& chain_id, Chain& chain);
   void tombstone(const std::string& chain_id);
   void drop_locked(const std::string& chain_id);
   bool is_tombstoned(const std::string& chain_id) const { return tombstone_set_.count(chain_id) != 0; }
@@ -148,7 +158,7 @@ class ChainCacheIndex final {
   std::list<std::string> lru_;          // idle chains on the device, least recently used first
   std::list<std::string> host_lru_;     // idle chains on the host tier, least recently used first
   int64_t num_reclaimable_pages_ = 0;   // device pages the chains of lru_ hold
-  int64_t num_host_pages_ = 0;          // host pages the chains of host_lru_ hold
+  int64_t num_host_pages_ = 0;          // host pages the idle chains hold
   std::deque<std::string> tombstones_;  // oldest first
   std::unordered_set<std::string> tombstone_set_;
 };

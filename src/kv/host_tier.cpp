@@ -10,14 +10,6 @@ HostTier::HostTier(BlockPool* device_pool, BlockPool* host_pool)
       lru_(device_pool->num_total_pages()),
       owner_(static_cast<size_t>(device_pool->num_total_pages())) {}
 
-std::vector<StreamPage> HostTier::pages_where(const TieredPageTable& table, bool on_device) {
-  std::vector<StreamPage> pages;
-  for (int32_t s = 0; s < table.layout().num_streams(); ++s)
-    for (int32_t p = 0; p < table.num_pages(s); ++p)
-      if ((table.device_page({s, p}) >= 0) == on_device) pages.push_back({s, p});
-  return pages;
-}
-
 void HostTier::track(int32_t seq, const TieredPageTable& table, std::span<const StreamPage> pages) {
   for (const StreamPage& page : pages) {
     const int32_t id = table.device_page(page);
@@ -52,19 +44,12 @@ Status HostTier::add(int32_t seq, PageTable&& table) {
   }
   const auto [it, inserted] = seqs_.emplace(seq, TieredPageTable(table, device_pool_, host_pool_));
   table.free_all();  // the tier's table holds the pages now; spares go back
-  track(seq, it->second, pages_where(it->second, /*on_device=*/true));
+  track(seq, it->second, it->second.pages_where(/*on_device=*/true));
   return Status::ok();
 }
 
 Status HostTier::drop(int32_t seq) {
-  const auto it = seqs_.find(seq);
-  if (it == seqs_.end()) return not_found("host tier: no sequence {}", seq);
-  std::vector<int32_t> resident;
-  for (const StreamPage& page : pages_where(it->second, /*on_device=*/true))
-    resident.push_back(it->second.device_page(page));
-  untrack(resident);
-  seqs_.erase(it);  // the table releases its pages
-  return Status::ok();
+  return detach(seq).status();  // the table handed out releases its pages
 }
 
 Result<PageTable> HostTier::take(int32_t seq) {
@@ -78,10 +63,29 @@ Result<PageTable> HostTier::take(int32_t seq) {
   return table;
 }
 
+Result<TieredPageTable> HostTier::detach(int32_t seq) {
+  const auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return not_found("host tier: no sequence {}", seq);
+  std::vector<int32_t> resident;
+  for (const StreamPage& page : it->second.pages_where(/*on_device=*/true))
+    resident.push_back(it->second.device_page(page));
+  untrack(resident);
+  TieredPageTable table = std::move(it->second);
+  seqs_.erase(it);
+  return table;
+}
+
+Status HostTier::attach(int32_t seq, TieredPageTable&& table) {
+  if (contains(seq)) return conflict("host tier: sequence {} is already held", seq);
+  const auto [it, inserted] = seqs_.emplace(seq, std::move(table));
+  track(seq, it->second, it->second.pages_where(/*on_device=*/true));
+  return Status::ok();
+}
+
 Status HostTier::touch(int32_t seq) {
   const auto it = seqs_.find(seq);
   if (it == seqs_.end()) return not_found("host tier: no sequence {}", seq);
-  for (const StreamPage& page : pages_where(it->second, /*on_device=*/true)) lru_.touch(it->second.device_page(page));
+  for (const StreamPage& page : it->second.pages_where(/*on_device=*/true)) lru_.touch(it->second.device_page(page));
   return Status::ok();
 }
 
@@ -118,13 +122,13 @@ Status HostTier::retrieve(int32_t seq, std::span<const StreamPage> pages) {
 Status HostTier::offload(int32_t seq) {
   const auto it = seqs_.find(seq);
   if (it == seqs_.end()) return not_found("host tier: no sequence {}", seq);
-  return offload(seq, pages_where(it->second, /*on_device=*/true));
+  return offload(seq, it->second.pages_where(/*on_device=*/true));
 }
 
 Status HostTier::retrieve(int32_t seq) {
   const auto it = seqs_.find(seq);
   if (it == seqs_.end()) return not_found("host tier: no sequence {}", seq);
-  return retrieve(seq, pages_where(it->second, /*on_device=*/false));
+  return retrieve(seq, it->second.pages_where(/*on_device=*/false));
 }
 
 Result<int64_t> HostTier::offload_oldest(int32_t seq, int64_t num_pages) {
@@ -176,7 +180,7 @@ Status HostTier::check_integrity() const {
   int64_t resident_pages = 0;
   for (const auto& [seq, table] : seqs_) {
     SE_RETURN_IF_ERROR(table.check_integrity());
-    for (const StreamPage& page : pages_where(table, /*on_device=*/true)) {
+    for (const StreamPage& page : table.pages_where(/*on_device=*/true)) {
       const int32_t id = table.device_page(page);
       const Owner& owner = owner_[static_cast<size_t>(id)];
       if (owner.seq != seq || owner.page.stream != page.stream || owner.page.page_idx != page.page_idx ||

@@ -41,6 +41,13 @@ class HostTier final {
   // kFailedPrecondition while some of its pages are on the host.
   Result<PageTable> take(int32_t seq);
 
+  // Hands a sequence's table out as it is, its pages wherever they are: the tier forgets the sequence and its
+  // resident pages leave the LRU, so make_room no longer moves them (an idle sequence's state). kNotFound.
+  Result<TieredPageTable> detach(int32_t seq);
+  // Takes back a table detach handed out (over the tier's two pools): its resident pages become the most recently
+  // used. kConflict for a sequence the tier holds.
+  Status attach(int32_t seq, TieredPageTable&& table);
+
   // A step read the sequence's resident pages (all of them, or the listed ones): they become the most recently
   // used. kNotFound; kInvalidArgument for a listed page outside the table or on the host.
   Status touch(int32_t seq);
@@ -87,8 +94,6 @@ class HostTier final {
     int32_t seq = -1;
     StreamPage page;
   };
-  // Every page of `table` now on the device (`on_device`) or on the host.
-  static std::vector<StreamPage> pages_where(const TieredPageTable& table, bool on_device);
   void track(int32_t seq, const TieredPageTable& table, std::span<const StreamPage> pages);
   void untrack(std::span<const int32_t> device_pages);
 

@@ -61,6 +61,14 @@ int32_t TieredPageTable::num_pages(int32_t stream) const {
   return static_cast<int32_t>(layout_.pages_per_stream(num_tokens(stream)));
 }
 
+std::vector<StreamPage> TieredPageTable::pages_where(bool on_device) const {
+  std::vector<StreamPage> pages;
+  for (int32_t s = 0; s < layout_.num_streams(); ++s)
+    for (int32_t p = 0; p < num_pages(s); ++p)
+      if ((device_page({s, p}) >= 0) == on_device) pages.push_back({s, p});
+  return pages;
+}
+
 Result<std::vector<int32_t>> TieredPageTable::offload(std::span<const StreamPage> pages) {
   return move(pages, /*to_host=*/true);
 }

@@ -48,6 +48,9 @@ class TieredPageTable final {
   int64_t num_device_pages() const { return num_device_pages_; }
   int64_t num_host_pages() const { return num_host_pages_; }
 
+  // Every page now on the device (`on_device`) or on the host.
+  std::vector<StreamPage> pages_where(bool on_device) const;
+
   // Moves the listed pages, each on the device, into host pages (offload) or back, each on the host, into device
   // pages under new ids (retrieve), copying their bytes (page_table_transfer.h: copy_storage_pages). Returns the ids
   // the pages had in the pool they left, in order (now released). All or nothing: kInvalidArgument for a page

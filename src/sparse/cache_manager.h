@@ -40,7 +40,7 @@ class SequenceSnapshot {
   // kResourceExhausted while the tier lacks room; nothing changes on error.
   virtual Status offload() { return unimplemented("this cache keeps no host tier"); }
   virtual bool is_offloaded() const { return false; }
-  // Host tier pages it holds (none unless offloaded).
+  // Host tier pages it holds (none unless offloaded, or taken from a cache whose running sequences live there too).
   virtual int64_t num_host_pages() const { return 0; }
   // Free device pages restoring it takes (none unless offloaded).
   virtual int64_t num_pages_to_restore() const { return 0; }
@@ -62,6 +62,10 @@ class CacheManager : public KvStreams {
   // The host tier's pages in all and free (0 and 0 without one).
   virtual int64_t num_host_pages() const { return 0; }
   virtual int64_t num_free_host_pages() const { return 0; }
+  // Whether running sequences live in the host tier too (their room counts its free pages): idle state kept there
+  // then competes with them, and a preempted sequence is worth keeping there (SequenceSnapshot::offload) rather
+  // than recomputed.
+  virtual bool runs_on_host_tier() const { return false; }
   // Pages a sequence must newly take to compute `num_new_tokens` more tokens this step.
   virtual int64_t pages_to_reserve(int32_t seq, int32_t num_new_tokens) const = 0;
   // Pages the sequence holds now.

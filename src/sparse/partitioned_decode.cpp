@@ -125,6 +125,73 @@ Status PartitionedDecode::add(int32_t seq, int32_t max_num_tokens) {
   return Status::ok();
 }
 
+Result<PartitionedDecode::Index> PartitionedDecode::take(int32_t seq) {
+  const auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return not_found("partitioned decode: no sequence {}", seq);
+  Index index = std::move(it->second);
+  seqs_.erase(it);
+  return index;
+}
+
+Status PartitionedDecode::put(int32_t seq, Index index) {
+  if (!tier_->contains(seq)) return not_found("partitioned decode: the host tier holds no sequence {}", seq);
+  if (seqs_.count(seq) != 0) return conflict("partitioned decode: sequence {} is already indexed", seq);
+  if (!index.host_pages.empty())
+    return failed_precondition("partitioned decode: the index of sequence {} is parked on the host", seq);
+  seqs_.emplace(seq, std::move(index));
+  return Status::ok();
+}
+
+int64_t PartitionedDecode::index_pages(const Index& index, size_t page_bytes) const {
+  const auto bytes = static_cast<size_t>(index_bytes_at(index.stride));
+  return static_cast<int64_t>((bytes + page_bytes - 1) / page_bytes);
+}
+
+Status PartitionedDecode::offload_index(Index& index, BlockPool& host_pool) const {
+  if (!index.host_pages.empty()) return failed_precondition("partitioned decode: the index is already parked");
+  const PageStorage& storage = *host_pool.storage();
+  const int64_t num_pages = index_pages(index, storage.page_bytes());
+  if (num_pages > host_pool.num_free_pages())
+    return resource_exhausted("partitioned decode: parking an index takes {} host pages, {} free", num_pages,
+                              host_pool.num_free_pages());
+  SE_ASSIGN_OR_RETURN(index.host_pages, host_pool.allocate(static_cast<int32_t>(num_pages)));
+  // The bounds live where the pool does; the two-level summaries are host code's.
+  const Device from = config_.two_level ? Device::kCpu : device_;
+  const auto* bytes = config_.two_level ? reinterpret_cast<const char*>(index.groups.data())
+                                        : static_cast<const char*>(index.bounds.raw());
+  const auto num_bytes = static_cast<size_t>(index_bytes_at(index.stride));
+  for (size_t done = 0, p = 0; done < num_bytes; done += storage.page_bytes(), ++p)
+    copy_bytes(from, storage.page(index.host_pages[p]), bytes + done, std::min(storage.page_bytes(), num_bytes - done));
+  if (config_.two_level) {
+    index.groups = {};
+  } else if (!config_.token_filters) {
+    index.bounds = Tensor();
+  }
+  return Status::ok();
+}
+
+Status PartitionedDecode::retrieve_index(Index& index, BlockPool& host_pool) const {
+  if (index.host_pages.empty() && index_bytes_at(index.stride) > 0)
+    return failed_precondition("partitioned decode: the index is not parked");
+  const PageStorage& storage = *host_pool.storage();
+  const auto num_bytes = static_cast<size_t>(index_bytes_at(index.stride));
+  char* bytes = nullptr;
+  if (config_.two_level) {
+    index.groups.resize(num_bytes / sizeof(float));
+    bytes = reinterpret_cast<char*>(index.groups.data());
+  } else if (!config_.token_filters) {
+    index.bounds =
+        empty_on(device_, layout_.dtype, {int64_t{layout_.num_streams()} * index.stride, 2, layout_.head_dim});
+    bytes = static_cast<char*>(index.bounds.raw());
+  }
+  const Device to = config_.two_level ? Device::kCpu : device_;
+  for (size_t done = 0, p = 0; done < num_bytes; done += storage.page_bytes(), ++p)
+    copy_bytes(to, bytes + done, storage.page(index.host_pages[p]), std::min(storage.page_bytes(), num_bytes - done));
+  host_pool.release(index.host_pages);
+  index.host_pages.clear();
+  return Status::ok();
+}
+
 void PartitionedDecode::summarize_group(Index& index, const TieredPageTable& table, int32_t stream,
                                         int32_t page_idx) const {
   const int32_t group_size = config_.two_level->group_size;

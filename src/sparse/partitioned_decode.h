@@ -20,7 +20,8 @@
 // what the two pools have free, so a layer fits whenever the device pool holds it whole. The index grows with the
 // sequence (doubling its entries per stream).
 //
-// Ownership: borrows the tier (and its pools); holds each sequence's index. Its views carry host tables: on the CPU
+// Ownership: borrows the tier (and its pools); holds each sequence's index, which take hands out while the sequence
+// is idle (and offload_index parks in host pages) and put takes back. Its views carry host tables: on the CPU
 // backend the ops read them as they are (a GPU run would mirror them, as the sparse controller does). Engine thread
 // only.
 #pragma once
@@ -75,19 +76,8 @@ class PartitionedDecode final {
   Status attend(int32_t seq, int32_t layer, TensorView q, TensorView k, TensorView v, TensorView out,
                 const AttentionParams& params, PartitionStep step = PartitionStep::kDecode);
 
-  // Bytes of the sequence's index where the pool lives (under two_level its group summaries; the fine bounds are
-  // on the host): now, and for any sequence once its streams hold `num_tokens` tokens.
-  int64_t index_bytes(int32_t seq) const { return index_bytes_at(seqs_.at(seq).stride); }
-  int64_t index_bytes_for(int32_t num_tokens) const { return index_bytes_at(stride_for(num_tokens)); }
-  // Pages a layer's selection reads: one per KV head and page of the budget.
-  int64_t selection_pages() const { return int64_t{layout_.num_kv_heads} * page_budget(); }
-
-  // What the sequence's step moved so far (reset by begin_step).
-  const PartitionStepCounts& step_counts(int32_t seq) const { return seqs_.at(seq).counts; }
-  // Pages the sequence may keep resident now.
-  int64_t buffer_pages(int32_t seq) const;
-
- private:
+  // A sequence's index: its pages' bounds and what its step left. take hands it out while the sequence is idle (a
+  // finished Chain Cache turn, a preempted request), put gives it back when the sequence resumes.
   struct Index {
     int32_t stride = 0;  // index entries per stream: stride_for the longest length so far
     // [num_streams * stride, 2, D]: where the pool lives, or on the host under two_level (the fine bounds).
@@ -101,8 +91,38 @@ class PartitionedDecode final {
     // tokens then the decode tail [Hkv][width] with counts [Hkv]; none when the filter kept the whole prompt.
     Tensor kept_tokens, token_lists, token_counts;
     bool keeps_whole_prompt = false;
+    // While parked (offload_index): the host pages holding the part kept where the pool lives, which is then
+    // released; empty otherwise.
+    std::vector<int32_t> host_pages;
   };
 
+  // Takes the sequence's index out; the caller takes its table out of the tier too. kNotFound when not indexed.
+  Result<Index> take(int32_t seq);
+  // Indexes `seq`, held by the tier again, with an index take handed out (and retrieve_index brought back, if
+  // parked). kNotFound, kConflict when already indexed, kFailedPrecondition for a parked index.
+  Status put(int32_t seq, Index index);
+  // Parks the part of an index kept where the pool lives (the key bounds, or under two_level the group
+  // summaries) in pages of `host_pool`, releasing it, / brings it back and gives the pages back: an idle
+  // sequence's index then takes host pages instead of device memory. kResourceExhausted, nothing changed, when
+  // the host pool lacks index_pages(index) free pages; kFailedPrecondition when already parked / not parked.
+  Status offload_index(Index& index, BlockPool& host_pool) const;
+  Status retrieve_index(Index& index, BlockPool& host_pool) const;
+  // Pages of `page_bytes` bytes the index's part kept where the pool lives takes.
+  int64_t index_pages(const Index& index, size_t page_bytes) const;
+
+  // Bytes of the sequence's index where the pool lives (under two_level its group summaries; the fine bounds are
+  // on the host): now, and for any sequence once its streams hold `num_tokens` tokens.
+  int64_t index_bytes(int32_t seq) const { return index_bytes_at(seqs_.at(seq).stride); }
+  int64_t index_bytes_for(int32_t num_tokens) const { return index_bytes_at(stride_for(num_tokens)); }
+  // Pages a layer's selection reads: one per KV head and page of the budget.
+  int64_t selection_pages() const { return int64_t{layout_.num_kv_heads} * page_budget(); }
+
+  // What the sequence's step moved so far (reset by begin_step).
+  const PartitionStepCounts& step_counts(int32_t seq) const { return seqs_.at(seq).counts; }
+  // Pages the sequence may keep resident now.
+  int64_t buffer_pages(int32_t seq) const;
+
+ private:
   int32_t page_budget() const { return std::max(1, config_.token_budget / layout_.page_size); }
   // The index's entries per stream once its streams hold `num_tokens` tokens: a power of two, so it grows by
   // doubling and its size follows from the length alone.

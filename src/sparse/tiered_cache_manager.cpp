@@ -144,16 +144,107 @@ void TieredCacheManager::close(int32_t seq) {
   sequences_.erase(it);
 }
 
+namespace {
+// A sequence out of the tier: its table (its pages where they were, none in the LRU), its index and the device
+// pages held for the index. Offloaded = holding no device page: the pages and the index's resident part parked on
+// the host. Holds its pages until restored or destroyed.
+class TieredSnapshot final : public SequenceSnapshot {
+ public:
+  TieredSnapshot(const TieredCacheManager* cache, TieredPageTable table, PartitionedDecode::Index index,
+                 std::vector<int32_t> metadata_pages, SlotPositions positions, const PartitionedDecode* partitions,
+                 BlockPool* device_pool, BlockPool* host_pool)
+      : cache(cache),
+        table(std::move(table)),
+        index(std::move(index)),
+        metadata_pages(std::move(metadata_pages)),
+        positions(std::move(positions)),
+        partitions_(partitions),
+        device_pool_(device_pool),
+        host_pool_(host_pool) {}
+  ~TieredSnapshot() override {
+    device_pool_->release(metadata_pages);
+    host_pool_->release(index.host_pages);
+  }
+  TieredSnapshot(const TieredSnapshot&) = delete;
+  TieredSnapshot& operator=(const TieredSnapshot&) = delete;
+
+  int32_t num_logical_tokens() const override { return table.num_logical_tokens(); }
+  int64_t num_held_pages() const override {
+    return table.num_device_pages() + static_cast<int64_t>(metadata_pages.size());
+  }
+  int64_t num_host_pages() const override {
+    return table.num_host_pages() + static_cast<int64_t>(index.host_pages.size());
+  }
+  bool is_offloaded() const override { return num_held_pages() == 0; }
+  // The parked index comes back into metadata pages; the KV pages come in as the partitions read them.
+  int64_t num_pages_to_restore() const override { return static_cast<int64_t>(index.host_pages.size()); }
+
+  Status offload() override {
+    if (is_offloaded()) return Status::ok();
+    const std::vector<StreamPage> resident = table.pages_where(/*on_device=*/true);
+    // The index's resident part takes as many host pages as it held device pages.
+    const int64_t needed = static_cast<int64_t>(resident.size() + metadata_pages.size());
+    if (num_host_pages() + needed > host_pool_->num_total_pages())
+      return out_of_range("the host tier's {} pages can never hold a sequence of {} pages and {} of index",
+                          host_pool_->num_total_pages(), table.num_device_pages() + table.num_host_pages(),
+                          metadata_pages.size());
+    if (needed > host_pool_->num_free_pages())
+      return resource_exhausted("the host tier has {} free pages, parking a sequence takes {}",
+                                host_pool_->num_free_pages(), needed);
+    // Room was checked: neither move fails.
+    SE_CHECK(table.offload(resident).is_ok(), "tiered snapshot: offloading {} resident pages", resident.size());
+    SE_CHECK(partitions_->offload_index(index, *host_pool_).is_ok(), "tiered snapshot: parking the index");
+    device_pool_->release(metadata_pages);
+    metadata_pages.clear();
+    return Status::ok();
+  }
+
+  const TieredCacheManager* cache;  // the cache that took it
+  TieredPageTable table;
+  PartitionedDecode::Index index;
+  std::vector<int32_t> metadata_pages;  // device pages held for the index (none while parked)
+  SlotPositions positions;
+
+ private:
+  const PartitionedDecode* partitions_;
+  BlockPool* device_pool_;
+  BlockPool* host_pool_;
+};
+}  // namespace
+
 std::unique_ptr<SequenceSnapshot> TieredCacheManager::snapshot(int32_t seq) {
-  SE_CHECK(false, "tiered cache: sequence {} cannot be snapshot (Chain Cache does not run over the partitions)", seq);
-  return nullptr;
+  auto it = sequences_.find(seq);
+  SE_CHECK(it != sequences_.end(), "tiered cache: no sequence {} to snapshot", seq);
+  Result<PartitionedDecode::Index> index = partitions_.take(seq);
+  Result<TieredPageTable> table = tier_.detach(seq);
+  SE_CHECK(index.is_ok() && table.is_ok(), "tiered cache: sequence {} lost its index or table", seq);
+  num_metadata_pages_ -= static_cast<int64_t>(it->second.metadata_pages.size());
+  auto snap =
+      std::make_unique<TieredSnapshot>(this, std::move(*table), std::move(*index), std::move(it->second.metadata_pages),
+                                       std::move(it->second.positions), &partitions_, &device_pool_, &host_pool_);
+  sequences_.erase(it);
+  return snap;
 }
 
-Status TieredCacheManager::restore(int32_t seq, std::unique_ptr<SequenceSnapshot> /*snapshot*/) {
-  return unimplemented(
-      "tiered cache: sequence {} cannot resume a snapshot (Chain Cache does not run over the "
-      "partitions)",
-      seq);
+Status TieredCacheManager::restore(int32_t seq, std::unique_ptr<SequenceSnapshot> snapshot) {
+  if (sequences_.count(seq) != 0) return conflict("tiered cache: sequence {} is already open", seq);
+  auto* tiered = dynamic_cast<TieredSnapshot*>(snapshot.get());
+  if (tiered == nullptr || tiered->cache != this)
+    return invalid_argument("restore: the snapshot of sequence {} was not taken by this tiered cache", seq);
+  Sequence sequence{.metadata_pages = std::move(tiered->metadata_pages), .positions = std::move(tiered->positions)};
+  tiered->metadata_pages.clear();
+  if (tiered->index.host_pages.empty()) {
+    num_metadata_pages_ += static_cast<int64_t>(sequence.metadata_pages.size());
+  } else {
+    // A parked index comes back into metadata pages first (all or nothing: on error none is held).
+    SE_RETURN_IF_ERROR(hold_metadata_pages(sequence.metadata_pages, tiered->num_pages_to_restore()));
+    SE_CHECK(partitions_.retrieve_index(tiered->index, host_pool_).is_ok(), "tiered cache: index of sequence {}", seq);
+  }
+  SE_CHECK(tier_.attach(seq, std::move(tiered->table)).is_ok(), "tiered cache: attaching sequence {}", seq);
+  SE_CHECK(partitions_.put(seq, std::move(tiered->index)).is_ok(), "tiered cache: indexing sequence {}", seq);
+  tiered->index.host_pages.clear();  // moved from: the snapshot releases nothing more
+  sequences_.emplace(seq, std::move(sequence));
+  return Status::ok();
 }
 
 Status TieredCacheManager::attend(int32_t seq, int layer, TensorView q, TensorView k, TensorView v, TensorView out,

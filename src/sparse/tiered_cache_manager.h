@@ -10,8 +10,9 @@
 // the pool lives) takes pages' worth of the pool too, held out of it as the index grows (metadata pages): the
 // MemoryOracle's answers below count both. A sequence is admitted when the device can hold its working set (a layer
 // read whole, or a step's new pages, whichever is larger) beside its metadata, and the two pools its KV; one layer's
-// selection stays free across the two pools, so a decode step's Retrieve moves in one copy. No prefix cache: a page
-// belongs to one sequence. The partitions' views carry host tables, so this runs on the CPU backend (both pools in
+// selection stays free across the two pools, so a decode step's Retrieve moves in one copy. No radix prefix cache:
+// a page belongs to one sequence; Chain Cache keeps a finished turn's sequence whole instead (snapshot), in the
+// tier's pools. The partitions' views carry host tables, so this runs on the CPU backend (both pools in
 // host memory). Engine thread only.
 #pragma once
 
@@ -63,9 +64,17 @@ class TieredCacheManager final : public CacheManager {
   Status reserve(int32_t seq, int32_t num_new_tokens) override;
   void on_computed(int32_t /*seq*/, std::span<const int32_t> /*tokens*/, int32_t /*num_computed*/) override {}
   void close(int32_t seq) override;
-  // Chain Cache does not run over the partitions (Engine::create refuses it): never called.
+  // Takes the sequence out of the tier as it stands (its pages where they are, out of the LRU's reach), with its
+  // index and metadata pages: a finished Chain Cache turn, or a preempted request kept for later. The snapshot's
+  // offload parks it all on the host tier (the pages, and the index's part kept where the pool lives), releasing
+  // its device pages.
   std::unique_ptr<SequenceSnapshot> snapshot(int32_t seq) override;
+  // Puts a snapshot of this cache back under `seq`, as it stands: a parked index comes back into metadata pages
+  // (making room by the LRU), the pages stay where they are and the partitions bring them in as steps read them.
+  // kConflict for an open seq, kInvalidArgument for another cache's snapshot, kResourceExhausted (the snapshot
+  // destroyed) when the device cannot hold the index.
   Status restore(int32_t seq, std::unique_ptr<SequenceSnapshot> snapshot) override;
+  bool runs_on_host_tier() const override { return true; }
 
   // Layer `layer` of the sequence's open step (reserve): writes k, v [n, Hkv, D] and attends, out [n, H, D] from
   // q [n, H, D], as PartitionedDecode::attend.

@@ -165,7 +165,7 @@ TEST_F(KvPartitionsEngineTest, PreemptsWhenBothPoolsRunShortAndLeavesThemWhole) 
   const auto prompts = random_prompts({97, 130, 151}, 40);
   const Runs reference = run(bundle_, quest_config(0), prompts, /*together=*/false);
   // 64 device and 40 host pages, less 4 kept free and the indexes' pages, against 104 pages of prompts: the newest
-  // request gives way and is recomputed later.
+  // request gives way, and with no room left on the host to keep it, is recomputed later.
   const Runs partitioned = run(bundle_, partitioned_config(0, /*host_pages=*/40), prompts, /*together=*/true);
   EXPECT_GT(partitioned.end.preemptions_total, 0u);
   // The oldest request never gives way: its run is uninterrupted. A recomputed one prefills its outputs densely
@@ -249,6 +249,9 @@ TEST_F(KvPartitionsEngineTest, RefusesWhatThePartitionsCannotRun) {
   EngineConfig radix = config;
   radix.prefix_cache_mode = "radix";
   EXPECT_EQ(check(radix).code(), StatusCode::kInvalidArgument);
+  EngineConfig chain = config;
+  chain.prefix_cache_mode = "chain";
+  EXPECT_TRUE(check(chain).is_ok()) << "a finished turn is kept whole in the tier";
   EngineConfig fp8 = config;
   fp8.kv_cache_dtype = "fp8";
   EXPECT_EQ(check(fp8).code(), StatusCode::kUnimplemented);

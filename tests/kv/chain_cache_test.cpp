@@ -333,5 +333,32 @@ TEST_F(ChainHostTierIndexTest, AStateTheTierCanNeverHoldIsDroppedAndTheHostChain
   expect_intact();
 }
 
+TEST_F(ChainHostTierIndexTest, ParkMovesOneChainAndDropOldestOnHostGivesTheTierBack) {
+  add_idle_chain("a", 10);
+  add_idle_chain("b", 10);
+  index_.park("b");  // only the chain named: "a" stays on the device
+  EXPECT_TRUE(index_.find("b")->on_host);
+  EXPECT_FALSE(index_.find("a")->on_host);
+  index_.park("b");  // already there: nothing changes
+  index_.park("unknown");
+  expect_intact();
+  index_.park("a");
+  EXPECT_EQ(host_.num_used_pages(), 24);
+  add_idle_chain("big", 30);  // more than the whole tier: dropped, the others stay
+  index_.park("big");
+  EXPECT_FALSE(index_.find("big").has_value());
+  EXPECT_EQ(index_.num_chains_on_host(), 2);
+  expect_intact();
+  // The oldest on the host ("b", parked first) goes first.
+  EXPECT_EQ(index_.drop_oldest_on_host(), 12);
+  EXPECT_EQ(index_.begin_turn("b", kFingerprint, iota_tokens(11)).status().code(), StatusCode::kGone);
+  EXPECT_TRUE(index_.find("a")->on_host);
+  EXPECT_EQ(index_.drop_oldest_on_host(), 12);
+  EXPECT_EQ(index_.drop_oldest_on_host(), 0);
+  EXPECT_EQ(host_.num_used_pages(), 0);
+  EXPECT_EQ(device_.num_used_pages(), 0);
+  expect_intact();
+}
+
 }  // namespace
 }  // namespace se
