@@ -707,13 +707,14 @@ TEST(GpuEngineTest, Fp8StoreRunsLikeOnTheCpu) {
 }
 
 // The KIVI stores on the GPU (the window written and its groups quantized on the device, the tiled kernels' KIVI
-// variant reading codes and window, SnapKV scoring its held prompt's window and evicting on the device) against the
-// same stores on the CPU, for vanilla and SnapKV: greedy continuations through the engine, R = 32 so that the 40- to
-// 90-token prompts flush key groups during prefill and decode. Both devices quantize their own K/V rows, which differ
-// by rounding, so a value near a step between two codes may take the other one, a step of a quarter (2-bit) or a
-// fifteenth (4-bit) of its group's range. The judge is Fp8StoreRunsLikeOnTheCpu's: a continuation that parts at a CPU
-// margin above twice vanilla's largest logits deviation over the store must follow a kept set that parted
-// (compare_decisions). The GPU's decode steps replay CUDA graphs; with eager steps they pick the same tokens.
+// variant reading codes and window, SnapKV scoring its held prompt's window and evicting on the device, StreamingLLM
+// dropping sealed groups' pages) against the same stores on the CPU, for vanilla, SnapKV and StreamingLLM: greedy
+// continuations through the engine, R = 32 so that the 40- to 90-token prompts flush key groups during prefill and
+// decode. Both devices quantize their own K/V rows, which differ by rounding, so a value near a step between two codes
+// may take the other one, a step of a quarter (2-bit) or a fifteenth (4-bit) of its group's range. The judge is
+// Fp8StoreRunsLikeOnTheCpu's: a continuation that parts at a CPU margin above twice vanilla's largest logits deviation
+// over the store must follow a kept set that parted (compare_decisions). The GPU's decode steps replay CUDA graphs;
+// with eager steps they pick the same tokens.
 TEST(GpuEngineTest, KiviStoresRunLikeOnTheCpu) {
   SE_SKIP_WITHOUT_CUDA_DEVICE();
   const DeviceBundles bundles = tiny_cpu_and_gpu_bundles();
@@ -728,7 +729,7 @@ TEST(GpuEngineTest, KiviStoresRunLikeOnTheCpu) {
                                                 fmt::format("{} vanilla request {}", name, p), store, kResidual)
                                   .noise);
     const double bound = 2.0 * noise;
-    for (const char* method : {"vanilla", "snapkv"}) {
+    for (const char* method : {"vanilla", "snapkv", "streamingllm"}) {
       const nlohmann::json& config = configs.at(method);
       int identical = 0;
       for (size_t i = 0; i < prompts.size(); ++i) {
