@@ -498,7 +498,8 @@ TEST_P(KiviKvStoreTest, ChunkedAndOneShotHeldPromptsStoreTheSameBytes) {
 // past the sinks' goes when every position in it is older than the sequence's last budget - sinks and its values have
 // left the window (its slots end R or more before the stream's end), then the next one.
 void drop_groups_as_designed(std::vector<int32_t>& kept, int32_t num_tokens, int32_t budget, int32_t sinks) {
-  const size_t first = static_cast<size_t>((sinks + kGroup - 1) / kGroup * kGroup), end = first + kGroup;
+  const int32_t sink_groups = (sinks + kGroup - 1) / kGroup;
+  const size_t first = static_cast<size_t>(sink_groups) * kGroup, end = first + kGroup;
   while (end + kResidual <= kept.size() && kept[end - 1] < num_tokens - (budget - sinks))
     kept.erase(kept.begin() + static_cast<std::ptrdiff_t>(first), kept.begin() + static_cast<std::ptrdiff_t>(end));
 }
