@@ -24,7 +24,7 @@
 // the kept tokens then flush in order, their groups formed from kept tokens only, and decode continues as KIVI.
 // Any token of a stream nothing has quantized can be evicted (can_evict_streams). Once a stream has quantized
 // tokens, evict_streams drops only whole sealed groups (sealed_groups: a group whose keys and values have all left
-// the window), for a method that evicts as decode runs (StreamingLLM): the group's page goes back to the pool and
+// the window), for a method that evicts by position as decode runs: the group's page goes back to the pool and
 // leaves the stream's list, and the counts of its window move down by a group, so no byte moves and every later
 // flush quantizes the tokens it would have. evict_slots, one token at a time, is refused.
 // Owns one reference to each page it lists; snapshots own theirs and must not outlive the manager. Engine thread
