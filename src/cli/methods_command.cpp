@@ -48,6 +48,7 @@ Result<nlohmann::ordered_json> describe(const MethodInfo& info) {
       {"latent_attention_on_cuda",
        runs_on_cuda && check_latent_attention_runs_on(Device::kCuda, traits, info.name).is_ok()},
       {"tensor_parallel", traits.tensor_parallel},
+      {"evicts_sealed_groups", traits.evicts_sealed_groups},
       {"kv_partitions", (*method)->partition_config().has_value()},
       {"composition", composition_name(info.composition)},
       {"defaults", (*method)->config()},
@@ -119,22 +120,28 @@ int run_methods(bool as_json) {
       "\nCompositions: a decode-time method (%s) compresses the prompt with a prompt-time method (%s) given in its "
       "--sparse-config as {\"prompt_method\": NAME, \"prompt_config\": {...}}; no other pairing is valid.\n",
       decode_time.c_str(), prompt_time.c_str());
-  std::string over_kivi;
-  for (const auto& m : all)
+  std::string over_kivi, sealed_groups;
+  for (const auto& m : all) {
     for (const auto& store : m["kv_cache_dtypes"])
       if (store == "kivi2") over_kivi += (over_kivi.empty() ? "" : ", ") + m["name"].get<std::string>();
+    if (m["evicts_sealed_groups"].get<bool>())
+      sealed_groups += (sealed_groups.empty() ? "" : ", ") + m["name"].get<std::string>();
+  }
   std::printf(
       "\nKIVI (--kv-cache-dtype kivi2|kivi4) runs under %s, on the CPU and on CUDA (where the window is written, its "
       "groups quantized and the kept rows moved on the device): a compress-after method scores and evicts the prompt "
-      "while the store holds it at full precision, and only the kept tokens are quantized. Methods that evict or "
-      "select "
-      "during decode are refused over KIVI, as are ops that read explicit K/V pages; every refused pairing of a method "
-      "and a store fails before the model loads (exit 2) with the reason. Over KIVI the Chain Cache keeps a chain's "
+      "while the store holds it at full precision, and only the kept tokens are quantized; %s, evicting as decode "
+      "runs, "
+      "drop%s whole quantized groups, each once its keys and values have left the window and all its tokens would go, "
+      "so a stream keeps the method's tokens rounded out to whole groups and the window. Other methods that evict or "
+      "select during decode are refused over KIVI, as are ops that read "
+      "explicit K/V pages; every refused pairing of a method and a store fails before the model loads (exit 2) with "
+      "the reason. Over KIVI the Chain Cache keeps a chain's "
       "quantized groups and residual windows between turns (--prefix-cache-mode chain, or auto for a method with a "
       "chain mode; a resumed turn appends its tokens as KIVI appends decode tokens, compressing again only while "
       "nothing is quantized); the radix prefix cache is refused, since a window slides and flushes into groups of "
       "one sequence's tokens.\n",
-      over_kivi.c_str());
+      over_kivi.c_str(), sealed_groups.c_str(), sealed_groups.find(',') == std::string::npos ? "s" : "");
   return 0;
 }
 

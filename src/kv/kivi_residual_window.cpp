@@ -26,4 +26,11 @@ void KiviResidualWindow::hold(int64_t n) {
   length_ += n;
 }
 
+void KiviResidualWindow::drop(int64_t n) {
+  SE_CHECK(n >= 0 && n <= quantized_values_, "cannot drop {} tokens of {} quantized", n, quantized_values_);
+  length_ -= n;
+  quantized_keys_ -= n;
+  quantized_values_ -= n;
+}
+
 }  // namespace se

@@ -9,8 +9,9 @@
 // step at most R keys and one value, as the reference does; appending a prompt in chunks gives the same state as
 // appending it at once. Tokens may also be held (hold): they join the window without quantizing anything, and the
 // next append quantizes what it would have had they been appended then, so holding a prompt and appending 0 at its
-// end gives the state of a one-shot prefill. Token indices are physical slots of the stream. Not thread-safe (one
-// per stream).
+// end gives the state of a one-shot prefill. Tokens whose keys and values are both quantized may leave (drop): the
+// full-precision counts do not change, so later appends quantize the same tokens they would have. Token indices are
+// physical slots of the stream. Not thread-safe (one per stream).
 #pragma once
 
 #include <cstdint>
@@ -33,6 +34,8 @@ class KiviResidualWindow {
   KiviFlush append(int64_t n);
   // Appends n >= 0 tokens that stay full precision until the next append.
   void hold(int64_t n);
+  // Removes n tokens of [0, quantized_values): n <= quantized_values.
+  void drop(int64_t n);
 
   int64_t length() const { return length_; }
   int64_t quantized_keys() const { return quantized_keys_; }      // keys [0, quantized_keys) are quantized

@@ -30,11 +30,16 @@ class KiviCacheManager::Snapshot final : public SequenceSnapshot {
   Snapshot& operator=(const Snapshot&) = delete;
   int32_t num_logical_tokens() const override { return state.num_logical; }
   int64_t num_held_pages() const override { return pages_of(state); }
-  // Each stream at its fullest on the way to its length plus the new tokens (KvLayout::pages_per_stream bounds a
-  // stream of that length whatever its window held when it was taken), less what it holds.
+  // Each stream at its fullest on the way to its length plus the new tokens, less what it holds: the key groups it
+  // has once they have flushed (counted from its own window, which dropped groups leave off the layout's whole
+  // R-blocks) and a window at its fullest (whatever it held when it was taken).
   std::optional<int64_t> num_pages_to_extend(int64_t num_new_tokens) const override {
     int64_t most = 0;
-    for (const Stream& stream : state.streams) most += layout.pages_per_stream(stream.window.length() + num_new_tokens);
+    for (const Stream& stream : state.streams) {
+      KiviResidualWindow grown = stream.window;
+      grown.append(num_new_tokens);
+      most += grown.quantized_keys() / layout.page_size + window_pages(layout, stream.window.length() + num_new_tokens);
+    }
     return std::max<int64_t>(0, most - pages_of(state));
   }
   const KvLayout& layout;
@@ -110,6 +115,20 @@ int64_t KiviCacheManager::held_prompt_pages(const KvLayout& layout, int64_t num_
   const int64_t rows = ceil_div(num_tokens, layout.residual_page_tokens());
   const int64_t key_groups = num_tokens / layout.kivi_residual * layout.kivi_residual / layout.page_size;
   return layout.num_streams() * (rows + key_groups);
+}
+
+int64_t KiviCacheManager::window_pages(const KvLayout& layout, int64_t num_tokens) {
+  return layout.pages_per_stream(num_tokens) -
+         num_tokens / layout.kivi_residual * layout.kivi_residual / layout.page_size;
+}
+
+int64_t KiviCacheManager::sealed_group_eviction_pages(const KvLayout& layout, int64_t num_tokens, int64_t max_kept) {
+  // However many groups went, the keys of every R-block appended are all a stream ever quantized, and one that
+  // held max_kept tokens after the last step holds max_kept + 1 during a one-token step.
+  const int64_t group = layout.page_size;
+  const int64_t quantized_keys = std::min(num_tokens / layout.kivi_residual * layout.kivi_residual,
+                                          std::min(num_tokens, max_kept + 1) / group * group);
+  return layout.num_streams() * (quantized_keys / group + window_pages(layout, num_tokens));
 }
 
 int64_t KiviCacheManager::pages_to_reserve(int32_t seq, int32_t num_new_tokens) const {
@@ -361,16 +380,25 @@ Status KiviCacheManager::check_eviction(const Sequence& s, const StreamEviction&
   if (e.layer < 0 || e.layer >= l.num_layers || e.kv_head < 0 || e.kv_head >= l.num_kv_heads)
     return invalid_argument("evict: no stream (layer {}, head {})", e.layer, e.kv_head);
   const Stream& stream = s.streams[static_cast<size_t>(l.stream(e.layer, e.kv_head))];
-  // A quantized key group mixes its tokens' channels, so only tokens still exact in the window may go.
-  if (has_quantized(stream))
-    return failed_precondition(
-        "evict: the {} KV store quantized tokens of stream (layer {}, head {}) already; only a prompt held at full "
-        "precision (a compress-after method) can drop tokens",
-        kv_store_kind_name(l.store), e.layer, e.kv_head);
   const int64_t len = stream.window.length();
   for (size_t i = 0; i < e.kept.size(); ++i)
     if (e.kept[i] < 0 || e.kept[i] >= len || (i > 0 && e.kept[i] <= e.kept[i - 1]))
       return invalid_argument("evict: kept indices must ascend within [0, {}), got {} at {}", len, e.kept[i], i);
+  if (!has_quantized(stream)) return Status::ok();
+  // A quantized key group mixes its tokens' channels, and a value still in the window is a row there: once the
+  // stream has quantized tokens, only whole sealed groups may go.
+  const int64_t group = l.page_size;
+  const int64_t sealed = stream.window.quantized_values() / group * group;
+  int64_t gap = 0;  // the first slot past the last kept one
+  for (size_t i = 0; i <= e.kept.size(); ++i) {
+    const int64_t kept = i < e.kept.size() ? e.kept[i] : len;
+    if (kept > gap && (gap % group != 0 || kept % group != 0 || kept > sealed))
+      return failed_precondition(
+          "evict: the {} KV store quantized tokens of stream (layer {}, head {}) in groups of {}; it drops only whole "
+          "groups whose keys and values are all quantized (slots [0, {})), not slots [{}, {})",
+          kv_store_kind_name(l.store), e.layer, e.kv_head, group, sealed, gap, kept);
+    gap = kept + 1;
+  }
   return Status::ok();
 }
 
@@ -383,28 +411,73 @@ bool KiviCacheManager::can_evict_streams(int32_t seq) const {
   return std::none_of(s.streams.begin(), s.streams.end(), has_quantized);
 }
 
+KvStreams::SealedGroups KiviCacheManager::sealed_groups(int32_t seq, int layer, int kv_head) const {
+  SE_CHECK(layer >= 0 && layer < layout().num_layers && kv_head >= 0 && kv_head < layout().num_kv_heads,
+           "kivi cache: no stream (layer {}, head {})", layer, kv_head);
+  const Stream& stream = sequence(seq).streams[static_cast<size_t>(layout().stream(layer, kv_head))];
+  const int32_t group = layout().page_size;
+  return {group, static_cast<int32_t>(stream.window.quantized_values() / group)};
+}
+
+void KiviCacheManager::drop_sealed_groups(Stream& stream, std::span<const int32_t> kept) {
+  const int32_t group = layout().page_size;
+  // A listed group stays when it holds a kept slot (check_eviction: all of them, or none and it goes).
+  size_t next = 0, stays = 0;
+  for (size_t g = 0; g < stream.quantized.size(); ++g) {
+    const auto first = static_cast<int32_t>(g) * group;
+    while (next < kept.size() && kept[next] < first) ++next;
+    if (next < kept.size() && kept[next] < first + group) {
+      stream.quantized[stays++] = stream.quantized[g];
+    } else {
+      pool_.release(std::span<const int32_t>(&stream.quantized[g], 1));
+    }
+  }
+  stream.quantized.resize(stays);
+  const int32_t dropped = static_cast<int32_t>(stream.positions.size() - kept.size());
+  for (size_t i = 0; i < kept.size(); ++i) stream.positions[i] = stream.positions[static_cast<size_t>(kept[i])];
+  stream.positions.resize(kept.size());
+  // The window's counts move down by the dropped tokens; its rows and first slot stay where they are.
+  stream.window.drop(dropped);
+  stream.stored_keys -= dropped;
+  stream.stored_values -= dropped;
+}
+
 Status KiviCacheManager::evict_streams(int32_t seq, std::span<const StreamEviction> streams) {
   Sequence& s = sequence(seq);
   const KvLayout& l = layout();
-  listed_.assign(static_cast<size_t>(l.num_streams()), 0);
+  // Per stream: 0 unlisted, else how it evicts (a stream with quantized tokens drops sealed groups, another
+  // compacts its window).
+  enum : uint8_t { kUnlisted, kCompacts, kDropsGroups };
+  listed_.assign(static_cast<size_t>(l.num_streams()), kUnlisted);
   for (const StreamEviction& e : streams) {
     SE_RETURN_IF_ERROR(check_eviction(s, e));
-    uint8_t& listed = listed_[static_cast<size_t>(l.stream(e.layer, e.kv_head))];
-    if (listed != 0) return invalid_argument("evict: stream (layer {}, head {}) listed twice", e.layer, e.kv_head);
-    listed = 1;
+    const size_t i = static_cast<size_t>(l.stream(e.layer, e.kv_head));
+    if (listed_[i] != kUnlisted)
+      return invalid_argument("evict: stream (layer {}, head {}) listed twice", e.layer, e.kv_head);
+    listed_[i] = has_quantized(s.streams[i]) ? kDropsGroups : kCompacts;
   }
-  // Nothing is quantized, so each window starts at its stream's first token, slot 0: kept rows move down in order.
+  // The step's pending flush first, so the groups it seals are quantized before their pages go.
+  flush(s);
+  // A stream nothing quantized starts its window at its first token, slot 0: kept rows move down in order.
   compactions_.clear();
   for (const StreamEviction& e : streams) {
-    const Stream& stream = s.streams[static_cast<size_t>(l.stream(e.layer, e.kv_head))];
+    const size_t i = static_cast<size_t>(l.stream(e.layer, e.kv_head));
+    Stream& stream = s.streams[i];
+    if (listed_[i] == kDropsGroups) {
+      drop_sealed_groups(stream, e.kept);
+      continue;
+    }
     SE_CHECK(stream.first_slot == 0, "kivi cache: an unquantized window starts at slot {}", stream.first_slot);
     compactions_.push_back(StreamCompaction{stream.residual.data(), e.kept});
   }
-  AttentionView window = pool_view();
-  window.payload = KvPayload::kExplicit;
-  compact_kv(window, compactions_);
+  if (!compactions_.empty()) {
+    AttentionView window = pool_view();
+    window.payload = KvPayload::kExplicit;
+    compact_kv(window, compactions_);
+  }
   const int32_t per_page = residual_page_tokens_;
   for (const StreamEviction& e : streams) {
+    if (listed_[static_cast<size_t>(l.stream(e.layer, e.kv_head))] != kCompacts) continue;
     Stream& stream = s.streams[static_cast<size_t>(l.stream(e.layer, e.kv_head))];
     const auto kept = static_cast<int32_t>(e.kept.size());
     for (int32_t i = 0; i < kept; ++i)

@@ -22,8 +22,11 @@
 // open() is given) is held at full precision in the window, however long, until on_computed reports all of it
 // computed, so the method scores the prompt's exact keys and evict_streams drops tokens that were never quantized;
 // the kept tokens then flush in order, their groups formed from kept tokens only, and decode continues as KIVI.
-// Only tokens nothing has quantized can be evicted (can_evict_streams; evict_slots, one token at a time during decode,
-// is refused).
+// Any token of a stream nothing has quantized can be evicted (can_evict_streams). Once a stream has quantized
+// tokens, evict_streams drops only whole sealed groups (sealed_groups: a group whose keys and values have all left
+// the window), for a method that evicts by position as decode runs: the group's page goes back to the pool and
+// leaves the stream's list, and the counts of its window move down by a group, so no byte moves and every later
+// flush quantizes the tokens it would have. evict_slots, one token at a time, is refused.
 // Owns one reference to each page it lists; snapshots own theirs and must not outlive the manager. Engine thread
 // only.
 #pragma once
@@ -68,6 +71,7 @@ class KiviCacheManager final : public CacheManager {
   std::span<const int32_t> slot_positions(int32_t seq, int layer, int kv_head) const override;
   Status evict_streams(int32_t seq, std::span<const StreamEviction> streams) override;
   bool can_evict_streams(int32_t seq) const override;
+  SealedGroups sealed_groups(int32_t seq, int layer, int kv_head) const override;
   Status evict_slots(int32_t seq, std::span<const SlotEviction> streams) override;
 
   Status check_integrity() const override;
@@ -75,6 +79,11 @@ class KiviCacheManager final : public CacheManager {
   // Pages over all streams of a prompt of `num_tokens` tokens held at full precision (`hold_prompts`) at its
   // fullest: every token's window rows plus the key groups reserved for its flush.
   static int64_t held_prompt_pages(const KvLayout& layout, int64_t num_tokens);
+  // Pages over all streams of a sequence of `num_tokens` tokens whose streams drop sealed groups so that each holds
+  // at most `max_kept` tokens once a step is done, at a one-token step's peak: the key groups of at most
+  // max_kept + 1 tokens (and never more than the sequence would have quantized keeping every token) and a window at
+  // its fullest.
+  static int64_t sealed_group_eviction_pages(const KvLayout& layout, int64_t num_tokens, int64_t max_kept);
 
   // The quantized page layout of this store's pages.
   const KiviPageLayout& page_layout() const { return page_layout_; }
@@ -119,8 +128,13 @@ class KiviCacheManager final : public CacheManager {
   bool flush(Stream& stream);
   // Whether the stream has quantized tokens, or will once its reserved step flushes.
   static bool has_quantized(const Stream& stream);
+  // Pages a stream of `num_tokens` tokens holds for its window at its fullest: KvLayout::pages_per_stream less its
+  // key groups.
+  static int64_t window_pages(const KvLayout& layout, int64_t num_tokens);
   // Checks one eviction of `s` against the stream it names (nothing changes).
   Status check_eviction(const Sequence& s, const StreamEviction& e) const;
+  // Drops the sealed groups `kept` leaves out of a flushed stream (check_eviction passed).
+  void drop_sealed_groups(Stream& stream, std::span<const int32_t> kept);
   static void release_pages(BlockPool& pool, Sequence& s);
   static int64_t pages_of(const Sequence& s);
   // Layer `layer` of `sequences` into the scratch tables, with q_indptr_ for their new rows.

@@ -39,16 +39,28 @@ class KvStreams {
   // indices `kept`, compacted to the front of its pages in this order; the pages no longer needed return to the
   // pool now. The logical length is unchanged, so new tokens keep their absolute positions. Every stream is
   // checked before any changes (an error leaves the sequence as it was); the moves then run as one batch, which
-  // is what makes evicting every stream at every decode step affordable on the GPU.
+  // is what makes evicting every stream at every decode step affordable on the GPU. A store that quantizes tokens in
+  // groups takes only what sealed_groups allows of a stream it has quantized (kFailedPrecondition otherwise).
   struct StreamEviction {
     int layer = 0;
     int kv_head = 0;
     std::span<const int32_t> kept;
   };
   virtual Status evict_streams(int32_t seq, std::span<const StreamEviction> streams) = 0;
-  // Whether evict_streams may drop tokens of `seq` now: a store that quantized some of them into groups (KIVI)
-  // cannot take single tokens out of a group, and a method then leaves the sequence as it is.
+  // Whether evict_streams may drop any tokens of `seq` now: a store that quantized some of them into groups (KIVI)
+  // cannot take single tokens out of a group, and a method then leaves the sequence as it is (or drops whole sealed
+  // groups, below).
   virtual bool can_evict_streams(int32_t /*seq*/) const { return true; }
+  // A store that quantizes tokens in groups sharing scales (KIVI's key groups) drops a group only whole, and only
+  // once every key and value in it is quantized (sealed): its page then leaves, and no row moves. Stream (layer,
+  // kv_head) of `seq` keeps its groups in slot order, group g in slots [g * group_size, (g + 1) * group_size); the
+  // first `count` are sealed, counting what the step's pending flush seals. evict_streams takes a kept list that
+  // leaves out whole sealed groups only. A store without groups answers {0, 0}: it drops any slot.
+  struct SealedGroups {
+    int32_t group_size = 0;
+    int32_t count = 0;
+  };
+  virtual SealedGroups sealed_groups(int32_t /*seq*/, int /*layer*/, int /*kv_head*/) const { return {}; }
   Status evict(int32_t seq, int layer, int kv_head, const std::vector<int32_t>& kept) {
     const StreamEviction stream{layer, kv_head, kept};
     return evict_streams(seq, {&stream, 1});

@@ -60,15 +60,17 @@ Status check_kv_store_supports(KvStoreKind store, Device device, const MethodTra
         store_name, op_name(attention));
   // A KIVI stream is quantized groups plus a full-precision window. The store holds a compress-after method's
   // prompt in the window until the method has scored it (attention_scores reads the window's rows) and evicted
-  // from it (the store moves the kept rows itself); no other method op reads or moves KIVI groups.
+  // from it (the store moves the kept rows itself), and drops a sealed group as a page, moving no byte; no other
+  // method op reads or moves KIVI groups.
   if (kivi_bits(store) != 0 && !traits.ops.empty()) {
+    if (traits.evicts_sealed_groups) return Status::ok();
     if (traits.prefill_policy != PrefillPolicy::kCompressAfter)
       return invalid_argument(
           "--kv-cache-dtype {} cannot run sparse method '{}': it evicts or selects single tokens as decode runs, and "
           "KIVI quantizes keys per channel over groups of tokens sharing one scale and minimum as its residual window "
           "slides, so a token inside a quantized group can be neither dropped nor read alone (only methods without "
-          "ops of their own and compress-after methods, which compress the prompt before it is quantized, run over "
-          "it)",
+          "ops of their own, compress-after methods, which compress the prompt before it is quantized, and methods "
+          "that drop whole quantized groups run over it; `sparse-engine methods` lists them)",
           store_name, name);
     if (const std::optional<OpId> op = op_reading_explicit_pages(traits))
       return invalid_argument(

@@ -58,6 +58,10 @@ struct MethodTraits {
   // they span the heads of a layer, it joins the ranks' inputs over its communicator
   // (MethodRuntime::set_communicator) so every rank decides alike. Methods without it refuse more than one rank.
   bool tensor_parallel = false;
+  // Whether, over a store that quantizes tokens in groups (KIVI), it evicts only whole sealed groups
+  // (KvStreams::sealed_groups), which the store drops as pages without running any op: it then runs over that
+  // store as decode goes on.
+  bool evicts_sealed_groups = false;
 };
 
 // Whether a method keeps a latent-attention (MLA) model's shared latent, one row per token for all heads
@@ -82,10 +86,11 @@ Status check_latent_attention_runs_on(Device device, const MethodTraits& traits,
 // kUnimplemented naming method `name`, the device and the missing ops (or its host hooks).
 Status check_runs_on(Device device, const MethodTraits& traits, std::string_view name);
 
-// Ok when the method can keep its KV in `store` on `device`: the explicit store always; a quantized store on the
-// CPU only (kUnimplemented on CUDA, which has no kernel for it), and only for methods whose ops all read it:
+// Ok when the method can keep its KV in `store` on `device`: the explicit store always; a quantized store where
+// its attention has a kernel (kUnimplemented on CUDA otherwise), and only for methods whose ops all read it:
 // eviction's row copies and attention_scores do, page bounds and selection do not (kInvalidArgument naming the op);
-// a KIVI or TurboQuant store only for methods with no ops of their own.
+// a TurboQuant store only for methods with no ops of their own; a KIVI store for those, the compress-after methods
+// that score and evict the prompt before it is quantized, and the methods that evict sealed groups.
 Status check_kv_store_supports(KvStoreKind store, Device device, const MethodTraits& traits, std::string_view name);
 
 // check_runs_on, then check_kv_store_supports: what building a method's cache on `device` in `store` needs (the

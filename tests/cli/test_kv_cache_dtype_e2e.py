@@ -30,15 +30,15 @@ def test_methods_list_the_stores_each_method_takes():
         reads_fp8 = set(m["ops"]) <= {"compact_kv", "move_kv_rows", "attention_scores"}
         assert ("fp8_e4m3" in m["kv_cache_dtypes"]) == reads_fp8, m
         # TurboQuant under the methods with no ops of their own; KIVI also under the prompt-time methods that score
-        # and evict the prompt before it is quantized (the SnapKV family).
+        # and evict the prompt before it is quantized (the SnapKV family) and those that drop whole quantized groups.
         for store in TURBOQUANT:
             assert (store in m["kv_cache_dtypes"]) == (not m["ops"]), m
         prompt_time = m["prefill_policy"] == "compress-after" and reads_fp8
         for store in ["kivi2", "kivi4"]:
-            assert (store in m["kv_cache_dtypes"]) == (not m["ops"] or prompt_time), m
+            assert (store in m["kv_cache_dtypes"]) == (not m["ops"] or prompt_time or m["evicts_sealed_groups"]), m
     assert methods["vanilla"]["kv_cache_dtypes"] == ["auto", "fp8_e4m3", "kivi2", "kivi4"] + TURBOQUANT
-    assert methods["streamingllm"]["kv_cache_dtypes"] == ["auto", "fp8_e4m3"]
-    for name in ["snapkv", "pyramidkv", "adakv", "chunkkv"]:
+    assert [name for name, m in methods.items() if m["evicts_sealed_groups"]] == ["streamingllm"]
+    for name in ["snapkv", "pyramidkv", "adakv", "chunkkv", "streamingllm"]:
         assert methods[name]["kv_cache_dtypes"] == ["auto", "fp8_e4m3", "kivi2", "kivi4"], name
     assert methods["quest"]["kv_cache_dtypes"] == ["auto"]
     # On CUDA (a build with it) FP8 and KIVI pages run under the methods that run there and take them on the CPU;
@@ -52,7 +52,7 @@ def test_methods_list_the_stores_each_method_takes():
         assert m["cuda_kv_cache_dtypes"] == want, m
     assert methods["vanilla"]["cuda_kv_cache_dtypes"] == ["auto"] + on_gpu
     assert methods["snapkv"]["cuda_kv_cache_dtypes"] == ["auto"] + on_gpu
-    assert methods["streamingllm"]["cuda_kv_cache_dtypes"] == ["auto"] + on_gpu[:1]
+    assert methods["streamingllm"]["cuda_kv_cache_dtypes"] == ["auto"] + on_gpu
     table = run("methods", timeout=60)
     assert "| kv cache dtypes | on cuda |" in table.stdout
 

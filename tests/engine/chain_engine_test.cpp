@@ -281,9 +281,12 @@ INSTANTIATE_TEST_SUITE_P(
 // log-probabilities of one sequence that takes each turn's new tokens as more prompt without leaving the cache. With
 // a window of 32 the kept tokens are quantized by the end of turn 1, so the later turns append without compressing;
 // with 128 nothing is quantized yet and SnapKV compresses each later turn's prompt again, as over explicit pages.
+// StreamingLLM (budget 40) over KIVI with a window of 32 drops whole sealed groups in every turn, the resumed ones
+// included, from the groups its snapshot kept.
 struct KiviChainCase {
   const char* kv_cache_dtype;
   int residual;
+  const char* method = "snapkv";
 };
 
 class ChainOverKiviTest : public ::testing::TestWithParam<KiviChainCase> {};
@@ -291,7 +294,9 @@ class ChainOverKiviTest : public ::testing::TestWithParam<KiviChainCase> {};
 TEST_P(ChainOverKiviTest, ThreeResumedTurnsEqualOneUninterruptedSequence) {
   const KiviChainCase& k = GetParam();
   const ModelBundle bundle = tiny_bundle();
-  EngineConfig config = chain_config("snapkv", {{"budget", 40}, {"window", 8}}, 4096);
+  const nlohmann::json method_config = std::string(k.method) == "snapkv" ? nlohmann::json{{"budget", 40}, {"window", 8}}
+                                                                         : nlohmann::json{{"budget", 40}};
+  EngineConfig config = chain_config(k.method, method_config, 4096);
   config.kv_cache_dtype = k.kv_cache_dtype;
   config.kivi_group_size = 32;
   config.kivi_residual = k.residual;
@@ -340,6 +345,12 @@ INSTANTIATE_TEST_SUITE_P(SnapKv, ChainOverKiviTest,
                          [](const ::testing::TestParamInfo<KiviChainCase>& info) {
                            return std::string(info.param.kv_cache_dtype) + "_residual" +
                                   std::to_string(info.param.residual);
+                         });
+INSTANTIATE_TEST_SUITE_P(StreamingLlm, ChainOverKiviTest,
+                         ::testing::Values(KiviChainCase{"kivi4", 32, "streamingllm"},
+                                           KiviChainCase{"kivi2", 32, "streamingllm"}),
+                         [](const ::testing::TestParamInfo<KiviChainCase>& info) {
+                           return std::string(info.param.kv_cache_dtype);
                          });
 
 // The `keep` best positions of [range.start, range.end) by `scores`, ties to the lower position, ascending.

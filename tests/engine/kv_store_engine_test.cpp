@@ -2,6 +2,8 @@
 // explicit fp32 cache, the pool holds as many more pages as its pages are smaller and is whole after, a prefix
 // reused from the radix cache over FP8 pages gives the same tokens as computing it, eviction methods run over FP8
 // pages, SnapKV over KIVI keeps the prompt tokens the explicit cache's SnapKV keeps and stores them quantized,
+// StreamingLLM over KIVI with a budget past every sequence answers what KIVI alone does and with a small one finishes
+// every request within its pages,
 // TurboQuant's presets run under vanilla with the radix cache over their slots, and a method or value the store
 // cannot take is refused when the engine is built.
 #include <gtest/gtest.h>
@@ -292,6 +294,25 @@ TEST(KvStoreEngineTest, SnapKvOverKiviGivesEveryPageBackAfterPreemptionAndAbort)
   EXPECT_GT(stats.preemptions_total, 0u);
   EXPECT_EQ(stats.requests_aborted_total, 1u);
   EXPECT_EQ(stats.num_kv_pages_used, 0);
+}
+
+// StreamingLLM over KIVI: with a budget past every sequence no group ever goes, so its tokens are KIVI's alone,
+// exactly; with a small one (whole groups dropped as decode runs) every request runs to its end and the pool is whole
+// after.
+TEST(KvStoreEngineTest, StreamingLlmOverKiviIsKiviUntilItsBudgetIsReached) {
+  const ModelBundle bundle = tiny_bundle();
+  std::mt19937 rng(11);
+  std::vector<std::vector<int32_t>> prompts(4);
+  for (size_t i = 0; i < prompts.size(); ++i) prompts[i] = random_prompt(rng, 60 + 9 * static_cast<int>(i));
+  for (const char* store : {"kivi2", "kivi4"}) {
+    const Generated kivi = generate(bundle, store_config(store), prompts, 40);
+    const Generated unbounded = generate(bundle, store_config(store, "streamingllm", {{"budget", 1000}}), prompts, 40);
+    EXPECT_EQ(unbounded.tokens, kivi.tokens) << store;
+    const Generated bounded = generate(bundle, store_config(store, "streamingllm", {{"budget", 40}}), prompts, 40);
+    for (size_t r = 0; r < prompts.size(); ++r) EXPECT_EQ(bounded.tokens[r].size(), 40u) << store << " " << r;
+    EXPECT_NE(bounded.tokens, kivi.tokens) << store << ": dropping groups changed nothing";
+    EXPECT_EQ(bounded.stats.num_kv_pages_used, 0) << store;
+  }
 }
 
 // TurboQuant's presets under vanilla: greedy continuations stay close to the explicit cache (the agreement of each

@@ -2,13 +2,17 @@
 // precision until it is computed, so every method scores the same keys as over an explicit fp32 cache and keeps the
 // same tokens per stream (per-head and per-layer budgets included); the sequence then decodes as KIVI over the kept
 // tokens, the layout bounds every step's pages, and the pool is whole after the sequences finish or are taken out.
+// StreamingLLM over KIVI drops whole quantized groups as decode runs: every stream keeps its sinks' group and the
+// method's recent tokens, and attention reads exactly the kept tokens as the store quantized them.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <numeric>
 #include <string>
 #include <vector>
 
 #include "../support/tiny_model.h"
+#include "backend/cpu/kivi_rows.h"
 #include "sparse/kivi_cache_manager.h"
 #include "sparse/method_registry.h"
 #include "sparse/sparse_controller.h"
@@ -23,6 +27,23 @@ std::unique_ptr<CacheManager> cache_for(MethodRuntime& method, const KvLayout& l
   auto cache = method.create_cache(CacheSpec{layout, 2048, cpu_allocator(), false});
   SE_CHECK(cache.is_ok(), "{}", cache.status().to_string());
   return std::move(cache).value();
+}
+
+// One step of sequence 0 (whose prompt has `num_prompt` tokens) over tokens[begin, begin + n), reserved: the model's
+// forward through `controller` and its finish_step; the caller reports it computed.
+void forward_step(Model& model, SparseController& controller, const std::vector<int32_t>& tokens, int32_t begin,
+                  int32_t n, int32_t num_prompt) {
+  ForwardBatch batch;
+  batch.sequences.push_back({0, 0, n, num_prompt});
+  for (int32_t i = 0; i < n; ++i) {
+    batch.token_ids.push_back(tokens[static_cast<size_t>(begin) + static_cast<size_t>(i)]);
+    batch.positions.push_back(begin + i);
+  }
+  batch.logit_rows.push_back(n - 1);
+  controller.prepare_step(batch);
+  ForwardWorkspace workspace = model.make_workspace();
+  model.forward(batch, controller, workspace);
+  controller.finish_step(batch);
 }
 
 // One run of sequence 0 over `prompt` (in chunks of kChunk) and kDecode decode tokens.
@@ -58,17 +79,7 @@ class PromptRun {
     EXPECT_EQ(free_before - cache_.num_free_pages(), expected);
     // The MemoryOracle's peak for the request bounds what it holds at every step.
     EXPECT_LE(cache_.num_held_pages(0), controller_.peak_pages(kPrompt, kDecode)) << "at " << begin;
-    ForwardBatch batch;
-    batch.sequences.push_back({0, 0, n, kPrompt});
-    for (int32_t i = 0; i < n; ++i) {
-      batch.token_ids.push_back(tokens[static_cast<size_t>(begin) + static_cast<size_t>(i)]);
-      batch.positions.push_back(begin + i);
-    }
-    batch.logit_rows.push_back(n - 1);
-    controller_.prepare_step(batch);
-    ForwardWorkspace workspace = model_.make_workspace();
-    model_.forward(batch, controller_, workspace);
-    controller_.finish_step(batch);
+    forward_step(model_, controller_, tokens, begin, n, kPrompt);
     cache_.on_computed(0, tokens, begin + n);
     const Status integrity = cache_.check_integrity();
     ASSERT_TRUE(integrity.is_ok()) << integrity.to_string();
@@ -140,6 +151,117 @@ INSTANTIATE_TEST_SUITE_P(SnapKvFamily, KiviEvictionTest,
                                            Case{"adakv", {{"budget", 40}, {"window", 8}}},
                                            Case{"chunkkv", {{"budget", 40}, {"window", 8}, {"chunk_length", 6}}}),
                          [](const auto& info) { return info.param.method; });
+
+// StreamingLLM (budget 40, 4 sinks) over KIVI (G = R = 32) through the tiny model's forward, Llama's and Gemma 3's
+// (whose sliding-window layers keep a tail), beside vanilla over KIVI fed the same tokens. After every step each
+// stream holds what the rule over groups allows: the whole group of the sinks on a full-attention layer, the last
+// budget - sinks positions (min(budget, W - 1) on a sliding-window layer), a gap of whole groups between, and at most
+// a group less one past those and the window; pages stay within the method's peak and come back. Layer 0's keys and
+// values come from the tokens alone, so its attention must be attention over vanilla's store at exactly the kept
+// positions.
+TEST(KiviStreamingLlmTest, AttendsOverTheKeptGroupsOnly) {
+  constexpr int32_t kBudget = 40, kSinks = 4, kGroup = 32, kLong = 200;
+  std::vector<int32_t> tokens(kLong);
+  for (int32_t i = 0; i < kLong; ++i) tokens[static_cast<size_t>(i)] = (i * 37 + 11) % 96;
+  const std::vector<int32_t> prompt(tokens.begin(), tokens.begin() + kPrompt);
+  for (const char* type : {"llama", "gemma3_text"}) {
+    Model model = test::tiny_model(type);
+    const ModelConfig& mc = model.config();
+    for (KvStoreKind store : {KvStoreKind::kKivi2, KvStoreKind::kKivi4}) {
+      auto vanilla_method = create_method("vanilla", nullptr);
+      auto streaming_method = create_method("streamingllm", {{"budget", kBudget}, {"sink_tokens", kSinks}});
+      ASSERT_TRUE(vanilla_method.is_ok() && streaming_method.is_ok());
+      const KvLayout layout =
+          make_kv_layout(mc.num_layers, mc.num_kv_heads, mc.head_dim, 4, Device::kCpu, store, kGroup, kGroup, kChunk);
+      std::unique_ptr<CacheManager> vanilla_cache = cache_for(**vanilla_method, layout);
+      std::unique_ptr<CacheManager> streaming_cache = cache_for(**streaming_method, layout);
+      SparseController vanilla(**vanilla_method, *vanilla_cache), streaming(**streaming_method, *streaming_cache);
+      const KiviPageLayout pages =
+          kivi_page_layout(kGroup, layout.kivi_value_group_size, mc.head_dim, kivi_bits(store));
+      int32_t compared = 0;
+      streaming.set_attention_observer([&](const LayerContext& ctx, const AttentionView& attended) {
+        if (ctx.layer != 0) return;
+        const std::span<const int32_t> positions = streaming_cache->slot_positions(0, 0, 0);
+        const auto len = static_cast<int64_t>(positions.size());
+        // Vanilla's store, its step written and not flushed either: slot p holds position p.
+        const AttentionView all = vanilla_cache->build_sequence_view(0, 0);
+        Tensor k = Tensor::empty(DType::kF32, Shape{len, mc.num_kv_heads, mc.head_dim});
+        Tensor v = Tensor::empty(DType::kF32, Shape{len, mc.num_kv_heads, mc.head_dim});
+        Tensor k_pos = Tensor::empty(DType::kI32, Shape{len});
+        Tensor q_pos = Tensor::empty(DType::kI32, Shape{1});
+        std::vector<float> local(static_cast<size_t>(mc.head_dim));
+        for (int h = 0; h < mc.num_kv_heads; ++h) {
+          const std::span<const int32_t> head = streaming_cache->slot_positions(0, 0, h);
+          ASSERT_TRUE(std::equal(head.begin(), head.end(), positions.begin(), positions.end()));
+          const cpu::KiviRows rows = cpu::KiviRows::of(all, pages, 0, h);
+          for (int64_t i = 0; i < len; ++i) {
+            const int64_t at = (i * mc.num_kv_heads + h) * mc.head_dim;
+            std::copy_n(rows.key(positions[static_cast<size_t>(i)], local.data()), mc.head_dim, k.data<float>() + at);
+            std::copy_n(rows.value(positions[static_cast<size_t>(i)], local.data()), mc.head_dim, v.data<float>() + at);
+          }
+        }
+        for (int64_t i = 0; i < len; ++i) k_pos.data<int32_t>()[i] = positions[static_cast<size_t>(i)];
+        q_pos.data<int32_t>()[0] = positions.back();
+        // The step's last query row over what attention reads, and over the reference.
+        Tensor q = Tensor::empty(DType::kF32, Shape{1, mc.num_heads, mc.head_dim});
+        const TensorView last = ctx.last_query_row(0);
+        std::copy_n(last.ptr<float>(), q.numel(), q.data<float>());
+        AttentionView one_row = attended;
+        const int32_t q_indptr[2] = {0, 1};
+        one_row.q_indptr = q_indptr;
+        Tensor got = Tensor::zeros(DType::kF32, Shape{1, mc.num_heads, mc.head_dim});
+        Tensor want = Tensor::zeros(DType::kF32, Shape{1, mc.num_heads, mc.head_dim});
+        paged_attention(got.view(), q.view(), one_row, ctx.params);
+        attention(want.view(), q.view(), k.view(), v.view(), q_pos.view(), k_pos.view(), ctx.params);
+        for (int64_t i = 0; i < got.numel(); ++i)
+          ASSERT_NEAR(got.data<float>()[i], want.data<float>()[i], 1e-4f) << "at " << len << ", " << i;
+        ++compared;
+      });
+      ASSERT_TRUE(vanilla.open(0, prompt).is_ok());
+      ASSERT_TRUE(streaming.open(0, prompt).is_ok());
+      int64_t dropped = 0;
+      for (int32_t begin = 0; begin < kLong;) {
+        const int32_t n = begin < kPrompt ? std::min(kChunk, kPrompt - begin) : 1;
+        ASSERT_TRUE(vanilla_cache->reserve(0, n).is_ok());
+        ASSERT_TRUE(streaming_cache->reserve(0, n).is_ok());
+        EXPECT_LE(streaming_cache->num_held_pages(0), streaming.peak_pages(kPrompt, kLong - kPrompt)) << begin;
+        forward_step(model, vanilla, tokens, begin, n, kPrompt);
+        forward_step(model, streaming, tokens, begin, n, kPrompt);
+        begin += n;
+        vanilla_cache->on_computed(0, tokens, begin);
+        streaming_cache->on_computed(0, tokens, begin);
+        ASSERT_TRUE(streaming_cache->check_integrity().is_ok()) << streaming_cache->check_integrity().to_string();
+        for (int layer = 0; layer < mc.num_layers; ++layer) {
+          const bool sliding = mc.layers[static_cast<size_t>(layer)].sliding;
+          const int32_t recent = sliding ? std::min(kBudget, mc.sliding_window - 1) : kBudget - kSinks;
+          const int32_t sinks = sliding ? 0 : std::min(begin, kGroup);
+          for (int h = 0; h < mc.num_kv_heads; ++h) {
+            const std::span<const int32_t> positions = streaming_cache->slot_positions(0, layer, h);
+            const auto len = static_cast<int32_t>(positions.size());
+            ASSERT_GE(len, std::min(begin, sinks + recent));
+            for (int32_t i = 0; i < sinks; ++i) ASSERT_EQ(positions[static_cast<size_t>(i)], i) << layer;
+            for (int32_t i = 0; i < std::min(begin, recent); ++i)
+              ASSERT_EQ(positions[static_cast<size_t>(len - 1 - i)], begin - 1 - i) << layer;
+            // What else it holds: whole groups, from the sinks' group on, then at most a group less one past the
+            // recent tokens and the window.
+            if (len == sinks) continue;
+            const int32_t gap = positions[static_cast<size_t>(sinks)] - sinks;
+            ASSERT_EQ(gap % kGroup, 0) << layer;
+            for (int32_t i = sinks; i < len; ++i) ASSERT_EQ(positions[static_cast<size_t>(i)], i + gap) << layer;
+            ASSERT_LT(len, sinks + std::max(recent, kGroup) + kGroup) << layer;
+            if (layer == 0 && h == 0) dropped = std::max<int64_t>(dropped, gap);
+          }
+        }
+      }
+      EXPECT_GT(dropped, 0);
+      EXPECT_EQ(compared, (kPrompt + kChunk - 1) / kChunk + (kLong - kPrompt)) << type;
+      vanilla.close(0);
+      streaming.close(0);
+      EXPECT_EQ(streaming_cache->num_free_pages(), streaming_cache->num_total_pages());
+      EXPECT_TRUE(streaming_cache->check_integrity().is_ok());
+    }
+  }
+}
 
 }  // namespace
 }  // namespace se

@@ -7,7 +7,8 @@
 // what it cannot hold. Under a compress-after method the store holds the prompt at full precision until it is
 // computed, evicts from it per stream (streams may then differ in length), and quantizes the kept tokens only: the
 // view is then KIVI over exactly the kept rows, chunked and one-shot prompts store the same, and evicting tokens
-// that were quantized is refused.
+// that were quantized is refused but for whole sealed groups, which StreamingLLM drops as decode runs: the kept
+// tokens are then the ones its rule over groups names, with the bytes a store that evicts nothing holds for them.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -129,14 +130,14 @@ Tensor random_query(std::mt19937& rng) {
   return q;
 }
 
-// Attention of q over the expected K/V of every stream of layer `layer`, head h's stream holding tokens[h].
-Tensor attend_expected(Rows& rows, int layer, const std::vector<std::vector<int32_t>>& tokens, int bits,
-                       const Tensor& q) {
+// Attention of q over K/V rows [len][dim] per head (head h's in k[h], v[h]), the query after every key.
+Tensor attend_rows(const std::vector<std::vector<float>>& keys, const std::vector<std::vector<float>>& values,
+                   const Tensor& q) {
   Tensor out = Tensor::zeros(DType::kF32, Shape{1, kHeads, kDim});
-  std::vector<float> hk, hv;
   for (int h = 0; h < kHeads; ++h) {
-    expected_stream(rows, layer, h, tokens[static_cast<size_t>(h)], bits, hk, hv);
-    const auto len = static_cast<int64_t>(tokens[static_cast<size_t>(h)].size());
+    const std::vector<float>& hk = keys[static_cast<size_t>(h)];
+    const std::vector<float>& hv = values[static_cast<size_t>(h)];
+    const auto len = static_cast<int64_t>(hk.size()) / kDim;
     Tensor k = Tensor::empty(DType::kF32, Shape{len, 1, kDim});
     Tensor v = Tensor::empty(DType::kF32, Shape{len, 1, kDim});
     std::copy(hk.begin(), hk.end(), k.data<float>());
@@ -155,6 +156,16 @@ Tensor attend_expected(Rows& rows, int layer, const std::vector<std::vector<int3
   return out;
 }
 
+// Attention of q over the expected K/V of every stream of layer `layer`, head h's stream holding tokens[h].
+Tensor attend_expected(Rows& rows, int layer, const std::vector<std::vector<int32_t>>& tokens, int bits,
+                       const Tensor& q) {
+  std::vector<std::vector<float>> keys(kHeads), values(kHeads);
+  for (int h = 0; h < kHeads; ++h)
+    expected_stream(rows, layer, h, tokens[static_cast<size_t>(h)], bits, keys[static_cast<size_t>(h)],
+                    values[static_cast<size_t>(h)]);
+  return attend_rows(keys, values, q);
+}
+
 Tensor attend_expected(Rows& rows, int layer, int64_t len, int bits, const Tensor& q) {
   return attend_expected(rows, layer, std::vector<std::vector<int32_t>>(kHeads, first_tokens(len)), bits, q);
 }
@@ -163,6 +174,69 @@ std::unique_ptr<KiviCacheManager> make_cache(KvStoreKind store, int32_t num_page
   auto made = KiviCacheManager::create(kivi_layout(store), num_pages, cpu_allocator(), hold_prompts);
   SE_CHECK(made.is_ok(), "{}", made.status().to_string());
   return std::move(*made);
+}
+
+// Where the tokens of stream (layer, head h) of a KIVI view of one sequence lie.
+struct StoredStream {
+  const AttentionView& view;
+  int h;
+  int32_t keys() const { return view.quantized.kivi_seqs[0].num_quantized_keys[h]; }
+  int32_t values() const { return view.quantized.kivi_seqs[0].num_quantized_values[h]; }
+  int32_t num_tokens() const { return view.seqs[0].num_tokens[h]; }
+  // The quantized page of slot j's group.
+  const char* group_page(int32_t j) const {
+    const SeqKvView& groups = view.seqs[0];
+    return static_cast<const char*>(view.kv_base) +
+           static_cast<size_t>(groups.page_ids[h * groups.stride + j / kGroup]) * view.page_bytes;
+  }
+  // Slot j's explicit K (kv 0) or V (kv 1) row in the window (j >= values()).
+  const float* window_row(int32_t j, int kv) const {
+    const KiviSeqView& kivi = view.quantized.kivi_seqs[0];
+    const int32_t slot = kivi.residual_first_slot[h] + j - values();
+    return view.element<const float>(kivi.residual.page_ids[h * kivi.residual.stride + slot / view.page_size], kv,
+                                     slot % view.page_size);
+  }
+};
+
+// Whether slot ja of stream a and slot jb of stream b hold the same bytes: the token's key (its group's codes and
+// parameters, compared at the group's first slot, or its window row) and its value (its codes and parameters, or its
+// window row).
+::testing::AssertionResult same_token_bytes(const KiviPageLayout& pl, const StoredStream& a, int32_t ja,
+                                            const StoredStream& b, int32_t jb) {
+  auto same = [](const char* x, const char* y, size_t n) { return std::equal(x, x + n, y); };
+  auto same_rows = [&](int kv) {
+    const float *x = a.window_row(ja, kv), *y = b.window_row(jb, kv);
+    return std::equal(x, x + kDim, y);
+  };
+  const size_t key_code_bytes = static_cast<size_t>(kDim) * static_cast<size_t>(pl.key_words) * sizeof(uint32_t);
+  const size_t key_param_bytes = 2 * static_cast<size_t>(kDim) * sizeof(uint16_t);  // scales, then minima
+  const size_t value_code_bytes = static_cast<size_t>(pl.value_words) * sizeof(uint32_t);
+  const size_t value_param_bytes = static_cast<size_t>(pl.value_groups) * sizeof(uint16_t);
+  if ((ja < a.keys()) != (jb < b.keys()) || (ja < a.values()) != (jb < b.values()))
+    return ::testing::AssertionFailure() << "quantized in one store only";
+  if (ja < a.keys()) {
+    if (ja % kGroup != jb % kGroup) return ::testing::AssertionFailure() << "at different places in their groups";
+    const char *pa = a.group_page(ja), *pb = b.group_page(jb);
+    if (ja % kGroup == 0 && !(same(pa + pl.key_codes, pb + pl.key_codes, key_code_bytes) &&
+                              same(pa + pl.key_scale, pb + pl.key_scale, key_param_bytes)))
+      return ::testing::AssertionFailure() << "key group differs";
+  } else if (!same_rows(0)) {
+    return ::testing::AssertionFailure() << "key row differs";
+  }
+  if (ja < a.values()) {
+    const size_t t = static_cast<size_t>(ja % kGroup);
+    const char *pa = a.group_page(ja), *pb = b.group_page(jb);
+    if (!(same(pa + pl.value_codes + t * value_code_bytes, pb + pl.value_codes + t * value_code_bytes,
+               value_code_bytes) &&
+          same(pa + pl.value_scale + t * value_param_bytes, pb + pl.value_scale + t * value_param_bytes,
+               value_param_bytes) &&
+          same(pa + pl.value_min + t * value_param_bytes, pb + pl.value_min + t * value_param_bytes,
+               value_param_bytes)))
+      return ::testing::AssertionFailure() << "quantized value differs";
+  } else if (!same_rows(1)) {
+    return ::testing::AssertionFailure() << "value row differs";
+  }
+  return ::testing::AssertionSuccess();
 }
 
 class KiviKvStoreTest : public ::testing::TestWithParam<KvStoreKind> {};
@@ -406,66 +480,160 @@ TEST_P(KiviKvStoreTest, ChunkedAndOneShotHeldPromptsStoreTheSameBytes) {
   ASSERT_EQ(chunked->num_held_pages(0), one_shot->num_held_pages(0));
   // Each stream's quantized groups (key codes and parameters, and the value rows quantized so far) and window rows
   // are the same bytes in both, whichever pages hold them.
-  const KiviPageLayout& pl = chunked->page_layout();
-  const size_t key_code_bytes = static_cast<size_t>(kDim) * static_cast<size_t>(pl.key_words) * sizeof(uint32_t);
-  const size_t key_param_bytes = 2 * static_cast<size_t>(kDim) * sizeof(uint16_t);  // scales, then minima
-  const size_t value_code_bytes = static_cast<size_t>(pl.value_words) * sizeof(uint32_t);
-  const size_t value_param_bytes = static_cast<size_t>(pl.value_groups) * sizeof(uint16_t);
   for (int layer = 0; layer < kLayers; ++layer) {
     const AttentionView a = chunked->build_sequence_view(0, layer), b = one_shot->build_sequence_view(0, layer);
     for (int h = 0; h < kHeads; ++h) {
-      const KiviSeqView &ka = a.quantized.kivi_seqs[0], &kb = b.quantized.kivi_seqs[0];
-      ASSERT_EQ(a.seqs[0].num_tokens[h], b.seqs[0].num_tokens[h]);
-      ASSERT_EQ(ka.num_quantized_keys[h], kb.num_quantized_keys[h]);
-      ASSERT_EQ(ka.num_quantized_values[h], kb.num_quantized_values[h]);
-      auto page = [h](const AttentionView& view, int32_t group) {
-        return static_cast<const char*>(view.kv_base) +
-               static_cast<size_t>(view.seqs[0].page_ids[h * view.seqs[0].stride + group]) * view.page_bytes;
-      };
-      auto same = [](const char* x, const char* y, size_t n) { return std::equal(x, x + n, y); };
-      for (int32_t g = 0; g < ka.num_quantized_keys[h] / kGroup; ++g)
-        EXPECT_TRUE(same(page(a, g) + pl.key_codes, page(b, g) + pl.key_codes, key_code_bytes) &&
-                    same(page(a, g) + pl.key_scale, page(b, g) + pl.key_scale, key_param_bytes))
-            << "layer " << layer << " head " << h << " key group " << g;
-      for (int32_t j = 0; j < ka.num_quantized_values[h]; ++j) {
-        const size_t t = static_cast<size_t>(j % kGroup);
-        const char *pa = page(a, j / kGroup), *pb = page(b, j / kGroup);
-        EXPECT_TRUE(same(pa + pl.value_codes + t * value_code_bytes, pb + pl.value_codes + t * value_code_bytes,
-                         value_code_bytes) &&
-                    same(pa + pl.value_scale + t * value_param_bytes, pb + pl.value_scale + t * value_param_bytes,
-                         value_param_bytes) &&
-                    same(pa + pl.value_min + t * value_param_bytes, pb + pl.value_min + t * value_param_bytes,
-                         value_param_bytes))
-            << "layer " << layer << " head " << h << " value " << j;
-      }
-      const int32_t residual = a.seqs[0].num_tokens[h] - ka.num_quantized_values[h];
-      for (int32_t t = 0; t < residual; ++t)
-        for (int kv = 0; kv < 2; ++kv) {
-          const int32_t sa = ka.residual_first_slot[h] + t, sb = kb.residual_first_slot[h] + t;
-          const float* ra = a.element<const float>(ka.residual.page_ids[h * ka.residual.stride + sa / a.page_size], kv,
-                                                   sa % a.page_size);
-          const float* rb = b.element<const float>(kb.residual.page_ids[h * kb.residual.stride + sb / b.page_size], kv,
-                                                   sb % b.page_size);
-          ASSERT_TRUE(std::equal(ra, ra + kDim, rb)) << "layer " << layer << " head " << h << " token " << t;
-        }
+      const StoredStream sa{a, h}, sb{b, h};
+      ASSERT_EQ(sa.num_tokens(), sb.num_tokens());
+      ASSERT_EQ(sa.keys(), sb.keys());
+      ASSERT_EQ(sa.values(), sb.values());
+      for (int32_t j = 0; j < sa.num_tokens(); ++j)
+        EXPECT_TRUE(same_token_bytes(chunked->page_layout(), sa, j, sb, j))
+            << "layer " << layer << " head " << h << " token " << j;
     }
   }
 }
 
-TEST_P(KiviKvStoreTest, OnlyTokensNothingQuantizedCanBeEvicted) {
+// StreamingLLM's rule over KIVI groups as docs/fidelity.md states it, over positions: after a step, the oldest group
+// past the sinks' goes when every position in it is older than the sequence's last budget - sinks and its values have
+// left the window (its slots end R or more before the stream's end), then the next one.
+void drop_groups_as_designed(std::vector<int32_t>& kept, int32_t num_tokens, int32_t budget, int32_t sinks) {
+  const int32_t sink_groups = (sinks + kGroup - 1) / kGroup;
+  const size_t first = static_cast<size_t>(sink_groups) * kGroup, end = first + kGroup;
+  while (end + kResidual <= kept.size() && kept[end - 1] < num_tokens - (budget - sinks))
+    kept.erase(kept.begin() + static_cast<std::ptrdiff_t>(first), kept.begin() + static_cast<std::ptrdiff_t>(end));
+}
+
+// StreamingLLM over KIVI, through its finish_step, beside a KIVI store fed the same rows that evicts nothing: after
+// every step of a chunked prompt and a long decode each stream holds exactly the positions the rule names, every kept
+// token's bytes are the ones the store that evicts nothing holds for it (its key group's codes and parameters, its
+// value's, or its window rows), attention over the view is attention over KIVI's quantization of the whole sequence
+// at the kept positions, the pages stay within the method's peak, and the pool is whole after. The budget's recent
+// tokens outnumber the window (they decide), or not (the window does).
+TEST_P(KiviKvStoreTest, StreamingLlmDropsWholeSealedGroupsWithTheirBytes) {
+  const KvStoreKind store = GetParam();
+  const int bits = kivi_bits(store);
+  const int32_t prompt = 150, total = 420;
+  const std::vector<int32_t> next_turn = {40, 1, 63, 30};
+  for (const auto& [budget, sinks] : {std::pair{100, 4}, std::pair{40, 0}, std::pair{70, 40}}) {
+    std::mt19937 rng(static_cast<uint32_t>(20 + budget));
+    Rows rows = random_rows(rng, total + std::accumulate(next_turn.begin(), next_turn.end(), 0));
+    auto method = create_method("streamingllm", {{"budget", budget}, {"sink_tokens", sinks}});
+    ASSERT_TRUE(method.is_ok()) << method.status().to_string();
+    auto kept_all = make_cache(store), streaming = make_cache(store);
+    ASSERT_TRUE(kept_all->open(0, {}).is_ok());
+    ASSERT_TRUE(streaming->open(0, {}).is_ok());
+    std::vector<std::vector<int32_t>> kept(kLayers * kHeads);
+    int64_t dropped = 0;
+    for (int32_t len = 0; len < total;) {
+      const int32_t n = len < prompt ? std::min<int32_t>(prompt - len, 1 + static_cast<int32_t>(rng() % 60)) : 1;
+      step(*kept_all, rows, len, n);
+      write_step(*streaming, rows, len, n);
+      EXPECT_LE(streaming->num_held_pages(0), (*method)->peak_pages(streaming->layout(), prompt, total - prompt));
+      ForwardBatch batch;
+      batch.sequences.push_back({0, 0, n});
+      StepContext ctx{batch, *streaming, {}, {}};
+      (*method)->finish_step(ctx);
+      ASSERT_TRUE(streaming->check_integrity().is_ok()) << streaming->check_integrity().to_string();
+      streaming->on_computed(0, {}, len + n);
+      ASSERT_TRUE(streaming->check_integrity().is_ok()) << streaming->check_integrity().to_string();
+      len += n;
+      for (int layer = 0; layer < kLayers; ++layer) {
+        const AttentionView a = streaming->build_sequence_view(0, layer), b = kept_all->build_sequence_view(0, layer);
+        for (int h = 0; h < kHeads; ++h) {
+          std::vector<int32_t>& want = kept[static_cast<size_t>(layer) * kHeads + static_cast<size_t>(h)];
+          for (int32_t t = len - n; t < len; ++t) want.push_back(t);
+          const size_t before = want.size();
+          drop_groups_as_designed(want, len, budget, sinks);
+          dropped += static_cast<int64_t>(before - want.size());
+          const std::span<const int32_t> positions = streaming->slot_positions(0, layer, h);
+          ASSERT_EQ(std::vector<int32_t>(positions.begin(), positions.end()), want) << "len " << len;
+          const StoredStream sa{a, h}, sb{b, h};
+          for (int32_t j = 0; j < sa.num_tokens(); ++j)
+            ASSERT_TRUE(same_token_bytes(streaming->page_layout(), sa, j, sb, want[static_cast<size_t>(j)]))
+                << "len " << len << " layer " << layer << " head " << h << " position " << want[static_cast<size_t>(j)];
+        }
+      }
+      if (len % 23 != 0 && len != total) continue;
+      for (int layer = 0; layer < kLayers; ++layer) {
+        std::vector<std::vector<float>> keys(kHeads), values(kHeads);
+        std::vector<float> k, v;
+        for (int h = 0; h < kHeads; ++h) {
+          expected_stream(rows, layer, h, first_tokens(len), bits, k, v);
+          for (int32_t p : kept[static_cast<size_t>(layer) * kHeads + static_cast<size_t>(h)]) {
+            keys[static_cast<size_t>(h)].insert(keys[static_cast<size_t>(h)].end(), k.begin() + p * kDim,
+                                                k.begin() + (p + 1) * kDim);
+            values[static_cast<size_t>(h)].insert(values[static_cast<size_t>(h)].end(), v.begin() + p * kDim,
+                                                  v.begin() + (p + 1) * kDim);
+          }
+        }
+        const Tensor q = random_query(rng);
+        const Tensor got = attend(*streaming, layer, q), want = attend_rows(keys, values, q);
+        for (int64_t i = 0; i < got.numel(); ++i)
+          ASSERT_NEAR(got.data<float>()[i], want.data<float>()[i], 1e-4f) << "len " << len << " layer " << layer;
+      }
+    }
+    // Groups went, and each stream holds at most a group less one past its sinks' groups and the larger of its
+    // recent tokens and the window.
+    EXPECT_GT(dropped, 0);
+    const int32_t most = (sinks + kGroup - 1) / kGroup * kGroup + std::max(budget - sinks, kResidual) + kGroup - 1;
+    for (const std::vector<int32_t>& stream : kept) EXPECT_LE(static_cast<int32_t>(stream.size()), most);
+    // A chain's next turn from here, appended before anything drops: its steps stay within what the snapshot said
+    // its streams may grow by, counted from where the dropped groups left each window.
+    std::unique_ptr<SequenceSnapshot> snap = streaming->snapshot(0);
+    const int64_t held = snap->num_held_pages();
+    const int64_t extension =
+        snap->num_pages_to_extend(std::accumulate(next_turn.begin(), next_turn.end(), 0)).value_or(0);
+    ASSERT_TRUE(streaming->restore(0, std::move(snap)).is_ok());
+    int64_t begin = total;
+    for (int32_t n : next_turn) {
+      write_step(*streaming, rows, begin, n);
+      EXPECT_LE(streaming->num_held_pages(0) - held, extension) << "budget " << budget << " at " << begin;
+      begin += n;
+      streaming->on_computed(0, {}, static_cast<int32_t>(begin));
+      ASSERT_TRUE(streaming->check_integrity().is_ok()) << streaming->check_integrity().to_string();
+    }
+    streaming->close(0);
+    kept_all->close(0);
+    EXPECT_EQ(streaming->num_free_pages(), streaming->num_total_pages());
+    EXPECT_TRUE(streaming->check_integrity().is_ok());
+  }
+}
+
+TEST_P(KiviKvStoreTest, QuantizedTokensLeaveOnlyAsWholeSealedGroups) {
   std::mt19937 rng(11);
   Rows rows = random_rows(rng, 100);
-  // Without held prompts the window flushes as the prompt arrives: its quantized tokens cannot be dropped.
+  // Without held prompts the window flushes as the prompt arrives: of 100 tokens (R = 64) the keys of two groups
+  // and the values of 36 tokens are quantized, so one group is sealed. Single tokens, part of a group, or a group
+  // whose values are partly in the window cannot be dropped.
   auto cache = make_cache(GetParam());
   ASSERT_TRUE(cache->open(0, {}).is_ok());
   step(*cache, rows, 0, 100);
   const int64_t held = cache->num_held_pages(0);
-  const std::vector<int32_t> kept = {0, 5, 99};
   EXPECT_FALSE(cache->can_evict_streams(0));
-  const Status quantized = cache->evict(0, 0, 0, kept);
-  EXPECT_EQ(quantized.code(), StatusCode::kFailedPrecondition) << quantized.to_string();
+  EXPECT_EQ(cache->sealed_groups(0, 1, 1).group_size, kGroup);
+  EXPECT_EQ(cache->sealed_groups(0, 1, 1).count, 1);
+  auto slots = [](int32_t begin, int32_t end) {
+    std::vector<int32_t> kept(static_cast<size_t>(end - begin));
+    std::iota(kept.begin(), kept.end(), begin);
+    return kept;
+  };
+  std::vector<int32_t> unsealed = slots(0, 32), part = slots(16, 100);
+  const std::vector<int32_t> tail = slots(64, 100);
+  unsealed.insert(unsealed.end(), tail.begin(), tail.end());
+  for (const std::vector<int32_t>& kept : {std::vector<int32_t>{0, 5, 99}, unsealed, part}) {
+    const Status refused = cache->evict(0, 1, 1, kept);
+    EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition) << refused.to_string();
+  }
   EXPECT_EQ(cache->evict_slots(0, std::vector<KvStreams::SlotEviction>{{0, 0, 3}}).code(), StatusCode::kUnimplemented);
   EXPECT_EQ(cache->num_held_pages(0), held);
+  // The sealed group goes as its page; the stream's other tokens keep their positions.
+  ASSERT_TRUE(cache->evict(0, 1, 1, slots(32, 100)).is_ok());
+  EXPECT_EQ(cache->num_held_pages(0), held - 1);
+  const std::span<const int32_t> positions = cache->slot_positions(0, 1, 1);
+  EXPECT_EQ(std::vector<int32_t>(positions.begin(), positions.end()), slots(32, 100));
+  EXPECT_EQ(cache->sealed_groups(0, 1, 1).count, 0);
+  EXPECT_TRUE(cache->check_integrity().is_ok()) << cache->check_integrity().to_string();
   // A held prompt: kept indices out of order or past the stream, a stream listed twice, are refused unchanged.
   auto holding = make_cache(GetParam(), 4096, true);
   const std::vector<int32_t> prompt(40, 1);
@@ -535,18 +703,19 @@ TEST(KiviKvStoreLimitsTest, TheLayoutRefusesGeometriesKiviCannotHold) {
   EXPECT_EQ(*parse_kv_cache_dtype("kivi2"), KvStoreKind::kKivi2);
 }
 
-TEST(KiviKvStoreLimitsTest, OnlyVanillaAndTheSnapKvFamilyRunOverKivi) {
+TEST(KiviKvStoreLimitsTest, VanillaTheSnapKvFamilyAndStreamingLlmRunOverKivi) {
   const std::vector<std::pair<std::string, bool>> methods = {
-      {"vanilla", true},       {"snapkv", true}, {"pyramidkv", true}, {"adakv", true},     {"chunkkv", true},
-      {"streamingllm", false}, {"h2o", false},   {"kvzip", false},    {"shadowkv", false}, {"quest", false}};
+      {"vanilla", true},      {"snapkv", true}, {"pyramidkv", true}, {"adakv", true},     {"chunkkv", true},
+      {"streamingllm", true}, {"h2o", false},   {"kvzip", false},    {"shadowkv", false}, {"quest", false}};
   const bool cuda_kivi = cuda_implements(OpId::kPagedAttentionOverKiviPages);
   for (const auto& [name, runs] : methods) {
     auto method = create_method(name, nullptr);
     ASSERT_TRUE(method.is_ok()) << name;
     const Status cpu = check_kv_store_supports(KvStoreKind::kKivi2, Device::kCpu, (*method)->traits(), name);
     EXPECT_EQ(cpu.is_ok(), runs) << name << ": " << cpu.to_string();
-    // A CUDA build has KIVI's kernels (its writes, attention and the window's attention_scores): the same methods
-    // run. A CPU-only build refuses every method there, for the store's sake.
+    // A CUDA build has KIVI's kernels (its writes, attention and the window's attention_scores; StreamingLLM's
+    // dropped groups move no byte): the same methods run. A CPU-only build refuses every method there, for the
+    // store's sake.
     const Status gpu = check_kv_store_supports(KvStoreKind::kKivi4, Device::kCuda, (*method)->traits(), name);
     if (cuda_kivi)
       EXPECT_EQ(gpu.is_ok(), runs) << name << ": " << gpu.to_string();

@@ -5,6 +5,7 @@
 
 #include "base/check.h"
 #include "sparse/budget_eviction.h"
+#include "sparse/kivi_cache_manager.h"
 
 namespace se {
 
@@ -29,11 +30,50 @@ StreamingLlmMethod::StreamingLlmMethod(nlohmann::ordered_json config, int32_t bu
   traits_.static_decode_forward = true;  // it evicts in finish_step, outside the forward
   traits_.prefix_mode = PrefixMode::kChain;
   traits_.prefill_policy = PrefillPolicy::kEvictDuring;
+  traits_.evicts_sealed_groups = true;
 }
 
 int64_t StreamingLlmMethod::resident_pages(const KvLayout& layout, int32_t /*num_prefill_tokens*/,
                                            int32_t num_tokens) const {
+  if (layout.kivi())
+    return KiviCacheManager::sealed_group_eviction_pages(layout, num_tokens, max_kept_in_groups(layout));
   return budget_resident_pages(layout, num_tokens, budget_);
+}
+
+int32_t StreamingLlmMethod::max_kept_in_groups(const KvLayout& layout) const {
+  // After a step a stream holds its sinks' groups, then every token from the group boundary at or below the first one
+  // it must keep: the oldest recent token, or the oldest value still in the window where that lies further back.
+  const int32_t group = layout.page_size;
+  const int32_t sink_groups = (num_sink_tokens_ + group - 1) / group * group;
+  return sink_groups + std::max(budget_ - num_sink_tokens_, layout.kivi_residual) + group - 1;
+}
+
+void StreamingLlmMethod::drop_sealed_groups(StepContext& ctx, const SequenceSlice& slice, int32_t group_size) {
+  const KvLayout& layout = ctx.cache.layout();
+  scratch_.kept.resize(static_cast<size_t>(layout.num_streams()));
+  scratch_.evictions.clear();
+  for (int layer = 0; layer < layout.num_layers; ++layer) {
+    // A sliding-window layer keeps a contiguous tail (sliding_window_tail.h): no sinks there.
+    const int32_t window = ctx.sliding_window(layer);
+    const int32_t sinks_end = window > 0 ? 0 : (num_sink_tokens_ + group_size - 1) / group_size * group_size;
+    const int32_t recent = window > 0 ? std::min(budget_, window - 1) : budget_ - num_sink_tokens_;
+    for (int head = 0; head < layout.num_kv_heads; ++head) {
+      const int32_t len = ctx.cache.stream_length(slice.seq, layer, head);
+      if (len <= budget_) continue;
+      // The groups in [sinks_end, drop_end) hold only tokens older than the recent ones, and are sealed.
+      const int32_t sealed_end = ctx.cache.sealed_groups(slice.seq, layer, head).count * group_size;
+      const int32_t drop_end = std::min(len - recent, sealed_end) / group_size * group_size;
+      if (drop_end <= sinks_end) continue;
+      std::vector<int32_t>& kept = scratch_.kept[static_cast<size_t>(layout.stream(layer, head))];
+      kept.resize(static_cast<size_t>(sinks_end + len - drop_end));
+      std::iota(kept.begin(), kept.begin() + sinks_end, 0);
+      std::iota(kept.begin() + sinks_end, kept.end(), drop_end);
+      scratch_.evictions.push_back({layer, head, kept});
+    }
+  }
+  if (scratch_.evictions.empty()) return;
+  const Status dropped = ctx.cache.evict_streams(slice.seq, scratch_.evictions);
+  SE_CHECK(dropped.is_ok(), "streamingllm: {}", dropped.to_string());
 }
 
 int32_t StreamingLlmMethod::oldest_window_slot(std::span<const int32_t> positions) {
@@ -55,6 +95,10 @@ void StreamingLlmMethod::keep_by_position(std::span<const int32_t> positions, st
 
 void StreamingLlmMethod::finish_step(StepContext& ctx) {
   for (const SequenceSlice& slice : ctx.batch.sequences) {
+    if (const int32_t group = ctx.cache.sealed_groups(slice.seq, 0, 0).group_size; group > 0) {
+      drop_sealed_groups(ctx, slice, group);
+      continue;
+    }
     evict_to_budget(
         ctx, slice, budget_, "streamingllm", scratch_,
         [&](std::span<KvStreams::SlotEviction> streams) {

@@ -22,6 +22,14 @@
 // and the window by position through KvStreams::evict_streams, and a sliding-window layer, whose attention
 // reads its last slots, keeps its tail in slot order (sliding_window_tail.h).
 //
+// Over a KIVI store (--kv-cache-dtype kivi2|kivi4; docs/fidelity.md, "StreamingLLM over KIVI") a stream drops whole
+// sealed groups only (KvStreams::sealed_groups: G tokens whose keys and values are all quantized, one page): after
+// each step, the oldest groups past the ones holding the sinks, each once every token of it lies before the
+// stream's last budget - sink_tokens and is sealed. So a stream keeps the sinks' groups whole, StreamingLLM's recent
+// tokens and the rest of the oldest group they reach into, and the store's full-precision window: StreamingLLM's
+// kept set rounded out to whole groups (a sliding-window layer keeps its tail the same way, without sinks). The
+// store drops a group by handing its page back, so no row moves, on the CPU or the GPU.
+//
 // RoPE: keys are cached post-RoPE and keep their original rotation; new tokens keep their absolute positions
 // (the kvpress StreamingLLMPress default, without KeyRerotationPress). The reference's pos-shift variant (keys
 // cached pre-RoPE and re-rotated to cache-relative positions at every step) is out of scope.
@@ -43,7 +51,8 @@ class StreamingLlmMethod final : public MethodRuntime {
  public:
   static Result<std::unique_ptr<MethodRuntime>> create(const nlohmann::json& config);
 
-  // Every stream holds min(num_tokens, budget) tokens once a step is done (budget_resident_pages).
+  // Every stream holds min(num_tokens, budget) tokens once a step is done (budget_resident_pages); over KIVI at
+  // most max_kept_in_groups tokens (KiviCacheManager::sealed_group_eviction_pages).
   int64_t resident_pages(const KvLayout& layout, int32_t num_prefill_tokens, int32_t num_tokens) const override;
   // Compacts every stream of the step's sequences that grew past the budget.
   void finish_step(StepContext& ctx) override;
@@ -51,6 +60,11 @@ class StreamingLlmMethod final : public MethodRuntime {
  private:
   StreamingLlmMethod(nlohmann::ordered_json config, int32_t budget, int32_t num_sink_tokens);
 
+  // Over a store of quantized groups: the most tokens a stream holds after a step, the sinks' groups and the larger
+  // of the recent tokens and the store's window, plus all but one token of a group.
+  int32_t max_kept_in_groups(const KvLayout& layout) const;
+  // Drops the sealed groups of sequence `slice` the rule above lets go, every stream in one evict_streams call.
+  void drop_sealed_groups(StepContext& ctx, const SequenceSlice& slice, int32_t group_size);
   // The slot of `positions` holding the num_sink_tokens_-th smallest position: the oldest the window holds.
   int32_t oldest_window_slot(std::span<const int32_t> positions);
   // The slots of `positions` holding its num_sink_tokens_ smallest and budget_ - num_sink_tokens_ largest

@@ -705,14 +705,14 @@ TEST(GpuEngineTest, Fp8StoreRunsLikeOnTheCpu) {
 }
 
 // The KIVI stores: the window written and its groups quantized on the device, the tiled kernels' KIVI variant reading
-// codes and window, SnapKV scoring its held prompt's window and evicting on the device. R = 32, so that the 40- to
-// 90-token prompts flush key groups during prefill and decode; a code one step apart is a quarter (2-bit) or a
-// fifteenth (4-bit) of its group's range.
+// codes and window, SnapKV scoring its held prompt's window and evicting on the device, StreamingLLM dropping sealed
+// groups' pages. R = 32, so that the 40- to 90-token prompts flush key groups during prefill and decode; a code one
+// step apart is a quarter (2-bit) or a fifteenth (4-bit) of its group's range.
 TEST(GpuEngineTest, KiviStoresRunLikeOnTheCpu) {
   SE_SKIP_WITHOUT_CUDA_DEVICE();
   const DeviceBundles bundles = tiny_cpu_and_gpu_bundles();
   for (const KvStoreKind store : {KvStoreKind::kKivi2, KvStoreKind::kKivi4})
-    expect_store_runs_like_on_the_cpu(bundles, store, 32, {"vanilla", "snapkv"});
+    expect_store_runs_like_on_the_cpu(bundles, store, 32, {"vanilla", "snapkv", "streamingllm"});
 }
 
 // SmolLM2's prompts long enough for the 32-token budgets: six of the short texts run together, each set starting
