@@ -84,7 +84,7 @@ struct EvalOptions {
   uint64_t seed = 0;
   int prefill_chunk = EngineConfig{}.max_num_batched_tokens;
   int page_size = EngineConfig{}.page_size;
-  std::vector<std::string> budget_keys;     // KEY=KIND
+  std::vector<std::string> budget_keys;     // [METHOD:]KEY=KIND
   std::vector<std::string> method_configs;  // NAME=JSON
   std::string output;
 };
@@ -847,8 +847,9 @@ void add_eval_command(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--page-size", o->page_size, "tokens per KV page")->capture_default_str();
   cmd->add_option("--budget-key", o->budget_keys,
-                  "KEY=tokens|kept|evicted|none: how a config key takes the budget (repeatable; adds to or "
-                  "overrides the built-in table)");
+                  "[METHOD:]KEY=tokens|kept|evicted|window|none: how a config key (of METHOD only, when named) "
+                  "takes the budget; window: a share of the method's own 'window' (repeatable; adds to or overrides "
+                  "the built-in table)");
   cmd->add_option("--method-config", o->method_configs,
                   "NAME=JSON: extra hyperparameters of one method, under every budget (repeatable)");
   cmd->add_option("--output", o->output, "also write the Markdown report here (e.g. docs/quality.md)");
