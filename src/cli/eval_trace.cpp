@@ -11,7 +11,7 @@ namespace se::cli {
 namespace {
 
 constexpr char kInstruction[] = "Keep track of the variables. Each line sets one variable to a new value.\n";
-// Common single-token words on SmolLM2's tokenizer, so every key is equally easy to copy.
+// Common words, one or two tokens each on SmolLM2's tokenizer.
 constexpr const char* kKeys[] = {"apple", "river", "stone", "cloud", "tiger", "lemon",
                                  "piano", "robot", "maple", "comet", "otter", "pearl"};
 constexpr int kDistractorKeys = 5;
