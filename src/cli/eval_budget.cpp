@@ -7,7 +7,6 @@ namespace se::cli {
 
 std::vector<BudgetKey> default_budget_keys() {
   return {
-      {"budget", BudgetKind::kWindowShare, "kara"},
       {"budget", BudgetKind::kTokens},
       {"token_budget", BudgetKind::kTokens},
       {"num_selected_tokens", BudgetKind::kTokens},
@@ -57,7 +56,7 @@ std::vector<BudgetKey> merge_budget_keys(std::vector<BudgetKey> table, const std
 }
 
 std::optional<BudgetKey> find_budget_key(const std::string& method, const nlohmann::ordered_json& defaults,
-                                         const std::vector<BudgetKey>& table) {
+                                         const std::vector<BudgetKey>& table, bool budget_per_window) {
   std::vector<std::string> dropped;  // keys a "none" entry took out (a later entry of the key must not bring it back)
   for (const BudgetKey& entry : table) {
     if (!entry.method.empty() && entry.method != method) continue;
@@ -66,6 +65,8 @@ std::optional<BudgetKey> find_budget_key(const std::string& method, const nlohma
       dropped.push_back(entry.key);
       continue;
     }
+    if (budget_per_window && entry.method.empty() && entry.key == "budget" && entry.kind == BudgetKind::kTokens)
+      return BudgetKey{entry.key, BudgetKind::kWindowShare, method};
     return entry;
   }
   return std::nullopt;

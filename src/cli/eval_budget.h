@@ -1,9 +1,9 @@
-// How `sparse-engine eval` turns "keep this fraction of the context" into each method's own hyperparameter: a
-// table of config key names (the keys a method's resolved defaults expose) and what each means, mostly without
-// naming methods. The first entry of the table that a method's defaults hold (and that names no other method) is
-// its budget key; a method with none (vanilla) runs once, at its defaults. An entry that names a method is for a
-// key whose meaning is that method's own (Kara's `budget` is what each window of `window` generated tokens
-// keeps). --budget-key adds or overrides entries.
+// How `sparse-engine eval` turns "keep this fraction of the context" into each method's own hyperparameter,
+// without naming methods: a table of config key names (the keys a method's resolved defaults expose) and what
+// each means. The first entry of the table that a method's defaults hold (and that names no other method) is its
+// budget key; a method with none (vanilla) runs once, at its defaults. A method whose registry entry says its
+// budget is per window (MethodInfo::budget_per_window) takes `budget` as a share of its `window`. --budget-key adds
+// or overrides entries, for one method when it names one.
 #pragma once
 
 #include <optional>
@@ -40,9 +40,10 @@ Result<BudgetKey> parse_budget_key(const std::string& spec);
 std::vector<BudgetKey> merge_budget_keys(std::vector<BudgetKey> table, const std::vector<BudgetKey>& overrides);
 
 // The entry of `table` that method `method` with these resolved `defaults` takes its budget from; none when its
-// defaults hold no key of the table.
+// defaults hold no key of the table. With `budget_per_window`, a general `budget` entry counting tokens becomes a
+// share of the window (an entry naming the method stays as it is).
 std::optional<BudgetKey> find_budget_key(const std::string& method, const nlohmann::ordered_json& defaults,
-                                         const std::vector<BudgetKey>& table);
+                                         const std::vector<BudgetKey>& table, bool budget_per_window = false);
 
 // The value `key` gets for a budget of `fraction` of `num_context_tokens` tokens (at least 1 token), for a method
 // whose resolved config is `resolved` (read by kWindowShare).

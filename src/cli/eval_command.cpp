@@ -138,6 +138,13 @@ struct Plan {
   std::vector<std::string> left_out;
 };
 
+// The registry's entry of `name` (an empty one for a name the registry lacks, which create_method refuses).
+MethodInfo method_info(const std::string& name) {
+  for (const MethodInfo& info : registered_methods())
+    if (info.name == name) return info;
+  return {};
+}
+
 // The rows in registry order, each method's --method-config merged in, per method every store in --kv-cache-dtype
 // order and then every budget; every configuration is built once here so a bad one fails before any model loads.
 Result<Plan> plan_rows(const EvalOptions& o) {
@@ -178,11 +185,11 @@ Result<Plan> plan_rows(const EvalOptions& o) {
     Row base;
     base.method = name;
     if (auto it = base_configs.find(name); it != base_configs.end()) base.base_config = it->second;
-    // The budget key comes from the method's defaults: --method-config may set what the default budget must fit
-    // (Kara's window), so the method is built with a budget set.
+    // The budget key comes from the method's defaults: --method-config may shrink what the default budget must
+    // fit (a per-window budget's window), so the method is built with a budget set.
     SE_ASSIGN_OR_RETURN(std::unique_ptr<MethodRuntime> defaults, create_method(name, nullptr));
     base.resolved = defaults->config();
-    base.key = find_budget_key(name, base.resolved, table);
+    base.key = find_budget_key(name, base.resolved, table, method_info(name).budget_per_window);
     if (base.key && base.base_config.contains(base.key->key))
       return invalid_argument("--method-config for '{}' sets its budget key '{}', which --budgets sets", name,
                               base.key->key);

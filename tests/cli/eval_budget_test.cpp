@@ -1,5 +1,5 @@
-// eval's budget table: which config key of a method takes the budget and the value it gets, Kara's per-window
-// budget included, and --budget-key's syntax.
+// eval's budget table: which config key of a method takes the budget and the value it gets, a per-window budget
+// (Kara's, as its registry entry says) included, and --budget-key's syntax.
 #include <gtest/gtest.h>
 
 #include "cli/eval_budget.h"
@@ -12,10 +12,11 @@ const nlohmann::ordered_json kRkvDefaults = {{"budget", 1024}, {"buffer", 128}, 
 
 TEST(EvalBudget, KaraKeepsAShareOfItsWindowAndOthersAShareOfTheTokens) {
   const std::vector<BudgetKey> table = default_budget_keys();
-  const auto kara = find_budget_key("kara", kKaraDefaults, table);
+  const auto kara = find_budget_key("kara", kKaraDefaults, table, /*budget_per_window=*/true);
   ASSERT_TRUE(kara.has_value());
   EXPECT_EQ(kara->kind, BudgetKind::kWindowShare);
   EXPECT_EQ(budget_value(*kara, 0.3, 4096, kKaraDefaults), 154);  // 0.3 * 512, not of the 4,096 tokens
+  EXPECT_EQ(find_budget_key("kara", kKaraDefaults, table)->kind, BudgetKind::kTokens);  // unless it says so
   nlohmann::ordered_json small_window = kKaraDefaults;
   small_window["window"] = 64;
   EXPECT_EQ(budget_value(*kara, 0.2, 4096, small_window), 13);
@@ -33,12 +34,14 @@ TEST(EvalBudget, AMethodsOwnEntryOverridesOrDropsItsKeyAlone) {
   EXPECT_EQ(none->method, "kara");
   EXPECT_EQ(none->key, "budget");
   const std::vector<BudgetKey> table = merge_budget_keys(default_budget_keys(), {*none});
-  EXPECT_FALSE(find_budget_key("kara", kKaraDefaults, table).has_value());  // the general entry does not return
+  // The general entry does not bring it back.
+  EXPECT_FALSE(find_budget_key("kara", kKaraDefaults, table, /*budget_per_window=*/true).has_value());
   EXPECT_TRUE(find_budget_key("rkv", kRkvDefaults, table).has_value());
 
   auto tokens = parse_budget_key("kara:budget=tokens");
   ASSERT_TRUE(tokens.is_ok());
-  const auto kara = find_budget_key("kara", kKaraDefaults, merge_budget_keys(default_budget_keys(), {*tokens}));
+  const auto kara = find_budget_key("kara", kKaraDefaults, merge_budget_keys(default_budget_keys(), {*tokens}),
+                                    /*budget_per_window=*/true);
   ASSERT_TRUE(kara.has_value());
   EXPECT_EQ(kara->kind, BudgetKind::kTokens);
 }
