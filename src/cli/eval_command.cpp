@@ -4,8 +4,12 @@
 //    prefilled through the method for their first --context tokens (in chunks, as the engine does), then their
 //    next --continuation tokens are teacher-forced as decode steps; every step's logits are compared with
 //    vanilla's on the same tokens (top-1 agreement and KL(vanilla || method)), with a t interval over windows;
-//  * RULER-style tasks (eval_ruler.h) at several prompt lengths and needle depths, and the passkey, answered
-//    greedily and scored exactly, with Wilson intervals; vanilla's own row is the ceiling.
+//    with --self-generated the continuation is instead one vanilla writes itself (greedy or seeded sampling, end of
+//    generation ignored), and the budgets are fractions of context + continuation: decode-time compression on the
+//    model's own long output (eval_replay.h);
+//  * RULER-style tasks (eval_ruler.h) at several prompt lengths and needle depths, the passkey, and key-value
+//    tracking fed as decode steps (eval_trace.h), answered greedily and scored exactly, with Wilson intervals;
+//    vanilla's own row is the ceiling.
 // Each method runs over each KV store of --kv-cache-dtype it can keep its KV in (default: the explicit store), its
 // rows labelled with the store. Every finished (model, method, budget, store, task, length, sample) cell is appended
 // to --results (eval_results.h), so a rerun with the same configuration skips it and a stopped sweep keeps its cells.
@@ -31,10 +35,12 @@
 #include "cli/commands.h"
 #include "cli/engine_options.h"
 #include "cli/eval_budget.h"
+#include "cli/eval_replay.h"
 #include "cli/eval_results.h"
 #include "cli/eval_ruler.h"
 #include "cli/eval_stats.h"
 #include "cli/eval_tasks.h"
+#include "cli/eval_trace.h"
 #include "cli/model_options.h"
 #include "engine/engine.h"
 #include "engine/teacher_forcing.h"
@@ -56,6 +62,8 @@ struct EvalOptions {
   std::vector<std::string> kv_cache_dtypes = {"auto"};  // the KV stores each method runs over
   int context = 4096;
   int continuation = 256;
+  bool self_generated = false;          // the continuation is vanilla's own, not the text's
+  float generation_temperature = 0.0f;  // of the self-generated continuation; 0: greedy
   std::vector<std::string> texts;  // empty: default_text_paths()
   int num_windows = 20;
   int windows_per_text = 2;
@@ -70,12 +78,13 @@ struct EvalOptions {
   std::vector<double> passkey_depths = {0.1, 0.5, 0.9};
   int passkey_answer_tokens = 8;
   bool passkey_chat = false;
+  std::vector<int> trace_lengths;  // key-value tracking: trace tokens fed as decode steps (empty: none)
   bool no_passkey = false;
   bool report_only = false;  // render from --results alone, computing nothing
   uint64_t seed = 0;
   int prefill_chunk = EngineConfig{}.max_num_batched_tokens;
   int page_size = EngineConfig{}.page_size;
-  std::vector<std::string> budget_keys;     // KEY=KIND
+  std::vector<std::string> budget_keys;     // [METHOD:]KEY=KIND
   std::vector<std::string> method_configs;  // NAME=JSON
   std::string output;
 };
@@ -85,16 +94,21 @@ struct Row {
   std::string method;
   KvStoreKind store = KvStoreKind::kExplicit;
   nlohmann::json base_config = nlohmann::json::object();  // from --method-config
+  nlohmann::ordered_json resolved;                        // the method's config under base_config, defaults filled
   std::optional<BudgetKey> key;
   double fraction = 1.0;  // of each prompt; meaningful with `key`
 
-  // The configuration for a prompt of `num_tokens` tokens.
+  // The configuration for a sequence whose budget is a fraction of `num_tokens` tokens.
   nlohmann::json config_for(int32_t num_tokens) const {
     nlohmann::json config = base_config;
-    if (key) config[key->key] = budget_value(*key, fraction, num_tokens);
+    if (key) config[key->key] = budget_value(*key, fraction, num_tokens, resolved);
     return config;
   }
 };
+
+// The tokens a long-text budget is a fraction of: the context, or with --self-generated the whole sequence at its
+// end (what the method holds is then compared with everything vanilla holds).
+int32_t text_budget_tokens(const EvalOptions& o) { return o.context + (o.self_generated ? o.continuation : 0); }
 
 std::string percent(double value) { return fmt::format("{:.1f}%", 100.0 * value); }
 
@@ -124,6 +138,13 @@ struct Plan {
   std::vector<std::string> left_out;
 };
 
+// The registry's entry of `name` (an empty one for a name the registry lacks, which create_method refuses).
+MethodInfo method_info(const std::string& name) {
+  for (const MethodInfo& info : registered_methods())
+    if (info.name == name) return info;
+  return {};
+}
+
 // The rows in registry order, each method's --method-config merged in, per method every store in --kv-cache-dtype
 // order and then every budget; every configuration is built once here so a bad one fails before any model loads.
 Result<Plan> plan_rows(const EvalOptions& o) {
@@ -148,6 +169,7 @@ Result<Plan> plan_rows(const EvalOptions& o) {
   for (const auto& [name, config] : base_configs)
     if (std::find(names.begin(), names.end(), name) == names.end())
       return invalid_argument("--method-config names '{}', which --methods does not evaluate", name);
+  if (o.budgets.empty()) return invalid_argument("--budgets is empty");
   for (double fraction : o.budgets)
     if (!(fraction > 0.0 && fraction <= 1.0)) return invalid_argument("--budgets: {} is not in (0, 1]", fraction);
   std::vector<KvStoreKind> stores;
@@ -163,11 +185,18 @@ Result<Plan> plan_rows(const EvalOptions& o) {
     Row base;
     base.method = name;
     if (auto it = base_configs.find(name); it != base_configs.end()) base.base_config = it->second;
-    SE_ASSIGN_OR_RETURN(std::unique_ptr<MethodRuntime> method, create_method(name, base.base_config));
-    base.key = find_budget_key(method->config(), table);
+    // The budget key comes from the method's defaults: --method-config may shrink what the default budget must
+    // fit (a per-window budget's window), so the method is built with a budget set.
+    SE_ASSIGN_OR_RETURN(std::unique_ptr<MethodRuntime> defaults, create_method(name, nullptr));
+    base.resolved = defaults->config();
+    base.key = find_budget_key(name, base.resolved, table, method_info(name).budget_per_window);
     if (base.key && base.base_config.contains(base.key->key))
       return invalid_argument("--method-config for '{}' sets its budget key '{}', which --budgets sets", name,
                               base.key->key);
+    for (const auto& [key, value] : base.base_config.items()) base.resolved[key] = value;
+    if (base.key) base.fraction = o.budgets.front();
+    SE_ASSIGN_OR_RETURN(std::unique_ptr<MethodRuntime> method,
+                        create_method(name, base.config_for(text_budget_tokens(o))));
     for (KvStoreKind store : stores) {
       if (Status fits = check_kv_store_supports(store, o.device, method->traits(), name); !fits.is_ok()) {
         plan.left_out.push_back(fits.message());
@@ -181,7 +210,7 @@ Result<Plan> plan_rows(const EvalOptions& o) {
       for (double fraction : o.budgets) {
         Row row = base;
         row.fraction = fraction;
-        SE_RETURN_IF_ERROR(create_method(name, row.config_for(o.context)).status());
+        SE_RETURN_IF_ERROR(create_method(name, row.config_for(text_budget_tokens(o))).status());
         plan.rows.push_back(std::move(row));
       }
     }
@@ -215,10 +244,11 @@ struct ModelContext {
     return TeacherForcedSequence::create(*bundle.model, options);
   }
 
-  // The identity of one cell of the results file: everything its result depends on.
-  nlohmann::json cell(const Row& row, std::string_view task, int32_t length, int sample,
-                      nlohmann::json settings) const {
-    settings["method_config"] = row.config_for(length);
+  // The identity of one cell of the results file: everything its result depends on (the budget is a fraction
+  // of `budget_tokens`).
+  nlohmann::json cell(const Row& row, std::string_view task, int32_t length, int sample, nlohmann::json settings,
+                      int32_t budget_tokens) const {
+    settings["method_config"] = row.config_for(budget_tokens);
     settings["page_size"] = o.page_size;
     settings["prefill_chunk"] = o.prefill_chunk;
     // A GPU's bf16 results are not the CPU's; a CPU cell keeps the key results files have always had.
@@ -234,49 +264,60 @@ struct ModelContext {
   }
 };
 
-// Vanilla's log-probabilities at every teacher-forced decode step of `window`: [continuation][vocab].
-Result<std::vector<std::vector<float>>> reference_steps(const ModelContext& ctx, const TextWindow& window) {
-  const auto ids = std::span<const int32_t>(window.ids);
-  SE_ASSIGN_OR_RETURN(auto run, ctx.start("vanilla", nullptr, static_cast<int32_t>(ids.size())));
-  SE_RETURN_IF_ERROR(run->prefill(ids.first(static_cast<size_t>(ctx.o.context))).status());
-  std::vector<std::vector<float>> steps;
-  for (int i = 0; i < ctx.o.continuation; ++i) {
-    SE_ASSIGN_OR_RETURN(Tensor logits, run->decode(ids[static_cast<size_t>(ctx.o.context + i)]));
-    steps.emplace_back(logits.data<float>(), logits.data<float>() + logits.numel());
-    log_softmax_in_place(steps.back());
-  }
-  return steps;
+// A long-text window as every row replays it: its context, the continuation fed as decode steps and vanilla's
+// log-probabilities at each of those steps. The continuation is the text's own, or with --self-generated the one
+// vanilla writes from the context (window `index` seeds a sampled one).
+struct TextReplay {
+  std::vector<int32_t> prompt, continuation;
+  StepLogProbs reference;
+};
+
+SamplingParams generation_sampling(const EvalOptions& o, int index) {
+  SamplingParams sampling;
+  sampling.temperature = o.generation_temperature;
+  sampling.seed = o.seed * 1000003 + static_cast<uint64_t>(index);
+  return sampling;
 }
 
-// One method on one window against `reference`: {"steps", "agree", "kl", "held"} (kl: mean over steps; held:
+Result<TextReplay> text_replay(const ModelContext& ctx, const TextWindow& window, int index) {
+  const auto ids = std::span<const int32_t>(window.ids);
+  const auto context = static_cast<size_t>(ctx.o.context);
+  TextReplay replay;
+  replay.prompt.assign(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(context));
+  SE_ASSIGN_OR_RETURN(auto run, ctx.start("vanilla", nullptr, ctx.o.context + ctx.o.continuation));
+  if (ctx.o.self_generated) {
+    SE_ASSIGN_OR_RETURN(WrittenContinuation written,
+                        write_continuation(*run, replay.prompt, ctx.o.continuation, generation_sampling(ctx.o, index)));
+    replay.continuation = std::move(written.tokens);
+    replay.reference = std::move(written.log_probs);
+    return replay;
+  }
+  const auto continuation = ids.subspan(context, static_cast<size_t>(ctx.o.continuation));
+  replay.continuation.assign(continuation.begin(), continuation.end());
+  SE_ASSIGN_OR_RETURN(replay.reference, forced_log_probs(*run, replay.prompt, replay.continuation));
+  return replay;
+}
+
+// One method on one window against vanilla: {"steps", "agree", "kl", "held"} (kl: mean over steps; held:
 // held / dense pages at the end).
-Result<nlohmann::json> score_window(const ModelContext& ctx, const TextWindow& window,
-                                    const std::vector<std::vector<float>>& reference, const Row& row) {
-  const auto ids = std::span<const int32_t>(window.ids);
-  SE_ASSIGN_OR_RETURN(
-      auto run, ctx.start(row.method, row.config_for(ctx.o.context), static_cast<int32_t>(ids.size()), row.store));
-  SE_RETURN_IF_ERROR(run->prefill(ids.first(static_cast<size_t>(ctx.o.context))).status());
-  int64_t agree = 0;
-  double kl = 0.0;
-  for (int i = 0; i < ctx.o.continuation; ++i) {
-    SE_ASSIGN_OR_RETURN(Tensor logits, run->decode(ids[static_cast<size_t>(ctx.o.context + i)]));
-    const StepComparison step =
-        compare_step(reference[static_cast<size_t>(i)], {logits.data<float>(), static_cast<size_t>(logits.numel())});
-    agree += step.top1_agrees ? 1 : 0;
-    kl += step.kl;
-  }
-  return nlohmann::json{{"steps", ctx.o.continuation},
-                        {"agree", agree},
-                        {"kl", kl / ctx.o.continuation},
-                        {"held", run->held_bytes_fraction()}};
+Result<nlohmann::json> score_window(const ModelContext& ctx, const TextReplay& replay, const Row& row) {
+  SE_ASSIGN_OR_RETURN(auto run, ctx.start(row.method, row.config_for(text_budget_tokens(ctx.o)),
+                                          ctx.o.context + ctx.o.continuation, row.store));
+  SE_ASSIGN_OR_RETURN(ReplayScore score, replay_against(*run, replay.prompt, replay.continuation, replay.reference));
+  return nlohmann::json{
+      {"steps", score.steps}, {"agree", score.agree}, {"kl", score.mean_kl}, {"held", run->held_bytes_fraction()}};
 }
 
-// One method on one prompt: its greedy answer of at most `num_answer` tokens (stopping at end of generation).
-Result<std::string> greedy_answer(const ModelContext& ctx, const std::vector<int32_t>& prompt, int num_answer,
-                                  const Row& row) {
-  const int32_t num_prompt = static_cast<int32_t>(prompt.size());
-  SE_ASSIGN_OR_RETURN(auto run, ctx.start(row.method, row.config_for(num_prompt), num_prompt + num_answer, row.store));
+// One method on one prompt, prefilled, and `forced` fed after it as decode steps: its greedy answer of at most
+// `num_answer` tokens (stopping at end of generation). The budget is a fraction of the prompt and forced tokens.
+Result<std::string> greedy_answer(const ModelContext& ctx, const std::vector<int32_t>& prompt,
+                                  const std::vector<int32_t>& forced, int num_answer, const Row& row) {
+  const auto num_fed = static_cast<int32_t>(prompt.size() + forced.size());
+  SE_ASSIGN_OR_RETURN(auto run, ctx.start(row.method, row.config_for(num_fed), num_fed + num_answer, row.store));
   SE_ASSIGN_OR_RETURN(Tensor logits, run->prefill(prompt));
+  for (int32_t token : forced) {
+    SE_ASSIGN_OR_RETURN(logits, run->decode(token));
+  }
   std::vector<int32_t> output;
   for (int i = 0; i < num_answer; ++i) {
     const float* row_logits = logits.data<float>();
@@ -297,7 +338,9 @@ struct PromptCase {
   std::vector<int32_t> ids;
   RulerSample scored;  // answers (and, for RULER tasks, the rest of the sample)
   int answer_tokens = 0;
-  nlohmann::json settings;  // what the cell's result depends on besides the method
+  nlohmann::json settings;      // what the cell's result depends on besides the method
+  std::vector<int32_t> forced;  // fed as decode steps after the prompt, before the answer
+  int32_t budget_tokens = 0;    // what the budget is a fraction of
 };
 
 // A row's results per (task, length), aggregated from the results file.
@@ -342,7 +385,8 @@ Result<std::optional<nlohmann::json>> cell_result(const EvalOptions& o, ResultsF
   return std::optional<nlohmann::json>(std::move(result));
 }
 
-// The long-text windows `results` holds cells of for model `title` under this context and continuation, each at
+// The long-text windows `results` holds cells of for model `title` under this context and continuation (the text's
+// own, or with --self-generated vanilla's), each at
 // the index (the cell's sample) it was scored under, at most --windows. A report drawn from the file alone takes its
 // windows from there: which texts /usr/share/doc holds differs between machines, so the machine that renders may
 // lack those of the one that computed.
@@ -353,7 +397,8 @@ std::vector<TextWindow> recorded_windows(const ResultsFile& results, const EvalO
     const nlohmann::json& settings = cell["settings"];
     const int index = cell["sample"].get<int>();
     if (cell["model"] != title || cell["task"] != "text" || cell["context"] != o.context ||
-        settings.value("continuation", -1) != o.continuation || index >= o.num_windows)
+        settings.value("continuation", -1) != o.continuation ||
+        settings.value("self_generated", false) != o.self_generated || index >= o.num_windows)
       continue;
     by_index[index] = {settings["text"].get<std::string>(), settings["offset"].get<int64_t>(), {}};
   }
@@ -391,9 +436,10 @@ Result<ModelReport> evaluate_model(const EvalOptions& o, const std::string& mode
     windows = recorded_windows(results, o, report.title);
   } else if (!o.no_text) {
     std::vector<std::string> skipped;
+    // A self-generated continuation needs only the context from the text.
     SE_ASSIGN_OR_RETURN(windows, load_text_windows(tokenizer, o.texts.empty() ? default_text_paths() : o.texts,
-                                                   o.context + o.continuation, o.num_windows, o.windows_per_text,
-                                                   skipped));
+                                                   o.context + (o.self_generated ? 0 : o.continuation), o.num_windows,
+                                                   o.windows_per_text, skipped));
     if (!skipped.empty())
       std::fprintf(stderr, "[%s] %zu text(s) too short for one window\n", report.title.c_str(), skipped.size());
   }
@@ -425,8 +471,15 @@ Result<ModelReport> evaluate_model(const EvalOptions& o, const std::string& mode
                 1000003 +
             static_cast<uint64_t>(s);
         SE_ASSIGN_OR_RETURN(RulerSample sample, make_ruler_sample(task, encode, bos, length, depth, seed));
-        PromptCase c{std::string(ruler_task_name(task)), length, s, sample.ids, sample, answer_tokens,
-                     {{"depth", depth}, {"seed", seed}, {"answer_tokens", answer_tokens}}};
+        PromptCase c{std::string(ruler_task_name(task)),
+                     length,
+                     s,
+                     sample.ids,
+                     sample,
+                     answer_tokens,
+                     {{"depth", depth}, {"seed", seed}, {"answer_tokens", answer_tokens}},
+                     {},
+                     length};
         cases.push_back(std::move(c));
       }
     }
@@ -440,9 +493,41 @@ Result<ModelReport> evaluate_model(const EvalOptions& o, const std::string& mode
                           make_passkey_prompt(bundle, length, o.passkey_depths[d], seed, o.passkey_chat));
       RulerSample scored;
       scored.answers = {prompt.passkey};
-      cases.push_back({"passkey", length, static_cast<int>(d), prompt.ids, scored, o.passkey_answer_tokens,
-                       {{"depth", o.passkey_depths[d]}, {"seed", seed}, {"answer_tokens", o.passkey_answer_tokens},
-                        {"chat", o.passkey_chat}}});
+      cases.push_back({"passkey",
+                       length,
+                       static_cast<int>(d),
+                       prompt.ids,
+                       scored,
+                       o.passkey_answer_tokens,
+                       {{"depth", o.passkey_depths[d]},
+                        {"seed", seed},
+                        {"answer_tokens", o.passkey_answer_tokens},
+                        {"chat", o.passkey_chat}},
+                       {},
+                       length});
+    }
+  }
+  for (int length : o.trace_lengths) {
+    for (int s = 0; s < o.samples; ++s) {
+      const double depth = o.task_depths[static_cast<size_t>(s) % o.task_depths.size()];
+      const uint64_t seed =
+          ((o.seed * 1000003 + 7919) * 1000003 + static_cast<uint64_t>(length)) * 1000003 + static_cast<uint64_t>(s);
+      SE_ASSIGN_OR_RETURN(TraceSample sample, make_trace_sample(encode, bos, length, depth, seed));
+      const auto num_fed = static_cast<int32_t>(sample.prompt.size() + sample.trace.size());
+      if (num_fed + kTraceAnswerTokens > max_positions)
+        return invalid_argument("--trace-lengths {}: {} tokens and the answer exceed the context of {} ({} tokens)",
+                                length, num_fed, bundle.name, max_positions);
+      RulerSample scored;
+      scored.answers = {sample.answer};
+      cases.push_back({"kv_trace",
+                       length,
+                       s,
+                       std::move(sample.prompt),
+                       scored,
+                       kTraceAnswerTokens,
+                       {{"depth", depth}, {"seed", seed}, {"answer_tokens", kTraceAnswerTokens}},
+                       std::move(sample.trace),
+                       num_fed});
     }
   }
   for (const PromptCase& c : cases) {
@@ -461,21 +546,25 @@ Result<ModelReport> evaluate_model(const EvalOptions& o, const std::string& mode
 
   for (size_t w = 0; w < windows.size(); ++w) {
     const TextWindow& window = windows[w];
-    const nlohmann::json settings = {{"continuation", o.continuation},
-                                     {"text", window.path},
-                                     {"offset", window.offset}};
-    std::optional<std::vector<std::vector<float>>> reference;  // computed once, only when a cell needs it
+    nlohmann::json settings = {{"continuation", o.continuation}, {"text", window.path}, {"offset", window.offset}};
+    if (o.self_generated) {
+      settings["self_generated"] = true;
+      settings["temperature"] = o.generation_temperature;
+      if (o.generation_temperature > 0.0f) settings["seed"] = *generation_sampling(o, static_cast<int>(w)).seed;
+    }
+    std::optional<TextReplay> replay;  // computed once, only when a cell needs it
     for (size_t r = 0; r < rows.size(); ++r) {
       progress.advance();
       if (!report.errors[r].empty()) continue;
-      auto result = cell_result(o, results, ctx.cell(rows[r], "text", o.context, static_cast<int>(w), settings), report,
-                                [&]() -> Result<nlohmann::json> {
-                                  if (!reference) {
-                                    SE_ASSIGN_OR_RETURN(auto steps, reference_steps(ctx, window));
-                                    reference = std::move(steps);
-                                  }
-                                  return score_window(ctx, window, *reference, rows[r]);
-                                });
+      const nlohmann::json cell =
+          ctx.cell(rows[r], "text", o.context, static_cast<int>(w), settings, text_budget_tokens(o));
+      auto result = cell_result(o, results, cell, report, [&]() -> Result<nlohmann::json> {
+        if (!replay) {
+          SE_ASSIGN_OR_RETURN(TextReplay computed, text_replay(ctx, window, static_cast<int>(w)));
+          replay = std::move(computed);
+        }
+        return score_window(ctx, *replay, rows[r]);
+      });
       if (!result.is_ok()) {
         fail(r, result.status());
         continue;
@@ -494,10 +583,10 @@ Result<ModelReport> evaluate_model(const EvalOptions& o, const std::string& mode
     for (size_t r = 0; r < rows.size(); ++r) {
       progress.advance();
       if (!report.errors[r].empty()) continue;
-      auto result = cell_result(o, results, ctx.cell(rows[r], c.task, c.length, c.sample, c.settings), report,
-                                [&]() -> Result<nlohmann::json> {
+      auto result = cell_result(o, results, ctx.cell(rows[r], c.task, c.length, c.sample, c.settings, c.budget_tokens),
+                                report, [&]() -> Result<nlohmann::json> {
                                   SE_ASSIGN_OR_RETURN(std::string answer,
-                                                      greedy_answer(ctx, c.ids, c.answer_tokens, rows[r]));
+                                                      greedy_answer(ctx, c.ids, c.forced, c.answer_tokens, rows[r]));
                                   return nlohmann::json{{"correct", ruler_correct(c.scored, answer)},
                                                         {"answer", answer},
                                                         {"expected", c.scored.answers}};
@@ -520,14 +609,21 @@ Result<ModelReport> evaluate_model(const EvalOptions& o, const std::string& mode
   std::string depths;
   for (double d : o.task_depths) depths += (depths.empty() ? "" : ", ") + fmt::format("{:g}", d);
   const std::string task_setup =
-      o.no_tasks ? std::string("none")
-                 : fmt::format("{} sample(s) per task and length, needle depths {} in turn, plain prompts, greedy",
-                               o.samples, depths);
+      o.no_tasks && o.trace_lengths.empty()
+          ? std::string("none")
+          : fmt::format("{} sample(s) per task and length, needle depths {} in turn, plain prompts, greedy", o.samples,
+                        depths);
+  const std::string continuation =
+      !o.self_generated ? std::string("teacher-forced tokens")
+      : o.generation_temperature > 0.0f
+          ? fmt::format("tokens vanilla wrote (sampled at temperature {:g}, seeded), replayed; budgets of {} tokens",
+                        o.generation_temperature, text_budget_tokens(o))
+          : fmt::format("tokens vanilla wrote (greedy), replayed; budgets of {} tokens", text_budget_tokens(o));
   report.setup = fmt::format(
-      "Long text: {} window(s) of {} context + {} teacher-forced tokens from {} text(s). Tasks: {}. Device {}. "
+      "Long text: {} window(s) of {} context + {} {} from {} text(s). Tasks: {}. Device {}. "
       "Cells computed now: {}, taken from the results file: {}.{}",
-      windows.size(), o.context, o.continuation, texts.size(), task_setup, device_name(o.device), report.cells_run,
-      report.cells_reused,
+      windows.size(), o.context, o.continuation, continuation, texts.size(), task_setup, device_name(o.device),
+      report.cells_run, report.cells_reused,
       report.cells_missing == 0
           ? ""
           : fmt::format(" Not in the results file, left out of this report: {} (so a row's counts may fall short of "
@@ -559,7 +655,11 @@ std::string render_report(const EvalOptions& o, const std::vector<ModelReport>& 
       "the 95% Wilson interval; vanilla's row is the ceiling. The budget is a fraction of each prompt (the "
       "context for long text, the whole prompt for tasks), set through the method's budget key. A row over a KV "
       "store other than the explicit one (`--kv-cache-dtype`) names it after the method, as `METHOD (kivi2)`; "
-      "the reference is always vanilla over explicit pages. Seconds: the mean time of one cell on this machine.\n";
+      "the reference is always vanilla over explicit pages. Seconds: the mean time of one cell on this machine. "
+      "With --self-generated the continuation is the one vanilla wrote from the context, replayed through every "
+      "method, and the budget is a fraction of context + continuation. `kv_trace`: key-value tracking whose "
+      "assignments and question are fed as decode steps after a short prompt, the budget a fraction of all of "
+      "them.\n";
   if (!left_out.empty()) {
     md += "\nLeft out (the method cannot keep its KV in the store):\n\n";
     for (const std::string& reason : left_out) md += "* " + reason + "\n";
@@ -571,7 +671,7 @@ std::string render_report(const EvalOptions& o, const std::vector<ModelReport>& 
     for (size_t r = 0; r < report.rows.size(); ++r) {
       const Row& row = report.rows[r];
       const WindowScores& t = report.text[r];
-      const nlohmann::json config = row.config_for(o.context);
+      const nlohmann::json config = row.config_for(text_budget_tokens(o));
       md += fmt::format("| {} | {} | {} |", method_label(row), row.key ? percent(row.fraction) : "—",
                         config.empty() ? "defaults" : "`" + config.dump() + "`");
       if (!report.errors[r].empty()) {
@@ -622,6 +722,17 @@ std::string render_report(const EvalOptions& o, const std::vector<ModelReport>& 
 int run_eval(const EvalOptions& o) {
   if (o.context < 1 || o.continuation < 1)
     return report_usage_error(invalid_argument("--context and --continuation must be positive"));
+  if (o.self_generated && o.no_text)
+    return report_usage_error(
+        invalid_argument("--self-generated writes the long text's continuation; --no-text "
+                         "skips the long text"));
+  if (!(o.generation_temperature >= 0.0f && o.generation_temperature <= 100.0f))
+    return report_usage_error(
+        invalid_argument("--generation-temperature {} is not in [0, 100]", o.generation_temperature));
+  if (o.generation_temperature > 0.0f && !o.self_generated)
+    return report_usage_error(invalid_argument("--generation-temperature needs --self-generated"));
+  for (int length : o.trace_lengths)
+    if (length < 1) return report_usage_error(invalid_argument("--trace-lengths: {} is not positive", length));
   if (o.prefill_chunk < 1) return report_usage_error(invalid_argument("--prefill-chunk must be positive"));
   if (o.report_only && o.results.empty()) return report_usage_error(invalid_argument("--report-only needs --results"));
   if (o.device == Device::kCuda && !o.report_only)
@@ -686,6 +797,13 @@ void add_eval_command(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--continuation", o->continuation, "long text: tokens teacher-forced as decode steps")
       ->capture_default_str();
+  cmd->add_flag("--self-generated", o->self_generated,
+                "long text: the continuation is the one vanilla writes from the context (end of generation "
+                "ignored), replayed through every method; budgets are fractions of context + continuation");
+  cmd->add_option("--generation-temperature", o->generation_temperature,
+                  "long text with --self-generated: sample vanilla's continuation at this temperature, seeded by "
+                  "--seed and the window (0: greedy)")
+      ->capture_default_str();
   cmd->add_option("--texts", o->texts,
                   "long text: documents, comma-separated (default: /usr/share/common-licenses/* then "
                   "/usr/share/doc/*/copyright, sorted, duplicates left out)")
@@ -708,6 +826,11 @@ void add_eval_command(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--samples", o->samples, "samples per task and length")->capture_default_str();
   cmd->add_flag("--no-tasks", o->no_tasks, "skip the RULER-style tasks");
+  cmd->add_option("--trace-lengths", o->trace_lengths,
+                  "key-value tracking (kv_trace): tokens of assignments fed as decode steps after a short prompt, "
+                  "then the question, comma-separated; --samples each, the asked line at --task-depths in turn "
+                  "(default: none)")
+      ->delimiter(',');
   cmd->add_option("--results", o->results,
                   "JSONL file of finished cells: read first (cells already there are not rerun), appended to");
   cmd->add_flag("--report-only", o->report_only,
@@ -723,15 +846,17 @@ void add_eval_command(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_flag("--no-passkey", o->no_passkey, "skip the passkey task");
   cmd->add_flag("--passkey-chat", o->passkey_chat, "ask the passkey through the chat template (default: plain)");
-  cmd->add_option("--seed", o->seed, "seed of the passkeys and task samples")->capture_default_str();
+  cmd->add_option("--seed", o->seed, "seed of the passkeys, task samples and sampled continuations")
+      ->capture_default_str();
   cmd->add_option("--prefill-chunk", o->prefill_chunk,
                   "prompt tokens per forward (the engine's "
                   "--max-num-batched-tokens)")
       ->capture_default_str();
   cmd->add_option("--page-size", o->page_size, "tokens per KV page")->capture_default_str();
   cmd->add_option("--budget-key", o->budget_keys,
-                  "KEY=tokens|kept|evicted|none: how a config key takes the budget (repeatable; adds to or "
-                  "overrides the built-in table)");
+                  "[METHOD:]KEY=tokens|kept|evicted|window|none: how a config key (of METHOD only, when named) "
+                  "takes the budget; window: a share of the method's own 'window' (repeatable; adds to or overrides "
+                  "the built-in table)");
   cmd->add_option("--method-config", o->method_configs,
                   "NAME=JSON: extra hyperparameters of one method, under every budget (repeatable)");
   cmd->add_option("--output", o->output, "also write the Markdown report here (e.g. docs/quality.md)");

@@ -73,7 +73,8 @@ const std::vector<Entry>& entries() {
         "decode-time: every period, the newest window of generated tokens keeps its top tokens by "
         "bidirectional window attention, as Token2Chunk spans; the prompt stays whole unless a prompt_method "
         "compresses it; on a GPU scored on the device, the spans picked on the host",
-        Composition::kDecodeTime},
+        Composition::kDecodeTime,
+        /*budget_per_window=*/true},
        nullptr,
        nullptr,
        &KaraMethod::create},

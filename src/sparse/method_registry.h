@@ -28,6 +28,9 @@ struct MethodInfo {
   std::string name;
   std::string summary;  // one line: what the method does
   Composition composition = Composition::kNone;
+  // Its `budget` counts the tokens kept of each `window` of tokens, not of the sequence (`sparse-engine eval` scales
+  // it by the window).
+  bool budget_per_window = false;
 };
 
 std::string_view composition_name(Composition composition);

@@ -150,6 +150,12 @@ def test_report_only_needs_a_results_file(tmp_path):
     (["--tasks", "niah"], "unknown task 'niah'"),
     (["--task-depths", "1.5"], "--task-depths"),
     (["--device", "tpu"], "--device"),
+    (["--self-generated", "--no-text"], "--self-generated writes"),
+    (["--generation-temperature", "0.7"], "--generation-temperature needs --self-generated"),
+    (["--self-generated", "--generation-temperature", "-1"], "--generation-temperature -1"),
+    (["--trace-lengths", "0"], "--trace-lengths: 0"),
+    (["--budget-key", "kara:=window"], "--budget-key"),
+    (["--budget-key", "budget=share"], "--budget-key"),
 ])
 def test_bad_options_are_usage_errors(tmp_path, extra, message):
     r = subprocess.run(eval_args(tmp_path / "x.md", *extra), capture_output=True, text=True, timeout=60)
@@ -186,3 +192,33 @@ def test_an_unknown_store_is_a_usage_error(tmp_path):
                        timeout=60)
     assert r.returncode == 2, r.stderr
     assert "--kv-cache-dtype must be auto" in r.stderr, r.stderr
+
+
+def test_self_generated_continuation_and_kv_trace(tmp_path):
+    """--self-generated: vanilla replaying the continuation it wrote agrees on every step with a KL of 0; budgets are
+    fractions of context + continuation (Kara's of its window); the cells say so; kv_trace gets a column."""
+    require_default_model()
+    output, results = tmp_path / "self.md", tmp_path / "results.jsonl"
+    context, continuation = 64, 24
+    args = [str(BINARY), "eval", "--models", "default", "--texts", TEXT, "--windows", "1", "--context", str(context),
+            "--continuation", str(continuation), "--self-generated", "--generation-temperature", "0.8",
+            "--methods", "vanilla,streamingllm,kara", "--budgets", "0.5", "--no-tasks", "--no-passkey",
+            "--trace-lengths", "48", "--samples", "1", "--results", str(results), "--output", str(output)]
+    r = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-4000:]
+    markdown = output.read_text()
+    rows = text_rows(markdown)
+    assert rows[("vanilla", "—")][3:6] == ["100.0% [100.0, 100.0]", "0.0000 [0.0000, 0.0000]", "100.0%"], rows
+    assert rows[("streamingllm", "50.0%")][2] == '`{"budget":44}`', rows  # half of 64 + 24
+    assert rows[("kara", "50.0%")][2] == '`{"budget":256}`', rows  # half of its window of 512
+    assert f"{continuation} tokens vanilla wrote (sampled at temperature 0.8, seeded), replayed" in markdown
+    trace = table_rows(markdown, "| method | budget | kv_trace 48")
+    assert set(trace) == set(rows) and all(re.match(r"[01]/1 = ", cells[2]) for cells in trace.values()), trace
+    cells = [json.loads(line)["cell"] for line in results.read_text().splitlines()]
+    text_cells = [c for c in cells if c["task"] == "text"]
+    assert len(text_cells) == 3 and all(c["settings"]["self_generated"] for c in text_cells), text_cells
+    assert len([c for c in cells if c["task"] == "kv_trace"]) == 3
+    # The same sampled continuation again: every cell is in the file.
+    r = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-4000:]
+    assert "Cells computed now: 0, taken from the results file: 6." in output.read_text()
