@@ -407,6 +407,8 @@ void EngineLoop::publish_stats() {
   s.num_chains = chains_ ? chains_->num_chains() : 0;
   s.num_kv_host_pages_total = cache.num_host_pages();
   s.num_kv_host_pages_used = cache.num_host_pages() - cache.num_free_host_pages();
+  counters_.num_kv_host_pages_used_peak = std::max(counters_.num_kv_host_pages_used_peak, s.num_kv_host_pages_used);
+  s.num_kv_host_pages_used_peak = counters_.num_kv_host_pages_used_peak;
   s.num_chains_on_host = chains_ ? chains_->num_chains_on_host() : 0;
   const CacheManager::PrefixCacheCounters prefix = cache.prefix_cache_counters();
   s.prefix_cache_queries_total = static_cast<uint64_t>(prefix.query_tokens);

@@ -104,6 +104,8 @@ std::string render_prometheus(const EngineStats& s, std::string_view model_name)
            s.compression_seconds_total);
   e.scalar("kv_pages_used_peak", "gauge", "The most KV pages held at once, at a step's peak.",
            s.num_kv_pages_used_peak);
+  e.scalar("kv_host_pages_used_peak", "gauge", "The most host tier KV pages held when a step ended.",
+           s.num_kv_host_pages_used_peak);
   e.scalar("host_gap_seconds_total", "counter",
            "Decode time the device waited for the host between CUDA-graph steps.", s.host_gap_seconds_total);
   e.histogram("time_to_first_token_seconds", "Time from arrival to the first generated token.",
