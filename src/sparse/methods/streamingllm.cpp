@@ -44,8 +44,7 @@ int32_t StreamingLlmMethod::max_kept_in_groups(const KvLayout& layout) const {
   // After a step a stream holds its sinks' groups, then every token from the group boundary at or below the first one
   // it must keep: the oldest recent token, or the oldest value still in the window where that lies further back.
   const int32_t group = layout.page_size;
-  const int32_t sink_groups = (num_sink_tokens_ + group - 1) / group * group;
-  return sink_groups + std::max(budget_ - num_sink_tokens_, layout.kivi_residual) + group - 1;
+  return sinks_end(group) + std::max(budget_ - num_sink_tokens_, layout.kivi_residual) + group - 1;
 }
 
 void StreamingLlmMethod::drop_sealed_groups(StepContext& ctx, const SequenceSlice& slice, int32_t group_size) {
@@ -55,19 +54,19 @@ void StreamingLlmMethod::drop_sealed_groups(StepContext& ctx, const SequenceSlic
   for (int layer = 0; layer < layout.num_layers; ++layer) {
     // A sliding-window layer keeps a contiguous tail (sliding_window_tail.h): no sinks there.
     const int32_t window = ctx.sliding_window(layer);
-    const int32_t sinks_end = window > 0 ? 0 : (num_sink_tokens_ + group_size - 1) / group_size * group_size;
+    const int32_t kept_sinks_end = window > 0 ? 0 : sinks_end(group_size);
     const int32_t recent = window > 0 ? std::min(budget_, window - 1) : budget_ - num_sink_tokens_;
     for (int head = 0; head < layout.num_kv_heads; ++head) {
       const int32_t len = ctx.cache.stream_length(slice.seq, layer, head);
       if (len <= budget_) continue;
-      // The groups in [sinks_end, drop_end) hold only tokens older than the recent ones, and are sealed.
+      // The groups in [kept_sinks_end, drop_end) hold only tokens older than the recent ones, and are sealed.
       const int32_t sealed_end = ctx.cache.sealed_groups(slice.seq, layer, head).count * group_size;
       const int32_t drop_end = std::min(len - recent, sealed_end) / group_size * group_size;
-      if (drop_end <= sinks_end) continue;
+      if (drop_end <= kept_sinks_end) continue;
       std::vector<int32_t>& kept = scratch_.kept[static_cast<size_t>(layout.stream(layer, head))];
-      kept.resize(static_cast<size_t>(sinks_end + len - drop_end));
-      std::iota(kept.begin(), kept.begin() + sinks_end, 0);
-      std::iota(kept.begin() + sinks_end, kept.end(), drop_end);
+      kept.resize(static_cast<size_t>(kept_sinks_end + len - drop_end));
+      std::iota(kept.begin(), kept.begin() + kept_sinks_end, 0);
+      std::iota(kept.begin() + kept_sinks_end, kept.end(), drop_end);
       scratch_.evictions.push_back({layer, head, kept});
     }
   }

@@ -63,6 +63,8 @@ class StreamingLlmMethod final : public MethodRuntime {
   // Over a store of quantized groups: the most tokens a stream holds after a step, the sinks' groups and the larger
   // of the recent tokens and the store's window, plus all but one token of a group.
   int32_t max_kept_in_groups(const KvLayout& layout) const;
+  // Where the groups holding the sinks end: the sinks rounded up to whole groups of `group_size` tokens.
+  int32_t sinks_end(int32_t group_size) const { return (num_sink_tokens_ + group_size - 1) / group_size * group_size; }
   // Drops the sealed groups of sequence `slice` the rule above lets go, every stream in one evict_streams call.
   void drop_sealed_groups(StepContext& ctx, const SequenceSlice& slice, int32_t group_size);
   // The slot of `positions` holding the num_sink_tokens_-th smallest position: the oldest the window holds.
