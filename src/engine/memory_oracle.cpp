@@ -31,10 +31,16 @@ Status MemoryOracle::admit(Request& request) {
   const int32_t seq = next_seq_++;
   if (request.kept_state) {
     // It goes on as if never preempted: the same computed tokens, and its prefill ends where it did.
-    // Losing it (an error) leaves the request to start afresh at its next admission.
-    SE_ASSIGN_OR_RETURN(request.num_computed_tokens, ranks_[0]->resume(seq, std::move(request.kept_state)));
-    request.seq = seq;
-    return Status::ok();
+    Result<int32_t> resumed = ranks_[0]->resume(seq, std::move(request.kept_state));
+    if (resumed.is_ok()) {
+      request.num_computed_tokens = *resumed;
+      request.seq = seq;
+      return Status::ok();
+    }
+    // The state is lost: the request recomputes its tokens, as one preempted without room on the host does.
+    SE_LOG_WARN("request {}: its kept state could not be resumed ({}); recomputing its {} tokens", request.request_id,
+                resumed.status().message(), request.num_tokens());
+    request.num_computed_tokens = 0;
   }
   SE_ASSIGN_OR_RETURN(const int32_t num_cached, open_on_every_rank(seq, request));
   request.seq = seq;
@@ -124,8 +130,16 @@ bool MemoryOracle::make_room(const std::vector<int64_t>& num_pages) {
   };
   // A reclaimed chain frees at least its num_held_pages on every rank (RetainedRanks).
   if (chains_ != nullptr && shortfall() > 0) chains_->reclaim(shortfall());
-  // Where running sequences live in the host tier too, the idle chains there give it back, oldest first.
-  while (chains_ != nullptr && lead().runs_on_host_tier() && shortfall() > 0 && chains_->drop_oldest_on_host() > 0) {
+  // Where running sequences live in the host tier too, the idle chains there give it back, oldest first, while that
+  // helps: once the host has room for every resident page it could take, what is short is device pages, and
+  // dropping more chains gains nothing.
+  if (chains_ != nullptr && lead().runs_on_host_tier()) {
+    for (int64_t short_by = shortfall(); short_by > 0;) {
+      if (chains_->drop_oldest_on_host() == 0) break;
+      const int64_t now_short_by = shortfall();
+      if (now_short_by >= short_by) break;
+      short_by = now_short_by;
+    }
   }
   return shortfall() <= 0;
 }
@@ -143,7 +157,11 @@ void MemoryOracle::preempt(Request& request) {
   }
   std::unique_ptr<ChainState> state = retain_on_every_rank(request.seq);
   request.seq = -1;
-  if (state->offload().is_ok()) {
+  // A running request's progress comes before idle chains: they leave the host, oldest first, to make room for it.
+  Status offloaded = state->offload();
+  while (offloaded.code() == StatusCode::kResourceExhausted && chains_ != nullptr && chains_->drop_oldest_on_host() > 0)
+    offloaded = state->offload();
+  if (offloaded.is_ok()) {
     request.kept_state = std::move(state);
     return;
   }

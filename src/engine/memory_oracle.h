@@ -53,7 +53,8 @@ class MemoryOracle {
   bool try_reserve(Request& request, int32_t num_tokens);
   // After the step's forward: the request's first num_computed_tokens tokens are in the cache.
   void commit(Request& request);
-  // Ends the request's cache state (finish, abort or preemption); nothing of it counts as computed any more. A
+  // Ends the request's cache state (finish, abort, or a preemption preempt() does not keep); nothing of it counts as
+  // computed any more. A
   // chain request that computed nothing past its restored state takes that state back (it is admitted again
   // later); one that did loses it and is marked rebuilt.
   void release(Request& request);

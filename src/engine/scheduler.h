@@ -2,7 +2,8 @@
 // per-step token budget and max_num_seqs: running requests first (one decode token, or the next prefill chunk),
 // then waiting requests in arrival order while memory allows. A step may mix decode tokens and prefill chunks.
 // When a running request cannot get memory, the most recently arrived running request is preempted (its cache
-// released, recomputed later, its outputs kept). It sees memory only through the MemoryOracle and never
+// released and recomputed later, or, where running sequences live in the host tier, kept there and resumed;
+// its outputs kept: MemoryOracle::preempt). It sees memory only through the MemoryOracle and never
 // touches tensors. Engine thread only.
 #pragma once
 
