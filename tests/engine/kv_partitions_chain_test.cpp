@@ -13,6 +13,7 @@
 #include <random>
 
 #include "../support/prune_wait.h"
+#include "../support/engine_runs.h"
 #include "../support/tiny_engine.h"
 #include "engine/engine.h"
 #include "engine/model_runner.h"
@@ -22,6 +23,8 @@
 namespace se {
 namespace {
 
+using test::collect;
+using test::Generation;
 using test::tiny_bundle;
 
 constexpr int32_t kPageSize = 16;
@@ -63,28 +66,6 @@ std::vector<int32_t> random_tokens(std::mt19937& rng, int n) {
   std::vector<int32_t> t(static_cast<size_t>(n));
   for (int32_t& id : t) id = static_cast<int32_t>(rng() % 96);
   return t;
-}
-
-struct Generation {
-  std::vector<int32_t> tokens;
-  std::vector<float> logprobs;
-  RequestOutput last;
-};
-
-Generation collect(OutputStream& stream) {
-  Generation g;
-  while (true) {
-    auto out = stream.next(std::chrono::milliseconds(60000));
-    SE_CHECK(out.has_value(), "stream stalled");
-    for (const TokenOutput& t : out->tokens) {
-      g.tokens.push_back(t.token_id);
-      g.logprobs.push_back(t.logprob);
-    }
-    if (out->finished) {
-      g.last = *out;
-      return g;
-    }
-  }
 }
 
 // The engine's scheduler, memory oracle, model runner, controller and tiered cache (and chain index), driven step

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "../support/engine_runs.h"
 #include "../support/tiny_engine.h"
 #include "engine/engine.h"
 #include "model/tensor_parallel.h"
@@ -25,6 +26,8 @@
 namespace se {
 namespace {
 
+using test::collect;
+using test::Generation;
 using test::greedy;
 
 // The tiny model of test::tiny_config(model_type) with `overrides`, whose dummy weights are scaled as
@@ -78,29 +81,6 @@ EngineConfig engine_config(int size, const std::string& method, const nlohmann::
   config.max_num_batched_tokens = 64;  // the prompts arrive in chunks, beside other requests' decode tokens
   config.kv_cache_memory = int64_t{64} << 20;
   return config;
-}
-
-struct Generation {
-  std::vector<int32_t> tokens;
-  std::vector<float> logprobs;
-  RequestOutput last;
-};
-
-Generation collect(OutputStream& stream) {
-  Generation g;
-  while (true) {
-    auto out = stream.next(std::chrono::milliseconds(120000));
-    EXPECT_TRUE(out.has_value()) << "stream stalled";
-    if (!out) return g;
-    for (const TokenOutput& t : out->tokens) {
-      g.tokens.push_back(t.token_id);
-      g.logprobs.push_back(t.logprob);
-    }
-    if (out->finished) {
-      g.last = *out;
-      return g;
-    }
-  }
 }
 
 std::vector<std::vector<int32_t>> random_prompts(int vocab, const std::vector<int>& lengths) {

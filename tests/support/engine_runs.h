@@ -44,6 +44,30 @@ inline Generated generate(const ModelBundle& bundle, const EngineConfig& config,
   return g;
 }
 
+// One request's stream drained: its tokens, their log-probabilities and the last output (finish reason, chain
+// status, cached tokens).
+struct Generation {
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;
+  RequestOutput last;
+};
+
+inline Generation collect(OutputStream& stream) {
+  Generation g;
+  while (true) {
+    auto out = stream.next(std::chrono::milliseconds(120000));
+    SE_CHECK(out.has_value(), "stream stalled");
+    for (const TokenOutput& t : out->tokens) {
+      g.tokens.push_back(t.token_id);
+      g.logprobs.push_back(t.logprob);
+    }
+    if (out->finished) {
+      g.last = *out;
+      return g;
+    }
+  }
+}
+
 // Teacher-forced next-token agreement: for every step i of every request of `reference`, the token `config`'s
 // engine picks after the prompt and the reference's first i tokens, against the reference's token i. Greedy
 // continuations compound a single flip into a different text; this counts each step's decision on its own.
