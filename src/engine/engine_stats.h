@@ -33,11 +33,11 @@ struct EngineStats {
   int64_t num_kv_pages_chains = 0;  // held by idle Chain Cache chains (reclaimable); total = the four
   // The most pages live sequences and idle chains held at once, at a step's peak (before its compressions).
   int64_t num_kv_pages_used_peak = 0;
-  int num_chains = 0;               // Chain Cache chains, idle or with a turn in flight
-  int64_t num_kv_host_pages_total = 0;  // the host tier's pages (--kv-offloading-size; 0 without one)
-  int64_t num_kv_host_pages_used = 0;   // held there by offloaded state
+  int num_chains = 0;                       // Chain Cache chains, idle or with a turn in flight
+  int64_t num_kv_host_pages_total = 0;      // the host tier's pages (--kv-offloading-size; 0 without one)
+  int64_t num_kv_host_pages_used = 0;       // held there by offloaded state
   int64_t num_kv_host_pages_used_peak = 0;  // the most it held when a step ended
-  int num_chains_on_host = 0;           // idle chains whose state is on the host tier
+  int num_chains_on_host = 0;               // idle chains whose state is on the host tier
   uint64_t prompt_tokens_total = 0;
   uint64_t generation_tokens_total = 0;
   uint64_t prefix_cache_queries_total = 0;  // prompt tokens looked up

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <utility>
 
 #include "../support/engine_runs.h"
 #include "../support/tiny_engine.h"
@@ -67,7 +68,7 @@ std::vector<Generation> engine_runs(const ModelBundle& bundle, const std::vector
 class TieredQuestHooks final : public ForwardHooks {
  public:
   TieredQuestHooks(const KvLayout& layout, BlockPool* device, BlockPool* host, PartitionConfig config)
-      : layout_(layout), device_(device), tier_(device, host), decode_(&tier_, layout, config) {}
+      : layout_(layout), device_(device), tier_(device, host), decode_(&tier_, layout, std::move(config)) {}
 
   HostTier& tier() { return tier_; }
   PartitionedDecode& decode() { return decode_; }

@@ -55,9 +55,9 @@ TensorView attend_expanded(const BlockInputs& in, const AttentionParams& params)
   const TensorView kv_b = in.ws.kv_b(t);  // [t, heads, nope + v_dim]
   linear(kv_b, latent, in.weights.kv_b.view());
   const float* q_proj = in.ws.q_proj(t).ptr<float>();  // [t, heads, nope + rope]
-  const TensorView q = in.ws.q(t);  // [t, heads, head_dim]
-  const TensorView k = in.ws.k(t);  // [t, heads, head_dim]
-  const TensorView v = in.ws.v(t);  // [t, heads, head_dim]
+  const TensorView q = in.ws.q(t);                     // [t, heads, head_dim]
+  const TensorView k = in.ws.k(t);                     // [t, heads, head_dim]
+  const TensorView v = in.ws.v(t);                     // [t, heads, head_dim]
   for (int64_t r = 0; r < t; ++r) {
     const float* k_rope = rows + r * (rank + rope_dim) + rank;
     for (int64_t head = 0; head < heads; ++head) {
