@@ -444,6 +444,7 @@ void KiviCacheManager::drop_sealed_groups(Stream& stream, std::span<const int32_
 
 Status KiviCacheManager::evict_streams(int32_t seq, std::span<const StreamEviction> streams) {
   Sequence& s = sequence(seq);
+  if (streams.empty()) return Status::ok();  // nothing to drop: the step's flush stays where the step runs it
   const KvLayout& l = layout();
   // Per stream: 0 unlisted, else how it evicts (a stream with quantized tokens drops sealed groups, another
   // compacts its window).
