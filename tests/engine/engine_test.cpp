@@ -7,6 +7,7 @@
 #include <random>
 #include <thread>
 
+#include "../support/engine_runs.h"
 #include "../support/tiny_engine.h"
 #include "../support/tiny_model.h"
 #include "base/check.h"
@@ -15,31 +16,10 @@
 namespace se {
 namespace {
 
+using test::collect;
+using test::Generation;
 using test::greedy;
 using test::tiny_bundle;
-
-// Collects a stream to the end: output tokens and the final delta.
-struct Collected {
-  std::vector<int32_t> tokens;
-  std::vector<float> logprobs;  // when the request asked for them
-  RequestOutput last;
-};
-Collected collect(OutputStream& stream) {
-  Collected c;
-  while (true) {
-    auto out = stream.next(std::chrono::milliseconds(60000));
-    EXPECT_TRUE(out.has_value()) << "stream stalled";
-    if (!out) return c;
-    for (const TokenOutput& t : out->tokens) {
-      c.tokens.push_back(t.token_id);
-      c.logprobs.push_back(t.logprob);
-    }
-    if (out->finished) {
-      c.last = *out;
-      return c;
-    }
-  }
-}
 
 std::vector<int32_t> random_prompt(std::mt19937& rng, int len) {
   std::vector<int32_t> p(static_cast<size_t>(len));
@@ -64,7 +44,7 @@ void expect_engine_matches_reference(const EngineConfig& config, int num_request
     streams.push_back(*stream);
   }
   for (int i = 0; i < num_requests; ++i) {
-    Collected got = collect(*streams[static_cast<size_t>(i)]);
+    Generation got = collect(*streams[static_cast<size_t>(i)]);
     auto want = reference.generate(prompts[static_cast<size_t>(i)], greedy(12));
     ASSERT_TRUE(want.is_ok());
     EXPECT_EQ(got.tokens, want->output_ids) << "request " << i;
@@ -133,11 +113,11 @@ TEST(EngineTest, RadixBlocksEvictedToTheHostTierServeALaterPrefixHit) {
     const auto run = [&](const std::string& id, const std::vector<int32_t>& tokens) {
       auto stream = (*engine)->submit({id, tokens, greedy(12)});
       EXPECT_TRUE(stream.is_ok()) << stream.status().to_string();
-      return stream.is_ok() ? collect(**stream) : Collected{};
+      return stream.is_ok() ? collect(**stream) : Generation{};
     };
     EXPECT_EQ(run("first", prompt).tokens, want->output_ids);
     for (size_t i = 0; i < others.size(); ++i) run("other" + std::to_string(i), others[i]);
-    const Collected again = run("again", prompt);
+    const Generation again = run("again", prompt);
     EXPECT_EQ(again.tokens, want->output_ids);
     // Every whole block of the prompt but the one holding its last token, which is always computed.
     EXPECT_EQ(again.last.num_cached_tokens, num_host_pages > 0 ? 36 : 0) << num_host_pages << " host pages";
@@ -174,11 +154,11 @@ TEST(EngineTest, QuestRanksPagesBroughtBackFromTheHostTierByTheirOwnKeys) {
       params.logprobs = 0;
       auto stream = (*engine)->submit({id, tokens, params});
       EXPECT_TRUE(stream.is_ok()) << stream.status().to_string();
-      return stream.is_ok() ? collect(**stream) : Collected{};
+      return stream.is_ok() ? collect(**stream) : Generation{};
     };
     run("first", prompt);
     for (size_t i = 0; i < others.size(); ++i) run("other" + std::to_string(i), others[i]);
-    const Collected again = run("again", prompt);
+    const Generation again = run("again", prompt);
     EXPECT_EQ(again.last.num_cached_tokens, num_host_pages > 0 ? 36 : 0) << method << ", " << num_host_pages;
     logprobs.push_back(again.logprobs);
     (*engine)->shutdown(/*drain=*/true);
@@ -256,7 +236,7 @@ TEST(EngineTest, AbortEndsTheStreamAndFreesPages) {
   ASSERT_TRUE(stream.is_ok());
   ASSERT_TRUE((*stream)->next(std::chrono::milliseconds(60000)).has_value());  // it is running
   (*engine)->abort("long");
-  Collected c = collect(**stream);
+  Generation c = collect(**stream);
   EXPECT_EQ(c.last.finish_reason, FinishReason::kAbort);
   EXPECT_LT(c.tokens.size(), 1500u);
   for (int i = 0; i < 100 && (*engine)->stats().num_kv_pages_used != 0; ++i)

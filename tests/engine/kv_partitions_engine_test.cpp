@@ -6,10 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <random>
 
+#include "../support/engine_runs.h"
 #include "../support/tiny_engine.h"
 #include "engine/engine.h"
 #include "sparse/method_registry.h"
@@ -17,6 +17,8 @@
 namespace se {
 namespace {
 
+using test::collect;
+using test::Generation;
 using test::greedy;
 using test::tiny_bundle;
 
@@ -26,11 +28,6 @@ constexpr int kMaxTokens = 12;
 constexpr int64_t kPageBytes = 2 * kPageSize * 16 * 4;
 constexpr int64_t kQuestPageBytes = kPageBytes + 2 * 16 * 4;
 constexpr int64_t kDevicePages = 64;
-
-struct Generation {
-  std::vector<int32_t> tokens;
-  std::vector<float> logprobs;
-};
 
 struct Runs {
   std::vector<Generation> generations;
@@ -62,19 +59,6 @@ Runs run(const ModelBundle& bundle, const EngineConfig& config, const std::vecto
   SE_CHECK(engine.is_ok(), "{}", engine.status().to_string());
   Runs runs;
   std::vector<std::shared_ptr<OutputStream>> streams;
-  const auto drain = [&](OutputStream& stream) {
-    Generation g;
-    while (true) {
-      auto out = stream.next(std::chrono::milliseconds(60000));
-      SE_CHECK(out.has_value(), "stream stalled");
-      for (const TokenOutput& t : out->tokens) {
-        g.tokens.push_back(t.token_id);
-        g.logprobs.push_back(t.logprob);
-      }
-      if (out->finished) break;
-    }
-    runs.generations.push_back(std::move(g));
-  };
   std::vector<GenerationRequest> batch;
   for (size_t i = 0; i < prompts.size(); ++i) {
     SamplingParams params = greedy(kMaxTokens);
@@ -83,12 +67,12 @@ Runs run(const ModelBundle& bundle, const EngineConfig& config, const std::vecto
     if (together) continue;
     auto stream = (*engine)->submit(std::move(batch.back()));
     SE_CHECK(stream.is_ok(), "{}", stream.status().to_string());
-    drain(**stream);
+    runs.generations.push_back(collect(**stream));
   }
   if (together) {
     auto submitted = (*engine)->submit_batch(std::move(batch));
     SE_CHECK(submitted.is_ok(), "{}", submitted.status().to_string());
-    for (auto& stream : *submitted) drain(*stream);
+    for (auto& stream : *submitted) runs.generations.push_back(collect(*stream));
   }
   (*engine)->shutdown(/*drain=*/true);
   runs.end = (*engine)->stats();
@@ -213,17 +197,7 @@ TEST_F(KvPartitionsEngineTest, RefusesRequestsThatCanNeverFitAndServesTheOthers)
   auto fits = (*engine)->submit({"fits", prompts[0], params});
   ASSERT_TRUE(fits.is_ok()) << fits.status().to_string();
   Runs served;
-  Generation g;
-  while (true) {
-    auto out = (*fits)->next(std::chrono::milliseconds(60000));
-    ASSERT_TRUE(out.has_value());
-    for (const TokenOutput& t : out->tokens) {
-      g.tokens.push_back(t.token_id);
-      g.logprobs.push_back(t.logprob);
-    }
-    if (out->finished) break;
-  }
-  served.generations.push_back(std::move(g));
+  served.generations.push_back(collect(**fits));
   (*engine)->shutdown(/*drain=*/true);
   expect_same_generations(served, reference);
 }

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "../loader/test_models.h"
+#include "../support/engine_runs.h"
 #include "../support/tiny_engine.h"
 #include "../support/tiny_model.h"
 #include "engine/engine.h"
@@ -20,18 +21,6 @@ namespace se {
 namespace {
 
 using test::greedy;
-
-// The stream's output tokens and its final delta.
-std::pair<std::vector<int32_t>, RequestOutput> collect(OutputStream& stream) {
-  std::vector<int32_t> tokens;
-  while (true) {
-    auto out = stream.next(std::chrono::milliseconds(120000));
-    EXPECT_TRUE(out.has_value()) << "stream stalled";
-    if (!out) return {tokens, {}};
-    for (const TokenOutput& t : out->tokens) tokens.push_back(t.token_id);
-    if (out->finished) return {tokens, *out};
-  }
-}
 
 // Tokens of all reconstruction passes of a prompt of `num_prompt` tokens (n_sink 4): per chunk of the context,
 // `first` (chunk 0) or `next` + 8 carried tokens (later chunks), then `suffix` and the chunk.
@@ -72,7 +61,7 @@ TEST(KvzipEngineTest, TinyModelRunsReconstructionPassesAndFreesEveryPage) {
     lengths.push_back(len);
   }
   for (auto& stream : streams) {
-    auto [tokens, last] = collect(*stream);
+    auto [tokens, logprobs, last] = test::collect(*stream);
     EXPECT_EQ(last.finish_reason, FinishReason::kLength);
     EXPECT_EQ(tokens.size(), 8u);
   }
@@ -136,7 +125,7 @@ TEST(KvzipEngineTest, DISABLED_DefaultModelWithItsTokenizer) {
   ASSERT_TRUE(engine.is_ok()) << engine.status().to_string();
   auto stream = (*engine)->submit({"r0", prompt, greedy(12)});
   ASSERT_TRUE(stream.is_ok()) << stream.status().to_string();
-  auto [tokens, last] = collect(**stream);
+  auto [tokens, logprobs, last] = test::collect(**stream);
   EXPECT_EQ(last.finish_reason, FinishReason::kLength);
   EXPECT_EQ(tokens.size(), 12u);
   (*engine)->shutdown(/*drain=*/true);

@@ -47,17 +47,8 @@ std::vector<Generation> engine_runs(const ModelBundle& bundle, const std::vector
     params.logprobs = 0;
     auto stream = (*engine)->submit({"r" + std::to_string(i), prompts[i], params});
     SE_CHECK(stream.is_ok(), "{}", stream.status().to_string());
-    Generation run;
-    while (true) {
-      auto out = (*stream)->next(std::chrono::milliseconds(60000));
-      SE_CHECK(out.has_value(), "stream stalled");
-      for (const TokenOutput& t : out->tokens) {
-        run.tokens.push_back(t.token_id);
-        run.logprobs.push_back(t.logprob);
-      }
-      if (out->finished) break;
-    }
-    runs.push_back(std::move(run));
+    test::Generation run = test::collect(**stream);
+    runs.push_back({std::move(run.tokens), std::move(run.logprobs), {}});
   }
   (*engine)->shutdown(/*drain=*/true);
   return runs;

@@ -18,32 +18,6 @@ struct Generated {
   EngineStats stats;                         // once drained
 };
 
-// Runs the prompts one after another (so a later one may reuse an earlier one's prefix), each to max_tokens.
-inline Generated generate(const ModelBundle& bundle, const EngineConfig& config,
-                          const std::vector<std::vector<int32_t>>& prompts, int max_tokens) {
-  auto engine = Engine::create(bundle, config);
-  SE_CHECK(engine.is_ok(), "{}", engine.status().to_string());
-  Generated g;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    auto stream = (*engine)->submit({"r" + std::to_string(i), prompts[i], greedy(max_tokens)});
-    SE_CHECK(stream.is_ok(), "{}", stream.status().to_string());
-    std::vector<int32_t> tokens;
-    while (true) {
-      auto out = (*stream)->next(std::chrono::milliseconds(60000));
-      SE_CHECK(out.has_value(), "stream stalled");
-      for (const TokenOutput& t : out->tokens) tokens.push_back(t.token_id);
-      if (out->finished) {
-        g.num_cached_tokens.push_back(out->num_cached_tokens);
-        break;
-      }
-    }
-    g.tokens.push_back(std::move(tokens));
-  }
-  (*engine)->shutdown(/*drain=*/true);
-  g.stats = (*engine)->stats();
-  return g;
-}
-
 // One request's stream drained: its tokens, their log-probabilities and the last output (finish reason, chain
 // status, cached tokens).
 struct Generation {
@@ -66,6 +40,24 @@ inline Generation collect(OutputStream& stream) {
       return g;
     }
   }
+}
+
+// Runs the prompts one after another (so a later one may reuse an earlier one's prefix), each to max_tokens.
+inline Generated generate(const ModelBundle& bundle, const EngineConfig& config,
+                          const std::vector<std::vector<int32_t>>& prompts, int max_tokens) {
+  auto engine = Engine::create(bundle, config);
+  SE_CHECK(engine.is_ok(), "{}", engine.status().to_string());
+  Generated g;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    auto stream = (*engine)->submit({"r" + std::to_string(i), prompts[i], greedy(max_tokens)});
+    SE_CHECK(stream.is_ok(), "{}", stream.status().to_string());
+    Generation run = collect(**stream);
+    g.num_cached_tokens.push_back(run.last.num_cached_tokens);
+    g.tokens.push_back(std::move(run.tokens));
+  }
+  (*engine)->shutdown(/*drain=*/true);
+  g.stats = (*engine)->stats();
+  return g;
 }
 
 // Teacher-forced next-token agreement: for every step i of every request of `reference`, the token `config`'s
