@@ -219,7 +219,8 @@ enum class ScoresReady : uint8_t { kOnReturn, kAfterSynchronize };
 // Attention probabilities of the last n = q.shape[0] query positions of sequence `slice` of `view` against its
 // stored keys, reduced over those rows: out[h, j] = reduce_r softmax_r(q[r, h] . k_j * scale)[j]. Row r sees the
 // keys paged_attention would show it (key j <= len - n + r, sliding window, selection); keys a row does not see
-// add 0. The softmax runs in fp32 over each row's visible keys. q [n, H, D]; out [H, max_len] F32, where
+// add 0 (over TurboQuant pages, on the CPU, q . k_j is the logit paged_attention reads there: turboquant_rows.h).
+// The softmax runs in fp32 over each row's visible keys. q [n, H, D]; out [H, max_len] F32, where
 // max_len = the longest KV head of the sequence; columns past a head's own length are 0. `out` is host memory;
 // with kAfterSynchronize it must be staging memory (staging_allocator of the pool's device) and holds the result
 // once synchronize(device) returns: the call only enqueues, so a method that reads every layer's scores once per

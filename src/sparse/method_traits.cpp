@@ -37,7 +37,7 @@ Status check_latent_attention_runs_on(Device device, const MethodTraits& traits,
 
 namespace {
 // The first of the method's ops that reads explicit K/V pages: any but eviction's row copies (which move a quantized
-// store's codes as bytes) and attention_scores (which decodes each stored key as it reads it).
+// store's codes or slots as bytes) and attention_scores (which decodes each stored key as it reads it).
 std::optional<OpId> op_reading_explicit_pages(const MethodTraits& traits) {
   for (OpId op : traits.ops)
     if (op != OpId::kCompactKv && op != OpId::kMoveKvRows && op != OpId::kAttentionScores) return op;
@@ -79,14 +79,6 @@ Status check_kv_store_supports(KvStoreKind store, Device device, const MethodTra
           store_name, name, op_name(*op));
     return Status::ok();
   }
-  // A TurboQuant slot is a key record and a value record, not rows of the explicit layout that eviction's copies
-  // move or attention_scores reads.
-  if (is_turboquant(store) && !traits.ops.empty())
-    return invalid_argument(
-        "--kv-cache-dtype {} cannot run sparse method '{}': its op {} reads or moves explicit K/V rows, and "
-        "TurboQuant keeps packed key and value records per token (only methods without ops of their own, such as "
-        "vanilla, run over it)",
-        store_name, name, op_name(traits.ops.front()));
   if (const std::optional<OpId> op = op_reading_explicit_pages(traits))
     return invalid_argument(
         "--kv-cache-dtype {} cannot run sparse method '{}': its op {} reads explicit K/V pages "

@@ -281,12 +281,6 @@ void PagedCacheManager::write_turboquant(int layer, const AttentionView& view, T
   }
 }
 
-Status PagedCacheManager::check_rows_movable(std::string_view what) const {
-  if (!layout().turboquant()) return Status::ok();
-  return unimplemented("{}: the {} KV store keeps token slots that compact_kv and move_kv_rows do not move yet", what,
-                       kv_store_kind_name(layout().store));
-}
-
 void PagedCacheManager::write(int layer, const AttentionView& view, TensorView k, TensorView v) {
   // The split is fixed by the layer's first batch, before its rows are encoded; the view reads it through its
   // pointers.
@@ -340,7 +334,6 @@ Status PagedCacheManager::list_stream_once(int32_t seq, int layer, int kv_head) 
 }
 
 Status PagedCacheManager::evict_streams(int32_t seq, std::span<const StreamEviction> streams) {
-  SE_RETURN_IF_ERROR(check_rows_movable("evict"));
   Sequence& s = sequence(seq);
   const KvLayout& l = layout();
   stream_listed_.assign(static_cast<size_t>(l.num_streams()), 0);
@@ -368,7 +361,6 @@ Status PagedCacheManager::evict_streams(int32_t seq, std::span<const StreamEvict
 }
 
 Status PagedCacheManager::evict_slots(int32_t seq, std::span<const SlotEviction> streams) {
-  SE_RETURN_IF_ERROR(check_rows_movable("evict"));
   Sequence& s = sequence(seq);
   const KvLayout& l = layout();
   stream_listed_.assign(static_cast<size_t>(l.num_streams()), 0);
@@ -431,7 +423,6 @@ Result<RadixCache::PrefixMatch> PagedCacheManager::inspect_prefix(std::span<cons
 Status PagedCacheManager::check_prunable(std::span<const int32_t> tokens, RadixCache::BlockRange blocks) const {
   if (!radix_) return unimplemented("prefix caching is off: there is no radix prefix cache to prune");
   if (layout().one_row_per_token()) return no_latent_pruning(layout().store);
-  SE_RETURN_IF_ERROR(check_rows_movable("prune"));
   return radix_->prunable_nodes(tokens, blocks.first_block, blocks.end_block).status();
 }
 
@@ -440,7 +431,6 @@ Result<int32_t> PagedCacheManager::prune_prefix(std::span<const int32_t> tokens,
                                                 const PagesRewrittenFn& pages_rewritten) {
   if (!radix_) return unimplemented("prefix caching is off: there is no radix prefix cache to prune");
   if (layout().one_row_per_token()) return no_latent_pruning(layout().store);
-  SE_RETURN_IF_ERROR(check_rows_movable("prune"));
   SE_ASSIGN_OR_RETURN(std::vector<RadixCache::NodeId> nodes,
                       radix_->prunable_nodes(tokens, blocks.first_block, blocks.end_block));
   const KvLayout& l = layout();

@@ -106,8 +106,6 @@ class PagedCacheManager final : public CacheManager {
                           const std::vector<int32_t>& q_indptr) const;
   // Encodes the view's new tokens (the last n slots of each stream) of layer `layer` into their TurboQuant slots.
   void write_turboquant(int layer, const AttentionView& view, TensorView k, TensorView v) const;
-  // kUnimplemented naming `what` when the store is TurboQuant (its slots are not rows of the explicit layout).
-  Status check_rows_movable(std::string_view what) const;
 
   BlockPool pool_;
   std::unique_ptr<BlockPool> host_pool_;  // the host tier; null without one

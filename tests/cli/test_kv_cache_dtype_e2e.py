@@ -29,17 +29,18 @@ def test_methods_list_the_stores_each_method_takes():
         # FP8 exactly under the methods whose ops all read it (eviction's row copies, attention_scores).
         reads_fp8 = set(m["ops"]) <= {"compact_kv", "move_kv_rows", "attention_scores"}
         assert ("fp8_e4m3" in m["kv_cache_dtypes"]) == reads_fp8, m
-        # TurboQuant under the methods with no ops of their own; KIVI also under the prompt-time methods that score
-        # and evict the prompt before it is quantized (the SnapKV family) and those that drop whole quantized groups.
+        # TurboQuant under the same methods (its slots move whole and attention_scores reads their keys); KIVI under
+        # the methods with no ops of their own, the prompt-time methods that score and evict the prompt before it is
+        # quantized (the SnapKV family) and those that drop whole quantized groups.
         for store in TURBOQUANT:
-            assert (store in m["kv_cache_dtypes"]) == (not m["ops"]), m
+            assert (store in m["kv_cache_dtypes"]) == reads_fp8, m
         prompt_time = m["prefill_policy"] == "compress-after" and reads_fp8
         for store in ["kivi2", "kivi4"]:
             assert (store in m["kv_cache_dtypes"]) == (not m["ops"] or prompt_time or m["evicts_sealed_groups"]), m
     assert methods["vanilla"]["kv_cache_dtypes"] == ["auto", "fp8_e4m3", "kivi2", "kivi4"] + TURBOQUANT
     assert [name for name, m in methods.items() if m["evicts_sealed_groups"]] == ["streamingllm"]
     for name in ["snapkv", "pyramidkv", "adakv", "chunkkv", "streamingllm"]:
-        assert methods[name]["kv_cache_dtypes"] == ["auto", "fp8_e4m3", "kivi2", "kivi4"], name
+        assert methods[name]["kv_cache_dtypes"] == ["auto", "fp8_e4m3", "kivi2", "kivi4"] + TURBOQUANT, name
     assert methods["quest"]["kv_cache_dtypes"] == ["auto"]
     # On CUDA (a build with it) FP8 and KIVI pages run under the methods that run there and take them on the CPU;
     # TurboQuant pages are CPU only.
@@ -61,7 +62,7 @@ def test_methods_list_the_stores_each_method_takes():
     (["--kv-cache-dtype", "int3"], "--kv-cache-dtype must be auto, fp8, fp8_e4m3, kivi2, kivi4, turboquant_k8v4, "
                                    "turboquant_4bit_nc, turboquant_k3v4_nc, turboquant_3bit_nc, turboquant_2.5 or "
                                    "turboquant_3.5, got 'int3'"),
-    (["--kv-cache-dtype", "turboquant_4bit_nc", "--sparse-method", "snapkv"], "TurboQuant keeps packed key"),
+    (["--kv-cache-dtype", "turboquant_4bit_nc", "--sparse-method", "kvzip"], "its op subset_attention_max_scores"),
     (["--kv-cache-dtype", "kivi2", "--sparse-method", "h2o"], "cannot run sparse method 'h2o'"),
     (["--kv-cache-dtype", "kivi4", "--sparse-method", "kvzip"], "its op subset_attention_max_scores reads explicit"),
     (["--kv-cache-dtype", "kivi4", "--kivi-residual", "40"], "must be a positive multiple of the group size 32"),

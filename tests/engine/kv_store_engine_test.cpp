@@ -4,8 +4,9 @@
 // pages, SnapKV over KIVI keeps the prompt tokens the explicit cache's SnapKV keeps and stores them quantized,
 // StreamingLLM over KIVI with a budget past every sequence answers what KIVI alone does and with a small one finishes
 // every request within its pages,
-// TurboQuant's presets run under vanilla with the radix cache over their slots, and a method or value the store
-// cannot take is refused when the engine is built.
+// TurboQuant's presets run under vanilla with the radix cache over their slots and under the eviction methods
+// whose ops move whole slots and score their keys, and a method or value the store cannot take is refused when the
+// engine is built.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -90,8 +91,6 @@ TEST(KvStoreEngineTest, Fp8RadixPrefixReuseGivesTheTokensOfRecomputing) {
   expect_radix_reuse_gives_the_tokens_of_recomputing("fp8");
 }
 
-// Eviction over FP8 pages: StreamingLLM moves codes as it slides, SnapKV scores the decoded keys at the end of the
-// prefill and keeps its budget; generation runs past the budget and the pool is whole after.
 // The tiny model as an HF checkpoint in `dir`, with `extra` tensors beside its weights.
 ModelBundle load_tiny_checkpoint(const std::string& dir, const std::map<std::string, Tensor>& extra,
                                  int tensor_parallel_size = 1) {
@@ -151,6 +150,8 @@ TEST(KvStoreEngineTest, Fp8StoreDecodesWithTheCheckpointsScales) {
   EXPECT_EQ(generate(split, two_ranks, prompts, 8).tokens, generate(whole, store_config("fp8"), prompts, 8).tokens);
 }
 
+// Eviction over FP8 pages: StreamingLLM moves codes as it slides, SnapKV scores the decoded keys at the end of the
+// prefill and keeps its budget; generation runs past the budget and the pool is whole after.
 TEST(KvStoreEngineTest, EvictionMethodsRunOverFp8Pages) {
   const ModelBundle bundle = tiny_bundle();
   const std::vector<std::pair<std::string, nlohmann::json>> methods = {
@@ -279,14 +280,8 @@ TEST(KvStoreEngineTest, SnapKvOverKiviGivesEveryPageBackAfterPreemptionAndAbort)
   }
   (*engine)->abort("r2");
   for (size_t i = 0; i < streams.size(); ++i) {
-    size_t tokens = 0;
-    while (true) {
-      auto out = streams[i]->next(std::chrono::milliseconds(60000));
-      ASSERT_TRUE(out.has_value()) << "request " << i << " stalled";
-      tokens += out->tokens.size();
-      if (out->finished) break;
-    }
-    if (i != 2) EXPECT_EQ(tokens, 24u) << i;
+    const size_t num_tokens = test::collect(*streams[i]).tokens.size();
+    if (i != 2) EXPECT_EQ(num_tokens, 24u) << i;
   }
   (*engine)->shutdown(/*drain=*/true);
   const EngineStats stats = (*engine)->stats();
@@ -352,6 +347,47 @@ TEST(KvStoreEngineTest, TurboQuantRadixPrefixReuseGivesTheTokensOfRecomputing) {
   expect_radix_reuse_gives_the_tokens_of_recomputing("turboquant_2.5");
 }
 
+// Eviction over TurboQuant slots: with budgets past every sequence StreamingLLM, SnapKV and H2O keep everything, so
+// their tokens are the store's under vanilla, exactly; with small ones they slide (StreamingLLM) or score the slots'
+// keys as attention reads them (SnapKV at the prompt's end, H2O every step), move whole slots, return pages, finish
+// every request and leave the pool whole.
+TEST(KvStoreEngineTest, EvictionMethodsRunOverTurboQuantSlots) {
+  const ModelBundle bundle = tiny_bundle();
+  std::mt19937 rng(11);
+  std::vector<std::vector<int32_t>> prompts(4);
+  for (size_t i = 0; i < prompts.size(); ++i) prompts[i] = random_prompt(rng, 60 + 9 * static_cast<int>(i));
+  struct Budgets {
+    std::string method;
+    nlohmann::json unbounded, bounded;
+  };
+  const std::vector<Budgets> methods = {{"streamingllm", {{"budget", 1000}}, {{"budget", 40}, {"sink_tokens", 4}}},
+                                        {"snapkv", {{"budget", 1000}, {"window", 8}}, {{"budget", 40}, {"window", 8}}},
+                                        {"h2o", {{"budget", 1000}}, {{"budget", 40}}}};
+  for (const char* store : {"turboquant_4bit_nc", "turboquant_3.5"}) {
+    const Generated alone = generate(bundle, store_config(store), prompts, 24);
+    for (const Budgets& m : methods) {
+      // The paper's store under SnapKV alone: its scores read the wide keys; the row moves are the presets'.
+      if (std::string_view(store) == "turboquant_3.5" && m.method != "snapkv") continue;
+      const Generated unbounded = generate(bundle, store_config(store, m.method, m.unbounded), prompts, 24);
+      EXPECT_EQ(unbounded.tokens, alone.tokens) << store << " " << m.method;
+      EXPECT_EQ(unbounded.stats.compression_steps_total, 0u) << store << " " << m.method;
+      const Generated bounded = generate(bundle, store_config(store, m.method, m.bounded), prompts, 24);
+      for (size_t r = 0; r < prompts.size(); ++r) EXPECT_EQ(bounded.tokens[r].size(), 24u) << store << " " << m.method;
+      EXPECT_GT(bounded.stats.compression_steps_total, 0u) << store << " " << m.method;
+      EXPECT_EQ(bounded.stats.num_kv_pages_used, 0) << store << " " << m.method;
+    }
+  }
+  // Teacher-forced next tokens of SnapKV over the store against fp32 SnapKV's greedy run.
+  const nlohmann::json snapkv = {{"budget", 40}, {"window", 8}};
+  const Generated f32 = generate(bundle, store_config("auto", "snapkv", snapkv), prompts, 24);
+  const double agreement =
+      next_token_agreement(bundle, store_config("turboquant_4bit_nc", "snapkv", snapkv), prompts, f32);
+  RecordProperty("snapkv_turboquant_4bit_nc_next_token_agreement", std::to_string(agreement));
+  // 23 of 96 here: SnapKV ranks the prompt by its noisy 4-bit keys, and on this sharp-attention model another kept
+  // set often changes the next token (vanilla over the store, which keeps every token, agrees on 65 of 96).
+  EXPECT_GE(agreement, 0.2) << "SnapKV over turboquant_4bit_nc picks another next token than fp32 SnapKV too often";
+}
+
 TEST(KvStoreEngineTest, RefusesWhatTheStoreCannotTake) {
   const ModelBundle bundle = tiny_bundle();
   auto quest = Engine::create(bundle, store_config("fp8", "quest"));
@@ -375,10 +411,10 @@ TEST(KvStoreEngineTest, RefusesWhatTheStoreCannotTake) {
   EngineConfig ragged = store_config("kivi4");
   ragged.kivi_residual = 40;  // not a multiple of the group
   EXPECT_EQ(Engine::create(bundle, ragged).status().code(), StatusCode::kInvalidArgument);
-  auto streaming = Engine::create(bundle, store_config("turboquant_4bit_nc", "streamingllm"));
-  ASSERT_FALSE(streaming.is_ok());
-  EXPECT_EQ(streaming.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(streaming.status().message().find("TurboQuant"), std::string::npos) << streaming.status().message();
+  auto kvzip = Engine::create(bundle, store_config("turboquant_4bit_nc", "kvzip"));
+  ASSERT_FALSE(kvzip.is_ok());
+  EXPECT_EQ(kvzip.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(kvzip.status().message().find("reads explicit K/V pages"), std::string::npos) << kvzip.status().message();
   auto unknown = Engine::create(bundle, store_config("int3"));
   ASSERT_FALSE(unknown.is_ok());
   EXPECT_EQ(unknown.status().code(), StatusCode::kInvalidArgument);

@@ -1,8 +1,8 @@
 // The TurboQuant store of the paged cache: the bytes per token of each preset (vLLM's reported compression
 // against bf16) and of the paper's 2.5- and 3.5-bit stores, that write() puts each token's codec slot where its page
 // table says (the paper's store with the outlier channels its layer's first batch fixed), that attention over the
-// cache's view equals attention over the slots' decoded K/V, and that what moves explicit rows is refused with
-// the sequence left as it was.
+// cache's view equals attention over the slots' decoded K/V (and attention_scores reads the same logits), and that
+// eviction moves whole slots.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -145,6 +145,10 @@ TEST(TurboQuantKvStoreTest, WritesCodecSlotsAndAttendsOverThem) {
     AttentionParams params;
     params.scale = 1.0f / std::sqrt(static_cast<float>(kDim));
     paged_attention(out.view(), q.view(), view, params);
+    // attention_scores reads the logits paged_attention does: the rows' probabilities summed per key.
+    Tensor scores = Tensor::empty(DType::kF32, Shape{num_heads, 9}, cpu_allocator());
+    attention_scores(scores.view(), q.view(), view, 0, params, ScoreReduce::kSum);
+    std::vector<double> want_scores(static_cast<size_t>(num_heads * 9), 0.0);
     for (int r = 0; r < 2; ++r)
       for (int hq = 0; hq < num_heads; ++hq) {
         const int h = hq / 2, last = 7 + r;
@@ -159,12 +163,15 @@ TEST(TurboQuantKvStoreTest, WritesCodecSlotsAndAttendsOverThem) {
           top = std::max(top, logits[t]);
         }
         for (double& l : logits) sum += (l = std::exp(l - top));
+        for (int t = 0; t <= last; ++t) want_scores[hq * 9 + t] += logits[t] / sum;
         for (int d = 0; d < kDim; ++d) {
           double o = 0.0;
           for (int t = 0; t <= last; ++t) o += logits[t] / sum * values[(t * kHeads + h) * kDim + d];
           EXPECT_NEAR(out.data<float>()[(r * num_heads + hq) * kDim + d], o, 2e-5) << kv_store_kind_name(store);
         }
       }
+    for (int i = 0; i < num_heads * 9; ++i)
+      EXPECT_NEAR(scores.data<float>()[i], want_scores[i], 2e-6) << kv_store_kind_name(store) << " score " << i;
     cache.close(0);
     EXPECT_TRUE(cache.check_integrity().is_ok());
     EXPECT_EQ(cache.num_free_pages(), cache.num_total_pages());
@@ -195,25 +202,48 @@ TEST(TurboQuantKvStoreTest, ChannelSplitIsFixedByTheLayersFirstBatchWithRows) {
   EXPECT_FALSE(std::equal(table.key_orders(0), table.key_orders(0) + kDim, table.key_orders(0) + kDim));
 }
 
-TEST(TurboQuantKvStoreTest, RefusesToMoveSlotsAndKeepsTheSequence) {
-  auto made = PagedCacheManager::create(turboquant_layout(KvStoreKind::kTurboQuant4BitNc), 64, cpu_allocator(), true);
-  ASSERT_TRUE(made.is_ok());
-  PagedCacheManager& cache = **made;
-  std::mt19937 rng(6);
-  ASSERT_TRUE(cache.open(0, {}).is_ok());
-  ASSERT_TRUE(cache.reserve(0, 9).is_ok());
-  for (int layer = 0; layer < kLayers; ++layer) write_step(cache, layer, 9, random_rows(rng, 9), random_rows(rng, 9));
-  const std::vector<int32_t> kept = {0, 4};
-  const Status evicted = cache.evict(0, 1, 1, kept);
-  EXPECT_EQ(evicted.code(), StatusCode::kUnimplemented);
-  EXPECT_NE(evicted.message().find("turboquant_4bit_nc"), std::string::npos) << evicted.message();
-  const std::vector<CacheManager::SlotEviction> one = {{1, 0, 2}};
-  EXPECT_EQ(cache.evict_slots(0, one).code(), StatusCode::kUnimplemented);
-  EXPECT_EQ(cache.table(0)->num_tokens(1, 1), 9);
-  EXPECT_EQ(cache.table(0)->num_tokens(1, 0), 9);
-  EXPECT_TRUE(cache.check_integrity().is_ok());
-  cache.close(0);
-  EXPECT_EQ(cache.num_free_pages(), cache.num_total_pages());
+// Eviction moves a token's whole slot (its key record and value record) as bytes: what a stream keeps reads back
+// as the bytes its tokens were written as, in every preset and the paper's store.
+TEST(TurboQuantKvStoreTest, EvictionMovesWholeSlots) {
+  for (KvStoreKind store :
+       {KvStoreKind::kTurboQuant4BitNc, KvStoreKind::kTurboQuantK8V4, KvStoreKind::kTurboQuantProd35}) {
+    auto made = PagedCacheManager::create(turboquant_layout(store), 64, cpu_allocator(), true);
+    ASSERT_TRUE(made.is_ok());
+    PagedCacheManager& cache = **made;
+    std::mt19937 rng(6);
+    ASSERT_TRUE(cache.open(0, {}).is_ok());
+    ASSERT_TRUE(cache.reserve(0, 9).is_ok());
+    for (int layer = 0; layer < kLayers; ++layer) write_step(cache, layer, 9, random_rows(rng, 9), random_rows(rng, 9));
+    const size_t slot_bytes = cache.layout().page_bytes() / kPageSize;
+    ForwardBatch batch;
+    batch.sequences.push_back({0, 0, 0});
+    const AttentionView view = cache.build_view(1, batch);
+    const auto slot = [&](int h, int32_t t) {
+      const PageSlot at = cache.table(0)->slot(1, h, t);
+      const uint8_t* bytes = static_cast<const uint8_t*>(view.kv_base) + at.page_id * view.page_bytes +
+                             static_cast<size_t>(at.offset) * slot_bytes;
+      return std::vector<uint8_t>(bytes, bytes + slot_bytes);
+    };
+    std::vector<std::vector<uint8_t>> head1, head0;
+    for (int32_t t = 0; t < 9; ++t) {
+      head1.push_back(slot(1, t));
+      head0.push_back(slot(0, t));
+    }
+    const std::vector<int32_t> kept = {0, 4, 5, 8};
+    ASSERT_TRUE(cache.evict(0, 1, 1, kept).is_ok()) << kv_store_kind_name(store);
+    ASSERT_EQ(cache.table(0)->num_tokens(1, 1), 4);
+    for (size_t i = 0; i < kept.size(); ++i)
+      EXPECT_EQ(slot(1, static_cast<int32_t>(i)), head1[static_cast<size_t>(kept[i])]) << kv_store_kind_name(store);
+    // One slot of head 0 evicted: the stream's last token takes its place.
+    const std::vector<CacheManager::SlotEviction> one = {{1, 0, 2}};
+    ASSERT_TRUE(cache.evict_slots(0, one).is_ok()) << kv_store_kind_name(store);
+    ASSERT_EQ(cache.table(0)->num_tokens(1, 0), 8);
+    EXPECT_EQ(slot(0, 2), head0[8]) << kv_store_kind_name(store);
+    EXPECT_EQ(slot(0, 3), head0[3]) << kv_store_kind_name(store);
+    EXPECT_TRUE(cache.check_integrity().is_ok());
+    cache.close(0);
+    EXPECT_EQ(cache.num_free_pages(), cache.num_total_pages());
+  }
 }
 
 TEST(TurboQuantKvStoreTest, ParsesVllmPresetNames) {

@@ -16,6 +16,7 @@ void attention_scores(TensorView out, TensorView q, const AttentionView& view, i
   const int64_t group = num_heads / view.num_kv_heads;
   const int64_t max_len = out.shape[1];
   const int32_t head_dim = view.head_dim;
+  const bool turboquant = is_turboquant_view(view);
   std::fill(out.ptr<float>(), out.ptr<float>() + out.numel(), 0.0f);
 
 #pragma omp parallel for schedule(dynamic, 1)
@@ -24,8 +25,13 @@ void attention_scores(TensorView out, TensorView q, const AttentionView& view, i
     float* dst = out.ptr<float>() + h * max_len;
     std::vector<int32_t> keys;
     std::vector<float> probs;
+    std::vector<float> query_domain(turboquant ? static_cast<size_t>(turboquant_key_width(view)) : 0);
     for (int32_t r = 0; r < n; ++r) {
       const float* qv = q.ptr<float>() + (static_cast<int64_t>(r) * num_heads + h) * head_dim;
+      if (turboquant) {
+        turboquant_query(view, kvh, qv, query_domain.data());
+        qv = query_domain.data();
+      }
       const float max_score = visible_logits(view, slice, kvh, visible_range(sv, kvh, n, r, params.sliding_window), qv,
                                              params, keys, probs);
       float denom = 0.0f;

@@ -11,61 +11,11 @@
 
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/paged_attention_tiles.h"
-#include "backend/quant/turboquant_kv.h"
-#include "backend/quant/turboquant_prod_kv.h"
-#include "tensor/fp8.h"
+#include "backend/cpu/turboquant_rows.h"
 
 namespace se::cpu {
 
 namespace {
-
-// Slot j of a stream whose page list is `pages`.
-const uint8_t* slot_of(const AttentionView& view, const int32_t* pages, int32_t j, size_t slot_bytes) {
-  return static_cast<const uint8_t*>(view.kv_base) + static_cast<size_t>(pages[j / view.page_size]) * view.page_bytes +
-         static_cast<size_t>(j % view.page_size) * slot_bytes;
-}
-
-struct TurboQuantRows {
-  static constexpr bool kInPlace = false;
-  const AttentionView* view;
-  const int32_t* pages;  // the stream's page list
-  TurboQuantSlotLayout layout;
-
-  const uint8_t* slot(int32_t j) const { return slot_of(*view, pages, j, layout.slot_bytes()); }
-  const float* key(int32_t j, float* local) const {
-    const QuantizedKvView& qv = view->quantized;
-    if (qv.bits == 8) {
-      for (int32_t d = 0; d < view->head_dim; ++d) local[d] = fp8_to_f32(slot(j)[d], Fp8Format::kE4M3);
-    } else {
-      turboquant_decode_rotated_key(slot(j), view->head_dim, qv.bits, qv.centroids, qv.norm_correction, local);
-    }
-    return local;
-  }
-  const float* value(int32_t j, float* local) const {
-    turboquant_decode_value(slot(j) + layout.key_bytes, view->head_dim, view->quantized.value_bits, local);
-    return local;
-  }
-};
-
-// The paper's store, read by the tiles of a view twice the head's width (the codec's attention domain): keys are
-// read_key's 2 * head_dim values, values read_value's head_dim values and head_dim zeros.
-struct TurboQuantProdRows {
-  static constexpr bool kInPlace = false;
-  const AttentionView* view;  // the wide view
-  const int32_t* pages;       // the stream's page list
-  const TurboQuantProdKvCodec* codec;
-
-  const uint8_t* slot(int32_t j) const { return slot_of(*view, pages, j, codec->layout().slot_bytes()); }
-  const float* key(int32_t j, float* local) const {
-    codec->read_key(slot(j), local);
-    return local;
-  }
-  const float* value(int32_t j, float* local) const {
-    codec->read_value(slot(j), local);
-    std::fill(local + codec->head_dim(), local + view->head_dim, 0.0f);
-    return local;
-  }
-};
 
 void paged_attention_turboquant_prod(TensorView out, TensorView q, const AttentionView& view,
                                      const AttentionParams& params) {
@@ -78,7 +28,7 @@ void paged_attention_turboquant_prod(TensorView out, TensorView q, const Attenti
   const float* in = q.ptr<float>();
 #pragma omp parallel for schedule(static)
   for (int64_t m = 0; m < vectors; ++m)
-    codec.project_query(in + m * dim, qv.key_orders + kv_head(m) * dim, projected.data() + m * wide);
+    turboquant_query(view, static_cast<int32_t>(kv_head(m)), in + m * dim, projected.data() + m * wide);
   AttentionView wide_view = view;
   wide_view.head_dim = static_cast<int32_t>(wide);
   const Shape wide_shape{q.shape[0], num_heads, wide};
@@ -103,10 +53,8 @@ void paged_attention_turboquant(TensorView out, TensorView q, const AttentionVie
     paged_attention_turboquant_prod(out, q, view, params);
     return;
   }
-  const TurboQuantSlotLayout layout =
-      turboquant_slot_layout(view.head_dim, TurboQuantKvFormat{qv.bits, qv.value_bits, qv.norm_correction});
   auto reader = [&](int32_t s, int32_t h) {
-    return TurboQuantRows{&view, view.seqs[s].page_ids + static_cast<int64_t>(h) * view.seqs[s].stride, layout};
+    return TurboQuantRows::of(view, view.seqs[s].page_ids + static_cast<int64_t>(h) * view.seqs[s].stride);
   };
   if (qv.bits == 8) {
     paged_attention_tiles(out, q, view, params, reader);
@@ -116,8 +64,7 @@ void paged_attention_turboquant(TensorView out, TensorView q, const AttentionVie
   std::vector<float> rotated(static_cast<size_t>(q.numel()));
   const float* in = q.ptr<float>();
 #pragma omp parallel for schedule(static)
-  for (int64_t m = 0; m < vectors; ++m)
-    for (int64_t i = 0; i < dim; ++i) rotated[m * dim + i] = dot(qv.rotation + i * dim, in + m * dim, view.head_dim);
+  for (int64_t m = 0; m < vectors; ++m) turboquant_query(view, 0, in + m * dim, rotated.data() + m * dim);
   paged_attention_tiles(out, TensorView{rotated.data(), DType::kF32, q.shape}, view, params, reader);
 }
 

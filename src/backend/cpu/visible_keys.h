@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/cpu/kivi_rows.h"
+#include "backend/cpu/turboquant_rows.h"
 #include "backend/cpu/vector_math.h"
 #include "backend/ops.h"
 #include "backend/quant/fp8_kv.h"
@@ -52,8 +53,9 @@ void for_each_visible_key(const AttentionView& view, const SeqKvView& sv, int32_
 // The attention logits of query `q` (head_dim values) against every key for_each_visible_key yields in sequence
 // `slice` of the view: keys[i] = the token index, logits[i] = q . k * scale (soft-capped when configured). Returns
 // the largest logit (-inf when nothing is visible). Keys are f32 rows, FP8 codes decoded with their KV head's scale,
-// or a KIVI stream's keys (kivi_rows.h: quantized groups decoded, window rows read as they are), each decoded into a
-// per-thread row as it is read.
+// a KIVI stream's keys (kivi_rows.h: quantized groups decoded, window rows read as they are) or TurboQuant slots'
+// keys in their query's domain (turboquant_rows.h: `q` is then turboquant_query's, turboquant_key_width values),
+// each decoded into a per-thread row as it is read.
 inline float visible_logits(const AttentionView& view, int32_t slice, int32_t kv_head, VisibleRange range,
                             const float* q, const AttentionParams& params, std::vector<int32_t>& keys,
                             std::vector<float>& logits) {
@@ -68,12 +70,19 @@ inline float visible_logits(const AttentionView& view, int32_t slice, int32_t kv
                                                              view.head_dim, view.quantized.bits)
                                           : KiviPageLayout{};
   const KiviRows kivi_rows = kivi ? KiviRows::of(view, kivi_layout, slice, kv_head) : KiviRows{};
+  const bool turboquant = is_turboquant_view(view);
+  const TurboQuantRows turboquant_rows = turboquant ? TurboQuantRows::of(view, pages) : TurboQuantRows{};
+  const TurboQuantProdRows turboquant_prod_rows{&view, pages, view.quantized.turboquant_prod};
+  const int32_t width = turboquant ? turboquant_key_width(view) : view.head_dim;
   thread_local std::vector<float> decoded;
-  if (quantized) decoded.resize(static_cast<size_t>(view.head_dim));
+  if (quantized) decoded.resize(static_cast<size_t>(width));
   for_each_visible_key(view, sv, kv_head, range, [&](int32_t j) {
     const float* k = nullptr;
     if (kivi) {
       k = kivi_rows.key(j, decoded.data());
+    } else if (turboquant) {
+      k = turboquant_prod_rows.codec != nullptr ? turboquant_prod_rows.key(j, decoded.data())
+                                                : turboquant_rows.key(j, decoded.data());
     } else if (quantized) {
       fp8_dequantize(view.element<const uint8_t>(pages[j / view.page_size], 0, j % view.page_size),
                      static_cast<size_t>(view.head_dim), view.quantized.k_scales[kv_head], Fp8Format::kE4M3,
@@ -82,7 +91,7 @@ inline float visible_logits(const AttentionView& view, int32_t slice, int32_t kv
     } else {
       k = view.element<float>(pages[j / view.page_size], 0, j % view.page_size);
     }
-    float logit = dot(q, k, view.head_dim) * params.scale;
+    float logit = dot(q, k, width) * params.scale;
     if (params.logit_softcap > 0.0f) logit = params.logit_softcap * std::tanh(logit / params.logit_softcap);
     keys.push_back(j);
     logits.push_back(logit);
