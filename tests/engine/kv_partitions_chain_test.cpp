@@ -7,8 +7,10 @@
 // gets a clear error and leaves the other chains as they were.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <random>
 
@@ -379,6 +381,61 @@ TEST(PartitionedChainRandomTest, ChainedTurnsAbortsAndPreemptionKeepEverythingWh
   EXPECT_GT(num_preemptions, 0) << "no step ran short";
   EXPECT_GT(num_dropped_for_room, 0) << "no idle chain gave its room to running requests";
   RecordProperty("steps", num_steps);
+}
+
+// A resumed turn put back before it computed a token hands its chain's state back to the host tier, since the device
+// keeps only running sequences' pages. When the tier has no room for it (here a preempted request's kept state took
+// the last of it) the state is lost as a reclaimed chain's is: nothing of it stays on the device, the turn rebuilds
+// the chain from its tokens, and an aborted one leaves the chain gone.
+TEST(PartitionedChainReleaseTest, AnUntouchedTurnsStateTheHostCannotTakeBackIsLostNotLeftOnTheDevice) {
+  const ModelBundle bundle = tiny_bundle();
+  std::mt19937 rng(15);
+  const std::vector<int32_t> chain_prompt = random_tokens(rng, 40), other_prompt = random_tokens(rng, 60);
+  struct Outcome {
+    int64_t num_host_pages_in_use = 0;  // once the other request is preempted
+    int64_t num_turn_pages = 0;         // device pages the resumed turn holds
+  };
+  // The chain's first turn ends on the host; another request decodes, the chain's second turn is admitted, and the
+  // other request is preempted, its state kept on the host; then the second turn is put back.
+  const auto run = [&](int64_t host_pages, const std::function<void(PartitionedLoop&, Request&)>& after_release) {
+    PartitionedLoop loop(*bundle.model, partitioned_config(kQuest, 64, host_pages), /*chains=*/true);
+    Request* first = loop.add_turn("t1", chain_prompt, 2, "c", /*create=*/true).value();
+    loop.run_until(*first, 2);
+    Request* other = loop.add("other", other_prompt, 8);
+    loop.run_until(*other, 2);
+    std::vector<int32_t> tokens = first->token_ids;
+    tokens.push_back(5);
+    Request* second = loop.add_turn("t2", tokens, 2, "c", /*create=*/false).value();
+    SE_CHECK(loop.oracle().admit(*second).is_ok(), "admitting the second turn");
+    Outcome outcome{.num_turn_pages = loop.cache().num_held_pages(second->seq)};
+    loop.oracle().preempt(*other);
+    SE_CHECK(other->kept_state != nullptr, "the preempted request's state was not kept");
+    outcome.num_host_pages_in_use = loop.cache().num_host_pages() - loop.cache().num_free_host_pages();
+    loop.oracle().release(*second);
+    after_release(loop, *second);
+    loop.abort(*second);
+    loop.abort(*other);
+    for (const Status& s : {loop.cache().check_integrity(), loop.chains().check_integrity()})
+      EXPECT_TRUE(s.is_ok()) << s.to_string();
+    EXPECT_EQ(loop.cache().num_free_pages(), loop.cache().num_total_pages());
+    return outcome;
+  };
+  // With room, the state goes back onto the host and the chain keeps it.
+  const Outcome roomy = run(512, [](PartitionedLoop& loop, Request& turn) {
+    ASSERT_NE(turn.chain_state, nullptr);
+    EXPECT_TRUE(turn.chain_state->is_offloaded());
+    EXPECT_EQ(loop.cache().num_free_pages(), loop.cache().num_total_pages());
+  });
+  ASSERT_GT(roomy.num_turn_pages, 0);
+  // One host page short of it: lost, and the device holds nothing of it.
+  run(roomy.num_host_pages_in_use + roomy.num_turn_pages - 1, [](PartitionedLoop& loop, Request& turn) {
+    EXPECT_EQ(turn.chain_state, nullptr);
+    EXPECT_EQ(loop.cache().num_free_pages(), loop.cache().num_total_pages());
+    ASSERT_TRUE(loop.oracle().admit(turn).is_ok());
+    EXPECT_EQ(turn.chain_status, ChainStatus::kRebuilt);
+    EXPECT_EQ(turn.num_computed_tokens, 0);
+    loop.oracle().release(turn);
+  });
 }
 
 TEST(PartitionedChainErrorsTest, BadInputGetsAClearErrorAndLeavesTheOtherChains) {
