@@ -134,6 +134,10 @@ int64_t PagedCacheManager::num_available_pages() const {
   return pool_.num_free_pages() + (radix_ ? radix_->num_evictable_pages() : 0);
 }
 
+int64_t PagedCacheManager::num_used_pages() const {
+  return pool_.num_used_pages() - (radix_ ? radix_->num_evictable_pages() : 0);
+}
+
 int64_t PagedCacheManager::pages_to_reserve(int32_t seq, int32_t num_new_tokens) const {
   return sequence(seq).table.num_pages_for_append(num_new_tokens);
 }

@@ -127,6 +127,8 @@ class PartitionedLoop {
     last_plan_ = scheduler_->schedule();
     if (last_plan_.empty()) return false;
     const std::vector<SampledToken> sampled = runner_->execute(last_plan_);
+    peak_device_pages_in_use_ =
+        std::max(peak_device_pages_in_use_, cache_->num_total_pages() - cache_->num_free_pages());
     for (const ScheduledRequest& s : last_plan_.scheduled) {
       s.request->num_computed_tokens += s.num_tokens;
       oracle_->commit(*s.request);
@@ -168,6 +170,8 @@ class PartitionedLoop {
   MemoryOracle& oracle() { return *oracle_; }
   SparseController& controller() { return *controller_; }
   const StepPlan& last_plan() const { return last_plan_; }
+  // The most device pool pages in use after a step's forward.
+  int64_t peak_device_pages_in_use() const { return peak_device_pages_in_use_; }
 
  private:
   void end(Request& r) {
@@ -188,6 +192,7 @@ class PartitionedLoop {
   std::vector<std::unique_ptr<Request>> requests_;  // after cache_: kept states go first
   std::map<const Request*, std::vector<float>> logprobs_;
   StepPlan last_plan_;
+  int64_t peak_device_pages_in_use_ = 0;
 };
 
 // One sequence through both turns without leaving the cache: turn 1 generates `num_turn1` tokens, then the request
@@ -436,6 +441,20 @@ TEST(PartitionedChainReleaseTest, AnUntouchedTurnsStateTheHostCannotTakeBackIsLo
     EXPECT_EQ(turn.num_computed_tokens, 0);
     loop.oracle().release(turn);
   });
+}
+
+// Under the partitions the peak of held pages counts the device pages sequences hold, not total - available (which
+// counts the host tier's room as available).
+TEST(PartitionedPeakTest, ThePeakOfHeldPagesIsTheDevicePagesInUse) {
+  const ModelBundle bundle = tiny_bundle();
+  PartitionedLoop loop(*bundle.model, partitioned_config(kQuest, 24, 512), /*chains=*/false);
+  std::mt19937 rng(16);
+  std::vector<Request*> requests;
+  for (int length : {70, 90}) requests.push_back(loop.add("r" + std::to_string(length), random_tokens(rng, length), 4));
+  while (loop.step()) {
+  }
+  EXPECT_GT(loop.peak_device_pages_in_use(), 0);
+  EXPECT_EQ(loop.controller().peak_held_pages(), loop.peak_device_pages_in_use());
 }
 
 TEST(PartitionedChainErrorsTest, BadInputGetsAClearErrorAndLeavesTheOtherChains) {
