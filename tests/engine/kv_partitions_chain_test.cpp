@@ -19,6 +19,7 @@
 #include "../support/tiny_engine.h"
 #include "engine/engine.h"
 #include "engine/model_runner.h"
+#include "engine/prefix_prune_job.h"
 #include "engine/scheduler.h"
 #include "sparse/method_registry.h"
 
@@ -531,6 +532,30 @@ TEST(PartitionedChainErrorsTest, AnotherCachesStateIsRefusedAndBothCachesStayWho
     EXPECT_EQ(loop->cache().num_free_pages(), loop->cache().num_total_pages());
     EXPECT_EQ(loop->cache().num_free_host_pages(), loop->cache().num_host_pages());
   }
+}
+
+// A prune refused under the partitions leaves the chain as it was, its place among the idle chains included.
+TEST(PartitionedChainErrorsTest, ARefusedPruneLeavesTheChainsRecency) {
+  const ModelBundle bundle = tiny_bundle();
+  PartitionedLoop loop(*bundle.model, partitioned_config(kQuest, 40, 512), /*chains=*/true);
+  std::mt19937 rng(17);
+  for (const char* chain_id : {"older", "newer"}) {
+    Request* turn = loop.add_turn(chain_id, random_tokens(rng, 30), 2, chain_id, /*create=*/true).value();
+    loop.run_until(*turn, 2);
+  }
+  ASSERT_EQ(loop.chains().num_chains_on_host(), 2);
+  PruneRequest prune;
+  prune.chain_id = "older";
+  prune.ranges = {{0, 16}};
+  prune.keep_tokens = 2;
+  const PruneStatus status = run_chain_prune(prune, loop.chains(), loop.controller(), *bundle.model, {});
+  EXPECT_EQ(status.state, PruneState::kFailed);
+  EXPECT_NE(status.reason.find("keep every token"), std::string::npos) << status.reason;
+  EXPECT_GT(loop.chains().drop_oldest_on_host(), 0);
+  EXPECT_FALSE(loop.chains().find("older").has_value()) << "the refused prune made it the most recently used";
+  EXPECT_TRUE(loop.chains().find("newer").has_value());
+  loop.chains().drop("newer");
+  EXPECT_TRUE(loop.chains().check_integrity().is_ok());
 }
 
 }  // namespace
