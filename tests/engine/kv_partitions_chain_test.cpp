@@ -40,9 +40,16 @@ struct MethodCase {
   const char* name;
   nlohmann::json config;
   int64_t page_metadata_bytes;  // what the engine sizes its pool with per page
+  const char* label = nullptr;  // the test's name when not the method's
 };
 
 const MethodCase kQuest{"quest", {{"token_budget", 2 * kPageSize}, {"dense_layers", 0}}, kQuestMetadataBytes};
+// Spin's two-level ranking: groups of 2 pages, 2 of them ranked; the chain keeps its summaries and fine bounds.
+const MethodCase kQuestTwoLevel{
+    "quest",
+    {{"token_budget", 2 * kPageSize}, {"dense_layers", 0}, {"two_level_group", 2}, {"two_level_kept_groups", 2}},
+    kQuestMetadataBytes,
+    "quest_two_level"};
 // Layer 0 filters (16 prompt tokens kept), layer 1 reads them and the decode tail.
 const MethodCase kOmniKv{"omnikv", {{"filter_layers", {0}}, {"num_wait", 0}, {"num_selected_tokens", 16}}, 0};
 
@@ -259,8 +266,10 @@ TEST_P(PartitionedChainTest, AResumedTurnFromTheHostEqualsOneUninterruptedSequen
   EXPECT_EQ(turn2.logprobs, want.logprobs);  // exact: the same forward over the same state
 }
 
-INSTANTIATE_TEST_SUITE_P(Methods, PartitionedChainTest, ::testing::Values(kQuest, kOmniKv),
-                         [](const ::testing::TestParamInfo<MethodCase>& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Methods, PartitionedChainTest, ::testing::Values(kQuest, kQuestTwoLevel, kOmniKv),
+                         [](const ::testing::TestParamInfo<MethodCase>& info) {
+                           return info.param.label != nullptr ? info.param.label : info.param.name;
+                         });
 
 // Quest's indexes take device pages, so requests give way while the host tier has room to keep them (OmniKV's
 // only pressure is the two pools' room, which leaves none to keep them in).
