@@ -137,7 +137,15 @@ std::optional<KvCacheScales> checkpoint_fp8_scales(const ModelBundle& bundle, co
 }  // namespace
 
 Status check_kv_partitions(const EngineConfig& config, const MethodRuntime& method) {
-  if (!config.kv_partitions) return Status::ok();
+  if (!config.kv_partitions) {
+    const std::optional<PartitionConfig> partitions = method.partition_config();
+    if (partitions && partitions->two_level)
+      return invalid_argument(
+          "{}: the two-level ranking (two_level_group) runs over Spin's partitions only: give --kv-partitions (with "
+          "--kv-offloading-size), or leave two_level_group out",
+          method.name());
+    return Status::ok();
+  }
   if (config.kv_offloading_size <= 0)
     return invalid_argument("--kv-partitions keeps running sequences in the host tier: give it --kv-offloading-size");
   if (!method.partition_config())
@@ -170,6 +178,10 @@ Result<PartitionConfig> engine_partition_config(const EngineConfig& config, Meth
   // A token selection reads at most one page per kept token per KV head.
   if (partitions.token_filters)
     partitions.token_budget = std::max(1, partitions.token_filters->num_kept_tokens) * layout.page_size;
+  // The two-level ranking is host code over fp32 bounds.
+  if (partitions.two_level && layout.dtype != DType::kF32)
+    return unimplemented("{}: the two-level ranking (two_level_group) reads fp32 KV pages, not {}", method.name(),
+                         dtype_name(layout.dtype));
   partitions.buffer_factor = config.kv_partition_buffer_factor;
   if (config.kv_partition_fixed_pages > 0) {
     partitions.buffer = PartitionBuffer::kFixed;

@@ -51,14 +51,14 @@ class EngineLoop;
 // (TeacherForcedSequence). `bundle` must outlive the environment.
 MethodEnvironment method_environment(const ModelBundle& bundle);
 
-// Ok when `config` can run `method`'s decode as Spin's partitions over the host tier (or does not ask to):
-// kInvalidArgument / kUnimplemented naming what stands in the way. Needs no model, so the command line checks it
-// before one loads.
+// Ok when `config` can run `method`'s decode as Spin's partitions over the host tier (or does not ask to, and the
+// method sets nothing that only they run, as Quest's two-level ranking): kInvalidArgument / kUnimplemented naming
+// what stands in the way. Needs no model, so the command line checks it before one loads.
 Status check_kv_partitions(const EngineConfig& config, const MethodRuntime& method);
 
 // The partitions' settings the engine's cache runs with under `config` (check_kv_partitions ok, kv_partitions set):
 // the method's selection over `layout`, and the buffer config gives. kInvalidArgument for a fixed buffer smaller
-// than one layer's selection.
+// than one layer's selection, kUnimplemented for the two-level ranking over pages other than fp32.
 Result<PartitionConfig> engine_partition_config(const EngineConfig& config, MethodRuntime& method,
                                                 const KvLayout& layout);
 

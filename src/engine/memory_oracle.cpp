@@ -157,11 +157,7 @@ void MemoryOracle::preempt(Request& request) {
   }
   std::unique_ptr<ChainState> state = retain_on_every_rank(request.seq);
   request.seq = -1;
-  // A running request's progress comes before idle chains: they leave the host, oldest first, to make room for it.
-  Status offloaded = state->offload();
-  while (offloaded.code() == StatusCode::kResourceExhausted && chains_ != nullptr && chains_->drop_oldest_on_host() > 0)
-    offloaded = state->offload();
-  if (offloaded.is_ok()) {
+  if (park_on_host(*state).is_ok()) {
     request.kept_state = std::move(state);
     return;
   }
@@ -173,13 +169,26 @@ void MemoryOracle::release(Request& request) {
   if (request.seq < 0) return;
   if (restored_untouched(request)) {
     request.chain_state = retain_on_every_rank(request.seq);
-    // Where running sequences live in the host tier, the device keeps only their pages: back there when it can.
-    if (lead().runs_on_host_tier()) (void)request.chain_state->offload();
+    // Where running sequences live in the host tier, the device keeps only their pages: the state goes back there,
+    // or is lost as a reclaimed chain's is (the turn is rebuilt from its tokens; aborted, its chain is dropped).
+    if (lead().runs_on_host_tier()) {
+      const Status parked = park_on_host(*request.chain_state);
+      if (!parked.is_ok()) {
+        SE_LOG_WARN("request {}: its chain's state cannot go back to the host tier ({}); the turn will rebuild it",
+                    request.request_id, parked.message());
+        request.chain_state.reset();
+      }
+    }
   } else {
     close_on_ranks(request.seq, ranks_.size());
   }
   request.seq = -1;
   request.num_computed_tokens = 0;
+}
+
+Status MemoryOracle::park_on_host(ChainState& state) {
+  // A request's state comes before idle chains: they leave the host, oldest first, when that makes room for it.
+  return chains_ != nullptr ? chains_->offload_state(state) : state.offload();
 }
 
 std::unique_ptr<ChainState> MemoryOracle::retain(Request& request) {

@@ -54,9 +54,9 @@ class MemoryOracle {
   // After the step's forward: the request's first num_computed_tokens tokens are in the cache.
   void commit(Request& request);
   // Ends the request's cache state (finish, abort, or a preemption preempt() does not keep); nothing of it counts as
-  // computed any more. A
-  // chain request that computed nothing past its restored state takes that state back (it is admitted again
-  // later); one that did loses it and is marked rebuilt.
+  // computed any more. A chain request that computed nothing past its restored state takes that state back (it is
+  // admitted again later; where running sequences live in the host tier the state goes back there, and when the
+  // tier cannot take it, it is lost and the turn rebuilds it); one that did loses it and is marked rebuilt.
   void release(Request& request);
   // Ends the cache state of a request the scheduler puts back (preempted, or admitted without room to run). Where
   // running sequences live in the host tier (CacheManager::runs_on_host_tier, one rank), one that computed tokens
@@ -98,6 +98,8 @@ class MemoryOracle {
   // Closes `seq` on ranks [0, end).
   void close_on_ranks(int32_t seq, size_t end);
   std::unique_ptr<ChainState> retain_on_every_rank(int32_t seq);
+  // Moves a request's state to the host tier, idle chains there giving way (ChainCacheIndex::offload_state).
+  Status park_on_host(ChainState& state);
 
   std::vector<SparseController*> ranks_;
   ChainCacheIndex* chains_;

@@ -160,6 +160,12 @@ int64_t prune_chain_range(SparseController& controller, const ModelConfig& model
 
 PruneStatus run_chain_prune(const PruneRequest& request, ChainCacheIndex& chains, SparseController& controller,
                             const Model& model, const MethodEnvironment& environment) {
+  // Refused before the chain is taken out, which would make it the most recently used.
+  if (controller.cache().runs_on_host_tier())
+    return ended(PruneState::kFailed,
+                 failed_precondition("chain '{}' runs under Spin's partitions (--kv-partitions), which keep every "
+                                     "token of a sequence: its prefix cannot be pruned; it was left as it was",
+                                     request.chain_id));
   // The prefix is read and the state given back at once: the scoring pass runs with the chain idle, so a turn may
   // still begin meanwhile (the prune is then blocked below). Turns end only on this thread, so a state taken
   // again after scoring is the one scored.
@@ -170,11 +176,6 @@ PruneStatus run_chain_prune(const PruneRequest& request, ChainCacheIndex& chains
   const int32_t num_logical = idle->state->num_logical_tokens();
   const std::vector<int32_t> stored = std::move(idle->tokens);  // may hold one more, uncomputed token
   chains.cancel_turn(request.chain_id, std::move(idle->state));
-  if (controller.cache().runs_on_host_tier())
-    return ended(PruneState::kFailed,
-                 failed_precondition("chain '{}' runs under Spin's partitions (--kv-partitions), which keep every "
-                                     "token of a sequence: its prefix cannot be pruned; it was left as it was",
-                                     request.chain_id));
 
   const std::span<const int32_t> prefix(stored.data(), static_cast<size_t>(num_logical));
   if (request.token_ids.size() > stored.size() ||

@@ -69,15 +69,35 @@ void ChainCacheIndex::leave_lru(Chain& chain) {
 
 bool ChainCacheIndex::offload_locked(const std::string& chain_id, Chain& chain) {
   leave_lru(chain);
-  Status offloaded = chain.state->offload();
-  while (offloaded.code() == StatusCode::kResourceExhausted && !host_lru_.empty()) {
-    const std::string oldest = host_lru_.front();  // a copy: dropping erases the list entry
-    drop_locked(oldest);
-    offloaded = chain.state->offload();
-  }
-  if (!offloaded.is_ok()) return false;
+  if (!offload_making_room(*chain.state).is_ok()) return false;
   make_idle(chain_id, chain);
   return true;
+}
+
+Status ChainCacheIndex::offload_state(ChainState& state) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return offload_making_room(state);
+}
+
+Status ChainCacheIndex::offload_making_room(ChainState& state) {
+  const Status offloaded = state.offload();
+  if (offloaded.code() != StatusCode::kResourceExhausted) return offloaded;
+  int64_t short_by = state.num_host_pages_short();
+  if (short_by > num_pages_of_host_chains()) return offloaded;
+  while (short_by > 0 && !host_lru_.empty()) {
+    const std::string oldest = host_lru_.front();  // a copy: dropping erases the list entry
+    drop_locked(oldest);
+    const int64_t now_short_by = state.num_host_pages_short();
+    if (now_short_by >= short_by) break;
+    short_by = now_short_by;
+  }
+  return state.offload();
+}
+
+int64_t ChainCacheIndex::num_pages_of_host_chains() const {
+  int64_t num_pages = 0;
+  for (const std::string& chain_id : host_lru_) num_pages += chains_.at(chain_id).state->num_host_pages();
+  return num_pages;
 }
 
 void ChainCacheIndex::end_turn(const std::string& chain_id, std::vector<int32_t> tokens,

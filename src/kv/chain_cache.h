@@ -6,8 +6,8 @@
 // resumed twice). Idle chains are reclaimed in LRU order of their last turn when pages are needed. With a host
 // tier (the cache's second page pool, kv/page_table_transfer.h) a reclaimed chain's state moves there and the
 // chain stays idle, resumable, in the host's own LRU; a full tier drops its least recently used chains to take
-// it. Without a tier, or when the tier could never hold the state, the chain is dropped. A dropped chain leaves
-// a tombstone in a bounded FIFO so it answers kGone instead of kNotFound.
+// it, where that makes room. Without a tier, or when the tier cannot hold the state, the chain is dropped. A dropped
+// chain leaves a tombstone in a bounded FIFO so it answers kGone instead of kNotFound.
 //
 // Thread-safe (one mutex), so a request's chain can be checked and pinned on the submitting thread. Destroying a
 // state releases its pages, so the calls that can (reclaim, drop of an idle chain, the destructor) belong to the
@@ -52,6 +52,9 @@ class ChainState {
   virtual bool is_offloaded() const { return false; }
   // Host tier pages the state holds (none unless offloaded).
   virtual int64_t num_host_pages() const { return 0; }
+  // Host tier pages offload() lacks now: what it takes there beyond the tier's free pages (0 when they suffice, when
+  // it is offloaded, or has no tier to go to).
+  virtual int64_t num_host_pages_short() const { return 0; }
   // Free device pages resuming the state takes first (bringing it back from the host tier).
   virtual int64_t num_pages_to_restore() const { return 0; }
   // Device pages beyond those it holds (or restores) that appending `num_new_tokens` to every stream may take at
@@ -109,6 +112,10 @@ class ChainCacheIndex final {
   // Moves an idle chain's state to the host tier now, as reclaim would (the host's least recently used chains
   // dropped for room, the chain itself when it cannot go there). Unknown and busy chains are ignored.
   void park(const std::string& chain_id);
+  // Moves a state the index does not hold (a preempted request's) to the host tier, the idle chains there giving way
+  // as they do to a reclaimed chain's: when the tier lacks room, the least recently used are dropped only if together
+  // they hold what is short, and only while each drop shortens it. offload()'s error when it still cannot go there.
+  Status offload_state(ChainState& state);
   // Drops the least recently used idle chain on the host tier (where running sequences live there too, it yields
   // them its host pages). Returns the host pages freed, 0 when no chain is there.
   int64_t drop_oldest_on_host();
@@ -143,9 +150,14 @@ class ChainCacheIndex final {
   void make_idle(const std::string& chain_id, Chain& chain);
   // Takes an idle chain out of its LRU (its state stays with it).
   void leave_lru(Chain& chain);
-  // Moves an idle chain's state to the host tier, dropping the host's least recently used chains while the tier
-  // is full; false when it cannot go there (the chain is then left out of every LRU, for the caller to drop).
+  // Moves an idle chain's state to the host tier (offload_making_room); false when it cannot go there (the chain is
+  // then left out of every LRU, for the caller to drop).
   bool offload_locked(const std::string& chain_id, Chain& chain);
+  // offload_state's work. Dropping chains that cannot make room would destroy idle state for nothing: an error other
+  // than the tier's room (no tier, one too small for it) drops none, nor does a shortfall the host chains do not cover.
+  Status offload_making_room(ChainState& state);
+  // Host tier pages the idle chains on the host hold (what dropping them all gives back).
+  int64_t num_pages_of_host_chains() const;
   // offload_locked, or drops the chain when it cannot go there (`chain_id` must not be the map's own key).
   void park_locked(const std::string& chain_id, Chain& chain);
   void tombstone(const std::string& chain_id);

@@ -42,6 +42,9 @@ class SequenceSnapshot {
   virtual bool is_offloaded() const { return false; }
   // Host tier pages it holds (none unless offloaded, or taken from a cache whose running sequences live there too).
   virtual int64_t num_host_pages() const { return 0; }
+  // Host tier pages offload() lacks now, beyond the tier's free ones (0 when they suffice, once offloaded, or
+  // without a tier).
+  virtual int64_t num_host_pages_short() const { return 0; }
   // Free device pages restoring it takes (none unless offloaded).
   virtual int64_t num_pages_to_restore() const { return 0; }
   // Device pages beyond those it holds (or restores) that appending `num_new_tokens` to every stream may take at
@@ -59,6 +62,9 @@ class CacheManager : public KvStreams {
   virtual int64_t num_free_pages() const = 0;
   // Pages available now: free in the pool plus what the prefix cache could give back.
   virtual int64_t num_available_pages() const = 0;
+  // Pages that sequences and their snapshots hold in the pool now: in use, less what the prefix cache could give
+  // back. Not total - available, which counts more than free pages where the host tier takes running sequences' pages.
+  virtual int64_t num_used_pages() const = 0;
   // The host tier's pages in all and free (0 and 0 without one).
   virtual int64_t num_host_pages() const { return 0; }
   virtual int64_t num_free_host_pages() const { return 0; }

@@ -54,6 +54,7 @@ class KiviCacheManager final : public CacheManager {
   int64_t num_total_pages() const override { return pool_.num_total_pages(); }
   int64_t num_free_pages() const override { return pool_.num_free_pages(); }
   int64_t num_available_pages() const override { return pool_.num_free_pages(); }
+  int64_t num_used_pages() const override { return pool_.num_used_pages(); }
   int64_t pages_to_reserve(int32_t seq, int32_t num_new_tokens) const override;
   int64_t num_held_pages(int32_t seq) const override;
 

@@ -38,7 +38,9 @@ struct Entry {
 const std::vector<Entry>& entries() {
   static const std::vector<Entry> kEntries = {
       {{"vanilla", "dense attention over every token; radix prefix cache"}, &VanillaMethod::create},
-      {{"quest", "decode reads the top pages by per-page key bounds (+ the last page); full history"},
+      {{"quest",
+        "decode reads the top pages by per-page key bounds (+ the last page); full history; under --kv-partitions "
+        "two_level_group ranks groups of pages first (Spin's two-level metadata)"},
        &QuestMethod::create},
       {{"omnikv", "filter layers pick prompt tokens by max-head logits for the layers after them; full history"},
        &OmniKvMethod::create},

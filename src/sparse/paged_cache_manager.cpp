@@ -1,5 +1,7 @@
 #include "sparse/paged_cache_manager.h"
 
+#include <algorithm>
+
 #include "base/check.h"
 #include "backend/ops.h"
 #include "kv/page_table_transfer.h"
@@ -76,6 +78,10 @@ class PagedSnapshot final : public SequenceSnapshot {
   int64_t num_host_pages() const override { return on_host ? table.num_held_pages() : 0; }
   int64_t num_pages_to_restore() const override { return on_host ? pages_to_copy_page_table(table) : 0; }
   bool is_offloaded() const override { return on_host; }
+  int64_t num_host_pages_short() const override {
+    if (host_pool_ == nullptr || on_host) return 0;
+    return std::max<int64_t>(0, pages_to_copy_page_table(table) - host_pool_->num_free_pages());
+  }
 
   Status offload() override {
     if (host_pool_ == nullptr) return unimplemented("no host tier to offload to (--kv-offloading-size)");
@@ -126,6 +132,10 @@ const PageTable* PagedCacheManager::table(int32_t seq) const {
 
 int64_t PagedCacheManager::num_available_pages() const {
   return pool_.num_free_pages() + (radix_ ? radix_->num_evictable_pages() : 0);
+}
+
+int64_t PagedCacheManager::num_used_pages() const {
+  return pool_.num_used_pages() - (radix_ ? radix_->num_evictable_pages() : 0);
 }
 
 int64_t PagedCacheManager::pages_to_reserve(int32_t seq, int32_t num_new_tokens) const {

@@ -22,6 +22,7 @@ class RetainedSequence final : public ChainState {
   Status offload() override { return kv_->offload(); }
   bool is_offloaded() const override { return kv_->is_offloaded(); }
   int64_t num_host_pages() const override { return kv_->num_host_pages(); }
+  int64_t num_host_pages_short() const override { return kv_->num_host_pages_short(); }
   int64_t num_pages_to_restore() const override { return kv_->num_pages_to_restore(); }
   std::optional<int64_t> num_pages_to_extend(int64_t num_new_tokens) const override {
     return kv_->num_pages_to_extend(num_new_tokens);

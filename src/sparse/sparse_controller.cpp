@@ -79,7 +79,7 @@ void SparseController::finish_step(const ForwardBatch& batch) {
     };
   }
   const int64_t free_before = cache_.num_free_pages();
-  peak_held_pages_ = std::max(peak_held_pages_, cache_.num_total_pages() - cache_.num_available_pages());
+  peak_held_pages_ = std::max(peak_held_pages_, cache_.num_used_pages());
   const auto start = std::chrono::steady_clock::now();
   method_.finish_step(ctx);
   const int64_t freed = cache_.num_free_pages() - free_before;

@@ -178,11 +178,14 @@ class TieredSnapshot final : public SequenceSnapshot {
   bool is_offloaded() const override { return num_held_pages() == 0; }
   // The parked index comes back into metadata pages; the KV pages come in as the partitions read them.
   int64_t num_pages_to_restore() const override { return static_cast<int64_t>(index.host_pages.size()); }
+  // The index's resident part takes as many host pages as it holds device pages, and each resident page one.
+  int64_t num_host_pages_short() const override {
+    return std::max<int64_t>(0, num_held_pages() - host_pool_->num_free_pages());
+  }
 
   Status offload() override {
     if (is_offloaded()) return Status::ok();
     const std::vector<StreamPage> resident = table.pages_where(/*on_device=*/true);
-    // The index's resident part takes as many host pages as it held device pages.
     const int64_t needed = static_cast<int64_t>(resident.size() + metadata_pages.size());
     if (num_host_pages() + needed > host_pool_->num_total_pages())
       return out_of_range("the host tier's {} pages can never hold a sequence of {} pages and {} of index",

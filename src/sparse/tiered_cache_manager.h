@@ -42,6 +42,8 @@ class TieredCacheManager final : public CacheManager {
   int64_t num_free_pages() const override { return device_pool_.num_free_pages(); }
   // Free device pages, plus the resident pages the host tier has room to take, less one layer's selection.
   int64_t num_available_pages() const override;
+  // Device pages in use: resident KV and metadata pages.
+  int64_t num_used_pages() const override { return device_pool_.num_used_pages(); }
   int64_t num_host_pages() const override { return host_pool_.num_total_pages(); }
   int64_t num_free_host_pages() const override { return host_pool_.num_free_pages(); }
   // The step's new KV pages and the pages its index grows by.

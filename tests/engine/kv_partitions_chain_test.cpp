@@ -7,8 +7,10 @@
 // gets a clear error and leaves the other chains as they were.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <random>
 
@@ -17,6 +19,7 @@
 #include "../support/tiny_engine.h"
 #include "engine/engine.h"
 #include "engine/model_runner.h"
+#include "engine/prefix_prune_job.h"
 #include "engine/scheduler.h"
 #include "sparse/method_registry.h"
 
@@ -37,9 +40,16 @@ struct MethodCase {
   const char* name;
   nlohmann::json config;
   int64_t page_metadata_bytes;  // what the engine sizes its pool with per page
+  const char* label = nullptr;  // the test's name when not the method's
 };
 
 const MethodCase kQuest{"quest", {{"token_budget", 2 * kPageSize}, {"dense_layers", 0}}, kQuestMetadataBytes};
+// Spin's two-level ranking: groups of 2 pages, 2 of them ranked; the chain keeps its summaries and fine bounds.
+const MethodCase kQuestTwoLevel{
+    "quest",
+    {{"token_budget", 2 * kPageSize}, {"dense_layers", 0}, {"two_level_group", 2}, {"two_level_kept_groups", 2}},
+    kQuestMetadataBytes,
+    "quest_two_level"};
 // Layer 0 filters (16 prompt tokens kept), layer 1 reads them and the decode tail.
 const MethodCase kOmniKv{"omnikv", {{"filter_layers", {0}}, {"num_wait", 0}, {"num_selected_tokens", 16}}, 0};
 
@@ -125,6 +135,8 @@ class PartitionedLoop {
     last_plan_ = scheduler_->schedule();
     if (last_plan_.empty()) return false;
     const std::vector<SampledToken> sampled = runner_->execute(last_plan_);
+    peak_device_pages_in_use_ =
+        std::max(peak_device_pages_in_use_, cache_->num_total_pages() - cache_->num_free_pages());
     for (const ScheduledRequest& s : last_plan_.scheduled) {
       s.request->num_computed_tokens += s.num_tokens;
       oracle_->commit(*s.request);
@@ -166,6 +178,8 @@ class PartitionedLoop {
   MemoryOracle& oracle() { return *oracle_; }
   SparseController& controller() { return *controller_; }
   const StepPlan& last_plan() const { return last_plan_; }
+  // The most device pool pages in use after a step's forward.
+  int64_t peak_device_pages_in_use() const { return peak_device_pages_in_use_; }
 
  private:
   void end(Request& r) {
@@ -186,6 +200,7 @@ class PartitionedLoop {
   std::vector<std::unique_ptr<Request>> requests_;  // after cache_: kept states go first
   std::map<const Request*, std::vector<float>> logprobs_;
   StepPlan last_plan_;
+  int64_t peak_device_pages_in_use_ = 0;
 };
 
 // One sequence through both turns without leaving the cache: turn 1 generates `num_turn1` tokens, then the request
@@ -251,8 +266,10 @@ TEST_P(PartitionedChainTest, AResumedTurnFromTheHostEqualsOneUninterruptedSequen
   EXPECT_EQ(turn2.logprobs, want.logprobs);  // exact: the same forward over the same state
 }
 
-INSTANTIATE_TEST_SUITE_P(Methods, PartitionedChainTest, ::testing::Values(kQuest, kOmniKv),
-                         [](const ::testing::TestParamInfo<MethodCase>& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Methods, PartitionedChainTest, ::testing::Values(kQuest, kQuestTwoLevel, kOmniKv),
+                         [](const ::testing::TestParamInfo<MethodCase>& info) {
+                           return info.param.label != nullptr ? info.param.label : info.param.name;
+                         });
 
 // Quest's indexes take device pages, so requests give way while the host tier has room to keep them (OmniKV's
 // only pressure is the two pools' room, which leaves none to keep them in).
@@ -381,6 +398,75 @@ TEST(PartitionedChainRandomTest, ChainedTurnsAbortsAndPreemptionKeepEverythingWh
   RecordProperty("steps", num_steps);
 }
 
+// A resumed turn put back before it computed a token hands its chain's state back to the host tier, since the device
+// keeps only running sequences' pages. When the tier has no room for it (here a preempted request's kept state took
+// the last of it) the state is lost as a reclaimed chain's is: nothing of it stays on the device, the turn rebuilds
+// the chain from its tokens, and an aborted one leaves the chain gone.
+TEST(PartitionedChainReleaseTest, AnUntouchedTurnsStateTheHostCannotTakeBackIsLostNotLeftOnTheDevice) {
+  const ModelBundle bundle = tiny_bundle();
+  std::mt19937 rng(15);
+  const std::vector<int32_t> chain_prompt = random_tokens(rng, 40), other_prompt = random_tokens(rng, 60);
+  struct Outcome {
+    int64_t num_host_pages_in_use = 0;  // once the other request is preempted
+    int64_t num_turn_pages = 0;         // device pages the resumed turn holds
+  };
+  // The chain's first turn ends on the host; another request decodes, the chain's second turn is admitted, and the
+  // other request is preempted, its state kept on the host; then the second turn is put back.
+  const auto run = [&](int64_t host_pages, const std::function<void(PartitionedLoop&, Request&)>& after_release) {
+    PartitionedLoop loop(*bundle.model, partitioned_config(kQuest, 64, host_pages), /*chains=*/true);
+    Request* first = loop.add_turn("t1", chain_prompt, 2, "c", /*create=*/true).value();
+    loop.run_until(*first, 2);
+    Request* other = loop.add("other", other_prompt, 8);
+    loop.run_until(*other, 2);
+    std::vector<int32_t> tokens = first->token_ids;
+    tokens.push_back(5);
+    Request* second = loop.add_turn("t2", tokens, 2, "c", /*create=*/false).value();
+    SE_CHECK(loop.oracle().admit(*second).is_ok(), "admitting the second turn");
+    Outcome outcome{.num_turn_pages = loop.cache().num_held_pages(second->seq)};
+    loop.oracle().preempt(*other);
+    SE_CHECK(other->kept_state != nullptr, "the preempted request's state was not kept");
+    outcome.num_host_pages_in_use = loop.cache().num_host_pages() - loop.cache().num_free_host_pages();
+    loop.oracle().release(*second);
+    after_release(loop, *second);
+    loop.abort(*second);
+    loop.abort(*other);
+    for (const Status& s : {loop.cache().check_integrity(), loop.chains().check_integrity()})
+      EXPECT_TRUE(s.is_ok()) << s.to_string();
+    EXPECT_EQ(loop.cache().num_free_pages(), loop.cache().num_total_pages());
+    return outcome;
+  };
+  // With room, the state goes back onto the host and the chain keeps it.
+  const Outcome roomy = run(512, [](PartitionedLoop& loop, Request& turn) {
+    ASSERT_NE(turn.chain_state, nullptr);
+    EXPECT_TRUE(turn.chain_state->is_offloaded());
+    EXPECT_EQ(loop.cache().num_free_pages(), loop.cache().num_total_pages());
+  });
+  ASSERT_GT(roomy.num_turn_pages, 0);
+  // One host page short of it: lost, and the device holds nothing of it.
+  run(roomy.num_host_pages_in_use + roomy.num_turn_pages - 1, [](PartitionedLoop& loop, Request& turn) {
+    EXPECT_EQ(turn.chain_state, nullptr);
+    EXPECT_EQ(loop.cache().num_free_pages(), loop.cache().num_total_pages());
+    ASSERT_TRUE(loop.oracle().admit(turn).is_ok());
+    EXPECT_EQ(turn.chain_status, ChainStatus::kRebuilt);
+    EXPECT_EQ(turn.num_computed_tokens, 0);
+    loop.oracle().release(turn);
+  });
+}
+
+// Under the partitions the peak of held pages counts the device pages sequences hold, not total - available (which
+// counts the host tier's room as available).
+TEST(PartitionedPeakTest, ThePeakOfHeldPagesIsTheDevicePagesInUse) {
+  const ModelBundle bundle = tiny_bundle();
+  PartitionedLoop loop(*bundle.model, partitioned_config(kQuest, 24, 512), /*chains=*/false);
+  std::mt19937 rng(16);
+  std::vector<Request*> requests;
+  for (int length : {70, 90}) requests.push_back(loop.add("r" + std::to_string(length), random_tokens(rng, length), 4));
+  while (loop.step()) {
+  }
+  EXPECT_GT(loop.peak_device_pages_in_use(), 0);
+  EXPECT_EQ(loop.controller().peak_held_pages(), loop.peak_device_pages_in_use());
+}
+
 TEST(PartitionedChainErrorsTest, BadInputGetsAClearErrorAndLeavesTheOtherChains) {
   const ModelBundle bundle = tiny_bundle();
   std::mt19937 rng(13);
@@ -455,6 +541,30 @@ TEST(PartitionedChainErrorsTest, AnotherCachesStateIsRefusedAndBothCachesStayWho
     EXPECT_EQ(loop->cache().num_free_pages(), loop->cache().num_total_pages());
     EXPECT_EQ(loop->cache().num_free_host_pages(), loop->cache().num_host_pages());
   }
+}
+
+// A prune refused under the partitions leaves the chain as it was, its place among the idle chains included.
+TEST(PartitionedChainErrorsTest, ARefusedPruneLeavesTheChainsRecency) {
+  const ModelBundle bundle = tiny_bundle();
+  PartitionedLoop loop(*bundle.model, partitioned_config(kQuest, 40, 512), /*chains=*/true);
+  std::mt19937 rng(17);
+  for (const char* chain_id : {"older", "newer"}) {
+    Request* turn = loop.add_turn(chain_id, random_tokens(rng, 30), 2, chain_id, /*create=*/true).value();
+    loop.run_until(*turn, 2);
+  }
+  ASSERT_EQ(loop.chains().num_chains_on_host(), 2);
+  PruneRequest prune;
+  prune.chain_id = "older";
+  prune.ranges = {{0, 16}};
+  prune.keep_tokens = 2;
+  const PruneStatus status = run_chain_prune(prune, loop.chains(), loop.controller(), *bundle.model, {});
+  EXPECT_EQ(status.state, PruneState::kFailed);
+  EXPECT_NE(status.reason.find("keep every token"), std::string::npos) << status.reason;
+  EXPECT_GT(loop.chains().drop_oldest_on_host(), 0);
+  EXPECT_FALSE(loop.chains().find("older").has_value()) << "the refused prune made it the most recently used";
+  EXPECT_TRUE(loop.chains().find("newer").has_value());
+  loop.chains().drop("newer");
+  EXPECT_TRUE(loop.chains().check_integrity().is_ok());
 }
 
 }  // namespace

@@ -143,6 +143,59 @@ TEST_F(KvPartitionsEngineTest, AFixedBufferAndADenseLayerDecodeAsResidentQuest) 
   expect_same_generations(run(bundle_, config, prompts, /*together=*/true), reference);
 }
 
+// Spin's two-level ranking (two_level_group): with every group kept it is flat Quest, so it decodes as resident Quest;
+// with fewer kept it approximates it and still serves every request and gives both pools back.
+TEST_F(KvPartitionsEngineTest, TheTwoLevelRankingWithEveryGroupKeptDecodesAsResidentQuest) {
+  const auto prompts = random_prompts({97, 130, 151}, 41);
+  const Runs reference = run(bundle_, quest_config(0), prompts, /*together=*/false);
+  EngineConfig config = partitioned_config(0);
+  // Groups of 2 pages: the longest stream (163 tokens, 11 pages) ranks 10 candidates in 5 groups.
+  config.sparse_config["two_level_group"] = 2;
+  config.sparse_config["two_level_kept_groups"] = 5;
+  const Runs every_group = run(bundle_, config, prompts, /*together=*/true);
+  expect_same_generations(every_group, reference);
+  EXPECT_GT(every_group.end.num_kv_host_pages_used_peak, 0);
+
+  config.sparse_config["two_level_kept_groups"] = 1;
+  const Runs one_group = run(bundle_, config, prompts, /*together=*/true);
+  ASSERT_EQ(one_group.generations.size(), prompts.size());
+  for (const Generation& g : one_group.generations) EXPECT_EQ(g.tokens.size(), static_cast<size_t>(kMaxTokens));
+  // It reaches the partitions' ranking: reading the pages of one group changes what the requests attend to.
+  bool any_differs = false;
+  for (size_t r = 0; r < prompts.size(); ++r)
+    any_differs |= one_group.generations[r].logprobs != reference.generations[r].logprobs;
+  EXPECT_TRUE(any_differs);
+  EXPECT_GT(one_group.end.num_kv_host_pages_used_peak, 0);
+  EXPECT_EQ(one_group.end.num_kv_pages_free, one_group.end.num_kv_pages_total);
+  EXPECT_EQ(one_group.end.num_kv_host_pages_used, 0);
+}
+
+TEST_F(KvPartitionsEngineTest, TheTwoLevelRankingIsValidatedAndRunsOnlyUnderThePartitions) {
+  const auto quest = [](const nlohmann::json& sparse_config) { return create_method("quest", sparse_config).status(); };
+  EXPECT_EQ(quest({{"two_level_group", -1}}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(quest({{"two_level_group", 2}, {"two_level_kept_groups", 0}}).code(), StatusCode::kInvalidArgument);
+  const Status kept_alone = quest({{"two_level_kept_groups", 2}});
+  EXPECT_EQ(kept_alone.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(kept_alone.message().find("two_level_group"), std::string::npos) << kept_alone.to_string();
+  EXPECT_TRUE(quest({{"two_level_group", 4}, {"two_level_kept_groups", 2}}).is_ok());
+
+  EngineConfig resident = quest_config(0);
+  resident.sparse_config["two_level_group"] = 2;
+  auto method = create_method(resident.sparse_method, resident.sparse_config);
+  ASSERT_TRUE(method.is_ok()) << method.status().to_string();
+  const Status refused = check_kv_partitions(resident, **method);
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("--kv-partitions"), std::string::npos) << refused.to_string();
+  EXPECT_EQ(Engine::create(bundle_, resident).status().code(), StatusCode::kInvalidArgument);
+
+  EngineConfig partitioned = partitioned_config(0);
+  partitioned.sparse_config["two_level_group"] = 2;
+  EXPECT_TRUE(check_kv_partitions(partitioned, **method).is_ok());
+  // The ranking is host code over fp32 bounds.
+  const KvLayout f16{.num_layers = 2, .num_kv_heads = 2, .head_dim = 16, .page_size = kPageSize, .dtype = DType::kF16};
+  EXPECT_EQ(engine_partition_config(partitioned, **method, f16).status().code(), StatusCode::kUnimplemented);
+}
+
 TEST_F(KvPartitionsEngineTest, PreemptsWhenBothPoolsRunShortAndLeavesThemWhole) {
   const auto prompts = random_prompts({97, 130, 151}, 40);
   const Runs reference = run(bundle_, quest_config(0), prompts, /*together=*/false);

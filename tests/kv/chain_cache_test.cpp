@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <numeric>
 #include <random>
@@ -249,6 +250,9 @@ class TieredState final : public ChainState {
   }
   bool is_offloaded() const override { return on_host_; }
   int64_t num_host_pages() const override { return on_host_ ? table.num_held_pages() : 0; }
+  int64_t num_host_pages_short() const override {
+    return on_host_ ? 0 : std::max<int64_t>(0, pages_to_copy_page_table(table) - host_->num_free_pages());
+  }
   int64_t num_pages_to_restore() const override { return on_host_ ? pages_to_copy_page_table(table) : 0; }
   PageTable table;
 
@@ -275,6 +279,9 @@ class ChainHostTierIndexTest : public ::testing::Test {
     ASSERT_TRUE(index_.create(chain_id, kFingerprint).is_ok());
     index_.end_turn(chain_id, iota_tokens(num_tokens), std::make_unique<TieredState>(&device_, &host_, num_tokens));
   }
+
+  // Host pages held by others than the index's chains (running sequences, where they live in the tier too).
+  std::vector<int32_t> occupy_host(int32_t num_pages) { return host_.allocate(num_pages).value(); }
 
   static constexpr const char* kFingerprint = "model|f32|snapkv|{}";
   BlockPool device_ = pool_with_storage(256);
@@ -357,6 +364,59 @@ TEST_F(ChainHostTierIndexTest, ParkMovesOneChainAndDropOldestOnHostGivesTheTierB
   EXPECT_EQ(index_.drop_oldest_on_host(), 0);
   EXPECT_EQ(host_.num_used_pages(), 0);
   EXPECT_EQ(device_.num_used_pages(), 0);
+  expect_intact();
+}
+
+TEST_F(ChainHostTierIndexTest, HostChainsAreDroppedOnlyWhenThatMakesRoom) {
+  add_idle_chain("a", 4);  // 4 pages
+  add_idle_chain("b", 4);
+  index_.park("a");
+  index_.park("b");
+  std::vector<int32_t> running = occupy_host(13);  // 3 host pages left free
+  // "c" takes 12: the host chains' 8 pages and the 3 free ones are not enough, so they stay and "c" goes.
+  add_idle_chain("c", 10);
+  index_.park("c");
+  EXPECT_FALSE(index_.find("c").has_value());
+  EXPECT_EQ(index_.num_chains_on_host(), 2);
+  expect_intact(/*num_taken_host_pages=*/13);
+  // With 8 free host pages, dropping the oldest ("a") is enough: "b" stays.
+  host_.release(std::span<const int32_t>(running).first(5));
+  running.erase(running.begin(), running.begin() + 5);
+  add_idle_chain("d", 10);
+  EXPECT_EQ(index_.reclaim(1), 12);
+  EXPECT_TRUE(index_.find("d").value_or(ChainInfo{}).on_host);
+  EXPECT_FALSE(index_.find("a").has_value());
+  EXPECT_TRUE(index_.find("b").value_or(ChainInfo{}).on_host);
+  expect_intact(/*num_taken_host_pages=*/8);
+  host_.release(running);
+  expect_intact();
+}
+
+TEST_F(ChainHostTierIndexTest, AStateOutsideTheIndexTakesHostRoomFromIdleChainsOnlyWhenThatHelps) {
+  add_idle_chain("a", 4);
+  index_.park("a");
+  std::vector<int32_t> running = occupy_host(12);  // 8 host pages left free
+  {
+    // 12 pages: 4 short, which dropping "a" covers.
+    TieredState fits(&device_, &host_, 10);
+    ASSERT_TRUE(index_.offload_state(fits).is_ok());
+    EXPECT_TRUE(fits.is_offloaded());
+    EXPECT_FALSE(index_.find("a").has_value());
+    expect_intact(/*num_taken_host_pages=*/12 + 12);
+  }
+  add_idle_chain("b", 4);
+  index_.park("b");  // 8 host pages left free
+  // 16 pages: 8 short, more than "b" holds, so it stays and the state stays on the device.
+  TieredState too_big(&device_, &host_, 16);
+  EXPECT_EQ(index_.offload_state(too_big).code(), StatusCode::kResourceExhausted);
+  EXPECT_FALSE(too_big.is_offloaded());
+  EXPECT_TRUE(index_.find("b").value_or(ChainInfo{}).on_host);
+  expect_intact(/*num_taken_host_pages=*/12);
+  // A state larger than the whole tier leaves the host chains be too.
+  host_.release(running);
+  TieredState never(&device_, &host_, 30);
+  EXPECT_EQ(index_.offload_state(never).code(), StatusCode::kOutOfRange);
+  EXPECT_TRUE(index_.find("b").value_or(ChainInfo{}).on_host);
   expect_intact();
 }
 

@@ -18,16 +18,30 @@ Result<std::unique_ptr<MethodRuntime>> QuestMethod::create(const nlohmann::json&
   SE_ASSIGN_OR_RETURN(int dense_layers, reader.get_int("dense_layers", 2, 0, 1 << 20));
   // How each KV head reduces its query group's page bounds.
   SE_ASSIGN_OR_RETURN(std::string gqa_agg, reader.get_choice("gqa_agg", "mean", {"mean", "max", "sum"}));
+  // Spin's two-level ranking, under --kv-partitions only: pages per group summary (0: flat per-page bounds), and the
+  // groups whose pages a step ranks.
+  SE_ASSIGN_OR_RETURN(int two_level_group, reader.get_int("two_level_group", 0, 0, 1 << 20));
+  SE_ASSIGN_OR_RETURN(int kept_groups,
+                      reader.get_int("two_level_kept_groups", TwoLevelConfig{}.num_groups_kept, 1, 1 << 20));
   SE_RETURN_IF_ERROR(reader.finish());
+  std::optional<TwoLevelConfig> two_level;
+  if (two_level_group > 0) {
+    two_level = TwoLevelConfig{.group_size = two_level_group, .num_groups_kept = kept_groups};
+  } else if (config.is_object() && config.contains("two_level_kept_groups")) {
+    return invalid_argument("quest: 'two_level_kept_groups' needs 'two_level_group' (pages per group, at least 1)");
+  }
   const GroupReduce reduce = group_reduce_named(gqa_agg);
-  return std::unique_ptr<MethodRuntime>(new QuestMethod(reader.resolved(), token_budget, dense_layers, reduce));
+  return std::unique_ptr<MethodRuntime>(
+      new QuestMethod(reader.resolved(), token_budget, dense_layers, reduce, two_level));
 }
 
-QuestMethod::QuestMethod(nlohmann::ordered_json config, int token_budget, int dense_layers, GroupReduce gqa_agg)
+QuestMethod::QuestMethod(nlohmann::ordered_json config, int token_budget, int dense_layers, GroupReduce gqa_agg,
+                         std::optional<TwoLevelConfig> two_level)
     : MethodRuntime("quest", std::move(config)),
       token_budget_(token_budget),
       dense_layers_(dense_layers),
-      gqa_agg_(gqa_agg) {
+      gqa_agg_(gqa_agg),
+      two_level_(two_level) {
   traits_.family = MethodFamily::kDynamicSelection;
   traits_.selection_unit = SelectionUnit::kPage;
   traits_.keeps_full_history = true;

@@ -5,6 +5,9 @@
 // upper bound sum_d max(q_d * min_d, q_d * max_d), reduced over each KV head's query group (gqa_agg). Page budget
 // = token_budget / page_size and includes the last page, which is always read; the top (budget - 1) of the other
 // pages join it; a stream of at most `budget` pages is read whole. Prefill is dense.
+// Under --kv-partitions, `two_level_group` > 0 ranks groups of that many pages by their summaries first, then the
+// pages of the best `two_level_kept_groups` (Spin's two-level metadata, quest_two_level_index.h); it means nothing
+// elsewhere, and the engine refuses it there.
 //
 // Ranking runs where the pool lives, for the whole batch in one op (select_pages_by_key_bounds): on a GPU the page
 // lists go from the scoring kernels to attention without visiting the host, in one batch-wide layout that
@@ -31,12 +34,13 @@ class QuestMethod final : public MethodRuntime {
   // The paged cache, plus a bounds tensor [num_pages, 2, head_dim] of the pool's dtype for its pool; under Spin's
   // partitions the tiered cache, whose partitions keep the bounds.
   Result<std::unique_ptr<CacheManager>> create_cache(const CacheSpec& spec) override;
-  // Its budget, group reduction and dense layers.
+  // Its budget, group reduction and dense layers, and the two-level ranking when configured.
   std::optional<PartitionConfig> partition_config() const override {
     PartitionConfig config;
     config.token_budget = token_budget_;
     config.gqa_agg = gqa_agg_;
     config.dense_layers = dense_layers_;
+    config.two_level = two_level_;
     return config;
   }
   size_t page_metadata_bytes(const KvLayout& layout) const override {
@@ -55,7 +59,8 @@ class QuestMethod final : public MethodRuntime {
   void on_pages_rewritten(int layer, const AttentionView& view) override;
 
  private:
-  QuestMethod(nlohmann::ordered_json config, int token_budget, int dense_layers, GroupReduce gqa_agg);
+  QuestMethod(nlohmann::ordered_json config, int token_budget, int dense_layers, GroupReduce gqa_agg,
+              std::optional<TwoLevelConfig> two_level);
   // Tokens the last query row of a decode sequence with tables `sv` reads over its KV heads.
   int64_t tokens_read(const SeqKvView& sv, int32_t num_kv_heads, int32_t page_size) const;
   // Lists for num_seqs sequences and a ranking stride covering streams of longest_stream_pages pages; a move
@@ -66,6 +71,7 @@ class QuestMethod final : public MethodRuntime {
   int token_budget_ = 0;
   int dense_layers_ = 0;
   GroupReduce gqa_agg_ = GroupReduce::kMean;
+  std::optional<TwoLevelConfig> two_level_;  // set: Spin's two-level ranking under the partitions
 
   Tensor bounds_;  // [num_pool_pages, 2 (min, max), head_dim] of the pool's dtype, where the pool lives
   // One layer's page lists, where the pool lives: [list_capacity_seqs_][num_kv_heads][page budget] and their
