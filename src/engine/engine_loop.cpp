@@ -398,12 +398,12 @@ void EngineLoop::publish_stats() {
   const CacheManager& cache = *lead().cache;
   s.num_kv_pages_total = cache.num_total_pages();
   s.num_kv_pages_free = cache.num_free_pages();
-  // A pool whose running sequences live partly on the host tier counts what the tier could take as available too
-  // (less what it keeps free for swaps).
-  const int64_t available = std::min(std::max(cache.num_available_pages(), s.num_kv_pages_free), s.num_kv_pages_total);
-  s.num_kv_pages_cached = available - s.num_kv_pages_free;
+  // What sequences and chains hold; the rest of the pages in use the radix cache could give back. (Not total less
+  // available: where running sequences live partly on the host tier, available counts the room the tier has too.)
+  const int64_t held = cache.num_used_pages();
+  s.num_kv_pages_cached = s.num_kv_pages_total - s.num_kv_pages_free - held;
   s.num_kv_pages_chains = chains_ ? chains_->num_reclaimable_pages() : 0;
-  s.num_kv_pages_used = s.num_kv_pages_total - available - s.num_kv_pages_chains;
+  s.num_kv_pages_used = held - s.num_kv_pages_chains;
   s.num_chains = chains_ ? chains_->num_chains() : 0;
   s.num_kv_host_pages_total = cache.num_host_pages();
   s.num_kv_host_pages_used = cache.num_host_pages() - cache.num_free_host_pages();
