@@ -1,10 +1,10 @@
 // Chain Cache and preemption under Spin's partitions (--kv-partitions --prefix-cache-mode chain) on the tiny model:
 // a finished turn's sequence stays whole in the host tier (its pages and the partitions' index), and the next turn
 // resumes it without prefilling its tokens again, giving exactly the tokens and log-probabilities of one sequence
-// that runs both turns without leaving the cache (Quest and OmniKV); a preempted request keeps its state there and
-// goes on as an unpreempted run does; a randomized run of chained turns, aborts and preemptions over a small host
-// pool keeps the cache and the chain index whole after every step and gives both pools back at the end; bad input
-// gets a clear error and leaves the other chains as they were.
+// that runs both turns without leaving the cache (Quest, OmniKV, and ShadowKV, whose sketch goes with the chain); a
+// preempted request keeps its state there and goes on as an unpreempted run does; a randomized run of chained turns,
+// aborts and preemptions over a small host pool keeps the cache and the chain index whole after every step and gives
+// both pools back at the end; bad input gets a clear error and leaves the other chains as they were.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -42,6 +42,16 @@ struct MethodCase {
 const MethodCase kQuest{"quest", {{"token_budget", 2 * kPageSize}, {"dense_layers", 0}}, kQuestMetadataBytes};
 // Layer 0 filters (16 prompt tokens kept), layer 1 reads them and the decode tail.
 const MethodCase kOmniKv{"omnikv", {{"filter_layers", {0}}, {"num_wait", 0}, {"num_selected_tokens", 16}}, 0};
+// Chunks of 8 tokens, 2 chosen per step beside 2 local and 2 outlier chunks, keys of rank 8: the sketch of turn 1's
+// prompt travels with the chain, and turn 2 reads everything past it exact.
+const MethodCase kShadowKv{"shadowkv",
+                           {{"sparse_budget", 16},
+                            {"chunk_size", 8},
+                            {"rank", 8},
+                            {"local_chunks", 2},
+                            {"outlier_chunks", 2},
+                            {"min_prompt_tokens", 64}},
+                           0};
 
 SamplingParams greedy(int max_tokens) {
   SamplingParams p = test::greedy(max_tokens);
@@ -251,7 +261,7 @@ TEST_P(PartitionedChainTest, AResumedTurnFromTheHostEqualsOneUninterruptedSequen
   EXPECT_EQ(turn2.logprobs, want.logprobs);  // exact: the same forward over the same state
 }
 
-INSTANTIATE_TEST_SUITE_P(Methods, PartitionedChainTest, ::testing::Values(kQuest, kOmniKv),
+INSTANTIATE_TEST_SUITE_P(Methods, PartitionedChainTest, ::testing::Values(kQuest, kOmniKv, kShadowKv),
                          [](const ::testing::TestParamInfo<MethodCase>& info) { return info.param.name; });
 
 // Quest's indexes take device pages, so requests give way while the host tier has room to keep them (OmniKV's
