@@ -50,7 +50,7 @@ const MethodCase kShadowKv{"shadowkv",
                             {"rank", 8},
                             {"local_chunks", 2},
                             {"outlier_chunks", 2},
-                            {"min_prompt_tokens", 64}},
+                            {"min_prompt_tokens", 48}},
                            0};
 
 SamplingParams greedy(int max_tokens) {
@@ -310,12 +310,15 @@ TEST(PartitionedPreemptionTest, APreemptedRequestKeepsItsStateAndGoesOnAsUnpreem
 }
 
 // Random chained turns (new chains, resumed ones, prompts that do not extend their chain), aborts, and steps
-// short of room over a small host tier, with the cache and the chain index checked after every step.
-TEST(PartitionedChainRandomTest, ChainedTurnsAbortsAndPreemptionKeepEverythingWhole) {
+// short of room over a small host tier, with the cache and the chain index checked after every step. Under
+// ShadowKV the prompts of 48 tokens or more are sketched, and the sketches go with parked chains and kept requests.
+class PartitionedChainRandomTest : public ::testing::TestWithParam<MethodCase> {};
+
+TEST_P(PartitionedChainRandomTest, ChainedTurnsAbortsAndPreemptionKeepEverythingWhole) {
   const ModelBundle bundle = tiny_bundle();
   // 24 device and 48 host pages against up to four conversations of up to 4 streams x 8 pages each: idle chains
   // are parked, dropped for room, and running requests give way.
-  PartitionedLoop loop(*bundle.model, partitioned_config(kQuest, 24, 48), /*chains=*/true);
+  PartitionedLoop loop(*bundle.model, partitioned_config(GetParam(), 24, 48), /*chains=*/true);
   constexpr size_t kLongest = 90;  // a chain this long takes no more turns
   std::mt19937 rng(35);
   std::map<std::string, std::vector<int32_t>> conversations;  // chain id -> its tokens so far (idle chains)
@@ -390,6 +393,9 @@ TEST(PartitionedChainRandomTest, ChainedTurnsAbortsAndPreemptionKeepEverythingWh
   EXPECT_GT(num_dropped_for_room, 0) << "no idle chain gave its room to running requests";
   RecordProperty("steps", num_steps);
 }
+
+INSTANTIATE_TEST_SUITE_P(Methods, PartitionedChainRandomTest, ::testing::Values(kQuest, kShadowKv),
+                         [](const ::testing::TestParamInfo<MethodCase>& info) { return info.param.name; });
 
 TEST(PartitionedChainErrorsTest, BadInputGetsAClearErrorAndLeavesTheOtherChains) {
   const ModelBundle bundle = tiny_bundle();
