@@ -175,9 +175,13 @@ Result<PartitionConfig> engine_partition_config(const EngineConfig& config, Meth
                                                 const KvLayout& layout) {
   PartitionConfig partitions = *method.partition_config();
   method.complete_partition_config(partitions, layout.num_layers);
-  // A token selection reads at most one page per kept token per KV head.
+  // A token filter reads at most one page per kept token per KV head; the method's own tokens, the pages of its
+  // chunks.
   if (partitions.token_filters)
     partitions.token_budget = std::max(1, partitions.token_filters->num_kept_tokens) * layout.page_size;
+  if (partitions.method_tokens)
+    partitions.token_budget =
+        std::max(1, partitions.method_tokens->max_prompt_pages(layout.page_size)) * layout.page_size;
   // The two-level ranking is host code over fp32 bounds.
   if (partitions.two_level && layout.dtype != DType::kF32)
     return unimplemented("{}: the two-level ranking (two_level_group) reads fp32 KV pages, not {}", method.name(),

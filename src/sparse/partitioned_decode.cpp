@@ -50,8 +50,8 @@ int32_t PartitionedDecode::stride_for(int32_t num_tokens) const {
 }
 
 int64_t PartitionedDecode::index_bytes_at(int32_t stride) const {
-  // The token selection keeps no page bounds: its index is one step's, a few ints per kept token.
-  if (config_.token_filters) return 0;
+  // A token selection keeps no page bounds: its index is one step's, a few ints per kept token.
+  if (!keeps_bounds()) return 0;
   const int64_t row = 2 * int64_t{layout_.head_dim};
   // Under two_level only the group summaries stay where the pool lives; the fine bounds are on the host.
   if (config_.two_level)
@@ -63,10 +63,10 @@ int64_t PartitionedDecode::index_bytes_at(int32_t stride) const {
 
 void PartitionedDecode::grow(Index& index, int32_t stride) const {
   const int32_t num_streams = layout_.num_streams();
-  const Shape shape{config_.token_filters ? 0 : int64_t{num_streams} * stride, 2, layout_.head_dim};
+  const Shape shape{keeps_bounds() ? int64_t{num_streams} * stride : 0, 2, layout_.head_dim};
   Tensor bounds = config_.two_level ? Tensor::empty(DType::kF32, shape) : empty_on(device_, layout_.dtype, shape);
   const size_t row_bytes = 2 * static_cast<size_t>(layout_.head_dim) * dtype_size(bounds.dtype());
-  if (index.stride > 0 && !config_.token_filters)
+  if (index.stride > 0 && keeps_bounds())
     copy_rows_async(bounds.device(), bounds.raw(), static_cast<size_t>(stride) * row_bytes, index.bounds.raw(),
                     static_cast<size_t>(index.stride) * row_bytes, static_cast<size_t>(index.stride) * row_bytes,
                     static_cast<size_t>(num_streams));
@@ -114,9 +114,9 @@ Status PartitionedDecode::add(int32_t seq, int32_t max_num_tokens) {
     for (int32_t p = 0; p < table.num_pages(s); ++p) pages.push_back({s, p});
   }
   const PageTableView device = table.device_view();
-  for (int32_t l = 0; l < layout_.num_layers && longest > 0 && !config_.token_filters; ++l)
+  for (int32_t l = 0; l < layout_.num_layers && longest > 0 && keeps_bounds(); ++l)
     update_page_key_bounds(pool_bounds_.view(), layer_view(device.page_ids, device.stride, table, l, longest), longest);
-  if (!config_.token_filters) store_bounds(index, table, pages);
+  if (keeps_bounds()) store_bounds(index, table, pages);
   if (config_.two_level)
     for (int32_t s = 0; s < num_streams; ++s)
       for (int32_t p = 0; p < table.num_pages(s) - 1; p += config_.two_level->group_size)
@@ -164,7 +164,7 @@ Status PartitionedDecode::offload_index(Index& index, BlockPool& host_pool) cons
     copy_bytes(from, storage.page(index.host_pages[p]), bytes + done, std::min(storage.page_bytes(), num_bytes - done));
   if (config_.two_level) {
     index.groups = {};
-  } else if (!config_.token_filters) {
+  } else if (keeps_bounds()) {
     index.bounds = Tensor();
   }
   return Status::ok();
@@ -179,7 +179,7 @@ Status PartitionedDecode::retrieve_index(Index& index, BlockPool& host_pool) con
   if (config_.two_level) {
     index.groups.resize(num_bytes / sizeof(float));
     bytes = reinterpret_cast<char*>(index.groups.data());
-  } else if (!config_.token_filters) {
+  } else if (keeps_bounds()) {
     index.bounds =
         empty_on(device_, layout_.dtype, {int64_t{layout_.num_streams()} * index.stride, 2, layout_.head_dim});
     bytes = static_cast<char*>(index.bounds.raw());
@@ -317,11 +317,44 @@ void PartitionedDecode::filter_tokens(Index& index, const TieredPageTable& table
   token_lists_with_tail(index.token_lists.view(), index.token_counts.view(), index.kept_tokens.view(), view, 0, prompt);
 }
 
-Status PartitionedDecode::attend_filtered_tokens(int32_t seq, Index& index, int32_t layer, TensorView q, TensorView out,
-                                                 const AttentionParams& params) {
-  if (!index.token_lists.defined())
-    return failed_precondition("partitioned decode: sparse layer {} of sequence {} runs before its filter layer", layer,
-                               seq);
+void PartitionedDecode::set_method_tokens(Index& index, std::span<const std::span<const int32_t>> tokens) const {
+  size_t width = 1;
+  for (const std::span<const int32_t> head : tokens) width = std::max(width, head.size());
+  if (!index.token_lists.defined() || index.token_lists.shape()[1] < static_cast<int64_t>(width)) {
+    index.token_lists = empty_on(device_, DType::kI32, {layout_.num_kv_heads, static_cast<int64_t>(2 * width)});
+    index.token_counts = empty_on(device_, DType::kI32, {layout_.num_kv_heads});
+  }
+  const auto stride = static_cast<size_t>(index.token_lists.shape()[1]);
+  for (size_t h = 0; h < tokens.size(); ++h) {
+    std::copy(tokens[h].begin(), tokens[h].end(), index.token_lists.data<int32_t>() + h * stride);
+    index.token_counts.data<int32_t>()[h] = static_cast<int32_t>(tokens[h].size());
+  }
+}
+
+Status PartitionedDecode::check_method_tokens(int32_t seq, int32_t layer,
+                                              std::span<const std::span<const int32_t>> tokens) const {
+  if (tokens.empty()) return Status::ok();
+  if (!config_.method_tokens)
+    return invalid_argument(
+        "partitioned decode: sequence {} was given tokens, but its method does not select them itself", seq);
+  if (static_cast<int32_t>(tokens.size()) != layout_.num_kv_heads)
+    return invalid_argument("partitioned decode: layer {} of sequence {} got tokens for {} KV heads of {}", layer, seq,
+                            tokens.size(), layout_.num_kv_heads);
+  const TieredPageTable& table = tier_->table(seq);
+  for (int32_t h = 0; h < layout_.num_kv_heads; ++h) {
+    const std::span<const int32_t> head = tokens[static_cast<size_t>(h)];
+    const int32_t num_tokens = table.num_tokens(layout_.stream(layer, h));
+    for (size_t i = 0; i < head.size(); ++i)
+      if (head[i] < 0 || head[i] >= num_tokens || (i > 0 && head[i] <= head[i - 1]))
+        return invalid_argument(
+            "partitioned decode: KV head {} of layer {} of sequence {}: token {} is not ascending within its {} tokens",
+            h, layer, seq, head[i], num_tokens);
+  }
+  return Status::ok();
+}
+
+Status PartitionedDecode::attend_tokens(int32_t seq, Index& index, int32_t layer, TensorView q, TensorView out,
+                                        const AttentionParams& params) {
   const TieredPageTable& table = tier_->table(seq);
   const auto width = static_cast<int32_t>(index.token_lists.shape()[1]);
   const int32_t* lists = index.token_lists.data<int32_t>();
@@ -361,7 +394,8 @@ Status PartitionedDecode::attend_filtered_tokens(int32_t seq, Index& index, int3
 }
 
 Status PartitionedDecode::attend(int32_t seq, int32_t layer, TensorView q, TensorView k, TensorView v, TensorView out,
-                                 const AttentionParams& params, PartitionStep step) {
+                                 const AttentionParams& params, PartitionStep step,
+                                 std::span<const std::span<const int32_t>> tokens) {
   const auto it = seqs_.find(seq);
   if (it == seqs_.end()) return not_found("partitioned decode: no sequence {}", seq);
   if (layer < 0 || layer >= layout_.num_layers)
@@ -375,12 +409,18 @@ Status PartitionedDecode::attend(int32_t seq, int32_t layer, TensorView q, Tenso
   const int32_t heads = layout_.num_kv_heads;
   if (step == PartitionStep::kDecode && num_rows != 1)
     return invalid_argument("partitioned decode: a decode step of sequence {} has {} tokens", seq, num_rows);
+  if (step == PartitionStep::kPrefill && !tokens.empty())
+    return invalid_argument("partitioned decode: a prefill chunk of sequence {} reads its layer whole, not tokens",
+                            seq);
+  SE_RETURN_IF_ERROR(check_method_tokens(seq, layer, tokens));
   if (step == PartitionStep::kPrefill) index.num_prefill_tokens = table.num_logical_tokens();
   const TokenFilters* filters = config_.token_filters ? &*config_.token_filters : nullptr;
-  // Filter and dense layers read whole under token_filters, and so does a sparse layer whose filter kept it all.
+  // Filter and dense layers read whole under token_filters, and so does a sparse layer whose filter kept it all; under
+  // method_tokens, a layer the method selected no tokens of.
   const bool filtered = filters != nullptr && filters->sources[static_cast<size_t>(layer)] >= 0;
   const bool dense = step == PartitionStep::kPrefill || layer < config_.dense_layers || params.sliding_window > 0 ||
-                     (filters != nullptr && (!filtered || index.keeps_whole_prompt));
+                     (filters != nullptr && (!filtered || index.keeps_whole_prompt)) ||
+                     (config_.method_tokens && tokens.empty());
   // The pages taking the step's tokens, in the layer's streams.
   std::vector<StreamPage> written, resident, missing;
   for (int32_t h = 0; h < heads; ++h) {
@@ -400,7 +440,7 @@ Status PartitionedDecode::attend(int32_t seq, int32_t layer, TensorView q, Tenso
   PageTableView device = table.device_view();
   const AttentionView write_view = layer_view(device.page_ids, device.stride, table, layer, num_rows);
   write_kv(write_view, k, v);
-  if (filters == nullptr) {
+  if (keeps_bounds()) {
     update_page_key_bounds(pool_bounds_.view(), write_view, num_rows);
     store_bounds(index, table, written);
   }
@@ -425,7 +465,16 @@ Status PartitionedDecode::attend(int32_t seq, int32_t layer, TensorView q, Tenso
       filter_tokens(index, table, layer, write_view, q);
     return Status::ok();
   }
-  if (filters != nullptr) return attend_filtered_tokens(seq, index, layer, q, out, params);
+  if (filters != nullptr) {
+    if (!index.token_lists.defined())
+      return failed_precondition("partitioned decode: sparse layer {} of sequence {} runs before its filter layer",
+                                 layer, seq);
+    return attend_tokens(seq, index, layer, q, out, params);
+  }
+  if (config_.method_tokens) {
+    set_method_tokens(index, tokens);
+    return attend_tokens(seq, index, layer, q, out, params);
+  }
 
   // Select: the key-bound ranking over the index (its page lists are the entries of the pages' places), or two-level.
   const int32_t budget = page_budget();

@@ -1,6 +1,6 @@
 // PartitionedDecode: Spin's partitions (arXiv 2604.26837 §4.1) for page selection by key bounds (or a token
-// selection at filter layers, TokenFilters) over KV that lives partly on the host tier (kv/host_tier.h). One decode
-// step of a sequence runs, layer by layer:
+// selection at filter layers, TokenFilters, or the method's own tokens, MethodTokens) over KV that lives partly on the
+// host tier (kv/host_tier.h). One decode step of a sequence runs, layer by layer:
 //   Index      the key bounds (elementwise min and max of the keys) of every page of the sequence, host pages too,
 //              kept where the pool lives and keyed by the page's place (stream, page index), so page moves leave
 //              them be; the page that takes the step's token has its bounds refreshed.
@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "backend/ops.h"
@@ -72,9 +73,12 @@ class PartitionedDecode final {
   Status begin_step(int32_t seq, int32_t num_tokens = 1);
   // Layer `layer` of the step: writes the step's k, v [n, Hkv, D] into its slots, then Index, Select, Retrieve
   // (and Offload), Attention: out [n, H, D] from q [n, H, D]. A decode step has one row; a prefill chunk, and a
-  // decode step's dense layers, skip Select and read every page of the layer's streams.
+  // decode step's dense layers, skip Select and read every page of the layer's streams. Under method_tokens a
+  // decode step's `tokens` are the method's selection, per KV head its ascending tokens (Select is the method's);
+  // none: the layer reads whole. kInvalidArgument, nothing written, for tokens out of order or past the streams.
   Status attend(int32_t seq, int32_t layer, TensorView q, TensorView k, TensorView v, TensorView out,
-                const AttentionParams& params, PartitionStep step = PartitionStep::kDecode);
+                const AttentionParams& params, PartitionStep step = PartitionStep::kDecode,
+                std::span<const std::span<const int32_t>> tokens = {});
 
   // A sequence's index: its pages' bounds and what its step left. take hands it out while the sequence is idle (a
   // finished Chain Cache turn, a preempted request), put gives it back when the sequence resumes.
@@ -89,6 +93,7 @@ class PartitionedDecode final {
     int32_t num_prefill_tokens = 0;  // what its prefill steps computed
     // token_filters: the last filter layer's choice this step: the kept prompt tokens [kept], and per KV head those
     // tokens then the decode tail [Hkv][width] with counts [Hkv]; none when the filter kept the whole prompt.
+    // method_tokens: the layer's tokens per KV head as the method gave them, in token_lists and token_counts.
     Tensor kept_tokens, token_lists, token_counts;
     bool keeps_whole_prompt = false;
     // While parked (offload_index): the host pages holding the part kept where the pool lives, which is then
@@ -117,6 +122,7 @@ class PartitionedDecode final {
   // Pages a layer's selection reads: one per KV head and page of the budget.
   int64_t selection_pages() const { return int64_t{layout_.num_kv_heads} * page_budget(); }
 
+  const PartitionConfig& config() const { return config_; }
   // What the sequence's step moved so far (reset by begin_step).
   const PartitionStepCounts& step_counts(int32_t seq) const { return seqs_.at(seq).counts; }
   // Pages the sequence may keep resident now.
@@ -155,9 +161,15 @@ class PartitionedDecode final {
   // token_filters: a filter layer's choice over `view` (the layer whole, one query row q [1, H, D]) into the index.
   void filter_tokens(Index& index, const TieredPageTable& table, int32_t layer, const AttentionView& view,
                      TensorView q);
-  // token_filters: a sparse layer: Retrieve the pages of its filter's tokens, then attend over those tokens.
-  Status attend_filtered_tokens(int32_t seq, Index& index, int32_t layer, TensorView q, TensorView out,
-                                const AttentionParams& params);
+  // Retrieve the pages of the index's token lists (a filter's tokens, or the method's), then attend over the tokens.
+  Status attend_tokens(int32_t seq, Index& index, int32_t layer, TensorView q, TensorView out,
+                       const AttentionParams& params);
+  // method_tokens: whether `tokens` fit layer `layer` of the sequence (one ascending list per KV head within its
+  // stream), / copies them into the index's token lists.
+  Status check_method_tokens(int32_t seq, int32_t layer, std::span<const std::span<const int32_t>> tokens) const;
+  void set_method_tokens(Index& index, std::span<const std::span<const int32_t>> tokens) const;
+  // Whether the index keeps page bounds (Quest's ranking); a token selection keeps none.
+  bool keeps_bounds() const { return !config_.token_filters && !config_.method_tokens; }
 
   HostTier* tier_;
   KvLayout layout_;

@@ -121,7 +121,7 @@ void SparseController::begin_forward(const ForwardBatch& batch) {
 void SparseController::attend(int layer, const LayerConfig& layer_config, const ForwardBatch& batch, TensorView q,
                               TensorView k, TensorView v, TensorView out, const AttentionParams& params) {
   if (tiered_ != nullptr) {
-    attend_partitioned(layer, batch, q, k, v, out, params);
+    attend_partitioned(layer, layer_config, batch, q, k, v, out, params);
     return;
   }
   const AttentionView dense = cache_.build_view(layer, batch);
@@ -133,23 +133,52 @@ void SparseController::attend(int layer, const LayerConfig& layer_config, const 
   method_.on_attention_end(ctx);
 }
 
-void SparseController::attend_partitioned(int layer, const ForwardBatch& batch, TensorView q, TensorView k,
-                                          TensorView v, TensorView out, const AttentionParams& params) {
+void SparseController::select_method_tokens(int layer, const LayerConfig& layer_config, TensorView q, TensorView k,
+                                            TensorView v, TensorView out, const AttentionParams& params) {
+  const AttentionView view = cache_.build_view(layer, one_sequence_);
+  LayerContext ctx{layer, layer_config, one_sequence_, q, k, v, out, view, view, params, cache_};
+  selection_.reset(1, view.num_kv_heads, SelectionUnit::kToken);
+  method_.build_layer_selection(ctx, selection_);
+  head_tokens_.clear();
+  if (selection_.empty()) return;
+  for (int32_t h = 0; h < view.num_kv_heads; ++h) head_tokens_.push_back(selection_.get(0, h).value());
+}
+
+void SparseController::attend_partitioned(int layer, const LayerConfig& layer_config, const ForwardBatch& batch,
+                                          TensorView q, TensorView k, TensorView v, TensorView out,
+                                          const AttentionParams& params) {
+  const bool method_tokens = tiered_->partition_config().method_tokens.has_value();
+  if (method_tokens) {
+    one_sequence_.token_ids = batch.token_ids;
+    one_sequence_.positions = batch.positions;
+  }
   for (const SequenceSlice& slice : batch.sequences) {
     // A decode step computes one token; anything longer reads densely, as a prefill chunk does.
     const PartitionStep step =
         slice.is_decode(batch.positions) && slice.num_tokens == 1 ? PartitionStep::kDecode : PartitionStep::kPrefill;
+    head_tokens_.clear();
+    if (method_tokens) {
+      one_sequence_.sequences.assign(1, slice);
+      // The selection reads the step's query and the method's own state, not the pages (some are on the host).
+      if (step == PartitionStep::kDecode) select_method_tokens(layer, layer_config, q, k, v, out, params);
+    }
     // NOTE: reserve opened the step and checked that the device holds the sequence's working set beside every
     // sequence's metadata, and that one layer's selection stays free across the pools, so attending cannot run
     // short of room.
     const int64_t num_read = tiered_->step_counts(slice.seq).num_read_tokens;
-    const Status attended = tiered_->attend(slice.seq, layer, rows_of(q, slice.token_begin, slice.num_tokens),
-                                            rows_of(k, slice.token_begin, slice.num_tokens),
-                                            rows_of(v, slice.token_begin, slice.num_tokens),
-                                            rows_of(out, slice.token_begin, slice.num_tokens), params, step);
+    const Status attended = tiered_->attend(
+        slice.seq, layer, rows_of(q, slice.token_begin, slice.num_tokens),
+        rows_of(k, slice.token_begin, slice.num_tokens), rows_of(v, slice.token_begin, slice.num_tokens),
+        rows_of(out, slice.token_begin, slice.num_tokens), params, step, head_tokens_);
     SE_CHECK(attended.is_ok(), "layer {} of sequence {} over the host tier: {}", layer, slice.seq,
              attended.to_string());
     num_attended_kv_tokens_ += tiered_->step_counts(slice.seq).num_read_tokens - num_read;
+    // A prefill chunk just read the layer whole: every page of it is resident until the next sequence attends.
+    if (method_tokens && step == PartitionStep::kPrefill) {
+      const AttentionView view = cache_.build_view(layer, one_sequence_);
+      LayerContext ctx{layer, layer_config, one_sequence_, q, k, v, out, view, view, params, cache_};
+      method_.on_attention_end(ctx);
+    }
   }
 }
 

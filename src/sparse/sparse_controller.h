@@ -5,7 +5,9 @@
 // method by name. On CUDA the methods still see the cache's host views while write_kv and attention read their
 // device mirror, uploaded once per forward. A cache whose running sequences live partly on the host tier
 // (TieredCacheManager) attends itself, sequence by sequence, through Spin's partitions; the method's per-layer hooks
-// then do not run. Engine thread only.
+// then do not run, but for a method that selects its tokens itself (PartitionConfig::method_tokens): its decode
+// selection names each sequence's tokens, and its on_attention_end sees each prefill chunk's sequence alone, its
+// layer whole and resident. Engine thread only.
 #pragma once
 
 #include <functional>
@@ -126,8 +128,12 @@ class SparseController final : public ForwardHooks {
   // The method's selection for the layer of `ctx`, applied to its view and counted; what attention then reads.
   AttentionView select(LayerContext& ctx);
   // attend over the tiered cache: each sequence of the batch through the partitions, over its own rows.
-  void attend_partitioned(int layer, const ForwardBatch& batch, TensorView q, TensorView k, TensorView v,
-                          TensorView out, const AttentionParams& params);
+  void attend_partitioned(int layer, const LayerConfig& layer_config, const ForwardBatch& batch, TensorView q,
+                          TensorView k, TensorView v, TensorView out, const AttentionParams& params);
+  // PartitionConfig::method_tokens: the method's decode selection of the one sequence of one_sequence_ at `layer`,
+  // per KV head, into head_tokens_ (left empty when the method reads the layer whole).
+  void select_method_tokens(int layer, const LayerConfig& layer_config, TensorView q, TensorView k, TensorView v,
+                            TensorView out, const AttentionParams& params);
 
   MethodRuntime& method_;
   CacheManager& cache_;
@@ -135,6 +141,10 @@ class SparseController final : public ForwardHooks {
   TieredCacheManager* tiered_;                         // cache_ when it attends itself; else null
   std::unique_ptr<AttentionViewMirror> device_views_;  // null on the CPU
   Selection selection_;  // reused by every layer
+  // method_tokens: the batch narrowed to the sequence the partitions attend (positions whole, so its slice holds), and
+  // that sequence's selected tokens per KV head.
+  ForwardBatch one_sequence_;
+  std::vector<std::span<const int32_t>> head_tokens_;
   PassForward pass_forward_;
   AttentionObserver attention_observer_;
   ForwardBatch pass_batch_;  // the running transient pass

@@ -251,9 +251,10 @@ Status TieredCacheManager::restore(int32_t seq, std::unique_ptr<SequenceSnapshot
 }
 
 Status TieredCacheManager::attend(int32_t seq, int layer, TensorView q, TensorView k, TensorView v, TensorView out,
-                                  const AttentionParams& params, PartitionStep step) {
+                                  const AttentionParams& params, PartitionStep step,
+                                  std::span<const std::span<const int32_t>> tokens) {
   if (sequences_.count(seq) == 0) return not_found("tiered cache: no sequence {}", seq);
-  return partitions_.attend(seq, layer, q, k, v, out, params, step);
+  return partitions_.attend(seq, layer, q, k, v, out, params, step, tokens);
 }
 
 AttentionView TieredCacheManager::device_rows_view(int layer, std::span<const int32_t> seqs,

@@ -79,9 +79,11 @@ class TieredCacheManager final : public CacheManager {
   bool runs_on_host_tier() const override { return true; }
 
   // Layer `layer` of the sequence's open step (reserve): writes k, v [n, Hkv, D] and attends, out [n, H, D] from
-  // q [n, H, D], as PartitionedDecode::attend.
+  // q [n, H, D], over the method's `tokens` under method_tokens, as PartitionedDecode::attend.
   Status attend(int32_t seq, int layer, TensorView q, TensorView k, TensorView v, TensorView out,
-                const AttentionParams& params, PartitionStep step);
+                const AttentionParams& params, PartitionStep step,
+                std::span<const std::span<const int32_t>> tokens = {});
+  const PartitionConfig& partition_config() const { return partitions_.config(); }
   // What the sequence's open step moved so far.
   const PartitionStepCounts& step_counts(int32_t seq) const { return partitions_.step_counts(seq); }
   const HostTier& tier() const { return tier_; }

@@ -113,6 +113,16 @@ def test_methods_table_states_the_valid_compositions():
     assert ", ".join(decode_time) in line and ", ".join(prompt_time) in line and "prompt_method" in line, line
 
 
+def test_methods_list_the_methods_that_run_as_the_partitions():
+    partitioned = [m["name"] for m in methods_json() if m["kv_partitions"]]
+    # Quest ranks pages, OmniKV filters tokens, ShadowKV picks chunks from its sketch (PartitionConfig).
+    assert sorted(partitioned) == ["omnikv", "quest", "shadowkv"]
+    r = run("methods", timeout=60)
+    assert r.returncode == 0, r.stderr
+    line = next(l for l in r.stdout.splitlines() if l.startswith("Under --kv-partitions"))
+    assert all(name in line for name in partitioned), line
+
+
 # --- bad flags: exit code 2, one clear line, before the model loads ---
 
 COMMANDS = {

@@ -1,10 +1,10 @@
 // Chain Cache and preemption under Spin's partitions (--kv-partitions --prefix-cache-mode chain) on the tiny model:
 // a finished turn's sequence stays whole in the host tier (its pages and the partitions' index), and the next turn
 // resumes it without prefilling its tokens again, giving exactly the tokens and log-probabilities of one sequence
-// that runs both turns without leaving the cache (Quest and OmniKV); a preempted request keeps its state there and
-// goes on as an unpreempted run does; a randomized run of chained turns, aborts and preemptions over a small host
-// pool keeps the cache and the chain index whole after every step and gives both pools back at the end; bad input
-// gets a clear error and leaves the other chains as they were.
+// that runs both turns without leaving the cache (Quest, OmniKV, and ShadowKV, whose sketch goes with the chain); a
+// preempted request keeps its state there and goes on as an unpreempted run does; a randomized run of chained turns,
+// aborts and preemptions over a small host pool keeps the cache and the chain index whole after every step and gives
+// both pools back at the end; bad input gets a clear error and leaves the other chains as they were.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -52,6 +52,16 @@ const MethodCase kQuestTwoLevel{
     "quest_two_level"};
 // Layer 0 filters (16 prompt tokens kept), layer 1 reads them and the decode tail.
 const MethodCase kOmniKv{"omnikv", {{"filter_layers", {0}}, {"num_wait", 0}, {"num_selected_tokens", 16}}, 0};
+// Chunks of 8 tokens, 2 chosen per step beside 2 local and 2 outlier chunks, keys of rank 8: the sketch of turn 1's
+// prompt travels with the chain, and turn 2 reads everything past it exact.
+const MethodCase kShadowKv{"shadowkv",
+                           {{"sparse_budget", 16},
+                            {"chunk_size", 8},
+                            {"rank", 8},
+                            {"local_chunks", 2},
+                            {"outlier_chunks", 2},
+                            {"min_prompt_tokens", 48}},
+                           0};
 
 SamplingParams greedy(int max_tokens) {
   SamplingParams p = test::greedy(max_tokens);
@@ -266,7 +276,8 @@ TEST_P(PartitionedChainTest, AResumedTurnFromTheHostEqualsOneUninterruptedSequen
   EXPECT_EQ(turn2.logprobs, want.logprobs);  // exact: the same forward over the same state
 }
 
-INSTANTIATE_TEST_SUITE_P(Methods, PartitionedChainTest, ::testing::Values(kQuest, kQuestTwoLevel, kOmniKv),
+INSTANTIATE_TEST_SUITE_P(Methods, PartitionedChainTest,
+                         ::testing::Values(kQuest, kQuestTwoLevel, kOmniKv, kShadowKv),
                          [](const ::testing::TestParamInfo<MethodCase>& info) {
                            return info.param.label != nullptr ? info.param.label : info.param.name;
                          });
@@ -317,12 +328,15 @@ TEST(PartitionedPreemptionTest, APreemptedRequestKeepsItsStateAndGoesOnAsUnpreem
 }
 
 // Random chained turns (new chains, resumed ones, prompts that do not extend their chain), aborts, and steps
-// short of room over a small host tier, with the cache and the chain index checked after every step.
-TEST(PartitionedChainRandomTest, ChainedTurnsAbortsAndPreemptionKeepEverythingWhole) {
+// short of room over a small host tier, with the cache and the chain index checked after every step. Under
+// ShadowKV the prompts of 48 tokens or more are sketched, and the sketches go with parked chains and kept requests.
+class PartitionedChainRandomTest : public ::testing::TestWithParam<MethodCase> {};
+
+TEST_P(PartitionedChainRandomTest, ChainedTurnsAbortsAndPreemptionKeepEverythingWhole) {
   const ModelBundle bundle = tiny_bundle();
   // 24 device and 48 host pages against up to four conversations of up to 4 streams x 8 pages each: idle chains
   // are parked, dropped for room, and running requests give way.
-  PartitionedLoop loop(*bundle.model, partitioned_config(kQuest, 24, 48), /*chains=*/true);
+  PartitionedLoop loop(*bundle.model, partitioned_config(GetParam(), 24, 48), /*chains=*/true);
   constexpr size_t kLongest = 90;  // a chain this long takes no more turns
   std::mt19937 rng(35);
   std::map<std::string, std::vector<int32_t>> conversations;  // chain id -> its tokens so far (idle chains)
@@ -397,6 +411,9 @@ TEST(PartitionedChainRandomTest, ChainedTurnsAbortsAndPreemptionKeepEverythingWh
   EXPECT_GT(num_dropped_for_room, 0) << "no idle chain gave its room to running requests";
   RecordProperty("steps", num_steps);
 }
+
+INSTANTIATE_TEST_SUITE_P(Methods, PartitionedChainRandomTest, ::testing::Values(kQuest, kShadowKv),
+                         [](const ::testing::TestParamInfo<MethodCase>& info) { return info.param.name; });
 
 // A resumed turn put back before it computed a token hands its chain's state back to the host tier, since the device
 // keeps only running sequences' pages. When the tier has no room for it (here a preempted request's kept state took

@@ -2,7 +2,8 @@
 // tier page by page, on the tiny model, against the engine's Quest with every page resident. The device pool is
 // smaller than the sequences' KV together (or than one sequence's), so their pages move every step; the greedy
 // tokens and log-probabilities are resident Quest's. Requests that can never fit are refused at submit, others
-// unaffected; the options a partitioned engine cannot run are refused before a model loads.
+// unaffected; the options a partitioned engine cannot run are refused before a model loads. OmniKV's and ShadowKV's
+// token selections decode as the resident methods do too.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -231,6 +232,31 @@ TEST_F(KvPartitionsEngineTest, OmniKvsTokenSelectionDecodesAsResidentOmniKv) {
   EXPECT_GT(partitioned.end.num_kv_host_pages_used_peak, 0);
 }
 
+TEST_F(KvPartitionsEngineTest, ShadowKvsChunkSelectionDecodesAsResidentShadowKv) {
+  // Chunks of 8 tokens (half a page), 2 local and 2 outlier chunks, 2 chunks chosen per step, keys of rank 8 of 32:
+  // each decode step reads 7 chunks per KV head of the prompts' 10-16 sketched ones, and the decode tail.
+  const nlohmann::json shadowkv = {{"sparse_budget", 16}, {"chunk_size", 8},     {"rank", 8},
+                                   {"local_chunks", 2},   {"outlier_chunks", 2}, {"min_prompt_tokens", 64}};
+  const auto prompts = random_prompts({97, 130, 151}, 41);
+  EngineConfig resident;
+  resident.page_size = kPageSize;
+  resident.sparse_method = "shadowkv";
+  resident.sparse_config = shadowkv;
+  const Runs reference = run(bundle_, resident, prompts, /*together=*/false);
+  EngineConfig config = partitioned_config(0);
+  config.sparse_method = "shadowkv";
+  config.sparse_config = shadowkv;
+  config.kv_cache_memory = kDevicePages * kPageBytes;  // its sketch lives beside the pool
+  ASSERT_GT(kv_pages(prompts), kDevicePages);
+  const Runs partitioned = run(bundle_, config, prompts, /*together=*/true);
+  expect_same_generations(partitioned, reference);
+  EXPECT_GT(partitioned.end.num_kv_host_pages_used_peak, 0);
+  // The chunks narrow what decode reads: fewer KV tokens than the same requests under dense reads.
+  EngineConfig dense = config;
+  dense.sparse_config["min_prompt_tokens"] = 1000;
+  EXPECT_LT(partitioned.end.attended_kv_tokens_total, run(bundle_, dense, prompts, true).end.attended_kv_tokens_total);
+}
+
 TEST_F(KvPartitionsEngineTest, RefusesRequestsThatCanNeverFitAndServesTheOthers) {
   const auto prompts = random_prompts({97}, 38);
   const Runs reference = run(bundle_, quest_config(0), prompts, /*together=*/false);
@@ -277,6 +303,10 @@ TEST_F(KvPartitionsEngineTest, RefusesWhatThePartitionsCannotRun) {
   EngineConfig chain = config;
   chain.prefix_cache_mode = "chain";
   EXPECT_TRUE(check(chain).is_ok()) << "a finished turn is kept whole in the tier";
+  EngineConfig shadowkv = config;
+  shadowkv.sparse_method = "shadowkv";
+  shadowkv.sparse_config = nullptr;
+  EXPECT_TRUE(check(shadowkv).is_ok()) << "its chunks are a token selection of its own";
   EngineConfig fp8 = config;
   fp8.kv_cache_dtype = "fp8";
   EXPECT_EQ(check(fp8).code(), StatusCode::kUnimplemented);

@@ -158,6 +158,15 @@ void ShadowKvMethod::build_decode_selection(LayerContext& ctx, int32_t slice, Se
   }
 }
 
+std::optional<PartitionConfig> ShadowKvMethod::partition_config() const {
+  PartitionConfig config;
+  // The chosen chunks, the outliers, and the local window: its whole chunks and the remainder of the last.
+  config.method_tokens = MethodTokens{
+      .chunk_size = params_.chunk_size,
+      .max_chunks = params_.sparse_budget / params_.chunk_size + params_.outlier_chunks + params_.local_chunks + 1};
+  return config;
+}
+
 std::unique_ptr<MethodSequenceState> ShadowKvMethod::export_sequence_state(int32_t seq) {
   const auto it = sketches_.find(seq);
   if (it == sketches_.end()) return nullptr;

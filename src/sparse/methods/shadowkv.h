@@ -17,6 +17,9 @@
 // Tensor parallelism: the SVD factors the keys of the layer's every KV head together, so each rank all-gathers the
 // others' pre- and post-RoPE prompt keys, sketches them as one rank does and keeps its heads' part; the rest is per
 // KV head.
+// Under --kv-partitions the partitions retrieve only the pages of the tokens a decode step reads
+// (PartitionConfig::method_tokens): the sketch is built and the keys rewritten while a prefill chunk holds the layer
+// resident, and the sketch, which stays here, picks the chunks.
 #pragma once
 
 #include <memory>
@@ -36,6 +39,9 @@ class ShadowKvMethod final : public MethodRuntime {
   void on_attention_end(LayerContext& ctx) override;
   void build_decode_selection(LayerContext& ctx, int32_t slice, Selection& selection) override;
   void on_sequence_end(int32_t seq) override { sketches_.erase(seq); }
+  // Under Spin's partitions (PartitionConfig::method_tokens): a step reads per KV head its chosen, outlier and
+  // local chunks, and the partitions bring in only their pages; the sketch stays here, beside the pool.
+  std::optional<PartitionConfig> partition_config() const override;
   std::unique_ptr<MethodSequenceState> export_sequence_state(int32_t seq) override;
   Status import_sequence_state(int32_t seq, std::unique_ptr<MethodSequenceState> state) override;
 
