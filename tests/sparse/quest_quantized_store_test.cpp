@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <limits>
+#include <ostream>
 #include <random>
 
 #include "../support/kv_store_steps.h"
@@ -170,6 +171,11 @@ struct KiviCase {
   int32_t prompt, decode_steps;  // flushed steps: a prompt, then one token at a time
   int32_t page_budget;
 };
+
+void PrintTo(const KiviCase& c, std::ostream* os) {
+  *os << kv_store_kind_name(c.store) << ", group " << c.group << ", R " << c.residual << ", " << c.prompt
+      << "-token prompt + " << c.decode_steps << " + 1 decode steps, budget " << c.page_budget << " pages";
+}
 
 class QuestOverKiviTest : public ::testing::TestWithParam<KiviCase> {};
 
