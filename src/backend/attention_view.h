@@ -189,7 +189,16 @@ struct AttentionView {
   }
 };
 
-// Calls fn(page_id, tokens stored in that page) for every page of `view` that holds one of the batch's new
+// Tokens per page of a page selection (SelectionUnit::kPage): selected page p of a stream is its tokens
+// [p * n, (p + 1) * n). The explicit page; over KIVI the key group (a quantized page), whatever the residual
+// window's pages hold, so a selected page is one quantized group or the window's tokens of one.
+inline int32_t selection_page_tokens(const AttentionView& view) {
+  return view.payload == KvPayload::kQuantized && view.quantized.scheme == KvQuantScheme::kKivi
+             ? view.quantized.group_size
+             : view.page_size;
+}
+
+// Calls fn(page_id, tokens stored in that page, KV head) for every page of `view` that holds one of the batch's new
 // tokens: the last n slots of each stream, n = the sequence's query rows. Reads the tables, so host views only.
 template <typename Fn>
 void for_each_page_with_new_tokens(const AttentionView& view, Fn&& fn) {
@@ -202,7 +211,7 @@ void for_each_page_with_new_tokens(const AttentionView& view, Fn&& fn) {
       if (n == 0 || len == 0) continue;
       const int32_t* pages = sv.page_ids + static_cast<int64_t>(h) * sv.stride;
       for (int32_t p = (len > n ? len - n : 0) / ps; p <= (len - 1) / ps; ++p)
-        fn(pages[p], len - p * ps < ps ? len - p * ps : ps);
+        fn(pages[p], len - p * ps < ps ? len - p * ps : ps, h);
     }
   }
 }

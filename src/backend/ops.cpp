@@ -640,7 +640,11 @@ void paged_attention_quantized(TensorView out, TensorView q, const AttentionView
   const std::string_view op = op_name(op_id);
   if (out.device == Device::kCuda || view.kv_device == Device::kCuda)
     SE_CHECK(cuda_implements(op_id), "{}: not implemented on CUDA", op);
-  SE_CHECK(!view.has_selection, "{}: a selection over quantized pages is not implemented", op);
+  // A selection over FP8 or KIVI pages is read on the CPU (a KIVI page of the selection is a key group).
+  SE_CHECK(!view.has_selection || (view.quantized.scheme != KvQuantScheme::kTurboQuant && out.device == Device::kCpu &&
+                                   view.kv_device == Device::kCpu),
+           "{}: a selection over these quantized pages is not implemented{}", op,
+           view.quantized.scheme != KvQuantScheme::kTurboQuant ? " on CUDA" : "");
   if (fp8) {
     SE_CHECK(view.kv_dtype == DType::kU8 &&
                  view.page_bytes == static_cast<size_t>(view.page_size) * fp8_kv_bytes_per_token(view.head_dim),
@@ -1009,7 +1013,25 @@ void update_page_key_bounds(TensorView bounds, const AttentionView& view, int32_
     return;
   }
   require_cpu_f32(bounds, "update_page_key_bounds.bounds");
+  SE_CHECK(view.payload == KvPayload::kExplicit || view.payload == KvPayload::kSharedLatent || is_fp8_pool(view),
+           "update_page_key_bounds: the CPU backend bounds f32 or fp8 key rows");
+  if (is_fp8_pool(view)) SE_CHECK(view.quantized.k_scales != nullptr, "update_page_key_bounds: fp8 pages, no scales");
   cpu::update_page_key_bounds(bounds, view, max_new_tokens);
+}
+
+void update_key_group_bounds(TensorView bounds, const AttentionView& view, std::span<const int32_t> first_groups) {
+  const std::string_view op = "update_page_key_bounds over kivi groups";
+  SE_CHECK(is_kivi_view(view) && view.kv_device == Device::kCpu && view.tables_device == Device::kCpu,
+           "{}: takes a KIVI view of a CPU pool with host tables", op);
+  check_kivi_view(view);
+  SE_CHECK(bounds.shape.rank() == 3 && bounds.shape[1] == 2 && bounds.shape[2] == view.head_dim,
+           "{}: bounds {} for head_dim {}", op, bounds.shape.to_string(), view.head_dim);
+  require_cpu_f32(bounds, "update_page_key_bounds.bounds");
+  SE_CHECK(first_groups.size() == static_cast<size_t>(view.num_seqs) * static_cast<size_t>(view.num_kv_heads),
+           "{}: {} first groups for {} sequences of {} KV heads", op, first_groups.size(), view.num_seqs,
+           view.num_kv_heads);
+  for (int32_t first : first_groups) SE_CHECK(first >= 0, "{}: first group {}", op, first);
+  cpu::update_key_group_bounds(bounds, view, first_groups);
 }
 
 void page_key_bound_scores(TensorView out, TensorView q, TensorView bounds, const AttentionView& view, int32_t slice) {
@@ -1052,7 +1074,9 @@ void select_pages_by_key_bounds(TensorView selected, TensorView num_selected, Te
   const Device pool = view.kv_device;
   SE_CHECK(selected.device == pool && num_selected.device == pool && bounds.device == pool,
            "select_pages_by_key_bounds: the lists and the bounds live where the pool lives");
-  SE_CHECK(bounds.dtype == view.kv_dtype, "select_pages_by_key_bounds: bounds of {} for {} pages",
+  // FP8 codes are bounded in f32, the bounds of the keys they decode to.
+  const DType bounds_dtype = is_fp8_pool(view) ? DType::kF32 : view.kv_dtype;
+  SE_CHECK(bounds.dtype == bounds_dtype, "select_pages_by_key_bounds: bounds of {} for {} pages",
            dtype_name(bounds.dtype), dtype_name(view.kv_dtype));
   if (pool_on_cuda(view, "select_pages_by_key_bounds")) {
     require_cuda_act(q, "select_pages_by_key_bounds.q");

@@ -165,10 +165,11 @@ void fp8_kv_scales(TensorView k_scales, TensorView v_scales, TensorView k, Tenso
 // Causal attention of every sequence's new queries against its paged KV (see attention_view.h), narrowed to
 // the view's selection when it has one. q, out [T, H, D] F32; GQA: head h reads KV head h / (H / Hkv).
 // Explicit pages, and quantized ones (kQuantized: FP8 e4m3, KIVI or TurboQuant, decoded row by row as they are read;
-// no selection yet). The quantized variants are the ops "paged_attention over fp8 pages", "... over kivi pages" and
-// "... over turboquant pages" for cuda_implements: FP8 and KIVI pages are read on CUDA too (device tables, an FP8
-// view's scales on the device, bf16 or f32 q and out, as for explicit pages); TurboQuant's are CPU only, so a CUDA
-// tensor or pool gets a "not implemented" error.
+// a selection over FP8 and KIVI pages on the CPU, a KIVI page being a key group: selection_page_tokens). The
+// quantized variants are the ops "paged_attention over fp8 pages", "... over kivi pages" and "... over turboquant
+// pages" for cuda_implements: FP8 and KIVI pages are read on CUDA too (device tables, an FP8 view's scales on the
+// device, bf16 or f32 q and out, as for explicit pages); TurboQuant's are CPU only, so a CUDA tensor or pool gets a
+// "not implemented" error.
 void paged_attention(TensorView out, TensorView q, const AttentionView& view, const AttentionParams& params);
 
 // Multi-head latent attention (MLA) with the weights absorbed, as FlashMLA computes it. W_uk[h] and W_uv[h] are head
@@ -282,14 +283,22 @@ void redundancy_aware_scores(TensorView out, TensorView importance, TensorView r
                              float lambda);
 
 // Page key bounds (query-aware page selection): bounds [num_pool_pages, 2, D], of the pool's dtype (so exact), holds
-// per page the elementwise min (row 0) and max (row 1) of the keys it stores. Recomputes them for every page that
+// per page the elementwise min (row 0) and max (row 1) of the keys it stores. Over FP8 pages (CPU only) the bounds are
+// F32 and bound the keys as attention decodes them (code x the KV head's scale). Recomputes them for every page that
 // received one of the batch's new tokens (the last n slots of each sequence's streams), n <= max_new_tokens. The view's
 // tables may live on the host or where the pool lives (the CUDA twin then reads them as they are; max_new_tokens sizes
 // its launch).
 void update_page_key_bounds(TensorView bounds, const AttentionView& view, int32_t max_new_tokens);
+// The same op over a KIVI view (CPU, host tables, f32 bounds): a KIVI stream's page is its key group, and the bounds
+// of each quantized group g in [first_groups[s * num_kv_heads + h], num_quantized_keys[h] / group_size) of sequence s,
+// KV head h are written at its quantized page's id, per channel the decoded smallest and largest code the group holds
+// (equal to the bounds of its decoded keys). A group's codes never change once written, so each is bounded once;
+// the window's keys are bounded from their rows where the pages are scored (page_key_bound_scores).
+void update_key_group_bounds(TensorView bounds, const AttentionView& view, std::span<const int32_t> first_groups);
 
 // Upper bounds of q . k over each page of sequence `slice` (page selection): out[h, p] = sum_d max(q[h,d] * min[p,d],
-// q[h,d] * max[p,d]) for query head h and page p of h's KV head. q [H, D] (one query row); out [H, max_pages]
+// q[h,d] * max[p,d]) for query head h and page p of h's KV head (selection_page_tokens per page; over KIVI the
+// window's pages are bounded from their full-precision rows here). q [H, D] (one query row); out [H, max_pages]
 // F32, where max_pages = the most pages of any KV head of the sequence; entries past a head's pages are -inf.
 // Host tables.
 void page_key_bound_scores(TensorView out, TensorView q, TensorView bounds, const AttentionView& view, int32_t slice);

@@ -120,21 +120,33 @@ int run_methods(bool as_json) {
       "\nCompositions: a decode-time method (%s) compresses the prompt with a prompt-time method (%s) given in its "
       "--sparse-config as {\"prompt_method\": NAME, \"prompt_config\": {...}}; no other pairing is valid.\n",
       decode_time.c_str(), prompt_time.c_str());
-  std::string over_kivi, sealed_groups;
+  // The selection methods a quantized store takes read it on the CPU only; the other methods it takes run on both.
+  std::string over_kivi, sealed_groups, selecting_over_quantized;
   for (const auto& m : all) {
-    for (const auto& store : m["kv_cache_dtypes"])
-      if (store == "kivi2") over_kivi += (over_kivi.empty() ? "" : ", ") + m["name"].get<std::string>();
+    const bool selects = m["family"] == family_name(MethodFamily::kDynamicSelection);
+    for (const auto& store : m["kv_cache_dtypes"]) {
+      if (store != "kivi2") continue;
+      std::string& names = selects ? selecting_over_quantized : over_kivi;
+      names += (names.empty() ? "" : ", ") + m["name"].get<std::string>();
+    }
     if (m["evicts_sealed_groups"].get<bool>())
       sealed_groups += (sealed_groups.empty() ? "" : ", ") + m["name"].get<std::string>();
   }
+  if (!selecting_over_quantized.empty())
+    std::printf(
+        "\nOver FP8 and KIVI pages %s select%s pages on the CPU only: FP8 pages are bounded over the keys their codes "
+        "decode to; over KIVI a page is a key group (--kivi-group-size tokens, whatever --page-size says), bounded "
+        "from its codes once quantized and from its rows while its keys are in the window. The selected pages are read "
+        "through the store's own attention.\n",
+        selecting_over_quantized.c_str(), selecting_over_quantized.find(',') == std::string::npos ? "s" : "");
   std::printf(
       "\nKIVI (--kv-cache-dtype kivi2|kivi4) runs under %s, on the CPU and on CUDA (where the window is written, its "
       "groups quantized and the kept rows moved on the device): a compress-after method scores and evicts the prompt "
       "while the store holds it at full precision, and only the kept tokens are quantized; %s, evicting as decode "
       "runs, "
       "drop%s whole quantized groups, each once its keys and values have left the window and all its tokens would go, "
-      "so a stream keeps the method's tokens rounded out to whole groups and the window. Other methods that evict or "
-      "select during decode are refused over KIVI, as are ops that read "
+      "so a stream keeps the method's tokens rounded out to whole groups and the window. Other methods that evict "
+      "during decode, or select single tokens, are refused over KIVI, as are ops that read "
       "explicit K/V pages; every refused pairing of a method and a store fails before the model loads (exit 2) with "
       "the reason. Over KIVI the Chain Cache keeps a chain's "
       "quantized groups and residual windows between turns (--prefix-cache-mode chain, or auto for a method with a "

@@ -1,5 +1,6 @@
 #include "sparse/method_traits.h"
 
+#include <algorithm>
 #include <optional>
 
 #include "backend/device_memory.h"
@@ -43,6 +44,20 @@ std::optional<OpId> op_reading_explicit_pages(const MethodTraits& traits) {
     if (op != OpId::kCompactKv && op != OpId::kMoveKvRows && op != OpId::kAttentionScores) return op;
   return std::nullopt;
 }
+// Query-aware page selection's ops, which bound decoded FP8 keys and KIVI groups and read a selection of their pages,
+// on the CPU only.
+bool selects_over_quantized_on_cpu(OpId op) {
+  return op == OpId::kUpdatePageKeyBounds || op == OpId::kSelectPagesByKeyBounds ||
+         op == OpId::kPagedAttentionOverSelection;
+}
+// The refusal of such an op on CUDA, or ok.
+Status check_selection_on(Device device, std::string_view store_name, std::string_view name, OpId op) {
+  if (device == Device::kCpu) return Status::ok();
+  return invalid_argument(
+      "--kv-cache-dtype {} cannot run sparse method '{}' on {}: its op {} reads these quantized pages on the CPU only "
+      "(--device cpu, or --kv-cache-dtype auto)",
+      store_name, name, device_name(device), op_name(op));
+}
 }  // namespace
 
 Status check_kv_store_supports(KvStoreKind store, Device device, const MethodTraits& traits, std::string_view name) {
@@ -60,17 +75,23 @@ Status check_kv_store_supports(KvStoreKind store, Device device, const MethodTra
         store_name, op_name(attention));
   // A KIVI stream is quantized groups plus a full-precision window. The store holds a compress-after method's
   // prompt in the window until the method has scored it (attention_scores reads the window's rows) and evicted
-  // from it (the store moves the kept rows itself), and drops a sealed group as a page, moving no byte; no other
-  // method op reads or moves KIVI groups.
+  // from it (the store moves the kept rows itself), and drops a sealed group as a page, moving no byte; on the CPU
+  // the page key bounds, their ranking and attention over a selection read whole groups; no other method op reads or
+  // moves KIVI groups.
   if (kivi_bits(store) != 0 && !traits.ops.empty()) {
     if (traits.evicts_sealed_groups) return Status::ok();
+    // A page selection over KIVI takes whole key groups (a page is a group; the window's keys are read as they are),
+    // and the method keeps every token.
+    if (traits.keeps_full_history && std::all_of(traits.ops.begin(), traits.ops.end(), selects_over_quantized_on_cpu))
+      return check_selection_on(device, store_name, name, traits.ops.front());
     if (traits.prefill_policy != PrefillPolicy::kCompressAfter)
       return invalid_argument(
           "--kv-cache-dtype {} cannot run sparse method '{}': it evicts or selects single tokens as decode runs, and "
           "KIVI quantizes keys per channel over groups of tokens sharing one scale and minimum as its residual window "
           "slides, so a token inside a quantized group can be neither dropped nor read alone (only methods without "
-          "ops of their own, compress-after methods, which compress the prompt before it is quantized, and methods "
-          "that drop whole quantized groups run over it; `sparse-engine methods` lists them)",
+          "ops of their own, compress-after methods, which compress the prompt before it is quantized, methods "
+          "that drop whole quantized groups and, on the CPU, page selection by key bounds, which reads whole groups, "
+          "run over it; `sparse-engine methods` lists them)",
           store_name, name);
     if (const std::optional<OpId> op = op_reading_explicit_pages(traits))
       return invalid_argument(
@@ -79,11 +100,17 @@ Status check_kv_store_supports(KvStoreKind store, Device device, const MethodTra
           store_name, name, op_name(*op));
     return Status::ok();
   }
-  if (const std::optional<OpId> op = op_reading_explicit_pages(traits))
-    return invalid_argument(
-        "--kv-cache-dtype {} cannot run sparse method '{}': its op {} reads explicit K/V pages "
-        "only (with this store a method may call attention_scores, compact_kv and move_kv_rows)",
-        store_name, name, op_name(*op));
+  // TurboQuant slots move whole and attention_scores reads their keys; no page-bound op reads them yet.
+  for (OpId op : traits.ops) {
+    if (op == OpId::kCompactKv || op == OpId::kMoveKvRows || op == OpId::kAttentionScores) continue;
+    if (is_turboquant(store) || !selects_over_quantized_on_cpu(op))
+      return invalid_argument(
+          "--kv-cache-dtype {} cannot run sparse method '{}': its op {} reads explicit K/V pages only (with this "
+          "store a method may call attention_scores, compact_kv and move_kv_rows{})",
+          store_name, name, op_name(op),
+          is_turboquant(store) ? "" : ", and on the CPU rank and attend over pages by their key bounds");
+    SE_RETURN_IF_ERROR(check_selection_on(device, store_name, name, op));
+  }
   return Status::ok();
 }
 

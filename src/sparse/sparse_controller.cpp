@@ -24,7 +24,8 @@ int64_t tokens_read_by_last_row(const AttentionView& view, int32_t s, int32_t h,
       n = count;
     } else {
       n = 0;
-      for (int32_t i = 0; i < count; ++i) n += std::min(view.page_size, stored - list[i] * view.page_size);
+      const int32_t unit = selection_page_tokens(view);
+      for (int32_t i = 0; i < count; ++i) n += std::min(unit, stored - list[i] * unit);
     }
   }
   return sliding_window > 0 ? std::min<int64_t>(n, sliding_window) : n;

@@ -12,6 +12,8 @@ import pytest
 from server_process import BINARY, ServerProcess
 
 
+# Query-aware page selection's ops (Quest's), which read FP8 and KIVI pages on the CPU.
+PAGE_SELECTION = {"update_page_key_bounds", "select_pages_by_key_bounds", "paged_attention over a selection"}
 TURBOQUANT = ["turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc", "turboquant_2.5",
               "turboquant_3.5"]
 
@@ -26,31 +28,37 @@ def test_methods_list_the_stores_each_method_takes():
     methods = {m["name"]: m for m in json.loads(r.stdout)}
     for m in methods.values():
         assert m["kv_cache_dtypes"][0] == "auto", m  # every method keeps explicit pages
-        # FP8 exactly under the methods whose ops all read it (eviction's row copies, attention_scores).
-        reads_fp8 = set(m["ops"]) <= {"compact_kv", "move_kv_rows", "attention_scores"}
-        assert ("fp8_e4m3" in m["kv_cache_dtypes"]) == reads_fp8, m
-        # TurboQuant under the same methods (its slots move whole and attention_scores reads their keys); KIVI under
-        # the methods with no ops of their own, the prompt-time methods that score and evict the prompt before it is
-        # quantized (the SnapKV family) and those that drop whole quantized groups.
+        # FP8 exactly under the methods whose ops all read it (eviction's row copies, attention_scores and, on the
+        # CPU, page selection by key bounds).
+        evicts_over_fp8 = set(m["ops"]) <= {"compact_kv", "move_kv_rows", "attention_scores"}
+        selects_pages = bool(m["ops"]) and set(m["ops"]) <= PAGE_SELECTION and m["keeps_full_history"]
+        assert ("fp8_e4m3" in m["kv_cache_dtypes"]) == (evicts_over_fp8 or selects_pages), m
+        # TurboQuant under the methods that evict over FP8 (its slots move whole and attention_scores reads their
+        # keys); KIVI under the methods with no ops of their own, the prompt-time methods that score and evict the
+        # prompt before it is quantized (the SnapKV family), those that drop whole quantized groups and page
+        # selection, which reads whole groups.
         for store in TURBOQUANT:
-            assert (store in m["kv_cache_dtypes"]) == reads_fp8, m
-        prompt_time = m["prefill_policy"] == "compress-after" and reads_fp8
+            assert (store in m["kv_cache_dtypes"]) == evicts_over_fp8, m
+        prompt_time = m["prefill_policy"] == "compress-after" and evicts_over_fp8
         for store in ["kivi2", "kivi4"]:
-            assert (store in m["kv_cache_dtypes"]) == (not m["ops"] or prompt_time or m["evicts_sealed_groups"]), m
+            assert (store in m["kv_cache_dtypes"]) == (
+                not m["ops"] or prompt_time or m["evicts_sealed_groups"] or selects_pages), m
     assert methods["vanilla"]["kv_cache_dtypes"] == ["auto", "fp8_e4m3", "kivi2", "kivi4"] + TURBOQUANT
     assert [name for name, m in methods.items() if m["evicts_sealed_groups"]] == ["streamingllm"]
     for name in ["snapkv", "pyramidkv", "adakv", "chunkkv", "streamingllm"]:
         assert methods[name]["kv_cache_dtypes"] == ["auto", "fp8_e4m3", "kivi2", "kivi4"] + TURBOQUANT, name
-    assert methods["quest"]["kv_cache_dtypes"] == ["auto"]
-    # On CUDA (a build with it) FP8 and KIVI pages run under the methods that run there and take them on the CPU;
-    # TurboQuant pages are CPU only.
+    assert methods["quest"]["kv_cache_dtypes"] == ["auto", "fp8_e4m3", "kivi2", "kivi4"]
+    # On CUDA (a build with it) FP8 and KIVI pages run under the methods that run there and take them on the CPU, but
+    # for page selection, whose ops read them on the CPU only; TurboQuant pages are CPU only.
     cuda_built = "fp8_e4m3" in methods["vanilla"]["cuda_kv_cache_dtypes"]
     on_gpu = ["fp8_e4m3", "kivi2", "kivi4"] if cuda_built else []
     for m in methods.values():
         if not m["cuda_kv_cache_dtypes"]:
             continue  # the method does not run on CUDA
-        want = ["auto"] + [store for store in on_gpu if store in m["kv_cache_dtypes"]]
+        selects_pages = bool(m["ops"]) and set(m["ops"]) <= PAGE_SELECTION
+        want = ["auto"] + [store for store in on_gpu if store in m["kv_cache_dtypes"] and not selects_pages]
         assert m["cuda_kv_cache_dtypes"] == want, m
+    assert methods["quest"]["cuda_kv_cache_dtypes"] in ([], ["auto"])
     assert methods["vanilla"]["cuda_kv_cache_dtypes"] == ["auto"] + on_gpu
     assert methods["snapkv"]["cuda_kv_cache_dtypes"] == ["auto"] + on_gpu
     assert methods["streamingllm"]["cuda_kv_cache_dtypes"] == ["auto"] + on_gpu
@@ -67,7 +75,8 @@ def test_methods_list_the_stores_each_method_takes():
     (["--kv-cache-dtype", "kivi4", "--sparse-method", "kvzip"], "its op subset_attention_max_scores reads explicit"),
     (["--kv-cache-dtype", "kivi4", "--kivi-residual", "40"], "must be a positive multiple of the group size 32"),
     (["--kv-cache-dtype", "kivi2", "--kivi-group-size", "24"], "is not a whole number of 2-bit code words"),
-    (["--kv-cache-dtype", "fp8", "--sparse-method", "quest"], "its op update_page_key_bounds reads explicit K/V"),
+    (["--kv-cache-dtype", "fp8", "--sparse-method", "kvzip"], "its op subset_attention_max_scores reads explicit K/V"),
+    (["--kv-cache-dtype", "turboquant_3.5", "--sparse-method", "quest"], "TurboQuant keeps packed key"),
     (["--kv-cache-dtype", "fp8_e4m3", "--sparse-method", "omnikv"], "reads explicit K/V pages only"),
 ])
 def test_a_store_the_method_cannot_take_fails_before_the_model_loads(flags, message):

@@ -3,7 +3,8 @@
 // reused from the radix cache over FP8 pages gives the same tokens as computing it, eviction methods run over FP8
 // pages, SnapKV over KIVI keeps the prompt tokens the explicit cache's SnapKV keeps and stores them quantized,
 // StreamingLLM over KIVI with a budget past every sequence answers what KIVI alone does and with a small one finishes
-// every request within its pages,
+// every request within its pages, Quest over FP8 and KIVI pages reads all of them with a budget past every sequence
+// and fewer keys with a small one,
 // TurboQuant's presets run under vanilla with the radix cache over their slots and under the eviction methods
 // whose ops move whole slots and score their keys, and a method or value the store cannot take is refused when the
 // engine is built.
@@ -310,6 +311,27 @@ TEST(KvStoreEngineTest, StreamingLlmOverKiviIsKiviUntilItsBudgetIsReached) {
   }
 }
 
+// Quest over FP8 and KIVI-2 pages (CPU; a KIVI page is a group of 32 tokens here): with a budget past every sequence
+// it reads every page, so its tokens are the store's alone, exactly; with a small one it reads fewer keys than the
+// store's dense attention, every request runs to its end, and the pool is whole after.
+TEST(KvStoreEngineTest, QuestOverQuantizedStoresIsTheStoreUntilItsBudgetBinds) {
+  const ModelBundle bundle = tiny_bundle();
+  std::mt19937 rng(13);
+  std::vector<std::vector<int32_t>> prompts(4);
+  for (size_t i = 0; i < prompts.size(); ++i) prompts[i] = random_prompt(rng, 60 + 9 * static_cast<int>(i));
+  for (const char* store : {"fp8", "kivi2"}) {
+    const Generated dense = generate(bundle, store_config(store), prompts, 40);
+    const Generated unbounded =
+        generate(bundle, store_config(store, "quest", {{"token_budget", 4096}, {"dense_layers", 0}}), prompts, 40);
+    EXPECT_EQ(unbounded.tokens, dense.tokens) << store;
+    const Generated bounded =
+        generate(bundle, store_config(store, "quest", {{"token_budget", 64}, {"dense_layers", 0}}), prompts, 40);
+    for (size_t r = 0; r < prompts.size(); ++r) EXPECT_EQ(bounded.tokens[r].size(), 40u) << store << " " << r;
+    EXPECT_LT(bounded.stats.attended_kv_tokens_total, dense.stats.attended_kv_tokens_total) << store;
+    EXPECT_EQ(bounded.stats.num_kv_pages_used, 0) << store;
+  }
+}
+
 // TurboQuant's presets under vanilla: greedy continuations stay close to the explicit cache (the agreement of each
 // is recorded), the pool holds as many more pages as a slot is smaller than an f32 key and value, a prefix reused
 // from the radix cache over TurboQuant slots gives the tokens of computing it, and every page comes back.
@@ -390,10 +412,10 @@ TEST(KvStoreEngineTest, EvictionMethodsRunOverTurboQuantSlots) {
 
 TEST(KvStoreEngineTest, RefusesWhatTheStoreCannotTake) {
   const ModelBundle bundle = tiny_bundle();
-  auto quest = Engine::create(bundle, store_config("fp8", "quest"));
-  ASSERT_FALSE(quest.is_ok());
-  EXPECT_EQ(quest.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(quest.status().message().find("update_page_key_bounds"), std::string::npos) << quest.status().message();
+  auto omnikv = Engine::create(bundle, store_config("fp8", "omnikv"));
+  ASSERT_FALSE(omnikv.is_ok());
+  EXPECT_EQ(omnikv.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(omnikv.status().message().find("reads explicit K/V pages"), std::string::npos) << omnikv.status().message();
   auto h2o = Engine::create(bundle, store_config("kivi2", "h2o"));
   ASSERT_FALSE(h2o.is_ok());
   EXPECT_EQ(h2o.status().code(), StatusCode::kInvalidArgument);

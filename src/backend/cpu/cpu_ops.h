@@ -58,6 +58,7 @@ void redundancy_aware_scores(TensorView out, TensorView importance, TensorView r
 void token_lists_with_tail(TensorView lists, TensorView counts, TensorView tokens, const AttentionView& view,
                            int32_t slice, int32_t tail_begin);
 void update_page_key_bounds(TensorView bounds, const AttentionView& view, int32_t max_new_tokens);
+void update_key_group_bounds(TensorView bounds, const AttentionView& view, std::span<const int32_t> first_groups);
 void page_key_bound_scores(TensorView out, TensorView q, TensorView bounds, const AttentionView& view, int32_t slice);
 void select_pages_by_key_bounds(TensorView selected, TensorView num_selected, TensorView q, TensorView bounds,
                                 const AttentionView& view, int32_t page_budget, int32_t max_pages_per_stream,

@@ -5,6 +5,8 @@
 // Shared by every CPU op that reads KIVI pages, so they decode alike.
 #pragma once
 
+#include <algorithm>
+
 #include "backend/attention_view.h"
 #include "backend/quant/kivi_quant.h"
 #include "backend/quant/quantized_kv_layout.h"
@@ -52,6 +54,28 @@ struct KiviRows {
     for (int32_t c = 0; c < view->head_dim; ++c)
       local[c] = kivi_dequantize(kivi_code(words + int64_t{c} * layout->key_words, t, qv.bits), scale[c], mn[c]);
     return local;
+  }
+
+  // Per channel, the smallest and largest key of quantized group `group` (< num_quantized_keys / group_size) as key()
+  // decodes them: the decoded smallest and largest code present, since decoding, fp16(fp16(code x scale) + minimum)
+  // with scale >= 0, never decreases as the code grows.
+  void key_group_bounds(int32_t group, float* lo, float* hi) const {
+    const QuantizedKvView& qv = view->quantized;
+    const char* base = page(group * qv.group_size);
+    const auto* words = reinterpret_cast<const uint32_t*>(base + layout->key_codes);
+    const auto* scale = reinterpret_cast<const uint16_t*>(base + layout->key_scale);
+    const auto* mn = reinterpret_cast<const uint16_t*>(base + layout->key_min);
+    for (int32_t c = 0; c < view->head_dim; ++c) {
+      const uint32_t* channel = words + int64_t{c} * layout->key_words;
+      uint32_t least = kivi_code(channel, 0, qv.bits), most = least;
+      for (int32_t t = 1; t < qv.group_size; ++t) {
+        const uint32_t code = kivi_code(channel, t, qv.bits);
+        least = std::min(least, code);
+        most = std::max(most, code);
+      }
+      lo[c] = kivi_dequantize(least, scale[c], mn[c]);
+      hi[c] = kivi_dequantize(most, scale[c], mn[c]);
+    }
   }
 
   const float* value(int32_t j, float* local) const {

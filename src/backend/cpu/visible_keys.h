@@ -42,7 +42,7 @@ void for_each_visible_key(const AttentionView& view, const SeqKvView& sv, int32_
   }
   const int32_t* sel = sv.selected + static_cast<int64_t>(kv_head) * sv.selected_stride;
   const int32_t n = sv.num_selected[kv_head];
-  const int32_t unit = view.selection_unit == SelectionUnit::kPage ? view.page_size : 1;
+  const int32_t unit = view.selection_unit == SelectionUnit::kPage ? selection_page_tokens(view) : 1;
   for (int32_t i = 0; i < n; ++i) {
     const int32_t begin = std::max(sel[i] * unit, range.first);
     const int32_t end = std::min(sel[i] * unit + unit - 1, range.last);

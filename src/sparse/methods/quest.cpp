@@ -58,7 +58,8 @@ Result<std::unique_ptr<CacheManager>> QuestMethod::create_cache(const CacheSpec&
   if (spec.partitions) return cache;
   // NOTE: every page's bounds are recomputed when a token lands in it, before any score reads them, so the
   // tensor needs no initialization.
-  bounds_ = Tensor::empty(spec.layout.dtype, {spec.num_pages, 2, spec.layout.head_dim}, spec.allocator);
+  bounds_ =
+      Tensor::empty(key_bounds_dtype(spec.layout.dtype), {spec.num_pages, 2, spec.layout.head_dim}, spec.allocator);
   if (!bounds_.defined())
     return resource_exhausted("quest: no memory for the key bounds of {} pages ({} bytes each)", spec.num_pages,
                               page_metadata_bytes(spec.layout));
@@ -119,24 +120,29 @@ void QuestMethod::build_layer_selection(LayerContext& ctx, Selection& selection)
   const AttentionView& view = ctx.view;
   int32_t max_new_tokens = 0;
   for (const SequenceSlice& slice : ctx.batch.sequences) max_new_tokens = std::max(max_new_tokens, slice.num_tokens);
-  // Prefill and decode alike: the pages that took this step's tokens bound them, partial last pages included.
-  update_page_key_bounds(bounds_.view(), ctx.kernel_view, max_new_tokens);
+  // Prefill and decode alike: the pages that took this step's tokens bound them, partial last pages included; over
+  // KIVI the groups quantized since the sequence's last step (its window's keys are bounded as they are scored).
+  if (is_kivi(view))
+    update_kivi_group_bounds(ctx);
+  else
+    update_page_key_bounds(bounds_.view(), ctx.kernel_view, max_new_tokens);
   // A sliding-window layer already reads a bounded window; ranking pages it cannot see would only waste budget.
   if (ctx.params.sliding_window > 0) return;
   // The ranking's stride covers the decode sequences; prefill sequences of a mixed batch are ranked too (one op
   // for the batch) but their lists go unused, and the kernels clamp them to the stride.
+  const int32_t page_size = selection_page_tokens(view);
   bool any_decode = false;
   int32_t longest = 0;
   for (int32_t s = 0; s < view.num_seqs; ++s) {
     if (!ctx.batch.sequences[static_cast<size_t>(s)].is_decode(ctx.batch.positions)) continue;
     any_decode = true;
     for (int32_t h = 0; h < view.num_kv_heads; ++h)
-      longest = std::max(longest, (view.seqs[s].num_tokens[h] + view.page_size - 1) / view.page_size);
+      longest = std::max(longest, (view.seqs[s].num_tokens[h] + page_size - 1) / page_size);
   }
   if (!any_decode) return;  // prefill attends densely
   // Every decode sequence is ranked, also one whose streams fit the budget (its lists then hold all its pages),
   // so a decode step enqueues the same work whatever the sequences' lengths.
-  const int32_t page_budget = std::max(1, token_budget_ / view.page_size);
+  const int32_t page_budget = std::max(1, token_budget_ / page_size);
   reserve_ranking(view.kv_device, view.num_seqs, view.num_kv_heads, page_budget, longest);
   TensorView lists = page_lists_.view();
   TensorView counts = page_counts_.view();
@@ -149,18 +155,40 @@ void QuestMethod::build_layer_selection(LayerContext& ctx, Selection& selection)
     if (!ctx.batch.sequences[static_cast<size_t>(s)].is_decode(ctx.batch.positions)) continue;
     selection.set_produced(s, lists.ptr<int32_t>() + s * lists_per_seq, page_budget,
                            counts.ptr<int32_t>() + int64_t{s} * view.num_kv_heads,
-                           tokens_read(view.seqs[s], view.num_kv_heads, view.page_size));
+                           tokens_read(view.seqs[s], view.num_kv_heads, page_size));
   }
 }
+
+bool QuestMethod::is_kivi(const AttentionView& view) {
+  return view.payload == KvPayload::kQuantized && view.quantized.scheme == KvQuantScheme::kKivi;
+}
+
+void QuestMethod::update_kivi_group_bounds(const LayerContext& ctx) {
+  const AttentionView& view = ctx.view;
+  const auto heads = static_cast<size_t>(view.num_kv_heads);
+  const size_t first_stream = static_cast<size_t>(ctx.layer) * heads;
+  first_groups_.assign(static_cast<size_t>(view.num_seqs) * heads, 0);
+  for (int32_t s = 0; s < view.num_seqs; ++s) {
+    std::vector<int32_t>& bounded = bounded_groups_[ctx.batch.sequences[static_cast<size_t>(s)].seq];
+    if (bounded.size() < first_stream + heads) bounded.resize(first_stream + heads, 0);
+    for (size_t h = 0; h < heads; ++h) {
+      first_groups_[static_cast<size_t>(s) * heads + h] = bounded[first_stream + h];
+      bounded[first_stream + h] = view.quantized.kivi_seqs[s].num_quantized_keys[h] / view.quantized.group_size;
+    }
+  }
+  update_key_group_bounds(bounds_.view(), view, first_groups_);
+}
+
+void QuestMethod::on_sequence_end(int32_t seq) { bounded_groups_.erase(seq); }
 
 MethodRuntime::DecodeReads QuestMethod::decode_reads(int layer, int32_t sliding_window, const AttentionView& view,
                                                      int32_t slice) const {
   if (layer < dense_layers_ || sliding_window > 0) return {};
+  const int32_t page_size = selection_page_tokens(view);
   int64_t pages = 0;
-  for (int32_t h = 0; h < view.num_kv_heads; ++h)
-    pages += (view.seqs[slice].num_tokens[h] + view.page_size - 1) / view.page_size;
-  return {tokens_read(view.seqs[slice], view.num_kv_heads, view.page_size),
-          pages * 2 * view.head_dim * static_cast<int64_t>(dtype_size(view.kv_dtype))};
+  for (int32_t h = 0; h < view.num_kv_heads; ++h) pages += (view.seqs[slice].num_tokens[h] + page_size - 1) / page_size;
+  return {tokens_read(view.seqs[slice], view.num_kv_heads, page_size),
+          pages * 2 * view.head_dim * static_cast<int64_t>(dtype_size(key_bounds_dtype(view.kv_dtype)))};
 }
 
 void QuestMethod::on_pages_rewritten(int layer, const AttentionView& view) {

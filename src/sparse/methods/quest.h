@@ -20,7 +20,16 @@
 // Over an MLA model's shared latent the bounds are those of the latent keys [c ; k_rope] (kv_lora_rank + qk_rope
 // channels) and the query is the absorbed one, so a page's bound is on the logits the model attends with; the
 // group reduction runs over every query head.
+// Over the quantized stores (CPU): FP8 pages are bounded over their keys as attention decodes them (f32 bounds), and
+// a selection of FP8 pages is read through the FP8 attention. Over KIVI a page is a key group (selection_page_tokens:
+// --kivi-group-size tokens, the store's own page, whatever --page-size says): a quantized group is bounded once,
+// when the step after its flush sees it, from its codes (per channel the decoded smallest and largest code, the
+// bounds of the keys attention decodes), and the groups of window keys are bounded from their full-precision rows
+// as they are ranked; the selected groups are read through KIVI's attention, window keys and values as they are.
 #pragma once
+
+#include <unordered_map>
+#include <vector>
 
 #include "sparse/method_config.h"
 #include "sparse/method_runtime.h"
@@ -31,7 +40,7 @@ class QuestMethod final : public MethodRuntime {
  public:
   static Result<std::unique_ptr<MethodRuntime>> create(const nlohmann::json& config);
 
-  // The paged cache, plus a bounds tensor [num_pages, 2, head_dim] of the pool's dtype for its pool; under Spin's
+  // The paged cache, plus a bounds tensor [num_pages, 2, head_dim] (key_bounds_dtype) for its pool; under Spin's
   // partitions the tiered cache, whose partitions keep the bounds.
   Result<std::unique_ptr<CacheManager>> create_cache(const CacheSpec& spec) override;
   // Its budget, group reduction and dense layers, and the two-level ranking when configured.
@@ -44,7 +53,7 @@ class QuestMethod final : public MethodRuntime {
     return config;
   }
   size_t page_metadata_bytes(const KvLayout& layout) const override {
-    return 2 * static_cast<size_t>(layout.head_dim) * dtype_size(layout.dtype);
+    return 2 * static_cast<size_t>(layout.head_dim) * dtype_size(key_bounds_dtype(layout.dtype));
   }
 
   // Grows the page lists and the ranking's stride for the step's decode sequences.
@@ -57,6 +66,12 @@ class QuestMethod final : public MethodRuntime {
   // Prefix pruning compacted kept keys into these pages, or they came back from the host tier: their bounds are
   // recomputed.
   void on_pages_rewritten(int layer, const AttentionView& view) override;
+  // Forgets which of the sequence's KIVI groups are bounded.
+  void on_sequence_end(int32_t seq) override;
+
+  // The bounds' element type over pages of `page_dtype`: the pool's own float type, and f32 over FP8 codes (which
+  // Quest reads on the CPU only), so a bound is the decoded key's value.
+  static DType key_bounds_dtype(DType page_dtype) { return page_dtype == DType::kU8 ? DType::kF32 : page_dtype; }
 
  private:
   QuestMethod(nlohmann::ordered_json config, int token_budget, int dense_layers, GroupReduce gqa_agg,
@@ -67,6 +82,9 @@ class QuestMethod final : public MethodRuntime {
   // or a new stride makes captured decode steps stale (StepGraph::note_buffers_moved).
   void reserve_ranking(Device device, int32_t num_seqs, int32_t num_kv_heads, int32_t page_budget,
                        int32_t longest_stream_pages);
+  static bool is_kivi(const AttentionView& view);
+  // Over KIVI: bounds the layer's key groups each batch sequence has quantized since its last step.
+  void update_kivi_group_bounds(const LayerContext& ctx);
 
   int token_budget_ = 0;
   int dense_layers_ = 0;
@@ -82,6 +100,10 @@ class QuestMethod final : public MethodRuntime {
   int32_t list_capacity_seqs_ = 0;
   int32_t list_budget_ = 0;
   int32_t ranking_capacity_pages_ = 0;  // max_pages_per_stream of the ranking; grows with the longest stream
+  // Over KIVI, per open sequence and stream (layer * num_kv_heads + KV head): its quantized groups whose bounds are
+  // written (a group's codes never change, and no page of a sequence is shared, so the count is the sequence's own).
+  std::unordered_map<int32_t, std::vector<int32_t>> bounded_groups_;
+  std::vector<int32_t> first_groups_;  // scratch of update_kivi_group_bounds
 };
 
 }  // namespace se
