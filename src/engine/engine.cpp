@@ -10,6 +10,7 @@
 #include "base/logging.h"
 #include "engine/engine_loop.h"
 #include "engine/engine_rank.h"
+#include "engine/kv_budget.h"
 #include "model/tensor_parallel.h"
 #include "sparse/low_rank_kv.h"
 #include "sparse/method_registry.h"
@@ -246,19 +247,25 @@ Result<std::unique_ptr<Engine>> Engine::create(const ModelBundle& bundle, const 
     layout = low_rank->store_layout(layout);
   }
   SE_RETURN_IF_ERROR(layout.validate());
-  int64_t pool_bytes = kv_pool_bytes(config, num_ranks);
-  if (config.device == Device::kCuda && config.kv_cache_memory <= 0) {
-    // What the method keeps per running sequence beside the pool comes out of the device's share first.
-    const int64_t per_sequence = method->sequence_device_bytes(layout, int64_t{model.num_heads} * model.head_dim);
-    pool_bytes -= per_sequence * config.max_num_seqs;
-    if (per_sequence > 0 && pool_bytes <= 0)
-      return resource_exhausted(
-          "{} keeps {} bytes per sequence beside the KV cache, which --max-num-seqs {} leaves no room for; lower "
-          "--max-num-seqs",
-          method->name(), per_sequence, config.max_num_seqs);
+  const int64_t pool_bytes = kv_pool_bytes(config, num_ranks);
+  const int64_t page_bytes = static_cast<int64_t>(layout.page_bytes() + method->page_metadata_bytes(layout));
+  // What the method keeps per running sequence beside the pool comes out of the same budget.
+  const KvBudget budget{pool_bytes,
+                        page_bytes,
+                        method->sequence_device_bytes(layout, int64_t{model.num_heads} * model.head_dim),
+                        method->peak_pages(layout, config.max_model_len, 0),
+                        config.max_model_len,
+                        config.max_num_seqs};
+  SE_ASSIGN_OR_RETURN(const KvBudgetSplit split, split_kv_budget(budget, method->name()));
+  if (split.max_num_seqs < config.max_num_seqs) {
+    SE_LOG_WARN(
+        "{} keeps {} bytes per running sequence beside the KV cache's pages: the budget of {} bytes holds that for "
+        "{} sequences beside the pages of one --max-model-len request, so {} run at once, not --max-num-seqs {}; "
+        "later requests wait",
+        method->name(), budget.sequence_bytes, pool_bytes, split.max_num_seqs, split.max_num_seqs, config.max_num_seqs);
+    config.max_num_seqs = split.max_num_seqs;
   }
-  const int64_t num_pages =
-      pool_bytes / static_cast<int64_t>(layout.page_bytes() + method->page_metadata_bytes(layout));
+  const int64_t num_pages = split.num_pages;
   if (num_pages < layout.num_streams())
     return resource_exhausted("the KV cache budget of {} bytes holds {} pages, fewer than the {} one token needs",
                               pool_bytes, num_pages, layout.num_streams());
