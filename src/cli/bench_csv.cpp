@@ -5,10 +5,11 @@
 
 namespace se::cli {
 
-std::string csv_escaped(const std::string& text) {
-  std::string out;
-  for (char c : text) out += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return out;
+std::string csv_field(std::string_view text) {
+  if (text.find_first_of(",\"\r\n") == std::string_view::npos) return std::string(text);
+  std::string out = "\"";
+  for (char c : text) out += c == '"' ? std::string_view("\"\"") : std::string_view(&c, 1);
+  return out + "\"";
 }
 
 void append_csv(const std::string& path, const std::string& header, const std::string& row) {

@@ -3,11 +3,13 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 namespace se::cli {
 
-// A CSV field's text with its double quotes doubled (the caller quotes the field).
-std::string csv_escaped(const std::string& text);
+// `text` as one RFC 4180 field: as it is, or in double quotes with its own doubled when it holds a comma, a double
+// quote or a line break (a model name, a method's JSON config).
+std::string csv_field(std::string_view text);
 
 // Appends `row` to the CSV file at `path`, writing `header` first when the file is new or empty.
 void append_csv(const std::string& path, const std::string& header, const std::string& row);

@@ -156,6 +156,10 @@ Result<DecodePoint> run_point(const ModelBundle& bundle, const DecodeBenchOption
   const int num_requests = batch > 0 ? batch : config.max_num_seqs;
   config.max_num_seqs = std::max(config.max_num_seqs, num_requests);
   SE_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(bundle, config));
+  // The KV budget may hold the method's per-sequence state for fewer sequences (kv_budget.h).
+  if (batch > 0 && engine->config().max_num_seqs < batch)
+    return resource_exhausted("the KV cache budget runs {} sequences of {} at once, fewer than batch {}",
+                              engine->config().max_num_seqs, config.sparse_method, batch);
 
   std::mt19937_64 rng(o.seed + static_cast<uint64_t>(batch));
   const int vocab = bundle.model->config().vocab_size;
@@ -346,14 +350,14 @@ int run_decode_bench(const DecodeBenchOptions& o) {
           "model,device,method,sparse_config,input_len,batch,decode_tok_s,step_ms,weight_gb,kv_gb_per_step,"
           "metadata_gb_per_step,roofline_ms,of_roofline,kv_pages_used,kv_pages_total,bandwidth_gbs,prefill_s,"
           "host_gap_ms,expert_gb_per_step,kv_cache_dtype",
-          fmt::format(
-              "{},{},{},\"{}\",{},{},{:.2f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{},{},{:.1f},{:.2f},{:.4f},"
-              "{:.4f},{}",
-              bundle->name, device_name(o.engine.device), o.engine.sparse_method, csv_escaped(config), o.input_len,
-              point->batch, point->decode_tok_s, point->step_ms, weight_bytes / 1e9, point->kv_bytes_per_step / 1e9,
-              point->metadata_bytes_per_step / 1e9, roofline_ms, roofline_ms / point->step_ms, point->kv_pages_used,
-              point->kv_pages_total, bandwidth / 1e9, point->prefill_seconds, point->host_gap_ms,
-              point->expert_bytes_per_step / 1e9, o.engine.kv_cache_dtype));
+          fmt::format("{},{},{},{},{},{},{:.2f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{},{},{:.1f},{:.2f},{:.4f},"
+                      "{:.4f},{}",
+                      csv_field(bundle->name), device_name(o.engine.device), csv_field(o.engine.sparse_method),
+                      csv_field(config), o.input_len, point->batch, point->decode_tok_s, point->step_ms,
+                      weight_bytes / 1e9, point->kv_bytes_per_step / 1e9, point->metadata_bytes_per_step / 1e9,
+                      roofline_ms, roofline_ms / point->step_ms, point->kv_pages_used, point->kv_pages_total,
+                      bandwidth / 1e9, point->prefill_seconds, point->host_gap_ms, point->expert_bytes_per_step / 1e9,
+                      csv_field(o.engine.kv_cache_dtype)));
     }
   }
   return failures == 0 ? 0 : 1;

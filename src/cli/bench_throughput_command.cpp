@@ -5,7 +5,8 @@
 // benchmark of decode-time compression: besides tokens/s over the whole run it reports the most KV pages in use at
 // once, the pages the method's compressions returned to the pool, the preemptions (the pool ran short and the
 // newest sequence recomputes later), and the steps that compressed with the share of the run their compression
-// took (EngineStats; bench/long_generation_sweep.py sweeps methods and concurrencies).
+// took (EngineStats; bench/long_generation_sweep.py sweeps methods and concurrencies). A --max-num-seqs given below
+// --concurrency stays (the requests past it wait in the engine's queue, as in vLLM); unset, it follows --concurrency.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -20,6 +21,7 @@
 #include "backend/device_memory.h"
 #include "cli/bench_commands.h"
 #include "cli/bench_csv.h"
+#include "base/logging.h"
 #include "cli/model_options.h"
 #include "engine/engine.h"
 #include "loader/progress_bar.h"
@@ -35,6 +37,7 @@ struct ThroughputOptions {
   int input_len = 128;
   int output_len = 64;
   int concurrency = 0;  // 0 = all at once
+  bool max_num_seqs_given = false;  // --max-num-seqs on the command line
   uint64_t seed = 0;
   std::string csv_path;
 };
@@ -133,8 +136,18 @@ int run_throughput(const ThroughputOptions& o) {
                                                o.input_len, o.output_len, max_model_len));
   const int concurrency = o.concurrency > 0 ? std::min(o.concurrency, o.num_prompts) : o.num_prompts;
   EngineConfig config = o.engine;
-  // The engine may run every request the benchmark lets in; the pool decides how many actually fit.
-  config.max_num_seqs = std::max(config.max_num_seqs, concurrency);
+  if (o.max_num_seqs_given && config.max_num_seqs < concurrency) {
+    // As vLLM does: the engine keeps the user's --max-num-seqs and the requests past it wait in its queue.
+    SE_LOG_WARN(
+        "--max-num-seqs {} runs at most {} of the {} requests in flight at once; the others wait in the "
+        "engine's queue",
+        config.max_num_seqs, config.max_num_seqs, concurrency);
+  } else if (config.max_num_seqs < concurrency) {
+    // Unset, it follows --concurrency: the engine may run every request the benchmark lets in, and the pool
+    // decides how many actually fit.
+    SE_LOG_INFO("--max-num-seqs raised from its default {} to --concurrency {}", config.max_num_seqs, concurrency);
+    config.max_num_seqs = concurrency;
+  }
   auto engine = Engine::create(*bundle, config);
   if (!engine.is_ok()) return report_error(engine.status());
   auto run = run_requests(**engine, o, concurrency, mc.vocab_size);
@@ -147,10 +160,11 @@ int run_throughput(const ThroughputOptions& o) {
       (static_cast<double>(run->output_tokens) + static_cast<double>(o.num_prompts) * o.input_len) / seconds;
   const double compression_share = s.compression_seconds_total / seconds;
   std::printf(
-      "bench throughput: %s on %s, %d requests x (%d prompt + %d output tokens), concurrency %d, sparse "
-      "method %s %s, KV pool %lld pages\n",
+      "bench throughput: %s on %s, %d requests x (%d prompt + %d output tokens), concurrency %d (%d running at "
+      "most), sparse method %s %s, KV pool %lld pages\n",
       bundle->name.c_str(), std::string(device_name(o.engine.device)).c_str(), o.num_prompts, o.input_len, o.output_len,
-      concurrency, o.engine.sparse_method.c_str(), sparse_config.c_str(), static_cast<long long>(s.num_kv_pages_total));
+      concurrency, (*engine)->config().max_num_seqs, o.engine.sparse_method.c_str(), sparse_config.c_str(),
+      static_cast<long long>(s.num_kv_pages_total));
   std::printf(
       "| requests/s | output tok/s | total tok/s | elapsed s | preemptions | peak KV pages | pages freed by "
       "compression | compression steps | compression share |\n|---|---|---|---|---|---|---|---|---|\n");
@@ -165,12 +179,12 @@ int run_throughput(const ThroughputOptions& o) {
         "model,device,method,sparse_config,kv_cache_dtype,input_len,output_len,num_prompts,concurrency,"
         "output_tokens,elapsed_s,output_tok_s,total_tok_s,steps,preemptions,kv_pages_total,kv_pages_peak,"
         "compression_steps,compression_freed_pages,compression_s,compression_share",
-        fmt::format("{},{},{},\"{}\",{},{},{},{},{},{},{:.3f},{:.2f},{:.2f},{},{},{},{},{},{},{:.3f},{:.4f}",
-                    bundle->name, device_name(o.engine.device), o.engine.sparse_method, csv_escaped(sparse_config),
-                    o.engine.kv_cache_dtype, o.input_len, o.output_len, o.num_prompts, concurrency, run->output_tokens,
-                    seconds, output_tok_s, total_tok_s, s.steps_total, s.preemptions_total, s.num_kv_pages_total,
-                    s.num_kv_pages_used_peak, s.compression_steps_total, s.compression_freed_pages_total,
-                    s.compression_seconds_total, compression_share));
+        fmt::format("{},{},{},{},{},{},{},{},{},{},{:.3f},{:.2f},{:.2f},{},{},{},{},{},{},{:.3f},{:.4f}",
+                    csv_field(bundle->name), device_name(o.engine.device), csv_field(o.engine.sparse_method),
+                    csv_field(sparse_config), csv_field(o.engine.kv_cache_dtype), o.input_len, o.output_len,
+                    o.num_prompts, concurrency, run->output_tokens, seconds, output_tok_s, total_tok_s, s.steps_total,
+                    s.preemptions_total, s.num_kv_pages_total, s.num_kv_pages_used_peak, s.compression_steps_total,
+                    s.compression_freed_pages_total, s.compression_seconds_total, compression_share));
   }
   return 0;
 }
@@ -188,7 +202,10 @@ void add_bench_throughput_command(CLI::App& bench, int& exit_code) {
   cmd->add_option("--concurrency", o->concurrency, "requests in flight at most (0 = all)")->capture_default_str();
   cmd->add_option("--seed", o->seed, "prompt seed")->capture_default_str();
   cmd->add_option("--csv", o->csv_path, "append the run's row to this CSV file");
-  cmd->callback([o, &exit_code] { exit_code = run_throughput(*o); });
+  cmd->callback([o, cmd, &exit_code] {
+    o->max_num_seqs_given = cmd->count("--max-num-seqs") > 0;
+    exit_code = run_throughput(*o);
+  });
 }
 
 }  // namespace se::cli

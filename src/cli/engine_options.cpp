@@ -87,16 +87,15 @@ void add_engine_options(CLI::App& command, EngineConfig& config) {
                   "per rank")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  command
-      .add_option_function<std::string>(
-          "--kv-cache-memory",
-          [&config](const std::string& text) {
-            if (!parse_byte_size(text, config.kv_cache_memory) || config.kv_cache_memory <= 0)
-              throw CLI::ValidationError("--kv-cache-memory",
-                                         "'" + text + "' is not a byte size (e.g. 2GiB, 512MiB, 1000000)");
-          },
-          "bytes for the KV cache, e.g. 2GiB (default: derived from --gpu-memory-utilization; on the CPU at most "
-          "2 GiB)");
+  command.add_option_function<std::string>(
+      "--kv-cache-memory",
+      [&config](const std::string& text) {
+        if (!parse_byte_size(text, config.kv_cache_memory) || config.kv_cache_memory <= 0)
+          throw CLI::ValidationError("--kv-cache-memory",
+                                     "'" + text + "' is not a byte size (e.g. 2GiB, 512MiB, 1000000)");
+      },
+      "bytes for the KV cache, e.g. 2GiB: its pages and what the sparse method keeps per running sequence "
+      "beside them (default: derived from --gpu-memory-utilization; on the CPU at most 2 GiB)");
   command.add_option_function<double>(
       "--kv-offloading-size",
       [&config](double gib) {

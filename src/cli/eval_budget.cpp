@@ -55,8 +55,8 @@ std::vector<BudgetKey> merge_budget_keys(std::vector<BudgetKey> table, const std
   return table;
 }
 
-std::optional<BudgetKey> find_budget_key(const std::string& method, const nlohmann::ordered_json& defaults,
-                                         const std::vector<BudgetKey>& table, bool budget_per_window) {
+Result<std::optional<BudgetKey>> find_budget_key(const std::string& method, const nlohmann::ordered_json& defaults,
+                                                 const std::vector<BudgetKey>& table, bool budget_per_window) {
   std::vector<std::string> dropped;  // keys a "none" entry took out (a later entry of the key must not bring it back)
   for (const BudgetKey& entry : table) {
     if (!entry.method.empty() && entry.method != method) continue;
@@ -65,11 +65,23 @@ std::optional<BudgetKey> find_budget_key(const std::string& method, const nlohma
       dropped.push_back(entry.key);
       continue;
     }
+    BudgetKey key = entry;
     if (budget_per_window && entry.method.empty() && entry.key == "budget" && entry.kind == BudgetKind::kTokens)
-      return BudgetKey{entry.key, BudgetKind::kWindowShare, method};
-    return entry;
+      key = BudgetKey{entry.key, BudgetKind::kWindowShare, method};
+    if (key.kind == BudgetKind::kWindowShare) SE_RETURN_IF_ERROR(budget_window(method, defaults).status());
+    return std::optional<BudgetKey>(std::move(key));
   }
-  return std::nullopt;
+  return std::optional<BudgetKey>();
+}
+
+Result<int64_t> budget_window(const std::string& method, const nlohmann::ordered_json& resolved) {
+  const auto it = resolved.find("window");
+  if (it == resolved.end() || !it->is_number_integer() || it->get<int64_t>() < 1)
+    return invalid_argument(
+        "{}: a budget as a share of its window needs a positive integer 'window' in its config, "
+        "got {}",
+        method, it == resolved.end() ? std::string("none") : it->dump());
+  return it->get<int64_t>();
 }
 
 nlohmann::json budget_value(const BudgetKey& key, double fraction, int32_t num_context_tokens,
@@ -82,7 +94,7 @@ nlohmann::json budget_value(const BudgetKey& key, double fraction, int32_t num_c
     case BudgetKind::kEvictedFraction:
       return 1.0 - fraction;
     case BudgetKind::kWindowShare:
-      return std::max<int64_t>(1, std::llround(fraction * resolved.value("window", 0)));
+      return std::max<int64_t>(1, std::llround(fraction * static_cast<double>(resolved.at("window").get<int64_t>())));
     case BudgetKind::kNone:
       break;
   }

@@ -41,12 +41,17 @@ std::vector<BudgetKey> merge_budget_keys(std::vector<BudgetKey> table, const std
 
 // The entry of `table` that method `method` with these resolved `defaults` takes its budget from; none when its
 // defaults hold no key of the table. With `budget_per_window`, a general `budget` entry counting tokens becomes a
-// share of the window (an entry naming the method stays as it is).
-std::optional<BudgetKey> find_budget_key(const std::string& method, const nlohmann::ordered_json& defaults,
-                                         const std::vector<BudgetKey>& table, bool budget_per_window = false);
+// share of the window (an entry naming the method stays as it is). A share of the window for a method whose defaults
+// hold none is kInvalidArgument.
+Result<std::optional<BudgetKey>> find_budget_key(const std::string& method, const nlohmann::ordered_json& defaults,
+                                                 const std::vector<BudgetKey>& table, bool budget_per_window = false);
+
+// The window a kWindowShare budget of method `method` is a share of: its resolved config's `window` (the default
+// unless the user's config sets one); kInvalidArgument when that is not a positive integer.
+Result<int64_t> budget_window(const std::string& method, const nlohmann::ordered_json& resolved);
 
 // The value `key` gets for a budget of `fraction` of `num_context_tokens` tokens (at least 1 token), for a method
-// whose resolved config is `resolved` (read by kWindowShare).
+// whose resolved config is `resolved` (kWindowShare reads its window, which budget_window must accept).
 nlohmann::json budget_value(const BudgetKey& key, double fraction, int32_t num_context_tokens,
                             const nlohmann::ordered_json& resolved);
 

@@ -189,11 +189,14 @@ Result<Plan> plan_rows(const EvalOptions& o) {
     // fit (a per-window budget's window), so the method is built with a budget set.
     SE_ASSIGN_OR_RETURN(std::unique_ptr<MethodRuntime> defaults, create_method(name, nullptr));
     base.resolved = defaults->config();
-    base.key = find_budget_key(name, base.resolved, table, method_info(name).budget_per_window);
+    SE_ASSIGN_OR_RETURN(base.key, find_budget_key(name, base.resolved, table, method_info(name).budget_per_window));
     if (base.key && base.base_config.contains(base.key->key))
       return invalid_argument("--method-config for '{}' sets its budget key '{}', which --budgets sets", name,
                               base.key->key);
     for (const auto& [key, value] : base.base_config.items()) base.resolved[key] = value;
+    // The window a share of it counts from: the default, or the one --method-config sets.
+    if (base.key && base.key->kind == BudgetKind::kWindowShare)
+      SE_RETURN_IF_ERROR(budget_window(name, base.resolved).status());
     if (base.key) base.fraction = o.budgets.front();
     SE_ASSIGN_OR_RETURN(std::unique_ptr<MethodRuntime> method,
                         create_method(name, base.config_for(text_budget_tokens(o))));
@@ -855,8 +858,9 @@ void add_eval_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--page-size", o->page_size, "tokens per KV page")->capture_default_str();
   cmd->add_option("--budget-key", o->budget_keys,
                   "[METHOD:]KEY=tokens|kept|evicted|window|none: how a config key (of METHOD only, when named) "
-                  "takes the budget; window: a share of the method's own 'window' (repeatable; adds to or overrides "
-                  "the built-in table)");
+                  "takes the budget; window: a share of the method's own 'window', its default unless --method-config "
+                  "sets one (refused for a method without one; repeatable; adds to or overrides the built-in "
+                  "table)");
   cmd->add_option("--method-config", o->method_configs,
                   "NAME=JSON: extra hyperparameters of one method, under every budget (repeatable)");
   cmd->add_option("--output", o->output, "also write the Markdown report here (e.g. docs/quality.md)");

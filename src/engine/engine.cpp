@@ -10,6 +10,7 @@
 #include "base/logging.h"
 #include "engine/engine_loop.h"
 #include "engine/engine_rank.h"
+#include "engine/kv_budget.h"
 #include "model/tensor_parallel.h"
 #include "sparse/low_rank_kv.h"
 #include "sparse/method_registry.h"
@@ -32,10 +33,10 @@ int64_t host_available_bytes() {
   return 0;
 }
 
-// Each rank's KV pool: --kv-cache-memory; else on CUDA --gpu-memory-utilization of the device memory left free (the
-// weights and the workspace are allocated by now); on the CPU at most 2 GiB and half of the free host memory, shared
-// by the ranks.
-int64_t kv_pool_bytes(const EngineConfig& config, int num_ranks) {
+// Each rank's KV budget (the pool and the method's per-sequence state beside it, kv_budget.h): --kv-cache-memory;
+// else on CUDA --gpu-memory-utilization of the device memory left free (the weights and the workspace are allocated
+// by now); on the CPU at most 2 GiB and half of the free host memory, shared by the ranks.
+int64_t kv_budget_bytes(const EngineConfig& config, int num_ranks) {
   if (config.kv_cache_memory > 0) return config.kv_cache_memory;
   if (config.device == Device::kCuda)
     return static_cast<int64_t>(static_cast<double>(cuda_memory_info().free_bytes) * config.gpu_memory_utilization);
@@ -262,22 +263,28 @@ Result<std::unique_ptr<Engine>> Engine::create(const ModelBundle& bundle, const 
     layout = low_rank->store_layout(layout);
   }
   SE_RETURN_IF_ERROR(layout.validate());
-  int64_t pool_bytes = kv_pool_bytes(config, num_ranks);
-  if (config.device == Device::kCuda && config.kv_cache_memory <= 0) {
-    // What the method keeps per running sequence beside the pool comes out of the device's share first.
-    const int64_t per_sequence = method->sequence_device_bytes(layout, int64_t{model.num_heads} * model.head_dim);
-    pool_bytes -= per_sequence * config.max_num_seqs;
-    if (per_sequence > 0 && pool_bytes <= 0)
-      return resource_exhausted(
-          "{} keeps {} bytes per sequence beside the KV cache, which --max-num-seqs {} leaves no room for; lower "
-          "--max-num-seqs",
-          method->name(), per_sequence, config.max_num_seqs);
+  const int64_t budget_bytes = kv_budget_bytes(config, num_ranks);
+  const int64_t page_bytes = static_cast<int64_t>(layout.page_bytes() + method->page_metadata_bytes(layout));
+  // What the method keeps per running sequence beside the pool comes out of the same budget.
+  const KvBudget budget{budget_bytes,
+                        page_bytes,
+                        method->sequence_device_bytes(layout, int64_t{model.num_heads} * model.head_dim),
+                        method->peak_pages(layout, config.max_model_len, 0),
+                        config.max_model_len,
+                        config.max_num_seqs};
+  SE_ASSIGN_OR_RETURN(const KvBudgetSplit split, split_kv_budget(budget, method->name()));
+  if (split.max_num_seqs < config.max_num_seqs) {
+    SE_LOG_WARN(
+        "{} keeps {} bytes per running sequence beside the KV cache's pages: the budget of {} bytes holds that for "
+        "{} sequences beside the pages of one --max-model-len request, so that many run at once, not --max-num-seqs "
+        "{}; later requests wait",
+        method->name(), budget.sequence_bytes, budget_bytes, split.max_num_seqs, config.max_num_seqs);
+    config.max_num_seqs = split.max_num_seqs;
   }
-  const int64_t num_pages =
-      pool_bytes / static_cast<int64_t>(layout.page_bytes() + method->page_metadata_bytes(layout));
+  const int64_t num_pages = split.num_pages;
   if (num_pages < layout.num_streams())
     return resource_exhausted("the KV cache budget of {} bytes holds {} pages, fewer than the {} one token needs",
-                              pool_bytes, num_pages, layout.num_streams());
+                              budget_bytes, num_pages, layout.num_streams());
   // The partitions keep every token of a sequence in the tier and its index beside it, so a finished turn is kept
   // whole whatever the method (chain, when asked for); a page is one sequence's, so no radix cache.
   if (config.kv_partitions) {

@@ -17,10 +17,12 @@ struct EngineConfig {
   // ranks share the default budget).
   int tensor_parallel_size = 1;
   int max_model_len = 0;             // 0 = the model's max_position_embeddings
-  int max_num_seqs = 64;             // running requests at most
+  int max_num_seqs = 64;             // running requests at most (fewer when the KV budget holds fewer, kv_budget.h)
   int max_num_batched_tokens = 2048; // tokens per step (prefill chunks + decode tokens)
   int page_size = 16;                // tokens per KV page
-  int64_t kv_cache_memory = 0;       // bytes for the KV pool; 0 = derive from gpu_memory_utilization
+  // Bytes for the KV cache: the pool and the method's per-sequence state beside it (kv_budget.h); 0 = derive from
+  // gpu_memory_utilization (CUDA) or the host's memory (CPU).
+  int64_t kv_cache_memory = 0;
   // Bytes of the host tier (vLLM's --kv-offloading-size, in GiB there): host memory (pinned beside a GPU) holding
   // the KV pages of idle chains and radix blocks the pool reclaims, so they come back instead of being dropped;
   // 0 = none.

@@ -121,8 +121,8 @@ class MethodRuntime {
   // sets aside with each page when it sizes the pool.
   virtual size_t page_metadata_bytes(const KvLayout& /*layout*/) const { return 0; }
   // Bytes the method keeps per running sequence on the pool's device outside the pool (e.g. recent query rows), for
-  // query rows of `query_row_elements` F32 values; a GPU engine that sizes its pool from free memory sets them aside
-  // for --max-num-seqs sequences first.
+  // query rows of `query_row_elements` F32 values; the engine takes them out of the KV budget for every sequence
+  // that may run at once, and runs fewer at once when it holds fewer (engine/kv_budget.h).
   virtual int64_t sequence_device_bytes(const KvLayout& /*layout*/, int64_t /*query_row_elements*/) const { return 0; }
   // The method's decode as Spin's partitions over KV on the host tier (partitioned_decode.h): its selection
   // (a page budget, group reduction and dense layers, or token filters) with the default buffer; nullopt

@@ -1,7 +1,8 @@
 """`bench throughput` as the long-generation benchmark on the default model (CPU, small sizes): its argument checks,
 CSV rows whose counts add up (every request writes exactly its output, preempted or not; a dense run frees no pages,
 a Kara run frees whole pages of every stream), a pool small enough that dense sequences are preempted, and the
-sweep's report relating Kara to dense at each concurrency."""
+sweep's report relating Kara to dense at each concurrency, and a --max-num-seqs below the concurrency kept as vLLM keeps
+it."""
 import csv
 import json
 import subprocess
@@ -85,3 +86,17 @@ def test_a_small_pool_preempts_dense_sequences_and_every_token_still_counts(tmp_
     assert int(row["preemptions"]) > 0
     assert int(row["output_tokens"]) == REQUESTS * OUTPUT_LEN
     assert int(row["kv_pages_peak"]) <= int(row["kv_pages_total"]) < REQUESTS * model_streams() * 8
+
+
+def test_a_smaller_max_num_seqs_stays_and_the_requests_past_it_wait(tmp_path):
+    require_default_model()
+    r, rows = bench_throughput(tmp_path, "--concurrency", str(REQUESTS), "--max-num-seqs", "1", output_len=8)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"--max-num-seqs 1 runs at most 1 of the {REQUESTS} requests in flight at once" in r.stderr, r.stderr
+    assert f"concurrency {REQUESTS} (1 running at most)" in r.stdout, r.stdout
+    row = rows[0]
+    assert int(row["concurrency"]) == REQUESTS and int(row["output_tokens"]) == REQUESTS * 8
+    # At or above the concurrency it says nothing.
+    r, rows = bench_throughput(tmp_path, "--concurrency", str(REQUESTS), "--max-num-seqs", str(REQUESTS), output_len=8)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "runs at most" not in r.stderr and f"({REQUESTS} running at most)" in r.stdout

@@ -156,6 +156,9 @@ def test_report_only_needs_a_results_file(tmp_path):
     (["--trace-lengths", "0"], "--trace-lengths: 0"),
     (["--budget-key", "kara:=window"], "--budget-key"),
     (["--budget-key", "budget=share"], "--budget-key"),
+    # A share of the window of a method that has none, or of a window that is not a count of tokens.
+    (["--methods", "h2o", "--budget-key", "h2o:budget=window"], "h2o: a budget as a share of its window"),
+    (["--methods", "kara", "--method-config", 'kara={"window": "wide"}'], 'kara: a budget as a share of its window'),
 ])
 def test_bad_options_are_usage_errors(tmp_path, extra, message):
     r = subprocess.run(eval_args(tmp_path / "x.md", *extra), capture_output=True, text=True, timeout=60)

@@ -91,6 +91,64 @@ TEST(EngineTest, PreemptionUnderMemoryPressureKeepsResultsExact) {
   expect_engine_matches_reference(config, 6, /*expect_preemption=*/true);
 }
 
+// Kara keeps each running sequence's recent queries beside the pool, out of the same KV budget. On the tiny model
+// (pages of 2 x 4 tokens x 16 floats = 512 bytes over 4 streams; rings of 2 layers x 10 rows x 64 floats = 5,120
+// bytes a sequence) a budget of one 192-token request's 192 pages plus three rings runs 3 sequences at once of the
+// 8 asked, and every request completes with the tokens an ample budget gives it; a budget short of one ring beside
+// that request is refused at startup.
+TEST(EngineTest, ABudgetHoldingFewerSequencesStateRunsFewerAndEveryRequestCompletes) {
+  ModelBundle bundle = tiny_bundle();
+  EngineConfig config;
+  config.sparse_method = "kara";
+  config.sparse_config = {{"window", 8}, {"buffer", 2}, {"candidates", 2}, {"budget", 4}, {"period", 4}};
+  config.page_size = 4;
+  config.max_model_len = 192;
+  config.max_num_seqs = 8;
+  config.max_num_batched_tokens = 64;
+  constexpr int64_t kRequestBytes = 192 * 512, kRingBytes = 2 * 10 * 64 * 4;
+  std::mt19937 rng(5);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 8; ++i) prompts.push_back(random_prompt(rng, 20 + static_cast<int>(rng() % 20)));
+  // Every request at once; each one's tokens, and the engine's concurrency and stats once drained.
+  auto run = [&](int64_t kv_cache_memory, int want_max_num_seqs) {
+    EngineConfig c = config;
+    c.kv_cache_memory = kv_cache_memory;
+    auto engine = Engine::create(bundle, c);
+    EXPECT_TRUE(engine.is_ok()) << engine.status().to_string();
+    std::vector<std::vector<int32_t>> tokens;
+    if (!engine.is_ok()) return tokens;
+    EXPECT_EQ((*engine)->config().max_num_seqs, want_max_num_seqs);
+    std::vector<std::shared_ptr<OutputStream>> streams;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      auto stream = (*engine)->submit({"r" + std::to_string(i), prompts[i], greedy(16)});
+      EXPECT_TRUE(stream.is_ok()) << stream.status().to_string();
+      if (stream.is_ok()) streams.push_back(*stream);
+    }
+    for (const auto& stream : streams) {
+      Collected got = collect(*stream);
+      EXPECT_EQ(got.last.finish_reason, FinishReason::kLength);
+      tokens.push_back(std::move(got.tokens));
+    }
+    (*engine)->shutdown(/*drain=*/true);
+    const EngineStats stats = (*engine)->stats();
+    EXPECT_EQ(stats.requests_finished_total, prompts.size());
+    EXPECT_GT(stats.compression_steps_total, 0u);
+    EXPECT_EQ(stats.num_kv_pages_used, 0);
+    return tokens;
+  };
+  const std::vector<std::vector<int32_t>> ample = run(int64_t{64} << 20, 8);
+  const std::vector<std::vector<int32_t>> capped = run(kRequestBytes + 3 * kRingBytes + 100, 3);
+  ASSERT_EQ(capped.size(), prompts.size());
+  EXPECT_EQ(capped, ample);
+
+  config.kv_cache_memory = kRequestBytes + kRingBytes - 1;
+  auto refused = Engine::create(bundle, config);
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(refused.status().message().find("kara keeps per running sequence"), std::string::npos)
+      << refused.status().message();
+}
+
 // A prompt's radix blocks, evicted by later requests, are kept on the host tier and serve its repeat as a prefix
 // hit that generates exactly the reference tokens; without the tier the repeat finds nothing cached.
 TEST(EngineTest, RadixBlocksEvictedToTheHostTierServeALaterPrefixHit) {
