@@ -76,7 +76,7 @@ def test_methods_list_the_stores_each_method_takes():
     (["--kv-cache-dtype", "kivi4", "--kivi-residual", "40"], "must be a positive multiple of the group size 32"),
     (["--kv-cache-dtype", "kivi2", "--kivi-group-size", "24"], "is not a whole number of 2-bit code words"),
     (["--kv-cache-dtype", "fp8", "--sparse-method", "kvzip"], "its op subset_attention_max_scores reads explicit K/V"),
-    (["--kv-cache-dtype", "turboquant_3.5", "--sparse-method", "quest"], "TurboQuant keeps packed key"),
+    (["--kv-cache-dtype", "turboquant_3.5", "--sparse-method", "quest"], "its op update_page_key_bounds reads explicit"),
     (["--kv-cache-dtype", "fp8_e4m3", "--sparse-method", "omnikv"], "reads explicit K/V pages only"),
 ])
 def test_a_store_the_method_cannot_take_fails_before_the_model_loads(flags, message):

@@ -125,7 +125,7 @@ TEST(EngineTest, ABudgetHoldingFewerSequencesStateRunsFewerAndEveryRequestComple
       if (stream.is_ok()) streams.push_back(*stream);
     }
     for (const auto& stream : streams) {
-      Collected got = collect(*stream);
+      Generation got = collect(*stream);
       EXPECT_EQ(got.last.finish_reason, FinishReason::kLength);
       tokens.push_back(std::move(got.tokens));
     }
