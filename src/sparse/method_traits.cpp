@@ -76,10 +76,18 @@ Status check_kv_store_supports(KvStoreKind store, Device device, const MethodTra
   // A KIVI stream is quantized groups plus a full-precision window. The store holds a compress-after method's
   // prompt in the window until the method has scored it (attention_scores reads the window's rows) and evicted
   // from it (the store moves the kept rows itself), and drops a sealed group as a page, moving no byte; on the CPU
-  // the page key bounds, their ranking and attention over a selection read whole groups; no other method op reads or
-  // moves KIVI groups.
+  // attention_scores reads the quantized groups too, and the page key bounds, their ranking and attention over a
+  // selection read whole groups; no other method op reads or moves KIVI groups.
   if (kivi_bits(store) != 0 && !traits.ops.empty()) {
-    if (traits.evicts_sealed_groups) return Status::ok();
+    if (traits.evicts_sealed_groups) {
+      // Its scores read the quantized groups, which attention_scores decodes on the CPU only.
+      const bool scores = std::find(traits.ops.begin(), traits.ops.end(), OpId::kAttentionScores) != traits.ops.end();
+      if (device == Device::kCpu || !scores) return Status::ok();
+      return invalid_argument(
+          "--kv-cache-dtype {} cannot run sparse method '{}' on {}: its op {} reads KIVI's quantized groups on the CPU "
+          "only (--device cpu, or --kv-cache-dtype auto)",
+          store_name, name, device_name(device), op_name(OpId::kAttentionScores));
+    }
     // A page selection over KIVI takes whole key groups (a page is a group; the window's keys are read as they are),
     // and the method keeps every token.
     if (traits.keeps_full_history && std::all_of(traits.ops.begin(), traits.ops.end(), selects_over_quantized_on_cpu))

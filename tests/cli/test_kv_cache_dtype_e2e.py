@@ -44,24 +44,28 @@ def test_methods_list_the_stores_each_method_takes():
             assert (store in m["kv_cache_dtypes"]) == (
                 not m["ops"] or prompt_time or m["evicts_sealed_groups"] or selects_pages), m
     assert methods["vanilla"]["kv_cache_dtypes"] == ["auto", "fp8_e4m3", "kivi2", "kivi4"] + TURBOQUANT
-    assert [name for name, m in methods.items() if m["evicts_sealed_groups"]] == ["streamingllm"]
-    for name in ["snapkv", "pyramidkv", "adakv", "chunkkv", "streamingllm"]:
+    assert sorted(name for name, m in methods.items() if m["evicts_sealed_groups"]) == ["h2o", "streamingllm"]
+    for name in ["snapkv", "pyramidkv", "adakv", "chunkkv", "streamingllm", "h2o"]:
         assert methods[name]["kv_cache_dtypes"] == ["auto", "fp8_e4m3", "kivi2", "kivi4"] + TURBOQUANT, name
     assert methods["quest"]["kv_cache_dtypes"] == ["auto", "fp8_e4m3", "kivi2", "kivi4"]
     # On CUDA (a build with it) FP8 and KIVI pages run under the methods that run there and take them on the CPU, but
-    # for page selection, whose ops read them on the CPU only; TurboQuant pages are CPU only.
+    # for page selection, whose ops read them on the CPU only, and KIVI under a method that scores the quantized groups
+    # it drops (attention_scores reads them on the CPU only); TurboQuant pages are CPU only.
     cuda_built = "fp8_e4m3" in methods["vanilla"]["cuda_kv_cache_dtypes"]
     on_gpu = ["fp8_e4m3", "kivi2", "kivi4"] if cuda_built else []
     for m in methods.values():
         if not m["cuda_kv_cache_dtypes"]:
             continue  # the method does not run on CUDA
         selects_pages = bool(m["ops"]) and set(m["ops"]) <= PAGE_SELECTION
-        want = ["auto"] + [store for store in on_gpu if store in m["kv_cache_dtypes"] and not selects_pages]
+        scores_groups = m["evicts_sealed_groups"] and "attention_scores" in m["ops"]
+        want = ["auto"] + [store for store in on_gpu if store in m["kv_cache_dtypes"] and not selects_pages
+                           and not (scores_groups and store.startswith("kivi"))]
         assert m["cuda_kv_cache_dtypes"] == want, m
     assert methods["quest"]["cuda_kv_cache_dtypes"] in ([], ["auto"])
     assert methods["vanilla"]["cuda_kv_cache_dtypes"] == ["auto"] + on_gpu
     assert methods["snapkv"]["cuda_kv_cache_dtypes"] == ["auto"] + on_gpu
     assert methods["streamingllm"]["cuda_kv_cache_dtypes"] == ["auto"] + on_gpu
+    assert methods["h2o"]["cuda_kv_cache_dtypes"] == ["auto"] + on_gpu[:1]
     table = run("methods", timeout=60)
     assert "| kv cache dtypes | on cuda |" in table.stdout
 
@@ -71,7 +75,7 @@ def test_methods_list_the_stores_each_method_takes():
                                    "turboquant_4bit_nc, turboquant_k3v4_nc, turboquant_3bit_nc, turboquant_2.5 or "
                                    "turboquant_3.5, got 'int3'"),
     (["--kv-cache-dtype", "turboquant_4bit_nc", "--sparse-method", "kvzip"], "its op subset_attention_max_scores"),
-    (["--kv-cache-dtype", "kivi2", "--sparse-method", "h2o"], "cannot run sparse method 'h2o'"),
+    (["--kv-cache-dtype", "kivi2", "--sparse-method", "rkv"], "cannot run sparse method 'rkv': it evicts or selects"),
     (["--kv-cache-dtype", "kivi4", "--sparse-method", "kvzip"], "its op subset_attention_max_scores reads explicit"),
     (["--kv-cache-dtype", "kivi4", "--kivi-residual", "40"], "must be a positive multiple of the group size 32"),
     (["--kv-cache-dtype", "kivi2", "--kivi-group-size", "24"], "is not a whole number of 2-bit code words"),

@@ -292,22 +292,25 @@ TEST(KvStoreEngineTest, SnapKvOverKiviGivesEveryPageBackAfterPreemptionAndAbort)
   EXPECT_EQ(stats.num_kv_pages_used, 0);
 }
 
-// StreamingLLM over KIVI: with a budget past every sequence no group ever goes, so its tokens are KIVI's alone,
-// exactly; with a small one (whole groups dropped as decode runs) every request runs to its end and the pool is whole
-// after.
-TEST(KvStoreEngineTest, StreamingLlmOverKiviIsKiviUntilItsBudgetIsReached) {
+// StreamingLLM and H2O over KIVI: with a budget past every sequence no group ever goes, so their tokens are KIVI's
+// alone, exactly; with a small one (whole groups dropped as decode runs) every request runs to its end and the pool is
+// whole after.
+TEST(KvStoreEngineTest, GroupEvictionOverKiviIsKiviUntilItsBudgetIsReached) {
   const ModelBundle bundle = tiny_bundle();
   std::mt19937 rng(11);
   std::vector<std::vector<int32_t>> prompts(4);
   for (size_t i = 0; i < prompts.size(); ++i) prompts[i] = random_prompt(rng, 60 + 9 * static_cast<int>(i));
   for (const char* store : {"kivi2", "kivi4"}) {
     const Generated kivi = generate(bundle, store_config(store), prompts, 40);
-    const Generated unbounded = generate(bundle, store_config(store, "streamingllm", {{"budget", 1000}}), prompts, 40);
-    EXPECT_EQ(unbounded.tokens, kivi.tokens) << store;
-    const Generated bounded = generate(bundle, store_config(store, "streamingllm", {{"budget", 40}}), prompts, 40);
-    for (size_t r = 0; r < prompts.size(); ++r) EXPECT_EQ(bounded.tokens[r].size(), 40u) << store << " " << r;
-    EXPECT_NE(bounded.tokens, kivi.tokens) << store << ": dropping groups changed nothing";
-    EXPECT_EQ(bounded.stats.num_kv_pages_used, 0) << store;
+    for (const char* method : {"streamingllm", "h2o"}) {
+      const Generated unbounded = generate(bundle, store_config(store, method, {{"budget", 1000}}), prompts, 40);
+      EXPECT_EQ(unbounded.tokens, kivi.tokens) << method << " over " << store;
+      const Generated bounded = generate(bundle, store_config(store, method, {{"budget", 40}}), prompts, 40);
+      for (size_t r = 0; r < prompts.size(); ++r)
+        EXPECT_EQ(bounded.tokens[r].size(), 40u) << method << " over " << store << " " << r;
+      EXPECT_NE(bounded.tokens, kivi.tokens) << method << " over " << store << ": dropping groups changed nothing";
+      EXPECT_EQ(bounded.stats.num_kv_pages_used, 0) << method << " over " << store;
+    }
   }
 }
 
@@ -416,10 +419,11 @@ TEST(KvStoreEngineTest, RefusesWhatTheStoreCannotTake) {
   ASSERT_FALSE(omnikv.is_ok());
   EXPECT_EQ(omnikv.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(omnikv.status().message().find("reads explicit K/V pages"), std::string::npos) << omnikv.status().message();
-  auto h2o = Engine::create(bundle, store_config("kivi2", "h2o"));
-  ASSERT_FALSE(h2o.is_ok());
-  EXPECT_EQ(h2o.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(h2o.status().message().find("KIVI"), std::string::npos) << h2o.status().message();
+  // R-KV evicts single tokens as decode runs.
+  auto rkv = Engine::create(bundle, store_config("kivi2", "rkv"));
+  ASSERT_FALSE(rkv.is_ok());
+  EXPECT_EQ(rkv.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(rkv.status().message().find("KIVI"), std::string::npos) << rkv.status().message();
   EngineConfig radix = store_config("kivi4");
   radix.prefix_cache_mode = "radix";
   EXPECT_EQ(Engine::create(bundle, radix).status().code(), StatusCode::kInvalidArgument);

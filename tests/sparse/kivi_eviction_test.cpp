@@ -3,10 +3,12 @@
 // same tokens per stream (per-head and per-layer budgets included); the sequence then decodes as KIVI over the kept
 // tokens, the layout bounds every step's pages, and the pool is whole after the sequences finish or are taken out.
 // StreamingLLM over KIVI drops whole quantized groups as decode runs: every stream keeps its sinks' group and the
-// method's recent tokens, and attention reads exactly the kept tokens as the store quantized them.
+// method's recent tokens, and attention reads exactly the kept tokens as the store quantized them. H2O over KIVI drops
+// the whole quantized groups of least accumulated attention.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -259,6 +261,104 @@ TEST(KiviStreamingLlmTest, AttendsOverTheKeptGroupsOnly) {
       streaming.close(0);
       EXPECT_EQ(streaming_cache->num_free_pages(), streaming_cache->num_total_pages());
       EXPECT_TRUE(streaming_cache->check_integrity().is_ok());
+    }
+  }
+}
+
+// H2O (budget 100: heavy 50, recent 50) over KIVI (G = R = 32) through the tiny model's forward, Llama's and Gemma 3's
+// (whose sliding-window layers keep a tail). After every step each full-attention stream dropped, from the stream
+// the step left (what it kept and what it dropped, with their accumulated scores), whole sealed groups older than its
+// recent tokens, as many as bring it under budget + G or all there are, and no kept such group sums less than a
+// dropped one; the recent tokens are all there, slots stay in position order, pages stay within the method's peak,
+// the store stays whole and every page comes back.
+TEST(KiviH2oTest, DropsTheSealedGroupsOfLeastAccumulatedAttention) {
+  constexpr int32_t kBudget = 100, kRecent = 50, kGroup = 32, kLong = 200;
+  std::vector<int32_t> tokens(kLong);
+  for (int32_t i = 0; i < kLong; ++i) tokens[static_cast<size_t>(i)] = (i * 37 + 11) % 96;
+  const std::vector<int32_t> prompt(tokens.begin(), tokens.begin() + kPrompt);
+  for (const char* type : {"llama", "gemma3_text"}) {
+    Model model = test::tiny_model(type);
+    const ModelConfig& mc = model.config();
+    for (KvStoreKind store : {KvStoreKind::kKivi2, KvStoreKind::kKivi4}) {
+      auto method = create_method("h2o", {{"budget", kBudget}});
+      ASSERT_TRUE(method.is_ok());
+      ASSERT_TRUE(check_kv_store_supports(store, Device::kCpu, (*method)->traits(), "h2o").is_ok());
+      const KvLayout layout =
+          make_kv_layout(mc.num_layers, mc.num_kv_heads, mc.head_dim, 4, Device::kCpu, store, kGroup, kGroup, kChunk);
+      std::unique_ptr<CacheManager> cache = cache_for(**method, layout);
+      SparseController h2o(**method, *cache);
+      ASSERT_TRUE(h2o.open(0, prompt).is_ok());
+      int64_t dropped_groups = 0, dropped_past_the_oldest = 0;
+      for (int32_t begin = 0; begin < kLong;) {
+        const int32_t n = begin < kPrompt ? std::min(kChunk, kPrompt - begin) : 1;
+        ASSERT_TRUE(cache->reserve(0, n).is_ok());
+        EXPECT_LE(cache->num_held_pages(0), h2o.peak_pages(kPrompt, kLong - kPrompt)) << begin;
+        forward_step(model, h2o, tokens, begin, n, kPrompt);
+        begin += n;
+        const nlohmann::json state = (*method)->debug_state(0);
+        for (int layer = 0; layer < mc.num_layers; ++layer) {
+          const bool sliding = mc.layers[static_cast<size_t>(layer)].sliding;
+          const int32_t recent = sliding ? std::min(kBudget, mc.sliding_window - 1) : kRecent;
+          for (int h = 0; h < mc.num_kv_heads; ++h) {
+            const std::span<const int32_t> positions = cache->slot_positions(0, layer, h);
+            const auto len = static_cast<int32_t>(positions.size());
+            ASSERT_TRUE(std::is_sorted(positions.begin(), positions.end()));
+            for (int32_t i = 0; i < std::min(begin, recent); ++i)
+              ASSERT_EQ(positions[static_cast<size_t>(len - 1 - i)], begin - 1 - i) << layer;
+            ASSERT_LT(len, std::max(kBudget, kGroup) + kGroup) << layer;
+            if (sliding) continue;
+            // The stream before the step's eviction: its kept and dropped tokens by position, with their scores.
+            std::vector<std::pair<int32_t, float>> before;
+            const nlohmann::json& acc = state["acc"][layer][h];
+            ASSERT_EQ(acc.size(), positions.size());
+            for (int32_t j = 0; j < len; ++j)
+              before.emplace_back(positions[static_cast<size_t>(j)], acc[static_cast<size_t>(j)].get<float>());
+            std::vector<bool> dropped(before.size(), false);
+            for (const auto& token : state["dropped"][layer][h]) {
+              before.emplace_back(token[0].get<int32_t>(), token[1].get<float>());
+              dropped.push_back(true);
+            }
+            std::vector<size_t> order(before.size());
+            std::iota(order.begin(), order.end(), size_t{0});
+            std::sort(order.begin(), order.end(),
+                      [&](size_t a, size_t b) { return before[a].first < before[b].first; });
+            const auto num_dropped = static_cast<int32_t>(before.size()) - len;
+            ASSERT_EQ(num_dropped % kGroup, 0) << layer;
+            const int32_t sealed = cache->sealed_groups(0, layer, h).count + num_dropped / kGroup;
+            const auto was = static_cast<int32_t>(before.size());
+            const int32_t candidates = std::min(sealed, std::max(0, was - recent) / kGroup);
+            const int32_t want_dropped = was < kBudget + kGroup ? 0 : std::min(candidates, (was - kBudget) / kGroup);
+            ASSERT_EQ(num_dropped, want_dropped * kGroup) << "layer " << layer << " at " << begin;
+            // Whole candidate groups went, and none kept sums less than one dropped.
+            float most_dropped = -1.0f, least_kept = std::numeric_limits<float>::infinity();
+            for (int32_t g = 0; g < candidates; ++g) {
+              float sum = 0.0f;
+              const bool gone = dropped[order[static_cast<size_t>(g * kGroup)]];
+              for (int32_t j = g * kGroup; j < (g + 1) * kGroup; ++j) {
+                ASSERT_EQ(dropped[order[static_cast<size_t>(j)]], gone) << "a group split at " << begin;
+                sum += before[order[static_cast<size_t>(j)]].second;
+              }
+              if (gone) {
+                most_dropped = std::max(most_dropped, sum);
+                dropped_past_the_oldest += g >= want_dropped;
+              } else {
+                least_kept = std::min(least_kept, sum);
+              }
+            }
+            for (int32_t j = candidates * kGroup; j < was; ++j) ASSERT_FALSE(dropped[order[static_cast<size_t>(j)]]);
+            EXPECT_LE(most_dropped, least_kept) << "layer " << layer << " at " << begin;
+            dropped_groups += want_dropped;
+          }
+        }
+        cache->on_computed(0, tokens, begin);
+        ASSERT_TRUE(cache->check_integrity().is_ok()) << cache->check_integrity().to_string();
+      }
+      // Groups went, some of them by their scores rather than their age.
+      EXPECT_GT(dropped_groups, 0) << type;
+      EXPECT_GT(dropped_past_the_oldest, 0) << type;
+      h2o.close(0);
+      EXPECT_EQ(cache->num_free_pages(), cache->num_total_pages());
+      EXPECT_TRUE(cache->check_integrity().is_ok());
     }
   }
 }

@@ -722,14 +722,14 @@ TEST(KiviKvStoreLimitsTest, TheLayoutRefusesGeometriesKiviCannotHold) {
 }
 
 // Quest runs over KIVI on the CPU only (its page bounds and selection read whole groups there).
-TEST(KiviKvStoreLimitsTest, VanillaTheSnapKvFamilyStreamingLlmAndQuestRunOverKivi) {
+TEST(KiviKvStoreLimitsTest, VanillaTheSnapKvFamilyStreamingLlmH2oAndQuestRunOverKivi) {
   struct Expected {
     std::string name;
     bool on_cpu, on_cuda;
   };
   const std::vector<Expected> methods = {
       {"vanilla", true, true},    {"snapkv", true, true},       {"pyramidkv", true, true}, {"adakv", true, true},
-      {"chunkkv", true, true},    {"streamingllm", true, true}, {"h2o", false, false},     {"kvzip", false, false},
+      {"chunkkv", true, true},    {"streamingllm", true, true}, {"h2o", true, false},      {"kvzip", false, false},
       {"shadowkv", false, false}, {"omnikv", false, false},     {"quest", true, false}};
   const bool cuda_kivi = cuda_implements(OpId::kPagedAttentionOverKiviPages);
   for (const auto& [name, on_cpu, on_cuda] : methods) {
@@ -738,8 +738,8 @@ TEST(KiviKvStoreLimitsTest, VanillaTheSnapKvFamilyStreamingLlmAndQuestRunOverKiv
     const Status cpu = check_kv_store_supports(KvStoreKind::kKivi2, Device::kCpu, (*method)->traits(), name);
     EXPECT_EQ(cpu.is_ok(), on_cpu) << name << ": " << cpu.to_string();
     // A CUDA build has KIVI's kernels (its writes, attention and the window's attention_scores; StreamingLLM's
-    // dropped groups move no byte): the same methods run but Quest. A CPU-only build refuses every method there, for
-    // the store's sake.
+    // dropped groups move no byte): the same methods run but Quest and H2O, whose ops read quantized groups on the
+    // CPU only. A CPU-only build refuses every method there, for the store's sake.
     const Status gpu = check_kv_store_supports(KvStoreKind::kKivi4, Device::kCuda, (*method)->traits(), name);
     if (cuda_kivi)
       EXPECT_EQ(gpu.is_ok(), on_cuda) << name << ": " << gpu.to_string();

@@ -1,10 +1,12 @@
 #include "sparse/methods/h2o.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include "backend/device_memory.h"
 #include "base/check.h"
 #include "base/top_k.h"
+#include "sparse/kivi_cache_manager.h"
 
 namespace se {
 
@@ -50,10 +52,87 @@ H2oMethod::H2oMethod(nlohmann::ordered_json config, int32_t num_heavy, int32_t n
   traits_.prefix_mode = PrefixMode::kChain;
   traits_.prefill_policy = PrefillPolicy::kEvictDuring;
   traits_.tensor_parallel = true;  // each stream accumulates and evicts by its own scores
+  traits_.evicts_sealed_groups = true;
 }
 
 int64_t H2oMethod::resident_pages(const KvLayout& layout, int32_t /*num_prefill_tokens*/, int32_t num_tokens) const {
+  if (layout.kivi())
+    return KiviCacheManager::sealed_group_eviction_pages(layout, num_tokens, max_kept_in_groups(layout));
   return budget_resident_pages(layout, num_tokens, num_heavy_ + num_recent_);
+}
+
+int32_t H2oMethod::max_kept_in_groups(const KvLayout& layout) const {
+  // A stream stops dropping under budget + G tokens, or once no sealed group lies before its recent tokens: then it
+  // holds its recent tokens or its unsealed tokens (under the window plus a group), and the rest of one group.
+  return std::max(num_heavy_ + num_recent_, layout.kivi_residual) + layout.page_size - 1;
+}
+
+void H2oMethod::choose_lowest_groups(std::span<const float> acc, int32_t group_size, int32_t num_candidates,
+                                     int32_t num_dropped) {
+  group_scores_.assign(static_cast<size_t>(num_candidates), 0.0f);
+  for (int32_t g = 0; g < num_candidates; ++g)
+    for (int32_t j = g * group_size; j < (g + 1) * group_size; ++j)
+      group_scores_[static_cast<size_t>(g)] += acc[static_cast<size_t>(j)];
+  dropped_groups_.resize(static_cast<size_t>(num_candidates));
+  std::iota(dropped_groups_.begin(), dropped_groups_.end(), 0);
+  // Ties drop the newer group, as a tie between tokens keeps the older one.
+  std::partial_sort(
+      dropped_groups_.begin(), dropped_groups_.begin() + num_dropped, dropped_groups_.end(), [&](int32_t a, int32_t b) {
+        const float sa = group_scores_[static_cast<size_t>(a)], sb = group_scores_[static_cast<size_t>(b)];
+        return sa < sb || (sa == sb && a > b);
+      });
+  dropped_groups_.resize(static_cast<size_t>(num_dropped));
+  std::sort(dropped_groups_.begin(), dropped_groups_.end());
+}
+
+void H2oMethod::drop_lowest_groups(StepContext& ctx, const SequenceSlice& slice, int32_t group_size,
+                                   SequenceScores& scores) {
+  const KvLayout& layout = ctx.cache.layout();
+  const int32_t budget = num_heavy_ + num_recent_;
+  scratch_.kept.resize(static_cast<size_t>(layout.num_streams()));
+  scratch_.evictions.clear();
+  for (int layer = 0; layer < layout.num_layers; ++layer) {
+    // A sliding-window layer keeps the tail it can see (sliding_window_tail.h): every older sealed group goes.
+    const int32_t window = ctx.sliding_window(layer);
+    const int32_t recent = window > 0 ? std::min(budget, window - 1) : num_recent_;
+    for (int head = 0; head < layout.num_kv_heads; ++head) {
+      const int32_t len = ctx.cache.stream_length(slice.seq, layer, head);
+      if (len < budget + group_size) continue;
+      // The candidates: the stream's first groups, sealed and older than its recent tokens.
+      const int32_t num_candidates =
+          std::min(ctx.cache.sealed_groups(slice.seq, layer, head).count, (len - recent) / group_size);
+      const int32_t num_dropped = window > 0 ? num_candidates : std::min(num_candidates, (len - budget) / group_size);
+      if (num_dropped <= 0) continue;
+      const auto stream = static_cast<size_t>(layout.stream(layer, head));
+      const std::vector<float>& acc = scores.acc[stream];
+      SE_CHECK(acc.size() == static_cast<size_t>(len), "h2o: acc out of step with stream");
+      if (window > 0) {
+        dropped_groups_.resize(static_cast<size_t>(num_dropped));
+        std::iota(dropped_groups_.begin(), dropped_groups_.end(), 0);
+      } else {
+        choose_lowest_groups(acc, group_size, num_candidates, num_dropped);
+      }
+      const std::span<const int32_t> positions = ctx.cache.slot_positions(slice.seq, layer, head);
+      std::vector<int32_t>& kept = scratch_.kept[stream];
+      kept.clear();
+      auto next_dropped = dropped_groups_.begin();
+      for (int32_t j = 0; j < len; ++j) {
+        if (next_dropped != dropped_groups_.end() && j == (*next_dropped + 1) * group_size) ++next_dropped;
+        if (next_dropped != dropped_groups_.end() && j >= *next_dropped * group_size) {
+          if (window == 0)
+            scores.dropped[stream].push_back({positions[static_cast<size_t>(j)], acc[static_cast<size_t>(j)]});
+        } else {
+          kept.push_back(j);
+        }
+      }
+      scratch_.evictions.push_back({layer, head, kept});
+    }
+  }
+  if (scratch_.evictions.empty()) return;
+  const Status dropped = ctx.cache.evict_streams(slice.seq, scratch_.evictions);
+  SE_CHECK(dropped.is_ok(), "h2o: {}", dropped.to_string());
+  for (const KvStreams::StreamEviction& e : scratch_.evictions)
+    keep_scores(scores.acc[static_cast<size_t>(layout.stream(e.layer, e.kv_head))], e.kept);
 }
 
 void H2oMethod::plan_step_scores(const LayerContext& ctx, int64_t num_heads) {
@@ -202,6 +281,10 @@ void H2oMethod::finish_step(StepContext& ctx) {
     std::vector<std::vector<DroppedToken>>& dropped = it->second.dropped;
     dropped.resize(acc.size());
     for (std::vector<DroppedToken>& d : dropped) d.clear();
+    if (const int32_t group = ctx.cache.sealed_groups(slice.seq, 0, 0).group_size; group > 0) {
+      drop_lowest_groups(ctx, slice, group, it->second);
+      continue;
+    }
     const int32_t num_logical = ctx.cache.num_logical_tokens(slice.seq);
     const auto stream_acc = [&](int layer, int kv_head, size_t len) -> std::vector<float>& {
       std::vector<float>& scores = acc[static_cast<size_t>(layout.stream(layer, kv_head))];

@@ -21,6 +21,15 @@
 // same up to rounding ties. RoPE: keys keep their original rotation and new tokens their absolute positions
 // (the reference's non-streaming class; `_streaming`'s query-position shift is out of scope).
 //
+// Over a KIVI store (--kv-cache-dtype kivi2|kivi4, CPU; docs/fidelity.md, "H2O over KIVI") a stream drops whole
+// sealed groups only (KvStreams::sealed_groups: G tokens whose keys and values are all quantized, one page), as the
+// scores accumulate the same way (attention_scores reads the quantized groups as attention does): after each step a
+// stream holding at least budget + G tokens drops, of its sealed groups older than its `recent` newest tokens, the
+// ones of least summed acc (ties: the newer group) until it holds under budget + G, or until no such group is left.
+// Summing is H2O's own objective, the acc mass the kept tokens hold, maximized over whole groups: every group has G
+// tokens, so dropping the lowest sums keeps the most. A sliding-window layer drops every such group, oldest first (it
+// keeps its tail, as below). Slots stay in position order, since only whole groups leave.
+//
 // Config: budget (tokens kept per stream, default 2048) split by heavy_ratio (default 0.5: heavy = floor(budget
 // * heavy_ratio), recent = budget - heavy); or an explicit `heavy` and/or `recent` (the missing one is budget
 // minus the given one; both given define the budget). Reference defaults differ: the real-drop class uses hh 4 /
@@ -44,7 +53,8 @@ class H2oMethod final : public MethodRuntime {
  public:
   static Result<std::unique_ptr<MethodRuntime>> create(const nlohmann::json& config);
 
-  // Every stream holds min(num_tokens, heavy + recent) tokens once a step is done (budget_resident_pages).
+  // Every stream holds min(num_tokens, heavy + recent) tokens once a step is done (budget_resident_pages); over KIVI
+  // at most max_kept_in_groups tokens (KiviCacheManager::sealed_group_eviction_pages).
   int64_t resident_pages(const KvLayout& layout, int32_t num_prefill_tokens, int32_t num_tokens) const override;
   // Enqueues the step's column sums of every sequence (copied to host memory as the device gets to them).
   void on_attention_end(LayerContext& ctx) override;
@@ -64,6 +74,13 @@ class H2oMethod final : public MethodRuntime {
 
  private:
   H2oMethod(nlohmann::ordered_json config, int32_t num_heavy, int32_t num_recent, GroupReduce gqa_agg);
+  // Over a store of quantized groups: the most tokens a stream holds after a step, the larger of the budget and the
+  // store's window, plus all but one token of a group.
+  int32_t max_kept_in_groups(const KvLayout& layout) const;
+  // Of a stream's first `num_candidates` groups, the `num_dropped` of least summed acc, ascending, into
+  // dropped_groups_.
+  void choose_lowest_groups(std::span<const float> acc, int32_t group_size, int32_t num_candidates,
+                            int32_t num_dropped);
   // A stream's scores after it kept slots `kept` (ascending).
   static void keep_scores(std::vector<float>& acc, std::span<const int32_t> kept);
   // The oldest position of a stream's recent window: the num_recent_-th largest of `positions`, which is
@@ -97,6 +114,10 @@ class H2oMethod final : public MethodRuntime {
   struct ExportedScores final : MethodSequenceState {
     SequenceScores scores;
   };
+  // Drops the sealed groups of sequence `slice` the rule over groups names, every stream in one evict_streams call,
+  // and their scores.
+  void drop_lowest_groups(StepContext& ctx, const SequenceSlice& slice, int32_t group_size, SequenceScores& scores);
+
   std::unordered_map<int32_t, SequenceScores> scores_;  // by sequence id
   // One step's column sums, every layer of every sequence of the batch, in staging memory of the pool's device.
   struct StepScores {
@@ -114,6 +135,8 @@ class H2oMethod final : public MethodRuntime {
   std::vector<int32_t> order_;            // of keep_heavy_and_recent
   std::vector<float> candidate_scores_;   // of keep_heavy_and_recent
   std::vector<int32_t> heavy_;            // of keep_heavy_and_recent
+  std::vector<float> group_scores_;       // of choose_lowest_groups
+  std::vector<int32_t> dropped_groups_;   // of choose_lowest_groups
 };
 
 }  // namespace se
