@@ -52,7 +52,7 @@ class EngineLoop;
 MethodEnvironment method_environment(const ModelBundle& bundle);
 
 // Ok when `config` can run `method`'s decode as Spin's partitions over the host tier (or does not ask to, and the
-// method sets nothing that only they run, as Quest's two-level ranking): kInvalidArgument / kUnimplemented naming
+// method sets nothing that only they run, as a two-level page ranking): kInvalidArgument / kUnimplemented naming
 // what stands in the way. Needs no model, so the command line checks it before one loads.
 Status check_kv_partitions(const EngineConfig& config, const MethodRuntime& method);
 

@@ -1,9 +1,9 @@
 // KvBudget: how one rank's KV memory budget (--kv-cache-memory, or the share --gpu-memory-utilization gives, or the
 // CPU default) splits between the page pool and what the method keeps per running sequence beside it
-// (MethodRuntime::sequence_device_bytes: Kara's and R-KV's recent query rows). Every sequence that may run at once
-// gets its state out of the same budget as the pages, so a full batch never allocates past it: --max-num-seqs
-// sequences when the budget holds their state and still leaves the pool room for one request of --max-model-len,
-// fewer otherwise (the scheduler then queues the rest). Pure.
+// (MethodRuntime::sequence_device_bytes: the decode-time compressors' recent query rows). Every sequence that may
+// run at once gets its state out of the same budget as the pages, so a full batch never allocates past it:
+// --max-num-seqs sequences when the budget holds their state and still leaves the pool room for one request of
+// --max-model-len, fewer otherwise (the scheduler then queues the rest). Pure.
 #pragma once
 
 #include <cstdint>

@@ -26,7 +26,7 @@ struct TokenFilters {
   int32_t num_kept_tokens = 0;     // prompt tokens a filter keeps (the whole prompt when it is no longer)
 };
 
-// A token selection the method makes itself (ShadowKV's chunks over its sketch): at a decode step the method names
+// A token selection the method makes itself (chunks chosen over a sketch it keeps): at a decode step the method names
 // each KV head's tokens (its build_decode_selection over the sequence's resident view; the tokens are known before a
 // page is read) and the partitions retrieve only the pages they lie in, then attend over those tokens; a layer the
 // method leaves unselected reads whole. After each prefill chunk the method sees the sequence's layer whole and

@@ -168,7 +168,7 @@ class PartitionedDecode final {
   // stream), / copies them into the index's token lists.
   Status check_method_tokens(int32_t seq, int32_t layer, std::span<const std::span<const int32_t>> tokens) const;
   void set_method_tokens(Index& index, std::span<const std::span<const int32_t>> tokens) const;
-  // Whether the index keeps page bounds (Quest's ranking); a token selection keeps none.
+  // Whether the index keeps page bounds (the key-bound ranking); a token selection keeps none.
   bool keeps_bounds() const { return !config_.token_filters && !config_.method_tokens; }
 
   HostTier* tier_;
