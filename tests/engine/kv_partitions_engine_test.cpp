@@ -114,6 +114,26 @@ int64_t kv_pages(const std::vector<std::vector<int32_t>>& prompts) {
 
 class KvPartitionsEngineTest : public ::testing::Test {
  protected:
+  // `method` under the partitions, over a device pool smaller than the prompts' KV (the method keeps no per-page
+  // metadata), gives the tokens and log-probabilities of the method resident; the partitioned run.
+  Runs expect_partitions_decode_as_resident(const std::string& method, const nlohmann::json& method_config,
+                                            const std::vector<std::vector<int32_t>>& prompts) {
+    EngineConfig resident;
+    resident.page_size = kPageSize;
+    resident.sparse_method = method;
+    resident.sparse_config = method_config;
+    const Runs reference = run(bundle_, resident, prompts, /*together=*/false);
+    EngineConfig config = partitioned_config(0);
+    config.sparse_method = method;
+    config.sparse_config = method_config;
+    config.kv_cache_memory = kDevicePages * kPageBytes;
+    EXPECT_GT(kv_pages(prompts), kDevicePages);
+    Runs partitioned = run(bundle_, config, prompts, /*together=*/true);
+    expect_same_generations(partitioned, reference);
+    EXPECT_GT(partitioned.end.num_kv_host_pages_used_peak, 0);
+    return partitioned;
+  }
+
   const ModelBundle bundle_ = tiny_bundle();
 };
 
@@ -179,6 +199,12 @@ TEST_F(KvPartitionsEngineTest, TheTwoLevelRankingIsValidatedAndRunsOnlyUnderTheP
   EXPECT_EQ(kept_alone.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(kept_alone.message().find("two_level_group"), std::string::npos) << kept_alone.to_string();
   EXPECT_TRUE(quest({{"two_level_group", 4}, {"two_level_kept_groups", 2}}).is_ok());
+  // Either resolved config, flat or two-level, is taken back as given.
+  for (const nlohmann::json& given : {nlohmann::json(nullptr), nlohmann::json{{"two_level_group", 4}}}) {
+    auto made = create_method("quest", given);
+    ASSERT_TRUE(made.is_ok());
+    EXPECT_TRUE(quest(nlohmann::json((*made)->config())).is_ok()) << (*made)->config().dump();
+  }
 
   EngineConfig resident = quest_config(0);
   resident.sparse_config["two_level_group"] = 2;
@@ -216,20 +242,7 @@ TEST_F(KvPartitionsEngineTest, PreemptsWhenBothPoolsRunShortAndLeavesThemWhole) 
 TEST_F(KvPartitionsEngineTest, OmniKvsTokenSelectionDecodesAsResidentOmniKv) {
   // Layer 0 filters (16 prompt tokens kept), layer 1 reads them and the decode tail.
   const nlohmann::json omnikv = {{"filter_layers", {0}}, {"num_wait", 0}, {"num_selected_tokens", 16}};
-  const auto prompts = random_prompts({97, 130, 151}, 39);
-  EngineConfig resident;
-  resident.page_size = kPageSize;
-  resident.sparse_method = "omnikv";
-  resident.sparse_config = omnikv;
-  const Runs reference = run(bundle_, resident, prompts, /*together=*/false);
-  EngineConfig config = partitioned_config(0);
-  config.sparse_method = "omnikv";
-  config.sparse_config = omnikv;
-  config.kv_cache_memory = kDevicePages * kPageBytes;  // OmniKV keeps no per-page metadata
-  ASSERT_GT(kv_pages(prompts), kDevicePages);
-  const Runs partitioned = run(bundle_, config, prompts, /*together=*/true);
-  expect_same_generations(partitioned, reference);
-  EXPECT_GT(partitioned.end.num_kv_host_pages_used_peak, 0);
+  expect_partitions_decode_as_resident("omnikv", omnikv, random_prompts({97, 130, 151}, 39));
 }
 
 TEST_F(KvPartitionsEngineTest, ShadowKvsChunkSelectionDecodesAsResidentShadowKv) {
@@ -238,22 +251,13 @@ TEST_F(KvPartitionsEngineTest, ShadowKvsChunkSelectionDecodesAsResidentShadowKv)
   const nlohmann::json shadowkv = {{"sparse_budget", 16}, {"chunk_size", 8},     {"rank", 8},
                                    {"local_chunks", 2},   {"outlier_chunks", 2}, {"min_prompt_tokens", 64}};
   const auto prompts = random_prompts({97, 130, 151}, 41);
-  EngineConfig resident;
-  resident.page_size = kPageSize;
-  resident.sparse_method = "shadowkv";
-  resident.sparse_config = shadowkv;
-  const Runs reference = run(bundle_, resident, prompts, /*together=*/false);
-  EngineConfig config = partitioned_config(0);
-  config.sparse_method = "shadowkv";
-  config.sparse_config = shadowkv;
-  config.kv_cache_memory = kDevicePages * kPageBytes;  // its sketch lives beside the pool
-  ASSERT_GT(kv_pages(prompts), kDevicePages);
-  const Runs partitioned = run(bundle_, config, prompts, /*together=*/true);
-  expect_same_generations(partitioned, reference);
-  EXPECT_GT(partitioned.end.num_kv_host_pages_used_peak, 0);
+  const Runs partitioned = expect_partitions_decode_as_resident("shadowkv", shadowkv, prompts);
   // The chunks narrow what decode reads: fewer KV tokens than the same requests under dense reads.
-  EngineConfig dense = config;
+  EngineConfig dense = partitioned_config(0);
+  dense.sparse_method = "shadowkv";
+  dense.sparse_config = shadowkv;
   dense.sparse_config["min_prompt_tokens"] = 1000;
+  dense.kv_cache_memory = kDevicePages * kPageBytes;
   EXPECT_LT(partitioned.end.attended_kv_tokens_total, run(bundle_, dense, prompts, true).end.attended_kv_tokens_total);
 }
 

@@ -20,16 +20,17 @@ Result<std::unique_ptr<MethodRuntime>> QuestMethod::create(const nlohmann::json&
   SE_ASSIGN_OR_RETURN(std::string gqa_agg, reader.get_choice("gqa_agg", "mean", {"mean", "max", "sum"}));
   // Spin's two-level ranking, under --kv-partitions only: pages per group summary (0: flat per-page bounds), and the
   // groups whose pages a step ranks.
+  // The kept groups are read (and resolved) only with groups, so flat Quest's printed defaults take it back as given.
   SE_ASSIGN_OR_RETURN(int two_level_group, reader.get_int("two_level_group", 0, 0, 1 << 20));
-  SE_ASSIGN_OR_RETURN(int kept_groups,
-                      reader.get_int("two_level_kept_groups", TwoLevelConfig{}.num_groups_kept, 1, 1 << 20));
-  SE_RETURN_IF_ERROR(reader.finish());
   std::optional<TwoLevelConfig> two_level;
   if (two_level_group > 0) {
+    SE_ASSIGN_OR_RETURN(int kept_groups,
+                        reader.get_int("two_level_kept_groups", TwoLevelConfig{}.num_groups_kept, 1, 1 << 20));
     two_level = TwoLevelConfig{.group_size = two_level_group, .num_groups_kept = kept_groups};
   } else if (config.is_object() && config.contains("two_level_kept_groups")) {
     return invalid_argument("quest: 'two_level_kept_groups' needs 'two_level_group' (pages per group, at least 1)");
   }
+  SE_RETURN_IF_ERROR(reader.finish());
   const GroupReduce reduce = group_reduce_named(gqa_agg);
   return std::unique_ptr<MethodRuntime>(
       new QuestMethod(reader.resolved(), token_budget, dense_layers, reduce, two_level));
