@@ -108,10 +108,11 @@ Status check_kv_store_supports(KvStoreKind store, Device device, const MethodTra
           store_name, name, op_name(*op));
     return Status::ok();
   }
-  // TurboQuant slots move whole and attention_scores reads their keys; no page-bound op reads them yet.
+  // TurboQuant slots move whole and attention_scores reads their keys; no page-bound op reads them yet. Page selection
+  // over FP8 pages, as over KIVI, is for a method that keeps every token.
   for (OpId op : traits.ops) {
     if (op == OpId::kCompactKv || op == OpId::kMoveKvRows || op == OpId::kAttentionScores) continue;
-    if (is_turboquant(store) || !selects_over_quantized_on_cpu(op))
+    if (is_turboquant(store) || !selects_over_quantized_on_cpu(op) || !traits.keeps_full_history)
       return invalid_argument(
           "--kv-cache-dtype {} cannot run sparse method '{}': its op {} reads explicit K/V pages only (with this "
           "store a method may call attention_scores, compact_kv and move_kv_rows{})",
