@@ -24,7 +24,7 @@ TEST(EvalBudget, KaraKeepsAShareOfItsWindowAndOthersAShareOfTheTokens) {
   const auto kara = key_of("kara", kKaraDefaults, table, /*budget_per_window=*/true);
   ASSERT_TRUE(kara.has_value());
   EXPECT_EQ(kara->kind, BudgetKind::kWindowShare);
-  EXPECT_EQ(budget_value(*kara, 0.3, 4096, kKaraDefaults), 154);  // 0.3 * 512, not of the 4,096 tokens
+  EXPECT_EQ(budget_value(*kara, 0.3, 4096, kKaraDefaults), 154);               // 0.3 * 512, not of the 4,096 tokens
   EXPECT_EQ(key_of("kara", kKaraDefaults, table)->kind, BudgetKind::kTokens);  // unless it says so
   nlohmann::ordered_json small_window = kKaraDefaults;
   small_window["window"] = 64;

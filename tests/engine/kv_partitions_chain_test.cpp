@@ -276,8 +276,7 @@ TEST_P(PartitionedChainTest, AResumedTurnFromTheHostEqualsOneUninterruptedSequen
   EXPECT_EQ(turn2.logprobs, want.logprobs);  // exact: the same forward over the same state
 }
 
-INSTANTIATE_TEST_SUITE_P(Methods, PartitionedChainTest,
-                         ::testing::Values(kQuest, kQuestTwoLevel, kOmniKv, kShadowKv),
+INSTANTIATE_TEST_SUITE_P(Methods, PartitionedChainTest, ::testing::Values(kQuest, kQuestTwoLevel, kOmniKv, kShadowKv),
                          [](const ::testing::TestParamInfo<MethodCase>& info) {
                            return info.param.label != nullptr ? info.param.label : info.param.name;
                          });

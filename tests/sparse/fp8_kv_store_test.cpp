@@ -260,8 +260,8 @@ TEST(Fp8KvStoreTest, SupportedMethodsAndDevices) {
   EXPECT_TRUE(check("h2o", Device::kCpu).is_ok());
   EXPECT_TRUE(check("quest", Device::kCpu).is_ok());
   EXPECT_EQ(check("omnikv", Device::kCpu).code(), StatusCode::kInvalidArgument);  // top_keys_by_logits_max_over_heads
-  EXPECT_EQ(check("rkv", Device::kCpu).code(), StatusCode::kInvalidArgument);    // gather_keys
-  EXPECT_EQ(check("kvzip", Device::kCpu).code(), StatusCode::kInvalidArgument);  // subset_attention_max_scores
+  EXPECT_EQ(check("rkv", Device::kCpu).code(), StatusCode::kInvalidArgument);     // gather_keys
+  EXPECT_EQ(check("kvzip", Device::kCpu).code(), StatusCode::kInvalidArgument);   // subset_attention_max_scores
   const bool cuda_fp8 = cuda_implements(OpId::kPagedAttentionOverFp8Pages);
   for (const char* name : {"vanilla", "streamingllm", "snapkv", "h2o"})
     EXPECT_EQ(check(name, Device::kCuda).is_ok(), cuda_fp8) << name;
