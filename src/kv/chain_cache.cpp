@@ -80,7 +80,7 @@ Status ChainCacheIndex::offload_state(ChainState& state) {
 }
 
 Status ChainCacheIndex::offload_making_room(ChainState& state) {
-  const Status offloaded = state.offload();
+  Status offloaded = state.offload();
   if (offloaded.code() != StatusCode::kResourceExhausted) return offloaded;
   int64_t short_by = state.num_host_pages_short();
   if (short_by > num_pages_of_host_chains()) return offloaded;

@@ -107,8 +107,8 @@ TEST(EngineTest, ABudgetHoldingFewerSequencesStateRunsFewerAndEveryRequestComple
   config.max_num_batched_tokens = 64;
   constexpr int64_t kRequestBytes = 192 * 512, kRingBytes = 2 * 10 * 64 * 4;
   std::mt19937 rng(5);
-  std::vector<std::vector<int32_t>> prompts;
-  for (int i = 0; i < 8; ++i) prompts.push_back(random_prompt(rng, 20 + static_cast<int>(rng() % 20)));
+  std::vector<std::vector<int32_t>> prompts(8);
+  for (std::vector<int32_t>& prompt : prompts) prompt = random_prompt(rng, 20 + static_cast<int>(rng() % 20));
   // Every request at once; each one's tokens, and the engine's concurrency and stats once drained.
   auto run = [&](int64_t kv_cache_memory, int want_max_num_seqs) {
     EngineConfig c = config;

@@ -310,6 +310,7 @@ TEST(KiviH2oTest, DropsTheSealedGroupsOfLeastAccumulatedAttention) {
             // The stream before the step's eviction: its kept and dropped tokens by position, with their scores.
             std::vector<std::pair<int32_t, float>> before;
             const nlohmann::json& acc = state["acc"][layer][h];
+            before.reserve(positions.size() + state["dropped"][layer][h].size());
             ASSERT_EQ(acc.size(), positions.size());
             for (int32_t j = 0; j < len; ++j)
               before.emplace_back(positions[static_cast<size_t>(j)], acc[static_cast<size_t>(j)].get<float>());
@@ -333,7 +334,7 @@ TEST(KiviH2oTest, DropsTheSealedGroupsOfLeastAccumulatedAttention) {
             float most_dropped = -1.0f, least_kept = std::numeric_limits<float>::infinity();
             for (int32_t g = 0; g < candidates; ++g) {
               float sum = 0.0f;
-              const bool gone = dropped[order[static_cast<size_t>(g * kGroup)]];
+              const bool gone = dropped[order[static_cast<size_t>(g) * kGroup]];
               for (int32_t j = g * kGroup; j < (g + 1) * kGroup; ++j) {
                 ASSERT_EQ(dropped[order[static_cast<size_t>(j)]], gone) << "a group split at " << begin;
                 sum += before[order[static_cast<size_t>(j)]].second;

@@ -39,7 +39,9 @@ void update_key_group_bounds(TensorView bounds, const AttentionView& view, std::
     for (int32_t h = 0; h < view.num_kv_heads; ++h) {
       const KiviRows rows = KiviRows::of(view, layout, s, h);
       const int32_t num_groups = rows.num_quantized_keys / qv.group_size;
-      for (int32_t g = first_groups[static_cast<size_t>(s * view.num_kv_heads + h)]; g < num_groups; ++g) {
+      for (int32_t g =
+               first_groups[static_cast<size_t>(s) * static_cast<size_t>(view.num_kv_heads) + static_cast<size_t>(h)];
+           g < num_groups; ++g) {
         float* lo = bounds.ptr<float>() + static_cast<int64_t>(rows.pages[g]) * 2 * view.head_dim;
         rows.key_group_bounds(g, lo, lo + view.head_dim);
       }
