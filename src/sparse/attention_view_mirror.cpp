@@ -59,33 +59,59 @@ bool AttentionViewMirror::place_regions(const KvLayout& l, const ForwardBatch& b
   return relaid;
 }
 
+int32_t AttentionViewMirror::listed_pages(const KvLayout& l, size_t view, int32_t h) const {
+  if (!l.kivi()) return static_cast<int32_t>(l.pages_per_stream(view_tokens_[view * l.num_kv_heads + h]));
+  const KiviTables& t = kivi_tables_[view];
+  const int32_t quantized =
+      std::max(kivi_ints_[static_cast<size_t>(t.keys + h)], kivi_ints_[static_cast<size_t>(t.values + h)]);
+  return (quantized + kivi_group_size_ - 1) / kivi_group_size_;
+}
+
+void AttentionViewMirror::keep_kivi_tables(const KiviSeqView& kivi, int32_t num_kv_heads) {
+  const int64_t heads = num_kv_heads;
+  const auto keep = [&](const int32_t* from, int64_t n) {
+    const auto at = static_cast<int64_t>(kivi_ints_.size());
+    kivi_ints_.insert(kivi_ints_.end(), from, from + n);
+    return at;
+  };
+  KiviTables t;
+  t.keys = keep(kivi.num_quantized_keys, heads);
+  t.values = keep(kivi.num_quantized_values, heads);
+  t.window = keep(kivi.residual.page_ids, heads * kivi.residual.stride);
+  t.window_stride = kivi.residual.stride;
+  t.window_tokens = keep(kivi.residual.num_tokens, heads);
+  t.first_slot = keep(kivi.residual_first_slot, heads);
+  kivi_tables_.push_back(t);
+}
+
 void AttentionViewMirror::upload(CacheManager& cache, const ForwardBatch& batch) {
   const KvLayout& l = cache.layout();
-  if (l.kivi()) {
-    if (!kivi_) kivi_ = std::make_unique<KiviViewMirror>(device_);
-    const uint64_t sent = kivi_->bytes_sent();
-    kivi_->upload(cache, batch);
-    bytes_sent_ += kivi_->bytes_sent() - sent;
-    return;
-  }
   const int32_t L = l.num_layers, H = l.num_kv_heads;
   const auto num_seqs = static_cast<int32_t>(batch.sequences.size());
   selection_used_ = 0;
   retired_selection_buffers_.clear();  // the previous forward has finished with them
 
-  // Every (layer, sequence)'s host view (its pointers reach the cache's page tables, which stay put) and each
-  // sequence's longest stream.
+  // Every (layer, sequence)'s host view and token counts, and each sequence's longest stream. The page lists stay
+  // where the views point (the cache's tables stay put); a KIVI view's window lists and counts sit in scratch that
+  // the next layer's build_view reuses, so they are kept here at once.
   host_views_.clear();
+  view_tokens_.clear();
+  kivi_tables_.clear();
+  kivi_ints_.clear();
   longest_.assign(static_cast<size_t>(num_seqs), 0);
   for (int32_t layer = 0; layer < L; ++layer) {
     const AttentionView view = cache.build_view(layer, batch);
-    if (layer == 0) q_indptr_.assign(view.q_indptr, view.q_indptr + num_seqs + 1);
+    if (layer == 0) {
+      q_indptr_.assign(view.q_indptr, view.q_indptr + num_seqs + 1);
+      kivi_group_size_ = l.kivi() ? view.quantized.group_size : 0;
+    }
     for (int32_t s = 0; s < num_seqs; ++s) {
-      const SeqKvView& v = view.seqs[s];
-      host_views_.push_back(v);
+      host_views_.push_back(view.seqs[s]);
+      view_tokens_.insert(view_tokens_.end(), view.seqs[s].num_tokens, view.seqs[s].num_tokens + H);
+      if (l.kivi()) keep_kivi_tables(view.quantized.kivi_seqs[s], H);
       for (int32_t h = 0; h < H; ++h)
         longest_[static_cast<size_t>(s)] =
-            std::max(longest_[static_cast<size_t>(s)], static_cast<int32_t>(l.pages_per_stream(v.num_tokens[h])));
+            std::max(longest_[static_cast<size_t>(s)], listed_pages(l, host_views_.size() - 1, h));
     }
   }
   const bool regions_moved = place_regions(l, batch);
@@ -95,7 +121,9 @@ void AttentionViewMirror::upload(CacheManager& cache, const ForwardBatch& batch)
   num_seqs_ = num_seqs;
   q_indptr_offset_ = static_cast<size_t>(L) * static_cast<size_t>(num_seqs) * sizeof(SeqKvView);
   num_tokens_offset_ = align8(q_indptr_offset_ + (static_cast<size_t>(num_seqs) + 1) * sizeof(int32_t));
-  const size_t header_bytes = align8(num_tokens_offset_ + static_cast<size_t>(num_seqs) * L * H * sizeof(int32_t));
+  const size_t num_tokens_end = align8(num_tokens_offset_ + static_cast<size_t>(num_seqs) * L * H * sizeof(int32_t));
+  kivi_offset_ = l.kivi() ? num_tokens_end : 0;
+  const size_t header_bytes = num_tokens_end + (l.kivi() ? kivi_views_bytes() : 0);
   // Captured graphs hold the header's addresses (they reach the page lists through the views, so a move of those
   // needs no new capture).
   const bool header_moved = grow(header_, header_bytes);
@@ -127,7 +155,9 @@ void AttentionViewMirror::upload(CacheManager& cache, const ForwardBatch& batch)
   for (int32_t s = 0; s < num_seqs; ++s)
     for (int32_t layer = 0; layer < L; ++layer)
       std::memcpy(num_tokens + (static_cast<int64_t>(s) * L + layer) * H,
-                  host_views_[static_cast<size_t>(layer) * num_seqs + s].num_tokens, static_cast<size_t>(H) * sizeof(int32_t));
+                  view_tokens_.data() + (static_cast<int64_t>(layer) * num_seqs + s) * H,
+                  static_cast<size_t>(H) * sizeof(int32_t));
+  if (l.kivi()) pack_kivi_views(header_host, static_cast<const char*>(header_.device.raw()));
 
   // Page lists: the device keeps a sequence's leading pages while its table epoch holds, so only the pages after
   // them travel, as one strided copy of the columns any stream gained (streams grow in step).
@@ -141,10 +171,11 @@ void AttentionViewMirror::upload(CacheManager& cache, const ForwardBatch& batch)
     auto* rows = reinterpret_cast<int32_t*>(lists_host + r.offset);
     int32_t first = std::numeric_limits<int32_t>::max(), last = 0;  // the columns to send
     for (int32_t layer = 0; layer < L; ++layer) {
-      const SeqKvView& v = host_views_[static_cast<size_t>(layer) * num_seqs + s];
+      const size_t view = static_cast<size_t>(layer) * num_seqs + s;
+      const SeqKvView& v = host_views_[view];
       for (int32_t h = 0; h < H; ++h) {
         const int64_t row = static_cast<int64_t>(layer) * H + h;
-        const auto num_pages = static_cast<int32_t>(l.pages_per_stream(v.num_tokens[h]));
+        const int32_t num_pages = listed_pages(l, view, h);
         int32_t& uploaded = r.uploaded[static_cast<size_t>(row)];
         const int32_t held = std::min(uploaded, num_pages);
         uploaded = num_pages;
@@ -171,8 +202,23 @@ void AttentionViewMirror::upload(CacheManager& cache, const ForwardBatch& batch)
   bytes_sent_ += header_bytes - header_from;
 }
 
+size_t AttentionViewMirror::kivi_views_bytes() const {
+  return align8(kivi_tables_.size() * sizeof(KiviSeqView)) + kivi_ints_.size() * sizeof(int32_t);
+}
+
+void AttentionViewMirror::pack_kivi_views(char* header_host, const char* header_device) {
+  const size_t ints_offset = kivi_offset_ + align8(kivi_tables_.size() * sizeof(KiviSeqView));
+  std::memcpy(header_host + ints_offset, kivi_ints_.data(), kivi_ints_.size() * sizeof(int32_t));
+  const auto* ints = reinterpret_cast<const int32_t*>(header_device + ints_offset);
+  auto* views = reinterpret_cast<KiviSeqView*>(header_host + kivi_offset_);
+  for (size_t i = 0; i < kivi_tables_.size(); ++i) {
+    const KiviTables& t = kivi_tables_[i];
+    views[i] = KiviSeqView{ints + t.keys, ints + t.values,
+                           SeqKvView{ints + t.window, t.window_stride, ints + t.window_tokens}, ints + t.first_slot};
+  }
+}
+
 AttentionView AttentionViewMirror::device_view(int layer, const AttentionView& host_view) {
-  if (kivi_) return kivi_->device_view(layer, host_view);
   SE_CHECK(host_view.num_seqs == num_seqs_, "device view of {} sequences, {} uploaded", host_view.num_seqs, num_seqs_);
   const char* header_device = static_cast<const char*>(header_.device.raw());
   AttentionView view = host_view;
@@ -180,6 +226,10 @@ AttentionView AttentionViewMirror::device_view(int layer, const AttentionView& h
   const size_t first = static_cast<size_t>(layer) * static_cast<size_t>(num_seqs_);
   view.seqs = reinterpret_cast<const SeqKvView*>(header_device) + first;
   view.tables_device = device_;
+  if (kivi_offset_ != 0) {
+    SE_CHECK(!host_view.has_selection, "attention view mirror: a selection over KIVI pages is not implemented");
+    view.quantized.kivi_seqs = reinterpret_cast<const KiviSeqView*>(header_device + kivi_offset_) + first;
+  }
   // A batch-wide produced selection travels by value in the view: the dense device views serve as they are.
   if (host_view.has_selection && host_view.produced.lists == nullptr)
     view.seqs = upload_selection(host_view, reinterpret_cast<const SeqKvView*>(header_.host.raw()) + first);
@@ -194,7 +244,8 @@ const SeqKvView* AttentionViewMirror::upload_selection(const AttentionView& host
   for (int32_t s = 0; s < num_seqs_; ++s) {
     const SeqKvView& seq = host_view.seqs[s];
     if (seq.selected != nullptr && !host_view.selection_produced)
-      num_bytes += align8(static_cast<size_t>(num_heads) * static_cast<size_t>(1 + seq.selected_stride) * sizeof(int32_t));
+      num_bytes +=
+          align8(static_cast<size_t>(num_heads) * static_cast<size_t>(1 + seq.selected_stride) * sizeof(int32_t));
   }
   if (!selection_buffer_.defined() || selection_used_ + num_bytes > selection_buffer_.nbytes()) {
     const size_t previous = selection_buffer_.defined() ? selection_buffer_.nbytes() : 0;
@@ -224,7 +275,8 @@ const SeqKvView* AttentionViewMirror::upload_selection(const AttentionView& host
       packed[s].num_selected = seq.num_selected;
       continue;
     }
-    const size_t list_bytes = static_cast<size_t>(num_heads) * static_cast<size_t>(seq.selected_stride) * sizeof(int32_t);
+    const size_t list_bytes =
+        static_cast<size_t>(num_heads) * static_cast<size_t>(seq.selected_stride) * sizeof(int32_t);
     auto* counts = reinterpret_cast<int32_t*>(host + offset);
     std::memcpy(counts, seq.num_selected, static_cast<size_t>(num_heads) * sizeof(int32_t));
     std::memcpy(counts + num_heads, seq.selected, list_bytes);

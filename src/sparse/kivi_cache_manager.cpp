@@ -197,16 +197,14 @@ Status KiviCacheManager::reserve(int32_t seq, int32_t num_new_tokens) {
 void KiviCacheManager::flush(Sequence& s) {
   if (s.held_prompt > 0) return;
   flush_rows_.clear();
-  bool pages_moved = false;
-  for (Stream& stream : s.streams) pages_moved = flush(stream) || pages_moved;
+  for (Stream& stream : s.streams) flush(stream);
   quantize_kivi_rows(pool_view(), flush_rows_.rows());
-  if (pages_moved) s.epoch = next_epoch();  // listed pages moved
 }
 
-bool KiviCacheManager::flush(Stream& stream) {
+void KiviCacheManager::flush(Stream& stream) {
   const int32_t keys_end = static_cast<int32_t>(stream.window.quantized_keys());
   const int32_t values_end = static_cast<int32_t>(stream.window.quantized_values());
-  if (keys_end == stream.stored_keys && values_end == stream.stored_values) return false;
+  if (keys_end == stream.stored_keys && values_end == stream.stored_values) return;
   const int32_t group = layout().page_size, per_page = residual_page_tokens_;
   // Window row of token j (page * per_page + slot), still in the window.
   auto row = [&](int32_t j) {
@@ -234,7 +232,6 @@ bool KiviCacheManager::flush(Stream& stream) {
   stream.first_slot = first % per_page;
   stream.stored_keys = keys_end;
   stream.stored_values = values_end;
-  return dropped > 0;
 }
 
 void KiviCacheManager::on_computed(int32_t seq, std::span<const int32_t> /*tokens*/, int32_t /*num_computed*/) {
@@ -284,33 +281,58 @@ Status KiviCacheManager::restore(int32_t seq, std::unique_ptr<SequenceSnapshot> 
   return Status::ok();
 }
 
+const KiviCacheManager::GroupTable& KiviCacheManager::group_table(const Sequence& s, int layer) const {
+  const KvLayout& l = layout();
+  const auto heads = static_cast<size_t>(l.num_kv_heads);
+  const auto first_stream = static_cast<size_t>(l.stream(layer, 0));
+  if (s.group_tables.empty()) s.group_tables.resize(static_cast<size_t>(l.num_layers));
+  GroupTable& t = s.group_tables[static_cast<size_t>(layer)];
+  size_t longest = 0;
+  bool shrank = false;  // never while the epoch holds; checked so that a table can only be whole or rebuilt
+  for (size_t h = 0; h < heads; ++h) {
+    const size_t size = s.streams[first_stream + h].quantized.size();
+    longest = std::max(longest, size);
+    shrank = shrank || (!t.listed.empty() && size < static_cast<size_t>(t.listed[h]));
+  }
+  if (static_cast<size_t>(t.capacity) < longest) {
+    t.capacity = static_cast<int32_t>(longest + longest / 4 + 16);
+    t.ids.assign(heads * static_cast<size_t>(t.capacity), 0);
+    t.listed.clear();
+  }
+  if (t.epoch != s.epoch || shrank || t.listed.empty()) {
+    t.listed.assign(heads, 0);
+    t.epoch = s.epoch;
+  }
+  for (size_t h = 0; h < heads; ++h) {
+    const std::vector<int32_t>& list = s.streams[first_stream + h].quantized;
+    auto& listed = t.listed[h];
+    std::copy(list.begin() + listed, list.end(), t.ids.begin() + static_cast<int64_t>(h) * t.capacity + listed);
+    listed = static_cast<int32_t>(list.size());
+  }
+  return t;
+}
+
 AttentionView KiviCacheManager::make_view(int layer, const std::vector<const Sequence*>& sequences) {
   const KvLayout& l = layout();
   const auto heads = static_cast<size_t>(l.num_kv_heads);
   const auto first_stream = static_cast<size_t>(l.stream(layer, 0));
-  // The longest quantized and residual lists of a sequence's streams of the layer: its tables' strides.
-  auto strides = [&](const Sequence& s) {
-    size_t quantized = 0, residual = 0;
-    for (size_t h = 0; h < heads; ++h) {
-      quantized = std::max(quantized, s.streams[first_stream + h].quantized.size());
-      residual = std::max(residual, s.streams[first_stream + h].residual.size());
-    }
-    return std::pair{static_cast<int32_t>(quantized), static_cast<int32_t>(residual)};
+  // The longest window list of a sequence's streams of the layer: its residual table's stride.
+  auto residual_stride = [&](const Sequence& s) {
+    size_t residual = 0;
+    for (size_t h = 0; h < heads; ++h) residual = std::max(residual, s.streams[first_stream + h].residual.size());
+    return static_cast<int32_t>(residual);
   };
-  // Per sequence: quantized lists [heads][stride_q], residual lists [heads][stride_r], then five [heads] counts.
+  // Per sequence: residual lists [heads][stride_r], then five [heads] counts.
   size_t total = 0;
-  for (const Sequence* s : sequences) {
-    const auto [stride_q, stride_r] = strides(*s);
-    total += heads * (static_cast<size_t>(stride_q) + static_cast<size_t>(stride_r) + 5);
-  }
+  for (const Sequence* s : sequences) total += heads * (static_cast<size_t>(residual_stride(*s)) + 5);
   tables_.assign(total, 0);
   seq_views_.clear();
   kivi_views_.clear();
   int32_t* at = tables_.data();
   for (const Sequence* s : sequences) {
-    const auto [stride_q, stride_r] = strides(*s);
-    int32_t* quantized = at;
-    int32_t* residual = quantized + heads * static_cast<size_t>(stride_q);
+    const int32_t stride_r = residual_stride(*s);
+    const GroupTable& groups = group_table(*s, layer);
+    int32_t* residual = at;
     int32_t* counts = residual + heads * static_cast<size_t>(stride_r);
     int32_t* num_tokens = counts;
     int32_t* keys = counts + heads;
@@ -320,7 +342,6 @@ AttentionView KiviCacheManager::make_view(int layer, const std::vector<const Seq
     at = first_slot + heads;
     for (size_t h = 0; h < heads; ++h) {
       const Stream& stream = s->streams[first_stream + h];
-      std::copy(stream.quantized.begin(), stream.quantized.end(), quantized + h * stride_q);
       std::copy(stream.residual.begin(), stream.residual.end(), residual + h * stride_r);
       num_tokens[h] = static_cast<int32_t>(stream.window.length());
       keys[h] = stream.stored_keys;
@@ -328,7 +349,7 @@ AttentionView KiviCacheManager::make_view(int layer, const std::vector<const Seq
       residual_tokens[h] = num_tokens[h] - stream.stored_values;
       first_slot[h] = stream.first_slot;
     }
-    seq_views_.push_back(SeqKvView{quantized, stride_q, num_tokens});
+    seq_views_.push_back(SeqKvView{groups.ids.data(), groups.capacity, num_tokens});
     kivi_views_.push_back(KiviSeqView{keys, values, SeqKvView{residual, stride_r, residual_tokens}, first_slot});
   }
   AttentionView view = pool_view();

@@ -67,6 +67,8 @@ class KiviCacheManager final : public CacheManager {
 
   AttentionView build_view(int layer, const ForwardBatch& batch) override;
   AttentionView build_sequence_view(int32_t seq, int layer) override;
+  // Covers the quantized group lists, which otherwise only gain pages at their ends; the window's lists change at
+  // both ends as it slides, and a device mirror sends them with every forward.
   uint64_t table_epoch(int32_t seq) const override { return sequence(seq).epoch; }
   int32_t num_logical_tokens(int32_t seq) const override;
   std::span<const int32_t> slot_positions(int32_t seq, int layer, int kv_head) const override;
@@ -101,11 +103,21 @@ class KiviCacheManager final : public CacheManager {
     std::vector<int32_t> residual = {};   // page ids of the window, token order
     std::vector<int32_t> positions = {};  // slot -> position (slots are positions until an eviction)
   };
+  // One layer's group lists as its views show them: [num_kv_heads][capacity] page ids, whose first listed[h]
+  // entries of row h equal head h's list while `epoch` is the sequence's. A view then copies only the groups added
+  // since the last one, not every list of a long context each layer and step.
+  struct GroupTable {
+    std::vector<int32_t> ids;
+    int32_t capacity = 0;
+    uint64_t epoch = 0;
+    std::vector<int32_t> listed;  // [num_kv_heads]
+  };
   struct Sequence {
     std::vector<Stream> streams;  // [num_streams]
     int32_t num_logical = 0;      // tokens reserved so far, evicted ones included
     int32_t held_prompt = 0;      // prompt tokens held at full precision until computed; 0 once released
-    uint64_t epoch = 0;
+    uint64_t epoch = 0;           // table_epoch
+    mutable std::vector<GroupTable> group_tables = {};  // [num_layers], brought up to date by make_view
   };
   // Pages one stream takes for `num_new_tokens` more tokens once the pending flush has run.
   struct StepPages {
@@ -125,8 +137,8 @@ class KiviCacheManager final : public CacheManager {
   // Unless the prompt is held: quantizes what the last reserved step flushes and returns the window's pages it slid
   // past to the pool.
   void flush(Sequence& s);
-  // The same for one stream; true when window pages went back (its listed pages moved).
-  bool flush(Stream& stream);
+  // The same for one stream.
+  void flush(Stream& stream);
   // Whether the stream has quantized tokens, or will once its reserved step flushes.
   static bool has_quantized(const Stream& stream);
   // Pages a stream of `num_tokens` tokens holds for its window at its fullest: KvLayout::pages_per_stream less its
@@ -138,8 +150,11 @@ class KiviCacheManager final : public CacheManager {
   void drop_sealed_groups(Stream& stream, std::span<const int32_t> kept);
   static void release_pages(BlockPool& pool, Sequence& s);
   static int64_t pages_of(const Sequence& s);
-  // Layer `layer` of `sequences` into the scratch tables, with q_indptr_ for their new rows.
+  // Layer `layer` of `sequences`: their group tables, and the window lists and counts in the scratch tables, with
+  // q_indptr_ for their new rows.
   AttentionView make_view(int layer, const std::vector<const Sequence*>& sequences);
+  // s.group_tables[layer], brought up to date with the streams' lists.
+  const GroupTable& group_table(const Sequence& s, int layer) const;
   // The pool and its geometry as a KIVI view of no sequences (what the flush's quantization reads).
   AttentionView pool_view() const;
 
@@ -148,7 +163,7 @@ class KiviCacheManager final : public CacheManager {
   int32_t residual_page_tokens_;
   bool hold_prompts_;
   std::unordered_map<int32_t, Sequence> sequences_;
-  // Scratch of make_view: the tables its view points into, rebuilt by each call.
+  // Scratch of make_view: the window lists and counts its view points into, rebuilt by each call.
   std::vector<int32_t> q_indptr_;
   std::vector<int32_t> tables_;
   std::vector<SeqKvView> seq_views_;
