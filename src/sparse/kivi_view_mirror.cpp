@@ -28,8 +28,7 @@ void KiviViewMirror::upload(CacheManager& cache, const ForwardBatch& batch) {
   for (int32_t layer = 0; layer < num_layers; ++layer) {
     // Each build_view reuses the cache's scratch tables: pack this layer's before the next.
     const AttentionView view = cache.build_view(layer, batch);
-    SE_CHECK(view.payload == KvPayload::kQuantized && view.quantized.scheme == KvQuantScheme::kKivi,
-             "kivi view mirror: the cache's views are not KIVI's");
+    SE_CHECK(is_kivi_view(view), "kivi view mirror: the cache's views are not KIVI's");
     if (layer == 0) q_indptr_.assign(view.q_indptr, view.q_indptr + num_seqs + 1);
     for (int32_t s = 0; s < num_seqs; ++s) {
       const SeqKvView& sv = view.seqs[s];
