@@ -340,7 +340,7 @@ TEST_F(ChainHostTierIndexTest, AStateTheTierCanNeverHoldIsDroppedAndTheHostChain
   expect_intact();
 }
 
-TEST_F(ChainHostTierIndexTest, ParkMovesOneChainAndDropOldestOnHostGivesTheTierBack) {
+TEST_F(ChainHostTierIndexTest, ParkMovesOneChainAndDroppingHostChainsGivesTheTierBack) {
   add_idle_chain("a", 10);
   add_idle_chain("b", 10);
   index_.park("b");  // only the chain named: "a" stays on the device
@@ -356,12 +356,18 @@ TEST_F(ChainHostTierIndexTest, ParkMovesOneChainAndDropOldestOnHostGivesTheTierB
   EXPECT_FALSE(index_.find("big").has_value());
   EXPECT_EQ(index_.num_chains_on_host(), 2);
   expect_intact();
-  // The oldest on the host ("b", parked first) goes first.
-  EXPECT_EQ(index_.drop_oldest_on_host(), 12);
+  // The oldest on the host ("b", parked first) goes first; a drop that leaves what is missing as it was ends it.
+  const auto never_shortened = [] { return int64_t{1}; };
+  index_.drop_host_chains_while_short(never_shortened);
   EXPECT_EQ(index_.begin_turn("b", kFingerprint, iota_tokens(11)).status().code(), StatusCode::kGone);
   EXPECT_TRUE(index_.find("a")->on_host);
-  EXPECT_EQ(index_.drop_oldest_on_host(), 12);
-  EXPECT_EQ(index_.drop_oldest_on_host(), 0);
+  EXPECT_EQ(host_.num_used_pages(), 12);
+  // Nothing is dropped while nothing is missing; then drops go on while each shortens it.
+  index_.drop_host_chains_while_short([] { return int64_t{0}; });
+  EXPECT_TRUE(index_.find("a")->on_host);
+  index_.drop_host_chains_while_short([&] { return 24 - host_.num_free_pages(); });
+  EXPECT_EQ(index_.num_chains_on_host(), 0);
+  index_.drop_host_chains_while_short(never_shortened);  // none left
   EXPECT_EQ(host_.num_used_pages(), 0);
   EXPECT_EQ(device_.num_used_pages(), 0);
   expect_intact();
