@@ -100,6 +100,8 @@ TEST(ShadowKvPartitionedDecodeTest, DecodesAsResidentShadowKvOverADevicePoolSmal
     const int32_t t = batch.num_tokens();
     resident.prepare_step(batch);
     partitioned.prepare_step(batch);
+    resident.begin_forward(batch);
+    partitioned.begin_forward(batch);
     for (int32_t layer = 0; layer < kLayout.num_layers; ++layer) {
       const Tensor q = random_rows(t, kNumHeads, rng);
       const Tensor k = random_rows(t, kLayout.num_kv_heads, rng);
