@@ -7,6 +7,7 @@
 #include <numeric>
 #include <random>
 
+#include "../support/page_pools.h"
 #include "kv/page_table.h"
 #include "kv/page_table_transfer.h"
 
@@ -262,10 +263,6 @@ class TieredState final : public ChainState {
   bool on_host_ = false;
 };
 
-BlockPool pool_with_storage(int32_t num_pages) {
-  return BlockPool(ArenaPageStorage::create(cpu_allocator(), num_pages, small_layout().page_bytes()).value());
-}
-
 class ChainHostTierIndexTest : public ::testing::Test {
  protected:
   // `num_taken_host_pages`: host pages of states a turn took out of the index.
@@ -284,8 +281,8 @@ class ChainHostTierIndexTest : public ::testing::Test {
   std::vector<int32_t> occupy_host(int32_t num_pages) { return host_.allocate(num_pages).value(); }
 
   static constexpr const char* kFingerprint = "model|f32|snapkv|{}";
-  BlockPool device_ = pool_with_storage(256);
-  BlockPool host_ = pool_with_storage(24);  // two chains of 10 tokens (12 pages each)
+  BlockPool device_ = test::pool_with_storage(small_layout(), 256);
+  BlockPool host_ = test::pool_with_storage(small_layout(), 24);  // two chains of 10 tokens (12 pages each)
   ChainCacheIndex index_{/*max_tombstones=*/8};
 };
 
