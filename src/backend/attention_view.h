@@ -189,13 +189,19 @@ struct AttentionView {
   }
 };
 
+inline bool is_kivi_view(const AttentionView& view) {
+  return view.payload == KvPayload::kQuantized && view.quantized.scheme == KvQuantScheme::kKivi;
+}
+
+inline bool is_turboquant_view(const AttentionView& view) {
+  return view.payload == KvPayload::kQuantized && view.quantized.scheme == KvQuantScheme::kTurboQuant;
+}
+
 // Tokens per page of a page selection (SelectionUnit::kPage): selected page p of a stream is its tokens
 // [p * n, (p + 1) * n). The explicit page; over KIVI the key group (a quantized page), whatever the residual
 // window's pages hold, so a selected page is one quantized group or the window's tokens of one.
 inline int32_t selection_page_tokens(const AttentionView& view) {
-  return view.payload == KvPayload::kQuantized && view.quantized.scheme == KvQuantScheme::kKivi
-             ? view.quantized.group_size
-             : view.page_size;
+  return is_kivi_view(view) ? view.quantized.group_size : view.page_size;
 }
 
 // Calls fn(page_id, tokens stored in that page, KV head) for every page of `view` that holds one of the batch's new

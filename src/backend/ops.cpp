@@ -32,7 +32,7 @@ bool is_fp8_pool(const AttentionView& view) {
 }
 // Pages the CPU's score and row-copy ops read: f32 K/V, FP8 codes or TurboQuant slots.
 bool cpu_scores_and_moves_read(const AttentionView& view) {
-  return view.kv_dtype == DType::kF32 || is_fp8_pool(view) || cpu::is_turboquant_view(view);
+  return view.kv_dtype == DType::kF32 || is_fp8_pool(view) || is_turboquant_view(view);
 }
 // True when a sparse-method op works on a GPU KV pool (ops.h: host tables over a device pool); the
 // build must then have the CUDA backend, and the pages are bf16 K/V, or FP8 codes for the ops that
@@ -429,10 +429,6 @@ void attention(TensorView out, TensorView q, TensorView k, TensorView v, TensorV
 }
 
 namespace {
-bool is_kivi_view(const AttentionView& view) {
-  return view.payload == KvPayload::kQuantized && view.quantized.scheme == KvQuantScheme::kKivi;
-}
-
 // A KIVI view's residual window as the backend keeps it (f32 rows on the CPU, bf16 on CUDA) and its codes' geometry.
 void check_kivi_geometry(const AttentionView& view, std::string_view op) {
   const QuantizedKvView& qv = view.quantized;
@@ -867,7 +863,7 @@ void attention_scores(TensorView out, TensorView q, const AttentionView& view, i
   require_cpu_f32(out, "attention_scores.out");
   require_cpu_f32(q, "attention_scores.q");
   SE_CHECK(cpu_scores_and_moves_read(view), "attention_scores: the CPU backend keeps f32, fp8 or TurboQuant pages");
-  if (cpu::is_turboquant_view(view)) check_turboquant_view(view, "attention_scores");
+  if (is_turboquant_view(view)) check_turboquant_view(view, "attention_scores");
   cpu::attention_scores(out, q, view, slice, params, reduce);
 }
 
@@ -881,7 +877,7 @@ void compact_kv(const AttentionView& pool, std::span<const StreamCompaction> str
     return;
   }
   SE_CHECK(cpu_scores_and_moves_read(pool), "compact_kv: the CPU backend keeps f32, fp8 or TurboQuant pages");
-  if (cpu::is_turboquant_view(pool)) check_turboquant_view(pool, "compact_kv");
+  if (is_turboquant_view(pool)) check_turboquant_view(pool, "compact_kv");
   cpu::compact_kv(pool, streams);
 }
 
@@ -998,7 +994,7 @@ void move_kv_rows(const AttentionView& pool, std::span<const KvRowMove> moves) {
     return;
   }
   SE_CHECK(cpu_scores_and_moves_read(pool), "move_kv_rows: the CPU backend keeps f32, fp8 or TurboQuant pages");
-  if (cpu::is_turboquant_view(pool)) check_turboquant_view(pool, "move_kv_rows");
+  if (is_turboquant_view(pool)) check_turboquant_view(pool, "move_kv_rows");
   cpu::move_kv_rows(pool, moves);
 }
 

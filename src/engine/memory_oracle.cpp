@@ -133,14 +133,7 @@ bool MemoryOracle::make_room(const std::vector<int64_t>& num_pages) {
   // Where running sequences live in the host tier too, the idle chains there give it back, oldest first, while that
   // helps: once the host has room for every resident page it could take, what is short is device pages, and
   // dropping more chains gains nothing.
-  if (chains_ != nullptr && lead().runs_on_host_tier()) {
-    for (int64_t short_by = shortfall(); short_by > 0;) {
-      if (chains_->drop_oldest_on_host() == 0) break;
-      const int64_t now_short_by = shortfall();
-      if (now_short_by >= short_by) break;
-      short_by = now_short_by;
-    }
-  }
+  if (chains_ != nullptr && lead().runs_on_host_tier()) chains_->drop_host_chains_while_short(shortfall);
   return shortfall() <= 0;
 }
 

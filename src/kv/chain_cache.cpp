@@ -82,16 +82,24 @@ Status ChainCacheIndex::offload_state(ChainState& state) {
 Status ChainCacheIndex::offload_making_room(ChainState& state) {
   Status offloaded = state.offload();
   if (offloaded.code() != StatusCode::kResourceExhausted) return offloaded;
-  int64_t short_by = state.num_host_pages_short();
-  if (short_by > num_pages_of_host_chains()) return offloaded;
-  while (short_by > 0 && !host_lru_.empty()) {
+  if (state.num_host_pages_short() > num_pages_of_host_chains()) return offloaded;
+  drop_host_chains_locked([&] { return state.num_host_pages_short(); });
+  return state.offload();
+}
+
+void ChainCacheIndex::drop_host_chains_while_short(const std::function<int64_t()>& short_by) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  drop_host_chains_locked(short_by);
+}
+
+void ChainCacheIndex::drop_host_chains_locked(const std::function<int64_t()>& short_by) {
+  for (int64_t missing = short_by(); missing > 0 && !host_lru_.empty();) {
     const std::string oldest = host_lru_.front();  // a copy: dropping erases the list entry
     drop_locked(oldest);
-    const int64_t now_short_by = state.num_host_pages_short();
-    if (now_short_by >= short_by) break;
-    short_by = now_short_by;
+    const int64_t now_missing = short_by();
+    if (now_missing >= missing) break;
+    missing = now_missing;
   }
-  return state.offload();
 }
 
 int64_t ChainCacheIndex::num_pages_of_host_chains() const {
@@ -165,15 +173,6 @@ void ChainCacheIndex::park_locked(const std::string& chain_id, Chain& chain) {
   if (offload_locked(chain_id, chain)) return;
   chains_.erase(chain_id);  // out of every LRU already; releases the state's pages
   tombstone(chain_id);
-}
-
-int64_t ChainCacheIndex::drop_oldest_on_host() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (host_lru_.empty()) return 0;
-  const std::string oldest = host_lru_.front();  // a copy: dropping erases the list entry
-  const int64_t num_pages = chains_.at(oldest).state->num_host_pages();
-  drop_locked(oldest);
-  return num_pages;
 }
 
 std::optional<ChainInfo> ChainCacheIndex::find(const std::string& chain_id) const {

@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -116,9 +117,11 @@ class ChainCacheIndex final {
   // as they do to a reclaimed chain's: when the tier lacks room, the least recently used are dropped only if together
   // they hold what is short, and only while each drop shortens it. offload()'s error when it still cannot go there.
   Status offload_state(ChainState& state);
-  // Drops the least recently used idle chain on the host tier (where running sequences live there too, it yields
-  // them its host pages). Returns the host pages freed, 0 when no chain is there.
-  int64_t drop_oldest_on_host();
+  // Drops the idle chains on the host tier, least recently used first, while `short_by()` (what some caller lacks;
+  // where running sequences live there too, their host pages) is positive and each drop shortens it: once a drop
+  // gains nothing, what is missing is not the tier's room. `short_by` runs under the index's lock: it must not call
+  // the index.
+  void drop_host_chains_while_short(const std::function<int64_t()>& short_by);
 
   std::optional<ChainInfo> find(const std::string& chain_id) const;
   // The stored prefix of an idle chain (empty otherwise).
@@ -156,6 +159,8 @@ class ChainCacheIndex final {
   // offload_state's work. Dropping chains that cannot make room would destroy idle state for nothing: an error other
   // than the tier's room (no tier, one too small for it) drops none, nor does a shortfall the host chains do not cover.
   Status offload_making_room(ChainState& state);
+  // drop_host_chains_while_short's work.
+  void drop_host_chains_locked(const std::function<int64_t()>& short_by);
   // Host tier pages the idle chains on the host hold (what dropping them all gives back).
   int64_t num_pages_of_host_chains() const;
   // offload_locked, or drops the chain when it cannot go there (`chain_id` must not be the map's own key).

@@ -50,13 +50,14 @@ bool selects_over_quantized_on_cpu(OpId op) {
   return op == OpId::kUpdatePageKeyBounds || op == OpId::kSelectPagesByKeyBounds ||
          op == OpId::kPagedAttentionOverSelection;
 }
-// The refusal of such an op on CUDA, or ok.
-Status check_selection_on(Device device, std::string_view store_name, std::string_view name, OpId op) {
+// Ok on the CPU; elsewhere the refusal of a method whose op reads the store's quantized `pages` on the CPU only.
+Status check_reads_on_cpu(Device device, std::string_view store_name, std::string_view name, OpId op,
+                          std::string_view pages) {
   if (device == Device::kCpu) return Status::ok();
   return invalid_argument(
-      "--kv-cache-dtype {} cannot run sparse method '{}' on {}: its op {} reads these quantized pages on the CPU only "
-      "(--device cpu, or --kv-cache-dtype auto)",
-      store_name, name, device_name(device), op_name(op));
+      "--kv-cache-dtype {} cannot run sparse method '{}' on {}: its op {} reads {} on the CPU only (--device cpu, or "
+      "--kv-cache-dtype auto)",
+      store_name, name, device_name(device), op_name(op), pages);
 }
 }  // namespace
 
@@ -82,16 +83,13 @@ Status check_kv_store_supports(KvStoreKind store, Device device, const MethodTra
     if (traits.evicts_sealed_groups) {
       // Its scores read the quantized groups, which attention_scores decodes on the CPU only.
       const bool scores = std::find(traits.ops.begin(), traits.ops.end(), OpId::kAttentionScores) != traits.ops.end();
-      if (device == Device::kCpu || !scores) return Status::ok();
-      return invalid_argument(
-          "--kv-cache-dtype {} cannot run sparse method '{}' on {}: its op {} reads KIVI's quantized groups on the CPU "
-          "only (--device cpu, or --kv-cache-dtype auto)",
-          store_name, name, device_name(device), op_name(OpId::kAttentionScores));
+      if (!scores) return Status::ok();
+      return check_reads_on_cpu(device, store_name, name, OpId::kAttentionScores, "KIVI's quantized groups");
     }
     // A page selection over KIVI takes whole key groups (a page is a group; the window's keys are read as they are),
     // and the method keeps every token.
     if (traits.keeps_full_history && std::all_of(traits.ops.begin(), traits.ops.end(), selects_over_quantized_on_cpu))
-      return check_selection_on(device, store_name, name, traits.ops.front());
+      return check_reads_on_cpu(device, store_name, name, traits.ops.front(), "these quantized pages");
     if (traits.prefill_policy != PrefillPolicy::kCompressAfter)
       return invalid_argument(
           "--kv-cache-dtype {} cannot run sparse method '{}': it evicts or selects single tokens as decode runs, and "
@@ -118,7 +116,7 @@ Status check_kv_store_supports(KvStoreKind store, Device device, const MethodTra
           "store a method may call attention_scores, compact_kv and move_kv_rows{})",
           store_name, name, op_name(op),
           is_turboquant(store) ? "" : ", and on the CPU rank and attend over pages by their key bounds");
-    SE_RETURN_IF_ERROR(check_selection_on(device, store_name, name, op));
+    SE_RETURN_IF_ERROR(check_reads_on_cpu(device, store_name, name, op, "these quantized pages"));
   }
   return Status::ok();
 }

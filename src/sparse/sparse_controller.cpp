@@ -117,6 +117,11 @@ Status SparseController::run_transient_pass(int32_t seq, std::span<const int32_t
 
 void SparseController::begin_forward(const ForwardBatch& batch) {
   if (device_views_) device_views_->upload(cache_, batch);
+  // Once per forward, not per layer: every layer's one-sequence batches share the forward's rows.
+  if (tiered_ != nullptr && tiered_->partition_config().method_tokens.has_value()) {
+    one_sequence_.token_ids = batch.token_ids;
+    one_sequence_.positions = batch.positions;
+  }
 }
 
 void SparseController::attend(int layer, const LayerConfig& layer_config, const ForwardBatch& batch, TensorView q,
@@ -149,10 +154,9 @@ void SparseController::attend_partitioned(int layer, const LayerConfig& layer_co
                                           TensorView q, TensorView k, TensorView v, TensorView out,
                                           const AttentionParams& params) {
   const bool method_tokens = tiered_->partition_config().method_tokens.has_value();
-  if (method_tokens) {
-    one_sequence_.token_ids = batch.token_ids;
-    one_sequence_.positions = batch.positions;
-  }
+  SE_CHECK(!method_tokens || one_sequence_.num_tokens() == batch.num_tokens(),
+           "layer {}: a forward of {} tokens over the host tier did not begin with begin_forward", layer,
+           batch.num_tokens());
   for (const SequenceSlice& slice : batch.sequences) {
     // A decode step computes one token; anything longer reads densely, as a prefill chunk does.
     const PartitionStep step =

@@ -141,8 +141,8 @@ class SparseController final : public ForwardHooks {
   TieredCacheManager* tiered_;                         // cache_ when it attends itself; else null
   std::unique_ptr<AttentionViewMirror> device_views_;  // null on the CPU
   Selection selection_;  // reused by every layer
-  // method_tokens: the batch narrowed to the sequence the partitions attend (positions whole, so its slice holds), and
-  // that sequence's selected tokens per KV head.
+  // method_tokens: the batch narrowed to the sequence the partitions attend (positions whole, so its slice holds;
+  // the forward's rows, copied in begin_forward), and that sequence's selected tokens per KV head.
   ForwardBatch one_sequence_;
   std::vector<std::span<const int32_t>> head_tokens_;
   PassForward pass_forward_;

@@ -11,9 +11,9 @@
 #include <utility>
 
 #include "../support/engine_runs.h"
+#include "../support/page_pools.h"
 #include "../support/tiny_engine.h"
 #include "engine/engine.h"
-#include "kv/page_storage.h"
 #include "kv/pool_attention_view.h"
 #include "sparse/partitioned_decode.h"
 
@@ -122,11 +122,8 @@ std::vector<Generation> partitioned_runs(const Model& model, const std::vector<s
                         .page_size = kPageSize,
                         .dtype = DType::kF32};
   // One prompt's prefill fits (<= 16 pages per stream), the sequences' KV together does not.
-  auto device_storage = ArenaPageStorage::create(cpu_allocator(), 80, layout.page_bytes());
-  auto host_storage = ArenaPageStorage::create(cpu_allocator(), 512, layout.page_bytes());
-  SE_CHECK(device_storage.is_ok() && host_storage.is_ok(), "page storage");
-  BlockPool device(std::move(device_storage).value());
-  BlockPool host(std::move(host_storage).value());
+  BlockPool device = test::pool_with_storage(layout, 80);
+  BlockPool host = test::pool_with_storage(layout, 512);
   config.token_budget = kTokenBudget;
   TieredQuestHooks hooks(layout, &device, &host, config);
   ForwardWorkspace workspace = model.make_workspace();

@@ -7,6 +7,7 @@
 #include <numeric>
 #include <random>
 
+#include "../support/page_pools.h"
 #include "kv/page_table.h"
 #include "kv/page_table_transfer.h"
 
@@ -262,10 +263,6 @@ class TieredState final : public ChainState {
   bool on_host_ = false;
 };
 
-BlockPool pool_with_storage(int32_t num_pages) {
-  return BlockPool(ArenaPageStorage::create(cpu_allocator(), num_pages, small_layout().page_bytes()).value());
-}
-
 class ChainHostTierIndexTest : public ::testing::Test {
  protected:
   // `num_taken_host_pages`: host pages of states a turn took out of the index.
@@ -284,8 +281,8 @@ class ChainHostTierIndexTest : public ::testing::Test {
   std::vector<int32_t> occupy_host(int32_t num_pages) { return host_.allocate(num_pages).value(); }
 
   static constexpr const char* kFingerprint = "model|f32|snapkv|{}";
-  BlockPool device_ = pool_with_storage(256);
-  BlockPool host_ = pool_with_storage(24);  // two chains of 10 tokens (12 pages each)
+  BlockPool device_ = test::pool_with_storage(small_layout(), 256);
+  BlockPool host_ = test::pool_with_storage(small_layout(), 24);  // two chains of 10 tokens (12 pages each)
   ChainCacheIndex index_{/*max_tombstones=*/8};
 };
 
@@ -340,7 +337,7 @@ TEST_F(ChainHostTierIndexTest, AStateTheTierCanNeverHoldIsDroppedAndTheHostChain
   expect_intact();
 }
 
-TEST_F(ChainHostTierIndexTest, ParkMovesOneChainAndDropOldestOnHostGivesTheTierBack) {
+TEST_F(ChainHostTierIndexTest, ParkMovesOneChainAndDroppingHostChainsGivesTheTierBack) {
   add_idle_chain("a", 10);
   add_idle_chain("b", 10);
   index_.park("b");  // only the chain named: "a" stays on the device
@@ -356,12 +353,18 @@ TEST_F(ChainHostTierIndexTest, ParkMovesOneChainAndDropOldestOnHostGivesTheTierB
   EXPECT_FALSE(index_.find("big").has_value());
   EXPECT_EQ(index_.num_chains_on_host(), 2);
   expect_intact();
-  // The oldest on the host ("b", parked first) goes first.
-  EXPECT_EQ(index_.drop_oldest_on_host(), 12);
+  // The oldest on the host ("b", parked first) goes first; a drop that leaves what is missing as it was ends it.
+  const auto never_shortened = [] { return int64_t{1}; };
+  index_.drop_host_chains_while_short(never_shortened);
   EXPECT_EQ(index_.begin_turn("b", kFingerprint, iota_tokens(11)).status().code(), StatusCode::kGone);
   EXPECT_TRUE(index_.find("a")->on_host);
-  EXPECT_EQ(index_.drop_oldest_on_host(), 12);
-  EXPECT_EQ(index_.drop_oldest_on_host(), 0);
+  EXPECT_EQ(host_.num_used_pages(), 12);
+  // Nothing is dropped while nothing is missing; then drops go on while each shortens it.
+  index_.drop_host_chains_while_short([] { return int64_t{0}; });
+  EXPECT_TRUE(index_.find("a")->on_host);
+  index_.drop_host_chains_while_short([&] { return 24 - host_.num_free_pages(); });
+  EXPECT_EQ(index_.num_chains_on_host(), 0);
+  index_.drop_host_chains_while_short(never_shortened);  // none left
   EXPECT_EQ(host_.num_used_pages(), 0);
   EXPECT_EQ(device_.num_used_pages(), 0);
   expect_intact();

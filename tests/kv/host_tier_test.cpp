@@ -9,18 +9,13 @@
 #include <map>
 #include <random>
 
+#include "../support/page_pools.h"
 #include "kv/host_tier.h"
 
 namespace se {
 namespace {
 
 const KvLayout kLayout{.num_layers = 2, .num_kv_heads = 2, .head_dim = 2, .page_size = 4, .dtype = DType::kF32};
-
-BlockPool make_pool(int32_t num_pages) {
-  auto storage = ArenaPageStorage::create(cpu_allocator(), num_pages, kLayout.page_bytes());
-  SE_CHECK(storage.is_ok(), "{}", storage.status().to_string());
-  return BlockPool(std::move(storage).value());
-}
 
 // What token `i` of stream (layer, head) of sequence `seq` holds, element e of K (kv 0) or V (kv 1).
 float pattern(int32_t seq, int32_t layer, int32_t head, int32_t i, int kv, int32_t e) {
@@ -130,8 +125,8 @@ struct Checker {
 };
 
 TEST(HostTierTest, RandomPageOffloadRetrieveEvictResume) {
-  BlockPool device = make_pool(48);
-  BlockPool host = make_pool(160);
+  BlockPool device = test::pool_with_storage(kLayout, 48);
+  BlockPool host = test::pool_with_storage(kLayout, 160);
   HostTier tier(&device, &host);
   std::map<int32_t, int32_t> seqs;
   bool logical_above_streams = false, partly_resident = false;
@@ -283,8 +278,8 @@ TEST(HostTierTest, RandomPageOffloadRetrieveEvictResume) {
 }
 
 TEST(HostTierTest, MakeRoomOffloadsTheLeastRecentlyUsedPagesFirst) {
-  BlockPool device = make_pool(24);
-  BlockPool host = make_pool(16);
+  BlockPool device = test::pool_with_storage(kLayout, 24);
+  BlockPool host = test::pool_with_storage(kLayout, 16);
   HostTier tier(&device, &host);
   for (int32_t seq = 0; seq < 3; ++seq) {
     PageTable t(&device, kLayout);
@@ -319,8 +314,8 @@ TEST(HostTierTest, MakeRoomOffloadsTheLeastRecentlyUsedPagesFirst) {
 }
 
 TEST(HostTierTest, ErrorsChangeNothing) {
-  BlockPool device = make_pool(16);
-  BlockPool host = make_pool(16);
+  BlockPool device = test::pool_with_storage(kLayout, 16);
+  BlockPool host = test::pool_with_storage(kLayout, 16);
   HostTier tier(&device, &host);
   std::mt19937 rng(2);
   auto a = new_sequence(&device, 0, 12, rng);  // 12 pages

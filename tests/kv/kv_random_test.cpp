@@ -7,6 +7,7 @@
 #include <climits>
 #include <random>
 
+#include "../support/page_pools.h"
 #include "kv/radix_cache.h"
 
 namespace se {
@@ -211,9 +212,7 @@ void expect_kv(const BlockPool& pool, const PageTable& t, const std::vector<int3
 TEST(KvRandomTest, RadixCacheSharedByRunningSequences) {
   const KvLayout layout = small_layout();
   constexpr int kNumSeqs = 5;
-  auto storage = ArenaPageStorage::create(cpu_allocator(), 120, layout.page_bytes());
-  ASSERT_TRUE(storage.is_ok());
-  BlockPool pool(std::move(storage).value());
+  BlockPool pool = test::pool_with_storage(layout, 120);
   std::vector<PageTable> tables;
   tables.reserve(kNumSeqs);
   for (int i = 0; i < kNumSeqs; ++i) tables.emplace_back(&pool, layout);

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <random>
 
+#include "../support/page_pools.h"
 #include "kv/radix_cache.h"
 #include "radix_cache_fixture.h"
 
@@ -15,10 +16,6 @@ namespace {
 
 using test::iota_tokens;
 using test::small_layout;
-
-BlockPool pool_with_storage(int32_t num_pages) {
-  return BlockPool(ArenaPageStorage::create(cpu_allocator(), num_pages, small_layout().page_bytes()).value());
-}
 
 class RadixHostTierTest : public ::testing::Test {
  protected:
@@ -59,8 +56,8 @@ class RadixHostTierTest : public ::testing::Test {
       }
   }
 
-  BlockPool device_ = pool_with_storage(24);  // 6 blocks of 4 streams
-  BlockPool host_ = pool_with_storage(16);    // 4 blocks
+  BlockPool device_ = test::pool_with_storage(small_layout(), 24);  // 6 blocks of 4 streams
+  BlockPool host_ = test::pool_with_storage(small_layout(), 16);    // 4 blocks
   RadixCache cache_{&device_, small_layout(), &host_};
 };
 

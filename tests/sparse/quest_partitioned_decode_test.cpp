@@ -8,8 +8,8 @@
 #include <cstring>
 #include <random>
 
+#include "../support/page_pools.h"
 #include "backend/ops.h"
-#include "kv/page_storage.h"
 #include "kv/pool_attention_view.h"
 #include "sparse/partitioned_decode.h"
 
@@ -21,12 +21,6 @@ constexpr int32_t kNumHeads = 4;      // query heads: two per KV head
 constexpr int32_t kTokenBudget = 16;  // 4 pages per KV head
 constexpr int32_t kMaxTokens = 128;
 constexpr int32_t kNumSteps = 12;
-
-BlockPool make_pool(int32_t num_pages) {
-  auto storage = ArenaPageStorage::create(cpu_allocator(), num_pages, kLayout.page_bytes());
-  SE_CHECK(storage.is_ok(), "{}", storage.status().to_string());
-  return BlockPool(std::move(storage).value());
-}
 
 Tensor random_tensor(Shape shape, std::mt19937& rng) {
   Tensor t = Tensor::empty(DType::kF32, shape);
@@ -97,9 +91,10 @@ struct Moves {
 // Decodes kNumSteps tokens of three prompts side by side through the partitions and through resident Quest,
 // expecting the same outputs when `exact`; returns the pages the partitions moved and the outputs that differ.
 Moves decode_and_compare(PartitionConfig config, bool exact = true) {
-  BlockPool device = make_pool(96);  // a prompt's prefill fits, the three sequences' KV (~190 pages) does not
-  BlockPool host = make_pool(512);
-  BlockPool reference_pool = make_pool(512);
+  BlockPool device =
+      test::pool_with_storage(kLayout, 96);  // a prompt's prefill fits, the three sequences' KV (~190 pages) does not
+  BlockPool host = test::pool_with_storage(kLayout, 512);
+  BlockPool reference_pool = test::pool_with_storage(kLayout, 512);
   HostTier tier(&device, &host);
   config.token_budget = kTokenBudget;
   PartitionedDecode decode(&tier, kLayout, config);
@@ -210,8 +205,8 @@ TEST(QuestPartitionedDecodeTest, TwoLevelSelectKeepingFewGroupsRanksFewerPages) 
 }
 
 TEST(QuestPartitionedDecodeTest, RefusesWhatItCannotServe) {
-  BlockPool device = make_pool(64);
-  BlockPool host = make_pool(64);
+  BlockPool device = test::pool_with_storage(kLayout, 64);
+  BlockPool host = test::pool_with_storage(kLayout, 64);
   HostTier tier(&device, &host);
   PartitionedDecode fixed(&tier, kLayout,
                           {.token_budget = kTokenBudget, .buffer = PartitionBuffer::kFixed, .fixed_buffer_pages = 4});

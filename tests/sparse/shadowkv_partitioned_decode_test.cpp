@@ -10,8 +10,9 @@
 #include <cstring>
 #include <random>
 
+#include "../support/kv_store_steps.h"
+#include "../support/page_pools.h"
 #include "backend/ops.h"
-#include "kv/page_storage.h"
 #include "sparse/methods/shadowkv.h"
 #include "sparse/partitioned_decode.h"
 #include "sparse/sparse_controller.h"
@@ -34,13 +35,6 @@ std::unique_ptr<MethodRuntime> make_method() {
   auto method = ShadowKvMethod::create(kShadowKv);
   SE_CHECK(method.is_ok(), "{}", method.status().to_string());
   return std::move(method).value();
-}
-
-Tensor random_rows(int32_t rows, int32_t heads, std::mt19937& rng) {
-  Tensor t = Tensor::empty(DType::kF32, {rows, heads, kLayout.head_dim});
-  std::normal_distribution<float> normal;
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = normal(rng);
-  return t;
 }
 
 struct Sequence {
@@ -100,10 +94,12 @@ TEST(ShadowKvPartitionedDecodeTest, DecodesAsResidentShadowKvOverADevicePoolSmal
     const int32_t t = batch.num_tokens();
     resident.prepare_step(batch);
     partitioned.prepare_step(batch);
+    resident.begin_forward(batch);
+    partitioned.begin_forward(batch);
     for (int32_t layer = 0; layer < kLayout.num_layers; ++layer) {
-      const Tensor q = random_rows(t, kNumHeads, rng);
-      const Tensor k = random_rows(t, kLayout.num_kv_heads, rng);
-      const Tensor v = random_rows(t, kLayout.num_kv_heads, rng);
+      const Tensor q = test::random_kv_rows(rng, t, kNumHeads, kLayout.head_dim);
+      const Tensor k = test::random_kv_rows(rng, t, kLayout.num_kv_heads, kLayout.head_dim);
+      const Tensor v = test::random_kv_rows(rng, t, kLayout.num_kv_heads, kLayout.head_dim);
       const Tensor want = Tensor::empty(DType::kF32, {t, kNumHeads, kLayout.head_dim});
       const Tensor got = Tensor::empty(DType::kF32, {t, kNumHeads, kLayout.head_dim});
       resident.attend(layer, layer_config, batch, q.view(), k.view(), v.view(), want.view(), params);
@@ -149,12 +145,7 @@ TEST(ShadowKvPartitionedDecodeTest, DecodesAsResidentShadowKvOverADevicePoolSmal
 }
 
 TEST(ShadowKvPartitionedDecodeTest, RefusesTokensItCannotRead) {
-  auto storage = [](int32_t pages) {
-    auto made = ArenaPageStorage::create(cpu_allocator(), pages, kLayout.page_bytes());
-    SE_CHECK(made.is_ok(), "{}", made.status().to_string());
-    return BlockPool(std::move(made).value());
-  };
-  BlockPool device = storage(64), host = storage(64);
+  BlockPool device = test::pool_with_storage(kLayout, 64), host = test::pool_with_storage(kLayout, 64);
   HostTier tier(&device, &host);
   const PartitionConfig config{.token_budget = 8, .method_tokens = MethodTokens{.chunk_size = 4, .max_chunks = 2}};
   PartitionedDecode decode(&tier, kLayout, config);

@@ -8,6 +8,7 @@
 #include <map>
 #include <random>
 
+#include "../support/kv_store_steps.h"
 #include "sparse/tiered_cache_manager.h"
 
 namespace se {
@@ -75,13 +76,6 @@ TEST(TieredCacheManagerTest, AStepWhoseWorkingSetOutgrowsTheDeviceIsRefusedAndCh
   EXPECT_TRUE(cache->check_integrity().is_ok());
 }
 
-Tensor random_rows(int32_t rows, int32_t heads, std::mt19937& rng) {
-  Tensor t = Tensor::empty(DType::kF32, {rows, heads, kLayout.head_dim});
-  std::normal_distribution<float> normal;
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = normal(rng);
-  return t;
-}
-
 // A sequence's K/V as written, per layer: [tokens][Hkv][D] each.
 struct History {
   std::vector<std::vector<float>> k, v;
@@ -131,9 +125,9 @@ TEST(TieredCacheManagerTest, RandomStepsKeepBothPoolsWholeAndAttendOverTheWholeH
       }
       History& history = it->second;
       for (int32_t layer = 0; layer < kLayout.num_layers; ++layer) {
-        const Tensor q = random_rows(n, kNumHeads, rng);
-        const Tensor k = random_rows(n, kLayout.num_kv_heads, rng);
-        const Tensor v = random_rows(n, kLayout.num_kv_heads, rng);
+        const Tensor q = test::random_kv_rows(rng, n, kNumHeads, kLayout.head_dim);
+        const Tensor k = test::random_kv_rows(rng, n, kLayout.num_kv_heads, kLayout.head_dim);
+        const Tensor v = test::random_kv_rows(rng, n, kLayout.num_kv_heads, kLayout.head_dim);
         Tensor out = Tensor::empty(DType::kF32, {n, kNumHeads, kLayout.head_dim});
         const Status attended = cache->attend(seq, layer, q.view(), k.view(), v.view(), out.view(), params,
                                               decode ? PartitionStep::kDecode : PartitionStep::kPrefill);

@@ -61,7 +61,7 @@ class StreamBounds {
     const SeqKvView& sv = view.seqs[slice];
     pages_ = sv.page_ids + static_cast<int64_t>(kv_head) * sv.stride;
     num_tokens_ = sv.num_tokens[kv_head];
-    if (view.payload != KvPayload::kQuantized || view.quantized.scheme != KvQuantScheme::kKivi) return;
+    if (!is_kivi_view(view)) return;
     const QuantizedKvView& qv = view.quantized;
     const KiviPageLayout layout = kivi_page_layout(qv.group_size, qv.value_group_size, view.head_dim, qv.bits);
     const KiviRows rows = KiviRows::of(view, layout, slice, kv_head);

@@ -16,10 +16,6 @@
 
 namespace se::cpu {
 
-inline bool is_turboquant_view(const AttentionView& view) {
-  return view.payload == KvPayload::kQuantized && view.quantized.scheme == KvQuantScheme::kTurboQuant;
-}
-
 // Slot j of a stream whose page list is `pages`.
 inline const uint8_t* turboquant_slot(const AttentionView& view, const int32_t* pages, int32_t j, size_t slot_bytes) {
   return static_cast<const uint8_t*>(view.kv_base) + static_cast<size_t>(pages[j / view.page_size]) * view.page_bytes +

@@ -65,7 +65,7 @@ inline float visible_logits(const AttentionView& view, int32_t slice, int32_t kv
   logits.clear();
   float max_logit = -std::numeric_limits<float>::infinity();
   const bool quantized = view.payload == KvPayload::kQuantized;
-  const bool kivi = quantized && view.quantized.scheme == KvQuantScheme::kKivi;
+  const bool kivi = is_kivi_view(view);
   const KiviPageLayout kivi_layout = kivi ? kivi_page_layout(view.quantized.group_size, view.quantized.value_group_size,
                                                              view.head_dim, view.quantized.bits)
                                           : KiviPageLayout{};

@@ -123,7 +123,7 @@ void QuestMethod::build_layer_selection(LayerContext& ctx, Selection& selection)
   for (const SequenceSlice& slice : ctx.batch.sequences) max_new_tokens = std::max(max_new_tokens, slice.num_tokens);
   // Prefill and decode alike: the pages that took this step's tokens bound them, partial last pages included; over
   // KIVI the groups quantized since the sequence's last step (its window's keys are bounded as they are scored).
-  if (is_kivi(view))
+  if (is_kivi_view(view))
     update_kivi_group_bounds(ctx);
   else
     update_page_key_bounds(bounds_.view(), ctx.kernel_view, max_new_tokens);
@@ -158,10 +158,6 @@ void QuestMethod::build_layer_selection(LayerContext& ctx, Selection& selection)
                            counts.ptr<int32_t>() + int64_t{s} * view.num_kv_heads,
                            tokens_read(view.seqs[s], view.num_kv_heads, page_size));
   }
-}
-
-bool QuestMethod::is_kivi(const AttentionView& view) {
-  return view.payload == KvPayload::kQuantized && view.quantized.scheme == KvQuantScheme::kKivi;
 }
 
 void QuestMethod::update_kivi_group_bounds(const LayerContext& ctx) {

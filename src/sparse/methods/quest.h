@@ -82,7 +82,6 @@ class QuestMethod final : public MethodRuntime {
   // or a new stride makes captured decode steps stale (StepGraph::note_buffers_moved).
   void reserve_ranking(Device device, int32_t num_seqs, int32_t num_kv_heads, int32_t page_budget,
                        int32_t longest_stream_pages);
-  static bool is_kivi(const AttentionView& view);
   // Over KIVI: bounds the layer's key groups each batch sequence has quantized since its last step.
   void update_kivi_group_bounds(const LayerContext& ctx);
 
