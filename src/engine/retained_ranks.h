@@ -26,6 +26,8 @@ class RetainedRanks final : public ChainState {
     return fewest;
   }
   int32_t num_logical_tokens() const override { return ranks_[0]->num_logical_tokens(); }
+  // Never offloaded: the host tier keeps no state of several ranks.
+  int64_t num_host_pages_short() const override { return 0; }
   // The most any rank's streams may take (the ranks keep the same store, so all of them bound it or none).
   std::optional<int64_t> num_pages_to_extend(int64_t num_new_tokens) const override {
     std::optional<int64_t> most;

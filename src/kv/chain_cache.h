@@ -54,8 +54,9 @@ class ChainState {
   // Host tier pages the state holds (none unless offloaded).
   virtual int64_t num_host_pages() const { return 0; }
   // Host tier pages offload() lacks now: what it takes there beyond the tier's free pages (0 when they suffice, when
-  // it is offloaded, or has no tier to go to).
-  virtual int64_t num_host_pages_short() const { return 0; }
+  // it is offloaded, or has no tier to go to). Every state says: one that can be offloaded and reports nothing
+  // short would never make the tier give way for it.
+  virtual int64_t num_host_pages_short() const = 0;
   // Free device pages resuming the state takes first (bringing it back from the host tier).
   virtual int64_t num_pages_to_restore() const { return 0; }
   // Device pages beyond those it holds (or restores) that appending `num_new_tokens` to every stream may take at

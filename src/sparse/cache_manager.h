@@ -43,8 +43,8 @@ class SequenceSnapshot {
   // Host tier pages it holds (none unless offloaded, or taken from a cache whose running sequences live there too).
   virtual int64_t num_host_pages() const { return 0; }
   // Host tier pages offload() lacks now, beyond the tier's free ones (0 when they suffice, once offloaded, or
-  // without a tier).
-  virtual int64_t num_host_pages_short() const { return 0; }
+  // without a tier). Every snapshot says, as ChainState::num_host_pages_short.
+  virtual int64_t num_host_pages_short() const = 0;
   // Free device pages restoring it takes (none unless offloaded).
   virtual int64_t num_pages_to_restore() const { return 0; }
   // Device pages beyond those it holds (or restores) that appending `num_new_tokens` to every stream may take at

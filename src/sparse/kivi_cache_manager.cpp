@@ -30,6 +30,8 @@ class KiviCacheManager::Snapshot final : public SequenceSnapshot {
   Snapshot& operator=(const Snapshot&) = delete;
   int32_t num_logical_tokens() const override { return state.num_logical; }
   int64_t num_held_pages() const override { return pages_of(state); }
+  // No host tier for KIVI pages: it is never offloaded.
+  int64_t num_host_pages_short() const override { return 0; }
   // Each stream at its fullest on the way to its length plus the new tokens, less what it holds: the key groups it
   // has once they have flushed (counted from its own window, which dropped groups leave off the layout's whole
   // R-blocks) and a window at its fullest (whatever it held when it was taken).

@@ -154,6 +154,7 @@ TEST_F(SchedulerTest, WaitingRequestsDoNotPreemptRunningOnes) {
 class ForeignChainState final : public ChainState {
  public:
   int64_t num_held_pages() const override { return 0; }
+  int64_t num_host_pages_short() const override { return 0; }
   int32_t num_logical_tokens() const override { return 8; }
 };
 

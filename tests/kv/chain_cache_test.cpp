@@ -31,6 +31,7 @@ class TableState final : public ChainState {
     EXPECT_TRUE(table.append(num_tokens).is_ok());
   }
   int64_t num_held_pages() const override { return table.num_held_pages(); }
+  int64_t num_host_pages_short() const override { return 0; }  // no host tier
   int32_t num_logical_tokens() const override { return table.num_logical_tokens(); }
   PageTable table;
 };
