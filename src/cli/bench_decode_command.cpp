@@ -11,7 +11,8 @@
 //
 // `--batch auto` submits --max-num-seqs requests, lets the scheduler admit what fits, then keeps the largest
 // batch whose growth over the warm-up and the window still fits the pool (newer requests are aborted). An
-// explicit batch that cannot be admitted whole is reported and skipped.
+// explicit batch that cannot be admitted whole is reported and skipped. A batch above the default --max-num-seqs
+// raises it (said on stderr); one above a --max-num-seqs given is refused.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -24,6 +25,7 @@
 #include <fmt/format.h>
 
 #include "backend/device_memory.h"
+#include "base/logging.h"
 #include "cli/bench_commands.h"
 #include "cli/bench_csv.h"
 #include "cli/model_options.h"
@@ -47,6 +49,7 @@ struct DecodeBenchOptions {
   std::string batches = "1";
   uint64_t seed = 0;
   std::string csv_path;
+  bool max_num_seqs_given = false;  // --max-num-seqs on the command line
 };
 
 struct DecodePoint {
@@ -154,12 +157,12 @@ Result<DecodePoint> run_point(const ModelBundle& bundle, const DecodeBenchOption
     return invalid_argument("--input-len {} plus {} decode steps exceeds the context of {} tokens", o.input_len,
                             decode_tokens, max_model_len);
   const int num_requests = batch > 0 ? batch : config.max_num_seqs;
-  config.max_num_seqs = std::max(config.max_num_seqs, num_requests);
+  if (config.max_num_seqs < num_requests) {
+    // A batch's sequences run at once; a --max-num-seqs given below a batch is refused before this.
+    SE_LOG_WARN("--max-num-seqs raised from its default {} to --batch {}", config.max_num_seqs, num_requests);
+    config.max_num_seqs = num_requests;
+  }
   SE_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(bundle, config));
-  // The KV budget may hold the method's per-sequence state for fewer sequences (kv_budget.h).
-  if (batch > 0 && engine->config().max_num_seqs < batch)
-    return resource_exhausted("the KV cache budget runs {} sequences of {} at once, fewer than batch {}",
-                              engine->config().max_num_seqs, config.sparse_method, batch);
 
   std::mt19937_64 rng(o.seed + static_cast<uint64_t>(batch));
   const int vocab = bundle.model->config().vocab_size;
@@ -306,6 +309,12 @@ int run_decode_bench(const DecodeBenchOptions& o) {
   if (Status sparse = check_sparse_options(o.engine); !sparse.is_ok()) return report_usage_error(sparse);
   auto batches = parse_batches(o.batches);
   if (!batches.is_ok()) return report_usage_error(batches.status());
+  const int largest_batch = *std::max_element(batches->begin(), batches->end());
+  if (o.max_num_seqs_given && o.engine.max_num_seqs < largest_batch)
+    return report_usage_error(invalid_argument(
+        "--max-num-seqs {} is below --batch {}: a batch's sequences decode together; raise --max-num-seqs or leave "
+        "it out (it then follows the batch)",
+        o.engine.max_num_seqs, largest_batch));
   if (o.input_len < 1 || o.steps < 1 || o.warmup_steps < 0)
     return report_usage_error(invalid_argument("--input-len and --steps must be positive, --warmup-steps >= 0"));
   auto bundle = o.model.load(o.engine.device, o.engine.tensor_parallel_size);
@@ -377,7 +386,10 @@ void add_bench_decode_command(CLI::App& bench, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--seed", o->seed, "prompt seed")->capture_default_str();
   cmd->add_option("--csv", o->csv_path, "append one row per batch to this CSV file");
-  cmd->callback([o, &exit_code] { exit_code = run_decode_bench(*o); });
+  cmd->callback([o, cmd, &exit_code] {
+    o->max_num_seqs_given = cmd->count("--max-num-seqs") > 0;
+    exit_code = run_decode_bench(*o);
+  });
 }
 
 }  // namespace se::cli

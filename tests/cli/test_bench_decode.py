@@ -1,6 +1,7 @@
 """`bench decode` and its sweep report on the default model (CPU, small sizes): one CSV row per batch whose KV
 bytes per step match what dense attention must read, a selection method's metadata counted with them, eviction methods admitted in waves under a small pool, a
-batch that cannot stay resident reported as an error row, and the sweep's report relating each method to dense."""
+batch that cannot stay resident reported as an error row, --max-num-seqs against the batch, and the sweep's report
+relating each method to dense."""
 import csv
 import json
 import subprocess
@@ -87,9 +88,25 @@ def test_eviction_batch_auto_and_an_oversized_batch(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert len(rows) == 1 and int(rows[0]["batch"]) > 1
     auto_batch = int(rows[0]["batch"])
-    r, rows = bench_decode(tmp_path, "--batch", str(16 * auto_batch), *small_pool)
+    r, rows = bench_decode(tmp_path, "--batch", str(16 * auto_batch), "--kv-cache-memory", "60000000")
     assert r.returncode == 1
     assert "RESOURCE_EXHAUSTED" in r.stdout
+
+
+def test_a_batch_above_max_num_seqs_raises_the_default_and_refuses_a_given_one(tmp_path):
+    """A batch's sequences decode together: --max-num-seqs follows a batch above its default of 64 (said on stderr),
+    and one given below a batch is refused before the model loads."""
+    require_default_model()
+    r, rows = bench_decode(tmp_path, "--batch", "1,4", "--max-num-seqs", "2")
+    assert r.returncode == 2 and not rows
+    assert "--max-num-seqs 2 is below --batch 4" in r.stderr, r.stderr
+    r, rows = bench_decode(tmp_path, "--batch", "65", input_len=8)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "--max-num-seqs raised from its default 64 to --batch 65" in r.stderr, r.stderr
+    assert [int(row["batch"]) for row in rows] == [65]
+    # At or below it, nothing is said.
+    r, rows = bench_decode(tmp_path, "--batch", "2", "--max-num-seqs", "2", input_len=8)
+    assert r.returncode == 0 and "raised" not in r.stderr, r.stderr
 
 
 def test_dense_batch_auto_keeps_what_the_pool_holds(tmp_path):
