@@ -127,9 +127,9 @@ void ShadowKvMethod::sketch_layer(LayerContext& ctx, int32_t slice, int32_t n, S
       std::copy_n(rebuilt.data() + i * d, d, view.element<float>(pages[t / view.page_size], 0, t % view.page_size));
     }
   }
-  // The factors are spent: decode reads the rewritten keys.
-  sketch.u = {};
-  sketch.sv = {};
+  // The factors are spent: decode reads the rewritten keys. Swapped out, since `= {}` keeps a vector's capacity.
+  std::vector<float>().swap(sketch.u);
+  std::vector<float>().swap(sketch.sv);
   layers[static_cast<size_t>(ctx.layer)] = std::move(sketch);
 }
 
