@@ -159,6 +159,7 @@ void DecodeCompressionMethod::finish_step(StepContext& ctx) {
   const KvLayout& layout = ctx.cache.layout();
   int plan_layer = 0;  // a full-attention layer holds every generated token the policy counts
   while (plan_layer + 1 < layout.num_layers && ctx.sliding_window(plan_layer) > 0) ++plan_layer;
+  compressions_.clear();
   for (const SequenceSlice& slice : ctx.batch.sequences) {
     if (!slice.is_decode(ctx.batch.positions)) continue;
     auto it = sequences_.find(slice.seq);
@@ -171,77 +172,104 @@ void DecodeCompressionMethod::finish_step(StepContext& ctx) {
     clock.num_generated_resident = static_cast<int32_t>(
         positions.end() - std::lower_bound(positions.begin(), positions.end(), slice.num_prefill_tokens));
     clock.uncompressed_from = state.uncompressed_from;
-    if (const std::optional<Region> region = plan_compression(clock)) compress(ctx, slice, state, *region);
+    if (const std::optional<Region> region = plan_compression(clock))
+      compressions_.push_back(Compression{slice.seq, &state, *region, {}, {}, {}});
+  }
+  // The compressions' scores are enqueued into one buffer and come to the host in one copy, in batches of about
+  // kScoresPerCopy scores: the sequences of a batch reach their thresholds together, and a copy per sequence would
+  // wait for the device once per sequence.
+  constexpr int64_t kScoresPerCopy = int64_t{1} << 24;
+  const std::span<Compression> all(compressions_);
+  for (size_t begin = 0, end = 0; begin < all.size(); begin = end) {
+    int64_t num_scores_total = 0;
+    while (end < all.size() && (end == begin || num_scores_total < kScoresPerCopy))
+      place_scores(ctx, all[end++], num_scores_total);
+    score_and_evict(ctx, all.subspan(begin, end - begin), num_scores_total);
   }
 }
 
-void DecodeCompressionMethod::compress(StepContext& ctx, const SequenceSlice& slice, SequenceState& state,
-                                       const Region& region) {
+void DecodeCompressionMethod::score_and_evict(StepContext& ctx, std::span<const Compression> compressions,
+                                              int64_t num_scores_total) {
+  if (num_scores_total > 0) {
+    const Device device = compressions.front().state->queries.device();
+    const TensorView scores = scratch_view(scores_, device, DType::kF32, {num_scores_total});
+    for (const Compression& c : compressions) enqueue_scores(ctx, c, scores);
+    host_scores_.resize(static_cast<size_t>(num_scores_total));
+    copy(TensorView{host_scores_.data(), DType::kF32, {num_scores_total}, Device::kCpu}, scores);
+  }
+  for (const Compression& c : compressions) evict_unkept(ctx, c);
+}
+
+void DecodeCompressionMethod::place_scores(StepContext& ctx, Compression& c, int64_t& num_scores_total) const {
   const KvLayout& layout = ctx.cache.layout();
-  const int32_t seq = slice.seq;
   const int num_layers = layout.num_layers;
-  const int32_t num_kv_heads = layout.num_kv_heads, head_dim = layout.head_dim;
-  const auto num_heads = static_cast<int32_t>(state.queries.row_elements() / head_dim);
-  const Device device = state.queries.device();
+  const int32_t num_kv_heads = layout.num_kv_heads;
+  const Region& region = c.region;
   SE_CHECK(region.first < region.end && region.num_queries > 0, "{}: empty region [{}, {})", name(), region.first,
            region.end);
-  // Per layer: the region's slots [first_slot, first_slot + n) (the same in every KV head of a full-attention
-  // layer), and where a full-attention layer does not keep the whole region, where its scores start in scores_.
-  std::vector<int32_t> first_slot(static_cast<size_t>(num_layers)), count(static_cast<size_t>(num_layers));
-  std::vector<int64_t> score_offset(static_cast<size_t>(num_layers), -1);
-  int64_t num_scores_total = 0;
+  c.first_slot.assign(static_cast<size_t>(num_layers), 0);
+  c.count.assign(static_cast<size_t>(num_layers), 0);
+  c.score_offset.assign(static_cast<size_t>(num_layers), -1);
   for (int layer = 0; layer < num_layers; ++layer) {
     const auto slots_before = [&](int32_t h, int32_t position) {
-      const std::span<const int32_t> positions = ctx.cache.slot_positions(seq, layer, h);
+      const std::span<const int32_t> positions = ctx.cache.slot_positions(c.seq, layer, h);
       return static_cast<int32_t>(std::lower_bound(positions.begin(), positions.end(), position) - positions.begin());
     };
     const int32_t a = slots_before(0, region.first), b = slots_before(0, region.end);
-    first_slot[static_cast<size_t>(layer)] = a;
-    count[static_cast<size_t>(layer)] = b - a;
+    c.first_slot[static_cast<size_t>(layer)] = a;
+    c.count[static_cast<size_t>(layer)] = b - a;
     if (ctx.sliding_window(layer) > 0 || num_kept(b - a) >= b - a) continue;
     // Every KV head keeps the same number of each region, so the region is the same run of slots in all of them.
     for (int32_t h = 1; h < num_kv_heads; ++h)
       SE_CHECK(slots_before(h, region.first) == a && slots_before(h, region.end) == b &&
-                   ctx.cache.stream_length(seq, layer, h) == ctx.cache.stream_length(seq, layer, 0),
-               "{}: seq {} layer {}: KV head {} holds the region elsewhere", name(), seq, layer, h);
-    SE_CHECK(state.queries.size(layer) >= region.num_queries, "{}: seq {} layer {} holds {} of {} queries", name(), seq,
-             layer, state.queries.size(layer), region.num_queries);
-    score_offset[static_cast<size_t>(layer)] = num_scores_total;
+                   ctx.cache.stream_length(c.seq, layer, h) == ctx.cache.stream_length(c.seq, layer, 0),
+               "{}: seq {} layer {}: KV head {} holds the region elsewhere", name(), c.seq, layer, h);
+    SE_CHECK(c.state->queries.size(layer) >= region.num_queries, "{}: seq {} layer {} holds {} of {} queries", name(),
+             c.seq, layer, c.state->queries.size(layer), region.num_queries);
+    c.score_offset[static_cast<size_t>(layer)] = num_scores_total;
     num_scores_total += int64_t{num_kv_heads} * num_scores(b - a);
   }
-  // Every scored layer's keys and queries gathered and scored where they live, one layer after another into the
-  // same scratch (the device runs them in order), then one copy of all the scores to the host.
-  if (num_scores_total > 0) {
-    const TensorView scores = scratch_view(scores_, device, DType::kF32, {num_scores_total});
-    for (int layer = 0; layer < num_layers; ++layer) {
-      const int64_t offset = score_offset[static_cast<size_t>(layer)];
-      if (offset < 0) continue;
-      const int32_t n = count[static_cast<size_t>(layer)];
-      const AttentionView view = ctx.cache.build_sequence_view(seq, layer);
-      SE_CHECK(view.kv_device == device, "{}: the pool is on {}, the queries on {}", name(),
-               device_name(view.kv_device), device_name(device));
-      const TensorView keys = scratch_view(keys_, device, DType::kF32, {n, num_kv_heads, head_dim});
-      gather_keys(keys, view, 0, first_slot[static_cast<size_t>(layer)]);
-      const TensorView queries = scratch_view(queries_, device, DType::kF32, {region.num_queries, num_heads, head_dim});
-      state.queries.newest(layer, region.num_queries, queries);
-      score(TensorView{scores.ptr<float>() + offset, DType::kF32, {num_kv_heads, num_scores(n)}, device}, queries,
-            keys);
-    }
-    host_scores_.resize(static_cast<size_t>(num_scores_total));
-    copy(TensorView{host_scores_.data(), DType::kF32, {num_scores_total}, Device::kCpu}, scores);
+}
+
+void DecodeCompressionMethod::enqueue_scores(StepContext& ctx, const Compression& c, TensorView scores) {
+  const KvLayout& layout = ctx.cache.layout();
+  const int32_t num_kv_heads = layout.num_kv_heads, head_dim = layout.head_dim;
+  const RecentQueries& queries_of = c.state->queries;
+  const auto num_heads = static_cast<int32_t>(queries_of.row_elements() / head_dim);
+  const Device device = queries_of.device();
+  // One layer after another into the same key and query scratch: the device runs them in order.
+  for (int layer = 0; layer < layout.num_layers; ++layer) {
+    const int64_t offset = c.score_offset[static_cast<size_t>(layer)];
+    if (offset < 0) continue;
+    const int32_t n = c.count[static_cast<size_t>(layer)];
+    const AttentionView view = ctx.cache.build_sequence_view(c.seq, layer);
+    SE_CHECK(view.kv_device == device, "{}: the pool is on {}, the queries on {}", name(), device_name(view.kv_device),
+             device_name(device));
+    const TensorView keys = scratch_view(keys_, device, DType::kF32, {n, num_kv_heads, head_dim});
+    gather_keys(keys, view, 0, c.first_slot[static_cast<size_t>(layer)]);
+    const TensorView queries = scratch_view(queries_, device, DType::kF32, {c.region.num_queries, num_heads, head_dim});
+    queries_of.newest(layer, c.region.num_queries, queries);
+    score(TensorView{scores.ptr<float>() + offset, DType::kF32, {num_kv_heads, num_scores(n)}, device}, queries, keys);
   }
+}
+
+void DecodeCompressionMethod::evict_unkept(StepContext& ctx, const Compression& c) {
+  const KvLayout& layout = ctx.cache.layout();
+  const int num_layers = layout.num_layers;
+  const int32_t num_kv_heads = layout.num_kv_heads;
+  SequenceState& state = *c.state;
   kept_.resize(static_cast<size_t>(layout.num_streams()));
   state.last_kept.assign(static_cast<size_t>(layout.num_streams()), {});
   state.last_scores.assign(static_cast<size_t>(layout.num_streams()), {});
 #pragma omp parallel for schedule(dynamic)
   for (int layer = 0; layer < num_layers; ++layer) {
-    const int32_t a = first_slot[static_cast<size_t>(layer)], n = count[static_cast<size_t>(layer)];
+    const int32_t a = c.first_slot[static_cast<size_t>(layer)], n = c.count[static_cast<size_t>(layer)];
     const int32_t window = ctx.sliding_window(layer);
-    const int64_t offset = score_offset[static_cast<size_t>(layer)];
+    const int64_t offset = c.score_offset[static_cast<size_t>(layer)];
     for (int32_t h = 0; h < num_kv_heads; ++h) {
       const int stream = layout.stream(layer, h);
       std::vector<int32_t>& kept = kept_[static_cast<size_t>(stream)];
-      const auto len = static_cast<int32_t>(ctx.cache.slot_positions(seq, layer, h).size());
+      const auto len = static_cast<int32_t>(ctx.cache.slot_positions(c.seq, layer, h).size());
       if (window > 0) {
         keep_sliding_window_tail(len, window, len - (n - num_kept(n)), kept);
         continue;
@@ -265,13 +293,13 @@ void DecodeCompressionMethod::compress(StepContext& ctx, const SequenceSlice& sl
   for (int layer = 0; layer < num_layers; ++layer)
     for (int32_t h = 0; h < num_kv_heads; ++h) {
       const std::vector<int32_t>& kept = kept_[static_cast<size_t>(layout.stream(layer, h))];
-      if (static_cast<int32_t>(kept.size()) < ctx.cache.stream_length(seq, layer, h))
+      if (static_cast<int32_t>(kept.size()) < ctx.cache.stream_length(c.seq, layer, h))
         evictions_.push_back({layer, h, kept});
     }
-  const Status evicted = ctx.cache.evict_streams(seq, evictions_);
+  const Status evicted = ctx.cache.evict_streams(c.seq, evictions_);
   SE_CHECK(evicted.is_ok(), "{}: {}", name(), evicted.to_string());
-  state.uncompressed_from = region.end;
-  state.last_region = {region.first, region.end};
+  state.uncompressed_from = c.region.end;
+  state.last_region = {c.region.first, c.region.end};
   ++state.num_compressions;
 }
 

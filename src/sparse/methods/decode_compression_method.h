@@ -30,6 +30,7 @@
 
 #include <memory>
 #include <optional>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -108,17 +109,34 @@ class DecodeCompressionMethod : public MethodRuntime {
     std::vector<std::vector<int32_t>> last_kept;  // [stream] region-relative indices kept in the last region
     std::vector<std::vector<float>> last_scores;  // [stream] the scores they were chosen by
   };
+  // One sequence a step compresses: positions region [first, end), and per layer the region's slots [first_slot,
+  // first_slot + count) (the same in every KV head of a full-attention layer) and, where a full-attention layer
+  // does not keep the whole region, where its scores start in scores_ (else -1).
+  struct Compression {
+    int32_t seq = 0;
+    SequenceState* state = nullptr;
+    Region region;
+    std::vector<int32_t> first_slot, count;
+    std::vector<int64_t> score_offset;
+  };
   // Ends a sequence's state, its query rings kept for the next sequence.
   void end_sequence(std::unordered_map<int32_t, SequenceState>::iterator it);
-  // Compresses positions region [first, end) of `slice`'s sequence.
-  void compress(StepContext& ctx, const SequenceSlice& slice, SequenceState& state, const Region& region);
+  // The region's slots per layer, and its scores' place from `num_scores_total` on (which it advances).
+  void place_scores(StepContext& ctx, Compression& c, int64_t& num_scores_total) const;
+  // Enqueues every scored layer's gather and scores of `c` into `scores`.
+  void enqueue_scores(StepContext& ctx, const Compression& c, TensorView scores);
+  // Scores `compressions` (placed from 0 to num_scores_total), copies the scores to the host once, then evicts.
+  void score_and_evict(StepContext& ctx, std::span<const Compression> compressions, int64_t num_scores_total);
+  // Chooses the kept tokens of `c` from host_scores_ and evicts the rest.
+  void evict_unkept(StepContext& ctx, const Compression& c);
 
   std::unique_ptr<MethodRuntime> prompt_method_;  // null: the prompt stays whole
   int32_t query_capacity_ = 0;
   std::unordered_map<int32_t, SequenceState> sequences_;  // by sequence id, from its first decode step
   std::vector<Tensor> spare_rings_;                       // ended sequences' RecentQueries storage, for the next ones
-  // Scratch of compress(): per stream, and the region's keys, queries and every layer's scores where the pool
-  // lives, and the scores' host copy.
+  // Scratch of finish_step: the step's compressions, per stream the kept slots, and a region's keys and queries
+  // and every compression's scores where the pool lives, and the scores' host copy.
+  std::vector<Compression> compressions_;
   std::vector<std::vector<int32_t>> kept_;
   std::vector<KvStreams::StreamEviction> evictions_;
   Tensor keys_, queries_, scores_;
