@@ -144,6 +144,7 @@ int run(const std::string& case_path, const std::string& out_path) {
   auto forward_layers = [&](const ForwardBatch& batch, std::ofstream* sink) {
     const int n = batch.num_tokens();
     Tensor hidden = Tensor::empty(DType::kF32, {n, 1});
+    controller.begin_forward(batch);
     for (int layer = 0; layer < num_layers; ++layer) {
       Tensor q, k, v;
       read_layer(n, q, k, v);

@@ -47,6 +47,7 @@ class KeyRecorder final : public ForwardHooks {
 
   bool recording = false;
 
+  void begin_forward(const ForwardBatch& batch) override { controller_.begin_forward(batch); }
   void attend(int layer, const LayerConfig& layer_config, const ForwardBatch& batch, TensorView q, TensorView k,
               TensorView v, TensorView out, const AttentionParams& params) override {
     if (recording) {
