@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <span>
 #include <utility>
+#include <vector>
 
 #include "backend/device_memory.h"
 #include "kv/pool_attention_view.h"
@@ -147,6 +149,16 @@ int64_t PartitionedDecode::index_pages(const Index& index, size_t page_bytes) co
   return static_cast<int64_t>((bytes + page_bytes - 1) / page_bytes);
 }
 
+namespace {
+// Lays num_bytes over the host pages `pages` in order: copy(page, offset, n) for each page's share [offset, offset +
+// n).
+template <typename Copy>
+void over_host_pages(const PageStorage& storage, std::span<const int32_t> pages, size_t num_bytes, Copy copy) {
+  for (size_t done = 0, p = 0; done < num_bytes; done += storage.page_bytes(), ++p)
+    copy(static_cast<char*>(storage.page(pages[p])), done, std::min(storage.page_bytes(), num_bytes - done));
+}
+}  // namespace
+
 Status PartitionedDecode::offload_index(Index& index, BlockPool& host_pool) const {
   if (!index.host_pages.empty()) return failed_precondition("partitioned decode: the index is already parked");
   const PageStorage& storage = *host_pool.storage();
@@ -160,10 +172,10 @@ Status PartitionedDecode::offload_index(Index& index, BlockPool& host_pool) cons
   const auto* bytes = config_.two_level ? reinterpret_cast<const char*>(index.groups.data())
                                         : static_cast<const char*>(index.bounds.raw());
   const auto num_bytes = static_cast<size_t>(index_bytes_at(index.stride));
-  for (size_t done = 0, p = 0; done < num_bytes; done += storage.page_bytes(), ++p)
-    copy_bytes(from, storage.page(index.host_pages[p]), bytes + done, std::min(storage.page_bytes(), num_bytes - done));
+  over_host_pages(storage, index.host_pages, num_bytes,
+                  [&](char* page, size_t offset, size_t n) { copy_bytes(from, page, bytes + offset, n); });
   if (config_.two_level) {
-    index.groups = {};
+    std::vector<float>().swap(index.groups);  // `= {}` would keep the vector's capacity
   } else if (keeps_bounds()) {
     index.bounds = Tensor();
   }
@@ -185,8 +197,8 @@ Status PartitionedDecode::retrieve_index(Index& index, BlockPool& host_pool) con
     bytes = static_cast<char*>(index.bounds.raw());
   }
   const Device to = config_.two_level ? Device::kCpu : device_;
-  for (size_t done = 0, p = 0; done < num_bytes; done += storage.page_bytes(), ++p)
-    copy_bytes(to, bytes + done, storage.page(index.host_pages[p]), std::min(storage.page_bytes(), num_bytes - done));
+  over_host_pages(storage, index.host_pages, num_bytes,
+                  [&](const char* page, size_t offset, size_t n) { copy_bytes(to, bytes + offset, page, n); });
   host_pool.release(index.host_pages);
   index.host_pages.clear();
   return Status::ok();
