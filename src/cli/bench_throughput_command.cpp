@@ -145,7 +145,7 @@ int run_throughput(const ThroughputOptions& o) {
   } else if (config.max_num_seqs < concurrency) {
     // Unset, it follows --concurrency: the engine may run every request the benchmark lets in, and the pool
     // decides how many actually fit.
-    SE_LOG_INFO("--max-num-seqs raised from its default {} to --concurrency {}", config.max_num_seqs, concurrency);
+    SE_LOG_WARN("--max-num-seqs raised from its default {} to --concurrency {}", config.max_num_seqs, concurrency);
     config.max_num_seqs = concurrency;
   }
   auto engine = Engine::create(*bundle, config);
