@@ -228,6 +228,7 @@ TEST_P(DecodeCompressionTest, KeptSetsEqualThePureSelection) {
   Loop loop(model, m.name, m.config, 4096, SchedulerConfig{kRequests, 128});
   std::mt19937 rng(3);
   std::vector<Request*> requests;
+  requests.reserve(kRequests);
   for (int i = 0; i < kRequests; ++i)
     requests.push_back(loop.add("r" + std::to_string(i), random_tokens(rng, 37, 96), 150));
   std::map<int32_t, Observed> seen_by_seq;
