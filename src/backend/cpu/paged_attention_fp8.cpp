@@ -2,7 +2,7 @@
 // KV head's scale as the tile reads it (keys before the logits, values before the weighted sum).
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/paged_attention_tiles.h"
-#include "tensor/fp8.h"
+#include "backend/quant/fp8_kv.h"
 
 namespace se::cpu {
 
@@ -18,7 +18,7 @@ struct Fp8Rows {
   const float* value(int32_t j, float* local) const { return decode(1, j, v_scale, local); }
   const float* decode(int kv, int32_t j, float scale, float* local) const {
     const uint8_t* codes = view->element<const uint8_t>(pages[j / view->page_size], kv, j % view->page_size);
-    for (int32_t d = 0; d < view->head_dim; ++d) local[d] = fp8_to_f32(codes[d], Fp8Format::kE4M3) * scale;
+    fp8_dequantize(codes, static_cast<size_t>(view->head_dim), scale, Fp8Format::kE4M3, local);
     return local;
   }
 };

@@ -10,9 +10,9 @@
 
 #include "backend/attention_view.h"
 #include "backend/cpu/vector_math.h"
+#include "backend/quant/fp8_kv.h"
 #include "backend/quant/turboquant_kv.h"
 #include "backend/quant/turboquant_prod_kv.h"
-#include "tensor/fp8.h"
 
 namespace se::cpu {
 
@@ -38,7 +38,7 @@ struct TurboQuantRows {
   const float* key(int32_t j, float* local) const {
     const QuantizedKvView& qv = view->quantized;
     if (qv.bits == 8) {
-      for (int32_t d = 0; d < view->head_dim; ++d) local[d] = fp8_to_f32(slot(j)[d], Fp8Format::kE4M3);
+      fp8_dequantize(slot(j), static_cast<size_t>(view->head_dim), 1.0f, Fp8Format::kE4M3, local);
     } else {
       turboquant_decode_rotated_key(slot(j), view->head_dim, qv.bits, qv.centroids, qv.norm_correction, local);
     }
