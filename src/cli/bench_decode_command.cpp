@@ -163,6 +163,10 @@ Result<DecodePoint> run_point(const ModelBundle& bundle, const DecodeBenchOption
     config.max_num_seqs = num_requests;
   }
   SE_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(bundle, config));
+  // The KV budget may hold the method's per-sequence state for fewer sequences (kv_budget.h).
+  if (batch > 0 && engine->config().max_num_seqs < batch)
+    return resource_exhausted("the KV cache budget runs {} sequences of {} at once, fewer than batch {}",
+                              engine->config().max_num_seqs, config.sparse_method, batch);
 
   std::mt19937_64 rng(o.seed + static_cast<uint64_t>(batch));
   const int vocab = bundle.model->config().vocab_size;

@@ -109,6 +109,16 @@ def test_a_batch_above_max_num_seqs_raises_the_default_and_refuses_a_given_one(t
     assert r.returncode == 0 and "raised" not in r.stderr, r.stderr
 
 
+def test_a_batch_beyond_what_the_budget_runs_at_once_is_refused(tmp_path):
+    """Kara's query rings come out of the KV budget, which then runs fewer sequences at once than --max-num-seqs
+    (kv_budget.h): a batch past that is an error row naming the reason, not a smaller batch."""
+    require_default_model()
+    r, rows = bench_decode(tmp_path, "--batch", "8", "--sparse-method", "kara", "--kv-cache-memory", "200000000",
+                           "--max-model-len", "1024", input_len=64)
+    assert r.returncode == 1 and not rows
+    assert "runs 3 sequences of kara at once, fewer than batch 8" in r.stdout, r.stdout + r.stderr
+
+
 def test_dense_batch_auto_keeps_what_the_pool_holds(tmp_path):
     # Dense sequences never return pages, so admission must end when the waiting prompts stop fitting rather than
     # wait for every submitted prompt.
