@@ -17,5 +17,7 @@ float fp8_max_finite(Fp8Format format);
 
 uint8_t f32_to_fp8_satfinite(float f, Fp8Format format);
 float fp8_to_f32(uint8_t code, Fp8Format format);
+// fp8_to_f32 of every code [256], for loops that convert many codes.
+const float* fp8_code_values(Fp8Format format);
 
 }  // namespace se
