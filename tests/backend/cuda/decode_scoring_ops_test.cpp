@@ -1,8 +1,8 @@
 // Parity of the decode-time compression ops' CUDA twins with their CPU twins (the ops the CPU path of rkv and
 // kara runs): gather_keys over the cache's host tables and the device pool copies the same bf16 keys exactly
 // (page sizes 16 and 64, per-head stream lengths, ranges that start and end inside pages); the three scores over
-// the same f32 queries and keys agree to 1e-6 (double accumulation on both: only the reductions' order and exp's
-// last bits differ), GQA groups 1, 4 and 8, head_dim 64 and 128, windows of a few rows up to budget + buffer keys;
+// the same f32 queries and keys agree to 1e-5 (the device's dot products are f32, the CPU's double; both reduce them
+// in double), GQA groups 1, 4 and 8, head_dim 64 and 128, windows of a few rows up to budget + buffer keys;
 // key_redundancy also with repeated keys, whose newest copies go unpenalized; redundancy_aware_scores on random
 // importance and redundancy, kernels 1 and 7.
 #include <gtest/gtest.h>
@@ -85,8 +85,8 @@ TEST(CudaDecodeScoringOpsTest, WindowScoresMatchCpu) {
         c, seed += 10, [](TensorView out, TensorView q, TensorView k) { group_max_attention_importance(out, q, k); });
     std::printf("PARITY decode window scores %-20s bidirectional %.3e group-max %.3e\n", c.name, bidirectional,
                 group_max);
-    EXPECT_LT(bidirectional, 1e-6) << c.name;
-    EXPECT_LT(group_max, 1e-6) << c.name;
+    EXPECT_LT(bidirectional, 1e-5) << c.name;
+    EXPECT_LT(group_max, 1e-5) << c.name;
   }
 }
 
@@ -106,7 +106,7 @@ TEST(CudaDecodeScoringOpsTest, KeyRedundancyMatchesCpu) {
     key_redundancy(got.view(), k_dev.view(), 0.5f);
     const double err = test::relative_error(test::download_f32(got), ref);
     std::printf("PARITY key_redundancy %-20s rel_err %.3e\n", c.name, err);
-    EXPECT_LT(err, 1e-6) << c.name;
+    EXPECT_LT(err, 1e-5) << c.name;
   }
 }
 
