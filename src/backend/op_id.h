@@ -50,8 +50,6 @@ enum class OpId : uint8_t {
   kGroupMaxAttentionImportance,
   kKeyRedundancy,
   kRedundancyAwareScores,
-  kConvert,
-  kScatterRowsToBf16,
 };
 
 // The op's ops.h name ("paged_attention over a selection" for the selection mode).

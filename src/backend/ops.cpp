@@ -423,8 +423,6 @@ constexpr OpEntry kOps[] = {
     {OpId::kGroupMaxAttentionImportance, "group_max_attention_importance", true},
     {OpId::kKeyRedundancy, "key_redundancy", true},
     {OpId::kRedundancyAwareScores, "redundancy_aware_scores", true},
-    {OpId::kConvert, "convert", true},
-    {OpId::kScatterRowsToBf16, "scatter_rows_to_bf16", true},
 };
 
 constexpr bool rows_follow_ids() {

@@ -83,7 +83,8 @@ void scale_inplace(TensorView x, float s);
 void softcap_inplace(TensorView x, float cap);
 
 // dst = src element by element in dst's dtype: F32 and BF16 either way (to BF16 rounded to nearest-even as
-// f32_to_bf16 rounds, the same bits on both backends), the same number of elements on one device.
+// f32_to_bf16 rounds: the same bits on both backends for every value but NaN, whose payload each backend picks), the
+// same number of elements on one device.
 void convert(TensorView dst, TensorView src);
 
 // Where scatter_rows_to_bf16 puts one row: row `source_row` of the source goes to `dest`, room for a row of BF16

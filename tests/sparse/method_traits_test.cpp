@@ -20,11 +20,11 @@ TEST(MethodTraitsTest, MethodsDeclareTheirOps) {
   EXPECT_EQ(method_ops("quest"), (std::vector<std::string_view>{"update_page_key_bounds", "select_pages_by_key_bounds",
                                                                  "paged_attention over a selection"}));
   EXPECT_EQ(method_ops("h2o"), (std::vector<std::string_view>{"attention_scores", "compact_kv", "move_kv_rows"}));
-  EXPECT_EQ(method_ops("rkv"), (std::vector<std::string_view>{"scatter_rows_to_bf16", "convert", "gather_keys",
-                                                              "compact_kv", "group_max_attention_importance",
-                                                              "key_redundancy", "redundancy_aware_scores"}));
-  EXPECT_EQ(method_ops("kara"), (std::vector<std::string_view>{"scatter_rows_to_bf16", "convert", "gather_keys",
-                                                               "compact_kv", "bidirectional_window_scores"}));
+  EXPECT_EQ(method_ops("rkv"),
+            (std::vector<std::string_view>{"gather_keys", "compact_kv", "group_max_attention_importance",
+                                           "key_redundancy", "redundancy_aware_scores"}));
+  EXPECT_EQ(method_ops("kara"),
+            (std::vector<std::string_view>{"gather_keys", "compact_kv", "bidirectional_window_scores"}));
   EXPECT_TRUE(method_ops("vanilla").empty());
   EXPECT_TRUE(MethodTraits{}.ops.empty());
 }
@@ -84,27 +84,12 @@ TEST(MethodTraitsTest, MethodsRunOnCudaWhenTheirOpsHaveKernels) {
 // Every op the registered methods call has a CUDA kernel exactly in CUDA builds.
 TEST(MethodTraitsTest, CudaKernelsOfTheMethodOps) {
   const bool cuda_built = cuda_implements(OpId::kPagedAttention);
-  for (OpId op : {OpId::kAttentionScores,
-                  OpId::kCompactKv,
-                  OpId::kMoveKvRows,
-                  OpId::kSubsetAttentionMaxScores,
-                  OpId::kUpdatePageKeyBounds,
-                  OpId::kSelectPagesByKeyBounds,
-                  OpId::kTopKeysByLogitsMaxOverHeads,
-                  OpId::kTokenListsWithTail,
-                  OpId::kPagedAttentionOverSelection,
-                  OpId::kGatherKeys,
-                  OpId::kBidirectionalWindowScores,
-                  OpId::kGroupMaxAttentionImportance,
-                  OpId::kKeyRedundancy,
-                  OpId::kRedundancyAwareScores,
-                  OpId::kPagedAttentionOverFp8Pages,
-                  OpId::kPagedAttentionOverKiviPages,
-                  OpId::kPagedLatentAttention,
-                  OpId::kAbsorbLatentQueries,
-                  OpId::kRopeLatentHeads,
-                  OpId::kConvert,
-                  OpId::kScatterRowsToBf16})
+  for (OpId op : {OpId::kAttentionScores, OpId::kCompactKv, OpId::kMoveKvRows, OpId::kSubsetAttentionMaxScores,
+                  OpId::kUpdatePageKeyBounds, OpId::kSelectPagesByKeyBounds, OpId::kTopKeysByLogitsMaxOverHeads,
+                  OpId::kTokenListsWithTail, OpId::kPagedAttentionOverSelection, OpId::kGatherKeys,
+                  OpId::kBidirectionalWindowScores, OpId::kGroupMaxAttentionImportance, OpId::kKeyRedundancy,
+                  OpId::kRedundancyAwareScores, OpId::kPagedAttentionOverFp8Pages, OpId::kPagedAttentionOverKiviPages,
+                  OpId::kPagedLatentAttention, OpId::kAbsorbLatentQueries, OpId::kRopeLatentHeads})
     EXPECT_EQ(cuda_implements(op), cuda_built) << op_name(op);
   // The dense CPU reference attention has no CUDA twin, nor do the TurboQuant pages yet.
   EXPECT_FALSE(cuda_implements(OpId::kAttention));

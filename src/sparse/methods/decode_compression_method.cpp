@@ -29,9 +29,9 @@ DecodeCompressionMethod::DecodeCompressionMethod(std::string name, nlohmann::ord
       query_capacity_(query_capacity) {
   traits_.family = MethodFamily::kEviction;
   traits_.keeps_full_history = false;
-  // scatter_rows_to_bf16 keeps the decode queries and convert widens them back; gather_keys reads a region's keys,
-  // the subclass's scoring ops score them (each adds its own); compact_kv evicts.
-  traits_.ops = {OpId::kScatterRowsToBf16, OpId::kConvert, OpId::kGatherKeys, OpId::kCompactKv};
+  // gather_keys reads a region's keys, the subclass's scoring ops score them (each adds its own); compact_kv
+  // evicts. (The query rings' scatter_rows_to_bf16 and convert have a kernel on every backend and read no KV page.)
+  traits_.ops = {OpId::kGatherKeys, OpId::kCompactKv};
   // Every decode forward copies its queries into the sequence's ring at a row that moves with each step, so a
   // replayed graph would write the wrong row: decode steps run eagerly.
   traits_.static_decode_forward = false;

@@ -1,9 +1,9 @@
 // RecentQueries: the newest post-RoPE query rows of one sequence's decode tokens, per layer, in a ring of fixed
 // capacity. Decode-time compression scores the cache with the queries of tokens decoded in earlier steps, which
 // attention has long discarded, so the method keeps them. The ring lives where the step's queries do (device
-// memory beside a GPU) and holds them in bf16 on every device (the reference implementations run their models in
-// bf16, and the CPU then keeps the GPU's bits); rows go in and come out through backend ops enqueued there, so
-// keeping them costs a decode step no trip to the host. Engine thread only.
+// memory beside a GPU) and holds them in bf16 on every device (R-KV's reference runs its model in bf16, so its
+// queries are bf16, and the CPU then keeps the GPU's bits); rows go in and come out through backend ops enqueued
+// there, so keeping them costs a decode step no trip to the host. Engine thread only.
 #pragma once
 
 #include <cstdint>
