@@ -274,6 +274,34 @@ void softcap_inplace(TensorView x, float cap) {
   cpu::softcap_inplace(x, cap);
 }
 
+void convert(TensorView dst, TensorView src) {
+  const auto f32_or_bf16 = [](DType t) { return t == DType::kF32 || t == DType::kBF16; };
+  SE_CHECK(f32_or_bf16(dst.dtype) && f32_or_bf16(src.dtype), "convert: {} to {} (F32 and BF16 only)",
+           dtype_name(src.dtype), dtype_name(dst.dtype));
+  SE_CHECK(dst.numel() == src.numel() && dst.device == src.device, "convert: {} on {} into {} on {}",
+           src.shape.to_string(), device_name(src.device), dst.shape.to_string(), device_name(dst.device));
+  if (dst.numel() == 0) return;
+  if (on_cuda(dst, "convert")) {
+    if constexpr (kCudaBuilt) cuda::convert(dst, src);
+    return;
+  }
+  cpu::convert(dst, src);
+}
+
+void scatter_rows_to_bf16(TensorView src, std::span<const RowDestination> rows) {
+  SE_CHECK(src.dtype == DType::kF32 && src.shape.rank() >= 1, "scatter_rows_to_bf16: src {} {} (F32 rows)",
+           dtype_name(src.dtype), src.shape.to_string());
+  for (const RowDestination& row : rows)
+    SE_CHECK(row.source_row >= 0 && row.source_row < src.shape[0] && row.dest != nullptr,
+             "scatter_rows_to_bf16: source row {} of {} to {}", row.source_row, src.shape[0], row.dest);
+  if (rows.empty()) return;
+  if (on_cuda(src, "scatter_rows_to_bf16")) {
+    if constexpr (kCudaBuilt) cuda::scatter_rows_to_bf16(src, rows);
+    return;
+  }
+  cpu::scatter_rows_to_bf16(src, rows);
+}
+
 void argmax_rows(TensorView ids, TensorView logprobs, TensorView x) {
   SE_CHECK(ids.dtype == DType::kI32 && logprobs.dtype == DType::kF32 && x.shape.rank() == 2 &&
                ids.numel() == x.shape[0] && logprobs.numel() == x.shape[0] && x.shape[1] > 0,

@@ -82,6 +82,24 @@ void scale_inplace(TensorView x, float s);
 // x = cap * tanh(x / cap).
 void softcap_inplace(TensorView x, float cap);
 
+// dst = src element by element in dst's dtype: F32 and BF16 either way (to BF16 rounded to nearest-even as
+// f32_to_bf16 rounds: the same bits on both backends for every value but NaN, whose payload each backend picks), the
+// same number of elements on one device.
+void convert(TensorView dst, TensorView src);
+
+// Where scatter_rows_to_bf16 puts one row: row `source_row` of the source goes to `dest`, room for a row of BF16
+// values in memory of the source's device.
+struct RowDestination {
+  int64_t source_row = 0;
+  void* dest = nullptr;
+};
+
+// Copies rows of src [rows, ...] F32 (a row: the elements of one index of its first dimension) to their
+// destinations, rounded to bf16 as convert rounds: any number of rows into any buffers of src's device in one call
+// (on CUDA one launch over the destinations staged from host memory, enqueued only). No two destinations overlap,
+// nor does one overlap src.
+void scatter_rows_to_bf16(TensorView src, std::span<const RowDestination> rows);
+
 // Greedy sampling without bringing the logits to the host: ids[r] = the index of the largest element of row r
 // of x (the lowest such index on a tie) and logprobs[r] = its log-softmax, -log(sum_i exp(x[r, i] - max)).
 // x [rows, width] F32 (BF16 too on CUDA); ids [rows] I32; logprobs [rows] F32.

@@ -4,8 +4,9 @@
 //     small enough to preempt, random aborts; check_integrity after every step, the pool whole at the end, and
 //     every compression returns pages in its own step;
 //   * kept sets: at each compression, what every (layer, KV head) keeps inside the engine equals the method's pure
-//     selection (rkv_select / kara_select) over the same queries and keys, read independently through the
-//     controller's attention observer, and the cache then holds exactly those positions;
+//     selection (rkv_select / kara_select) over the same queries (rounded to bf16, as the method keeps them) and
+//     keys, read independently through the controller's attention observer, and the cache then holds exactly those
+//     positions;
 //   * composed with a prompt-time method (the registry's "prompt_method"): the same two tests, plus the prompt's kept
 //     sets after prefill equal the prompt method's alone and stay so while the decode method compresses, and a
 //     preempted request (recomputed) continues exactly as a fresh request of the tokens it had;
@@ -17,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "../loader/test_models.h"
@@ -241,9 +243,11 @@ TEST_P(DecodeCompressionTest, KeptSetsEqualThePureSelection) {
       seen.keys.resize(static_cast<size_t>(c.num_layers));
       seen.positions.resize(static_cast<size_t>(c.num_layers));
       if (slice.is_decode(ctx.batch.positions)) {
+        // The method keeps its queries in bf16, as the reference runs its model: the selection sees them rounded.
         const int64_t row = ctx.q.shape[1] * ctx.q.shape[2];
         const float* q = ctx.q.ptr<float>() + slice.token_begin * row;
-        seen.queries[layer].insert(seen.queries[layer].end(), q, q + slice.num_tokens * row);
+        for (const float x : std::span<const float>(q, static_cast<size_t>(slice.num_tokens * row)))
+          seen.queries[layer].push_back(bf16_to_f32(f32_to_bf16(x)));
       }
       seen.positions[layer].resize(static_cast<size_t>(c.num_kv_heads));
       for (int h = 0; h < c.num_kv_heads; ++h) {

@@ -92,9 +92,9 @@ TEST(EngineTest, PreemptionUnderMemoryPressureKeepsResultsExact) {
 }
 
 // Kara keeps each running sequence's recent queries beside the pool, out of the same KV budget. On the tiny model
-// (pages of 2 x 4 tokens x 16 floats = 512 bytes over 4 streams; rings of 2 layers x 10 rows x 64 floats = 5,120
-// bytes a sequence) a budget of one 192-token request's 192 pages plus three rings runs 3 sequences at once of the
-// 8 asked, and every request completes with the tokens an ample budget gives it; a budget short of one ring beside
+// (pages of 2 x 4 tokens x 16 floats = 512 bytes over 4 streams; rings of 2 layers x 10 rows x 64 bf16 values =
+// 2,560 bytes a sequence) a budget of one 192-token request's 192 pages plus three rings runs 3 sequences at once of
+// the 8 asked, and every request completes with the tokens an ample budget gives it; a budget short of one ring beside
 // that request is refused at startup.
 TEST(EngineTest, ABudgetHoldingFewerSequencesStateRunsFewerAndEveryRequestCompletes) {
   ModelBundle bundle = tiny_bundle();
@@ -105,7 +105,7 @@ TEST(EngineTest, ABudgetHoldingFewerSequencesStateRunsFewerAndEveryRequestComple
   config.max_model_len = 192;
   config.max_num_seqs = 8;
   config.max_num_batched_tokens = 64;
-  constexpr int64_t kRequestBytes = 192 * 512, kRingBytes = 2 * 10 * 64 * 4;
+  constexpr int64_t kRequestBytes = 192 * 512, kRingBytes = 2 * 10 * 64 * 2;
   std::mt19937 rng(5);
   std::vector<std::vector<int32_t>> prompts(8);
   for (std::vector<int32_t>& prompt : prompts) prompt = random_prompt(rng, 20 + static_cast<int>(rng() % 20));

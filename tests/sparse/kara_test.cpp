@@ -61,22 +61,22 @@ TEST(KaraMethodTest, ResidentPagesCoverTheTransientPeak) {
   }
 }
 
-// The ring holds window + buffer query rows per layer, composed or not (SnapKV keeps nothing per sequence); R-KV's
-// holds its window.
+// The ring holds window + buffer bf16 query rows per layer, composed or not (SnapKV keeps nothing per sequence);
+// R-KV's holds its window.
 TEST(KaraMethodTest, SequenceDeviceBytesAreTheQueryRing) {
   const KvLayout layout{3, 2, 8, 4, DType::kF32};
   const nlohmann::json config = {{"window", 32}, {"buffer", 8}, {"budget", 12}};
   auto kara = create_method("kara", config);
   ASSERT_TRUE(kara.is_ok());
-  EXPECT_EQ((*kara)->sequence_device_bytes(layout, 64), int64_t{3} * 40 * 64 * 4);
+  EXPECT_EQ((*kara)->sequence_device_bytes(layout, 64), int64_t{3} * 40 * 64 * 2);
   nlohmann::json composed = config;
   composed["prompt_method"] = "snapkv";
   auto kara_snapkv = create_method("kara", composed);
   ASSERT_TRUE(kara_snapkv.is_ok()) << kara_snapkv.status().to_string();
-  EXPECT_EQ((*kara_snapkv)->sequence_device_bytes(layout, 64), int64_t{3} * 40 * 64 * 4);
+  EXPECT_EQ((*kara_snapkv)->sequence_device_bytes(layout, 64), int64_t{3} * 40 * 64 * 2);
   auto rkv = create_method("rkv", {{"window", 8}});
   ASSERT_TRUE(rkv.is_ok());
-  EXPECT_EQ((*rkv)->sequence_device_bytes(layout, 64), int64_t{3} * 8 * 64 * 4);
+  EXPECT_EQ((*rkv)->sequence_device_bytes(layout, 64), int64_t{3} * 8 * 64 * 2);
   EXPECT_EQ((*create_method("snapkv", nullptr))->sequence_device_bytes(layout, 64), 0);
 }
 

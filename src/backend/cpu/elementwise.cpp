@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "backend/cpu/cpu_ops.h"
 
@@ -47,6 +48,17 @@ void softcap_inplace(TensorView x, float cap) {
   const int64_t n = x.numel();
   float* a = x.ptr<float>();
   for (int64_t i = 0; i < n; ++i) a[i] = cap * std::tanh(a[i] / cap);
+}
+
+void convert(TensorView dst, TensorView src) {
+  const auto n = static_cast<size_t>(src.numel());
+  if (src.dtype == dst.dtype) {
+    std::memmove(dst.data, src.data, n * dtype_size(src.dtype));
+  } else if (src.dtype == DType::kF32) {
+    convert_from_f32(src.ptr<float>(), dst.data, dst.dtype, n);
+  } else {
+    convert_to_f32(src.data, src.dtype, dst.ptr<float>(), n);
+  }
 }
 
 }  // namespace se::cpu

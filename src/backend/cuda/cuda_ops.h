@@ -28,6 +28,9 @@ void gated_activation(TensorView out, TensorView gate_up, Activation act);
 void add_inplace(TensorView x, TensorView y);
 void scale_inplace(TensorView x, float s);
 void softcap_inplace(TensorView x, float cap);
+void convert(TensorView dst, TensorView src);
+// One block per row, the destinations staged from host memory; enqueued only.
+void scatter_rows_to_bf16(TensorView src, std::span<const RowDestination> rows);
 // Two passes (chunks of each row, then one block per row merging the chunks: an online max and exp-sum);
 // ties go to the lowest index, as on the CPU. The chunk states live in the context scratch.
 void argmax_rows(TensorView ids, TensorView logprobs, TensorView x);

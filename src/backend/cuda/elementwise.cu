@@ -44,6 +44,12 @@ __global__ void add_kernel(void* x, DType x_dtype, const void* y, DType y_dtype,
     store_from_float(x, x_dtype, i, load_as_float(x, x_dtype, i) + load_as_float(y, y_dtype, i));
 }
 
+__global__ void convert_kernel(void* dst, DType dst_dtype, const void* src, DType src_dtype, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    store_from_float(dst, dst_dtype, i, load_as_float(src, src_dtype, i));
+}
+
 void launch_unary(TensorView x, Unary op, float s) {
   const int64_t n = x.numel();
   if (n == 0) return;
@@ -75,5 +81,12 @@ void add_inplace(TensorView x, TensorView y) {
 void scale_inplace(TensorView x, float s) { launch_unary(x, Unary::kScale, s); }
 
 void softcap_inplace(TensorView x, float cap) { launch_unary(x, Unary::kSoftcap, cap); }
+
+void convert(TensorView dst, TensorView src) {
+  const int64_t n = dst.numel();
+  convert_kernel<<<launch::grid_for(n, kThreads), kThreads, 0, CudaContext::current().stream()>>>(
+      dst.data, dst.dtype, src.data, src.dtype, n);
+  SE_CUDA_CHECK_LAUNCH("convert_kernel");
+}
 
 }  // namespace se::cuda

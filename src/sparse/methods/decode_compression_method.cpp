@@ -30,7 +30,7 @@ DecodeCompressionMethod::DecodeCompressionMethod(std::string name, nlohmann::ord
   traits_.family = MethodFamily::kEviction;
   traits_.keeps_full_history = false;
   // gather_keys reads a region's keys, the subclass's scoring ops score them (each adds its own); compact_kv
-  // evicts.
+  // evicts. (The query rings' scatter_rows_to_bf16 and convert have a kernel on every backend and read no KV page.)
   traits_.ops = {OpId::kGatherKeys, OpId::kCompactKv};
   // Every decode forward copies its queries into the sequence's ring at a row that moves with each step, so a
   // replayed graph would write the wrong row: decode steps run eagerly.
@@ -68,7 +68,8 @@ int32_t DecodeCompressionMethod::transient_extra_tokens(int32_t num_prefill_toke
 }
 
 int64_t DecodeCompressionMethod::sequence_device_bytes(const KvLayout& layout, int64_t query_row_elements) const {
-  const int64_t ring = int64_t{layout.num_layers} * query_capacity_ * query_row_elements * int64_t{sizeof(float)};
+  const int64_t ring = int64_t{layout.num_layers} * query_capacity_ * query_row_elements *
+                       static_cast<int64_t>(dtype_size(DType::kBF16));
   return ring + (prompt_method_ ? prompt_method_->sequence_device_bytes(layout, query_row_elements) : 0);
 }
 
@@ -116,6 +117,7 @@ void DecodeCompressionMethod::on_attention_end(LayerContext& ctx) {
   if (prompt_method_) prompt_method_->on_attention_end(ctx);
   const int num_layers = ctx.cache.layout().num_layers;
   const int64_t row_elements = ctx.q.shape[1] * ctx.q.shape[2];
+  query_destinations_.clear();
   for (const SequenceSlice& slice : ctx.batch.sequences) {
     if (!slice.is_decode(ctx.batch.positions)) continue;
     SE_CHECK(ctx.q.dtype == DType::kF32, "{}: F32 queries, got {}", name(), dtype_name(ctx.q.dtype));
@@ -134,7 +136,7 @@ void DecodeCompressionMethod::on_attention_end(LayerContext& ctx) {
         rings = std::move(spare_rings_.back());
         spare_rings_.pop_back();
       } else {
-        rings = empty_on(ctx.q.device, DType::kF32, ring_shape);
+        rings = empty_on(ctx.q.device, DType::kBF16, ring_shape);
       }
       it = sequences_
                .emplace(slice.seq, SequenceState{RecentQueries(std::move(rings)),
@@ -146,11 +148,10 @@ void DecodeCompressionMethod::on_attention_end(LayerContext& ctx) {
                                                  {}})
                .first;
     }
-    it->second.queries.append(ctx.layer, TensorView{ctx.q.ptr<float>() + int64_t{slice.token_begin} * row_elements,
-                                                    DType::kF32,
-                                                    {slice.num_tokens, ctx.q.shape[1], ctx.q.shape[2]},
-                                                    ctx.q.device});
+    it->second.queries.place_rows(ctx.layer, ctx.q, slice.token_begin, slice.num_tokens, query_destinations_);
   }
+  // Every decode slice's rows of the layer in one op: a copy per sequence would cost a launch per sequence.
+  if (!query_destinations_.empty()) scatter_rows_to_bf16(ctx.q, query_destinations_);
 }
 
 void DecodeCompressionMethod::finish_step(StepContext& ctx) {

@@ -5,9 +5,10 @@
 // (plan_compression) and which of its tokens each (layer, KV head) keeps (select). Engine thread only.
 //
 // Per decode step of a sequence:
-//   * on_attention_end: the step's post-RoPE query rows of each layer go into the sequence's RecentQueries ring,
-//     by a copy where the queries live (device memory on a GPU: nothing reaches the host); an ended sequence's
-//     rings serve the next one, so a GPU neither allocates nor frees them in a steady state;
+//   * on_attention_end: the step's post-RoPE query rows of each layer go into the sequences' RecentQueries rings
+//     in bf16, every decode slice's rows of the layer by one op where the queries live (device memory on a GPU:
+//     nothing reaches the host); an ended sequence's rings serve the next one, so a GPU neither allocates nor frees
+//     them in a steady state;
 //   * finish_step: plan_compression sees the clock (decoded tokens, generated tokens resident, the position where
 //     uncompressed tokens begin) and may name a region [first, end) of positions and how many of the newest
 //     queries score it. Each layer then reads the region's keys (gather_keys: slot order is position order,
@@ -45,7 +46,7 @@ class DecodeCompressionMethod : public MethodRuntime {
   // `num_tokens` (peak_generated_tokens), per stream.
   int64_t resident_pages(const KvLayout& layout, int32_t num_prefill_tokens, int32_t num_tokens) const override;
   int32_t transient_extra_tokens(int32_t num_prefill_tokens) const override;
-  // The recent queries' ring: capacity rows per layer (plus the prompt method's own).
+  // The recent queries' ring: capacity bf16 rows per layer (plus the prompt method's own).
   int64_t sequence_device_bytes(const KvLayout& layout, int64_t query_row_elements) const override;
   void prepare_step(StepContext& ctx) override;
   void on_attention_end(LayerContext& ctx) override;
@@ -134,6 +135,7 @@ class DecodeCompressionMethod : public MethodRuntime {
   int32_t query_capacity_ = 0;
   std::unordered_map<int32_t, SequenceState> sequences_;  // by sequence id, from its first decode step
   std::vector<Tensor> spare_rings_;                       // ended sequences' RecentQueries storage, for the next ones
+  std::vector<RowDestination> query_destinations_;        // on_attention_end's scratch: the layer's rows into rings
   // Scratch of finish_step: the step's compressions, per stream the kept slots, and a region's keys and queries
   // and every compression's scores where the pool lives, and the scores' host copy.
   std::vector<Compression> compressions_;

@@ -11,8 +11,8 @@
 // Config: window (W, default 512), buffer (P, 64), candidates (K, 64), budget (R, 160), period (128),
 // length_exponent (gamma, 1.0); budget <= window, candidates >= 1; plus "prompt_method" / "prompt_config": a
 // prompt-time method that compresses the prompt at the end of prefill (the registry lists the valid ones).
-// The sequence keeps the queries of its newest W + P decode tokens per layer, where the queries live (device
-// memory on a GPU).
+// The sequence keeps the queries of its newest W + P decode tokens per layer in bf16, where the queries live
+// (device memory on a GPU).
 #pragma once
 
 #include "sparse/method_config.h"

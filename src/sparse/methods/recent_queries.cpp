@@ -8,33 +8,29 @@
 namespace se {
 
 RecentQueries::RecentQueries(Tensor rows) : rows_(std::move(rows)) {
-  SE_CHECK(rows_.dtype() == DType::kF32 && rows_.rank() == 3 && rows_.numel() > 0,
-           "RecentQueries: storage {} is not [layers, capacity, row] F32", rows_.describe());
+  SE_CHECK(rows_.dtype() == DType::kBF16 && rows_.rank() == 3 && rows_.numel() > 0,
+           "RecentQueries: storage {} is not [layers, capacity, row] BF16", rows_.describe());
   capacity_ = static_cast<int32_t>(rows_.dim(1));
   row_elements_ = rows_.dim(2);
   appended_.assign(static_cast<size_t>(rows_.dim(0)), 0);
 }
 
-float* RecentQueries::row(int layer, int64_t index) const {
-  return rows_.data<float>() + (int64_t{layer} * capacity_ + index) * row_elements_;
+uint16_t* RecentQueries::row(int layer, int64_t index) const {
+  return rows_.data<uint16_t>() + (int64_t{layer} * capacity_ + index) * row_elements_;
 }
 
-void RecentQueries::append(int layer, TensorView rows) {
-  SE_CHECK(rows.dtype == DType::kF32 && rows.device == device() && rows.shape.rank() == 3 &&
-               rows.shape[1] * rows.shape[2] == row_elements_,
-           "RecentQueries: rows {} {} on {} for a ring of {}-element F32 rows on {}", dtype_name(rows.dtype),
-           rows.shape.to_string(), device_name(rows.device), row_elements_, device_name(device()));
-  const auto n = static_cast<int32_t>(rows.shape[0]);
+void RecentQueries::place_rows(int layer, TensorView queries, int64_t first_row, int32_t n,
+                               std::vector<RowDestination>& destinations) {
+  SE_CHECK(queries.dtype == DType::kF32 && queries.device == device() && queries.shape.rank() == 3 &&
+               queries.shape[1] * queries.shape[2] == row_elements_,
+           "RecentQueries: rows {} {} on {} for a ring of {}-element rows on {}", dtype_name(queries.dtype),
+           queries.shape.to_string(), device_name(queries.device), row_elements_, device_name(device()));
+  SE_CHECK(layer >= 0 && layer < num_layers() && n >= 0 && first_row >= 0 && first_row + n <= queries.shape[0],
+           "RecentQueries: rows [{}, {}) of {} into layer {} of {}", first_row, first_row + n, queries.shape[0], layer,
+           num_layers());
   int64_t& appended = appended_[static_cast<size_t>(layer)];
-  const size_t row_bytes = sizeof(float) * static_cast<size_t>(row_elements_);
-  // Rows that the ring would overwrite within this call are skipped; the rest wrap at most once.
-  for (int32_t r = std::max(0, n - capacity_); r < n;) {
-    const int64_t index = (appended + r) % capacity_;
-    const auto run = static_cast<int32_t>(std::min<int64_t>(n - r, capacity_ - index));
-    copy_rows_async(device(), row(layer, index), row_bytes, rows.ptr<float>() + int64_t{r} * row_elements_, row_bytes,
-                    row_bytes, static_cast<size_t>(run));
-    r += run;
-  }
+  for (int32_t r = std::max(0, n - capacity_); r < n; ++r)
+    destinations.push_back({first_row + r, row(layer, (appended + r) % capacity_)});
   appended += n;
 }
 
@@ -46,13 +42,13 @@ void RecentQueries::newest(int layer, int32_t n, TensorView out) const {
   SE_CHECK(n <= size(layer), "RecentQueries: {} rows asked of layer {}, which holds {}", n, layer, size(layer));
   SE_CHECK(out.dtype == DType::kF32 && out.device == device() && out.numel() == int64_t{n} * row_elements_,
            "RecentQueries: out {} for {} rows", out.shape.to_string(), n);
-  const size_t row_bytes = sizeof(float) * static_cast<size_t>(row_elements_);
   const int64_t appended = appended_[static_cast<size_t>(layer)];
+  // At most two runs: the ring's rows up to its end, then those from its start.
   for (int32_t r = 0; r < n;) {
     const int64_t index = (appended - n + r) % capacity_;
     const auto run = static_cast<int32_t>(std::min<int64_t>(n - r, capacity_ - index));
-    copy_rows_async(device(), out.ptr<float>() + int64_t{r} * row_elements_, row_bytes, row(layer, index), row_bytes,
-                    row_bytes, static_cast<size_t>(run));
+    convert(TensorView{out.ptr<float>() + int64_t{r} * row_elements_, DType::kF32, {run, row_elements_}, device()},
+            TensorView{row(layer, index), DType::kBF16, {run, row_elements_}, device()});
     r += run;
   }
 }

@@ -1,43 +1,49 @@
 // RecentQueries: the newest post-RoPE query rows of one sequence's decode tokens, per layer, in a ring of fixed
 // capacity. Decode-time compression scores the cache with the queries of tokens decoded in earlier steps, which
 // attention has long discarded, so the method keeps them. The ring lives where the step's queries do (device
-// memory beside a GPU) and every row moves by a copy enqueued there: keeping them costs a decode step no trip to
-// the host. Engine thread only.
+// memory beside a GPU) and holds them in bf16 on every device (R-KV's reference runs its model in bf16, so its
+// queries are bf16, and the CPU then keeps the GPU's bits); rows go in and come out through backend ops enqueued
+// there, so keeping them costs a decode step no trip to the host. Engine thread only.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
+#include "backend/ops.h"
 #include "tensor/tensor.h"
 
 namespace se {
 
 class RecentQueries {
  public:
-  // `rows` [num_layers, capacity, num_heads * head_dim] F32 (any contents): the rings' storage, on the device whose
+  // `rows` [num_layers, capacity, num_heads * head_dim] BF16 (any contents): the rings' storage, on the device whose
   // query rows they keep.
   explicit RecentQueries(Tensor rows);
 
   // The storage back, for another sequence's rings (no allocation, and on a GPU no free that waits for the device).
   Tensor release() && { return std::move(rows_); }
 
-  // Appends rows [n, H, D] F32 of layer `layer` (on the ring's device); only the newest `capacity` are kept.
-  void append(int layer, TensorView rows);
+  // Appends rows [first_row, first_row + n) of `queries` [T, H, D] F32 (on the ring's device) to `layer`'s ring:
+  // adds to `destinations` where each of the newest min(n, capacity) of them goes (older ones would be overwritten
+  // within the call), for the caller to copy with scatter_rows_to_bf16(queries, destinations) before the ring is
+  // read, every ring's rows of a layer in one call.
+  void place_rows(int layer, TensorView queries, int64_t first_row, int32_t n,
+                  std::vector<RowDestination>& destinations);
   int num_layers() const { return static_cast<int>(appended_.size()); }
   int64_t row_elements() const { return row_elements_; }
   Device device() const { return rows_.device(); }
   // Rows of `layer` held (min(appended, capacity)).
   int32_t size(int layer) const;
-  // The newest `n` (<= size) rows of `layer`, oldest first, into out [n, H, D] F32 on the ring's device.
+  // The newest `n` (<= size) rows of `layer`, oldest first, widened into out [n, H, D] F32 on the ring's device.
   void newest(int layer, int32_t n, TensorView out) const;
 
  private:
   // Row `index` (< capacity) of `layer`'s ring.
-  float* row(int layer, int64_t index) const;
+  uint16_t* row(int layer, int64_t index) const;
 
   int32_t capacity_ = 0;
   int64_t row_elements_ = 0;
-  Tensor rows_;                    // [num_layers, capacity, H * D]: row i of a layer's stream at i % capacity
+  Tensor rows_;                    // [num_layers, capacity, H * D] BF16: row i of a layer's stream at i % capacity
   std::vector<int64_t> appended_;  // [layer] rows appended so far
 };
 
