@@ -116,7 +116,7 @@ def test_a_batch_beyond_what_the_budget_runs_at_once_is_refused(tmp_path):
     r, rows = bench_decode(tmp_path, "--batch", "8", "--sparse-method", "kara", "--kv-cache-memory", "200000000",
                            "--max-model-len", "1024", input_len=64)
     assert r.returncode == 1 and not rows
-    assert "runs 3 sequences of kara at once, fewer than batch 8" in r.stdout, r.stdout + r.stderr
+    assert "runs 7 sequences of kara at once, fewer than batch 8" in r.stdout, r.stdout + r.stderr
 
 
 def test_dense_batch_auto_keeps_what_the_pool_holds(tmp_path):
