@@ -13,6 +13,7 @@
 #include "backend/cuda/cuda_context.h"
 #include "backend/device_memory.h"
 #include "backend/ops.h"
+#include "csv_flag.h"
 #include "cuda_timing.h"
 #include "device_buffers.cuh"
 
@@ -74,15 +75,4 @@ int run(const char* csv_path) {
 }  // namespace
 }  // namespace se
 
-int main(int argc, char** argv) {
-  const char* csv = nullptr;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--csv") == 0 && i + 1 < argc) {
-      csv = argv[++i];
-    } else {
-      std::fprintf(stderr, "usage: %s [--csv FILE]\n", argv[0]);
-      return 2;
-    }
-  }
-  return se::run(csv);
-}
+int main(int argc, char** argv) { return se::bench::run_with_csv_flag(argc, argv, se::run); }

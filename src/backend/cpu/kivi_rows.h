@@ -14,7 +14,6 @@
 namespace se::cpu {
 
 struct KiviRows {
-  static constexpr bool kInPlace = false;
   // Stream (sequence `s`, KV head `h`) of a KIVI view whose pages are laid out as `layout`.
   static KiviRows of(const AttentionView& view, const KiviPageLayout& layout, int32_t s, int32_t h) {
     const SeqKvView& sv = view.seqs[s];

@@ -40,7 +40,6 @@ namespace {
 
 // The explicit f32 pages: rows are read in place.
 struct ExplicitRows {
-  static constexpr bool kInPlace = true;
   const AttentionView* view;
   const int32_t* pages;  // the stream's page list
   const float* key(int32_t j, float* /*local*/) const { return row(0, j); }

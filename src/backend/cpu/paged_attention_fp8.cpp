@@ -9,7 +9,6 @@ namespace se::cpu {
 namespace {
 
 struct Fp8Rows {
-  static constexpr bool kInPlace = false;
   const AttentionView* view;
   const int32_t* pages;  // the stream's page list
   float k_scale, v_scale;

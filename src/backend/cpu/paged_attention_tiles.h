@@ -2,11 +2,11 @@
 // are cut into tiles, each tile collects the keys its rows see (visible_keys.h), computes the logits, the
 // softmax and the weighted sum of values. What differs between the explicit, FP8 and KIVI stores is only how
 // the K and V rows of token j are read, which a per-(sequence, KV head) row reader supplies:
-//   static constexpr bool kInPlace;                  // rows are f32 in the pool (the GEMM path may gather them)
 //   const float* key(int32_t j, float* local) const;   // K row of token j, head_dim values
 //   const float* value(int32_t j, float* local) const; // V row of token j
-// A quantized reader decodes the row into `local` (head_dim floats owned by the tile) and returns it, so a
-// quantized store is read one row at a time and no dequantized copy of the cache exists. Internal to backend/cpu.
+// A reader returns the row where it lies (f32 pages) or decodes it into `local` (head_dim floats owned by the tile)
+// and returns that, so a quantized store is read one row at a time and no dequantized copy of the cache exists: a
+// tile holds at most kGemmKeys decoded rows. Internal to backend/cpu.
 #pragma once
 
 #include <cblas.h>
@@ -33,9 +33,11 @@ struct AttentionTile {
   int32_t row_end = 0;
 };
 
-// Below this many query vectors a tile reads keys in place; from it on, an in-place store gathers them and runs
-// two GEMMs (gathering costs one copy of the keys, which the GEMMs' speed repays only across several rows).
+// Below this many query vectors a tile reads each key and value row once for all its queries; from it on, it
+// copies (or decodes) the rows into blocks of kGemmKeys and runs two GEMMs per block (the copy costs one pass over
+// the rows, which the GEMMs' speed repays only across several queries).
 constexpr int32_t kMinGemmQueries = 8;
+constexpr int32_t kGemmKeys = 256;
 // Query rows per tile in prefill: bounds the scores buffer (rows x group x visible keys) and leaves enough tiles
 // to spread over the threads.
 constexpr int32_t kTileRows = 32;
@@ -99,25 +101,31 @@ void attend_tile(TensorView out, TensorView q, const AttentionView& view, const 
   scratch.row.resize(static_cast<size_t>(head_dim));
   float* local = scratch.row.data();  // where a quantized reader decodes the row it returns
 
-  const bool use_gemm = Reader::kInPlace && num_queries >= kMinGemmQueries;
+  // Rows [first, first + count) of keys[] (key rows, or value rows), one after another in `block`.
+  const auto copy_rows = [&](bool values, int32_t first, int32_t count, std::vector<float>& block) {
+    block.resize(static_cast<size_t>(count) * static_cast<size_t>(head_dim));
+    for (int32_t i = 0; i < count; ++i) {
+      float* row = block.data() + int64_t{i} * head_dim;
+      const float* read = values ? reader.value(keys[first + i], row) : reader.key(keys[first + i], row);
+      if (read != row) std::memcpy(row, read, sizeof(float) * head_dim);
+    }
+  };
+  const bool use_gemm = num_queries >= kMinGemmQueries;
   if (use_gemm) {
-    // Gather the tile's queries and keys into dense matrices: scores = scale * Q K^T.
+    // scores = scale * Q K^T, one block of keys at a time.
     scratch.q.resize(static_cast<size_t>(num_queries) * static_cast<size_t>(head_dim));
-    scratch.k.resize(static_cast<size_t>(num_keys) * static_cast<size_t>(head_dim));
-    scratch.v.resize(scratch.k.size());
     for (int32_t m = 0; m < num_queries; ++m)
       std::memcpy(scratch.q.data() + int64_t{m} * head_dim, q.ptr<float>() + query_offset(m),
                   sizeof(float) * head_dim);
-    for (int32_t i = 0; i < num_keys; ++i) {
-      std::memcpy(scratch.k.data() + int64_t{i} * head_dim, reader.key(keys[i], local), sizeof(float) * head_dim);
-      std::memcpy(scratch.v.data() + int64_t{i} * head_dim, reader.value(keys[i], local),
-                  sizeof(float) * head_dim);
+    for (int32_t first = 0; first < num_keys; first += kGemmKeys) {
+      const int32_t count = std::min(kGemmKeys, num_keys - first);
+      copy_rows(false, first, count, scratch.k);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, num_queries, count, head_dim, params.scale, scratch.q.data(),
+                  head_dim, scratch.k.data(), head_dim, 0.0f, scores.data() + first, num_keys);
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, num_queries, num_keys, head_dim, params.scale,
-                scratch.q.data(), head_dim, scratch.k.data(), head_dim, 0.0f, scores.data(), num_keys);
   } else {
-    // Few queries (decode: one row, the query group), or a quantized store: each key row is located (and
-    // decoded) once for all of the tile's queries.
+    // Few queries (decode: one row, the query group): each key row is located (and decoded) once for all of the
+    // tile's queries.
     for (int32_t i = 0; i < num_keys; ++i) {
       const float* key = reader.key(keys[i], local);
       for (int32_t m = 0; m < num_queries; ++m)
@@ -134,8 +142,12 @@ void attend_tile(TensorView out, TensorView q, const AttentionView& view, const 
   }
 
   if (use_gemm) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, num_queries, head_dim, num_keys, 1.0f, scores.data(),
-                num_keys, scratch.v.data(), head_dim, 0.0f, result.data(), head_dim);
+    for (int32_t first = 0; first < num_keys; first += kGemmKeys) {
+      const int32_t count = std::min(kGemmKeys, num_keys - first);
+      copy_rows(true, first, count, scratch.v);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, num_queries, head_dim, count, 1.0f, scores.data() + first,
+                  num_keys, scratch.v.data(), head_dim, first == 0 ? 0.0f : 1.0f, result.data(), head_dim);
+    }
   } else {
     for (int32_t i = 0; i < num_keys; ++i) {
       const float* value = reader.value(keys[i], local);

@@ -4,7 +4,7 @@
 // beside it. paged_latent_attention: the absorbed queries attend
 // to the latent rows as multi-query attention whose keys and values are both the stored row [c ; k_rope] (the tile
 // loop every paged attention shares), and the latent part of each head's output is expanded by its W_uv. The
-// k_rope part of that output is computed and dropped: it keeps the row reads in place, one GEMM per tile.
+// k_rope part of that output is computed and dropped: the rows are read whole, as the tile loop reads any store's.
 #include <cblas.h>
 
 #include <algorithm>
@@ -20,7 +20,6 @@ namespace {
 
 // The latent rows, in place: token j's row is both its key and its value.
 struct LatentRows {
-  static constexpr bool kInPlace = true;
   const AttentionView* view;
   const int32_t* pages;  // the sequence's page list
   const float* key(int32_t j, float* /*local*/) const {

@@ -24,7 +24,6 @@ inline const uint8_t* turboquant_slot(const AttentionView& view, const int32_t* 
 
 // vLLM's presets: keys in their query's domain (turboquant_query), values in their channels.
 struct TurboQuantRows {
-  static constexpr bool kInPlace = false;
   const AttentionView* view;
   const int32_t* pages;  // the stream's page list
   TurboQuantSlotLayout layout;
@@ -53,7 +52,6 @@ struct TurboQuantRows {
 // The paper's store, read through a view twice the head's width (the codec's attention domain): keys are read_key's
 // 2 * head_dim values, values read_value's head_dim values and head_dim zeros.
 struct TurboQuantProdRows {
-  static constexpr bool kInPlace = false;
   const AttentionView* view;  // the wide view
   const int32_t* pages;       // the stream's page list
   const TurboQuantProdKvCodec* codec;
