@@ -2,10 +2,13 @@
 // quantized page when j < num_quantized_keys (one code per channel, each channel its own group's scale and
 // minimum) and is read from the residual pages otherwise; its value alike against num_quantized_values (groups of
 // value_group_size channels of the token). A decoded row goes into the caller's `local` buffer (head_dim floats).
-// Shared by every CPU op that reads KIVI pages, so they decode alike.
+// Shared by every CPU op that reads KIVI pages, so they decode alike. A group with more elements than codes decodes
+// by table (kivi_code_values): a value row's groups each build theirs, and key() keeps the table of the last key
+// group it read (every channel's codes), which its other tokens reuse. That cache makes a reader one thread's.
 #pragma once
 
 #include <algorithm>
+#include <vector>
 
 #include "backend/attention_view.h"
 #include "backend/quant/kivi_quant.h"
@@ -24,7 +27,9 @@ struct KiviRows {
                     kivi.residual.page_ids + static_cast<int64_t>(h) * kivi.residual.stride,
                     kivi.num_quantized_keys[h],
                     kivi.num_quantized_values[h],
-                    kivi.residual_first_slot[h]};
+                    kivi.residual_first_slot[h],
+                    {},
+                    -1};
   }
 
   const AttentionView* view;
@@ -32,6 +37,8 @@ struct KiviRows {
   const int32_t* pages;           // the stream's quantized page list
   const int32_t* residual_pages;  // its residual page list
   int32_t num_quantized_keys, num_quantized_values, residual_first_slot;
+  mutable std::vector<float> key_values;  // [head_dim][2^bits]: each channel's code values in key group key_group
+  mutable int32_t key_group = -1;
 
   const char* page(int32_t j) const {
     return static_cast<const char*>(view->quantized.quantized_base) +
@@ -50,8 +57,21 @@ struct KiviRows {
     const auto* words = reinterpret_cast<const uint32_t*>(base + layout->key_codes);
     const auto* scale = reinterpret_cast<const uint16_t*>(base + layout->key_scale);
     const auto* mn = reinterpret_cast<const uint16_t*>(base + layout->key_min);
+    const int32_t num_codes = 1 << qv.bits;
+    if (num_codes >= qv.group_size) {
+      for (int32_t c = 0; c < view->head_dim; ++c)
+        local[c] = kivi_dequantize(kivi_code(words + int64_t{c} * layout->key_words, t, qv.bits), scale[c], mn[c]);
+      return local;
+    }
+    if (const int32_t group = j / qv.group_size; group != key_group) {
+      key_values.resize(static_cast<size_t>(view->head_dim) * static_cast<size_t>(num_codes));
+      for (int32_t c = 0; c < view->head_dim; ++c)
+        kivi_code_values(scale[c], mn[c], qv.bits, key_values.data() + int64_t{c} * num_codes);
+      key_group = group;
+    }
     for (int32_t c = 0; c < view->head_dim; ++c)
-      local[c] = kivi_dequantize(kivi_code(words + int64_t{c} * layout->key_words, t, qv.bits), scale[c], mn[c]);
+      local[c] = key_values[static_cast<size_t>(int64_t{c} * num_codes +
+                                                kivi_code(words + int64_t{c} * layout->key_words, t, qv.bits))];
     return local;
   }
 
@@ -87,9 +107,19 @@ struct KiviRows {
     const auto* scale =
         reinterpret_cast<const uint16_t*>(base + layout->value_scale) + int64_t{t} * layout->value_groups;
     const auto* mn = reinterpret_cast<const uint16_t*>(base + layout->value_min) + int64_t{t} * layout->value_groups;
-    for (int32_t c = 0; c < view->head_dim; ++c) {
-      const int32_t g = c / qv.value_group_size;
-      local[c] = kivi_dequantize(kivi_code(words, c, qv.bits), scale[g], mn[g]);
+    if ((1 << qv.bits) >= qv.value_group_size) {
+      for (int32_t c = 0; c < view->head_dim; ++c) {
+        const int32_t g = c / qv.value_group_size;
+        local[c] = kivi_dequantize(kivi_code(words, c, qv.bits), scale[g], mn[g]);
+      }
+      return local;
+    }
+    float code_values[1 << 8];
+    for (int32_t first = 0; first < view->head_dim; first += qv.value_group_size) {
+      const int32_t g = first / qv.value_group_size;
+      kivi_code_values(scale[g], mn[g], qv.bits, code_values);
+      for (int32_t c = first; c < std::min(view->head_dim, first + qv.value_group_size); ++c)
+        local[c] = code_values[kivi_code(words, c, qv.bits)];
     }
     return local;
   }

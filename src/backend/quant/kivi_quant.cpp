@@ -48,6 +48,10 @@ float kivi_dequantize(uint32_t code, uint16_t scale, uint16_t mn) {
   return h(h(static_cast<float>(code) * f16_to_f32(scale)) + f16_to_f32(mn));
 }
 
+void kivi_code_values(uint16_t scale, uint16_t mn, int32_t bits, float* out) {
+  for (uint32_t q = 0; q < (1u << bits); ++q) out[q] = kivi_dequantize(q, scale, mn);
+}
+
 void kivi_dequantize_row(const uint32_t* words, const uint16_t* scale, const uint16_t* mn, int64_t n,
                          int32_t group_size, int32_t bits, float* out, int64_t stride) {
   for (int64_t i = 0; i < n; ++i)

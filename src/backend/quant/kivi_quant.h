@@ -19,10 +19,24 @@ namespace se {
 inline int64_t kivi_num_groups(int64_t n, int32_t group_size) { return (n + group_size - 1) / group_size; }
 inline int64_t kivi_num_words(int64_t n, int32_t bits) { return (n * bits + 31) / 32; }
 
-// Code of element i of a packed row.
+// Code of element i of a packed row of kBits-bit codes.
+template <int32_t kBits>
+inline uint32_t kivi_code(const uint32_t* words, int64_t i) {
+  constexpr int32_t kPerWord = 32 / kBits;
+  return (words[i / kPerWord] >> ((i % kPerWord) * kBits)) & ((1u << kBits) - 1u);
+}
+
+// The same for bits 2, 4 or 8 known at run time: a branch the row loops predict, where dividing by 32 / bits per
+// element would cost more than the rest of the decode.
 inline uint32_t kivi_code(const uint32_t* words, int64_t i, int32_t bits) {
-  const int32_t per_word = 32 / bits;
-  return (words[i / per_word] >> ((i % per_word) * bits)) & ((1u << bits) - 1u);
+  switch (bits) {
+    case 2:
+      return kivi_code<2>(words, i);
+    case 4:
+      return kivi_code<4>(words, i);
+    default:
+      return kivi_code<8>(words, i);
+  }
 }
 
 // x[i * stride], i < n -> words [kivi_num_words(n, bits)], scale and mn [kivi_num_groups(n, group_size)] (fp16
@@ -32,6 +46,10 @@ void kivi_quantize_row(const float* x, int64_t n, int64_t stride, int32_t group_
 
 // The reference's dequantization, element i of the row: fp16(fp16(q * scale) + mn).
 float kivi_dequantize(uint32_t code, uint16_t scale, uint16_t mn);
+
+// Every code's dequantized value under one (scale, mn): out[q] = kivi_dequantize(q, scale, mn), q < 2^bits. A group
+// of n elements with fewer than n codes decodes faster by looking them up.
+void kivi_code_values(uint16_t scale, uint16_t mn, int32_t bits, float* out);
 
 // Whole row: out[i * stride], i < n.
 void kivi_dequantize_row(const uint32_t* words, const uint16_t* scale, const uint16_t* mn, int64_t n,
