@@ -3,7 +3,7 @@
 // minimum) and is read from the residual pages otherwise; its value alike against num_quantized_values (groups of
 // value_group_size channels of the token). A decoded row goes into the caller's `local` buffer (head_dim floats).
 // Shared by every CPU op that reads KIVI pages, so they decode alike. A group with more elements than codes decodes
-// by table (kivi_code_values): a value row's groups each build theirs, and key() keeps the table of the last key
+// by table (kivi_code_values): a value row through kivi_dequantize_row, and key() keeps the table of the last key
 // group it read (every channel's codes), which its other tokens reuse. That cache makes a reader one thread's.
 #pragma once
 
@@ -107,20 +107,7 @@ struct KiviRows {
     const auto* scale =
         reinterpret_cast<const uint16_t*>(base + layout->value_scale) + int64_t{t} * layout->value_groups;
     const auto* mn = reinterpret_cast<const uint16_t*>(base + layout->value_min) + int64_t{t} * layout->value_groups;
-    if ((1 << qv.bits) >= qv.value_group_size) {
-      for (int32_t c = 0; c < view->head_dim; ++c) {
-        const int32_t g = c / qv.value_group_size;
-        local[c] = kivi_dequantize(kivi_code(words, c, qv.bits), scale[g], mn[g]);
-      }
-      return local;
-    }
-    float code_values[1 << 8];
-    for (int32_t first = 0; first < view->head_dim; first += qv.value_group_size) {
-      const int32_t g = first / qv.value_group_size;
-      kivi_code_values(scale[g], mn[g], qv.bits, code_values);
-      for (int32_t c = first; c < std::min(view->head_dim, first + qv.value_group_size); ++c)
-        local[c] = code_values[kivi_code(words, c, qv.bits)];
-    }
+    kivi_dequantize_row(words, scale, mn, view->head_dim, qv.value_group_size, qv.bits, local, 1);
     return local;
   }
 };

@@ -54,8 +54,18 @@ void kivi_code_values(uint16_t scale, uint16_t mn, int32_t bits, float* out) {
 
 void kivi_dequantize_row(const uint32_t* words, const uint16_t* scale, const uint16_t* mn, int64_t n,
                          int32_t group_size, int32_t bits, float* out, int64_t stride) {
-  for (int64_t i = 0; i < n; ++i)
-    out[i * stride] = kivi_dequantize(kivi_code(words, i, bits), scale[i / group_size], mn[i / group_size]);
+  if ((int64_t{1} << bits) >= group_size) {
+    for (int64_t i = 0; i < n; ++i)
+      out[i * stride] = kivi_dequantize(kivi_code(words, i, bits), scale[i / group_size], mn[i / group_size]);
+    return;
+  }
+  // A group holds more elements than there are codes: each group's code values once, then lookups.
+  float code_values[1 << 8];
+  for (int64_t first = 0; first < n; first += group_size) {
+    kivi_code_values(scale[first / group_size], mn[first / group_size], bits, code_values);
+    for (int64_t i = first; i < std::min<int64_t>(n, first + group_size); ++i)
+      out[i * stride] = code_values[kivi_code(words, i, bits)];
+  }
 }
 
 }  // namespace se

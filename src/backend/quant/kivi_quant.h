@@ -51,7 +51,7 @@ float kivi_dequantize(uint32_t code, uint16_t scale, uint16_t mn);
 // of n elements with fewer than n codes decodes faster by looking them up.
 void kivi_code_values(uint16_t scale, uint16_t mn, int32_t bits, float* out);
 
-// Whole row: out[i * stride], i < n.
+// Whole row: out[i * stride], i < n (by kivi_code_values' table where a group has more elements than codes).
 void kivi_dequantize_row(const uint32_t* words, const uint16_t* scale, const uint16_t* mn, int64_t n,
                          int32_t group_size, int32_t bits, float* out, int64_t stride);
 
