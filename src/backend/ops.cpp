@@ -288,18 +288,24 @@ void convert(TensorView dst, TensorView src) {
   cpu::convert(dst, src);
 }
 
-void scatter_rows_to_bf16(TensorView src, std::span<const RowDestination> rows) {
+void scatter_rows_to_bf16(TensorView src, TensorView rows, int64_t dest_offset) {
   SE_CHECK(src.dtype == DType::kF32 && src.shape.rank() >= 1, "scatter_rows_to_bf16: src {} {} (F32 rows)",
            dtype_name(src.dtype), src.shape.to_string());
-  for (const RowDestination& row : rows)
-    SE_CHECK(row.source_row >= 0 && row.source_row < src.shape[0] && row.dest != nullptr,
-             "scatter_rows_to_bf16: source row {} of {} to {}", row.source_row, src.shape[0], row.dest);
-  if (rows.empty()) return;
+  SE_CHECK(rows.dtype == DType::kI64 && rows.shape.rank() == 2 && rows.shape[1] == 2 && rows.device == src.device &&
+               dest_offset >= 0,
+           "scatter_rows_to_bf16: rows {} {} on {} (an [n, 2] I64 table where src lives, {}), offset {}",
+           dtype_name(rows.dtype), rows.shape.to_string(), device_name(rows.device), device_name(src.device),
+           dest_offset);
+  if (rows.shape[0] == 0) return;
   if (on_cuda(src, "scatter_rows_to_bf16")) {
-    if constexpr (kCudaBuilt) cuda::scatter_rows_to_bf16(src, rows);
+    if constexpr (kCudaBuilt) cuda::scatter_rows_to_bf16(src, rows, dest_offset);
     return;
   }
-  cpu::scatter_rows_to_bf16(src, rows);
+  const std::span<const RowDestination> entries(rows.ptr<RowDestination>(), static_cast<size_t>(rows.shape[0]));
+  for (const RowDestination& row : entries)
+    SE_CHECK(row.source_row >= 0 && row.source_row < src.shape[0] && row.dest != nullptr,
+             "scatter_rows_to_bf16: source row {} of {} to {}", row.source_row, src.shape[0], row.dest);
+  cpu::scatter_rows_to_bf16(src, entries, dest_offset);
 }
 
 void argmax_rows(TensorView ids, TensorView logprobs, TensorView x) {

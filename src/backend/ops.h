@@ -93,12 +93,15 @@ struct RowDestination {
   int64_t source_row = 0;
   void* dest = nullptr;
 };
+static_assert(sizeof(RowDestination) == 2 * sizeof(int64_t), "a RowDestination is one row of an [n, 2] I64 table");
 
 // Copies rows of src [rows, ...] F32 (a row: the elements of one index of its first dimension) to their
-// destinations, rounded to bf16 as convert rounds: any number of rows into any buffers of src's device in one call
-// (on CUDA one launch over the destinations staged from host memory, enqueued only). No two destinations overlap,
-// nor does one overlap src.
-void scatter_rows_to_bf16(TensorView src, std::span<const RowDestination> rows);
+// destinations, rounded to bf16 as convert rounds: any number of rows into any buffers of src's device in one call.
+// `rows` [n, 2] I64 holds n RowDestination entries where src lives, and each row goes to its entry's dest plus
+// `dest_offset` bf16 elements. On CUDA one launch reads the table on the device, so a step captured as a CUDA graph
+// replays over whatever the table holds at the replay (only the CPU twin can check the entries). No two
+// destinations overlap, nor does one overlap src.
+void scatter_rows_to_bf16(TensorView src, TensorView rows, int64_t dest_offset);
 
 // Greedy sampling without bringing the logits to the host: ids[r] = the index of the largest element of row r
 // of x (the lowest such index on a tie) and logprobs[r] = its log-softmax, -log(sum_i exp(x[r, i] - max)).

@@ -1,6 +1,7 @@
 // The bf16 row ops on the CPU: scatter_rows_to_bf16 rounds each named source row to nearest-even bf16 (the bits
-// f32_to_bf16 gives) into its own destination, in any buffers, and writes nothing else; convert widens bf16 back to
-// F32 exactly and rounds F32 to bf16 the same way; bad source rows and dtypes are refused.
+// f32_to_bf16 gives) into its own destination plus the call's offset, in any buffers, and writes nothing else;
+// convert widens bf16 back to F32 exactly and rounds F32 to bf16 the same way; bad source rows, tables and dtypes
+// are refused.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -25,13 +26,17 @@ std::vector<float> source_rows(int64_t rows) {
   return src;
 }
 
+TensorView table_view(std::vector<RowDestination>& rows) {
+  return TensorView{rows.data(), DType::kI64, {static_cast<int64_t>(rows.size()), 2}, Device::kCpu};
+}
+
 TEST(Bf16RowsTest, ScatterRoundsEachRowIntoItsOwnDestination) {
   std::vector<float> src = source_rows(4);
   const TensorView src_view{src.data(), DType::kF32, {4, kRow}, Device::kCpu};
   // Two buffers: rows 3 and 0 into the first (its rows 0 and 2), row 1 into the second's row 1.
   std::vector<uint16_t> first(3 * kRow, 0xabcd), second(2 * kRow, 0xabcd);
-  const std::vector<RowDestination> rows = {{3, first.data()}, {0, first.data() + 2 * kRow}, {1, second.data() + kRow}};
-  scatter_rows_to_bf16(src_view, rows);
+  std::vector<RowDestination> rows = {{3, first.data()}, {0, first.data() + 2 * kRow}, {1, second.data() + kRow}};
+  scatter_rows_to_bf16(src_view, table_view(rows), 0);
   const auto expect_row = [&](const uint16_t* got, int64_t source_row) {
     for (int64_t e = 0; e < kRow; ++e)
       EXPECT_EQ(got[e], f32_to_bf16(src[static_cast<size_t>(source_row * kRow + e)])) << source_row << " " << e;
@@ -46,6 +51,11 @@ TEST(Bf16RowsTest, ScatterRoundsEachRowIntoItsOwnDestination) {
   // Ties go to even, the rest to nearest.
   EXPECT_EQ(bf16_to_f32(first[2 * kRow]), 1.0f);
   EXPECT_EQ(bf16_to_f32(first[2 * kRow + 1]), 1.0f + 4 * 0x1p-8f);
+  // The same table, offset by one row: each row lands one row further on (the first buffer's row 1 now).
+  std::vector<RowDestination> offset_rows = {{2, first.data()}};
+  scatter_rows_to_bf16(src_view, table_view(offset_rows), kRow);
+  expect_row(first.data() + kRow, 2);
+  expect_row(first.data(), 3);
 }
 
 TEST(Bf16RowsTest, ConvertWidensExactlyAndRoundsToNearestEven) {
@@ -68,10 +78,14 @@ TEST(Bf16RowsDeathTest, RefusesRowsItDoesNotHaveAndOtherDtypes) {
   std::vector<float> src = source_rows(2);
   std::vector<uint16_t> dest(kRow);
   const TensorView src_view{src.data(), DType::kF32, {2, kRow}, Device::kCpu};
-  EXPECT_DEATH(scatter_rows_to_bf16(src_view, std::vector<RowDestination>{{2, dest.data()}}), "source row 2 of 2");
-  EXPECT_DEATH(scatter_rows_to_bf16(TensorView{dest.data(), DType::kBF16, {1, kRow}, Device::kCpu},
-                                    std::vector<RowDestination>{{0, dest.data()}}),
-               "src bf16");
+  std::vector<RowDestination> past_the_end = {{2, dest.data()}}, first_row = {{0, dest.data()}};
+  EXPECT_DEATH(scatter_rows_to_bf16(src_view, table_view(past_the_end), 0), "source row 2 of 2");
+  EXPECT_DEATH(
+      scatter_rows_to_bf16(TensorView{dest.data(), DType::kBF16, {1, kRow}, Device::kCpu}, table_view(first_row), 0),
+      "src bf16");
+  EXPECT_DEATH(scatter_rows_to_bf16(src_view, TensorView{first_row.data(), DType::kI32, {1, 4}, Device::kCpu}, 0),
+               "an \\[n, 2\\] I64 table");
+  EXPECT_DEATH(scatter_rows_to_bf16(src_view, table_view(first_row), -1), "offset -1");
   std::vector<int32_t> ints(kRow);
   EXPECT_DEATH(convert(TensorView{ints.data(), DType::kI32, {kRow}, Device::kCpu}, src_view), "convert: f32 to i32");
   EXPECT_DEATH(convert(TensorView{dest.data(), DType::kBF16, {kRow}, Device::kCpu}, src_view), "convert: \\[2, 5\\]");

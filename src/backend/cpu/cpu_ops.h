@@ -20,7 +20,7 @@ void add_inplace(TensorView x, TensorView y);
 void scale_inplace(TensorView x, float s);
 void softcap_inplace(TensorView x, float cap);
 void convert(TensorView dst, TensorView src);
-void scatter_rows_to_bf16(TensorView src, std::span<const RowDestination> rows);
+void scatter_rows_to_bf16(TensorView src, std::span<const RowDestination> rows, int64_t dest_offset);
 void argmax_rows(TensorView ids, TensorView logprobs, TensorView x);
 void sample_rows(TensorView ids, TensorView logprobs, TensorView x, std::span<const RowSampling> rows);
 void mask_refused_tokens(TensorView out, TensorView x, TensorView allowed);

@@ -30,7 +30,7 @@ void scale_inplace(TensorView x, float s);
 void softcap_inplace(TensorView x, float cap);
 void convert(TensorView dst, TensorView src);
 // One block per row, the destinations staged from host memory; enqueued only.
-void scatter_rows_to_bf16(TensorView src, std::span<const RowDestination> rows);
+void scatter_rows_to_bf16(TensorView src, TensorView rows, int64_t dest_offset);
 // Two passes (chunks of each row, then one block per row merging the chunks: an online max and exp-sum);
 // ties go to the lowest index, as on the CPU. The chunk states live in the context scratch.
 void argmax_rows(TensorView ids, TensorView logprobs, TensorView x);

@@ -1,10 +1,12 @@
 #include "sparse/methods/decode_compression_method.h"
 
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 
 #include "backend/device_memory.h"
 #include "backend/ops.h"
+#include "backend/step_graph.h"
 #include "base/check.h"
 #include "sparse/sliding_window_tail.h"
 
@@ -32,9 +34,9 @@ DecodeCompressionMethod::DecodeCompressionMethod(std::string name, nlohmann::ord
   // gather_keys reads a region's keys, the subclass's scoring ops score them (each adds its own); compact_kv
   // evicts. (The query rings' scatter_rows_to_bf16 and convert have a kernel on every backend and read no KV page.)
   traits_.ops = {OpId::kGatherKeys, OpId::kCompactKv};
-  // Every decode forward copies its queries into the sequence's ring at a row that moves with each step, so a
-  // replayed graph would write the wrong row: decode steps run eagerly.
-  traits_.static_decode_forward = false;
+  // A decode forward's scatters of its queries into the rings read where each row goes from a table prepare_step
+  // rewrites in place, so a captured forward replays right; compression runs in finish_step, outside the forward.
+  traits_.static_decode_forward = true;
   traits_.prefix_mode = PrefixMode::kChain;
   traits_.prefill_policy = PrefillPolicy::kDense;
   // select() chooses each KV head's tokens from that head's keys and its query group's queries, and the clock that
@@ -48,6 +50,7 @@ DecodeCompressionMethod::DecodeCompressionMethod(std::string name, nlohmann::ord
     for (const OpId op : prompt.ops)
       if (std::find(traits_.ops.begin(), traits_.ops.end(), op) == traits_.ops.end()) traits_.ops.push_back(op);
     traits_.prefill_policy = prompt.prefill_policy;
+    traits_.static_decode_forward = prompt.static_decode_forward;
     traits_.tensor_parallel = prompt.tensor_parallel;
     traits_.host_hooks = prompt.host_hooks;
   }
@@ -75,6 +78,51 @@ int64_t DecodeCompressionMethod::sequence_device_bytes(const KvLayout& layout, i
 
 void DecodeCompressionMethod::prepare_step(StepContext& ctx) {
   if (prompt_method_) prompt_method_->prepare_step(ctx);
+  step_rows_.clear();
+  for (const SequenceSlice& slice : ctx.batch.sequences)
+    if (slice.is_decode(ctx.batch.positions))
+      decoding_state(ctx, slice).queries.place_rows(slice.token_begin, slice.num_tokens, step_rows_);
+  num_step_rows_ = static_cast<int64_t>(step_rows_.size());
+  if (num_step_rows_ == 0) return;
+  if (!step_table_.defined() || step_table_.dim(0) < num_step_rows_ || step_table_.device() != query_device_) {
+    const int64_t capacity = std::max(num_step_rows_, step_table_.defined() ? 2 * step_table_.dim(0) : 64);
+    step_table_ = empty_on(query_device_, DType::kI64, {capacity, 2});
+    staged_step_table_ = Tensor::empty(DType::kI64, {capacity, 2}, staging_allocator(query_device_));
+    StepGraph::note_buffers_moved();
+  }
+  // The copy runs when the stream reaches it, before the forward's scatters; nothing rewrites the staging before
+  // the next step.
+  const size_t bytes = step_rows_.size() * sizeof(RowDestination);
+  std::memcpy(staged_step_table_.raw(), step_rows_.data(), bytes);
+  copy_bytes_async(query_device_, step_table_.raw(), staged_step_table_.raw(), bytes);
+}
+
+DecodeCompressionMethod::SequenceState& DecodeCompressionMethod::decoding_state(const StepContext& ctx,
+                                                                                const SequenceSlice& slice) {
+  auto it = sequences_.find(slice.seq);
+  // A sequence that took more prompt since it last decoded (the next turn of a conversation under the same id)
+  // starts its generated part again, as a resumed Chain Cache turn does.
+  if (it != sequences_.end() && it->second.prompt_end != slice.num_prefill_tokens) {
+    end_sequence(it);
+    it = sequences_.end();
+  }
+  if (it != sequences_.end()) return it->second;
+  // The sequence's prefill ran a forward before, which showed the queries' shape.
+  SE_CHECK(query_row_elements_ > 0, "{}: seq {} decodes before any forward of this method", name(), slice.seq);
+  const Shape ring_shape{ctx.cache.layout().num_layers, query_capacity_, query_row_elements_};
+  Tensor rings;
+  if (!spare_rings_.empty() && spare_rings_.back().device() == query_device_ &&
+      spare_rings_.back().shape() == ring_shape) {
+    rings = std::move(spare_rings_.back());
+    spare_rings_.pop_back();
+  } else {
+    rings = empty_on(query_device_, DType::kBF16, ring_shape);
+  }
+  return sequences_
+      .emplace(slice.seq,
+               SequenceState{
+                   RecentQueries(std::move(rings)), slice.num_prefill_tokens, slice.num_prefill_tokens, 0, {}, {}, {}})
+      .first->second;
 }
 
 void DecodeCompressionMethod::on_layer_end(int layer, const ForwardBatch& batch, TensorView hidden) {
@@ -115,46 +163,19 @@ Status DecodeCompressionMethod::import_sequence_state(int32_t seq, std::unique_p
 
 void DecodeCompressionMethod::on_attention_end(LayerContext& ctx) {
   if (prompt_method_) prompt_method_->on_attention_end(ctx);
-  const int num_layers = ctx.cache.layout().num_layers;
-  const int64_t row_elements = ctx.q.shape[1] * ctx.q.shape[2];
-  query_destinations_.clear();
-  for (const SequenceSlice& slice : ctx.batch.sequences) {
-    if (!slice.is_decode(ctx.batch.positions)) continue;
-    SE_CHECK(ctx.q.dtype == DType::kF32, "{}: F32 queries, got {}", name(), dtype_name(ctx.q.dtype));
-    auto it = sequences_.find(slice.seq);
-    // A sequence that took more prompt since it last decoded (the next turn of a conversation under the same id)
-    // starts its generated part again, as a resumed Chain Cache turn does.
-    if (it != sequences_.end() && it->second.prompt_end != slice.num_prefill_tokens) {
-      end_sequence(it);
-      it = sequences_.end();
-    }
-    if (it == sequences_.end()) {
-      const Shape ring_shape{num_layers, query_capacity_, row_elements};
-      Tensor rings;
-      if (!spare_rings_.empty() && spare_rings_.back().device() == ctx.q.device &&
-          spare_rings_.back().shape() == ring_shape) {
-        rings = std::move(spare_rings_.back());
-        spare_rings_.pop_back();
-      } else {
-        rings = empty_on(ctx.q.device, DType::kBF16, ring_shape);
-      }
-      it = sequences_
-               .emplace(slice.seq, SequenceState{RecentQueries(std::move(rings)),
-                                                 slice.num_prefill_tokens,
-                                                 slice.num_prefill_tokens,
-                                                 0,
-                                                 {},
-                                                 {},
-                                                 {}})
-               .first;
-    }
-    it->second.queries.place_rows(ctx.layer, ctx.q, slice.token_begin, slice.num_tokens, query_destinations_);
-  }
-  // Every decode slice's rows of the layer in one op: a copy per sequence would cost a launch per sequence.
-  if (!query_destinations_.empty()) scatter_rows_to_bf16(ctx.q, query_destinations_);
+  query_row_elements_ = ctx.q.shape[1] * ctx.q.shape[2];
+  query_device_ = ctx.q.device;
+  if (num_step_rows_ == 0) return;
+  SE_CHECK(ctx.q.dtype == DType::kF32, "{}: F32 queries, got {}", name(), dtype_name(ctx.q.dtype));
+  // Every decode slice's rows of the layer in one op: a copy per sequence would cost a launch per sequence. Every
+  // ring has the shape decoding_state gave it, so layer l's place is layer 0's plus l strides.
+  const int64_t layer_stride = int64_t{query_capacity_} * query_row_elements_;
+  scatter_rows_to_bf16(ctx.q, TensorView{step_table_.raw(), DType::kI64, {num_step_rows_, 2}, query_device_},
+                       ctx.layer * layer_stride);
 }
 
 void DecodeCompressionMethod::finish_step(StepContext& ctx) {
+  num_step_rows_ = 0;  // the step's forward is over: a transient pass's forwards keep no queries
   // The prompt method compresses the prompts completed this step; decode slices are this method's.
   if (prompt_method_) prompt_method_->finish_step(ctx);
   const KvLayout& layout = ctx.cache.layout();
@@ -225,8 +246,8 @@ void DecodeCompressionMethod::place_scores(StepContext& ctx, Compression& c, int
       SE_CHECK(slots_before(h, region.first) == a && slots_before(h, region.end) == b &&
                    ctx.cache.stream_length(c.seq, layer, h) == ctx.cache.stream_length(c.seq, layer, 0),
                "{}: seq {} layer {}: KV head {} holds the region elsewhere", name(), c.seq, layer, h);
-    SE_CHECK(c.state->queries.size(layer) >= region.num_queries, "{}: seq {} layer {} holds {} of {} queries", name(),
-             c.seq, layer, c.state->queries.size(layer), region.num_queries);
+    SE_CHECK(c.state->queries.size() >= region.num_queries, "{}: seq {} holds {} of {} queries", name(), c.seq,
+             c.state->queries.size(), region.num_queries);
     c.score_offset[static_cast<size_t>(layer)] = num_scores_total;
     num_scores_total += int64_t{num_kv_heads} * num_scores(b - a);
   }

@@ -5,10 +5,12 @@
 // (plan_compression) and which of its tokens each (layer, KV head) keeps (select). Engine thread only.
 //
 // Per decode step of a sequence:
-//   * on_attention_end: the step's post-RoPE query rows of each layer go into the sequences' RecentQueries rings
-//     in bf16, every decode slice's rows of the layer by one op where the queries live (device memory on a GPU:
-//     nothing reaches the host); an ended sequence's rings serve the next one, so a GPU neither allocates nor frees
-//     them in a steady state;
+//   * prepare_step places the step's query rows in the sequences' RecentQueries rings (an ended sequence's rings
+//     serve the next one, so a GPU neither allocates nor frees them in a steady state) and uploads where they go,
+//     one table for the step;
+//   * on_attention_end: the post-RoPE query rows of each layer go to those places in bf16, every decode slice's
+//     rows of the layer by one op where the queries live (device memory on a GPU: nothing reaches the host). The
+//     forward thus enqueues the same work every step, and a decode step replays as a CUDA graph;
 //   * finish_step: plan_compression sees the clock (decoded tokens, generated tokens resident, the position where
 //     uncompressed tokens begin) and may name a region [first, end) of positions and how many of the newest
 //     queries score it. Each layer then reads the region's keys (gather_keys: slot order is position order,
@@ -120,6 +122,9 @@ class DecodeCompressionMethod : public MethodRuntime {
     std::vector<int32_t> first_slot, count;
     std::vector<int64_t> score_offset;
   };
+  // The state of a sequence decoding in this step: created (with rings) at its first decode step, and created anew
+  // when it took more prompt since it last decoded.
+  SequenceState& decoding_state(const StepContext& ctx, const SequenceSlice& slice);
   // Ends a sequence's state, its query rings kept for the next sequence.
   void end_sequence(std::unordered_map<int32_t, SequenceState>::iterator it);
   // The region's slots per layer, and its scores' place from `num_scores_total` on (which it advances).
@@ -135,7 +140,14 @@ class DecodeCompressionMethod : public MethodRuntime {
   int32_t query_capacity_ = 0;
   std::unordered_map<int32_t, SequenceState> sequences_;  // by sequence id, from its first decode step
   std::vector<Tensor> spare_rings_;                       // ended sequences' RecentQueries storage, for the next ones
-  std::vector<RowDestination> query_destinations_;        // on_attention_end's scratch: the layer's rows into rings
+  // The forwards' query rows, as on_attention_end last saw them: what a ring holds and where.
+  int64_t query_row_elements_ = 0;
+  Device query_device_ = Device::kCpu;
+  // The step's query rows into the rings (layer 0's places): built on the host, staged in pinned memory and copied
+  // to step_table_, where on_attention_end's scatters read it; num_step_rows_ 0 outside a step's forward.
+  std::vector<RowDestination> step_rows_;
+  Tensor staged_step_table_, step_table_;
+  int64_t num_step_rows_ = 0;
   // Scratch of finish_step: the step's compressions, per stream the kept slots, and a region's keys and queries
   // and every compression's scores where the pool lives, and the scores' host copy.
   std::vector<Compression> compressions_;

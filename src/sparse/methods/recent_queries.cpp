@@ -10,39 +10,30 @@ namespace se {
 RecentQueries::RecentQueries(Tensor rows) : rows_(std::move(rows)) {
   SE_CHECK(rows_.dtype() == DType::kBF16 && rows_.rank() == 3 && rows_.numel() > 0,
            "RecentQueries: storage {} is not [layers, capacity, row] BF16", rows_.describe());
+  num_layers_ = static_cast<int>(rows_.dim(0));
   capacity_ = static_cast<int32_t>(rows_.dim(1));
   row_elements_ = rows_.dim(2);
-  appended_.assign(static_cast<size_t>(rows_.dim(0)), 0);
 }
 
 uint16_t* RecentQueries::row(int layer, int64_t index) const {
   return rows_.data<uint16_t>() + (int64_t{layer} * capacity_ + index) * row_elements_;
 }
 
-void RecentQueries::place_rows(int layer, TensorView queries, int64_t first_row, int32_t n,
-                               std::vector<RowDestination>& destinations) {
-  SE_CHECK(queries.dtype == DType::kF32 && queries.device == device() && queries.shape.rank() == 3 &&
-               queries.shape[1] * queries.shape[2] == row_elements_,
-           "RecentQueries: rows {} {} on {} for a ring of {}-element rows on {}", dtype_name(queries.dtype),
-           queries.shape.to_string(), device_name(queries.device), row_elements_, device_name(device()));
-  SE_CHECK(layer >= 0 && layer < num_layers() && n >= 0 && first_row >= 0 && first_row + n <= queries.shape[0],
-           "RecentQueries: rows [{}, {}) of {} into layer {} of {}", first_row, first_row + n, queries.shape[0], layer,
-           num_layers());
-  int64_t& appended = appended_[static_cast<size_t>(layer)];
+void RecentQueries::place_rows(int64_t first_row, int32_t n, std::vector<RowDestination>& destinations) {
+  SE_CHECK(n >= 0 && first_row >= 0, "RecentQueries: rows [{}, {})", first_row, first_row + n);
   for (int32_t r = std::max(0, n - capacity_); r < n; ++r)
-    destinations.push_back({first_row + r, row(layer, (appended + r) % capacity_)});
-  appended += n;
+    destinations.push_back({first_row + r, row(0, (appended_ + r) % capacity_)});
+  appended_ += n;
 }
 
-int32_t RecentQueries::size(int layer) const {
-  return static_cast<int32_t>(std::min<int64_t>(appended_[static_cast<size_t>(layer)], capacity_));
-}
+int32_t RecentQueries::size() const { return static_cast<int32_t>(std::min<int64_t>(appended_, capacity_)); }
 
 void RecentQueries::newest(int layer, int32_t n, TensorView out) const {
-  SE_CHECK(n <= size(layer), "RecentQueries: {} rows asked of layer {}, which holds {}", n, layer, size(layer));
+  SE_CHECK(layer >= 0 && layer < num_layers_ && n <= size(),
+           "RecentQueries: {} rows asked of layer {} of {}, which hold {}", n, layer, num_layers_, size());
   SE_CHECK(out.dtype == DType::kF32 && out.device == device() && out.numel() == int64_t{n} * row_elements_,
            "RecentQueries: out {} for {} rows", out.shape.to_string(), n);
-  const int64_t appended = appended_[static_cast<size_t>(layer)];
+  const int64_t appended = appended_;
   // At most two runs: the ring's rows up to its end, then those from its start.
   for (int32_t r = 0; r < n;) {
     const int64_t index = (appended - n + r) % capacity_;

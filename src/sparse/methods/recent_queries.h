@@ -23,17 +23,19 @@ class RecentQueries {
   // The storage back, for another sequence's rings (no allocation, and on a GPU no free that waits for the device).
   Tensor release() && { return std::move(rows_); }
 
-  // Appends rows [first_row, first_row + n) of `queries` [T, H, D] F32 (on the ring's device) to `layer`'s ring:
-  // adds to `destinations` where each of the newest min(n, capacity) of them goes (older ones would be overwritten
-  // within the call), for the caller to copy with scatter_rows_to_bf16(queries, destinations) before the ring is
-  // read, every ring's rows of a layer in one call.
-  void place_rows(int layer, TensorView queries, int64_t first_row, int32_t n,
-                  std::vector<RowDestination>& destinations);
-  int num_layers() const { return static_cast<int>(appended_.size()); }
+  // Appends rows [first_row, first_row + n) of a step's queries [T, H, D] F32 to every layer's ring, before the
+  // forward computes them: adds to `destinations` where each of the newest min(n, capacity) of them goes in layer
+  // 0's ring (older ones would be overwritten within the step), for the caller to copy each layer's rows with
+  // scatter_rows_to_bf16(queries, table, layer * layer_stride()) before the ring is read, every ring's rows of a
+  // layer in one call.
+  void place_rows(int64_t first_row, int32_t n, std::vector<RowDestination>& destinations);
+  int num_layers() const { return num_layers_; }
   int64_t row_elements() const { return row_elements_; }
+  // Elements from one layer's ring to the next's, the same in every ring of one capacity and row size.
+  int64_t layer_stride() const { return int64_t{capacity_} * row_elements_; }
   Device device() const { return rows_.device(); }
-  // Rows of `layer` held (min(appended, capacity)).
-  int32_t size(int layer) const;
+  // Rows held in each layer's ring (min(appended, capacity)).
+  int32_t size() const;
   // The newest `n` (<= size) rows of `layer`, oldest first, widened into out [n, H, D] F32 on the ring's device.
   void newest(int layer, int32_t n, TensorView out) const;
 
@@ -41,10 +43,11 @@ class RecentQueries {
   // Row `index` (< capacity) of `layer`'s ring.
   uint16_t* row(int layer, int64_t index) const;
 
+  int num_layers_ = 0;
   int32_t capacity_ = 0;
   int64_t row_elements_ = 0;
-  Tensor rows_;                    // [num_layers, capacity, H * D] BF16: row i of a layer's stream at i % capacity
-  std::vector<int64_t> appended_;  // [layer] rows appended so far
+  Tensor rows_;           // [num_layers, capacity, H * D] BF16: row i of a layer's stream at i % capacity
+  int64_t appended_ = 0;  // rows appended to each layer so far
 };
 
 }  // namespace se

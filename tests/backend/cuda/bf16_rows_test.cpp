@@ -1,8 +1,9 @@
 // Parity of the bf16 row ops' CUDA twins with their CPU twins, bit for bit: scatter_rows_to_bf16 over a batch of
 // 300 rows of 1,000 values (not a multiple of the block) into two device buffers, the destinations a shuffled subset
-// so some rows stay unwritten, and 4,096 rows of 4,096 values (a 128-sequence decode step of an 8B model's queries
-// into 32 rings each); convert both ways over the same values. The values cover ties to even, subnormals, infinities
-// and magnitudes from 1e-30 to 1e30 (NaN excepted: its bits are the backend's own).
+// so some rows stay unwritten, at the table's places and two rows past them, and 4,096 rows of 4,096 values (a
+// 128-sequence decode step of an 8B model's queries into 32 rings each); convert both ways over the same values. The
+// values cover ties to even, subnormals, infinities and magnitudes from 1e-30 to 1e30 (NaN excepted: its bits are the
+// backend's own).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -52,18 +53,27 @@ std::vector<uint16_t> host_bits(const Tensor& device_bf16) {
   return std::vector<uint16_t>(host.data<uint16_t>(), host.data<uint16_t>() + host.numel());
 }
 
-// Scatters `num_dest` of the source's rows (shuffled) into two buffers of `num_dest` rows each, half in each, every
-// other destination row left unwritten, on both backends; the bits must agree everywhere.
-void check_scatter(int64_t rows, int64_t width, int64_t num_dest, uint64_t seed) {
+// The table of `destinations` as scatter_rows_to_bf16 takes it, on `device`.
+Tensor table_on(Device device, const std::vector<RowDestination>& destinations) {
+  Tensor host = Tensor::empty(DType::kI64, {static_cast<int64_t>(destinations.size()), 2});
+  std::memcpy(host.raw(), destinations.data(), host.nbytes());
+  return device == Device::kCpu ? host : cuda::to_device(host);
+}
+
+// Scatters `num_dest` of the source's rows (shuffled) into two buffers of `num_dest` + 2 rows each, half in each,
+// with the table's places shifted by `offset_rows` (even) rows, so every other row stays unwritten, on both
+// backends; the bits must agree everywhere.
+void check_scatter(int64_t rows, int64_t width, int64_t num_dest, int64_t offset_rows, uint64_t seed) {
   const Tensor src = awkward_rows(rows, width, seed);
   std::vector<int64_t> order(static_cast<size_t>(rows));
   std::iota(order.begin(), order.end(), 0);
   std::shuffle(order.begin(), order.end(), std::mt19937(static_cast<uint32_t>(seed)));
-  Tensor host_a = Tensor::empty(DType::kBF16, {num_dest, width}),
-         host_b = Tensor::empty(DType::kBF16, {num_dest, width});
+  Tensor host_a = Tensor::empty(DType::kBF16, {num_dest + 2, width}),
+         host_b = Tensor::empty(DType::kBF16, {num_dest + 2, width});
   std::memset(host_a.raw(), 0xff, host_a.nbytes());
   std::memset(host_b.raw(), 0xff, host_b.nbytes());
-  Tensor device_a = poisoned(DType::kBF16, {num_dest, width}), device_b = poisoned(DType::kBF16, {num_dest, width});
+  Tensor device_a = poisoned(DType::kBF16, {num_dest + 2, width}),
+         device_b = poisoned(DType::kBF16, {num_dest + 2, width});
   std::vector<RowDestination> on_host, on_device;
   for (int64_t i = 0; i < num_dest; ++i) {
     const int64_t row = (i / 2) * 2;  // rows 0, 2, 4, ... of each buffer
@@ -72,9 +82,9 @@ void check_scatter(int64_t rows, int64_t width, int64_t num_dest, uint64_t seed)
     on_host.push_back({source, (in_a ? host_a : host_b).data<uint16_t>() + row * width});
     on_device.push_back({source, (in_a ? device_a : device_b).data<uint16_t>() + row * width});
   }
-  scatter_rows_to_bf16(src.view(), on_host);
+  scatter_rows_to_bf16(src.view(), table_on(Device::kCpu, on_host).view(), offset_rows * width);
   const Tensor device_src = cuda::to_device(src);
-  scatter_rows_to_bf16(device_src.view(), on_device);
+  scatter_rows_to_bf16(device_src.view(), table_on(Device::kCuda, on_device).view(), offset_rows * width);
   const std::vector<uint16_t> got_a = host_bits(device_a), got_b = host_bits(device_b);
   EXPECT_TRUE(std::equal(got_a.begin(), got_a.end(), host_a.data<uint16_t>())) << rows << " x " << width;
   EXPECT_TRUE(std::equal(got_b.begin(), got_b.end(), host_b.data<uint16_t>())) << rows << " x " << width;
@@ -83,8 +93,9 @@ void check_scatter(int64_t rows, int64_t width, int64_t num_dest, uint64_t seed)
 
 TEST(CudaBf16RowsTest, ScatterMatchesTheCpuBitForBit) {
   SE_SKIP_WITHOUT_CUDA_DEVICE();
-  check_scatter(300, 1000, 200, 1);
-  check_scatter(4096, 4096, 4096, 2);
+  check_scatter(300, 1000, 200, 0, 1);
+  check_scatter(300, 1000, 200, 2, 3);
+  check_scatter(4096, 4096, 4096, 0, 2);
 }
 
 TEST(CudaBf16RowsTest, ConvertMatchesTheCpuBitForBit) {

@@ -531,8 +531,9 @@ TEST(GpuEngineTest, ConstrainedDecodingSamplesOnTheDeviceLikeOnTheHost) {
 }
 
 // A decode step replayed from a CUDA graph computes what the eager step computes: the same greedy tokens for a
-// dense, an eviction and a selection method (Quest ranks on the device inside the graph), over batch sizes that
-// change as requests finish (several graphs, re-captured as the page tables grow).
+// dense, an eviction and a selection method (Quest ranks on the device inside the graph) and the decode-time
+// compressors (their query rings filled by a table rewritten before each replay, compressing between replays), over
+// batch sizes that change as requests finish (several graphs, re-captured as the page tables grow).
 TEST(GpuEngineTest, CudaGraphDecodeMatchesEager) {
   SE_SKIP_WITHOUT_CUDA_DEVICE();
   auto normalized = normalize_hf_config(tiny_config("llama"), "tiny");
@@ -544,7 +545,9 @@ TEST(GpuEngineTest, CudaGraphDecodeMatchesEager) {
   for (const auto& [method, config] : std::map<std::string, nlohmann::json>{
            {"vanilla", nullptr},
            {"streamingllm", {{"budget", 48}}},
-           {"quest", {{"token_budget", 32}, {"dense_layers", 1}}}}) {
+           {"quest", {{"token_budget", 32}, {"dense_layers", 1}}},
+           {"rkv", {{"budget", 24}, {"buffer", 8}, {"window", 4}, {"kernel", 3}}},
+           {"kara", {{"window", 16}, {"buffer", 4}, {"candidates", 4}, {"budget", 6}, {"period", 8}}}}) {
     const auto eager = engine_traces(gpu, Device::kCuda, method, config, prompts, 120, /*enforce_eager=*/true);
     const auto graphs = engine_traces(gpu, Device::kCuda, method, config, prompts, 120);
     for (size_t i = 0; i < prompts.size(); ++i)
