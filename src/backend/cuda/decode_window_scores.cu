@@ -5,6 +5,7 @@
 // the CPU does. Only the dot products round differently from the CPU's double ones (about 1e-7 relative), which
 // moves a ranking only at near-ties. Scratch from CudaContext::scratch (one call per op, since the next call may
 // move it); out, queries and keys on the device.
+#include <algorithm>
 #include <cstdint>
 
 #include "backend/cuda/cuda_check.h"
@@ -143,24 +144,72 @@ __global__ void __launch_bounds__(kThreads) softmax_stats_kernel(double* stats, 
   }
 }
 
-// Block (column tile, h): out[h][j] = the mean over h's softmax rows of the probability of key j. Lane l of every
-// warp takes column tile * 32 + l, the warps split the rows, and shared memory sums their parts.
+// The column reductions (a mean over softmax rows of each key's probability, a mean over similarity rows) sum one
+// term per (row, column) in double. Block (column tile, h, part) sums the rows [part * rows_per_part, +rows_per_part)
+// of 32 columns: lane l of every warp takes column tile * 32 + l, the warps split the rows, and shared memory joins
+// them into parts[part][h][j]. Splitting the rows over parts keeps every SM busy where a few heads' column tiles
+// alone would not (Kara's 512 keys x 8 KV heads are 128 tiles); finish_columns_kernel then adds the parts in order,
+// so the sums do not depend on scheduling.
+template <typename Term>
 __global__ void __launch_bounds__(kThreads)
-    mean_probability_kernel(float* out, const double* stats, const SoftmaxRows s) {
-  __shared__ double parts[kThreads / 32][32];
-  const int h = blockIdx.y, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    column_parts_kernel(double* parts, const Term term, int num_rows, int rows_per_part, int n, int num_kv_heads) {
+  __shared__ double warp_sums[kThreads / 32][32];
+  const int h = blockIdx.y, part = blockIdx.z, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int j = blockIdx.x * 32 + lane;
-  const double* row_stats = stats + 2 * static_cast<int64_t>(h) * s.num_rows;
+  const int end = min(num_rows, (part + 1) * rows_per_part);
   double acc = 0;
-  if (j < s.n)
-    for (int p = warp; p < s.num_rows; p += kThreads / 32)
-      acc += exp(s.logit(h, p, j) - row_stats[2 * p]) / row_stats[2 * p + 1];
-  parts[warp][lane] = acc;
+  if (j < n)
+    for (int i = part * rows_per_part + warp; i < end; i += kThreads / 32) acc += term(h, i, j);
+  warp_sums[warp][lane] = acc;
   __syncthreads();
-  if (warp != 0 || j >= s.n) return;
-  for (int w = 1; w < kThreads / 32; ++w) acc += parts[w][lane];
-  out[static_cast<int64_t>(h) * s.n + j] = static_cast<float>(acc / s.num_rows);
+  if (warp != 0 || j >= n) return;
+  for (int w = 1; w < kThreads / 32; ++w) acc += warp_sums[w][lane];
+  parts[(static_cast<int64_t>(part) * num_kv_heads + h) * n + j] = acc;
 }
+
+// out[c] = (the sum over parts of parts[part][c]) / divisor, c < cells.
+template <typename T>
+__global__ void finish_columns_kernel(T* out, const double* parts, int num_parts, int64_t cells, double divisor) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= cells) return;
+  double sum = 0;
+  for (int part = 0; part < num_parts; ++part) sum += parts[part * cells + c];
+  out[c] = static_cast<T>(sum / divisor);
+}
+
+// How many parts reduce_columns splits num_rows rows into: about four blocks per SM, each part at least 64 rows (8
+// per warp).
+int column_parts(int num_rows, int n, int num_kv_heads) {
+  const int64_t blocks = launch::ceil_div(n, 32) * num_kv_heads;
+  const int64_t target = int64_t{4} * CudaContext::current().props().multiProcessorCount;
+  return static_cast<int>(std::clamp<int64_t>(launch::ceil_div(target, blocks), 1, launch::ceil_div(num_rows, 64)));
+}
+// out[h][j] = (the sum over rows i < num_rows of term(h, i, j)) / divisor, for j < n. `parts`: room for
+// column_parts(num_rows, n, num_kv_heads) x num_kv_heads x n doubles.
+template <typename T, typename Term>
+void reduce_columns(T* out, double* parts, const Term& term, int num_rows, int n, int num_kv_heads, double divisor) {
+  const int num_parts = column_parts(num_rows, n, num_kv_heads);
+  const auto rows_per_part = static_cast<int>(launch::ceil_div(num_rows, num_parts));
+  const cudaStream_t stream = CudaContext::current().stream();
+  column_parts_kernel<<<dim3(launch::grid_for(n, 32), static_cast<unsigned>(num_kv_heads),
+                             static_cast<unsigned>(num_parts)),
+                        kThreads, 0, stream>>>(parts, term, num_rows, rows_per_part, n, num_kv_heads);
+  SE_CUDA_CHECK_LAUNCH("column_parts_kernel");
+  const int64_t cells = int64_t{num_kv_heads} * n;
+  finish_columns_kernel<<<launch::grid_for(cells, kThreads), kThreads, 0, stream>>>(out, parts, num_parts, cells,
+                                                                                    divisor);
+  SE_CUDA_CHECK_LAUNCH("finish_columns_kernel");
+}
+
+// A softmax row's probability of key j: the term of a window's mean probabilities.
+struct Probability {
+  SoftmaxRows s;
+  const double* stats;  // [num_kv_heads][num_rows][2]: each softmax row's max and sum
+  __device__ double operator()(int h, int p, int j) const {
+    const double* row_stats = stats + 2 * (static_cast<int64_t>(h) * s.num_rows + p);
+    return exp(s.logit(h, p, j) - row_stats[0]) / row_stats[1];
+  }
+};
 
 // group_max: a softmax row per (window row, KV head) over its group's max-pooled logits; else one per (window row,
 // query head).
@@ -170,12 +219,16 @@ void window_scores(TensorView out, TensorView queries, TensorView keys, bool gro
             head_dim = static_cast<int>(keys.shape[2]);
   const int group = num_heads / num_kv_heads;
   const SoftmaxRows unscored{nullptr, group_max ? rows : rows * group, group_max ? group : 1, n};
-  // Scratch: softmax stats [num_kv_heads][num_rows][2] f64, then the logits [num_kv_heads][rows * group][n] f32.
+  // Scratch: softmax stats [num_kv_heads][num_rows][2] f64, the column parts f64, then the logits
+  // [num_kv_heads][rows * group][n] f32.
   const size_t stats_bytes = sizeof(double) * 2 * static_cast<size_t>(num_kv_heads) * unscored.num_rows;
+  const size_t parts_bytes =
+      sizeof(double) * static_cast<size_t>(column_parts(unscored.num_rows, n, num_kv_heads)) * num_kv_heads * n;
   const size_t logits_bytes = sizeof(float) * static_cast<size_t>(num_kv_heads) * rows * group * n;
-  char* scratch = static_cast<char*>(CudaContext::current().scratch(stats_bytes + logits_bytes));
+  char* scratch = static_cast<char*>(CudaContext::current().scratch(stats_bytes + parts_bytes + logits_bytes));
   auto* stats = reinterpret_cast<double*>(scratch);
-  auto* logits = reinterpret_cast<float*>(scratch + stats_bytes);
+  auto* parts = reinterpret_cast<double*>(scratch + stats_bytes);
+  auto* logits = reinterpret_cast<float*>(scratch + stats_bytes + parts_bytes);
   // Batch h, row r * group + g: query head h * group + g at window row r against KV head h's keys.
   const int64_t d = head_dim;
   launch_row_dots(
@@ -188,9 +241,7 @@ void window_scores(TensorView out, TensorView queries, TensorView keys, bool gro
   const int64_t lanes = int64_t{num_kv_heads} * s.num_rows * 32;
   softmax_stats_kernel<<<launch::grid_for(lanes, kThreads), kThreads, 0, context.stream()>>>(stats, s, num_kv_heads);
   SE_CUDA_CHECK_LAUNCH("softmax_stats_kernel");
-  mean_probability_kernel<<<dim3(launch::grid_for(n, 32), static_cast<unsigned>(num_kv_heads)), kThreads, 0,
-                            context.stream()>>>(out.ptr<float>(), stats, s);
-  SE_CUDA_CHECK_LAUNCH("mean_probability_kernel");
+  reduce_columns(out.ptr<float>(), parts, Probability{s, stats}, s.num_rows, n, num_kv_heads, s.num_rows);
 }
 
 // Block (t, h): unit[h][t] = k / (|k| + 1e-8), rounded to f32 as the CPU's.
@@ -226,25 +277,17 @@ __global__ void __launch_bounds__(kThreads) newest_duplicate_kernel(int32_t* new
   if (lane == 0) newest[row] = found < 0 ? 0 : static_cast<int32_t>(found);
 }
 
-// Block (column tile, h): column_mean[h][j] = the mean over rows i of S[i, j], without the diagonal and each row's
-// newest near-duplicate; split over rows and summed as mean_probability_kernel does.
-__global__ void __launch_bounds__(kThreads)
-    column_mean_kernel(double* column_mean, const float* similarity, const int32_t* newest, int num_tokens) {
-  __shared__ double parts[kThreads / 32][32];
-  const int h = blockIdx.y, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int j = blockIdx.x * 32 + lane;
-  const float* s = similarity + static_cast<int64_t>(h) * num_tokens * num_tokens + j;
-  const int32_t* row_newest = newest + static_cast<int64_t>(h) * num_tokens;
-  double sum = 0;
-  if (j < num_tokens)
-    for (int i = warp; i < num_tokens; i += kThreads / 32)
-      if (i != j && row_newest[i] != j) sum += s[static_cast<int64_t>(i) * num_tokens];
-  parts[warp][lane] = sum;
-  __syncthreads();
-  if (warp != 0 || j >= num_tokens) return;
-  for (int w = 1; w < kThreads / 32; ++w) sum += parts[w][lane];
-  column_mean[static_cast<int64_t>(h) * num_tokens + j] = sum / num_tokens;
-}
+// A similarity row's entry at column j, without the diagonal and the row's newest near-duplicate: the term of
+// key_redundancy's column means.
+struct Similarity {
+  const float* similarity;  // [num_kv_heads][T][T]
+  const int32_t* newest;    // [num_kv_heads][T]
+  int num_tokens;
+  __device__ double operator()(int h, int i, int j) const {
+    const int64_t row = static_cast<int64_t>(h) * num_tokens + i;
+    return i == j || newest[row] == j ? 0.0 : similarity[row * num_tokens + j];
+  }
+};
 
 // Block h: out[h] = softmax of column_mean[h].
 __global__ void __launch_bounds__(kThreads) softmax_rows_kernel(float* out, const double* column_mean, int num_tokens) {
@@ -283,16 +326,20 @@ void key_redundancy(TensorView out, TensorView keys, float threshold) {
   const auto num_tokens = static_cast<int>(keys.shape[0]), num_kv_heads = static_cast<int>(keys.shape[1]),
              head_dim = static_cast<int>(keys.shape[2]);
   const size_t cells = static_cast<size_t>(num_kv_heads) * num_tokens;
-  // Scratch: column means [Hkv, T] f64, newest [Hkv, T] i32, unit keys [Hkv, T, D] f32, similarities [Hkv, T, T] f32.
-  const size_t mean_bytes = cells * sizeof(double), newest_bytes = (cells * sizeof(int32_t) + 15) / 16 * 16;
+  // Scratch: column means [Hkv, T] f64, the column parts f64, newest [Hkv, T] i32, unit keys [Hkv, T, D] f32,
+  // similarities [Hkv, T, T] f32.
+  const size_t mean_bytes = cells * sizeof(double);
+  const size_t parts_bytes = mean_bytes * static_cast<size_t>(column_parts(num_tokens, num_tokens, num_kv_heads));
+  const size_t newest_bytes = (cells * sizeof(int32_t) + 15) / 16 * 16;
   const size_t unit_bytes = cells * head_dim * sizeof(float);
   CudaContext& context = CudaContext::current();
-  char* scratch = static_cast<char*>(context.scratch(mean_bytes + newest_bytes + unit_bytes +
+  char* scratch = static_cast<char*>(context.scratch(mean_bytes + parts_bytes + newest_bytes + unit_bytes +
                                                      cells * static_cast<size_t>(num_tokens) * sizeof(float)));
   auto* column_mean = reinterpret_cast<double*>(scratch);
-  auto* newest = reinterpret_cast<int32_t*>(scratch + mean_bytes);
-  auto* unit = reinterpret_cast<float*>(scratch + mean_bytes + newest_bytes);
-  auto* similarity = reinterpret_cast<float*>(scratch + mean_bytes + newest_bytes + unit_bytes);
+  auto* parts = reinterpret_cast<double*>(scratch + mean_bytes);
+  auto* newest = reinterpret_cast<int32_t*>(scratch + mean_bytes + parts_bytes);
+  auto* unit = reinterpret_cast<float*>(scratch + mean_bytes + parts_bytes + newest_bytes);
+  auto* similarity = reinterpret_cast<float*>(scratch + mean_bytes + parts_bytes + newest_bytes + unit_bytes);
   unit_keys_kernel<<<dim3(static_cast<unsigned>(num_tokens), static_cast<unsigned>(num_kv_heads)), 128, 0,
                      context.stream()>>>(unit, keys.ptr<float>(), num_tokens, num_kv_heads, head_dim);
   SE_CUDA_CHECK_LAUNCH("unit_keys_kernel");
@@ -303,9 +350,8 @@ void key_redundancy(TensorView out, TensorView keys, float threshold) {
   newest_duplicate_kernel<<<launch::grid_for(static_cast<int64_t>(cells) * 32, kThreads), kThreads, 0,
                             context.stream()>>>(newest, similarity, num_tokens, num_kv_heads, threshold);
   SE_CUDA_CHECK_LAUNCH("newest_duplicate_kernel");
-  column_mean_kernel<<<dim3(launch::grid_for(num_tokens, 32), static_cast<unsigned>(num_kv_heads)), kThreads, 0,
-                       context.stream()>>>(column_mean, similarity, newest, num_tokens);
-  SE_CUDA_CHECK_LAUNCH("column_mean_kernel");
+  reduce_columns(column_mean, parts, Similarity{similarity, newest, num_tokens}, num_tokens, num_tokens, num_kv_heads,
+                 num_tokens);
   softmax_rows_kernel<<<static_cast<unsigned>(num_kv_heads), kThreads, 0, context.stream()>>>(out.ptr<float>(),
                                                                                               column_mean, num_tokens);
   SE_CUDA_CHECK_LAUNCH("softmax_rows_kernel");

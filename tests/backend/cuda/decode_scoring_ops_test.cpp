@@ -2,7 +2,7 @@
 // kara runs): gather_keys over the cache's host tables and the device pool copies the same bf16 keys exactly
 // (page sizes 16 and 64, per-head stream lengths, ranges that start and end inside pages); the three scores over
 // the same f32 queries and keys agree to 1e-5 (the device's dot products are f32, the CPU's double; both reduce them
-// in double), GQA groups 1, 4 and 8, head_dim 64 and 128, windows of a few rows up to budget + buffer keys;
+// in double), GQA groups 1, 2, 4 and 8, head_dim 64, 80 and 128, windows of a few rows up to budget + buffer keys;
 // key_redundancy also with repeated keys, whose newest copies go unpenalized; redundancy_aware_scores on random
 // importance and redundancy, kernels 1 and 7.
 #include <gtest/gtest.h>
@@ -57,8 +57,8 @@ struct ScoreCase {
 const std::vector<ScoreCase> kScoreCases = {
     {"w8 g4 d128 T1152", 8, 8, 4, 128, 1152},    // R-KV at budget 1024 + buffer 128 (Llama-3.1-8B shape)
     {"w576 g4 d128 n512", 576, 8, 4, 128, 512},  // Kara's default window of 512 + 64 queries
-    {"w3 g1 d64 n5", 3, 2, 1, 64, 5},
-    {"w16 g8 d64 n300", 16, 1, 8, 64, 300},
+    {"w3 g1 d64 n5", 3, 2, 1, 64, 5},           {"w16 g8 d64 n300", 16, 1, 8, 64, 300},
+    {"w5 g2 d80 n129", 5, 2, 2, 80, 129},
 };
 
 // Runs op(out, queries, keys) on both devices; the relative error of the device result.
