@@ -148,7 +148,7 @@ __global__ void __launch_bounds__(kThreads) softmax_stats_kernel(double* stats, 
 // term per (row, column) in double. Block (column tile, h, part) sums the rows [part * rows_per_part, +rows_per_part)
 // of 32 columns: lane l of every warp takes column tile * 32 + l, the warps split the rows, and shared memory joins
 // them into parts[part][h][j]. Splitting the rows over parts keeps every SM busy where a few heads' column tiles
-// alone would not (Kara's 512 keys x 8 KV heads are 128 tiles); finish_columns_kernel then adds the parts in order,
+// alone would not (a 512-key window over 8 KV heads is 128 tiles); finish_columns_kernel then adds the parts in order,
 // so the sums do not depend on scheduling.
 template <typename Term>
 __global__ void __launch_bounds__(kThreads)

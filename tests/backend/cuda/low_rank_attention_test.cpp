@@ -58,6 +58,7 @@ double gpu_error(const test::LowRankShape& shape, const RopeParams& rope, const 
 }
 
 TEST(CudaLowRankAttentionTest, MatchesTheCpuReference) {
+  SE_SKIP_WITHOUT_CUDA_DEVICE();
   RopeParams rope;
   rope.rotary_dim = 16;
   AttentionParams params;
