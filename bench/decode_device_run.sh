@@ -11,7 +11,8 @@
 #                                                               compression (long_generation_sweep.py): 1,024-token
 #                                                               prompts, OUTPUT_LEN tokens each, one KV pool of
 #                                                               KV_MEMORY (default 64G: an H200) for every method,
-#                                                               REQUESTS_PER_SLOT x C requests (default 1), CSV
+#                                                               REQUESTS_PER_SLOT x C requests (default 1),
+#                                                               ADMISSION (--admission, default optimistic), CSV
 #                                                               and report under OUT_DIR
 #   bench/decode_device_run.sh BUNDLE_DIR OUT_DIR hf CONTEXT BATCHES   HF transformers dense decode, same shape
 #   bench/decode_device_run.sh BUNDLE_DIR OUT_DIR profile CONTEXT BATCH [ARGS...]
@@ -55,7 +56,8 @@ case $stage in
     python3 bench/long_generation_sweep.py --binary "$bundle/sparse-engine" --model $model --input-len 1024 \
       --output-len "$4" --budget "$5" --concurrencies "$6" --methods "$7" --csv "$out/long_generation.csv" \
       --requests-per-slot "${REQUESTS_PER_SLOT:-1}" \
-      -- --kv-cache-memory "${8:-64G}" --max-num-batched-tokens 16384 2>&1 | tee -a "$out/longgen.log" \
+      -- --kv-cache-memory "${8:-64G}" --max-num-batched-tokens 16384 --admission "${ADMISSION:-optimistic}" 2>&1 \
+      | tee -a "$out/longgen.log" \
       | grep -vE "^\s*$"
     ;;
   profile)

@@ -92,32 +92,40 @@ def ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}x" if a and b else "-"
 
 
+def admission(row: dict) -> str:
+    """The row's admission policy (`--admission`); rows written before the column existed ran optimistic."""
+    return row.get("admission") or "optimistic"
+
+
 def report(paths: list[str]) -> None:
     rows = [row for path in paths for row in read_rows(path)]
-    tok_s = {(config_name(r), int(r["concurrency"])): float(r["output_tok_s"]) for r in rows}
-    print("| concurrency | method | output tok/s | elapsed s | preemptions | peak KV pages / pool | pages freed by "
-          "compression | compression steps | compression share |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| concurrency | method | admission | output tok/s | elapsed s | preemptions | peak KV pages / pool | "
+          "pages freed by compression | compression steps | compression share |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     order = {name: i for i, name in enumerate(CONFIG_NAMES)}
-    for r in sorted(rows, key=lambda r: (int(r["concurrency"]), order.get(config_name(r), 99))):
-        print(f"| {r['concurrency']} | {config_name(r)} | {float(r['output_tok_s']):.1f} | "
+    for r in sorted(rows, key=lambda r: (int(r["concurrency"]), order.get(config_name(r), 99), admission(r))):
+        print(f"| {r['concurrency']} | {config_name(r)} | {admission(r)} | {float(r['output_tok_s']):.1f} | "
               f"{float(r['elapsed_s']):.1f} | {r['preemptions']} | {r['kv_pages_peak']} / {r['kv_pages_total']} | "
               f"{r['compression_freed_pages']} | {r['compression_steps']} | "
               f"{100 * float(r['compression_share']):.1f}% |")
-    concurrencies = sorted({c for _, c in tok_s})
-    print("\n| concurrency | kara / snapkv-threshold | kara / rkv | kara / vanilla |")
-    print("|---|---|---|---|")
-    for c in concurrencies:
-        kara = tok_s.get(("kara", c))
-        print(f"| {c} | {ratio(kara, tok_s.get(('snapkv-threshold', c)))} | {ratio(kara, tok_s.get(('rkv', c)))} | "
-              f"{ratio(kara, tok_s.get(('vanilla', c)))} |")
-    kara_curve = [tok_s[("kara", c)] for c in concurrencies if ("kara", c) in tok_s]
-    dense_curve = [tok_s[("vanilla", c)] for c in concurrencies if ("vanilla", c) in tok_s]
-    if len(kara_curve) > 1:
-        rising = all(b > a for a, b in zip(kara_curve, kara_curve[1:]))
-        print(f"\nkara's throughput rises with every step of concurrency: {'yes' if rising else 'no'}")
-    if kara_curve and dense_curve:
-        print(f"kara's best over dense's best at the same memory: {max(kara_curve) / max(dense_curve):.2f}x")
+    # The ratios compare configurations under one admission policy at a time.
+    for policy in sorted({admission(r) for r in rows}):
+        tok_s = {(config_name(r), int(r["concurrency"])): float(r["output_tok_s"])
+                 for r in rows if admission(r) == policy}
+        concurrencies = sorted({c for _, c in tok_s})
+        print(f"\nadmission {policy}:\n\n| concurrency | kara / snapkv-threshold | kara / rkv | kara / vanilla |")
+        print("|---|---|---|---|")
+        for c in concurrencies:
+            kara = tok_s.get(("kara", c))
+            print(f"| {c} | {ratio(kara, tok_s.get(('snapkv-threshold', c)))} | "
+                  f"{ratio(kara, tok_s.get(('rkv', c)))} | {ratio(kara, tok_s.get(('vanilla', c)))} |")
+        kara_curve = [tok_s[("kara", c)] for c in concurrencies if ("kara", c) in tok_s]
+        dense_curve = [tok_s[("vanilla", c)] for c in concurrencies if ("vanilla", c) in tok_s]
+        if len(kara_curve) > 1:
+            rising = all(b > a for a, b in zip(kara_curve, kara_curve[1:]))
+            print(f"\nkara's throughput rises with every step of concurrency: {'yes' if rising else 'no'}")
+        if kara_curve and dense_curve:
+            print(f"kara's best over dense's best at the same memory: {max(kara_curve) / max(dense_curve):.2f}x")
 
 
 def main() -> int:

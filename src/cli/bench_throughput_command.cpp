@@ -174,17 +174,17 @@ int run_throughput(const ThroughputOptions& o) {
               static_cast<unsigned long long>(s.compression_freed_pages_total),
               static_cast<unsigned long long>(s.compression_steps_total), 100.0 * compression_share);
   if (!o.csv_path.empty()) {
-    append_csv(
-        o.csv_path,
-        "model,device,method,sparse_config,kv_cache_dtype,input_len,output_len,num_prompts,concurrency,"
-        "output_tokens,elapsed_s,output_tok_s,total_tok_s,steps,preemptions,kv_pages_total,kv_pages_peak,"
-        "compression_steps,compression_freed_pages,compression_s,compression_share",
-        fmt::format("{},{},{},{},{},{},{},{},{},{},{:.3f},{:.2f},{:.2f},{},{},{},{},{},{},{:.3f},{:.4f}",
-                    csv_field(bundle->name), device_name(o.engine.device), csv_field(o.engine.sparse_method),
-                    csv_field(sparse_config), csv_field(o.engine.kv_cache_dtype), o.input_len, o.output_len,
-                    o.num_prompts, concurrency, run->output_tokens, seconds, output_tok_s, total_tok_s, s.steps_total,
-                    s.preemptions_total, s.num_kv_pages_total, s.num_kv_pages_used_peak, s.compression_steps_total,
-                    s.compression_freed_pages_total, s.compression_seconds_total, compression_share));
+    append_csv(o.csv_path,
+               "model,device,method,sparse_config,kv_cache_dtype,input_len,output_len,num_prompts,concurrency,"
+               "output_tokens,elapsed_s,output_tok_s,total_tok_s,steps,preemptions,kv_pages_total,kv_pages_peak,"
+               "compression_steps,compression_freed_pages,compression_s,compression_share,admission",
+               fmt::format("{},{},{},{},{},{},{},{},{},{},{:.3f},{:.2f},{:.2f},{},{},{},{},{},{},{:.3f},{:.4f},{}",
+                           csv_field(bundle->name), device_name(o.engine.device), csv_field(o.engine.sparse_method),
+                           csv_field(sparse_config), csv_field(o.engine.kv_cache_dtype), o.input_len, o.output_len,
+                           o.num_prompts, concurrency, run->output_tokens, seconds, output_tok_s, total_tok_s,
+                           s.steps_total, s.preemptions_total, s.num_kv_pages_total, s.num_kv_pages_used_peak,
+                           s.compression_steps_total, s.compression_freed_pages_total, s.compression_seconds_total,
+                           compression_share, o.engine.admission == Admission::kPeak ? "peak" : "optimistic"));
   }
   return 0;
 }

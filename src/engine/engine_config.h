@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/admission.h"
 #include "tensor/tensor.h"
 
 namespace se {
@@ -19,6 +20,7 @@ struct EngineConfig {
   int max_model_len = 0;             // 0 = the model's max_position_embeddings
   int max_num_seqs = 64;             // running requests at most (fewer when the KV budget holds fewer, kv_budget.h)
   int max_num_batched_tokens = 2048; // tokens per step (prefill chunks + decode tokens)
+  Admission admission = Admission::kOptimistic;  // when a waiting request may start (scheduler.h)
   int page_size = 16;                // tokens per KV page
   // Bytes for the KV cache: the pool and the method's per-sequence state beside it (kv_budget.h); 0 = derive from
   // gpu_memory_utilization (CUDA) or the host's memory (CPU).

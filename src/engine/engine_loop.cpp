@@ -40,7 +40,7 @@ EngineLoop::EngineLoop(const ModelBundle& bundle, const EngineConfig& config,
       chains_(chain_fingerprint.empty() ? nullptr : std::make_unique<ChainCacheIndex>()),
       chain_fingerprint_(std::move(chain_fingerprint)),
       oracle_(controllers_of(ranks_), chains_.get()),
-      scheduler_(SchedulerConfig{config.max_num_seqs, config.max_num_batched_tokens}, oracle_),
+      scheduler_(SchedulerConfig{config.max_num_seqs, config.max_num_batched_tokens, config.admission}, oracle_),
       workers_(follower_runners(ranks_)) {
   publish_stats();
   thread_ = std::thread([this] { run(); });

@@ -142,6 +142,21 @@ void MemoryOracle::commit(Request& request) {
     rank->cache().on_computed(request.seq, request.token_ids, request.num_computed_tokens);
 }
 
+bool MemoryOracle::fits_at_peak(std::span<Request* const> running, const Request& candidate) const {
+  // A request admitted, or kept on the host tier, goes on from the prompt its admission set; any other recomputes
+  // every token it knows as its prompt.
+  const auto peak_pages = [](const SparseController& rank, const Request& r) {
+    const int32_t prompt = r.seq >= 0 || r.kept_state ? r.num_prefill_tokens : r.num_tokens();
+    return rank.peak_pages(prompt, std::max(0, r.params.max_tokens - (prompt - r.num_prompt_tokens)));
+  };
+  for (const SparseController* rank : ranks_) {
+    int64_t pages = peak_pages(*rank, candidate);
+    for (const Request* r : running) pages += peak_pages(*rank, *r);
+    if (pages > rank->cache().num_total_pages()) return false;
+  }
+  return true;
+}
+
 void MemoryOracle::preempt(Request& request) {
   if (request.seq < 0 || request.num_computed_tokens == 0 || restored_untouched(request) || ranks_.size() != 1 ||
       !lead().runs_on_host_tier()) {

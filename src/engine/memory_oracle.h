@@ -8,6 +8,7 @@
 
 #include <functional>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "engine/request.h"
@@ -79,6 +80,11 @@ class MemoryOracle {
         return false;
     return true;
   }
+  // Whether `candidate` and every request of `running` fit in the pool together at their peak lengths, on every rank:
+  // a request's peak is its method's peak_pages for the prompt its prefill computes (at its next admission, for one
+  // not admitted) and the tokens its max_tokens still allows after that prompt. Shared prefix pages count once per
+  // request, so the answer errs toward no. Pure.
+  bool fits_at_peak(std::span<Request* const> running, const Request& candidate) const;
   int64_t num_total_pages() const { return lead().num_total_pages(); }
   // The fewest pages any rank has available.
   int64_t num_available_pages() const;

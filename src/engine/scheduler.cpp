@@ -47,6 +47,7 @@ StepPlan Scheduler::schedule() {
   while (plan.preempted.empty() && !waiting_.empty() && budget > 0 &&
          static_cast<int>(running_.size()) < config_.max_num_seqs) {
     Request* request = waiting_.front();
+    if (config_.admission == Admission::kPeak && !oracle_.fits_at_peak(running_, *request)) break;
     if (request->seq < 0 && !oracle_.admit(*request).is_ok()) break;
     const int32_t n = std::min(request->num_uncomputed_tokens(), budget);
     if (!oracle_.try_reserve(*request, n)) {

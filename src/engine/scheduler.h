@@ -1,6 +1,7 @@
 // Scheduler: continuous batching. Each step it hands out plain data, {request -> num_tokens}, within the
 // per-step token budget and max_num_seqs: running requests first (one decode token, or the next prefill chunk),
-// then waiting requests in arrival order while memory allows. A step may mix decode tokens and prefill chunks.
+// then waiting requests in arrival order while memory allows (SchedulerConfig::admission says how much must be
+// free). A step may mix decode tokens and prefill chunks.
 // When a running request cannot get memory, the most recently arrived running request is preempted (its cache
 // released and recomputed later, or, where running sequences live in the host tier, kept there and resumed;
 // its outputs kept: MemoryOracle::preempt). It sees memory only through the MemoryOracle and never
@@ -11,6 +12,7 @@
 #include <memory>
 #include <vector>
 
+#include "engine/admission.h"
 #include "engine/memory_oracle.h"
 #include "engine/request.h"
 
@@ -31,6 +33,7 @@ struct StepPlan {
 struct SchedulerConfig {
   int max_num_seqs = 64;
   int max_num_batched_tokens = 2048;
+  Admission admission = Admission::kOptimistic;
 };
 
 class Scheduler {

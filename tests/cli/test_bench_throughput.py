@@ -1,6 +1,7 @@
 """`bench throughput` as the long-generation benchmark on the default model (CPU, small sizes): its argument checks,
 CSV rows whose counts add up (every request writes exactly its output, preempted or not; a dense run frees no pages,
-a Kara run frees whole pages of every stream), a pool small enough that dense sequences are preempted, and the
+a Kara run frees whole pages of every stream), a pool small enough that dense sequences are preempted (and, under
+peak admission, take turns unpreempted), and the
 sweep's report relating Kara to dense at each concurrency, and a --max-num-seqs below the concurrency kept as vLLM keeps
 it."""
 import csv
@@ -33,7 +34,7 @@ def model_streams():
 def test_bad_arguments_stop_with_a_usage_error(tmp_path):
     require_default_model()
     for args, words in [(["--concurrency", "-1"], "--concurrency -1"),
-                        (["--sparse-method", "nosuch"], "nosuch")]:
+                        (["--sparse-method", "nosuch"], "nosuch"), (["--admission", "lazy"], "--admission")]:
         r, rows = bench_throughput(tmp_path, *args)
         assert r.returncode == 2, r.stdout + r.stderr
         assert words in r.stderr and not rows
@@ -83,9 +84,17 @@ def test_a_small_pool_preempts_dense_sequences_and_every_token_still_counts(tmp_
     r, rows = bench_throughput(tmp_path, "--concurrency", str(REQUESTS), "--kv-cache-memory", "12000000")
     assert r.returncode == 0, r.stdout + r.stderr
     row = rows[0]
-    assert int(row["preemptions"]) > 0
+    assert row["admission"] == "optimistic" and int(row["preemptions"]) > 0
     assert int(row["output_tokens"]) == REQUESTS * OUTPUT_LEN
     assert int(row["kv_pages_peak"]) <= int(row["kv_pages_total"]) < REQUESTS * model_streams() * 8
+    # Peak admission starts a sequence only where its whole length fits beside the running ones: they take turns,
+    # none is preempted, and every token is still written.
+    r, rows = bench_throughput(tmp_path, "--concurrency", str(REQUESTS), "--kv-cache-memory", "12000000",
+                               "--admission", "peak")
+    assert r.returncode == 0, r.stdout + r.stderr
+    row = rows[1]
+    assert row["admission"] == "peak" and int(row["preemptions"]) == 0
+    assert int(row["output_tokens"]) == REQUESTS * OUTPUT_LEN
 
 
 def test_a_smaller_max_num_seqs_stays_and_the_requests_past_it_wait(tmp_path):

@@ -91,6 +91,17 @@ TEST(EngineTest, PreemptionUnderMemoryPressureKeepsResultsExact) {
   expect_engine_matches_reference(config, 6, /*expect_preemption=*/true);
 }
 
+// The same pressure under peak admission: a request starts only when it fits beside the running ones at their peaks
+// (prompt + 12 tokens each), so they take turns without a preemption and give the same tokens.
+TEST(EngineTest, PeakAdmissionRunsThePressureWithoutPreemption) {
+  EngineConfig config;
+  config.max_num_batched_tokens = 64;
+  config.page_size = 4;
+  config.kv_cache_memory = 80 * 512;
+  config.admission = Admission::kPeak;
+  expect_engine_matches_reference(config, 6, /*expect_preemption=*/false);
+}
+
 // Kara keeps each running sequence's recent queries beside the pool, out of the same KV budget. On the tiny model
 // (pages of 2 x 4 tokens x 16 floats = 512 bytes over 4 streams; rings of 2 layers x 10 rows x 64 bf16 values =
 // 2,560 bytes a sequence) a budget of one 192-token request's 192 pages plus three rings runs 3 sequences at once of

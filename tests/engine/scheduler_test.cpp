@@ -150,6 +150,39 @@ TEST_F(SchedulerTest, WaitingRequestsDoNotPreemptRunningOnes) {
   EXPECT_EQ(scheduler_->waiting().size(), 1u);
 }
 
+// Peak admission: b waits while a runs, since a's peak (prompt 6 + 4 tokens: 3 blocks, 12 pages) and b's (3 + 4: 8
+// pages) do not fit in 12 pages together; where PreemptsTheNewestAndResumesByRecompute preempted b, nothing is, and
+// b starts once a finishes.
+TEST_F(SchedulerTest, PeakAdmissionWaitsWhereOptimisticAdmissionPreempts) {
+  make(12, {64, 8, Admission::kPeak});
+  Request* a = add("a", 6, 4);
+  Request* b = add("b", 3, 4);
+  StepPlan p1 = scheduler_->schedule();
+  EXPECT_EQ(plan_of(p1), (Plan{{"a", 6}}));
+  complete(p1);
+  for (int step = 0; step < 3; ++step) {  // a decodes its 7th to 9th tokens, its 10th sampled
+    StepPlan p = scheduler_->schedule();
+    EXPECT_EQ(plan_of(p), (Plan{{"a", 1}}));
+    EXPECT_TRUE(p.preempted.empty());
+    complete(p);
+  }
+  EXPECT_EQ(a->num_output_tokens(), 4);
+  finish(a);
+  StepPlan p5 = scheduler_->schedule();
+  EXPECT_EQ(plan_of(p5), (Plan{{"b", 3}}));
+  complete(p5);
+  EXPECT_EQ(b->num_preemptions, 0);
+  finish(b);
+  EXPECT_EQ(cache_->num_free_pages(), cache_->num_total_pages());
+}
+
+TEST_F(SchedulerTest, PeakAdmissionStartsRequestsThatFitTogetherAtTheirPeaks) {
+  make(20, {64, 8, Admission::kPeak});  // 12 + 8 pages
+  add("a", 6, 4);
+  add("b", 3, 4);
+  EXPECT_EQ(plan_of(scheduler_->schedule()), (Plan{{"a", 6}, {"b", 2}}));
+}
+
 // A state no rank retained: what a chain is when one rank cannot bring its part back.
 class ForeignChainState final : public ChainState {
  public:
