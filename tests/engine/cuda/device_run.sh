@@ -7,6 +7,9 @@
 #                                                                  included (its file, carried in parts)
 #   tests/engine/cuda/device_run.sh BUNDLE_DIR OUT_DIR decode      decode tokens/s of a dummy Llama-3.1-8B at
 #                                                                  batch 1 and 8 (BUNDLE_DIR/llama-3.1-8b/config.json)
+#   tests/engine/cuda/device_run.sh BUNDLE_DIR OUT_DIR selfgen GGUF TEXT RESULTS SECONDS
+#                                                                  docs/quality.md's 4,096-token self-generated rows
+#                                                                  (Kara, R-KV and the eviction methods), the same way
 #   tests/engine/cuda/device_run.sh BUNDLE_DIR OUT_DIR quality GGUF RESULTS SECONDS
 #                                                                  docs/quality.md's SmolLM2 sweep on the GPU for at
 #                                                                  most SECONDS, resumed from and written back to
@@ -53,6 +56,17 @@ case $stage in
     echo "eval exit $? (124: stopped at the limit)"
     cp "$5" "$out/"
     wc -l "$5"
+    ;;
+  selfgen)
+    # docs/quality.md's decode-time compression rows: TEXT's first 128 tokens and the 4,096 vanilla writes from them,
+    # replayed through each method at its default windows. Cells are flushed as they finish, as above.
+    timeout "$7" "$bundle/sparse-engine" eval --models "$4" --device cuda --self-generated \
+      --generation-temperature 0.8 --texts "$5" --windows 1 --context 128 --continuation 4096 \
+      --methods vanilla,kara,rkv,streamingllm,h2o,snapkv --budgets 0.2,0.3,0.5 --no-tasks --no-passkey \
+      --results "$6" > "$out/selfgen.log" 2>&1
+    echo "eval exit $? (124: stopped at the limit)"
+    cp "$6" "$out/"
+    wc -l "$6"
     ;;
   hf)
     for config in bench/models/llama-3.1-8b/config.json bench/models/qwen3-8b/config.json \
