@@ -1,5 +1,9 @@
 #include "tensor/dtype.h"
 
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
 #include "base/check.h"
 
 namespace se {
@@ -29,6 +33,21 @@ std::string_view dtype_name(DType dtype) {
   }
   return "?";
 }
+
+#if defined(__F16C__)
+
+// One instruction each way (F16C is in x86-64-v3, the default -march): rounding to nearest-even as below, and NaN
+// stays NaN (a signaling half comes back quiet; fp32 NaN becomes the canonical half NaN, as below).
+float f16_to_f32(uint16_t h) { return _cvtsh_ss(h); }
+
+uint16_t f32_to_f16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>(((bits >> 16) & 0x8000u) | 0x7e00u);
+  return _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+
+#else
 
 float f16_to_f32(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
@@ -80,6 +99,8 @@ uint16_t f32_to_f16(float f) {
   if (rem > 0x1000u || (rem == 0x1000u && (half & 1u))) ++half;
   return sign | static_cast<uint16_t>(half);
 }
+
+#endif
 
 void convert_to_f32(const void* src, DType src_dtype, float* dst, size_t n) {
   switch (src_dtype) {
