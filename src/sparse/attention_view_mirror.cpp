@@ -14,18 +14,6 @@ namespace {
 size_t align8(size_t n) { return (n + 7) / 8 * 8; }
 }  // namespace
 
-bool AttentionViewMirror::grow(Staged& buffer, size_t num_bytes) {
-  if (buffer.device.defined() && buffer.device.nbytes() >= num_bytes) return false;
-  const size_t grown = std::max({num_bytes, buffer.device.defined() ? 2 * buffer.device.nbytes() : 0, size_t{64}});
-  buffer.device = Tensor();  // free first: the stream is idle between steps, so nothing still reads it
-  buffer.device = empty_on(device_, DType::kU8, {static_cast<int64_t>(grown)});
-  SE_CHECK(buffer.device.raw() != nullptr, "no device memory for {} bytes of page tables", grown);
-  // Padding between the packed tables is never read, so the staging copy needs no clearing.
-  buffer.host = Tensor::empty(DType::kU8, {static_cast<int64_t>(grown)}, staging_allocator(device_));
-  SE_CHECK(buffer.host.raw() != nullptr, "no host memory to stage {} bytes of page tables", grown);
-  return true;
-}
-
 bool AttentionViewMirror::place_regions(const KvLayout& l, const ForwardBatch& batch) {
   const size_t row_bytes = static_cast<size_t>(l.num_layers) * l.num_kv_heads * sizeof(int32_t);
   const auto room = [](int32_t longest) { return longest + longest / 4 + 16; };
@@ -36,14 +24,14 @@ bool AttentionViewMirror::place_regions(const KvLayout& l, const ForwardBatch& b
   }
   if (needed == 0) return false;
   bool relaid = false;
-  if (!lists_.device.defined() || lists_used_ + needed > lists_.device.nbytes()) {
+  if (!lists_.defined() || lists_used_ + needed > lists_.nbytes()) {
     // Full: the regions of sequences that left go, and this batch's are laid out anew from the start, in a
     // buffer with as much room again for sequences that join later.
     regions_.clear();
     lists_used_ = 0;
     size_t total = 0;
     for (int32_t longest : longest_) total += row_bytes * room(longest);
-    grow(lists_, 2 * total);
+    lists_.grow(device_, 2 * total);
     relaid = true;
   }
   for (size_t s = 0; s < batch.sequences.size(); ++s) {
@@ -126,17 +114,17 @@ void AttentionViewMirror::upload(CacheManager& cache, const ForwardBatch& batch)
   const size_t header_bytes = num_tokens_end + (l.kivi() ? kivi_views_bytes() : 0);
   // Captured graphs hold the header's addresses (they reach the page lists through the views, so a move of those
   // needs no new capture).
-  const bool header_moved = grow(header_, header_bytes);
+  const bool header_moved = header_.grow(device_, header_bytes);
   if (header_moved) StepGraph::note_buffers_moved();
-  char* const header_host = static_cast<char*>(header_.host.raw());
-  const char* lists_device = static_cast<const char*>(lists_.device.raw());
+  char* const header_host = static_cast<char*>(header_.host());
+  const char* lists_device = static_cast<const char*>(lists_.device());
   batch_seqs_now_.clear();
   for (const SequenceSlice& slice : batch.sequences) batch_seqs_now_.push_back(slice.seq);
   const bool views_stale = regions_moved || header_moved || batch_seqs_now_ != batch_seqs_;
   if (views_stale) {
     batch_seqs_ = batch_seqs_now_;
     auto* views = reinterpret_cast<SeqKvView*>(header_host);
-    const char* header_device = static_cast<const char*>(header_.device.raw());
+    const char* header_device = static_cast<const char*>(header_.device());
     for (int32_t layer = 0; layer < L; ++layer) {
       for (int32_t s = 0; s < num_seqs; ++s) {
         const Region& r = regions_.at(batch_seqs_[static_cast<size_t>(s)]);
@@ -157,11 +145,11 @@ void AttentionViewMirror::upload(CacheManager& cache, const ForwardBatch& batch)
       std::memcpy(num_tokens + (static_cast<int64_t>(s) * L + layer) * H,
                   view_tokens_.data() + (static_cast<int64_t>(layer) * num_seqs + s) * H,
                   static_cast<size_t>(H) * sizeof(int32_t));
-  if (l.kivi()) pack_kivi_views(header_host, static_cast<const char*>(header_.device.raw()));
+  if (l.kivi()) pack_kivi_views(header_host, static_cast<const char*>(header_.device()));
 
   // Page lists: the device keeps a sequence's leading pages while its table epoch holds, so only the pages after
   // them travel, as one strided copy of the columns any stream gained (streams grow in step).
-  char* const lists_host = static_cast<char*>(lists_.host.raw());
+  char* const lists_host = static_cast<char*>(lists_.host());
   for (int32_t s = 0; s < num_seqs; ++s) {
     const int32_t seq = batch_seqs_[static_cast<size_t>(s)];
     Region& r = regions_.at(seq);
@@ -190,14 +178,14 @@ void AttentionViewMirror::upload(CacheManager& cache, const ForwardBatch& batch)
     if (last > first) {
       const size_t pitch = static_cast<size_t>(r.capacity) * sizeof(int32_t);
       const size_t at = r.offset + static_cast<size_t>(first) * sizeof(int32_t);
-      copy_rows_async(device_, static_cast<char*>(lists_.device.raw()) + at, pitch, lists_host + at, pitch,
+      copy_rows_async(device_, static_cast<char*>(lists_.device()) + at, pitch, lists_host + at, pitch,
                       static_cast<size_t>(last - first) * sizeof(int32_t), static_cast<size_t>(L) * H);
       bytes_sent_ += static_cast<uint64_t>(last - first) * sizeof(int32_t) * static_cast<uint64_t>(L) * H;
     }
   }
   // The header last: copy_bytes waits for the stream, so the staging memory is free to change at the next upload.
   const size_t header_from = views_stale ? 0 : q_indptr_offset_;
-  copy_bytes(device_, static_cast<char*>(header_.device.raw()) + header_from, header_host + header_from,
+  copy_bytes(device_, static_cast<char*>(header_.device()) + header_from, header_host + header_from,
              header_bytes - header_from);
   bytes_sent_ += header_bytes - header_from;
 }
@@ -220,7 +208,7 @@ void AttentionViewMirror::pack_kivi_views(char* header_host, const char* header_
 
 AttentionView AttentionViewMirror::device_view(int layer, const AttentionView& host_view) {
   SE_CHECK(host_view.num_seqs == num_seqs_, "device view of {} sequences, {} uploaded", host_view.num_seqs, num_seqs_);
-  const char* header_device = static_cast<const char*>(header_.device.raw());
+  const char* header_device = static_cast<const char*>(header_.device());
   AttentionView view = host_view;
   view.q_indptr = reinterpret_cast<const int32_t*>(header_device + q_indptr_offset_);
   const size_t first = static_cast<size_t>(layer) * static_cast<size_t>(num_seqs_);
@@ -232,7 +220,7 @@ AttentionView AttentionViewMirror::device_view(int layer, const AttentionView& h
   }
   // A batch-wide produced selection travels by value in the view: the dense device views serve as they are.
   if (host_view.has_selection && host_view.produced.lists == nullptr)
-    view.seqs = upload_selection(host_view, reinterpret_cast<const SeqKvView*>(header_.host.raw()) + first);
+    view.seqs = upload_selection(host_view, reinterpret_cast<const SeqKvView*>(header_.host()) + first);
   return view;
 }
 

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "backend/attention_view.h"
+#include "backend/staged_buffer.h"
 #include "sparse/cache_manager.h"
 #include "tensor/tensor.h"
 
@@ -48,15 +49,6 @@ class AttentionViewMirror final {
   uint64_t bytes_sent() const { return bytes_sent_; }
 
  private:
-  // A pinned staging buffer and its device twin; the staging holds what the device does once a forward's copies
-  // ran.
-  struct Staged {
-    Tensor host;
-    Tensor device;
-  };
-  // Room for `num_bytes` in `buffer` (grows geometrically, so steady decoding stops allocating); true when it
-  // moved, which forgets its contents.
-  bool grow(Staged& buffer, size_t num_bytes);
   // Gives every batch sequence a region of page lists with room for its longest stream (longest_) and a quarter
   // more: a sequence keeps its region while it fits; new and outgrown ones take fresh room at the end of the
   // lists buffer, and when that is full, only this batch's sequences are laid out anew, in twice the room they
@@ -80,7 +72,7 @@ class AttentionViewMirror final {
   // The header of the uploaded forward: SeqKvView [num_layers][num_seqs] | q_indptr [num_seqs + 1] | num_tokens
   // [num_seqs][num_layers][num_kv_heads] (| a KIVI forward's views), the SeqKvViews pointing into the regions of the
   // lists buffer.
-  Staged header_;
+  StagedBuffer header_;
   int32_t num_seqs_ = 0;
   size_t q_indptr_offset_ = 0;
   size_t num_tokens_offset_ = 0;
@@ -95,7 +87,7 @@ class AttentionViewMirror final {
     uint64_t epoch = 0;             // the sequence's table_epoch when its lists were last sent
     std::vector<int32_t> uploaded;  // [num_layers][num_kv_heads]: leading page ids the device holds per stream
   };
-  Staged lists_;
+  StagedBuffer lists_;
   size_t lists_used_ = 0;
   std::unordered_map<int32_t, Region> regions_;
   uint64_t bytes_sent_ = 0;

@@ -79,22 +79,20 @@ int64_t DecodeCompressionMethod::sequence_device_bytes(const KvLayout& layout, i
 void DecodeCompressionMethod::prepare_step(StepContext& ctx) {
   if (prompt_method_) prompt_method_->prepare_step(ctx);
   step_rows_.clear();
-  for (const SequenceSlice& slice : ctx.batch.sequences)
-    if (slice.is_decode(ctx.batch.positions))
-      decoding_state(ctx, slice).queries.place_rows(slice.token_begin, slice.num_tokens, step_rows_);
+  for (const SequenceSlice& slice : ctx.batch.sequences) {
+    if (!slice.is_decode(ctx.batch.positions)) continue;
+    RecentQueries& rings = decoding_state(ctx, slice).queries;
+    rings.place_rows(slice.token_begin, slice.num_tokens, step_rows_);
+    ring_layer_stride_ = rings.layer_stride();  // every ring's: decoding_state gives them all one shape
+  }
   num_step_rows_ = static_cast<int64_t>(step_rows_.size());
   if (num_step_rows_ == 0) return;
-  if (!step_table_.defined() || step_table_.dim(0) < num_step_rows_ || step_table_.device() != query_device_) {
-    const int64_t capacity = std::max(num_step_rows_, step_table_.defined() ? 2 * step_table_.dim(0) : 64);
-    step_table_ = empty_on(query_device_, DType::kI64, {capacity, 2});
-    staged_step_table_ = Tensor::empty(DType::kI64, {capacity, 2}, staging_allocator(query_device_));
-    StepGraph::note_buffers_moved();
-  }
+  const size_t bytes = step_rows_.size() * sizeof(RowDestination);
+  if (step_table_.grow(query_device_, bytes)) StepGraph::note_buffers_moved();
   // The copy runs when the stream reaches it, before the forward's scatters; nothing rewrites the staging before
   // the next step.
-  const size_t bytes = step_rows_.size() * sizeof(RowDestination);
-  std::memcpy(staged_step_table_.raw(), step_rows_.data(), bytes);
-  copy_bytes_async(query_device_, step_table_.raw(), staged_step_table_.raw(), bytes);
+  std::memcpy(step_table_.host(), step_rows_.data(), bytes);
+  step_table_.upload(bytes);
 }
 
 DecodeCompressionMethod::SequenceState& DecodeCompressionMethod::decoding_state(const StepContext& ctx,
@@ -167,11 +165,10 @@ void DecodeCompressionMethod::on_attention_end(LayerContext& ctx) {
   query_device_ = ctx.q.device;
   if (num_step_rows_ == 0) return;
   SE_CHECK(ctx.q.dtype == DType::kF32, "{}: F32 queries, got {}", name(), dtype_name(ctx.q.dtype));
-  // Every decode slice's rows of the layer in one op: a copy per sequence would cost a launch per sequence. Every
-  // ring has the shape decoding_state gave it, so layer l's place is layer 0's plus l strides.
-  const int64_t layer_stride = int64_t{query_capacity_} * query_row_elements_;
-  scatter_rows_to_bf16(ctx.q, TensorView{step_table_.raw(), DType::kI64, {num_step_rows_, 2}, query_device_},
-                       ctx.layer * layer_stride);
+  // Every decode slice's rows of the layer in one op: a copy per sequence would cost a launch per sequence. Layer
+  // l's place is layer 0's plus l strides.
+  scatter_rows_to_bf16(ctx.q, TensorView{step_table_.device(), DType::kI64, {num_step_rows_, 2}, query_device_},
+                       ctx.layer * ring_layer_stride_);
 }
 
 void DecodeCompressionMethod::finish_step(StepContext& ctx) {

@@ -37,6 +37,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend/staged_buffer.h"
 #include "sparse/method_runtime.h"
 #include "sparse/methods/recent_queries.h"
 
@@ -143,11 +144,13 @@ class DecodeCompressionMethod : public MethodRuntime {
   // The forwards' query rows, as on_attention_end last saw them: what a ring holds and where.
   int64_t query_row_elements_ = 0;
   Device query_device_ = Device::kCpu;
-  // The step's query rows into the rings (layer 0's places): built on the host, staged in pinned memory and copied
-  // to step_table_, where on_attention_end's scatters read it; num_step_rows_ 0 outside a step's forward.
+  // The step's query rows into the rings (layer 0's places, ring_layer_stride_ apart from each next layer's):
+  // built on the host and uploaded to step_table_, where on_attention_end's scatters read them; num_step_rows_ 0
+  // outside a step's forward.
   std::vector<RowDestination> step_rows_;
-  Tensor staged_step_table_, step_table_;
+  StagedBuffer step_table_;
   int64_t num_step_rows_ = 0;
+  int64_t ring_layer_stride_ = 0;
   // Scratch of finish_step: the step's compressions, per stream the kept slots, and a region's keys and queries
   // and every compression's scores where the pool lives, and the scores' host copy.
   std::vector<Compression> compressions_;

@@ -33,10 +33,9 @@ void RecentQueries::newest(int layer, int32_t n, TensorView out) const {
            "RecentQueries: {} rows asked of layer {} of {}, which hold {}", n, layer, num_layers_, size());
   SE_CHECK(out.dtype == DType::kF32 && out.device == device() && out.numel() == int64_t{n} * row_elements_,
            "RecentQueries: out {} for {} rows", out.shape.to_string(), n);
-  const int64_t appended = appended_;
   // At most two runs: the ring's rows up to its end, then those from its start.
   for (int32_t r = 0; r < n;) {
-    const int64_t index = (appended - n + r) % capacity_;
+    const int64_t index = (appended_ - n + r) % capacity_;
     const auto run = static_cast<int32_t>(std::min<int64_t>(n - r, capacity_ - index));
     convert(TensorView{out.ptr<float>() + int64_t{r} * row_elements_, DType::kF32, {run, row_elements_}, device()},
             TensorView{row(layer, index), DType::kBF16, {run, row_elements_}, device()});
