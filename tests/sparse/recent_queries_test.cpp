@@ -14,7 +14,7 @@
 namespace se {
 namespace {
 
-constexpr int64_t kRow = 6;  // [H = 2, D = 3]
+constexpr int64_t kRow = 6;           // [H = 2, D = 3]
 constexpr int32_t kLayerShift = 100;  // layer l's copy of row r is row r + 100 l (bf16 tells them apart below 256)
 
 // Rows first .. first + n - 1: row r holds r + 0.3 + 0.01 e at element e, which bf16 does not hold exactly (below
