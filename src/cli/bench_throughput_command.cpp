@@ -184,7 +184,7 @@ int run_throughput(const ThroughputOptions& o) {
                            o.num_prompts, concurrency, run->output_tokens, seconds, output_tok_s, total_tok_s,
                            s.steps_total, s.preemptions_total, s.num_kv_pages_total, s.num_kv_pages_used_peak,
                            s.compression_steps_total, s.compression_freed_pages_total, s.compression_seconds_total,
-                           compression_share, o.engine.admission == Admission::kPeak ? "peak" : "optimistic"));
+                           compression_share, admission_name(o.engine.admission)));
   }
   return 0;
 }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -80,17 +81,20 @@ void add_engine_options(CLI::App& command, EngineConfig& config) {
       ->capture_default_str();
   command.add_option("--max-num-batched-tokens", config.max_num_batched_tokens, "tokens per engine step at most")
       ->capture_default_str();
+  std::vector<std::string> admission_names;
+  for (const auto& [name, policy] : kAdmissionNames) admission_names.emplace_back(name);
   command
       .add_option_function<std::string>(
           "--admission",
-          [&config](const std::string& policy) {
-            config.admission = policy == "peak" ? Admission::kPeak : Admission::kOptimistic;
+          [&config](const std::string& chosen) {
+            for (const auto& [name, policy] : kAdmissionNames)
+              if (name == chosen) config.admission = policy;
           },
           "when a waiting request starts: optimistic (as soon as its next chunk fits; one that later runs short "
           "preempts the newest, which recomputes) or peak (only when it and every running request fit at their "
           "peak lengths, prompt plus max_tokens as their method holds them: never preempted for memory)")
-      ->check(CLI::IsMember({"optimistic", "peak"}))
-      ->default_str("optimistic");
+      ->check(CLI::IsMember(admission_names))
+      ->default_str(std::string(admission_name(config.admission)));
   command.add_option("--page-size", config.page_size, "tokens per KV page")->capture_default_str();
   command
       .add_option("--tensor-parallel-size", config.tensor_parallel_size,
