@@ -187,6 +187,7 @@ Result<PartitionConfig> engine_partition_config(const EngineConfig& config, Meth
   if (partitions.two_level && layout.dtype != DType::kF32)
     return unimplemented("{}: the two-level ranking (two_level_group) reads fp32 KV pages, not {}", method.name(),
                          dtype_name(layout.dtype));
+  partitions.state_bytes_per_page = method.state_bytes_per_page(layout);
   partitions.buffer_factor = config.kv_partition_buffer_factor;
   if (config.kv_partition_fixed_pages > 0) {
     partitions.buffer = PartitionBuffer::kFixed;
@@ -264,7 +265,9 @@ Result<std::unique_ptr<Engine>> Engine::create(const ModelBundle& bundle, const 
   }
   SE_RETURN_IF_ERROR(layout.validate());
   const int64_t budget_bytes = kv_budget_bytes(config, num_ranks);
-  const int64_t page_bytes = static_cast<int64_t>(layout.page_bytes() + method->page_metadata_bytes(layout));
+  // On the host tier a sequence's state beside the pool is held as metadata pages instead, as it grows.
+  const int64_t page_bytes = static_cast<int64_t>(layout.page_bytes() + method->page_metadata_bytes(layout)) +
+                             (config.kv_partitions ? 0 : method->state_bytes_per_page(layout));
   // What the method keeps per running sequence beside the pool comes out of the same budget.
   const KvBudget budget{budget_bytes,
                         page_bytes,

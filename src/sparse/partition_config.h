@@ -62,6 +62,9 @@ struct PartitionConfig {
   std::optional<TokenFilters> token_filters;
   // Set: the method's own token selection (token_budget then bounds the pages its chunks lie in, max_prompt_pages).
   std::optional<MethodTokens> method_tokens;
+  // What the method keeps beside the pool per page of a sequence (MethodRuntime::state_bytes_per_page): the device
+  // holds pages' worth of it for every running sequence, as it does for the index.
+  int64_t state_bytes_per_page = 0;
 };
 
 }  // namespace se

@@ -38,8 +38,11 @@ TieredCacheManager::TieredCacheManager(const KvLayout& layout, std::unique_ptr<P
       max_num_batched_tokens_(max_num_batched_tokens) {}
 
 int64_t TieredCacheManager::metadata_pages(int32_t num_tokens) const {
-  const auto page_bytes = static_cast<int64_t>(layout().page_bytes());
-  return (partitions_.index_bytes_for(num_tokens) + page_bytes - 1) / page_bytes;
+  const KvLayout& l = layout();
+  const auto page_bytes = static_cast<int64_t>(l.page_bytes());
+  const int64_t state =
+      int64_t{l.num_streams()} * l.pages_per_stream(num_tokens) * partitions_.config().state_bytes_per_page;
+  return (partitions_.index_bytes_for(num_tokens) + state + page_bytes - 1) / page_bytes;
 }
 
 int64_t TieredCacheManager::working_set_pages(int32_t num_tokens, int32_t step_tokens) const {
@@ -145,9 +148,10 @@ void TieredCacheManager::close(int32_t seq) {
 }
 
 namespace {
-// A sequence out of the tier: its table (its pages where they were, none in the LRU), its index and the device
-// pages held for the index. Offloaded = holding no device page: the pages and the index's resident part parked on
-// the host. Holds its pages until restored or destroyed.
+// A sequence out of the tier: its table (its pages where they were, none in the LRU), its index and its metadata
+// pages (the index and the method's state beside the pool). Offloaded = holding no device page: the pages and the
+// index's resident part parked on the host (the method's state goes with the method's own snapshot). Holds its pages
+// until restored or destroyed.
 class TieredSnapshot final : public SequenceSnapshot {
  public:
   TieredSnapshot(const TieredCacheManager* cache, TieredPageTable table, PartitionedDecode::Index index,
@@ -176,21 +180,23 @@ class TieredSnapshot final : public SequenceSnapshot {
     return table.num_host_pages() + static_cast<int64_t>(index.host_pages.size());
   }
   bool is_offloaded() const override { return num_held_pages() == 0; }
-  // The parked index comes back into metadata pages; the KV pages come in as the partitions read them.
-  int64_t num_pages_to_restore() const override { return static_cast<int64_t>(index.host_pages.size()); }
-  // The index's resident part takes as many host pages as it holds device pages, and each resident page one.
+  // Metadata pages come back (a parked index into them); the KV pages come in as the partitions read them.
+  int64_t num_pages_to_restore() const override {
+    return cache->metadata_pages(num_logical_tokens()) - static_cast<int64_t>(metadata_pages.size());
+  }
+  // Each resident page takes a host page, and the index's resident part its pages' worth.
   int64_t num_host_pages_short() const override {
-    return std::max<int64_t>(0, num_held_pages() - host_pool_->num_free_pages());
+    return std::max<int64_t>(0, pages_to_park() - host_pool_->num_free_pages());
   }
 
   Status offload() override {
     if (is_offloaded()) return Status::ok();
     const std::vector<StreamPage> resident = table.pages_where(/*on_device=*/true);
-    const int64_t needed = static_cast<int64_t>(resident.size() + metadata_pages.size());
+    const int64_t needed = pages_to_park();
     if (num_host_pages() + needed > host_pool_->num_total_pages())
       return out_of_range("the host tier's {} pages can never hold a sequence of {} pages and {} of index",
                           host_pool_->num_total_pages(), table.num_device_pages() + table.num_host_pages(),
-                          metadata_pages.size());
+                          needed - static_cast<int64_t>(resident.size()));
     if (needed > host_pool_->num_free_pages())
       return resource_exhausted("the host tier has {} free pages, parking a sequence takes {}",
                                 host_pool_->num_free_pages(), needed);
@@ -205,10 +211,16 @@ class TieredSnapshot final : public SequenceSnapshot {
   const TieredCacheManager* cache;  // the cache that took it
   TieredPageTable table;
   PartitionedDecode::Index index;
-  std::vector<int32_t> metadata_pages;  // device pages held for the index (none while parked)
+  std::vector<int32_t> metadata_pages;  // device pages held for the index and the state (none while parked)
   SlotPositions positions;
 
  private:
+  // Host pages parking it takes: its resident pages and its index's.
+  int64_t pages_to_park() const {
+    if (is_offloaded()) return 0;
+    return table.num_device_pages() + partitions_->index_pages(index, host_pool_->storage()->page_bytes());
+  }
+
   const PartitionedDecode* partitions_;
   BlockPool* device_pool_;
   BlockPool* host_pool_;
@@ -234,15 +246,15 @@ Status TieredCacheManager::restore(int32_t seq, std::unique_ptr<SequenceSnapshot
   auto* tiered = dynamic_cast<TieredSnapshot*>(snapshot.get());
   if (tiered == nullptr || tiered->cache != this)
     return invalid_argument("restore: the snapshot of sequence {} was not taken by this tiered cache", seq);
+  // A parked sequence's metadata pages come back first (all or nothing: on error none is held), then its index.
+  std::vector<int32_t> restored;
+  SE_RETURN_IF_ERROR(hold_metadata_pages(restored, tiered->num_pages_to_restore()));
+  if (!tiered->index.host_pages.empty())
+    SE_CHECK(partitions_.retrieve_index(tiered->index, host_pool_).is_ok(), "tiered cache: index of sequence {}", seq);
   Sequence sequence{.metadata_pages = std::move(tiered->metadata_pages), .positions = std::move(tiered->positions)};
   tiered->metadata_pages.clear();
-  if (tiered->index.host_pages.empty()) {
-    num_metadata_pages_ += static_cast<int64_t>(sequence.metadata_pages.size());
-  } else {
-    // A parked index comes back into metadata pages first (all or nothing: on error none is held).
-    SE_RETURN_IF_ERROR(hold_metadata_pages(sequence.metadata_pages, tiered->num_pages_to_restore()));
-    SE_CHECK(partitions_.retrieve_index(tiered->index, host_pool_).is_ok(), "tiered cache: index of sequence {}", seq);
-  }
+  num_metadata_pages_ += static_cast<int64_t>(sequence.metadata_pages.size());
+  sequence.metadata_pages.insert(sequence.metadata_pages.end(), restored.begin(), restored.end());
   SE_CHECK(tier_.attach(seq, std::move(tiered->table)).is_ok(), "tiered cache: attaching sequence {}", seq);
   SE_CHECK(partitions_.put(seq, std::move(tiered->index)).is_ok(), "tiered cache: indexing sequence {}", seq);
   tiered->index.host_pages.clear();  // moved from: the snapshot releases nothing more

@@ -7,7 +7,8 @@
 // the device pool: the device holds its working set, the host the rest.
 //
 // Device memory: the pool's pages hold resident KV, and each sequence's index (its pages' key bounds, kept where
-// the pool lives) takes pages' worth of the pool too, held out of it as the index grows (metadata pages): the
+// the pool lives) and what the method keeps for it beside the pool (PartitionConfig::state_bytes_per_page:
+// ShadowKV's sketch) take pages' worth of the pool too, held out of it as the sequence grows (metadata pages): the
 // MemoryOracle's answers below count both. A sequence is admitted when the device can hold its working set (a layer
 // read whole, or a step's new pages, whichever is larger) beside its metadata, and the two pools its KV; one layer's
 // selection stays free across the two pools, so a decode step's Retrieve moves in one copy. No radix prefix cache:
@@ -52,7 +53,7 @@ class TieredCacheManager final : public CacheManager {
   int64_t num_held_pages(int32_t seq) const override;
   Status check_can_ever_hold(int64_t peak_pages, int32_t max_num_tokens) const override;
 
-  // Device pages the index of a sequence of `num_tokens` tokens takes.
+  // Device pages the index of a sequence of `num_tokens` tokens and the method's state for it take.
   int64_t metadata_pages(int32_t num_tokens) const;
   // Device pages a sequence of `num_tokens` tokens, in steps of at most `step_tokens`, needs resident at once: a
   // layer's pages read whole (a prefill chunk, a dense layer), or a step's new pages in every stream.

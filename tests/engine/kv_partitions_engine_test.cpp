@@ -311,6 +311,12 @@ TEST_F(KvPartitionsEngineTest, RefusesWhatThePartitionsCannotRun) {
   shadowkv.sparse_method = "shadowkv";
   shadowkv.sparse_config = nullptr;
   EXPECT_TRUE(check(shadowkv).is_ok()) << "its chunks are a token selection of its own";
+  // Its sketch, beside the pool, is held as metadata pages as a sequence grows: a landmark of 16 fp32 channels and
+  // its id per chunk of 8 tokens, 136 bytes per page of 16.
+  auto sketching = create_method("shadowkv", nullptr);
+  ASSERT_TRUE(sketching.is_ok());
+  const KvLayout f32{.num_layers = 2, .num_kv_heads = 2, .head_dim = 16, .page_size = kPageSize, .dtype = DType::kF32};
+  EXPECT_EQ(engine_partition_config(shadowkv, **sketching, f32)->state_bytes_per_page, 136);
   EngineConfig fp8 = config;
   fp8.kv_cache_dtype = "fp8";
   EXPECT_EQ(check(fp8).code(), StatusCode::kUnimplemented);

@@ -1,7 +1,8 @@
 // shadowkv through the Engine on the tiny model (2 layers, 2 KV heads of 16, pages of 4, prompts in chunks): at
 // full rank with a budget that reads every chunk the rewritten keys are the model's own (greedy tokens equal
 // vanilla's); at a generous budget and rank it stays close to vanilla; a prompt below min_prompt_tokens runs
-// dense; sliding-window layers are left alone; the pool is whole after every run.
+// dense; sliding-window layers are left alone; the pool is whole after every run, and sized with the sketch's bytes
+// set aside beside each page.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -84,6 +85,16 @@ TEST(ShadowKvEngineTest, GenerousBudgetStaysCloseToVanilla) {
   RecordProperty("shadowkv_next_token_agreement", std::to_string(agreement));
   EXPECT_GE(agreement, 0.8) << "shadowkv picks another next token than vanilla too often";
   EXPECT_EQ(shadow.stats.num_kv_pages_used, 0);
+}
+
+TEST(ShadowKvEngineTest, TheSketchIsSetAsideBesideEveryPageOfThePool) {
+  // A page of 4 tokens of a 16-wide KV head in fp32 is 512 bytes; the sketch of its half of a chunk of 8 at most
+  // half a landmark and its id, (16 x 4 + 4) / 2 = 34 bytes. The budget holds pages with that beside each.
+  const ModelBundle bundle = tiny_bundle();
+  const std::vector<std::vector<int32_t>> one{prompts()[0]};
+  EXPECT_EQ(generate(bundle, config_for("vanilla"), one, 1).stats.num_kv_pages_total, (8 << 20) / 512);
+  EXPECT_EQ(generate(bundle, config_for("shadowkv", shadowkv_config(8, 2)), one, 1).stats.num_kv_pages_total,
+            (8 << 20) / (512 + 34));
 }
 
 TEST(ShadowKvEngineTest, ALowBudgetChangesWhatDecodeReads) {

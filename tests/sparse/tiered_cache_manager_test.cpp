@@ -76,6 +76,48 @@ TEST(TieredCacheManagerTest, AStepWhoseWorkingSetOutgrowsTheDeviceIsRefusedAndCh
   EXPECT_TRUE(cache->check_integrity().is_ok());
 }
 
+TEST(TieredCacheManagerTest, TheMethodsStateBesideThePoolIsHeldAsMetadataPagesAndParkedWithTheSequence) {
+  // A method that selects its own tokens keeps no bounds; 64 bytes of state per page of every stream: a quarter of a
+  // 256-byte page, so 4 streams' pages take one metadata page per page of a stream.
+  const PartitionConfig config{.token_budget = 8,
+                               .buffer_factor = 2,
+                               .method_tokens = MethodTokens{.chunk_size = 4, .max_chunks = 2},
+                               .state_bytes_per_page = 64};
+  const auto cache = make_cache(40, 200, config);
+  EXPECT_EQ(cache->metadata_pages(0), 0);
+  EXPECT_EQ(cache->metadata_pages(20), 5);
+  EXPECT_EQ(cache->metadata_pages(33), 9);
+  // 48 tokens: a layer's 24 pages beside 12 of state fit 40; 64 tokens: 32 + 16 do not.
+  EXPECT_TRUE(cache->check_can_ever_hold(48, 48).is_ok());
+  EXPECT_EQ(cache->check_can_ever_hold(64, 64).code(), StatusCode::kResourceExhausted);
+
+  ASSERT_TRUE(cache->open(0, {}).is_ok());
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(cache->reserve(0, 6).is_ok());
+  // 18 tokens: 5 pages per stream, 20 KV pages and 5 of state on the device.
+  EXPECT_EQ(cache->num_held_pages(0), 25);
+  EXPECT_EQ(cache->pages_to_reserve(0, 2), 0) << "20 tokens fill the streams' fifth pages";
+  EXPECT_EQ(cache->pages_to_reserve(0, 4), 4 + 1) << "22 tokens: a sixth page in every stream, and its state";
+  ASSERT_TRUE(cache->check_integrity().is_ok());
+
+  // Parked, the sequence takes host pages for its KV only (the state goes with the method's snapshot) and gives
+  // the device every page; restored, its state's pages come back before it steps again.
+  std::unique_ptr<SequenceSnapshot> parked = cache->snapshot(0);
+  EXPECT_EQ(parked->num_host_pages_short(), 0);
+  ASSERT_TRUE(parked->offload().is_ok());
+  EXPECT_TRUE(parked->is_offloaded());
+  EXPECT_EQ(cache->num_free_pages(), cache->num_total_pages());
+  EXPECT_EQ(cache->num_free_host_pages(), cache->num_host_pages() - 20);
+  EXPECT_EQ(parked->num_pages_to_restore(), 5);
+  ASSERT_TRUE(cache->restore(0, std::move(parked)).is_ok());
+  EXPECT_EQ(cache->num_used_pages(), 5);
+  ASSERT_TRUE(cache->check_integrity().is_ok());
+  ASSERT_TRUE(cache->reserve(0, 6).is_ok());
+  ASSERT_TRUE(cache->check_integrity().is_ok());
+  cache->close(0);
+  EXPECT_EQ(cache->num_free_pages(), cache->num_total_pages());
+  EXPECT_EQ(cache->num_free_host_pages(), cache->num_host_pages());
+}
+
 // A sequence's K/V as written, per layer: [tokens][Hkv][D] each.
 struct History {
   std::vector<std::vector<float>> k, v;

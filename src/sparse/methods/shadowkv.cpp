@@ -167,6 +167,13 @@ std::optional<PartitionConfig> ShadowKvMethod::partition_config() const {
   return config;
 }
 
+int64_t ShadowKvMethod::state_bytes_per_page(const KvLayout& layout) const {
+  // A stream of n tokens keeps at most n / chunk_size landmarks (outlier chunks keep only their id), so page_size
+  // tokens' share of them, rounded up, bounds what each page stands for.
+  const int64_t per_chunk = int64_t{layout.head_dim} * static_cast<int64_t>(sizeof(float)) + sizeof(int32_t);
+  return (int64_t{layout.page_size} * per_chunk + params_.chunk_size - 1) / params_.chunk_size;
+}
+
 std::unique_ptr<MethodSequenceState> ShadowKvMethod::export_sequence_state(int32_t seq) {
   const auto it = sketches_.find(seq);
   if (it == sketches_.end()) return nullptr;

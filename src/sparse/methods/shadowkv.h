@@ -42,6 +42,8 @@ class ShadowKvMethod final : public MethodRuntime {
   // Under Spin's partitions (PartitionConfig::method_tokens): a step reads per KV head its chosen, outlier and
   // local chunks, and the partitions bring in only their pages; the sketch stays here, beside the pool.
   std::optional<PartitionConfig> partition_config() const override;
+  // The sketch of a page's tokens at most: a landmark (head_dim floats) and its chunk id per chunk.
+  int64_t state_bytes_per_page(const KvLayout& layout) const override;
   std::unique_ptr<MethodSequenceState> export_sequence_state(int32_t seq) override;
   Status import_sequence_state(int32_t seq, std::unique_ptr<MethodSequenceState> state) override;
 
