@@ -97,7 +97,7 @@ def kivi_input(rng, t, d):
     return x
 
 
-@pytest.mark.parametrize("bits", [2, 4])
+@pytest.mark.parametrize("bits", [2, 4, 8])
 @pytest.mark.parametrize("group,t,d", [(32, 128, 64), (32, 96, 128), (16, 40, 80), (64, 128, 72)])
 @pytest.mark.parametrize("side", ["key", "value"])
 def test_kivi_codes_scales_minima(bits, group, t, d, side, tmp_path):
