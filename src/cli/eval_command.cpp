@@ -78,7 +78,8 @@ struct EvalOptions {
   std::vector<double> passkey_depths = {0.1, 0.5, 0.9};
   int passkey_answer_tokens = 8;
   bool passkey_chat = false;
-  std::vector<int> trace_lengths;  // key-value tracking: trace tokens fed as decode steps (empty: none)
+  std::vector<int> trace_lengths;   // key-value tracking: trace tokens fed as decode steps (empty: none)
+  std::vector<int> recall_lengths;  // word recall: prose tokens fed as decode steps (empty: none)
   bool no_passkey = false;
   bool report_only = false;  // render from --results alone, computing nothing
   uint64_t seed = 0;
@@ -533,6 +534,42 @@ Result<ModelReport> evaluate_model(const EvalOptions& o, const std::string& mode
                        num_fed});
     }
   }
+  for (int length : o.recall_lengths) {
+    // The filler of sample s: the s-th window of `length` tokens, round-robin over the long-text documents.
+    std::vector<std::string> skipped;
+    SE_ASSIGN_OR_RETURN(const std::vector<TextWindow> fillers,
+                        load_text_windows(tokenizer, o.texts.empty() ? default_text_paths() : o.texts,
+                                          length + (bos ? 1 : 0), o.samples, /*per_text=*/1, skipped));
+    if (fillers.empty() && o.samples > 0)
+      return invalid_argument("--recall-lengths {}: no text holds that many tokens", length);
+    for (int s = 0; s < o.samples; ++s) {
+      const double depth = o.task_depths[static_cast<size_t>(s) % o.task_depths.size()];
+      const uint64_t seed =
+          ((o.seed * 1000003 + 104729) * 1000003 + static_cast<uint64_t>(length)) * 1000003 + static_cast<uint64_t>(s);
+      const TextWindow& filler = fillers[static_cast<size_t>(s) % fillers.size()];
+      const std::span<const int32_t> prose = std::span<const int32_t>(filler.ids).subspan(bos ? 1 : 0);
+      SE_ASSIGN_OR_RETURN(TraceSample sample, make_recall_sample(encode, bos, prose, depth, seed));
+      const auto num_fed = static_cast<int32_t>(sample.prompt.size() + sample.trace.size());
+      if (num_fed + kRecallAnswerTokens > max_positions)
+        return invalid_argument("--recall-lengths {}: {} tokens and the answer exceed the context of {} ({} tokens)",
+                                length, num_fed, bundle.name, max_positions);
+      RulerSample scored;
+      scored.answers = {sample.answer};
+      cases.push_back({"recall",
+                       length,
+                       s,
+                       std::move(sample.prompt),
+                       scored,
+                       kRecallAnswerTokens,
+                       {{"depth", depth},
+                        {"seed", seed},
+                        {"answer_tokens", kRecallAnswerTokens},
+                        {"text", filler.path},
+                        {"offset", filler.offset}},
+                       std::move(sample.trace),
+                       num_fed});
+    }
+  }
   for (const PromptCase& c : cases) {
     const auto column = std::make_pair(c.task, c.length);
     if (std::find(report.task_columns.begin(), report.task_columns.end(), column) == report.task_columns.end())
@@ -612,7 +649,7 @@ Result<ModelReport> evaluate_model(const EvalOptions& o, const std::string& mode
   std::string depths;
   for (double d : o.task_depths) depths += (depths.empty() ? "" : ", ") + fmt::format("{:g}", d);
   const std::string task_setup =
-      o.no_tasks && o.trace_lengths.empty()
+      o.no_tasks && o.trace_lengths.empty() && o.recall_lengths.empty()
           ? std::string("none")
           : fmt::format("{} sample(s) per task and length, needle depths {} in turn, plain prompts, greedy", o.samples,
                         depths);
@@ -662,7 +699,8 @@ std::string render_report(const EvalOptions& o, const std::vector<ModelReport>& 
       "With --self-generated the continuation is the one vanilla wrote from the context, replayed through every "
       "method, and the budget is a fraction of context + continuation. `kv_trace`: key-value tracking whose "
       "assignments and question are fed as decode steps after a short prompt, the budget a fraction of all of "
-      "them.\n";
+      "them. `recall`: prose fed the same way with a line of six code words inside, then its first two words, and "
+      "the model must write the other four.\n";
   if (!left_out.empty()) {
     md += "\nLeft out (the method cannot keep its KV in the store):\n\n";
     for (const std::string& reason : left_out) md += "* " + reason + "\n";
@@ -736,6 +774,8 @@ int run_eval(const EvalOptions& o) {
     return report_usage_error(invalid_argument("--generation-temperature needs --self-generated"));
   for (int length : o.trace_lengths)
     if (length < 1) return report_usage_error(invalid_argument("--trace-lengths: {} is not positive", length));
+  for (int length : o.recall_lengths)
+    if (length < 1) return report_usage_error(invalid_argument("--recall-lengths: {} is not positive", length));
   if (o.prefill_chunk < 1) return report_usage_error(invalid_argument("--prefill-chunk must be positive"));
   if (o.report_only && o.results.empty()) return report_usage_error(invalid_argument("--report-only needs --results"));
   if (o.device == Device::kCuda && !o.report_only)
@@ -833,6 +873,12 @@ void add_eval_command(CLI::App& app, int& exit_code) {
                   "key-value tracking (kv_trace): tokens of assignments fed as decode steps after a short prompt, "
                   "then the question, comma-separated; --samples each, the asked line at --task-depths in turn "
                   "(default: none)")
+      ->delimiter(',');
+  cmd->add_option("--recall-lengths", o->recall_lengths,
+                  "word recall (recall): tokens of prose fed as decode steps after a short prompt, a line of six code "
+                  "words at a --task-depths depth inside, then the line's first two words; the model must write the "
+                  "other four; comma-separated, --samples each, each over its own window of the --texts (default: "
+                  "none)")
       ->delimiter(',');
   cmd->add_option("--results", o->results,
                   "JSONL file of finished cells: read first (cells already there are not rerun), appended to");

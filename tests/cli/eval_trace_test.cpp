@@ -1,6 +1,8 @@
-// The key-value tracking generator of `eval --trace-lengths`, over a word-level test encoder: the trace has the
-// requested length within one line, the asked key is set exactly once, at the asked depth, to the answer; the
-// question names it; the same seed gives the same sample; a trace with no room is an error.
+// The generators of `eval --trace-lengths` and `--recall-lengths`, over a word-level test encoder. Key-value
+// tracking: the trace has the requested length within one line, the asked key is set exactly once, at the asked
+// depth, to the answer; the question names it; the same seed gives the same sample; a trace with no room is an
+// error. Recall: the code line sits whole at its depth in the filler, the cue repeats its first two words, and the
+// answer is the other four.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -110,6 +112,41 @@ TEST_F(EvalTraceTest, TheSameSeedGivesTheSameSample) {
 TEST_F(EvalTraceTest, BadArgumentsAreErrors) {
   EXPECT_EQ(make_trace_sample(encode_, std::nullopt, 3, 0.5, 1).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(make_trace_sample(encode_, std::nullopt, 100, 1.5, 1).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(EvalTraceTest, RecallPlacesTheCodeLineAtItsDepthInTheFillerAndCuesItsFirstTwoWords) {
+  std::vector<int32_t> prose;
+  for (int i = 0; i < 100; ++i) prose.push_back(encode_("w" + std::to_string(i))[0]);
+  for (double depth : {0.0, 0.25, 1.0}) {
+    auto sample = make_recall_sample(encode_, 7, prose, depth, 5);
+    ASSERT_TRUE(sample.is_ok()) << sample.status().to_string();
+    EXPECT_EQ(sample->prompt.front(), 7);  // the BOS
+    const std::string trace = codec_.decode(sample->trace);
+    std::smatch line, cue;
+    ASSERT_TRUE(
+        std::regex_search(trace, line, std::regex("\nThe code words are: (\\w+) (\\w+) (\\w+ \\w+ \\w+ \\w+)\\.\n")))
+        << trace;
+    ASSERT_TRUE(std::regex_search(trace, cue, std::regex("\nThe code words are: (\\w+) (\\w+)$"))) << trace;
+    EXPECT_EQ(cue[1], line[1]);
+    EXPECT_EQ(cue[2], line[2]);
+    EXPECT_EQ(line[3], sample->answer);
+    // The filler is whole and in order around the line, which starts `depth` of the way into it.
+    EXPECT_EQ(sample->asked_token, static_cast<int64_t>(std::llround(depth * 100)));
+    EXPECT_TRUE(std::equal(prose.begin(), prose.begin() + sample->asked_token, sample->trace.begin()));
+    const std::vector<int32_t> code_line = encode_("\nThe code words are: " + std::string(line[1]) + " " +
+                                                   std::string(line[2]) + " " + sample->answer + ".\n");
+    EXPECT_TRUE(std::equal(code_line.begin(), code_line.end(), sample->trace.begin() + sample->asked_token));
+    EXPECT_TRUE(std::equal(prose.begin() + sample->asked_token, prose.end(),
+                           sample->trace.begin() + sample->asked_token + static_cast<int64_t>(code_line.size())));
+  }
+  // The seed picks the words.
+  auto a = make_recall_sample(encode_, std::nullopt, prose, 0.5, 1);
+  auto b = make_recall_sample(encode_, std::nullopt, prose, 0.5, 2);
+  ASSERT_TRUE(a.is_ok() && b.is_ok());
+  EXPECT_NE(a->answer, b->answer);
+  EXPECT_EQ(make_recall_sample(encode_, std::nullopt, prose, 0.5, 1)->trace, a->trace);
+  EXPECT_EQ(make_recall_sample(encode_, std::nullopt, {}, 0.5, 1).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(make_recall_sample(encode_, std::nullopt, prose, -0.1, 1).status().code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace
