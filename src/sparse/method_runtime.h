@@ -124,9 +124,9 @@ class MethodRuntime {
   // query rows of `query_row_elements` F32 values; the engine takes them out of the KV budget for every sequence
   // that may run at once, and runs fewer at once when it holds fewer (engine/kv_budget.h).
   virtual int64_t sequence_device_bytes(const KvLayout& /*layout*/, int64_t /*query_row_elements*/) const { return 0; }
-  // Bytes the method keeps where the pool lives, beside it, per page of a sequence's KV (ShadowKV's sketch: the
-  // landmarks of the page's chunks), carried with the sequence's state (export_sequence_state) rather than with the
-  // page. The engine counts them in pages' worth: beside each page when it sizes a resident pool, and as metadata
+  // Bytes the method keeps where the pool lives, beside it, per page of a sequence's KV (a sketch of the keys, e.g.
+  // the landmarks of the page's chunks), carried with the sequence's state (export_sequence_state) rather than with
+  // the page. The engine counts them in pages' worth: beside each page when it sizes a resident pool, and as metadata
   // pages a sequence holds as it grows when its KV lives on the host tier (PartitionConfig::state_bytes_per_page).
   virtual int64_t state_bytes_per_page(const KvLayout& /*layout*/) const { return 0; }
   // The method's decode as Spin's partitions over KV on the host tier (partitioned_decode.h): its selection

@@ -7,8 +7,8 @@
 // the device pool: the device holds its working set, the host the rest.
 //
 // Device memory: the pool's pages hold resident KV, and each sequence's index (its pages' key bounds, kept where
-// the pool lives) and what the method keeps for it beside the pool (PartitionConfig::state_bytes_per_page:
-// ShadowKV's sketch) take pages' worth of the pool too, held out of it as the sequence grows (metadata pages): the
+// the pool lives) and what the method keeps for it beside the pool (PartitionConfig::state_bytes_per_page: a
+// sketch of its keys) take pages' worth of the pool too, held out of it as the sequence grows (metadata pages): the
 // MemoryOracle's answers below count both. A sequence is admitted when the device can hold its working set (a layer
 // read whole, or a step's new pages, whichever is larger) beside its metadata, and the two pools its KV; one layer's
 // selection stays free across the two pools, so a decode step's Retrieve moves in one copy. No radix prefix cache:
