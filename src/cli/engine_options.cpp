@@ -82,6 +82,7 @@ void add_engine_options(CLI::App& command, EngineConfig& config) {
   command.add_option("--max-num-batched-tokens", config.max_num_batched_tokens, "tokens per engine step at most")
       ->capture_default_str();
   std::vector<std::string> admission_names;
+  admission_names.reserve(kAdmissionNames.size());
   for (const auto& [name, policy] : kAdmissionNames) admission_names.emplace_back(name);
   command
       .add_option_function<std::string>(

@@ -116,6 +116,7 @@ TEST_F(EvalTraceTest, BadArgumentsAreErrors) {
 
 TEST_F(EvalTraceTest, RecallPlacesTheCodeLineAtItsDepthInTheFillerAndCuesItsFirstTwoWords) {
   std::vector<int32_t> prose;
+  prose.reserve(100);
   for (int i = 0; i < 100; ++i) prose.push_back(encode_("w" + std::to_string(i))[0]);
   for (double depth : {0.0, 0.25, 1.0}) {
     auto sample = make_recall_sample(encode_, 7, prose, depth, 5);
