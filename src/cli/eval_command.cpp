@@ -511,27 +511,28 @@ Result<ModelReport> evaluate_model(const EvalOptions& o, const std::string& mode
                        length});
     }
   }
+  // A sample whose trace is fed as decode steps after its prompt, then answered in `answer_tokens` greedy tokens.
+  const auto add_trace_case = [&](const char* task, const char* option, int32_t length, int s, TraceSample sample,
+                                  int answer_tokens, nlohmann::json settings) -> Status {
+    const auto num_fed = static_cast<int32_t>(sample.prompt.size() + sample.trace.size());
+    if (num_fed + answer_tokens > max_positions)
+      return invalid_argument("{} {}: {} tokens and the answer exceed the context of {} ({} tokens)", option, length,
+                              num_fed, bundle.name, max_positions);
+    RulerSample scored;
+    scored.answers = {sample.answer};
+    settings["answer_tokens"] = answer_tokens;
+    cases.push_back({task, length, s, std::move(sample.prompt), scored, answer_tokens, std::move(settings),
+                     std::move(sample.trace), num_fed});
+    return Status::ok();
+  };
   for (int length : o.trace_lengths) {
     for (int s = 0; s < o.samples; ++s) {
       const double depth = o.task_depths[static_cast<size_t>(s) % o.task_depths.size()];
       const uint64_t seed =
           ((o.seed * 1000003 + 7919) * 1000003 + static_cast<uint64_t>(length)) * 1000003 + static_cast<uint64_t>(s);
       SE_ASSIGN_OR_RETURN(TraceSample sample, make_trace_sample(encode, bos, length, depth, seed));
-      const auto num_fed = static_cast<int32_t>(sample.prompt.size() + sample.trace.size());
-      if (num_fed + kTraceAnswerTokens > max_positions)
-        return invalid_argument("--trace-lengths {}: {} tokens and the answer exceed the context of {} ({} tokens)",
-                                length, num_fed, bundle.name, max_positions);
-      RulerSample scored;
-      scored.answers = {sample.answer};
-      cases.push_back({"kv_trace",
-                       length,
-                       s,
-                       std::move(sample.prompt),
-                       scored,
-                       kTraceAnswerTokens,
-                       {{"depth", depth}, {"seed", seed}, {"answer_tokens", kTraceAnswerTokens}},
-                       std::move(sample.trace),
-                       num_fed});
+      SE_RETURN_IF_ERROR(add_trace_case("kv_trace", "--trace-lengths", length, s, std::move(sample), kTraceAnswerTokens,
+                                        {{"depth", depth}, {"seed", seed}}));
     }
   }
   for (int length : o.recall_lengths) {
@@ -549,25 +550,9 @@ Result<ModelReport> evaluate_model(const EvalOptions& o, const std::string& mode
       const TextWindow& filler = fillers[static_cast<size_t>(s) % fillers.size()];
       const std::span<const int32_t> prose = std::span<const int32_t>(filler.ids).subspan(bos ? 1 : 0);
       SE_ASSIGN_OR_RETURN(TraceSample sample, make_recall_sample(encode, bos, prose, depth, seed));
-      const auto num_fed = static_cast<int32_t>(sample.prompt.size() + sample.trace.size());
-      if (num_fed + kRecallAnswerTokens > max_positions)
-        return invalid_argument("--recall-lengths {}: {} tokens and the answer exceed the context of {} ({} tokens)",
-                                length, num_fed, bundle.name, max_positions);
-      RulerSample scored;
-      scored.answers = {sample.answer};
-      cases.push_back({"recall",
-                       length,
-                       s,
-                       std::move(sample.prompt),
-                       scored,
-                       kRecallAnswerTokens,
-                       {{"depth", depth},
-                        {"seed", seed},
-                        {"answer_tokens", kRecallAnswerTokens},
-                        {"text", filler.path},
-                        {"offset", filler.offset}},
-                       std::move(sample.trace),
-                       num_fed});
+      SE_RETURN_IF_ERROR(
+          add_trace_case("recall", "--recall-lengths", length, s, std::move(sample), kRecallAnswerTokens,
+                         {{"depth", depth}, {"seed", seed}, {"text", filler.path}, {"offset", filler.offset}}));
     }
   }
   for (const PromptCase& c : cases) {
